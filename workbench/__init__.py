@@ -1,0 +1,13 @@
+"""Fusion Workbench: operator fusion and kernel stitching for deep-learning graphs.
+
+    >>> import workbench as wb
+    >>> g = wb.load("sample_graphs/layernorm.json")      # doctest: +SKIP
+    >>> s = wb.Session(g, backend="cpu"); s.auto("rules"); s.measure()  # doctest: +SKIP
+"""
+from .errors import WorkbenchError
+from .ir import DType, Graph, GraphBuilder, load_json, save_json
+
+__version__ = "0.1.0"
+
+__all__ = ["DType", "Graph", "GraphBuilder", "WorkbenchError", "load_json", "save_json",
+           "__version__"]

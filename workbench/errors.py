@@ -1,0 +1,36 @@
+"""User-facing errors.
+
+Every error a user can cause (a bad file, an unsupported op, an illegal fusion, a
+missing compiler or GPU) is a :class:`WorkbenchError` whose message names the cause
+and the fix in one line. The CLI prints it and exits with code 2; the session stays
+as it was.
+"""
+
+
+class WorkbenchError(Exception):
+    """An error caused by input or environment, with a message meant for a person."""
+
+
+class GraphError(WorkbenchError):
+    """The graph is malformed: unknown value, shape mismatch, cycle, bad attribute."""
+
+
+class UnsupportedOpError(WorkbenchError):
+    """The model uses op types the workbench does not implement."""
+
+    def __init__(self, unsupported: dict[str, list[str]]):
+        # unsupported: op type -> node names that use it
+        self.unsupported = dict(sorted(unsupported.items()))
+        parts = [f"{op} (nodes: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+                 for op, names in self.unsupported.items()]
+        super().__init__(
+            f"unsupported op types: {'; '.join(parts)} -- the workbench cannot import this "
+            "model; replace these ops or add their definitions to workbench.ops")
+
+
+class FusionRefused(WorkbenchError):
+    """A transformation is illegal; the message gives the reason."""
+
+
+class BackendUnavailable(WorkbenchError):
+    """The requested backend cannot run here (no GPU, no C compiler)."""
