@@ -1,0 +1,71 @@
+"""The ground truth: run a graph op by op with each op's NumPy reference."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ..errors import GraphError
+from ..ir import Graph
+from ..ops import get_op
+
+
+def check_inputs(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Inputs as contiguous arrays of the declared shape and dtype, or a GraphError."""
+    missing = [i for i in g.inputs if i not in inputs]
+    if missing:
+        raise GraphError(f"missing inputs {missing}; the graph takes "
+                         + ", ".join(f"{i}: {g.value(i).dtype.value}{list(g.value(i).shape)}"
+                                     for i in g.inputs))
+    out = {}
+    for name in g.inputs:
+        v, a = g.value(name), np.asarray(inputs[name])
+        if tuple(a.shape) != v.shape:
+            raise GraphError(f"input {name!r} has shape {list(a.shape)}, the graph expects "
+                             f"{list(v.shape)}")
+        if a.dtype != v.dtype.np:
+            raise GraphError(f"input {name!r} has dtype {a.dtype}, the graph expects "
+                             f"{v.dtype.value}; convert it with .astype")
+        out[name] = np.ascontiguousarray(a)
+    return out
+
+
+def run_reference(g: Graph, inputs: Mapping[str, np.ndarray],
+                  keep_all: bool = False) -> dict[str, np.ndarray]:
+    """Evaluate g on NumPy; returns the outputs (every value with keep_all)."""
+    env: dict[str, np.ndarray] = dict(g.constants)
+    env.update(check_inputs(g, inputs))
+    for n in g.nodes:
+        op = get_op(n.op)
+        outs = op.reference([env[i] for i in n.inputs], n.attr_map)
+        for name, arr in zip(n.outputs, outs):
+            v = g.value(name)
+            arr = np.asarray(arr)
+            if arr.shape != v.shape:  # references may return broadcast views or scalars
+                arr = np.broadcast_to(arr, v.shape)
+            env[name] = np.ascontiguousarray(arr, dtype=v.dtype.np)
+    keys = env.keys() if keep_all else g.outputs
+    return {k: env[k] for k in keys}
+
+
+def random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
+    """Fresh random inputs (never zeros): floats in [-1, 1), ints in a small range,
+    integer inputs that feed a gather as valid indices."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    gather_limit = {}
+    for n in g.nodes:
+        if n.op == "gather":
+            data = g.value(n.inputs[0])
+            gather_limit[n.inputs[1]] = data.shape[int(n.attr("axis", 0)) % len(data.shape)]
+    for name in g.inputs:
+        v = g.value(name)
+        if v.dtype.is_float:
+            out[name] = rng.uniform(-1, 1, v.shape).astype(v.dtype.np)
+        elif v.dtype.kind == "b":
+            out[name] = rng.random(v.shape) < 0.5
+        else:
+            hi = gather_limit.get(name, 100)
+            out[name] = rng.integers(0 if name in gather_limit else -hi, hi,
+                                     v.shape).astype(v.dtype.np)
+    return out
