@@ -37,7 +37,11 @@ class Tensor:
 
     @property
     def value(self) -> Value:
-        return self.b._values[self.name]
+        try:
+            return self.b._values[self.name]
+        except KeyError:
+            raise GraphError(f"tensor {self.name!r} was renamed by b.output(); use the "
+                             "tensor that b.output() returned") from None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -125,7 +129,10 @@ class GraphBuilder:
         """Apply a registered op; returns a Tensor, or a list for multi-output ops."""
         from ..ops import Kind, get_op, normalize_axes
         od = get_op(op)
-        like = next((t for t in inputs if isinstance(t, Tensor)), None)
+        # a Python number takes the dtype of the data operands (not where's condition)
+        tensors = [t for t in inputs if isinstance(t, Tensor)]
+        like = next((t for t in tensors if t.dtype is not DType.bool), None) or \
+            next(iter(tensors), None)
         ts = [self.as_tensor(t, like) for t in inputs]
         od.check_arity(len(ts))
         ins = [t.value for t in ts]

@@ -43,7 +43,9 @@ def run_reference(g: Graph, inputs: Mapping[str, np.ndarray],
             arr = np.asarray(arr)
             if arr.shape != v.shape:  # references may return broadcast views or scalars
                 arr = np.broadcast_to(arr, v.shape)
-            env[name] = np.ascontiguousarray(arr, dtype=v.dtype.np)
+            arr = np.asarray(arr, dtype=v.dtype.np)
+            # (ascontiguousarray would turn 0-d results into 1-d)
+            env[name] = arr if arr.flags.c_contiguous else arr.copy(order="C")
     keys = env.keys() if keep_all else g.outputs
     return {k: env[k] for k in keys}
 

@@ -1,0 +1,330 @@
+"""Lowering: a plan group and its schedule become one kernel in the kernel IR.
+
+Every value inside a group is computed *at an index* by walking from an output back
+to loads: elementwise ops apply their scalar expression to their inputs at the
+broadcast index, layout ops transform the index and read their input there, and a
+reduction's result is the per-row accumulator. Results are memoized per (value,
+index) so a value used twice at the same point is computed once (the ``local`` stitch
+scheme: it stays in a register). Loads of group inputs and stores of group outputs
+are the only global-memory traffic.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from ..errors import WorkbenchError
+from ..fusion.plan import Group
+from ..fusion.schedule import Schedule, group_io
+from ..ir import DType, Graph
+from ..ops import COMBINERS, Kind, get_op
+from ..ops.layout import slice_params
+from .index import Index, add, mod
+from .kir import (Assign, BlockReduce, Buffer, Comment, Kernel, Launch, LibraryCall, Let,
+                  Load, Loop, OncePerBlock, Store)
+
+FLAT_BLOCK = 256          # threads per block for flat loops
+MAX_GRID = 65535
+
+
+def identifier(text: str) -> str:
+    """A C identifier made from text: anything outside [A-Za-z0-9_] becomes _."""
+    s = re.sub(r"[^A-Za-z0-9_]", "_", text)
+    return s if s and not s[0].isdigit() else "_" + s
+
+
+def c_literal(x, dt: DType) -> str:
+    """A scalar constant as C text in the compute type."""
+    x = np.asarray(x).reshape(()).item()
+    if dt.kind == "b":
+        return "1" if x else "0"
+    if dt.kind == "i":
+        return f"{int(x)}LL" if dt is DType.int64 else str(int(x))
+    f = float(np.float32(x))
+    if np.isnan(f):
+        return "NAN"
+    if np.isinf(f):
+        return "INFINITY" if f > 0 else "(-INFINITY)"
+    r = repr(f)
+    if "e" not in r and "." not in r:
+        r += ".0"
+    return f"{r}f" if not r.startswith("-") else f"({r}f)"
+
+
+class _Scope:
+    """Statements being emitted at one loop level, with their memo table."""
+
+    def __init__(self, parent: "_Scope | None" = None):
+        self.stmts: list = []
+        self.memo: dict = {}
+        self.parent = parent
+
+    def lookup(self, key):
+        s = self
+        while s is not None:
+            if key in s.memo:
+                return s.memo[key]
+            s = s.parent
+        return None
+
+
+class _Lowerer:
+    def __init__(self, g: Graph, group: Group):
+        self.g, self.group, self.sched = g, group, group.schedule
+        self.io = group_io(g, group.nodes)
+        self.members = set(group.nodes)
+        self.producer = {o: g.node(n) for n in group.nodes for o in g.node(n).outputs}
+        self.buffers: dict[str, Buffer] = {}
+        for k, v in enumerate(self.io.inputs):
+            if not self._inline_constant(v):
+                val = g.value(v)
+                self.buffers[v] = Buffer(f"in{len(self.buffers)}", v, val.dtype, val.numel,
+                                         False)
+        for k, v in enumerate(self.io.outputs):
+            val = g.value(v)
+            self.buffers[v] = Buffer(f"out{k}", v, val.dtype, val.numel, True)
+        self.counter = 0
+        self.reduce_var: dict[str, str] = {}
+        self.row_scope: _Scope | None = None
+        self.flops = 0
+
+    def _inline_constant(self, v: str) -> bool:
+        return v in self.g.constants and self.g.value(v).numel == 1
+
+    def fresh(self) -> str:
+        self.counter += 1
+        return f"t{self.counter}"
+
+    # -- computing a value at an index -----------------------------------------
+    def at(self, scope: _Scope, v: str, idx: Index) -> str:
+        """The C expression (a variable or literal) for value v at idx, emitted into scope."""
+        val = self.g.value(v)
+        if self._inline_constant(v):
+            return c_literal(self.g.constants[v], val.dtype.compute)
+        if v in self.reduce_var:
+            return self.reduce_var[v]
+        if (self.row_scope is not None and scope is not self.row_scope
+                and v in self.sched.per_row):
+            # per-row values are computed once per row, before the column loops
+            scope = self.row_scope
+            idx = self._row_index(idx)
+        key = (v, idx.key)
+        hit = scope.lookup(key)
+        if hit is not None:
+            return hit
+        node = self.producer.get(v)
+        if node is None:
+            var = self.fresh()
+            scope.stmts.append(Load(var, self.buffers[v], idx.offset()))
+        else:
+            var = self._compute(scope, node, v, idx)
+        scope.memo[key] = var
+        return var
+
+    def _row_index(self, idx: Index) -> Index:
+        """The same index with the column variable zeroed (per-row values ignore it)."""
+        return Index(idx.shape, tuple(("0" if "col" in e else e, lo, hi)
+                                      for e, lo, hi in idx.segs))
+
+    def _compute(self, scope: _Scope, node, v: str, idx: Index) -> str:
+        op = get_op(node.op)
+        g = self.g
+        if op.kind is Kind.elementwise:
+            args = [self.at(scope, i, idx.broadcast_to(g.value(i).shape)) for i in node.inputs]
+            out = g.value(v)
+            expr = op.scalar(args, [g.value(i).dtype for i in node.inputs], out.dtype,
+                             node.attr_map)
+            var = self.fresh()
+            scope.stmts.append(Let(var, out.dtype.compute, expr))
+            self.flops += op.flops
+            return var
+        if op.kind is Kind.layout:
+            return self._layout(scope, node, v, idx)
+        raise WorkbenchError(f"internal: {node.op} cannot be computed at an index")
+
+    def _layout(self, scope: _Scope, node, v: str, idx: Index) -> str:
+        g = self.g
+        x = g.value(node.inputs[0])
+        if node.op in ("reshape", "squeeze", "unsqueeze"):
+            return self.at(scope, node.inputs[0], idx.reshape_to(x.shape))
+        if node.op == "expand":
+            return self.at(scope, node.inputs[0], idx.broadcast_to(x.shape))
+        if node.op == "transpose":
+            perm = node.attr("perm") or tuple(reversed(range(len(x.shape))))
+            return self.at(scope, node.inputs[0], idx.transpose(perm))
+        if node.op == "slice":
+            return self.at(scope, node.inputs[0],
+                           idx.slice_of(x.shape, slice_params(x.shape, node.attr_map)))
+        if node.op == "split":
+            axis = int(node.attr("axis")) % len(x.shape)
+            k = node.outputs.index(v)
+            start = int(sum(node.attr("sizes")[:k]))
+            d = idx.digits()
+            d[axis] = add(d[axis], str(start))
+            return self.at(scope, node.inputs[0], Index.from_digits(d, x.shape))
+        if node.op == "concat":
+            return self._concat(scope, node, idx)
+        if node.op == "gather":
+            return self._gather(scope, node, idx)
+        raise WorkbenchError(f"internal: no index rule for layout op {node.op}")
+
+    def _concat(self, scope, node, idx: Index) -> str:
+        # Branch-free: read every part at a clamped (always valid) index, then select.
+        g = self.g
+        axis = int(node.attr("axis")) % len(idx.shape)
+        d = idx.digits()
+        parts, off = [], 0
+        for name in node.inputs:
+            n = g.value(name).shape[axis]
+            dd = list(d)
+            dd[axis] = f"wb_clampi({add(d[axis], str(-off))}, 0, {n - 1})"
+            parts.append((off, self.at(scope, name, Index.from_digits(dd, g.value(name).shape))))
+            off += n
+        expr = parts[-1][1]
+        for (o, var), (o_next, _) in reversed(list(zip(parts[:-1], parts[1:]))):
+            expr = f"({d[axis]} < {o_next} ? {var} : {expr})"
+        var = self.fresh()
+        scope.stmts.append(Let(var, g.value(node.outputs[0]).dtype.compute, expr))
+        return var
+
+    def _gather(self, scope, node, idx: Index) -> str:
+        g = self.g
+        data, ind = g.value(node.inputs[0]), g.value(node.inputs[1])
+        axis = int(node.attr("axis", 0)) % len(data.shape)
+        d = idx.digits()
+        r = len(ind.shape)
+        k = self.at(scope, node.inputs[1], Index.from_digits(d[axis:axis + r], ind.shape))
+        n = data.shape[axis]
+        # negative indices count from the end; out-of-range ones are clamped
+        sel = self.fresh()
+        scope.stmts.append(Let(sel, DType.int32,
+                               f"wb_clampi((int)({k} < 0 ? {k} + {n} : {k}), 0, {n - 1})"))
+        dd = d[:axis] + [sel] + d[axis + r:]
+        return self.at(scope, node.inputs[0], Index.from_digits(dd, data.shape))
+
+    # -- schedules --------------------------------------------------------------
+    def lower(self, name: str) -> Kernel:
+        s = self.sched
+        if s.kind == "opaque":
+            return self._opaque(name)
+        if s.kind == "elementwise":
+            body, launch = self._elementwise()
+            reductions = 0
+        else:
+            body, launch, reductions = self._row_reduce()
+        params = tuple(sorted(self.buffers.values(), key=lambda b: (b.is_output, b.name)))
+        return Kernel(name, self.group.id, s.describe(), params, tuple(body), launch,
+                      reductions, None, self.flops)
+
+    def _opaque(self, name: str) -> Kernel:
+        node = self.g.node(self.group.nodes[0])
+        ins = tuple(self.buffers[i] for i in node.inputs if i in self.buffers)
+        if len(ins) != len(node.inputs):
+            # a scalar constant input of a library op still travels as a buffer
+            ins = tuple(self.buffers.get(i) or Buffer(f"in{k}", i, self.g.value(i).dtype, 1,
+                                                      False)
+                        for k, i in enumerate(node.inputs))
+        outs = tuple(self.buffers[o] for o in node.outputs)
+        call = LibraryCall(node.op, node.attrs, ins, outs)
+        out = self.g.value(node.outputs[0])
+        flops = 2 * out.numel * (self.g.value(node.inputs[0]).shape[-1]
+                                 if node.op == "matmul" else 1)
+        return Kernel(name, self.group.id, "opaque", ins + outs, (), Launch(1, 1), 0, call,
+                      flops)
+
+    def _elementwise(self):
+        # One flat loop per distinct output shape ("independent" packing when >1).
+        by_shape: dict[tuple, list[str]] = {}
+        for o in self.io.outputs:
+            by_shape.setdefault(self.g.value(o).shape, []).append(o)
+        body, biggest = [], 1
+        for k, (shape, outs) in enumerate(by_shape.items()):
+            n = int(np.prod(shape, dtype=np.int64)) if shape else 1
+            var = "i" if len(by_shape) == 1 else f"i{k}"
+            scope = _Scope()
+            idx = Index.flat(var, shape)
+            for o in outs:
+                e = self.at(scope, o, idx)
+                scope.stmts.append(Store(self.buffers[o], var, e))
+            vec = 4 if n % 4 == 0 and n >= 1024 else 1
+            body.append(Loop(var, n, "flat", tuple(scope.stmts), vec))
+            biggest = max(biggest, n)
+        threads = FLAT_BLOCK
+        vec = 4 if biggest % 4 == 0 and biggest >= 1024 else 1
+        grid = max(1, min(MAX_GRID, -(-biggest // (threads * vec))))
+        return body, Launch(grid, threads)
+
+    def _row_reduce(self):
+        s: Schedule = self.sched
+        g = self.g
+        D, axes = s.domain, s.reduce_axes
+        kept = [d for d in range(len(D)) if d not in axes]
+        dom = Index.from_runs(D, [("row", kept), ("col", list(axes))])
+        block_map = s.mapping == "block"
+        col_bind = "block" if block_map else "serial"
+        row_scope = _Scope()
+        self.row_scope = row_scope
+        nodes = [g.node(n) for n in self.group.nodes]
+        reduces = [n for n in nodes if get_op(n.op).kind is Kind.reduce]
+        for slot, r in enumerate(reduces):
+            x = g.value(r.inputs[0])
+            dt = x.dtype.compute
+            comb = COMBINERS[r.op]
+            acc = f"acc{slot}"
+            ident = comb.identity(dt.kind, dt.value)
+            row_scope.stmts.append(Comment(f"{r.op} over {list(axes)}"))
+            col_scope = _Scope(row_scope)
+            e = self.at(col_scope, r.inputs[0], dom)
+            col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
+            loop = Loop("col", s.cols, col_bind, tuple(col_scope.stmts))
+            row_scope.stmts.append(Let(acc, dt, ident))
+            row_scope.stmts.append(loop)
+            if block_map:
+                row_scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident, slot))
+            if comb.finish_mean:
+                row_scope.stmts.append(Assign(acc, f"{acc} * (1.0f / {s.cols}.0f)"
+                                              if dt.kind == "f" else f"{acc} / {s.cols}"))
+            self.reduce_var[r.outputs[0]] = acc
+            self.flops += 1
+        per_row_out = [o for o in self.io.outputs if o in s.per_row]
+        elem_out = [o for o in self.io.outputs if o not in s.per_row]
+        stores = []
+        for o in per_row_out:
+            shape = g.value(o).shape
+            idx = dom.broadcast_to(shape) if len(shape) == len(D) else Index.flat("row", shape)
+            e = self.at(row_scope, o, self._row_index(idx))
+            stores.append(Store(self.buffers[o], "row", e))
+        if stores:
+            row_scope.stmts.append(OncePerBlock(tuple(stores)) if block_map else stores[0])
+            if not block_map:
+                row_scope.stmts.extend(stores[1:])
+        if elem_out:
+            col_scope = _Scope(row_scope)
+            for o in elem_out:
+                e = self.at(col_scope, o, dom)
+                col_scope.stmts.append(Store(self.buffers[o], dom.offset(), e))
+            row_scope.stmts.append(Comment("write the row's elements"))
+            row_scope.stmts.append(Loop("col", s.cols, col_bind, tuple(col_scope.stmts)))
+        rows = s.rows
+        if block_map:
+            threads = 32
+            while threads < 512 and threads * 4 < s.cols:
+                threads *= 2
+            launch = Launch(max(1, min(rows, 1 << 20)), threads)
+            body = [Loop("row", rows, "grid", tuple(row_scope.stmts))]
+        else:
+            launch = Launch(max(1, min(MAX_GRID, -(-rows // FLAT_BLOCK))), FLAT_BLOCK)
+            body = [Loop("row", rows, "flat", tuple(row_scope.stmts))]
+        return body, launch, len(reduces) if block_map else 0
+
+
+def lower_group(g: Graph, group: Group) -> Kernel:
+    """Lower one group to a kernel named after its id and its ops (sanitized)."""
+    ops = []
+    for n in group.nodes:
+        op = g.node(n).op
+        if op not in ops:
+            ops.append(op)
+    name = identifier(f"{group.id}_{'_'.join(ops[:3])}" + ("_etc" if len(ops) > 3 else ""))
+    return _Lowerer(g, group).lower(name)
