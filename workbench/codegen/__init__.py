@@ -1,1 +1,28 @@
-"""codegen stage."""
+"""Codegen: plan groups -> kernel IR -> CUDA C and C source.
+
+    >>> kernels = lower_plan(plan)                         # doctest: +SKIP
+    >>> print(render_kernel(kernels[0], "cuda"))           # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+
+from ..fusion import Plan
+from .kir import Kernel
+from .lower import c_literal, identifier, lower_group
+from .render import RENDERERS, CRenderer, CudaRenderer
+
+
+def lower_plan(plan: Plan) -> list[Kernel]:
+    """One kernel per group, in the plan's execution order."""
+    return [lower_group(plan.graph, gr) for gr in plan.groups]
+
+
+def render_kernel(k: Kernel, target: str) -> str:
+    """A self-contained source file (prelude + kernel) for target 'c' or 'cuda'."""
+    r = RENDERERS[target]
+    return r.prelude() + "\n" + r.kernel(k)
+
+
+__all__ = ["CRenderer", "CudaRenderer", "Kernel", "RENDERERS", "c_literal", "identifier",
+           "lower_group", "lower_plan", "render_kernel"]

@@ -84,6 +84,9 @@ class Loop:
     bind: str             # flat | grid | block | serial
     body: tuple["Stmt", ...]
     vector: int = 1       # elements per thread per step (flat loops)
+    # (accumulator, OpenMP operator) when the loop reduces; operator "" if lanes
+    # may not be combined in any order
+    reduction: tuple[str, str] | None = None
 
 
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop]

@@ -277,7 +277,8 @@ class _Lowerer:
             col_scope = _Scope(row_scope)
             e = self.at(col_scope, r.inputs[0], dom)
             col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
-            loop = Loop("col", s.cols, col_bind, tuple(col_scope.stmts))
+            loop = Loop("col", s.cols, col_bind, tuple(col_scope.stmts),
+                        reduction=(acc, comb.simd_op))
             row_scope.stmts.append(Let(acc, dt, ident))
             row_scope.stmts.append(loop)
             if block_map:

@@ -1,1 +1,44 @@
-"""frontends stage."""
+"""Frontends: every way a graph gets into the workbench.
+
+``load(source)`` takes a :class:`Graph` (returned as is), an ``onnx.ModelProto``, or a
+path ending ``.onnx`` or ``.json``; keyword arguments go to the format's loader
+(``input_shapes=`` for ONNX).
+
+    >>> from workbench.frontends import load
+    >>> g = load("sample_graphs/layernorm.json")     # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import WorkbenchError
+from ..ir import Graph, load_json
+from .onnx import load_onnx
+
+
+def load(source: Any, **kw: Any) -> Graph:
+    """A Graph from a Graph, an ONNX ModelProto, or a .onnx / .json file."""
+    if isinstance(source, Graph):
+        return source
+    try:
+        import onnx
+        if isinstance(source, onnx.ModelProto):
+            return load_onnx(source, **kw)
+    except ImportError:  # onnx is a dependency, but a Graph or JSON needs none of it
+        pass
+    if not isinstance(source, (str, Path)):
+        raise WorkbenchError(f"cannot load a {type(source).__name__}; pass a Graph, an "
+                             "onnx.ModelProto or a path to a .onnx or .json file")
+    path = Path(source)
+    if not path.is_file():
+        raise WorkbenchError(f"file not found: {path}; check the path")
+    suffix = path.suffix.lower()
+    if suffix not in (".onnx", ".json"):
+        raise WorkbenchError(f"unknown graph format {path.name!r}; use .onnx or .json")
+    if suffix == ".onnx":
+        return load_onnx(path, **kw)
+    return load_json(path, **kw)
+
+
+__all__ = ["load", "load_onnx"]

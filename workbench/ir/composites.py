@@ -13,7 +13,10 @@ import numpy as np
 from ..errors import GraphError
 
 __all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "reduce_log_sum_exp", "gelu",
-           "batch_norm", "gemm", "adam_update"]
+           "batch_norm", "gemm", "adam_update", "hard_sigmoid", "hard_swish", "leaky_relu",
+           "prelu", "elu", "selu", "celu", "softplus", "softsign", "mish", "sign", "clip",
+           "thresholded_relu", "reduce_sum_square", "reduce_l1", "reduce_l2", "reduce_log_sum",
+           "tile"]
 
 
 def _axes_from(x, axis):
@@ -23,19 +26,24 @@ def _axes_from(x, axis):
 
 
 def layer_norm(b, x, scale=None, bias=None, axis: int = -1, eps: float = 1e-5,
-               source: str = ""):
-    """LayerNormalization over axes [axis, rank): (x - mean) / sqrt(var + eps) * scale + bias."""
+               source: str = "", return_stats: bool = False):
+    """LayerNormalization over axes [axis, rank): (x - mean) / sqrt(var + eps) * scale + bias.
+
+    With ``return_stats`` returns ``(y, mean, inv_std)`` (ONNX's optional outputs),
+    both kept to rank of x with size 1 on the normalized axes.
+    """
     with b.composite("LayerNormalization", source):
         axes = _axes_from(x, axis)
         mean = b.reduce_mean(x, axes=axes, keepdims=True)
         d = x - mean
         var = b.reduce_mean(d * d, axes=axes, keepdims=True)
-        y = d * b.rsqrt(var + eps)
+        inv = b.rsqrt(var + eps)
+        y = d * inv
         if scale is not None:
             y = y * scale
         if bias is not None:
             y = y + bias
-        return y
+        return (y, mean, inv) if return_stats else y
 
 
 def rms_norm(b, x, scale=None, axis: int = -1, eps: float = 1e-6, source: str = ""):
@@ -135,3 +143,145 @@ def random_array(shape, dtype, seed: int = 0, low: float = -1.0, high: float = 1
     if dt.kind == "b":
         return rng.random(size=shape) < 0.5
     return rng.integers(int(low), int(high) + 1, size=shape).astype(dt)
+
+
+# -- activations ---------------------------------------------------------------
+# Each takes the ONNX attribute defaults. Constants are made with the dtype of x:
+# ``b.where(c, x, 0.0)`` would give the 0.0 the dtype of the bool condition.
+
+def _zero(b, x):
+    return b.constant(np.zeros((), x.dtype.np))
+
+
+def hard_sigmoid(b, x, alpha: float = 0.2, beta: float = 0.5, source: str = ""):
+    """HardSigmoid: max(0, min(1, alpha * x + beta))."""
+    with b.composite("HardSigmoid", source):
+        return b.max(b.min(x * alpha + beta, b.as_tensor(1.0, like=x)), _zero(b, x))
+
+
+def hard_swish(b, x, source: str = ""):
+    """HardSwish: x * HardSigmoid(x) with alpha 1/6, beta 0.5."""
+    with b.composite("HardSwish", source):
+        return x * hard_sigmoid(b, x, 1.0 / 6.0, 0.5)
+
+
+def leaky_relu(b, x, alpha: float = 0.01, source: str = ""):
+    """LeakyRelu: x if x >= 0 else alpha * x."""
+    with b.composite("LeakyRelu", source):
+        return b.where(b.lt(x, _zero(b, x)), x * alpha, x)
+
+
+def prelu(b, x, slope, source: str = ""):
+    """PRelu: x if x >= 0 else slope * x (slope broadcasts to x)."""
+    with b.composite("PRelu", source):
+        return b.where(b.lt(x, _zero(b, x)), x * slope, x)
+
+
+def elu(b, x, alpha: float = 1.0, source: str = ""):
+    """Elu: x if x >= 0 else alpha * (exp(x) - 1)."""
+    with b.composite("Elu", source):
+        return b.where(b.lt(x, _zero(b, x)), (b.exp(x) - 1.0) * alpha, x)
+
+
+def selu(b, x, alpha: float = 1.67326319217681884765625,
+         gamma: float = 1.05070102214813232421875, source: str = ""):
+    """Selu: gamma * (x if x > 0 else alpha * exp(x) - alpha)."""
+    with b.composite("Selu", source):
+        neg = b.exp(x) * (alpha * gamma) - alpha * gamma
+        return b.where(b.le(x, _zero(b, x)), neg, x * gamma)
+
+
+def celu(b, x, alpha: float = 1.0, source: str = ""):
+    """Celu: max(0, x) + min(0, alpha * (exp(x / alpha) - 1))."""
+    with b.composite("Celu", source):
+        z = _zero(b, x)
+        return b.max(x, z) + b.min((b.exp(x * (1.0 / alpha)) - 1.0) * alpha, z)
+
+
+def softplus(b, x, source: str = ""):
+    """Softplus log(1 + exp(x)), as max(x, 0) + log(1 + exp(-|x|)) so large x stays finite."""
+    with b.composite("Softplus", source):
+        return b.relu(x) + b.log(b.exp(-b.abs(x)) + 1.0)
+
+
+def softsign(b, x, source: str = ""):
+    """Softsign: x / (1 + |x|)."""
+    with b.composite("Softsign", source):
+        return x / (b.abs(x) + 1.0)
+
+
+def mish(b, x, source: str = ""):
+    """Mish: x * tanh(softplus(x))."""
+    with b.composite("Mish", source):
+        return x * b.tanh(softplus(b, x))
+
+
+def thresholded_relu(b, x, alpha: float = 1.0, source: str = ""):
+    """ThresholdedRelu: x if x > alpha else 0."""
+    with b.composite("ThresholdedRelu", source):
+        return b.where(b.gt(x, b.as_tensor(alpha, like=x)), x, _zero(b, x))
+
+
+def sign(b, x, source: str = ""):
+    """Sign: 1, 0 or -1 in x's dtype; NaN stays NaN."""
+    with b.composite("Sign", source):
+        z = _zero(b, x)
+        one = b.as_tensor(1, like=x)
+        r = b.where(b.gt(x, z), one, b.where(b.lt(x, z), -one, z))
+        return b.where(b.ne(x, x), x, r) if x.dtype.is_float else r
+
+
+def clip(b, x, lo=None, hi=None, source: str = ""):
+    """Clip: min(max(x, lo), hi); a missing bound is no bound; NaN stays NaN."""
+    with b.composite("Clip", source):
+        if lo is not None:
+            x = b.max(x, lo)
+        if hi is not None:
+            x = b.min(x, hi)
+        return x
+
+
+# -- reductions built from primitives ----------------------------------------------
+
+def reduce_sum_square(b, x, axes=None, keepdims: bool = True, source: str = ""):
+    """sum(x * x) over axes."""
+    with b.composite("ReduceSumSquare", source):
+        return b.reduce_sum(x * x, axes=axes, keepdims=keepdims)
+
+
+def reduce_l1(b, x, axes=None, keepdims: bool = True, source: str = ""):
+    """sum(|x|) over axes."""
+    with b.composite("ReduceL1", source):
+        return b.reduce_sum(b.abs(x), axes=axes, keepdims=keepdims)
+
+
+def reduce_l2(b, x, axes=None, keepdims: bool = True, source: str = ""):
+    """sqrt(sum(x * x)) over axes."""
+    with b.composite("ReduceL2", source):
+        return b.sqrt(b.reduce_sum(x * x, axes=axes, keepdims=keepdims))
+
+
+def reduce_log_sum(b, x, axes=None, keepdims: bool = True, source: str = ""):
+    """log(sum(x)) over axes."""
+    with b.composite("ReduceLogSum", source):
+        return b.log(b.reduce_sum(x, axes=axes, keepdims=keepdims))
+
+
+# -- layout ------------------------------------------------------------------------
+
+def tile(b, x, repeats, source: str = ""):
+    """Tile: repeat x reps[i] times along axis i, as reshape -> expand -> reshape.
+
+    Interleaving a size-1 axis before each axis and expanding it to the repeat count
+    puts the repeats outermost, which is exactly np.tile's layout.
+    """
+    with b.composite("Tile", source):
+        reps = [int(r) for r in repeats]
+        if len(reps) != len(x.shape):
+            raise GraphError(f"Tile repeats {reps} do not match rank {len(x.shape)}")
+        if all(r == 1 for r in reps):
+            return x
+        split = [d for dim in x.shape for d in (1, dim)]
+        wide = [d for r, dim in zip(reps, x.shape) for d in (r, dim)]
+        y = b.expand(b.reshape(x, shape=split), shape=wide)
+        return b.reshape(y, shape=[r * d for r, d in zip(reps, x.shape)])

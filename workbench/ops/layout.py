@@ -108,7 +108,10 @@ def _slice_infer(ins, attrs):
 
 def _slice_ref(xs, attrs):
     p = slice_params(xs[0].shape, attrs)
-    sl = tuple(slice(s, s + st * n, st) if n else slice(0, 0) for s, st, n in p)
+    # a negative step that reaches index 0 stops at -1, which Python would read as
+    # "the last element": spell that stop as None
+    sl = tuple(slice(s, s + st * n if s + st * n >= 0 else None, st) if n else slice(0, 0)
+               for s, st, n in p)
     return [np.ascontiguousarray(xs[0][sl])]
 
 

@@ -1,0 +1,278 @@
+"""Renderers: print one kernel IR as C with OpenMP (CPU) or as CUDA C (CuPy).
+
+:class:`CRenderer` prints everything C-like; :class:`CudaRenderer` subclasses it and
+overrides only what the target changes -- storage types and conversions of half
+precision, how loops bind to the grid, the block-wide reduction, and float4 loads.
+The scalar expressions inside come from the op registry and are printed as they are.
+"""
+from __future__ import annotations
+
+from ..ir import DType
+from .kir import (Assign, BlockReduce, Comment, Kernel, Let, Load, Loop, OncePerBlock,
+                  Store)
+
+_COMPUTE_C = {DType.float32: "float", DType.int32: "int", DType.int64: "long long",
+              DType.bool: "int"}
+
+_VECTOR_MATH = ("expf", "logf", "erff", "tanhf", "sinf", "cosf")
+
+_COMMON_PRELUDE = r"""
+#define WB_MIN_int32 (-2147483647 - 1)
+#define WB_MAX_int32 2147483647
+#define WB_MIN_int64 (-9223372036854775807LL - 1)
+#define WB_MAX_int64 9223372036854775807LL
+/* NaN-propagating max/min, as NumPy's maximum/minimum (fmaxf would drop the NaN) */
+WB_FN float wb_fmax(float a, float b) { return (a != a || a > b) ? a : b; }
+WB_FN float wb_fmin(float a, float b) { return (a != a || a < b) ? a : b; }
+WB_FN int wb_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
+/* integer division truncates toward zero; x / 0 gives 0 instead of trapping */
+WB_FN long long wb_idiv(long long a, long long b) { return b == 0 ? 0 : a / b; }
+WB_FN long long wb_ipow(long long a, long long b) {
+  long long r = 1;
+  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
+  return r;
+}
+/* float -> int saturates and maps NaN to 0, as NumPy does on x86 */
+WB_FN int wb_f2i_int32(float x) {
+  return x != x ? 0 : (x >= 2147483647.0f ? WB_MAX_int32 :
+         (x <= -2147483648.0f ? WB_MIN_int32 : (int)x));
+}
+WB_FN long long wb_f2i_int64(float x) {
+  return x != x ? 0 : (x >= 9.2233720e18f ? WB_MAX_int64 :
+         (x <= -9.2233720e18f ? WB_MIN_int64 : (long long)x));
+}
+"""
+
+
+class CRenderer:
+    """C99 + OpenMP: grid-level loops run in parallel, block-level loops serially."""
+
+    target = "c"
+    storage = {DType.float32: "float", DType.float16: "_Float16", DType.int32: "int",
+               DType.int64: "long long", DType.bool: "unsigned char"}
+    fn_prefix = "static inline"
+    indent_unit = "  "
+
+    # -- pieces a target overrides ---------------------------------------------
+    def prelude(self) -> str:
+        return ("#include <math.h>\n#include <stdint.h>\n"
+                "#ifdef WB_VECTOR_MATH\n"
+                "/* glibc's libmvec has SIMD variants of these; math.h declares them only\n"
+                "   under -ffast-math, which would also change NaN semantics */\n"
+                + "".join(f"#pragma omp declare simd notinbranch\nfloat {f}(float);\n"
+                          for f in _VECTOR_MATH)
+                + "#endif\n"
+                "#define WB_FN static inline\n"
+                "/* CUDA has rsqrtf; C does not */\n"
+                "WB_FN float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n"
+                + _COMMON_PRELUDE)
+
+    def signature(self, k: Kernel) -> str:
+        params = ", ".join(f"{'' if b.is_output else 'const '}{self.storage[b.dtype]}* "
+                           f"restrict {b.name}" for b in k.params)
+        return f"void {k.name}({params})"
+
+    def load(self, s: Load) -> str:
+        ct = _COMPUTE_C[s.buf.dtype.compute]
+        return f"{ct} {s.var} = ({ct}){s.buf.name}[{s.offset}];"
+
+    def store(self, s: Store) -> str:
+        return f"{s.buf.name}[{s.offset}] = ({self.storage[s.buf.dtype]})({s.expr});"
+
+    def loop(self, s: Loop, depth: int) -> list[str]:
+        pad = self.indent_unit * depth
+        head = f"for (int {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{"
+        if s.bind in ("flat", "grid") and depth <= 1:
+            # the outermost parallel loop; simd lets the compiler vectorize flat loops
+            pragma = "#pragma omp parallel for simd" if s.bind == "flat" and s.vector > 1 \
+                else "#pragma omp parallel for schedule(static)"
+            lines = [pad + pragma, pad + head]
+        elif s.bind == "block" and s.reduction is None:
+            # a block's threads become SIMD lanes: each column is independent
+            lines = [pad + "#pragma omp simd", pad + head]
+        elif s.bind == "block" and s.reduction[1]:
+            lines = [pad + f"#pragma omp simd reduction({s.reduction[1]}:{s.reduction[0]})",
+                     pad + head]
+        else:
+            lines = [pad + head]
+        lines += self.stmts(s.body, depth + 1)
+        return lines + [pad + "}"]
+
+    def block_reduce(self, s: BlockReduce, depth: int) -> list[str]:
+        # one thread per block on the CPU: the serial loop already saw every column
+        return [self.indent_unit * depth + f"/* block reduce {s.var}: one thread per row */"]
+
+    def once_per_block(self, s: OncePerBlock, depth: int) -> list[str]:
+        return self.stmts(s.body, depth)
+
+    def shared_decls(self, k: Kernel) -> list[str]:
+        return []
+
+    # -- shared by all targets -------------------------------------------------
+    def stmts(self, body, depth: int) -> list[str]:
+        pad = self.indent_unit * depth
+        out: list[str] = []
+        for s in body:
+            if isinstance(s, Let):
+                out.append(f"{pad}{_COMPUTE_C[s.dtype]} {s.var} = {s.expr};")
+            elif isinstance(s, Assign):
+                out.append(f"{pad}{s.var} = {s.expr};")
+            elif isinstance(s, Load):
+                out.append(pad + self.load(s))
+            elif isinstance(s, Store):
+                out.append(pad + self.store(s))
+            elif isinstance(s, Loop):
+                out += self.loop(s, depth)
+            elif isinstance(s, BlockReduce):
+                out += self.block_reduce(s, depth)
+            elif isinstance(s, OncePerBlock):
+                out += self.once_per_block(s, depth)
+            elif isinstance(s, Comment):
+                out.append(f"{pad}/* {s.text} */")
+            else:
+                raise TypeError(f"unknown statement {s!r}")
+        return out
+
+    def header_comment(self, k: Kernel) -> str:
+        ins = ", ".join(f"{b.name}={b.dtype.value}[{b.numel}]" for b in k.inputs)
+        outs = ", ".join(f"{b.name}={b.dtype.value}[{b.numel}]" for b in k.outputs)
+        return (f"/* kernel {k.name}: group {k.group}, {k.schedule}\n"
+                f" * launch {k.launch}; reads {k.bytes_read} B, writes {k.bytes_written} B\n"
+                f" * inputs {ins or '-'}; outputs {outs or '-'} */")
+
+    def kernel(self, k: Kernel) -> str:
+        """The kernel's function (no prelude)."""
+        if k.library is not None:
+            args = ", ".join(b.name for b in k.library.inputs)
+            outs = ", ".join(b.name for b in k.library.outputs)
+            return (f"/* kernel {k.name}: library call {k.library.op}({args}) -> {outs};\n"
+                    " * run by the host library (NumPy/BLAS on the CPU, CuPy/cuBLAS on the "
+                    "GPU) */\n")
+        lines = [self.header_comment(k), self.signature(k) + " {"]
+        lines += self.shared_decls(k)
+        lines += self.stmts(k.body, 1)
+        lines.append("}")
+        return "\n".join(lines) + "\n"
+
+    def module(self, kernels) -> str:
+        """A complete translation unit: prelude plus every kernel."""
+        return self.prelude() + "\n" + "\n".join(self.kernel(k) for k in kernels)
+
+
+class CudaRenderer(CRenderer):
+    """CUDA C for NVRTC (CuPy RawModule): the same statements, bound to blocks and threads."""
+
+    target = "cuda"
+    storage = {DType.float32: "float", DType.float16: "__half", DType.int32: "int",
+               DType.int64: "long long", DType.bool: "unsigned char"}
+
+    def prelude(self) -> str:
+        return ("#include <cuda_fp16.h>\n"
+                "#define WB_FN __device__ __forceinline__\n"
+                "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
+                "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
+                + _COMMON_PRELUDE)
+
+    def signature(self, k: Kernel) -> str:
+        params = ", ".join(f"{'' if b.is_output else 'const '}{self.storage[b.dtype]}* "
+                           f"__restrict__ {b.name}" for b in k.params)
+        return f'extern "C" __global__ void {k.name}({params})'
+
+    def load(self, s: Load) -> str:
+        ct = _COMPUTE_C[s.buf.dtype.compute]
+        src = f"{s.buf.name}[{s.offset}]"
+        if s.buf.dtype is DType.float16:
+            return f"float {s.var} = __half2float({src});"
+        return f"{ct} {s.var} = ({ct}){src};"
+
+    def store(self, s: Store) -> str:
+        if s.buf.dtype is DType.float16:
+            return f"{s.buf.name}[{s.offset}] = __float2half({s.expr});"
+        return super().store(s)
+
+    def shared_decls(self, k: Kernel) -> list[str]:
+        # scratch per block reduction: one partial per warp, plus the broadcast result
+        return [f"  __shared__ double wb_red{i}[33];" for i in range(k.reductions)]
+
+    def loop(self, s: Loop, depth: int) -> list[str]:
+        pad = self.indent_unit * depth
+        v, n = s.var, s.extent
+        if s.bind == "flat" and s.vector > 1:
+            return self._vector_loop(s, depth)
+        heads = {
+            "flat": f"for (int {v} = blockIdx.x * blockDim.x + threadIdx.x; {v} < {n}; "
+                    f"{v} += gridDim.x * blockDim.x) {{",
+            "grid": f"for (int {v} = blockIdx.x; {v} < {n}; {v} += gridDim.x) {{",
+            "block": f"for (int {v} = threadIdx.x; {v} < {n}; {v} += blockDim.x) {{",
+            "serial": f"for (int {v} = 0; {v} < {n}; ++{v}) {{",
+        }
+        return [pad + heads[s.bind]] + self.stmts(s.body, depth + 1) + [pad + "}"]
+
+    def _vector_loop(self, s: Loop, depth: int) -> list[str]:
+        """Each thread takes `vector` consecutive elements; float32 buffers read and
+        written at exactly the loop index move as one 16-byte float4."""
+        pad = self.indent_unit * depth
+        v, n, w = s.var, s.extent, s.vector
+        vec_loads = [x for x in s.body if isinstance(x, Load) and x.offset == v
+                     and x.buf.dtype is DType.float32 and w == 4]
+        vec_stores = [x for x in s.body if isinstance(x, Store) and x.offset == v
+                      and x.buf.dtype is DType.float32 and w == 4]
+        base = f"{v}_base"
+        lines = [pad + f"for (int {base} = (blockIdx.x * blockDim.x + threadIdx.x) * {w}; "
+                       f"{base} < {n}; {base} += gridDim.x * blockDim.x * {w}) {{"]
+        inner = pad + self.indent_unit
+        for ld in vec_loads:
+            lines.append(inner + f"const float4 {ld.var}_v = "
+                                 f"reinterpret_cast<const float4*>({ld.buf.name})[{base} / 4];")
+        for st in vec_stores:
+            lines.append(inner + f"float4 {st.buf.name}_v;")
+        lines.append(inner + "#pragma unroll")
+        lines.append(inner + f"for (int {v}_lane = 0; {v}_lane < {w}; ++{v}_lane) {{")
+        body_pad = inner + self.indent_unit
+        lines.append(body_pad + f"const int {v} = {base} + {v}_lane;")
+        for x in s.body:
+            if x in vec_loads:
+                lines.append(body_pad + f"float {x.var} = "
+                                        f"reinterpret_cast<const float*>(&{x.var}_v)[{v}_lane];")
+            elif x in vec_stores:
+                lines.append(body_pad + f"reinterpret_cast<float*>(&{x.buf.name}_v)[{v}_lane] = "
+                                        f"({x.expr});")
+            else:
+                lines += self.stmts([x], depth + 2)
+        lines.append(inner + "}")
+        for st in vec_stores:
+            lines.append(inner + f"reinterpret_cast<float4*>({st.buf.name})[{base} / 4] = "
+                                 f"{st.buf.name}_v;")
+        lines.append(pad + "}")
+        return lines
+
+    def block_reduce(self, s: BlockReduce, depth: int) -> list[str]:
+        p = self.indent_unit * depth
+        ct = _COMPUTE_C[s.dtype]
+        comb = lambda a, b: s.combine.format(a, b)
+        sh = f"wb_red{s.slot}"
+        shfl = (f"for (int o = 16; o > 0; o >>= 1) "
+                f"{s.var} = {comb(s.var, f'__shfl_down_sync(0xffffffffu, {s.var}, o)')};")
+        return [
+            p + "{ /* block-wide reduction: warp shuffles, then one warp over the partials */",
+            p + "  " + shfl,
+            p + f"  if ((threadIdx.x & 31) == 0) {sh}[threadIdx.x >> 5] = (double){s.var};",
+            p + "  __syncthreads();",
+            p + "  if (threadIdx.x < 32) {",
+            p + f"    {s.var} = threadIdx.x < (blockDim.x >> 5) ? ({ct}){sh}[threadIdx.x] : "
+                f"{s.identity};",
+            p + "    " + shfl,
+            p + f"    if (threadIdx.x == 0) {sh}[32] = (double){s.var};",
+            p + "  }",
+            p + "  __syncthreads();",
+            p + f"  {s.var} = ({ct}){sh}[32];",
+            p + "}",
+        ]
+
+    def once_per_block(self, s: OncePerBlock, depth: int) -> list[str]:
+        p = self.indent_unit * depth
+        return [p + "if (threadIdx.x == 0) {"] + self.stmts(s.body, depth + 1) + [p + "}"]
+
+
+RENDERERS = {"c": CRenderer(), "cuda": CudaRenderer()}

@@ -1,0 +1,140 @@
+"""The workbench as a standard ONNX backend (``onnx.backend.base.Backend``).
+
+The model is imported once (:func:`workbench.frontends.load_onnx`), planned
+(``planner`` ``none`` or ``rules``) and compiled through :class:`workbench.session.Session`;
+the returned rep runs it as often as asked:
+
+    >>> import workbench.onnx_backend as wbo
+    >>> rep = wbo.prepare("model.onnx", planner="rules", backend="cpu")  # doctest: +SKIP
+    >>> y, = rep.run([x])                                                # doctest: +SKIP
+
+``device`` follows the ONNX convention ("CPU", "CUDA"); with ``backend="auto"`` it
+picks the workbench backend (cpu, cupy). ``backend="reference"`` runs each op's NumPy
+reference.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
+
+from .errors import BackendUnavailable, GraphError
+from .frontends import load_onnx
+from .ir import Graph
+
+Runner = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
+
+
+class WorkbenchRep(BackendRep):
+    """A prepared model: ``run(inputs)`` takes a list (graph-input order) or a dict
+    and returns the outputs in graph order as a namedtuple-like (index or name)."""
+
+    def __init__(self, graph: Graph, runner: Runner, session: Any = None):
+        self.graph, self._runner, self.session = graph, runner, session
+        self._outputs_type = namedtupledict("Outputs", list(graph.outputs))
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
+        feeds = self._feeds(inputs)
+        out = self._runner(feeds)
+        return self._outputs_type(*[np.asarray(out[o]) for o in self.graph.outputs])
+
+    def _feeds(self, inputs: Any) -> dict[str, np.ndarray]:
+        names = list(self.graph.inputs)
+        if isinstance(inputs, Mapping):
+            return {k: np.asarray(v) for k, v in inputs.items()}
+        if isinstance(inputs, np.ndarray):
+            inputs = [inputs]
+        inputs = list(inputs)
+        if len(inputs) != len(names):
+            raise GraphError(f"the model takes {len(names)} inputs ({', '.join(names)}), "
+                             f"got {len(inputs)}; pass them in this order or as a dict")
+        return {n: np.asarray(a) for n, a in zip(names, inputs)}
+
+
+def _resolve_backend(device: str, backend: str) -> str:
+    """'auto' follows the ONNX device: CPU -> cpu, CUDA -> cupy."""
+    if backend != "auto":
+        return backend
+    return "cupy" if Device(device).type == DeviceType.CUDA else "cpu"
+
+
+def _runner(graph: Graph, planner: str, backend: str) -> tuple[Runner, Any]:
+    try:
+        from .session import Session
+    except ImportError:  # the session is the usual path; NumPy suffices for the reference
+        if backend != "reference":
+            raise BackendUnavailable(f"backend {backend!r} needs workbench.session, which "
+                                     "is not available; use backend='reference'") from None
+        from .runtime.reference import run_reference
+        return (lambda feeds: run_reference(graph, feeds)), None
+    session = Session(graph, backend=backend)
+    session.auto(planner)
+    return session.run, session
+
+
+class WorkbenchBackend(Backend):
+    """``onnx.backend.base.Backend`` over the workbench importer and session."""
+
+    @classmethod
+    def prepare(cls, model: "onnx.ModelProto | str | Path", device: str = "CPU",
+                planner: str = "rules", backend: str = "auto",
+                input_shapes: Mapping[str, Sequence[int]] | None = None,
+                **kwargs: Any) -> WorkbenchRep:
+        """Import, plan and compile ``model``; raises a WorkbenchError naming the cause."""
+        if not cls.supports_device(device):
+            raise BackendUnavailable(f"device {device!r} is not available here; use 'CPU'")
+        graph = load_onnx(model, input_shapes=input_shapes)
+        run, session = _runner(graph, planner, _resolve_backend(device, backend))
+        return WorkbenchRep(graph, run, session)
+
+    @classmethod
+    def run_model(cls, model: "onnx.ModelProto | str | Path", inputs: Any,
+                  device: str = "CPU", **kwargs: Any) -> tuple[Any, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node: onnx.NodeProto, inputs: Any, device: str = "CPU",
+                 outputs_info: Any = None, **kwargs: Any) -> tuple[Any, ...]:
+        raise NotImplementedError("the workbench runs whole models: wrap the node in a "
+                                  "model (onnx.helper.make_model) and call prepare")
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        """CPU always; CUDA when CuPy and a GPU are present."""
+        try:
+            kind = Device(device).type
+        except (AttributeError, ValueError):
+            return False
+        if kind == DeviceType.CPU:
+            return True
+        try:
+            from .runtime import gpu_available
+        except ImportError:
+            return False
+        return gpu_available()
+
+
+def prepare(model: "onnx.ModelProto | str | Path", device: str = "CPU",
+            planner: str = "rules", backend: str = "auto", **kwargs: Any) -> WorkbenchRep:
+    """Module-level :meth:`WorkbenchBackend.prepare` (the onnx backend convention)."""
+    return WorkbenchBackend.prepare(model, device, planner=planner, backend=backend, **kwargs)
+
+
+def run_model(model: "onnx.ModelProto | str | Path", inputs: Any, device: str = "CPU",
+              **kwargs: Any) -> tuple[Any, ...]:
+    return WorkbenchBackend.run_model(model, inputs, device, **kwargs)
+
+
+def run_node(node: onnx.NodeProto, inputs: Any, device: str = "CPU", **kwargs: Any):
+    return WorkbenchBackend.run_node(node, inputs, device, **kwargs)
+
+
+def supports_device(device: str) -> bool:
+    return WorkbenchBackend.supports_device(device)
+
+
+__all__ = ["WorkbenchBackend", "WorkbenchRep", "prepare", "run_model", "run_node",
+           "supports_device"]

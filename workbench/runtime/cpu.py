@@ -1,0 +1,145 @@
+"""The CPU backend: C kernels built by the system compiler with OpenMP, run via ctypes.
+
+Each kernel is compiled to its own shared library, cached by the SHA-256 of its
+source, flags and compiler in a user cache directory (``$WORKBENCH_CACHE`` or
+``~/.cache/fusion-workbench``). A library is written to a temporary name and moved
+into place atomically, so processes compiling the same kernel at once never see a
+partial file.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from ..codegen import render_kernel
+from ..codegen.kir import Kernel
+from ..errors import BackendUnavailable, WorkbenchError
+
+BASE_CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
+               "-fopenmp"]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("WORKBENCH_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fusion-workbench")
+    p = Path(root) / "cpu"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+@lru_cache(maxsize=None)
+def find_compiler() -> tuple[str, str]:
+    """(path, version line) of the C compiler: $CC, else cc, gcc or clang."""
+    for cand in [os.environ.get("CC"), "cc", "gcc", "clang"]:
+        if cand and shutil.which(cand):
+            path = shutil.which(cand)
+            out = subprocess.run([path, "--version"], capture_output=True, text=True)
+            return path, (out.stdout.splitlines() or ["unknown"])[0]
+    raise BackendUnavailable("no C compiler found (looked for $CC, cc, gcc, clang): install "
+                             "one (apt-get install gcc) or use --backend reference")
+
+
+@lru_cache(maxsize=None)
+def cflags() -> tuple[str, ...]:
+    """Compiler flags; vector math (glibc libmvec) only when a probe builds and loads."""
+    cc, _ = find_compiler()
+    probe = ("#include <math.h>\n#pragma omp declare simd notinbranch\nfloat expf(float);\n"
+             "void p(float* x, int n) {\n#pragma omp simd\n"
+             "for (int i = 0; i < n; ++i) x[i] = expf(x[i]); }\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        c, so = Path(tmp) / "p.c", Path(tmp) / "p.so"
+        c.write_text(probe)
+        r = subprocess.run([cc, *BASE_CFLAGS, str(c), "-o", str(so), "-lmvec", "-lm"],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            try:
+                ctypes.CDLL(str(so))
+                return (*BASE_CFLAGS, "-DWB_VECTOR_MATH")
+            except OSError:
+                pass
+    return tuple(BASE_CFLAGS)
+
+
+def link_flags() -> list[str]:
+    return (["-lmvec"] if "-DWB_VECTOR_MATH" in cflags() else []) + ["-lm"]
+
+
+class CompiledCpuKernel:
+    def __init__(self, kernel: Kernel, lib_path: Path | None, source: str):
+        self.kernel, self.source, self.path = kernel, source, lib_path
+        self.fn = None
+        if lib_path is not None:
+            lib = ctypes.CDLL(str(lib_path))
+            self.fn = getattr(lib, kernel.name)
+            self.fn.argtypes = [ctypes.c_void_p] * len(kernel.params)
+            self.fn.restype = None
+
+
+def compile_kernel(k: Kernel) -> CompiledCpuKernel:
+    src = render_kernel(k, "c")
+    if k.library is not None:
+        return CompiledCpuKernel(k, None, src)
+    cc, version = find_compiler()
+    flags = cflags()
+    key = hashlib.sha256("\0".join([src, " ".join(flags), version]).encode()).hexdigest()[:24]
+    out = cache_dir() / f"{k.name}-{key}.so"
+    if not out.exists():
+        d = cache_dir()
+        with tempfile.TemporaryDirectory(dir=d) as tmp:
+            c_file = Path(tmp) / f"{k.name}.c"
+            c_file.write_text(src)
+            so_tmp = Path(tmp) / "k.so"
+            r = subprocess.run([cc, *flags, str(c_file), "-o", str(so_tmp), *link_flags()],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise WorkbenchError(f"the C compiler rejected kernel {k.name}:\n"
+                                     f"{r.stderr[-2000:]}\nthis is a workbench bug; please "
+                                     "report it with the graph")
+            os.replace(so_tmp, out)   # atomic: concurrent compilers race harmlessly
+    return CompiledCpuKernel(k, out, src)
+
+
+class CpuBackend:
+    name = "cpu"
+    xp = np
+
+    def device_name(self) -> str:
+        try:
+            for line in Path("/proc/cpuinfo").read_text().splitlines():
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} threads)"
+        except OSError:
+            pass
+        return f"CPU ({os.cpu_count()} threads)"
+
+    def compile(self, kernels: list[Kernel], progress=None) -> list[CompiledCpuKernel]:
+        find_compiler()   # fail early with a clear message
+        done = []
+        workers = max(1, min(len(kernels), os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers) as pool:
+            for i, ck in enumerate(pool.map(compile_kernel, kernels)):
+                done.append(ck)
+                if progress:
+                    progress(i + 1, len(kernels), ck.kernel.name)
+        return done
+
+    def launch(self, ck: CompiledCpuKernel, args: list[np.ndarray]) -> None:
+        ck.fn(*[a.ctypes.data for a in args])
+
+    def asarray(self, a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a) if a.ndim else a.copy()
+
+    def to_numpy(self, a) -> np.ndarray:
+        return a
+
+    def synchronize(self) -> None:
+        pass

@@ -1,0 +1,145 @@
+"""A compiled plan: kernels in order, ready to run on one backend.
+
+Outputs are poisoned (NaN for floats, a sentinel for integers, 0xAB bytes for bool)
+before every kernel writes them, so an element a kernel forgets to write shows up as
+a mismatch against the reference instead of passing by luck.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping
+
+import numpy as np
+
+from ..codegen import lower_plan
+from ..fusion import Plan
+from ..ir import DType
+from ..ops import get_op
+from ..ops.opaque import conv2d_reference
+from .reference import check_inputs
+
+Progress = Callable[[int, int, str], None]
+
+
+def poison(xp, shape, dtype: DType):
+    if dtype.is_float:
+        return xp.full(shape, np.nan, dtype=dtype.np)
+    if dtype.kind == "b":
+        a = xp.empty(shape, dtype=np.bool_)
+        a.view(np.uint8)[...] = 0xAB
+        return a
+    return xp.full(shape, np.iinfo(dtype.np).min + 7, dtype=dtype.np)
+
+
+def _library(xp, op: str, xs, attrs):
+    """Opaque ops on the backend's array module (NumPy or CuPy)."""
+    if op == "matmul":
+        a, b = xs
+        if a.dtype == np.float16 and xp is np:
+            return [np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)]
+        return [xp.matmul(a, b)]
+    if op == "conv2d":
+        return conv2d_reference(xs, attrs, xp=xp)
+    return get_op(op).reference(xs, attrs)
+
+
+class Program:
+    """Lowered, rendered and compiled kernels of one plan on one backend."""
+
+    def __init__(self, plan: Plan, backend, progress: Progress | None = None):
+        self.plan, self.backend = plan, backend
+        self.kernels = lower_plan(plan)
+        self.compiled = backend.compile(self.kernels, progress)
+        self.graph = plan.graph
+        self._consts = {k: backend.asarray(v) for k, v in self.graph.constants.items()}
+
+    # -- running ---------------------------------------------------------------
+    def _env(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        env = dict(self._consts)
+        for k, v in check_inputs(self.graph, inputs).items():
+            env[k] = self.backend.asarray(v)
+        return env
+
+    def _alloc_outputs(self, ck, env) -> None:
+        xp = self.backend.xp
+        for b in ck.kernel.outputs:
+            v = self.graph.value(b.value)
+            env[b.value] = poison(xp, v.shape, v.dtype)
+
+    def _launch(self, ck, env) -> None:
+        k, xp = ck.kernel, self.backend.xp
+        if self.backend.name == "reference":
+            for nid in self.plan.group(k.group).nodes:
+                n = self.graph.node(nid)
+                outs = get_op(n.op).reference([env[i] for i in n.inputs], n.attr_map)
+                for name, arr in zip(n.outputs, outs):
+                    env[name] = np.asarray(arr, dtype=self.graph.value(name).dtype.np)
+        elif k.library is not None:
+            call = k.library
+            outs = _library(xp, call.op, [env[b.value] for b in call.inputs], dict(call.attrs))
+            for b, arr in zip(call.outputs, outs):
+                v = self.graph.value(b.value)
+                env[b.value] = xp.ascontiguousarray(xp.asarray(arr, dtype=v.dtype.np)
+                                                    .reshape(v.shape))
+        else:
+            self.backend.launch(ck, [env[b.value] for b in k.params])
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run every kernel in order; returns the graph outputs as NumPy arrays."""
+        env = self._env(inputs)
+        for ck in self.compiled:
+            self._alloc_outputs(ck, env)
+            self._launch(ck, env)
+        self.backend.synchronize()
+        return {o: self.backend.to_numpy(env[o]) for o in self.graph.outputs}
+
+    # -- timing ----------------------------------------------------------------
+    def time(self, inputs: Mapping[str, np.ndarray], warmup: int = 2,
+             repeats: int = 10) -> tuple[list[float], float]:
+        """Median seconds of each kernel, and of the whole plan, after warm-up runs.
+
+        Buffers are allocated once, so the numbers are kernel time (plus call
+        overhead), not allocation. The GPU is timed with CUDA events.
+        """
+        env = self._env(inputs)
+        for ck in self.compiled:
+            self._alloc_outputs(ck, env)
+        timer = _EventTimer(self.backend) if self.backend.name == "cupy" else _WallTimer()
+        for _ in range(max(1, warmup)):
+            for ck in self.compiled:
+                self._launch(ck, env)
+        self.backend.synchronize()
+        per = [[] for _ in self.compiled]
+        totals = []
+        for _ in range(repeats):
+            t_all = timer.start()
+            for i, ck in enumerate(self.compiled):
+                t0 = timer.start()
+                self._launch(ck, env)
+                per[i].append(timer.stop(t0))
+            totals.append(timer.stop(t_all))
+        return [float(np.median(p)) for p in per], float(np.median(totals))
+
+
+class _WallTimer:
+    def start(self):
+        return time.perf_counter()
+
+    def stop(self, t0) -> float:
+        return time.perf_counter() - t0
+
+
+class _EventTimer:
+    def __init__(self, backend):
+        self.cp = backend.cp
+
+    def start(self):
+        e = self.cp.cuda.Event()
+        e.record()
+        return e
+
+    def stop(self, e0) -> float:
+        e1 = self.cp.cuda.Event()
+        e1.record()
+        e1.synchronize()
+        return self.cp.cuda.get_elapsed_time(e0, e1) / 1e3
