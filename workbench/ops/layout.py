@@ -12,6 +12,11 @@ from ..ir.dtypes import DType
 from .registry import Kind, Mapping_, OpDef, broadcast_shapes, normalize_axes, register
 
 
+def _contig(a):
+    """A C-contiguous copy that keeps 0-d results 0-d (np.ascontiguousarray makes them 1-d)."""
+    return np.array(a, order="C")
+
+
 def _numel(shape):
     return int(np.prod(shape, dtype=np.int64)) if shape else 1
 
@@ -69,7 +74,7 @@ def _transpose_infer(ins, attrs):
 
 
 register(OpDef("transpose", Kind.layout, Mapping_.shuffle, (1, 1), _transpose_infer,
-               lambda xs, a: [np.ascontiguousarray(np.transpose(xs[0], a.get("perm")))],
+               lambda xs, a: [_contig(np.transpose(xs[0], a.get("perm")))],
                None, "permute axes (attr perm)"))
 
 
@@ -79,7 +84,7 @@ def _expand_infer(ins, attrs):
 
 
 register(OpDef("expand", Kind.layout, Mapping_.one_to_many, (1, 1), _expand_infer,
-               lambda xs, a: [np.ascontiguousarray(np.broadcast_to(
+               lambda xs, a: [_contig(np.broadcast_to(
                    xs[0], _expand_infer([_V(xs[0])], a)[0][0]))],
                None, "broadcast to a shape (attr shape, NumPy rules)"))
 
@@ -112,7 +117,7 @@ def _slice_ref(xs, attrs):
     # "the last element": spell that stop as None
     sl = tuple(slice(s, s + st * n if s + st * n >= 0 else None, st) if n else slice(0, 0)
                for s, st, n in p)
-    return [np.ascontiguousarray(xs[0][sl])]
+    return [_contig(xs[0][sl])]
 
 
 register(OpDef("slice", Kind.layout, Mapping_.reorganize, (1, 1), _slice_infer, _slice_ref,
@@ -154,7 +159,7 @@ def _split_infer(ins, attrs):
 def _split_ref(xs, attrs):
     axis = int(attrs["axis"]) % xs[0].ndim
     cuts = np.cumsum(attrs["sizes"])[:-1]
-    return [np.ascontiguousarray(p) for p in np.split(xs[0], cuts, axis=axis)]
+    return [_contig(p) for p in np.split(xs[0], cuts, axis=axis)]
 
 
 register(OpDef("split", Kind.layout, Mapping_.reorganize, (1, 1), _split_infer, _split_ref,
@@ -176,7 +181,7 @@ def _gather_ref(xs, attrs):
     n = data.shape[axis]
     # out-of-range indices are clamped, as the kernels do (ONNX leaves them undefined)
     idx = np.clip(np.where(idx < 0, idx + n, idx), 0, n - 1)
-    return [np.ascontiguousarray(np.take(data, idx, axis=axis))]
+    return [_contig(np.take(data, idx, axis=axis))]
 
 
 register(OpDef("gather", Kind.layout, Mapping_.one_to_many, (2, 2), _gather_infer,

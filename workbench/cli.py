@@ -1,0 +1,126 @@
+"""The command line: ``workbench optimize GRAPH... [--planner P] [--backend B] [--json F]``.
+
+Prints, per graph, one row per planner step (the ``none`` baseline, then the chosen
+planner): kernels, bytes moved, latency, speedup over ``none`` and the worst relative
+error against the NumPy reference. Errors a user can cause print one line and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from . import __version__
+from .errors import WorkbenchError
+
+EXIT_USER_ERROR = 2
+
+
+def _progress(done: int, total: int, name: str) -> None:
+    if sys.stderr.isatty():
+        print(f"\r  compiling {done}/{total} {name[:40]:<40}", end="" if done < total else "\n",
+              file=sys.stderr, flush=True)
+
+
+def _fmt_table(rows: list[dict]) -> str:
+    cols = [("graph", "graph", "{}"), ("step", "step", "{}"), ("planner", "planner", "{}"),
+            ("kernels", "kernels", "{}"), ("bytes_moved_MB", "MB moved", "{:.1f}"),
+            ("latency_ms", "latency ms", "{:.3f}"), ("speedup_vs_none", "speedup", "{:.2f}x"),
+            ("max_rel_error", "max rel err", "{:.1e}"), ("ok", "ok", "{}")]
+    cells = [[h for _, h, _ in cols]] + [[f.format(r[k]) for k, _, f in cols] for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
+    line = lambda c: "  ".join(x.ljust(w) if i < 3 else x.rjust(w)
+                               for i, (x, w) in enumerate(zip(c, widths)))
+    return "\n".join([line(cells[0]), "  ".join("-" * w for w in widths)]
+                     + [line(c) for c in cells[1:]])
+
+
+def cmd_optimize(args) -> int:
+    from .session import Session
+    rows = []
+    for path in args.graph:
+        s = Session(path, backend=args.backend, seed=args.seed,
+                    progress=None if args.quiet else _progress)
+        if args.planner != "none":
+            s.auto(args.planner)
+        t = s.table(repeats=args.repeats, warmup=args.warmup)
+        device = s.measure().device
+        for r in t.to_dict("records"):
+            rows.append({"graph": s.graph.name, "device": device, "backend": s.backend.name,
+                         **r})
+        if not args.quiet:
+            for d in s.step.decisions:
+                if args.verbose:
+                    print(f"  {s.graph.name}: {d}", file=sys.stderr)
+    print(_fmt_table(rows))
+    if rows:
+        print(f"backend {rows[0]['backend']} on {rows[0]['device']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+    bad = [r for r in rows if not r["ok"]]
+    if bad:
+        print(f"error: {len(bad)} step(s) exceed the error tolerance against the NumPy "
+              "reference; this is a workbench bug, please report it", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_show(args) -> int:
+    from .codegen import lower_plan, render_kernel
+    from .frontends import load
+    from .fusion import run_planner
+    g = load(args.graph)
+    plan, log = run_planner(args.planner, g)
+    if args.what == "graph":
+        print(g)
+    elif args.what == "plan":
+        for gr in plan.groups:
+            print(f"{gr.id}: {gr.schedule.describe()}: " + " ".join(
+                f"{n}:{g.node(n).op}" for n in gr.nodes))
+        for d in log:
+            print(f"  {d}")
+    else:
+        for k in lower_plan(plan):
+            print(render_kernel(k, args.what))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="workbench", description="Fusion Workbench: plan "
+                                "operator fusion, generate kernels, measure them.")
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    o = sub.add_parser("optimize", help="plan, generate, run and measure graphs")
+    o.add_argument("graph", nargs="+", help=".json or .onnx graph files")
+    o.add_argument("--planner", default="rules", choices=["none", "rules"])
+    o.add_argument("--backend", default="auto", choices=["auto", "cpu", "cupy", "reference"])
+    o.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    o.add_argument("--repeats", type=int, default=10, help="timed runs per step (median)")
+    o.add_argument("--warmup", type=int, default=2)
+    o.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    o.add_argument("-q", "--quiet", action="store_true")
+    o.add_argument("-v", "--verbose", action="store_true", help="print planner decisions")
+    o.set_defaults(fn=cmd_optimize)
+    s = sub.add_parser("show", help="print a graph, its plan, or its kernels' source")
+    s.add_argument("graph")
+    s.add_argument("what", choices=["graph", "plan", "c", "cuda"])
+    s.add_argument("--planner", default="rules", choices=["none", "rules"])
+    s.set_defaults(fn=cmd_show)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except WorkbenchError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Comparing kernel outputs with the NumPy reference.
+
+The relative error of an output is ``max |y - r| / max(|r|, floor)``, elementwise,
+where ``floor = 1e-3 * max |r|`` keeps elements near zero from dominating. NaN where
+the reference has NaN (and only there) counts as agreement; a NaN anywhere else -- an
+element never written, since outputs are poisoned -- makes the error infinite.
+Integers and booleans must match exactly (error 0 or inf).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir import TOLERANCE, DType
+
+
+def max_rel_error(out: np.ndarray, ref: np.ndarray) -> float:
+    out, ref = np.asarray(out), np.asarray(ref)
+    if out.shape != ref.shape:
+        return float("inf")
+    if ref.dtype.kind in "biu":
+        a = out.view(np.uint8) if out.dtype == np.bool_ else out
+        b = ref.view(np.uint8) if ref.dtype == np.bool_ else ref
+        return 0.0 if np.array_equal(a, b) else float("inf")
+    o, r = out.astype(np.float64), ref.astype(np.float64)
+    nan_o, nan_r = np.isnan(o), np.isnan(r)
+    if np.any(nan_o != nan_r):
+        return float("inf")
+    ok = ~nan_r
+    if not ok.any():
+        return 0.0
+    o, r = o[ok], r[ok]
+    inf_r = np.isinf(r)
+    if np.any(o[inf_r] != r[inf_r]):
+        return float("inf")
+    o, r = o[~inf_r], r[~inf_r]
+    if r.size == 0:
+        return 0.0
+    floor = max(1e-3 * float(np.max(np.abs(r))), 1e-30)
+    return float(np.max(np.abs(o - r) / np.maximum(np.abs(r), floor)))
+
+
+def tolerance(dtype: DType) -> float:
+    """The largest relative error accepted for outputs of this dtype."""
+    return TOLERANCE[dtype]
+
+
+def check_outputs(g, outs: dict, refs: dict) -> tuple[float, bool]:
+    """(worst relative error over outputs, whether every output is within tolerance)."""
+    worst, ok = 0.0, True
+    for name, ref in refs.items():
+        e = max_rel_error(outs[name], ref)
+        worst = max(worst, e)
+        ok &= e <= tolerance(g.value(name).dtype)
+    return worst, ok

@@ -1,0 +1,163 @@
+"""A session ties one graph, a history of plans and a backend; every face uses it.
+
+Each transformation (fuse, split, auto) appends a step; undo and redo move along the
+history without losing it (a new step after an undo drops the undone future, as in
+an editor). A refused transformation raises :class:`FusionRefused` and changes
+nothing. Compiled programs and measurements are cached per plan, so undoing back to a
+measured step costs nothing.
+
+Example::
+
+    >>> s = Session("sample_graphs/layernorm.json", backend="cpu")   # doctest: +SKIP
+    >>> s.auto("rules"); m = s.measure(); m.kernels                  # doctest: +SKIP
+    1
+    >>> s.undo(); s.plan.planner                                     # doctest: +SKIP
+    'none'
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from .errors import WorkbenchError
+from .fusion import Decision, Plan, run_planner
+from .ir import Graph
+from .measure import StepMeasurement, measure_program
+from .runtime import Program, get_backend, random_inputs, run_reference
+
+STEP_COLUMNS = ["step", "action", "planner", "kernels", "bytes_moved_MB", "latency_ms",
+                "speedup_vs_none", "max_rel_error", "ok"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One entry in the history: the action that made it and the resulting plan."""
+    action: str
+    plan: Plan
+    decisions: tuple[Decision, ...] = field(default=())
+
+
+class Session:
+    """One graph, a plan history with undo/redo, and a backend to run plans on."""
+
+    def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,
+                 progress: Callable[[int, int, str], None] | None = None):
+        from .frontends import load
+        self.graph = load(graph)
+        self.backend = get_backend(backend)
+        self.progress = progress
+        self.history: list[Step] = [Step("load", Plan.singletons(self.graph))]
+        self.position = 0
+        self.seed = seed
+        self._inputs: dict[str, np.ndarray] | None = None
+        self._reference: dict[str, np.ndarray] | None = None
+        self._programs: dict[Plan, Program] = {}
+        self._measurements: dict[Plan, StepMeasurement] = {}
+        self._baseline: StepMeasurement | None = None
+
+    # -- the current state -----------------------------------------------------
+    @property
+    def plan(self) -> Plan:
+        return self.history[self.position].plan
+
+    @property
+    def step(self) -> Step:
+        return self.history[self.position]
+
+    def _push(self, action: str, plan: Plan, decisions: Iterable[Decision] = ()) -> Plan:
+        del self.history[self.position + 1:]
+        self.history.append(Step(action, plan, tuple(decisions)))
+        self.position += 1
+        return plan
+
+    # -- transformations ---------------------------------------------------------
+    def fuse(self, refs: Iterable[str]) -> Plan:
+        """Fuse the kernels holding these node or group ids into one (or refuse)."""
+        refs = list(refs)
+        return self._push(f"fuse {' '.join(refs)}", self.plan.fuse(refs))
+
+    def split(self, ref: str) -> Plan:
+        """Split the kernel holding ref back into one kernel per op."""
+        return self._push(f"split {ref}", self.plan.split(ref))
+
+    def auto(self, planner: str = "rules") -> Plan:
+        """Replace the plan with a planner's whole-graph plan."""
+        plan, log = run_planner(planner, self.graph)
+        return self._push(f"auto {planner}", plan, log)
+
+    def undo(self) -> Plan:
+        if self.position == 0:
+            raise WorkbenchError("nothing to undo: this is the first step")
+        self.position -= 1
+        return self.plan
+
+    def redo(self) -> Plan:
+        if self.position + 1 >= len(self.history):
+            raise WorkbenchError("nothing to redo")
+        self.position += 1
+        return self.plan
+
+    # -- running ---------------------------------------------------------------
+    def program(self, plan: Plan | None = None) -> Program:
+        """The compiled program of a plan (the current one by default), cached."""
+        plan = plan or self.plan
+        if plan not in self._programs:
+            self._programs[plan] = Program(plan, self.backend, self.progress)
+        return self._programs[plan]
+
+    def kernels(self, plan: Plan | None = None):
+        return self.program(plan).kernels
+
+    def source(self, ref: str, target: str = "cuda") -> str:
+        """Source of the kernel holding a node or group, for target 'cuda' or 'c'."""
+        from .codegen import lower_group, render_kernel
+        return render_kernel(lower_group(self.graph, self.plan.group(ref)), target)
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run the current plan on the backend; returns the graph outputs."""
+        return self.program().run(inputs)
+
+    @property
+    def inputs(self) -> dict[str, np.ndarray]:
+        """The fixed random inputs measurements use (fresh per session seed, never zeros)."""
+        if self._inputs is None:
+            self._inputs = random_inputs(self.graph, self.seed)
+        return self._inputs
+
+    @property
+    def reference(self) -> dict[str, np.ndarray]:
+        if self._reference is None:
+            self._reference = run_reference(self.graph, self.inputs)
+        return self._reference
+
+    def measure(self, plan: Plan | None = None, warmup: int = 2,
+                repeats: int = 10) -> StepMeasurement:
+        """Run, check against the reference and time a plan (the current by default)."""
+        plan = plan or self.plan
+        if plan not in self._measurements:
+            self._measurements[plan] = measure_program(self.program(plan), self.inputs,
+                                                       self.reference, warmup, repeats)
+        return self._measurements[plan]
+
+    def baseline(self, **kw) -> StepMeasurement:
+        """The measurement of one kernel per op, which speedups are relative to."""
+        return self.measure(Plan.singletons(self.graph), **kw)
+
+    def table(self, measure: bool = True, **kw) -> pd.DataFrame:
+        """One row per step of the history up to the current one."""
+        base = self.baseline(**kw) if measure else None
+        rows = []
+        for i, st in enumerate(self.history[:self.position + 1]):
+            m = self.measure(st.plan, **kw) if measure else self._measurements.get(st.plan)
+            rows.append({
+                "step": i, "action": st.action, "planner": st.plan.planner,
+                "kernels": len(st.plan.groups),
+                "bytes_moved_MB": m.bytes_moved / 1e6 if m else np.nan,
+                "latency_ms": m.latency_ms if m else np.nan,
+                "speedup_vs_none": base.latency_ms / m.latency_ms if m and base else np.nan,
+                "max_rel_error": m.max_rel_error if m else np.nan,
+                "ok": m.within_tolerance if m else None})
+        return pd.DataFrame(rows, columns=STEP_COLUMNS)
