@@ -1,0 +1,154 @@
+"""Shared helpers for the test suite.
+
+The central helper is :func:`check_graph`: it runs a graph under a planner on the
+cpu backend (C kernels built by the system compiler; outputs are poisoned before every
+kernel, so an element a kernel forgets to write fails) and compares every output with
+the NumPy reference within the tolerance of its dtype.
+
+Inputs are fresh random data, never zeros; :func:`make_inputs` also keeps inputs in the
+domain of the ops that read them (log/sqrt see positive numbers, integer pow sees small
+non-negative exponents...) so the comparison tests arithmetic, not NaN agreement.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+import numpy as np
+import pytest
+
+from workbench.errors import FusionRefused
+from workbench.ir import DType, Graph, GraphBuilder
+from workbench.measure.compare import max_rel_error, tolerance
+from workbench.runtime import random_inputs, run_reference
+from workbench.session import Session
+
+# Tests reach these helpers through fixtures (``check_graph``, ``wb``), not by importing
+# this module, so another conftest.py elsewhere in tests/ cannot shadow them.
+
+PLANNERS = ("none", "rules")
+
+# ops whose float inputs should be positive (and away from 0) for a meaningful check
+_POSITIVE_OPS = {"log", "sqrt", "rsqrt", "reciprocal", "pow"}
+
+
+def make_inputs(g: Graph, seed: int = 0, positive: Iterable[str] = (),
+                overrides: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Random inputs for g (never zeros), kept in the domain of the ops that read them.
+
+    Float inputs read by log/sqrt/rsqrt/reciprocal/pow (or named in ``positive``) are
+    drawn from [0.5, 2); integer exponents of pow from [0, 5); integer divisors are
+    never 0; everything else comes from :func:`random_inputs`.
+    """
+    ins = random_inputs(g, seed)
+    rng = np.random.default_rng(seed + 1000)
+    pos = set(positive)
+    small_int = set()
+    nonzero_int = set()
+    for n in g.nodes:
+        if n.op in _POSITIVE_OPS:
+            pos.update(n.inputs)
+        if n.op == "pow":
+            small_int.add(n.inputs[1])
+            if g.value(n.inputs[0]).dtype.kind == "i":
+                small_int.add(n.inputs[0])
+        if n.op == "div":
+            nonzero_int.add(n.inputs[1])
+    for name in g.inputs:
+        v = g.value(name)
+        a = ins[name]
+        if v.dtype.is_float and name in pos:
+            a = rng.uniform(0.5, 2.0, v.shape).astype(v.dtype.np)
+        elif v.dtype.kind == "i" and name in small_int:
+            a = rng.integers(0, 5, v.shape).astype(v.dtype.np)
+        elif v.dtype.kind == "i" and name in nonzero_int:
+            a = np.where(a == 0, 7, a).astype(v.dtype.np)
+        ins[name] = np.asarray(a, dtype=v.dtype.np).reshape(v.shape)
+    if overrides:
+        ins.update({k: np.asarray(v) for k, v in overrides.items()})
+    return ins
+
+
+def assert_matches(g: Graph, outs: Mapping[str, np.ndarray],
+                   refs: Mapping[str, np.ndarray], context: str = "") -> None:
+    """Every output of g within its dtype's tolerance of the reference."""
+    bad = []
+    for name in g.outputs:
+        v = g.value(name)
+        out, ref = outs[name], refs[name]
+        if tuple(np.shape(out)) != v.shape or np.asarray(out).dtype != v.dtype.np:
+            bad.append(f"{name}: got {np.asarray(out).dtype}{list(np.shape(out))}, "
+                       f"declared {v.dtype.value}{list(v.shape)}")
+            continue
+        err = max_rel_error(out, ref)
+        if not err <= tolerance(v.dtype):
+            bad.append(f"{name} ({v.dtype.value}{list(v.shape)}): max_rel_error {err:.3g} > "
+                       f"{tolerance(v.dtype)}\n  got {np.asarray(out).ravel()[:8]}\n"
+                       f"  ref {np.asarray(ref).ravel()[:8]}")
+    assert not bad, (f"{context} " if context else "") + "\n".join(bad)
+
+
+def kernel_count(s: Session) -> int:
+    return len(s.plan.groups)
+
+
+def _check_graph(g: Graph, planner: str = "none", inputs: Mapping[str, np.ndarray] | None = None,
+                seed: int = 0, positive: Iterable[str] = ()) -> Session:
+    """Build a cpu Session for g, apply the planner, run, and compare every output with
+    run_reference (max_rel_error <= tolerance of the output's dtype). Returns the session
+    (its current plan is the planner's)."""
+    s = Session(g, backend="cpu", seed=seed)
+    if planner != "none":
+        s.auto(planner)
+    ins = inputs if inputs is not None else make_inputs(g, seed, positive)
+    refs = run_reference(g, ins)
+    outs = s.run(ins)
+    assert_matches(g, outs, refs, f"[graph {g.name}, planner {planner}, "
+                                  f"{len(s.plan.groups)} kernels]")
+    return s
+
+
+def check_outputs(s: Session, inputs: Mapping[str, np.ndarray], refs, context: str = ""):
+    """Run the session's current plan and compare with precomputed references."""
+    assert_matches(s.graph, s.run(inputs), refs, context)
+
+
+def single_op_graph(op: str, shapes, dtypes, attrs=None, name=None) -> Graph:
+    """A graph with one node of op over fresh inputs (bool conditions where needed)."""
+    b = GraphBuilder(name or op)
+    ins = [b.input(f"x{i}", s, d) for i, (s, d) in enumerate(zip(shapes, dtypes))]
+    out = b.op(op, *ins, **(attrs or {}))
+    outs = out if isinstance(out, list) else [out]
+    for k, t in enumerate(outs):
+        b.output(t, f"y{k}")
+    return b.build()
+
+
+class _Helpers:
+    """The helpers as one object: ``wb.check_graph(g, "rules")``, ``wb.make_inputs(g)``."""
+    check_graph = staticmethod(_check_graph)
+    check_outputs = staticmethod(check_outputs)
+    make_inputs = staticmethod(make_inputs)
+    assert_matches = staticmethod(assert_matches)
+    kernel_count = staticmethod(kernel_count)
+    single_op_graph = staticmethod(single_op_graph)
+    planners = PLANNERS
+    dtypes = (DType.float32, DType.float16, DType.int32, DType.int64, DType.bool)
+    FusionRefused = FusionRefused
+
+
+@pytest.fixture(scope="session")
+def wb():
+    """Test helpers (session scoped, so hypothesis tests may use it too)."""
+    return _Helpers
+
+
+@pytest.fixture(scope="session")
+def check_graph():
+    """``check_graph(g, planner="none", inputs=None, seed=0)``: run g on the cpu backend
+    under the planner and assert every output matches the NumPy reference."""
+    return _check_graph
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(1234)

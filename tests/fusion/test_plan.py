@@ -1,0 +1,121 @@
+"""Plans: legality, refusals with reasons, kernel counts per planner."""
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.errors import FusionRefused
+from workbench.fusion import Plan, StitchScheme, run_planner
+from workbench.ir import load_json
+
+
+def _ln(rows=8, cols=16):
+    b = wb.GraphBuilder("ln")
+    x = b.input("x", (rows, cols))
+    g = b.constant(np.random.default_rng(0).random(cols, dtype=np.float32), "gamma")
+    be = b.constant(np.random.default_rng(1).random(cols, dtype=np.float32), "beta")
+    b.output(b.layer_norm(x, g, be), "y")
+    return b.build()
+
+
+@pytest.mark.parametrize("name", ["layernorm", "softmax", "rmsnorm"])
+def test_rules_makes_norms_one_kernel(name):
+    g = load_json(f"sample_graphs/{name}.json")
+    plan, log = run_planner("rules", g)
+    assert len(plan.groups) == 1
+    assert plan.groups[0].schedule.kind == "row_reduce"
+    assert plan.groups[0].schedule.mapping == "block"
+    none, _ = run_planner("none", g)
+    assert len(none.groups) == len(g.nodes)
+
+
+def test_plan_is_a_partition_and_immutable():
+    g = _ln()
+    p0 = Plan.singletons(g)
+    p1 = p0.fuse(["n0", "n1"])
+    assert len(p0.groups) == len(g.nodes)        # old plan untouched
+    assert len(p1.groups) == len(g.nodes) - 1
+    covered = sorted(n for gr in p1.groups for n in gr.nodes)
+    assert covered == sorted(n.id for n in g.nodes)
+    assert p1.split(p1.group("n0").id) == p0
+
+
+def test_cycle_is_refused_with_the_node_named():
+    # a -> b -> c and a -> c: fusing a and c without b would need b inside
+    b = wb.GraphBuilder("diamond")
+    x = b.input("x", (4, 4))
+    a = b.exp(x)             # n0
+    m = b.neg(a)             # n1
+    c = b.add(a, m)          # n2
+    b.output(c, "y")
+    p = Plan.singletons(b.build())
+    with pytest.raises(FusionRefused, match="cycle through n1"):
+        p.fuse(["n0", "n2"])
+    assert len(p.fuse(["n0", "n1", "n2"]).groups) == 1
+
+
+def test_library_op_refuses_company():
+    b = wb.GraphBuilder("mm")
+    x = b.input("x", (4, 8))
+    w = b.input("w", (8, 3))
+    b.output(b.exp(b.matmul(x, w)), "y")
+    p = Plan.singletons(b.build())
+    with pytest.raises(FusionRefused, match="library call"):
+        p.fuse(["n0", "n1"])
+
+
+def test_reductions_over_different_domains_refused():
+    b = wb.GraphBuilder("two")
+    x = b.input("x", (4, 8))
+    s1 = b.reduce_sum(x, axes=[1])
+    s0 = b.reduce_sum(x, axes=[0], keepdims=True)
+    b.output(s1, "a")
+    b.output(s0, "b")
+    p = Plan.singletons(b.build())
+    with pytest.raises(FusionRefused, match="one reduction domain"):
+        p.fuse(["n0", "n1"])
+
+
+def test_layout_op_refused_in_reduction_kernel():
+    b = wb.GraphBuilder("t")
+    x = b.input("x", (4, 8))
+    t = b.transpose(x, perm=[1, 0])
+    b.output(b.reduce_sum(t, axes=[1]), "y")
+    p = Plan.singletons(b.build())
+    with pytest.raises(FusionRefused, match="moves elements"):
+        p.fuse(["n0", "n1"])
+
+
+def test_refusals_and_empty_selection_messages():
+    p = Plan.singletons(_ln())
+    with pytest.raises(FusionRefused, match="nothing selected"):
+        p.fuse([])
+    with pytest.raises(FusionRefused, match="already one kernel"):
+        p.fuse(["n0"])
+    with pytest.raises(FusionRefused, match="no group or node 'n999'"):
+        p.fuse(["n0", "n999"])
+    with pytest.raises(FusionRefused, match="nothing to split"):
+        p.split("n0")
+
+
+def test_stitch_schemes_mark_per_row_broadcast_regional():
+    plan, _ = run_planner("rules", _ln())
+    gr = plan.groups[0]
+    schemes = dict(gr.schemes)
+    mean = plan.graph.node("n0").outputs[0]
+    assert schemes[mean] is StitchScheme.regional      # mean read by every thread of the row
+    diff = plan.graph.node("n1").outputs[0]
+    assert schemes[diff] is StitchScheme.local
+
+
+def test_column_reduction_uses_thread_per_row():
+    g = load_json("sample_graphs/bias_grad.json")
+    plan, _ = run_planner("rules", g)
+    reds = [gr for gr in plan.groups if gr.schedule.kind == "row_reduce"]
+    assert reds and all(gr.schedule.mapping == "thread" for gr in reds)
+
+
+def test_rules_decisions_have_reasons():
+    g = load_json("sample_graphs/bert_chain.json")
+    _, log = run_planner("rules", g)
+    assert any(d.action == "fused" for d in log)
+    assert all(d.reason for d in log)

@@ -1,0 +1,73 @@
+"""The CPU backend: compile cache, concurrent compiles, poisoning catches unwritten output."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.fusion import Plan
+from workbench.runtime import Program, get_backend, poison
+from workbench.runtime import cpu
+
+
+def _graph(cols=37):
+    b = wb.GraphBuilder("c")
+    x = b.input("x", (5, cols))
+    b.output(b.sigmoid(x) * 3.0, "y")
+    return b.build()
+
+
+def test_cache_reuses_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    p = Plan.singletons(_graph())
+    Program(p, get_backend("cpu"))
+    libs = sorted((tmp_path / "cpu").glob("*.so"))
+    assert len(libs) == 2
+    mtimes = [l.stat().st_mtime_ns for l in libs]
+    Program(p, get_backend("cpu"))
+    assert [l.stat().st_mtime_ns for l in sorted((tmp_path / "cpu").glob("*.so"))] == mtimes
+
+
+def test_concurrent_processes_compile_safely(tmp_path):
+    code = textwrap.dedent("""
+        import numpy as np, workbench as wb
+        from workbench.fusion import run_planner
+        from workbench.runtime import Program, get_backend, random_inputs, run_reference
+        g = wb.load_json("sample_graphs/layernorm.json")
+        prog = Program(run_planner("rules", g)[0], get_backend("cpu"))
+        ins = random_inputs(g, 3)
+        np.testing.assert_allclose(prog.run(ins)["y"], run_reference(g, ins)["y"],
+                                   rtol=1e-4, atol=1e-5)
+    """)
+    env = dict(os.environ, WORKBENCH_CACHE=str(tmp_path))
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env,
+                              stderr=subprocess.PIPE, text=True) for _ in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    assert not list((tmp_path / "cpu").glob("tmp*/*")), "temporary files left behind"
+
+
+def test_poison_values():
+    assert np.isnan(poison(np, (3,), wb.DType.float32)).all()
+    assert (poison(np, (3,), wb.DType.int32) == np.iinfo(np.int32).min + 7).all()
+    assert (poison(np, (3,), wb.DType.bool).view(np.uint8) == 0xAB).all()
+
+
+def test_vector_math_probe_runs():
+    flags = cpu.cflags()
+    assert "-O3" in flags and "-fopenmp" in flags
+
+
+def test_missing_compiler_is_a_clear_error(monkeypatch):
+    cpu.find_compiler.cache_clear()
+    monkeypatch.setenv("CC", "definitely-not-a-compiler")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    try:
+        with pytest.raises(wb.WorkbenchError, match="no C compiler found"):
+            cpu.find_compiler()
+    finally:
+        cpu.find_compiler.cache_clear()

@@ -1,0 +1,83 @@
+"""The ONNX backend node test suite, run through the workbench.
+
+Every node test case of the installed onnx package becomes one pytest case. A case
+whose model the importer refuses (an unsupported op type or use of an op, or an
+unsupported dtype) is skipped with the importer's reason; every imported case must
+match ONNX's expected outputs.
+
+Execution is one call, :func:`_run`: ``onnx_backend.prepare(model, planner="rules",
+backend=BACKEND)``. ``BACKEND`` is the environment variable ``WB_ONNX_BACKEND``, else
+``cpu`` when :mod:`workbench.session` exists, else ``reference`` (NumPy op by op).
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+
+from onnx.backend.test.case.node import collect_testcases  # noqa: E402
+
+from workbench import onnx_backend  # noqa: E402
+from workbench.errors import GraphError, UnsupportedOpError  # noqa: E402
+from workbench.frontends import load_onnx  # noqa: E402
+
+BACKEND = os.environ.get("WB_ONNX_BACKEND") or (
+    "cpu" if importlib.util.find_spec("workbench.session") else "reference")
+
+# (rtol, atol) per expected-output dtype; integers and booleans must match exactly
+TOLERANCE = {np.dtype(np.float32): (1e-3, 1e-5), np.dtype(np.float16): (1e-2, 1e-3)}
+
+
+def _cases():
+    with warnings.catch_warnings():  # the generators warn about their own overflows
+        warnings.simplefilter("ignore")
+        return sorted(collect_testcases(None), key=lambda c: c.name)
+
+
+CASES = _cases()
+
+
+def _run(model, inputs):
+    """Run ``model`` on ``inputs`` (a list in graph-input order) -> list of outputs."""
+    rep = onnx_backend.prepare(model, planner="rules", backend=BACKEND)
+    return list(rep.run(inputs))
+
+
+def _array(x):
+    """Test data is stored as arrays, or as TensorProtos for types NumPy lacks."""
+    return onnx.numpy_helper.to_array(x) if isinstance(x, onnx.TensorProto) else np.asarray(x)
+
+
+def _assert_close(name, expected, got):
+    expected = _array(expected)
+    got = np.asarray(got)
+    assert got.shape == expected.shape, f"{name}: shape {got.shape} != {expected.shape}"
+    assert got.dtype == expected.dtype, f"{name}: dtype {got.dtype} != {expected.dtype}"
+    if expected.dtype in TOLERANCE:
+        rtol, atol = TOLERANCE[expected.dtype]
+        np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64),
+                                   rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
+    else:
+        np.testing.assert_array_equal(got, expected, err_msg=name)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_node_case(case):
+    if case.model is None:
+        pytest.skip("case has no model")
+    try:
+        load_onnx(case.model)
+    except UnsupportedOpError as e:
+        pytest.skip(f"unsupported: {', '.join(e.unsupported)}")
+    except GraphError as e:
+        pytest.skip(f"refused: {str(e).split(';')[0][:160]}")
+    for inputs, expected in case.data_sets:
+        got = _run(case.model, [_array(x) for x in inputs])
+        assert len(got) == len(expected)
+        for i, (e, g) in enumerate(zip(expected, got)):
+            _assert_close(f"{case.name} output {i}", e, g)
