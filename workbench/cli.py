@@ -27,7 +27,8 @@ def _fmt_table(rows: list[dict]) -> str:
     cols = [("graph", "graph", "{}"), ("step", "step", "{}"), ("planner", "planner", "{}"),
             ("kernels", "kernels", "{}"), ("bytes_moved_MB", "MB moved", "{:.1f}"),
             ("latency_ms", "latency ms", "{:.3f}"), ("speedup_vs_none", "speedup", "{:.2f}x"),
-            ("max_rel_error", "max rel err", "{:.1e}"), ("ok", "ok", "{}")]
+            ("max_rel_error", "kernel err", "{:.1e}"),
+            ("end_to_end_error", "output err", "{:.1e}"), ("ok", "ok", "{}")]
     cells = [[h for _, h, _ in cols]] + [[f.format(r[k]) for k, _, f in cols] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
     line = lambda c: "  ".join(x.ljust(w) if i < 3 else x.rjust(w)

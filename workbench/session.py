@@ -29,7 +29,7 @@ from .measure import StepMeasurement, measure_program
 from .runtime import Program, get_backend, random_inputs, run_reference
 
 STEP_COLUMNS = ["step", "action", "planner", "kernels", "bytes_moved_MB", "latency_ms",
-                "speedup_vs_none", "max_rel_error", "ok"]
+                "speedup_vs_none", "max_rel_error", "end_to_end_error", "ok"]
 
 
 @dataclass(frozen=True)
@@ -159,5 +159,6 @@ class Session:
                 "latency_ms": m.latency_ms if m else np.nan,
                 "speedup_vs_none": base.latency_ms / m.latency_ms if m and base else np.nan,
                 "max_rel_error": m.max_rel_error if m else np.nan,
+                "end_to_end_error": m.end_to_end_error if m else np.nan,
                 "ok": m.within_tolerance if m else None})
         return pd.DataFrame(rows, columns=STEP_COLUMNS)

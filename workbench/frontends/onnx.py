@@ -961,8 +961,8 @@ def _fold_with_workbench(node, display, handler, arrays) -> list:
         vals = get_op(n.op).reference([env[i] for i in n.inputs], n.attr_map)
         for o, a in zip(n.outputs, vals):
             v = g._values[o]
-            env[o] = np.ascontiguousarray(np.broadcast_to(np.asarray(a), v.shape),
-                                          dtype=v.dtype.np)
+            # (np.array, not ascontiguousarray, which turns 0-d results 1-d)
+            env[o] = np.array(np.broadcast_to(np.asarray(a), v.shape), dtype=v.dtype.np)
     return [env[r.name] if isinstance(r, Tensor) else r for r in results]
 
 

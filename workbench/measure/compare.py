@@ -13,7 +13,9 @@ import numpy as np
 from ..ir import TOLERANCE, DType
 
 
-def max_rel_error(out: np.ndarray, ref: np.ndarray) -> float:
+def max_rel_error(out: np.ndarray, ref: np.ndarray, scale=None) -> float:
+    """Worst elementwise relative error; ``scale`` (broadcastable to ref), when given,
+    is a per-element magnitude the error may be measured against instead of |ref|."""
     out, ref = np.asarray(out), np.asarray(ref)
     if out.shape != ref.shape:
         return float("inf")
@@ -28,6 +30,8 @@ def max_rel_error(out: np.ndarray, ref: np.ndarray) -> float:
     ok = ~nan_r
     if not ok.any():
         return 0.0
+    sc = None if scale is None else np.broadcast_to(np.abs(np.asarray(scale, np.float64)),
+                                                    r.shape)[ok]
     o, r = o[ok], r[ok]
     inf_r = np.isinf(r)
     if np.any(o[inf_r] != r[inf_r]):
@@ -36,7 +40,10 @@ def max_rel_error(out: np.ndarray, ref: np.ndarray) -> float:
     if r.size == 0:
         return 0.0
     floor = max(1e-3 * float(np.max(np.abs(r))), 1e-30)
-    return float(np.max(np.abs(o - r) / np.maximum(np.abs(r), floor)))
+    denom = np.maximum(np.abs(r), floor)
+    if sc is not None:
+        denom = np.maximum(denom, sc[~inf_r])
+    return float(np.max(np.abs(o - r) / denom))
 
 
 def tolerance(dtype: DType) -> float:

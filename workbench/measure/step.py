@@ -12,9 +12,10 @@ import pandas as pd
 
 from ..runtime import Program
 from .compare import check_outputs, max_rel_error
+from .verify import KernelCheck, verify_kernels
 
 KERNEL_COLUMNS = ["kernel", "group", "nodes", "schedule", "launch", "bytes_read",
-                  "bytes_written", "latency_ms", "bandwidth_GBps"]
+                  "bytes_written", "latency_ms", "bandwidth_GBps", "max_rel_error", "ok"]
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,11 @@ class StepMeasurement:
     bytes_read: int
     bytes_written: int
     latency_ms: float
-    max_rel_error: float
-    within_tolerance: bool
+    max_rel_error: float          # worst kernel, each checked on its own inputs
+    within_tolerance: bool        # every kernel within its dtype's bound
     per_kernel: pd.DataFrame
     device: str
+    end_to_end_error: float = float("nan")   # graph outputs vs a whole-graph reference run
 
     @property
     def bytes_moved(self) -> int:
@@ -37,11 +39,12 @@ class StepMeasurement:
 
 def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 2,
                     repeats: int = 10) -> StepMeasurement:
-    outs = prog.run(inputs)
-    err, ok = check_outputs(prog.graph, outs, reference)
+    env = prog.run(inputs, keep_all=True)
+    e2e, _ = check_outputs(prog.graph, env, reference)
+    checks = verify_kernels(prog, env)
     per, total = prog.time(inputs, warmup, repeats)
     rows = []
-    for ck, t in zip(prog.compiled, per):
+    for ck, t, chk in zip(prog.compiled, per, checks):
         k = ck.kernel
         moved = k.bytes_read + k.bytes_written
         rows.append({"kernel": k.name, "group": k.group,
@@ -49,11 +52,15 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
                      "launch": str(k.launch) if k.library is None else "library",
                      "bytes_read": k.bytes_read, "bytes_written": k.bytes_written,
                      "latency_ms": t * 1e3,
-                     "bandwidth_GBps": moved / t / 1e9 if t > 0 else float("nan")})
+                     "bandwidth_GBps": moved / t / 1e9 if t > 0 else float("nan"),
+                     "max_rel_error": chk.max_rel_error, "ok": chk.within_tolerance})
     frame = pd.DataFrame(rows, columns=KERNEL_COLUMNS)
     return StepMeasurement(len(prog.kernels), len(prog.kernels),
                            int(frame.bytes_read.sum()), int(frame.bytes_written.sum()),
-                           total * 1e3, err, ok, frame, prog.backend.device_name())
+                           total * 1e3, max(c.max_rel_error for c in checks),
+                           all(c.within_tolerance for c in checks), frame,
+                           prog.backend.device_name(), e2e)
 
 
-__all__ = ["KERNEL_COLUMNS", "StepMeasurement", "max_rel_error", "measure_program"]
+__all__ = ["KERNEL_COLUMNS", "KernelCheck", "StepMeasurement", "max_rel_error",
+           "measure_program", "verify_kernels"]

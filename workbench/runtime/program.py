@@ -84,14 +84,17 @@ class Program:
         else:
             self.backend.launch(ck, [env[b.value] for b in k.params])
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run every kernel in order; returns the graph outputs as NumPy arrays."""
+    def run(self, inputs: Mapping[str, np.ndarray],
+            keep_all: bool = False) -> dict[str, np.ndarray]:
+        """Run every kernel in order; returns the graph outputs (with keep_all, every
+        value that crossed a kernel boundary) as NumPy arrays."""
         env = self._env(inputs)
         for ck in self.compiled:
             self._alloc_outputs(ck, env)
             self._launch(ck, env)
         self.backend.synchronize()
-        return {o: self.backend.to_numpy(env[o]) for o in self.graph.outputs}
+        keys = env.keys() if keep_all else self.graph.outputs
+        return {o: self.backend.to_numpy(env[o]) for o in keys}
 
     # -- timing ----------------------------------------------------------------
     def time(self, inputs: Mapping[str, np.ndarray], warmup: int = 2,
