@@ -51,7 +51,8 @@ class CRenderer:
     target = "c"
     storage = {DType.float32: "float", DType.float16: "_Float16", DType.int32: "int",
                DType.int64: "long long", DType.bool: "unsigned char"}
-    fn_prefix = "static inline"
+    kernel_prefix = "void"
+    restrict = "restrict"
     indent_unit = "  "
 
     # -- pieces a target overrides ---------------------------------------------
@@ -70,12 +71,16 @@ class CRenderer:
 
     def signature(self, k: Kernel) -> str:
         params = ", ".join(f"{'' if b.is_output else 'const '}{self.storage[b.dtype]}* "
-                           f"restrict {b.name}" for b in k.params)
-        return f"void {k.name}({params})"
+                           f"{self.restrict} {b.name}" for b in k.params)
+        return f"{self.kernel_prefix} {k.name}({params})"
 
     def load(self, s: Load) -> str:
         ct = _COMPUTE_C[s.buf.dtype.compute]
-        return f"{ct} {s.var} = ({ct}){s.buf.name}[{s.offset}];"
+        return f"{ct} {s.var} = {self.to_compute(s.buf.dtype, f'{s.buf.name}[{s.offset}]')};"
+
+    def to_compute(self, dtype: DType, src: str) -> str:
+        """A stored element converted to its compute type."""
+        return f"({_COMPUTE_C[dtype.compute]}){src}"
 
     def store(self, s: Store) -> str:
         return f"{s.buf.name}[{s.offset}] = ({self.storage[s.buf.dtype]})({s.expr});"
@@ -166,6 +171,8 @@ class CudaRenderer(CRenderer):
     target = "cuda"
     storage = {DType.float32: "float", DType.float16: "__half", DType.int32: "int",
                DType.int64: "long long", DType.bool: "unsigned char"}
+    kernel_prefix = 'extern "C" __global__ void'
+    restrict = "__restrict__"
 
     def prelude(self) -> str:
         return ("#include <cuda_fp16.h>\n"
@@ -174,17 +181,8 @@ class CudaRenderer(CRenderer):
                 "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
                 + _COMMON_PRELUDE)
 
-    def signature(self, k: Kernel) -> str:
-        params = ", ".join(f"{'' if b.is_output else 'const '}{self.storage[b.dtype]}* "
-                           f"__restrict__ {b.name}" for b in k.params)
-        return f'extern "C" __global__ void {k.name}({params})'
-
-    def load(self, s: Load) -> str:
-        ct = _COMPUTE_C[s.buf.dtype.compute]
-        src = f"{s.buf.name}[{s.offset}]"
-        if s.buf.dtype is DType.float16:
-            return f"float {s.var} = __half2float({src});"
-        return f"{ct} {s.var} = ({ct}){src};"
+    def to_compute(self, dtype: DType, src: str) -> str:
+        return f"__half2float({src})" if dtype is DType.float16 else super().to_compute(dtype, src)
 
     def store(self, s: Store) -> str:
         if s.buf.dtype is DType.float16:
