@@ -215,6 +215,7 @@ class _Scope:
     def tensor(self, name: str) -> Tensor: ...
     def const(self, name: str) -> np.ndarray | None: ...
     def shape(self, name: str) -> tuple[int, ...]: ...
+    def dtype(self, name: str) -> DType: ...
 
 
 # ---------------------------------------------------------------------------------
@@ -375,6 +376,44 @@ def _layer_norm(c: _Ctx):
                                              eps, c.display, return_stats=True)
         y = b.cast(n, to=x.dtype) * scale
         return [y + bias if bias is not None else y, mean, inv]
+
+
+@_handles("RMSNormalization")
+def _rms_norm(c: _Ctx):
+    x, scale = c.x(0), c.x(1)
+    axis, eps = int(c.attr("axis", -1)), float(c.attr("epsilon", 1e-5))
+    if int(c.attr("stash_type", 1)) != 1:
+        raise _Unsupported("stash_type other than 1 (float32)")
+    if x.dtype is not DType.float16:
+        return [composites.rms_norm(c.b, x, scale, axis, eps, c.display)]
+    n = composites.rms_norm(c.b, c.b.cast(x, to="float32"), None, axis, eps, c.display)
+    return [c.b.cast(n, to=x.dtype) * scale]
+
+
+@_handles("GlobalAveragePool", "GlobalMaxPool")
+def _global_pool(c: _Ctx):
+    x = c.x(0)
+    op = "reduce_mean" if c.node.op_type == "GlobalAveragePool" else "reduce_max"
+    return [c.b.op(op, x, axes=list(range(2, len(x.shape))), keepdims=True)]
+
+
+@_handles("Swish")
+def _swish(c: _Ctx):
+    x = c.x(0)
+    alpha = float(c.attr("alpha", 1.0))
+    return [x * c.b.sigmoid(x * alpha if alpha != 1.0 else x)]
+
+
+@_handles("IsNaN")
+def _isnan(c: _Ctx):
+    x = c.x(0)
+    return [c.b.ne(x, x)]
+
+
+@_handles("Tan")
+def _tan(c: _Ctx):
+    x = c.x(0)
+    return [c.b.sin(x) / c.b.cos(x)]
 
 
 @_handles("BatchNormalization")
@@ -700,6 +739,7 @@ class _Importer(_Scope):
         self.poisoned: set[str] = set()
         self.unsupported: dict[str, list[str]] = {}
         self.expected: dict[str, tuple[tuple[int, ...], DType]] = {}
+        self._start = 0  # index of the first builder node the current ONNX node made
 
     def _description(self) -> str:
         return (self.g.doc_string or self.proto.doc_string or
@@ -846,6 +886,7 @@ class _Importer(_Scope):
 
     def _results(self, node: onnx.NodeProto, display: str) -> list:
         """The node's outputs: folded to constants when its inputs are all constant."""
+        self._start = len(self.b._nodes)
         if node.domain not in ("", "ai.onnx"):
             raise _Unsupported(None)
         handler = _HANDLERS.get(node.op_type)
@@ -855,7 +896,6 @@ class _Importer(_Scope):
             return _fold(node, display, handler, {i: self.env[i] for i in ins}, self.opset)
         if handler is None:
             raise _Unsupported(None)
-        self._start = len(self.b._nodes)
         with self.b.composite(node.op_type, display):
             return handler(_Ctx(node, display, self))
 

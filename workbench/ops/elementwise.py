@@ -147,11 +147,16 @@ _CTYPE = {DType.float32: "float", DType.int32: "int", DType.int64: "long long",
 
 def _cast_ref(xs, attrs):
     to = DType.of(attrs["to"])
+    x = xs[0]
     with np.errstate(all="ignore"):
-        x = xs[0]
         if x.dtype.kind == "f" and to.kind == "i":
+            # saturate like the kernels' wb_f2i_*: NaN -> 0, out of range -> min/max
             info = np.iinfo(to.np)
-            x = np.nan_to_num(np.clip(x, info.min, info.max), nan=0)
+            x64 = x.astype(np.float64)
+            hi, lo, nan = x64 >= float(info.max), x64 <= float(info.min), np.isnan(x64)
+            r = np.where(hi | lo | nan, 0, x64).astype(to.np)
+            r[hi], r[lo] = info.max, info.min
+            return [r]
         return [x.astype(to.np)]
 
 

@@ -79,8 +79,9 @@ class Program:
             outs = _library(xp, call.op, [env[b.value] for b in call.inputs], dict(call.attrs))
             for b, arr in zip(call.outputs, outs):
                 v = self.graph.value(b.value)
-                env[b.value] = xp.ascontiguousarray(xp.asarray(arr, dtype=v.dtype.np)
-                                                    .reshape(v.shape))
+                a = xp.asarray(arr, dtype=v.dtype.np).reshape(v.shape)
+                # (ascontiguousarray would turn a 0-d result into 1-d)
+                env[b.value] = a if a.flags.c_contiguous else a.copy(order="C")
         else:
             self.backend.launch(ck, [env[b.value] for b in k.params])
 

@@ -26,7 +26,7 @@ def check_inputs(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.nda
         if a.dtype != v.dtype.np:
             raise GraphError(f"input {name!r} has dtype {a.dtype}, the graph expects "
                              f"{v.dtype.value}; convert it with .astype")
-        out[name] = np.ascontiguousarray(a)
+        out[name] = a if a.flags.c_contiguous else a.copy(order="C")
     return out
 
 
