@@ -706,3 +706,186 @@ def test_run_reference_accepts_scalar_inputs():
     g = b.build()
     out = run_reference(g, {"x": np.array(0.5, np.float32)})["y"]
     assert out.shape == () and out == np.float32(-0.5)
+
+
+# -- fusion patterns around reductions (both planners, kernel counts under rules) -------
+
+FUSION_PATTERNS = {}
+
+
+def case(f):
+    FUSION_PATTERNS[f.__name__] = f
+    return f
+
+
+@case
+def squeeze_unsqueeze_per_row(b):
+    x = b.input("x", (4, 6)); m = b.reduce_mean(x, axes=[1], keepdims=False)
+    b.output(x - b.unsqueeze(m, axes=[1]), "y"); b.output(m, "m")
+
+@case
+def col_unsqueeze(b):
+    x = b.input("x", (5, 6)); m = b.reduce_max(x, axes=[0], keepdims=False)
+    b.output(b.exp(x - b.unsqueeze(m, axes=[0])), "y")
+
+@case
+def middle_axis(b):
+    x = b.input("x", (3, 4, 5)); m = b.reduce_sum(x, axes=[1], keepdims=True)
+    b.output(x / (b.abs(m) + 1.0), "y"); b.output(m, "m")
+
+@case
+def noncontig_axes(b):
+    x = b.input("x", (3, 4, 5)); m = b.reduce_mean(x, axes=[0, 2], keepdims=True)
+    d = x - m; v = b.reduce_mean(d * d, axes=[0, 2], keepdims=True)
+    b.output(d * b.rsqrt(v + 1e-5), "y"); b.output(v, "v")
+
+@case
+def noncontig_axes_drop(b):
+    x = b.input("x", (3, 4, 5)); m = b.reduce_mean(x, axes=[0, 2], keepdims=False)
+    b.output(m * 2.0, "m")
+
+@case
+def expand_per_row(b):
+    x = b.input("x", (4, 6)); m = b.reduce_max(x, axes=[1], keepdims=True)
+    b.output(b.expand(m, shape=[4, 6]) + x, "y")
+
+@case
+def lower_rank_elem(b):
+    x = b.input("x", (2, 3, 8)); w = b.input("w", (8,)); bb = b.input("bb", (3, 1))
+    xw = x * w + bb
+    m = b.reduce_sum(xw, axes=[2], keepdims=True)
+    b.output(xw - m, "y")
+
+@case
+def reduce_then_reduce_other(b):
+    x = b.input("x", (4, 6)); m = b.reduce_sum(x, axes=[1], keepdims=True)
+    b.output(b.reduce_max(x - m, axes=[1], keepdims=False), "y")
+
+@case
+def reduce_all_then_bcast(b):
+    x = b.input("x", (4, 6)); m = b.reduce_sum(x, axes=[0, 1], keepdims=False)
+    b.output(x * m, "y")
+
+@case
+def reduce_all_keep(b):
+    x = b.input("x", (4, 6)); m = b.reduce_sum(x, axes=[0, 1], keepdims=True)
+    b.output(x * m, "y"); b.output(m, "m")
+
+@case
+def two_outputs_diff_shapes_elementwise(b):
+    x = b.input("x", (4, 6)); t = b.transpose(x, perm=[1,0])
+    b.output(b.exp(t), "y"); b.output(b.sin(x), "z"); b.output(b.reshape(x, shape=[24]), "w")
+
+@case
+def per_row_output_reshaped(b):
+    x = b.input("x", (3, 4, 5)); m = b.reduce_mean(x, axes=[2], keepdims=True)
+    b.output(b.reshape(m, shape=[12]), "m"); b.output(x - m, "y")
+
+@case
+def per_row_thread_reshaped(b):
+    x = b.input("x", (3, 4, 5)); m = b.reduce_mean(x, axes=[1], keepdims=True)
+    b.output(b.reshape(m, shape=[15]), "m"); b.output(x - m, "y")
+
+@case
+def per_row_thread_reshaped2(b):
+    x = b.input("x", (3, 4, 5)); m = b.reduce_mean(x, axes=[0], keepdims=False)
+    b.output(b.reshape(m, shape=[5, 4]), "m"); b.output(x * b.unsqueeze(m, axes=[0]), "y")
+
+@case
+def reduce_size1(b):
+    x = b.input("x", (4, 1, 6)); m = b.reduce_sum(x, axes=[1], keepdims=True)
+    b.output(x - m, "y")
+
+@case
+def reduce_on_bcast_input(b):
+    x = b.input("x", (4, 1)); y = b.input("y", (1, 6))
+    s = x * y
+    b.output(b.reduce_sum(s, axes=[1]), "r")
+
+@case
+def softmax_mid(b):
+    x = b.input("x", (3, 40, 5)); b.output(b.softmax(x, axis=1), "y")
+
+@case
+def ln_3d(b):
+    x = b.input("x", (2, 3, 40)); b.output(b.layer_norm(x, axis=-2), "y")
+
+@case
+def concat_in_chain(b):
+    x = b.input("x", (3, 4)); y = b.input("y", (3, 2))
+    c = b.concat(b.exp(x), y, b.neg(x), axis=1); b.output(b.transpose(c, perm=[1,0]), "o")
+
+@case
+def split_in_chain(b):
+    x = b.input("x", (5, 4)); p = b.split(b.exp(x), axis=0, sizes=[2, 3])
+    b.output(b.transpose(p[1], perm=[1,0]), "a"); b.output(p[0] * 2.0, "b")
+
+@case
+def gather_chain(b):
+    x = b.input("x", (5, 4)); i = b.input("i", (3,), "int32")
+    b.output(b.transpose(b.gather(b.exp(x), i, axis=1), perm=[1,0]), "o")
+
+@case
+def gather_reduce(b):
+    x = b.input("x", (5, 4)); i = b.input("i", (2, 3), "int64")
+    b.output(b.reduce_sum(b.gather(x, i, axis=0), axes=[2]), "o")
+
+@case
+def where_chain(b):
+    x = b.input("x", (5, 4)); z = b.constant(np.zeros((), np.float32))
+    b.output(b.where(b.gt(x, z), b.exp(x), b.neg(x)), "o")
+
+@case
+def int_chain(b):
+    x = b.input("x", (5, 4), "int32"); y = b.input("y", (4,), "int32")
+    s = b.reduce_sum(x * y, axes=[1], keepdims=True)
+    b.output(b.div(x * 7, s + 1000), "o")
+
+@case
+def f16_chain(b):
+    x = b.input("x", (5, 40), "float16")
+    b.output(b.softmax(x), "o")
+
+@case
+def cast_chain(b):
+    x = b.input("x", (5, 4))
+    b.output(b.cast(b.cast(x * 100.0, to="int32"), to="float32") + 0.5, "o")
+
+@case
+def reduce_keep_false_mid(b):
+    x = b.input("x", (3, 4, 5)); m = b.reduce_max(x, axes=[1], keepdims=False)
+    b.output(b.exp(m), "o")
+
+@case
+def two_reductions_different_domain(b):
+    x = b.input("x", (4, 6)); m = b.reduce_sum(x, axes=[1], keepdims=True)
+    n = b.reduce_sum(x, axes=[0], keepdims=True)
+    b.output(x - m - n, "o")
+
+
+# kernels the rules planner makes for each pattern (1 = everything fused)
+RULES_KERNELS = {
+    "squeeze_unsqueeze_per_row": 1, "col_unsqueeze": 1, "middle_axis": 1,
+    "noncontig_axes": 1, "noncontig_axes_drop": 2, "expand_per_row": 1,
+    "lower_rank_elem": 1, "reduce_then_reduce_other": 1, "reduce_all_then_bcast": 1,
+    "reduce_all_keep": 1, "two_outputs_diff_shapes_elementwise": 3,
+    "per_row_output_reshaped": 1, "per_row_thread_reshaped": 1,
+    "per_row_thread_reshaped2": 1, "reduce_size1": 1, "reduce_on_bcast_input": 1,
+    "softmax_mid": 1, "ln_3d": 1, "concat_in_chain": 1, "split_in_chain": 1,
+    "gather_chain": 1, "gather_reduce": 2, "where_chain": 1, "int_chain": 1, "f16_chain": 1,
+    "cast_chain": 1, "reduce_keep_false_mid": 2, "two_reductions_different_domain": 2,
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUSION_PATTERNS))
+def test_fusion_patterns(check_graph, name):
+    b = GraphBuilder(name)
+    FUSION_PATTERNS[name](b)
+    g = b.build()
+    check_graph(g, "none", seed=5)
+    s = check_graph(g, "rules", seed=5)
+    assert len(s.plan.groups) == RULES_KERNELS[name], [gr.nodes for gr in s.plan.groups]
+
+
+def test_fusion_patterns_have_expected_counts():
+    assert sorted(RULES_KERNELS) == sorted(FUSION_PATTERNS)

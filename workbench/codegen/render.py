@@ -7,6 +7,8 @@ The scalar expressions inside come from the op registry and are printed as they 
 """
 from __future__ import annotations
 
+import re
+
 from ..ir import DType
 from .kir import (Assign, BlockReduce, Comment, Kernel, Let, Load, Loop, OncePerBlock,
                   Store)
@@ -85,8 +87,12 @@ class CRenderer:
     def store(self, s: Store) -> str:
         return f"{s.buf.name}[{s.offset}] = ({self.storage[s.buf.dtype]})({s.expr});"
 
+    ROW_TILE = 64    # rows a CPU thread walks together in a thread-per-row kernel
+
     def loop(self, s: Loop, depth: int) -> list[str]:
         pad = self.indent_unit * depth
+        if s.bind == "flat" and depth <= 1 and any(isinstance(x, Loop) for x in s.body):
+            return self._row_tiles(s, depth)
         head = f"for (int {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{"
         if s.bind in ("flat", "grid") and depth <= 1:
             # the outermost parallel loop; simd lets the compiler vectorize flat loops
@@ -103,6 +109,73 @@ class CRenderer:
             lines = [pad + head]
         lines += self.stmts(s.body, depth + 1)
         return lines + [pad + "}"]
+
+    def _row_tiles(self, s: Loop, depth: int) -> list[str]:
+        """A thread-per-row kernel (column reduction) for the CPU.
+
+        On a GPU, neighbouring threads take neighbouring rows, so each step of the
+        column loop reads contiguous memory. One CPU thread walking one row at a time
+        would stride through memory instead; so a thread takes a tile of rows, and every
+        statement runs over the tile's rows innermost (under omp simd) -- the same
+        computation with the loops interchanged. Row-level values become per-tile arrays.
+        """
+        pad, u = self.indent_unit * depth, self.indent_unit
+        row, T, n = s.var, self.ROW_TILE, s.extent
+        decls = {}
+        for x in s.body:
+            if isinstance(x, Let):
+                decls[x.var] = _COMPUTE_C[x.dtype]
+            elif isinstance(x, Load):
+                decls[x.var] = _COMPUTE_C[x.buf.dtype.compute]
+        names = re.compile(r"\b(" + "|".join(map(re.escape, decls)) + r")\b") if decls else None
+        ren = (lambda e: names.sub(r"\1[r_]", e)) if names else (lambda e: e)
+
+        def target(var, ctype):
+            # row-level values live in the tile arrays; column-level ones are locals
+            return ren(var) if var in decls else f"{ctype} {var}"
+
+        def tiled(stmt):
+            if isinstance(stmt, Let):
+                return [f"{target(stmt.var, _COMPUTE_C[stmt.dtype])} = {ren(stmt.expr)};"]
+            if isinstance(stmt, Assign):
+                return [f"{ren(stmt.var)} = {ren(stmt.expr)};"]
+            if isinstance(stmt, Load):
+                ct = _COMPUTE_C[stmt.buf.dtype.compute]
+                src = self.to_compute(stmt.buf.dtype, f"{stmt.buf.name}[{ren(stmt.offset)}]")
+                return [f"{target(stmt.var, ct)} = {src};"]
+            if isinstance(stmt, Store):
+                return [self.store(Store(stmt.buf, ren(stmt.offset), ren(stmt.expr)))]
+            if isinstance(stmt, OncePerBlock):
+                return [line for x in stmt.body for line in tiled(x)]
+            if isinstance(stmt, Comment):
+                return [f"/* {stmt.text} */"]
+            return [line.strip() for line in self.stmts([stmt], 0)]
+
+        def over_rows(lines, d):
+            p = u * d
+            return ([p + "#pragma omp simd", p + "for (int r_ = 0; r_ < n_; ++r_) {",
+                     p + u + f"const int {row} = {row}0 + r_;"]
+                    + [p + u + line for line in lines] + [p + "}"])
+
+        out = [pad + "#pragma omp parallel for schedule(static)",
+               pad + f"for (int {row}0 = 0; {row}0 < {n}; {row}0 += {T}) {{",
+               pad + u + f"const int n_ = {n} - {row}0 < {T} ? {n} - {row}0 : {T};"]
+        out += [pad + u + f"{ct} {v}[{T}];" for v, ct in decls.items()]
+        pending: list[str] = []
+        for x in s.body:
+            if isinstance(x, Loop):
+                if pending:
+                    out += over_rows(pending, depth + 1)
+                    pending = []
+                out.append(pad + u + f"for (int {x.var} = 0; {x.var} < {x.extent}; "
+                                     f"++{x.var}) {{")
+                out += over_rows([line for y in x.body for line in tiled(y)], depth + 2)
+                out.append(pad + u + "}")
+            else:
+                pending += tiled(x)
+        if pending:
+            out += over_rows(pending, depth + 1)
+        return out + [pad + "}"]
 
     def block_reduce(self, s: BlockReduce, depth: int) -> list[str]:
         # one thread per block on the CPU: the serial loop already saw every column
