@@ -87,32 +87,8 @@ def assert_matches(g: Graph, outs: Mapping[str, np.ndarray],
     assert not bad, (f"{context} " if context else "") + "\n".join(bad)
 
 
-def reference_keep_0d(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """run_reference, except that 0-d inputs stay 0-d.
-
-    Workaround for a bug in workbench/runtime/reference.py: check_inputs() passes every
-    input through np.ascontiguousarray, which turns a 0-d array into shape (1,), so
-    run_reference raises "cannot broadcast a non-scalar to a scalar array" for any graph
-    with a scalar input (see test_run_reference_accepts_scalar_inputs, xfail). Only used
-    for graphs that have a scalar input; remove once the bug is fixed.
-    """
-    from workbench.ops import get_op
-    env: dict[str, np.ndarray] = dict(g.constants)
-    for name in g.inputs:
-        env[name] = np.array(inputs[name], dtype=g.value(name).dtype.np, order="C")
-    for n in g.nodes:
-        outs = get_op(n.op).reference([env[i] for i in n.inputs], n.attr_map)
-        for name, arr in zip(n.outputs, outs):
-            v = g.value(name)
-            arr = np.broadcast_to(np.asarray(arr), v.shape)
-            env[name] = np.array(arr, dtype=v.dtype.np, order="C")
-    return {k: env[k] for k in g.outputs}
-
-
 def reference(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The NumPy reference outputs (run_reference; see reference_keep_0d for 0-d inputs)."""
-    if any(g.value(i).shape == () for i in g.inputs):
-        return reference_keep_0d(g, inputs)
+    """The NumPy reference outputs (run_reference)."""
     return run_reference(g, inputs)
 
 

@@ -25,11 +25,12 @@ UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "sin", "cos", "erf"]
 BINARY = ["add", "sub", "mul", "max", "min"]
 REDUCE = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min"]
 
+
 def _factor_pairs(n):
     return [(d, n // d) for d in range(1, n + 1) if n % d == 0]
 
 
-def random_graph(seed: int, n_steps: int) -> "Graph":
+def random_graph(seed: int, n_steps: int) -> Graph:
     """A random graph: 1-2 float32 inputs of rank 1-3, then n_steps ops, each reading
     earlier tensors (mostly the latest, so chains are long); outputs are the last tensor
     and a random subset of the others.
