@@ -137,7 +137,7 @@ def adam(rows=4096, cols=1024) -> Graph:
                      f"on param/grad/m/v[{rows}, {cols}] ({rows * cols // 2**20}M elements); "
                      f"outputs new param, m, v")
     p, g = b.input("param", (rows, cols)), b.input("grad", (rows, cols))
-    m, v = b.input("m", (rows, cols)), b.input("v", (rows, cols))
+    m, v = b.input("m", (rows, cols)), b.input("v", (rows, cols), range=(0.0, 1.0))
     p2, m2, v2 = b.adam_update(p, g, m, v, lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8,
                                step=10, source="adam")
     b.output(p2, "param_out")

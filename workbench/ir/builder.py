@@ -81,6 +81,7 @@ class GraphBuilder:
         self._inputs: list[str] = []
         self._outputs: list[str] = []
         self._constants: dict[str, np.ndarray] = {}
+        self._ranges: dict[str, tuple[float, float]] = {}
         self._origin: Origin | None = None
         self._counter = 0
 
@@ -100,10 +101,14 @@ class GraphBuilder:
         return name
 
     # -- leaves ----------------------------------------------------------------
-    def input(self, name: str, shape: Sequence[int], dtype: Any = "float32") -> Tensor:
+    def input(self, name: str, shape: Sequence[int], dtype: Any = "float32",
+              range: tuple[float, float] | None = None) -> Tensor:
+        """A graph input; ``range=(low, high)`` is where random test inputs are drawn."""
         if any(int(d) < 0 for d in shape):
             raise GraphError(f"input {name!r} has a negative dimension in {list(shape)}")
         self._inputs.append(self._define(name, shape, dtype))
+        if range is not None:
+            self._ranges[name] = (float(range[0]), float(range[1]))
         return Tensor(self, name)
 
     def constant(self, data: Any, name: str | None = None, dtype: Any = None) -> Tensor:
@@ -208,7 +213,8 @@ class GraphBuilder:
         consts = {k: v for k, v in self._constants.items() if k in used}
         values = tuple(v for k, v in self._values.items() if k in used)
         return Graph(self.name, values, tuple(self._nodes), tuple(self._inputs),
-                     tuple(self._outputs), consts, self.description).verify()
+                     tuple(self._outputs), consts, self.description,
+                     dict(self._ranges)).verify()
 
 
 def graph_from_parts(name: str, values: Iterable[Value], nodes: Iterable[Node],

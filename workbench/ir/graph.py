@@ -106,6 +106,9 @@ class Graph:
     outputs: tuple[str, ...]
     constants: Mapping[str, np.ndarray] = field(default_factory=dict)
     description: str = ""
+    # optional (low, high) per input: the range measurements draw random inputs from,
+    # for inputs that must be, say, non-negative (Adam's second moment under a sqrt)
+    input_ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     @cached_property
     def value_map(self) -> dict[str, Value]:
@@ -204,6 +207,10 @@ class Graph:
                 if o in defined:
                     raise GraphError(f"value {o!r} is defined twice")
                 defined.add(o)
+        for name, (lo, hi) in self.input_ranges.items():
+            if name not in self.inputs or not lo < hi:
+                raise GraphError(f"input range for {name!r} must name an input and have "
+                                 f"low < high, got [{lo}, {hi}]")
         for o in self.outputs:
             if o not in defined:
                 raise GraphError(f"graph output {o!r} is never computed")

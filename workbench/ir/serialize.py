@@ -4,7 +4,8 @@ Format (``"format": "workbench.graph", "version": 1``)::
 
     {"format": "workbench.graph", "version": 1, "name": "layernorm",
      "description": "one line saying what it is",
-     "inputs":    {"x": {"shape": [4096, 1024], "dtype": "float32"}},
+     "inputs":    {"x": {"shape": [4096, 1024], "dtype": "float32"},
+                  "v": {"shape": [1024], "dtype": "float32", "range": [0, 1]}},
      "constants": {"gamma": {"shape": [1024], "dtype": "float32", "init": INIT}},
      "nodes": [{"op": "reduce_mean", "inputs": ["x"], "outputs": ["mean"],
                 "attrs": {"axes": [1], "keepdims": true},
@@ -16,7 +17,8 @@ Format (``"format": "workbench.graph", "version": 1``)::
 emits, exact), ``{"data": [...]}`` (nested lists), ``{"fill": 1.0}``, or
 ``{"random": {"seed": 0, "low": -1, "high": 1}}``. Node outputs have their shapes
 inferred by the ops' shape rules, so a file states shapes only for inputs and
-constants. Node ids are assigned in file order (``n0``, ``n1``, ...).
+constants. Node ids are assigned in file order (``n0``, ``n1``, ...). An input's
+optional ``range`` is where random test inputs are drawn from (default [-1, 1)).
 """
 from __future__ import annotations
 
@@ -59,7 +61,9 @@ def to_json(g: Graph) -> dict:
         nodes.append(d)
     return {"format": FORMAT, "version": VERSION, "name": g.name,
             "description": g.description,
-            "inputs": {i: {"shape": list(g.value(i).shape), "dtype": g.value(i).dtype.value}
+            "inputs": {i: {"shape": list(g.value(i).shape), "dtype": g.value(i).dtype.value,
+                           **({"range": list(g.input_ranges[i])} if i in g.input_ranges
+                              else {})}
                        for i in g.inputs},
             "constants": {c: const(c) for c in g.constants},
             "nodes": nodes, "outputs": list(g.outputs)}
@@ -104,6 +108,8 @@ def from_json(d: dict) -> Graph:
     try:
         values: dict[str, Value] = {}
         inputs = []
+        ranges = {n: (float(sp["range"][0]), float(sp["range"][1]))
+                  for n, sp in d.get("inputs", {}).items() if "range" in sp}
         for name, spec in d.get("inputs", {}).items():
             values[name] = Value(name, tuple(int(x) for x in spec["shape"]),
                                  DType.of(spec.get("dtype", "float32")))
@@ -135,7 +141,8 @@ def from_json(d: dict) -> Graph:
                                    nd.get("name", ""),
                                    Origin(org["composite"], org["source"]) if org else None))
         g = Graph(str(d.get("name", "graph")), tuple(values.values()), tuple(nodes),
-                  tuple(inputs), tuple(d["outputs"]), consts, str(d.get("description", "")))
+                  tuple(inputs), tuple(d["outputs"]), consts, str(d.get("description", "")),
+                  ranges)
     except GraphError:
         raise
     except (KeyError, TypeError, ValueError) as e:

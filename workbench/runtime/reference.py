@@ -51,8 +51,8 @@ def run_reference(g: Graph, inputs: Mapping[str, np.ndarray],
 
 
 def random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
-    """Fresh random inputs (never zeros): floats in [-1, 1), ints in a small range,
-    integer inputs that feed a gather as valid indices."""
+    """Fresh random inputs (never zeros): floats in the input's declared range (default
+    [-1, 1)), ints in a small range, integer inputs that feed a gather as valid indices."""
     rng = np.random.default_rng(seed)
     out = {}
     gather_limit = {}
@@ -62,8 +62,9 @@ def random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
             gather_limit[n.inputs[1]] = data.shape[int(n.attr("axis", 0)) % len(data.shape)]
     for name in g.inputs:
         v = g.value(name)
+        lo, hi = g.input_ranges.get(name, (-1.0, 1.0))
         if v.dtype.is_float:
-            out[name] = rng.uniform(-1, 1, v.shape).astype(v.dtype.np)
+            out[name] = rng.uniform(lo, hi, v.shape).astype(v.dtype.np)
         elif v.dtype.kind == "b":
             out[name] = rng.random(v.shape) < 0.5
         else:
