@@ -36,7 +36,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from workbench.frontends import load  # noqa: E402
 from workbench.measure import max_rel_error, tolerance  # noqa: E402
 from workbench.runtime import run_reference  # noqa: E402
 from workbench.session import Session  # noqa: E402
@@ -490,7 +489,7 @@ def _f(x, fmt):
 
 def markdown(result: dict) -> str:
     m = result["machine"]
-    lines = [f"# Fusion on the CPU: workbench `none` vs `rules`, NumPy, onnxruntime, torch",
+    lines = ["# Fusion on the CPU: workbench `none` vs `rules`, NumPy, onnxruntime, torch",
              "",
              f"**Machine:** {m['cpu']}, {m['cores']} logical cores, {m['os']}  ",
              f"Python {m['python']}, NumPy {m['numpy']}, onnxruntime {m['onnxruntime']}, "

@@ -4,10 +4,12 @@
     >>> g = wb.load("sample_graphs/layernorm.json")      # doctest: +SKIP
     >>> s = wb.Session(g, backend="cpu"); s.auto("rules"); s.measure()  # doctest: +SKIP
 """
-from .errors import WorkbenchError
+from .errors import FusionRefused, WorkbenchError
+from .frontends import load, load_onnx
 from .ir import DType, Graph, GraphBuilder, load_json, save_json
+from .session import Session
 
 __version__ = "0.1.0"
 
-__all__ = ["DType", "Graph", "GraphBuilder", "WorkbenchError", "load_json", "save_json",
-           "__version__"]
+__all__ = ["DType", "FusionRefused", "Graph", "GraphBuilder", "Session", "WorkbenchError",
+           "load", "load_json", "load_onnx", "save_json", "__version__"]

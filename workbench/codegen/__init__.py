@@ -5,7 +5,6 @@
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
 from ..fusion import Plan
 from .kir import Kernel

@@ -20,7 +20,7 @@ from ..fusion.schedule import Schedule, group_io
 from ..ir import DType, Graph
 from ..ops import COMBINERS, Kind, get_op
 from ..ops.layout import slice_params
-from .index import Index, add, mod
+from .index import Index, add
 from .kir import (Assign, BlockReduce, Buffer, Comment, Kernel, Launch, LibraryCall, Let,
                   Load, Loop, OncePerBlock, Store)
 

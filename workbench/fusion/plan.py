@@ -18,7 +18,7 @@ from typing import Iterable
 
 from ..errors import FusionRefused
 from ..ir import Graph
-from .schedule import Schedule, analyze, group_io
+from .schedule import Schedule, analyze
 
 
 class StitchScheme(enum.Enum):
@@ -37,10 +37,6 @@ class Group:
     nodes: tuple[str, ...]
     schedule: Schedule
     schemes: tuple[tuple[str, StitchScheme], ...] = ()
-
-    @property
-    def label(self) -> str:
-        return self.id
 
     def scheme(self, value: str) -> StitchScheme | None:
         return dict(self.schemes).get(value)
@@ -196,6 +192,3 @@ def _toposort_groups(g: Graph, groups: list[Group]) -> tuple[Group, ...]:
         raise FusionRefused("the plan's kernels depend on each other in a cycle")
     return tuple(order)
 
-
-def io_of(plan: Plan, gr: Group):
-    return group_io(plan.graph, gr.nodes)

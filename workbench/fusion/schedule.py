@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import FusionRefused
-from ..ir import Graph, Value
+from ..ir import Graph
 from ..ops import Kind, get_op
 
 # Per-block shared memory a kernel may use without opting in (bytes, every CUDA GPU).
@@ -58,10 +58,6 @@ class Schedule:
     @property
     def cols(self) -> int:
         return int(np.prod([self.domain[a] for a in self.reduce_axes], dtype=np.int64))
-
-    @property
-    def shared_bytes(self) -> int:
-        return 0
 
     def describe(self) -> str:
         if self.kind == "row_reduce":
