@@ -278,7 +278,7 @@ class _Lowerer:
             e = self.at(col_scope, r.inputs[0], dom)
             col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
             loop = Loop("col", s.cols, col_bind, tuple(col_scope.stmts),
-                        reduction=(acc, comb.simd_op))
+                        reduction=(acc, comb.simd_op[0 if dt.kind == "f" else 1]))
             row_scope.stmts.append(Let(acc, dt, ident))
             row_scope.stmts.append(loop)
             if block_map:

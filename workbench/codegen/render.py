@@ -24,8 +24,9 @@ _COMMON_PRELUDE = r"""
 #define WB_MIN_int64 (-9223372036854775807LL - 1)
 #define WB_MAX_int64 9223372036854775807LL
 /* NaN-propagating max/min, as NumPy's maximum/minimum (fmaxf would drop the NaN) */
-WB_FN float wb_fmax(float a, float b) { return (a != a || a > b) ? a : b; }
-WB_FN float wb_fmin(float a, float b) { return (a != a || a < b) ? a : b; }
+/* (| not ||: no short circuit, so loops over them still vectorize) */
+WB_FN float wb_fmax(float a, float b) { return ((a != a) | (a > b)) ? a : b; }
+WB_FN float wb_fmin(float a, float b) { return ((a != a) | (a < b)) ? a : b; }
 WB_FN int wb_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
 /* integer division truncates toward zero; x / 0 gives 0 instead of trapping */
 WB_FN long long wb_idiv(long long a, long long b) { return b == 0 ? 0 : a / b; }
@@ -69,7 +70,12 @@ class CRenderer:
                 "#define WB_FN static inline\n"
                 "/* CUDA has rsqrtf; C does not */\n"
                 "WB_FN float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n"
-                + _COMMON_PRELUDE)
+                + _COMMON_PRELUDE +
+                "/* SIMD reductions with NumPy's max/min semantics (NaN wins, from -inf) */\n"
+                "#pragma omp declare reduction(wbmax : float : omp_out = wb_fmax(omp_out, "
+                "omp_in)) initializer(omp_priv = -INFINITY)\n"
+                "#pragma omp declare reduction(wbmin : float : omp_out = wb_fmin(omp_out, "
+                "omp_in)) initializer(omp_priv = INFINITY)\n")
 
     def signature(self, k: Kernel) -> str:
         params = ", ".join(f"{'' if b.is_output else 'const '}{self.storage[b.dtype]}* "

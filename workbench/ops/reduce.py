@@ -21,7 +21,8 @@ class Combiner:
     combine_f: str      # "{0}" accumulator, "{1}" new value
     combine_i: str
     finish_mean: bool = False
-    simd_op: str = ""   # OpenMP reduction operator when lanes may combine freely
+    # OpenMP reduction operator (float, integer) under which SIMD lanes may combine
+    simd_op: tuple[str, str] = ("", "")
 
     def identity(self, kind: str, ctype: str) -> str:
         ident = self.identity_f if kind == "f" else self.identity_i
@@ -32,16 +33,16 @@ class Combiner:
 
 
 COMBINERS = {
-    "reduce_sum": Combiner("0.0f", "0", "({0} + {1})", "({0} + {1})", simd_op="+"),
+    "reduce_sum": Combiner("0.0f", "0", "({0} + {1})", "({0} + {1})", simd_op=("+", "+")),
     "reduce_mean": Combiner("0.0f", "0", "({0} + {1})", "({0} + {1})", finish_mean=True,
-                            simd_op="+"),
-    "reduce_prod": Combiner("1.0f", "1", "({0} * {1})", "({0} * {1})", simd_op="*"),
-    # max/min have no simd_op: OpenMP's max reduction starts lanes at -FLT_MAX, not
-    # -inf, and may drop NaNs, which would change results NumPy gives
+                            simd_op=("+", "+")),
+    "reduce_prod": Combiner("1.0f", "1", "({0} * {1})", "({0} * {1})", simd_op=("*", "*")),
+    # float max/min use the renderer's own declared reductions (wbmax/wbmin): OpenMP's
+    # built-in max starts lanes at -FLT_MAX rather than -inf and may drop NaNs
     "reduce_max": Combiner("(-INFINITY)", "WB_MIN_ITYPE", "wb_fmax({0}, {1})",
-                           "({0} > {1} ? {0} : {1})"),
+                           "({0} > {1} ? {0} : {1})", simd_op=("wbmax", "max")),
     "reduce_min": Combiner("INFINITY", "WB_MAX_ITYPE", "wb_fmin({0}, {1})",
-                           "({0} < {1} ? {0} : {1})"),
+                           "({0} < {1} ? {0} : {1})", simd_op=("wbmin", "min")),
 }
 
 
