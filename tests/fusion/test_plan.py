@@ -119,3 +119,26 @@ def test_rules_decisions_have_reasons():
     _, log = run_planner("rules", g)
     assert any(d.action == "fused" for d in log)
     assert all(d.reason for d in log)
+
+
+def test_softmax_keeps_exp_on_chip_regional():
+    # exp(x - max) is needed by the sum pass and the write pass: computed once, kept in
+    # shared memory (GPU) / a row array (CPU), and the edge is marked regional
+    from workbench.codegen import lower_plan
+    g = load_json("sample_graphs/softmax.json")
+    plan, _ = run_planner("rules", g)
+    gr = plan.groups[0]
+    exp_out = next(g.node(n).outputs[0] for n in gr.nodes if g.node(n).op == "exp")
+    assert gr.schedule.row_cached == (exp_out,)
+    assert gr.scheme(exp_out) is StitchScheme.regional
+    k = lower_plan(plan)[0]
+    assert [s.value for s in k.scratch] == [exp_out]
+    assert k.shared_bytes >= 1024 * 4
+    from workbench.codegen import render_kernel
+    assert render_kernel(k, "c").count("expf(") == 1      # not recomputed
+
+
+def test_cheap_values_are_recomputed_not_cached():
+    g = load_json("sample_graphs/layernorm.json")
+    plan, _ = run_planner("rules", g)
+    assert plan.groups[0].schedule.row_cached == ()   # x - mean is one subtraction

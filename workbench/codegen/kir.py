@@ -31,6 +31,21 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class Scratch:
+    """On-chip storage for one value across a row (regional stitching): shared memory
+    on the GPU, a per-thread array on the CPU. Indexed by the column."""
+    name: str
+    value: str
+    dtype: DType          # compute type
+    numel: int
+
+
+@dataclass(frozen=True)
+class DeclareScratch:
+    scratch: Scratch
+
+
+@dataclass(frozen=True)
 class Let:
     var: str
     dtype: DType          # compute type
@@ -46,13 +61,13 @@ class Assign:
 @dataclass(frozen=True)
 class Load:
     var: str
-    buf: Buffer
+    buf: "Buffer | Scratch"
     offset: str
 
 
 @dataclass(frozen=True)
 class Store:
-    buf: Buffer
+    buf: "Buffer | Scratch"
     offset: str
     expr: str
 
@@ -89,7 +104,8 @@ class Loop:
     reduction: tuple[str, str] | None = None
 
 
-Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop]
+Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
+             DeclareScratch]
 
 
 @dataclass(frozen=True)
@@ -122,7 +138,7 @@ class Kernel:
     reductions: int = 0             # shared scratch arrays the block reductions need
     library: LibraryCall | None = None
     flops: int = 0
-    notes: tuple[str, ...] = field(default=())
+    scratch: tuple[Scratch, ...] = field(default=())
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:
@@ -143,4 +159,4 @@ class Kernel:
 
     @property
     def shared_bytes(self) -> int:
-        return self.reductions * 33 * 8
+        return self.reductions * 33 * 8 + sum(x.numel * x.dtype.itemsize for x in self.scratch)

@@ -21,8 +21,8 @@ from ..ir import DType, Graph
 from ..ops import COMBINERS, Kind, get_op
 from ..ops.layout import slice_params
 from .index import Index, add
-from .kir import (Assign, BlockReduce, Buffer, Comment, Kernel, Launch, LibraryCall, Let,
-                  Load, Loop, OncePerBlock, Store)
+from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Kernel, Launch,
+                  LibraryCall, Let, Load, Loop, OncePerBlock, Scratch, Store)
 
 FLAT_BLOCK = 256          # threads per block for flat loops
 MAX_GRID = 65535
@@ -88,6 +88,8 @@ class _Lowerer:
         self.reduce_var: dict[str, str] = {}
         self.row_scope: _Scope | None = None
         self.flops = 0
+        self.scratch: dict[str, Scratch] = {}     # row-cached value -> its on-chip array
+        self.cached_in: dict[str, _Scope] = {}    # row-cached value -> the pass storing it
 
     def _inline_constant(self, v: str) -> bool:
         return v in self.g.constants and self.g.value(v).numel == 1
@@ -114,11 +116,19 @@ class _Lowerer:
         if hit is not None:
             return hit
         node = self.producer.get(v)
-        if node is None:
+        home = self.cached_in.get(v)
+        if home is not None and home is not scope:
+            # regional stitching: an earlier pass over this row kept it on chip
+            var = self.fresh()
+            scope.stmts.append(Load(var, self.scratch[v], "col"))
+        elif node is None:
             var = self.fresh()
             scope.stmts.append(Load(var, self.buffers[v], idx.offset()))
         else:
             var = self._compute(scope, node, v, idx)
+            if v in self.scratch and home is None:
+                scope.stmts.append(Store(self.scratch[v], "col", var))
+                self.cached_in[v] = scope
         scope.memo[key] = var
         return var
 
@@ -215,7 +225,7 @@ class _Lowerer:
             body, launch, reductions = self._row_reduce()
         params = tuple(sorted(self.buffers.values(), key=lambda b: (b.is_output, b.name)))
         return Kernel(name, self.group.id, s.describe(), params, tuple(body), launch,
-                      reductions, None, self.flops)
+                      reductions, None, self.flops, tuple(self.scratch.values()))
 
     def _opaque(self, name: str) -> Kernel:
         node = self.g.node(self.group.nodes[0])
@@ -265,6 +275,9 @@ class _Lowerer:
         col_bind = "block" if block_map else "serial"
         row_scope = _Scope()
         self.row_scope = row_scope
+        for k, v in enumerate(s.row_cached):
+            self.scratch[v] = Scratch(f"wb_row{k}", v, g.value(v).dtype.compute, s.cols)
+            row_scope.stmts.append(DeclareScratch(self.scratch[v]))
         nodes = [g.node(n) for n in self.group.nodes]
         reduces = [n for n in nodes if get_op(n.op).kind is Kind.reduce]
         for slot, r in enumerate(reduces):

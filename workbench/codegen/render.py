@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 from ..ir import DType
-from .kir import (Assign, BlockReduce, Comment, Kernel, Let, Load, Loop, OncePerBlock,
-                  Store)
+from .kir import (Assign, BlockReduce, Comment, DeclareScratch, Kernel, Let, Load, Loop,
+                  OncePerBlock, Store)
 
 _COMPUTE_C = {DType.float32: "float", DType.int32: "int", DType.int64: "long long",
               DType.bool: "int"}
@@ -193,6 +193,12 @@ class CRenderer:
     def shared_decls(self, k: Kernel) -> list[str]:
         return []
 
+    def declare_scratch(self, s: DeclareScratch, depth: int) -> list[str]:
+        # one thread owns the row on the CPU: a private array in the row loop
+        x = s.scratch
+        return [self.indent_unit * depth + f"{_COMPUTE_C[x.dtype]} {x.name}[{x.numel}];"
+                f" /* {x.numel * x.dtype.itemsize} B: the row kept on chip */"]
+
     # -- shared by all targets -------------------------------------------------
     def stmts(self, body, depth: int) -> list[str]:
         pad = self.indent_unit * depth
@@ -214,6 +220,8 @@ class CRenderer:
                 out += self.once_per_block(s, depth)
             elif isinstance(s, Comment):
                 out.append(f"{pad}/* {s.text} */")
+            elif isinstance(s, DeclareScratch):
+                out += self.declare_scratch(s, depth)
             else:
                 raise TypeError(f"unknown statement {s!r}")
         return out
@@ -269,8 +277,15 @@ class CudaRenderer(CRenderer):
         return super().store(s)
 
     def shared_decls(self, k: Kernel) -> list[str]:
-        # scratch per block reduction: one partial per warp, plus the broadcast result
-        return [f"  __shared__ double wb_red{i}[33];" for i in range(k.reductions)]
+        # scratch per block reduction: one partial per warp, plus the broadcast result;
+        # row caches: each thread stores and reloads only its own columns, so they
+        # need no barrier of their own
+        return ([f"  __shared__ double wb_red{i}[33];" for i in range(k.reductions)]
+                + [f"  __shared__ {_COMPUTE_C[x.dtype]} {x.name}[{x.numel}];"
+                   for x in k.scratch])
+
+    def declare_scratch(self, s: DeclareScratch, depth: int) -> list[str]:
+        return []   # declared in shared memory at the top of the kernel
 
     def loop(self, s: Loop, depth: int) -> list[str]:
         pad = self.indent_unit * depth

@@ -44,19 +44,21 @@ class Group:
 
 def _schemes(g: Graph, nodes: tuple[str, ...], sched: Schedule):
     """Edges inside a group: a per-row result read by element-level code in a
-    block-per-row kernel crosses threads (regional); everything else stays in the
-    thread that made it (local)."""
+    block-per-row kernel crosses threads, and a value the schedule keeps on chip for
+    the row's later passes lives in shared memory (both regional); everything else
+    stays in the thread that made it (local)."""
     members = set(nodes)
     out = []
     for nid in nodes:
         for o in g.node(nid).outputs:
             if not any(c.id in members for c in g.consumers[o]):
                 continue
-            regional = (sched.kind == "row_reduce" and sched.mapping == "block"
-                        and o in sched.per_row
-                        and any(c.id in members and all(
-                            x not in sched.per_row for x in c.outputs)
-                            for c in g.consumers[o]))
+            crosses_threads = (sched.kind == "row_reduce" and sched.mapping == "block"
+                               and o in sched.per_row
+                               and any(c.id in members
+                                       and all(x not in sched.per_row for x in c.outputs)
+                                       for c in g.consumers[o]))
+            regional = o in sched.row_cached or crosses_threads
             out.append((o, StitchScheme.regional if regional else StitchScheme.local))
     return tuple(out)
 

@@ -31,6 +31,10 @@ from ..ops import Kind, get_op
 SHARED_MEMORY_LIMIT = 48 * 1024
 # Words of shared memory one block-wide reduction uses (one per warp + the result).
 _REDUCE_SMEM_WORDS = 33
+# Shared memory a row kernel may spend keeping expensive values of its row on chip.
+ROW_CACHE_BUDGET = 32 * 1024
+# An op this costly (flops per element, see OpDef.flops) is worth not recomputing.
+_EXPENSIVE_FLOPS = 4
 INDEX_LIMIT = 2**31 - 1   # kernels index with 32-bit ints
 
 
@@ -49,6 +53,9 @@ class Schedule:
     reduce_axes: tuple[int, ...] = ()
     mapping: str = ""                      # row_reduce: block | thread
     per_row: frozenset = frozenset()       # row_reduce: values constant along the row
+    # row_reduce: element values kept on chip for the row (regional stitching) instead
+    # of being recomputed by each later pass over the row, in topological order
+    row_cached: tuple[str, ...] = ()
 
     @property
     def rows(self) -> int:
@@ -61,8 +68,10 @@ class Schedule:
 
     def describe(self) -> str:
         if self.kind == "row_reduce":
+            cached = f", {len(self.row_cached)} cached on chip" if self.row_cached else ""
             return (f"row_reduce rows={self.rows} cols={self.cols} "
-                    f"{'block per row' if self.mapping == 'block' else 'thread per row'}")
+                    f"{'block per row' if self.mapping == 'block' else 'thread per row'}"
+                    f"{cached}")
         return self.kind
 
 
@@ -168,4 +177,38 @@ def _analyze_row_group(g, ns, kinds, reduces, io) -> Schedule:
                                 f"element nor one per row of {list(domain)}")
     # reduced axes innermost -> threads of a block walk a row contiguously
     mapping = "block" if (len(domain) - 1) in axes else "thread"
-    return Schedule("row_reduce", tuple(domain), axes, mapping, frozenset(per_row))
+    cached = _row_cache(g, ns, reduces, io, per_row, domain, axes) if mapping == "block" \
+        else ()
+    return Schedule("row_reduce", tuple(domain), axes, mapping, frozenset(per_row), cached)
+
+
+def _row_cache(g, ns, reduces, io, per_row, domain, axes) -> tuple[str, ...]:
+    """Element values worth keeping on chip: needed by two or more passes over the row
+    (the reductions' passes and the final write), full-domain, and costly to recompute
+    (an exp, erf, tanh... in what they are computed from). AStitch's regional scheme."""
+    made = {o: n for n in ns for o in n.outputs}
+
+    def cone(v, acc):
+        if v in per_row or v not in made or v in acc:
+            return acc
+        acc.add(v)
+        for i in made[v].inputs:
+            cone(i, acc)
+        return acc
+
+    passes = [cone(r.inputs[0], set()) for r in reduces]
+    final = set()
+    for o in io.outputs:
+        if o not in per_row:
+            cone(o, final)
+    passes.append(final)
+    order = [o for n in ns for o in n.outputs]
+    cols = int(np.prod([domain[a] for a in axes], dtype=np.int64))
+    chosen, budget = [], ROW_CACHE_BUDGET
+    for v in order:
+        uses = sum(v in p for p in passes)
+        costly = any(get_op(made[u].op).flops >= _EXPENSIVE_FLOPS for u in cone(v, set()))
+        if uses >= 2 and costly and g.value(v).shape == tuple(domain) and cols * 4 <= budget:
+            chosen.append(v)
+            budget -= cols * 4
+    return tuple(chosen)
