@@ -11,7 +11,6 @@ backend=BACKEND)``. ``BACKEND`` is the environment variable ``WB_ONNX_BACKEND``,
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import warnings
 
@@ -26,8 +25,7 @@ from workbench import onnx_backend  # noqa: E402
 from workbench.errors import GraphError, UnsupportedOpError  # noqa: E402
 from workbench.frontends import load_onnx  # noqa: E402
 
-BACKEND = os.environ.get("WB_ONNX_BACKEND") or (
-    "cpu" if importlib.util.find_spec("workbench.session") else "reference")
+BACKEND = os.environ.get("WB_ONNX_BACKEND") or "cpu"   # the compiled kernels, planner rules
 
 # (rtol, atol) per expected-output dtype; integers and booleans must match exactly
 TOLERANCE = {np.dtype(np.float32): (1e-3, 1e-5), np.dtype(np.float16): (1e-2, 1e-3)}

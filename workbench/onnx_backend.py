@@ -62,14 +62,7 @@ def _resolve_backend(device: str, backend: str) -> str:
 
 
 def _runner(graph: Graph, planner: str, backend: str) -> tuple[Runner, Any]:
-    try:
-        from .session import Session
-    except ImportError:  # the session is the usual path; NumPy suffices for the reference
-        if backend != "reference":
-            raise BackendUnavailable(f"backend {backend!r} needs workbench.session, which "
-                                     "is not available; use backend='reference'") from None
-        from .runtime.reference import run_reference
-        return (lambda feeds: run_reference(graph, feeds)), None
+    from .session import Session
     session = Session(graph, backend=backend)
     session.auto(planner)
     return session.run, session

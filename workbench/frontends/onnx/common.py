@@ -1,0 +1,172 @@
+"""What the ONNX importer and its op handlers share: constants, the dtype table and
+dtype checks, the ``_Unsupported`` signal, the builder, the per-node context handed
+to handlers, and the handler registry."""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from ...errors import GraphError
+from ...ir import GraphBuilder, Tensor
+from ...ir.dtypes import DType
+
+MIN_OPSET = 13
+
+# ONNX element type -> workbench dtype; anything else is refused with the value's name.
+_DTYPES = {TensorProto.FLOAT: DType.float32, TensorProto.FLOAT16: DType.float16,
+           TensorProto.INT32: DType.int32, TensorProto.INT64: DType.int64,
+           TensorProto.BOOL: DType.bool}
+
+# Never folded even with constant inputs: folding would freeze one random draw.
+_NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
+                     "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"}
+
+
+class _Unsupported(Exception):
+    """A handler cannot import this use of an op; the reason (None: the op type itself)
+    is collected into the one UnsupportedOpError the import raises."""
+
+    def __init__(self, reason: str | None):
+        super().__init__(reason)
+        self.reason = reason
+
+
+# ---------------------------------------------------------------------------------
+# dtype checks
+
+def _dtype_of_elem(elem: int, what: str) -> DType:
+    dt = _DTYPES.get(elem)
+    if dt is None:
+        name = TensorProto.DataType.Name(elem) if elem in TensorProto.DataType.values() \
+            else str(elem)
+        raise GraphError(f"{what} has element type {name}, which the workbench does not "
+                         f"support (supported: {', '.join(d.value for d in DType)}); "
+                         "convert the model to one of these")
+    return dt
+
+
+def _check_array_dtype(arr: np.ndarray, what: str) -> DType:
+    try:
+        return DType.of(arr.dtype)
+    except ValueError:
+        raise GraphError(f"{what} has dtype {arr.dtype}, which the workbench does not "
+                         f"support (supported: {', '.join(d.value for d in DType)}); "
+                         "convert the model to one of these") from None
+
+
+# ---------------------------------------------------------------------------------
+# the builder the importer uses
+
+class _Builder(GraphBuilder):
+    """A GraphBuilder whose invented names never take a name the model uses, and that
+    can give a freshly made value the model's name."""
+
+    def __init__(self, name: str, description: str, reserved: set[str]):
+        super().__init__(name, description)
+        self._reserved = reserved
+
+    def _fresh(self, prefix: str) -> str:
+        while True:
+            name = super()._fresh(prefix)
+            if name not in self._reserved:
+                return name
+
+    def rename_recent(self, old: str, new: str, since: int) -> Tensor:
+        """Rename a value made by nodes[since:] (only those can refer to it yet)."""
+        from ...ir import Node, Value
+        v = self._values.pop(old)
+        self._values[new] = Value(new, v.shape, v.dtype)
+        sub = lambda names: tuple(new if n == old else n for n in names)
+        for i in range(since, len(self._nodes)):
+            n = self._nodes[i]
+            if old in n.inputs or old in n.outputs:
+                self._nodes[i] = Node(n.id, n.op, sub(n.inputs), sub(n.outputs), n.attrs,
+                                      n.name, n.origin)
+        return Tensor(self, new)
+
+    def made_since(self, name: str, since: int) -> bool:
+        return any(name in n.outputs for n in self._nodes[since:])
+
+
+# ---------------------------------------------------------------------------------
+# per-node context handed to handlers
+
+class _Ctx:
+    """What a handler sees: the node, its attributes, its inputs as tensors or
+    constants, and the builder to emit primitives with."""
+
+    def __init__(self, node: onnx.NodeProto, display: str, scope: "_Scope"):
+        self.node, self.display, self.scope, self.b = node, display, scope, scope.b
+        self.attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        v = self.attrs.get(key, default)
+        return v.decode() if isinstance(v, bytes) else v
+
+    def has(self, i: int) -> bool:
+        return i < len(self.node.input) and self.node.input[i] != ""
+
+    @property
+    def n_in(self) -> int:
+        return len(self.node.input)
+
+    def x(self, i: int = 0) -> Tensor:
+        """Input i as a tensor (a constant is materialized)."""
+        return self.scope.tensor(self.node.input[i])
+
+    def xs(self) -> list[Tensor]:
+        return [self.x(i) for i in range(self.n_in) if self.has(i)]
+
+    def opt(self, i: int) -> Tensor | None:
+        return self.x(i) if self.has(i) else None
+
+    def const(self, i: int, what: str) -> np.ndarray:
+        """Input i as a NumPy array; it must be constant (after folding)."""
+        arr = self.scope.const(self.node.input[i])
+        if arr is None:
+            raise _Unsupported(f"non-constant {what} input (data-dependent shapes are "
+                               "not supported)")
+        return arr
+
+    def ints(self, i: int, what: str) -> list[int] | None:
+        """An optional constant int-list input, as Python ints; None when absent."""
+        return [int(v) for v in self.const(i, what).reshape(-1)] if self.has(i) else None
+
+    def shape(self, i: int) -> tuple[int, ...]:
+        return self.scope.shape(self.node.input[i])
+
+    def scalar(self, value: float, like: Tensor) -> Tensor:
+        return self.b.constant(np.asarray(value, dtype=like.dtype.np))
+
+
+class _Scope:
+    """Where a node's inputs come from (the import, or a scratch graph for folding)."""
+    b: GraphBuilder
+
+    def tensor(self, name: str) -> Tensor: ...
+    def const(self, name: str) -> np.ndarray | None: ...
+    def shape(self, name: str) -> tuple[int, ...]: ...
+    def dtype(self, name: str) -> DType: ...
+
+
+# ---------------------------------------------------------------------------------
+# handlers: ONNX op type -> function(ctx) -> list of results, one per ONNX output
+
+Handler = Callable[[_Ctx], list]
+_HANDLERS: dict[str, Handler] = {}
+
+
+def _handles(*op_types: str):
+    def deco(fn: Handler) -> Handler:
+        for t in op_types:
+            _HANDLERS[t] = fn
+        return fn
+    return deco
+
+
+def supported_op_types() -> list[str]:
+    """The ONNX op types the importer maps (others import only when they fold)."""
+    return sorted(_HANDLERS)

@@ -1,0 +1,388 @@
+"""The ONNX import itself: :func:`load_onnx` reads and checks the model, and
+``_Importer`` walks its nodes in order, folding those with constant inputs
+(``_fold``) and handing the others to the registered op handlers."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from ...errors import GraphError, UnsupportedOpError, WorkbenchError
+from ...ir import Graph, GraphBuilder, Tensor
+from ...ir.dtypes import DType
+from . import handlers  # noqa: F401  (importing it registers the op handlers)
+from .common import (
+    _DTYPES,
+    _HANDLERS,
+    _NONDETERMINISTIC,
+    MIN_OPSET,
+    _Builder,
+    _check_array_dtype,
+    _Ctx,
+    _dtype_of_elem,
+    _Scope,
+    _Unsupported,
+)
+
+
+# ---------------------------------------------------------------------------------
+# entry point
+
+def load_onnx(model: "str | Path | onnx.ModelProto",
+              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+    """Import an ONNX model as a verified workbench :class:`Graph`.
+
+    ``input_shapes`` maps input names to static shapes and overrides the model's
+    (needed when the model has dynamic dimensions such as a batch size).
+
+        >>> g = load_onnx("model.onnx", input_shapes={"x": [8, 128]})  # doctest: +SKIP
+    """
+    proto, label = _read_model(model)
+    opset = _default_opset(proto, label)
+    if proto.functions:  # model-local functions: inline them so their nodes import
+        proto = onnx.inliner.inline_local_functions(proto)
+    return _Importer(proto, label, opset, dict(input_shapes or {})).run()
+
+
+def _read_model(model) -> tuple[onnx.ModelProto, str]:
+    """Parse and check the model; one-line GraphError naming the file if it is bad."""
+    if isinstance(model, onnx.ModelProto):
+        label, proto = f"model {model.graph.name or '<unnamed>'!r}", model
+    else:
+        path = Path(model)
+        label = str(path)
+        if not path.is_file():
+            raise WorkbenchError(f"file not found: {path}; check the path")
+        try:
+            proto = onnx.load(str(path))
+        except Exception as e:  # protobuf raises DecodeError, RuntimeWarning...
+            raise GraphError(f"{label} is not a readable ONNX model ({_first_line(e)}); "
+                             "check the file is complete or re-export it") from None
+        if not proto.graph.node and not proto.graph.output:
+            raise GraphError(f"{label} holds no ONNX graph (empty or not an ONNX file); "
+                             "re-export the model")
+    try:
+        onnx.checker.check_model(proto)
+    except ValueError as e:
+        if "2GB" not in str(e):  # models over 2 GB cannot be checked in memory
+            raise GraphError(f"{label} fails the ONNX checker ({_first_line(e)}); "
+                             "re-export the model") from None
+    except onnx.checker.ValidationError as e:
+        raise GraphError(f"{label} fails the ONNX checker ({_first_line(e)}); "
+                         "re-export the model") from None
+    return proto, label
+
+
+def _first_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:200]
+
+
+def _default_opset(proto: onnx.ModelProto, label: str) -> int:
+    versions = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    opset = versions[0] if versions else 1
+    if opset < MIN_OPSET:
+        raise GraphError(f"{label} uses opset {opset}; the importer reads opset "
+                         f"{MIN_OPSET} and newer -- upgrade it with "
+                         f"onnx.version_converter.convert_version(model, {MIN_OPSET})")
+    return opset
+
+
+# ---------------------------------------------------------------------------------
+# the import itself
+
+class _Importer(_Scope):
+    """Walks the ONNX graph once, node by node, in its (topological) order."""
+
+    def __init__(self, proto: onnx.ModelProto, label: str, opset: int,
+                 input_shapes: dict[str, Sequence[int]]):
+        self.proto, self.label, self.opset = proto, label, opset
+        self.g = proto.graph
+        self.input_shapes = input_shapes
+        reserved = {v for n in self.g.node for v in list(n.input) + list(n.output)}
+        reserved |= {v.name for v in self.g.input} | {t.name for t in self.g.initializer}
+        self.onnx_names = reserved
+        self.b = _Builder(self.g.name or "onnx_model", self._description(), reserved)
+        self.env: dict[str, Tensor | np.ndarray] = {}
+        self.materialized: dict[str, Tensor] = {}
+        self.poisoned: set[str] = set()
+        self.unsupported: dict[str, list[str]] = {}
+        self.expected: dict[str, tuple[tuple[int, ...], DType]] = {}
+        self._start = 0  # index of the first builder node the current ONNX node made
+
+    def _description(self) -> str:
+        return (self.g.doc_string or self.proto.doc_string or
+                f"imported from {self.label}").strip().splitlines()[0][:200]
+
+    # -- scope ----------------------------------------------------------------------
+    def tensor(self, name: str) -> Tensor:
+        v = self.env[name]
+        if isinstance(v, Tensor):
+            return v
+        t = self.materialized.get(name)
+        if t is None:
+            _check_array_dtype(v, f"constant {name!r}")
+            t = self.materialized[name] = self.b.constant(v, name=name)
+        return t
+
+    def const(self, name: str) -> np.ndarray | None:
+        v = self.env[name]
+        return v if isinstance(v, np.ndarray) else None
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        v = self.env[name]
+        return tuple(v.shape)
+
+    def dtype(self, name: str) -> DType:
+        v = self.env[name]
+        return v.dtype if isinstance(v, Tensor) else _check_array_dtype(v, repr(name))
+
+    # -- steps ----------------------------------------------------------------------
+    def run(self) -> Graph:
+        self._leaves()
+        self._expectations()
+        for i, node in enumerate(self.g.node):
+            self._node(node, node.name or f"{node.op_type}_{i}")
+        if self.unsupported:
+            raise UnsupportedOpError(self.unsupported)
+        self._outputs()
+        try:
+            return self.b.build()
+        except GraphError as e:
+            raise GraphError(f"{self.label}: {e}") from None
+
+    def _leaves(self) -> None:
+        """Initializers become constants; the other graph inputs need static shapes."""
+        inits = {t.name: t for t in self.g.initializer}
+        for name, t in inits.items():
+            self.env[name] = numpy_helper.to_array(t)
+        inputs = [v for v in self.g.input if v.name not in inits]
+        unknown = sorted(set(self.input_shapes) - {v.name for v in inputs})
+        if unknown:
+            raise GraphError(f"input_shapes names {unknown}, which are not inputs of "
+                             f"{self.label}; its inputs are {[v.name for v in inputs]}")
+        dynamic = []
+        shapes = {}
+        for v in inputs:
+            shapes[v.name], dyn = self._input_shape(v)
+            dynamic += dyn
+        if dynamic:
+            raise GraphError(f"{self.label} has dynamic input dimensions: "
+                             f"{'; '.join(dynamic)} -- pass static shapes with "
+                             "load_onnx(..., input_shapes={'NAME': [d0, d1, ...]})")
+        for v in inputs:
+            dt = _dtype_of_elem(v.type.tensor_type.elem_type, f"input {v.name!r}")
+            self.env[v.name] = self.b.input(v.name, shapes[v.name], dt)
+
+    def _input_shape(self, v: onnx.ValueInfoProto) -> tuple[list[int], list[str]]:
+        """The static shape of one input and, if any, its dynamic dims described."""
+        if not v.type.HasField("tensor_type"):
+            raise GraphError(f"input {v.name!r} of {self.label} is not a tensor "
+                             f"({v.type.WhichOneof('value')}); only tensors are supported")
+        tt = v.type.tensor_type
+        override = self.input_shapes.get(v.name)
+        if not tt.HasField("shape"):
+            if override is None:
+                return [], [f"input {v.name!r} has unknown rank"]
+            return [int(d) for d in override], []
+        dims = list(tt.shape.dim)
+        if override is not None:
+            override = [int(d) for d in override]
+            fixed = [(i, d.dim_value) for i, d in enumerate(dims) if d.HasField("dim_value")]
+            if len(override) != len(dims) or any(override[i] != d for i, d in fixed):
+                raise GraphError(f"input_shapes[{v.name!r}] = {override} does not fit the "
+                                 f"model's shape {_dims_text(dims)}")
+            return override, []
+        dyn = [f"input {v.name!r} dim {i} ({d.dim_param or '?'})"
+               for i, d in enumerate(dims) if not d.HasField("dim_value")]
+        return [d.dim_value for d in dims], dyn
+
+    def _expectations(self) -> None:
+        """ONNX's own inferred static types, to check each imported node against."""
+        model = onnx.ModelProto()
+        model.CopyFrom(self.proto)
+        for v in model.graph.input:  # give inference the shapes we use
+            t = self.env.get(v.name)
+            if isinstance(t, Tensor):
+                v.type.tensor_type.ClearField("shape")
+                v.type.tensor_type.shape.SetInParent()
+                for d in t.shape:
+                    v.type.tensor_type.shape.dim.add().dim_value = d
+        try:
+            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False,
+                                                         data_prop=True)
+        except Exception:  # inference is a cross-check only; its absence is no error
+            return
+        for v in list(inferred.graph.value_info) + list(inferred.graph.output):
+            tt = v.type.tensor_type if v.type.HasField("tensor_type") else None
+            if tt is None or not tt.HasField("shape") or tt.elem_type not in _DTYPES:
+                continue
+            if all(d.HasField("dim_value") for d in tt.shape.dim):
+                self.expected[v.name] = (tuple(d.dim_value for d in tt.shape.dim),
+                                         _DTYPES[tt.elem_type])
+
+    def _node(self, node: onnx.NodeProto, display: str) -> None:
+        outs = [o for o in node.output if o]
+        if any(i in self.poisoned for i in node.input if i):
+            if node.op_type not in _HANDLERS:
+                self._refuse(node, display, None)
+            self.poisoned.update(outs)
+            return
+        try:
+            results = self._results(node, display)
+        except _Unsupported as e:
+            self._refuse(node, display, e.reason)
+            self.poisoned.update(outs)
+            return
+        except GraphError as e:
+            if self.unsupported:  # the more basic problem: report that first
+                raise UnsupportedOpError(self.unsupported) from e
+            raise GraphError(f"ONNX node {display!r} ({node.op_type}): {e}") from None
+        for name, r in zip(node.output, results):
+            if name and r is not None:
+                self._bind(name, r, node, display)
+        for name in node.output[len(results):]:
+            if name:  # an optional output the workbench cannot produce
+                self._refuse(node, display, f"output {len(results)}+ is not supported")
+                self.poisoned.add(name)
+
+    def _refuse(self, node: onnx.NodeProto, display: str, reason: str | None) -> None:
+        key = node.op_type if node.domain in ("", "ai.onnx") else \
+            f"{node.domain}.{node.op_type}"
+        if reason:
+            key = f"{key} [{reason}]"
+        self.unsupported.setdefault(key, []).append(display)
+
+    def _results(self, node: onnx.NodeProto, display: str) -> list:
+        """The node's outputs: folded to constants when its inputs are all constant."""
+        self._start = len(self.b._nodes)
+        if node.domain not in ("", "ai.onnx"):
+            raise _Unsupported(None)
+        handler = _HANDLERS.get(node.op_type)
+        ins = [i for i in node.input if i]
+        foldable = node.op_type not in _NONDETERMINISTIC and not _has_subgraph(node)
+        if foldable and all(self.const(i) is not None for i in ins):
+            return _fold(node, display, handler, {i: self.env[i] for i in ins}, self.opset)
+        if handler is None:
+            raise _Unsupported(None)
+        with self.b.composite(node.op_type, display):
+            return handler(_Ctx(node, display, self))
+
+    def _bind(self, name: str, r, node: onnx.NodeProto, display: str) -> None:
+        """Record an ONNX value; a value this node made takes the ONNX name."""
+        if isinstance(r, Tensor) and r.name not in self.onnx_names \
+                and self.b.made_since(r.name, self._start):
+            r = self.b.rename_recent(r.name, name, self._start)
+        self._check_expected(name, r, node, display)
+        self.env[name] = r
+
+    def _check_expected(self, name: str, r, node: onnx.NodeProto, display: str) -> None:
+        """Fail loudly where ONNX's shape inference disagrees with the import."""
+        exp = self.expected.get(name)
+        if exp is None:
+            return
+        if isinstance(r, Tensor):
+            got = (tuple(r.shape), r.dtype)
+        else:
+            try:
+                got = (tuple(r.shape), DType.of(r.dtype))
+            except ValueError:
+                return  # an unsupported dtype is reported if the value is ever used
+        if got != exp:
+            raise GraphError(
+                f"ONNX node {display!r} ({node.op_type}) output {name!r} imports as "
+                f"{got[1].value}{list(got[0])} but ONNX infers {exp[1].value}{list(exp[0])}; "
+                "this is an importer bug -- please report it with the model")
+
+    def _outputs(self) -> None:
+        """Mark the graph outputs under their ONNX names (copying where a value is an
+        input, another output, or already named otherwise)."""
+        done: set[str] = set()
+        for v in self.g.output:
+            if v.name not in self.env:
+                raise GraphError(f"{self.label}: graph output {v.name!r} is never computed")
+            t = self.tensor(v.name)
+            if t.name != v.name or t.name in done:
+                with self.b.composite("Identity", v.name):
+                    t = self.b.reshape(t, shape=list(t.shape), name=v.name)
+            self.b.output(t)
+            done.add(v.name)
+
+
+def _dims_text(dims) -> str:
+    return "[" + ", ".join(str(d.dim_value) if d.HasField("dim_value") else
+                           repr(d.dim_param or "?") for d in dims) + "]"
+
+
+def _has_subgraph(node: onnx.NodeProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for a in node.attribute)
+
+
+# ---------------------------------------------------------------------------------
+# constant folding
+
+class _Scratch(_Scope):
+    """A throwaway graph holding one node whose inputs are all known, for folding."""
+
+    def __init__(self, arrays: dict[str, np.ndarray]):
+        self.arrays = arrays
+        self.b = GraphBuilder("fold")
+        self.feeds: dict[str, np.ndarray] = {}
+        self.tensors: dict[str, Tensor] = {}
+
+    def tensor(self, name: str) -> Tensor:
+        if name not in self.tensors:
+            arr = self.arrays[name]
+            dt = _check_array_dtype(arr, f"constant {name!r}")
+            self.tensors[name] = self.b.input(name, arr.shape, dt)
+            self.feeds[name] = arr
+        return self.tensors[name]
+
+    def const(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.arrays[name].shape)
+
+    def dtype(self, name: str) -> DType:
+        return _check_array_dtype(self.arrays[name], repr(name))
+
+
+def _fold(node, display, handler, arrays, opset) -> list:
+    """Evaluate a node on constant inputs: by the workbench's own definitions where it
+    has them (so folding agrees with what the graph would compute), else by ONNX's."""
+    if handler is not None:
+        try:
+            return _fold_with_workbench(node, display, handler, arrays)
+        except (WorkbenchError, _Unsupported):
+            pass  # e.g. a float64 step in a shape computation: ONNX's evaluator takes it
+    return _fold_with_onnx(node, arrays, opset)
+
+
+def _fold_with_workbench(node, display, handler, arrays) -> list:
+    from ...ops import get_op
+    scope = _Scratch(arrays)
+    results = handler(_Ctx(node, display, scope))
+    env = dict(scope.feeds)
+    g = scope.b
+    for n in g._nodes:  # the nodes just made, evaluated with each op's reference
+        vals = get_op(n.op).reference([env[i] for i in n.inputs], n.attr_map)
+        for o, a in zip(n.outputs, vals):
+            v = g._values[o]
+            # (np.array, not ascontiguousarray, which turns 0-d results 1-d)
+            env[o] = np.array(np.broadcast_to(np.asarray(a), v.shape), dtype=v.dtype.np)
+    return [env[r.name] if isinstance(r, Tensor) else r for r in results]
+
+
+def _fold_with_onnx(node, arrays, opset) -> list:
+    from onnx.reference import ReferenceEvaluator
+    try:
+        ev = ReferenceEvaluator(node, opsets={"": opset})
+        outs = ev.run(None, arrays)
+    except Exception as e:  # the evaluator lacks the op, or the op needs something else
+        raise _Unsupported(None) from e
+    return [None if o is None else np.asarray(o) for o in outs]
