@@ -15,7 +15,14 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 [ -x .venv/bin/python ] || python3 -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+log=.venv/setup.log
 spec="."; [ -n "$extras" ] && spec=".[${extras}]"
-.venv/bin/python -m pip install -q -e "$spec" 2>&1 | grep -v "^WARNING: Location" || true
+echo "installing fusion-workbench${extras:+ with extras [$extras]} into .venv (log: $log)" >&2
+# pip's and setuptools' chatter goes to the log; it is shown only if the install fails
+if ! { .venv/bin/python -m pip install --upgrade pip && \
+       .venv/bin/python -m pip install -e "$spec"; } > "$log" 2>&1; then
+  tail -40 "$log" >&2
+  echo "error: installing fusion-workbench failed; the full log is in $log" >&2
+  exit 1
+fi
 .venv/bin/python -c "import workbench" # fails loudly if the install did not work

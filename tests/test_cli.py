@@ -17,7 +17,7 @@ def test_optimize_prints_one_row_per_step(tmp_path):
     r = run("optimize", "sample_graphs/layernorm.json", "--backend", "cpu", "--repeats", "3",
             "--json", str(out))
     assert r.returncode == 0, r.stderr
-    lines = [l for l in r.stdout.splitlines() if l.startswith("layernorm")]
+    lines = [l for l in r.stdout.splitlines() if l.startswith("layernorm.json ")]
     assert len(lines) == 2 and " none " in lines[0] and " rules " in lines[1]
     rows = json.loads(out.read_text())
     assert [row["kernels"] for row in rows] == [9, 1]

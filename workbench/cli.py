@@ -48,8 +48,9 @@ def cmd_optimize(args) -> int:
         t = s.table(repeats=args.repeats, warmup=args.warmup)
         device = s.measure().device
         for r in t.to_dict("records"):
-            rows.append({"graph": s.graph.name, "device": device, "backend": s.backend.name,
-                         **r})
+            # the file's name: a JSON and an ONNX graph may share a graph name
+            rows.append({"graph": Path(path).name, "device": device,
+                         "backend": s.backend.name, **r})
         if not args.quiet:
             for d in s.step.decisions:
                 if args.verbose:
