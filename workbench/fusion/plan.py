@@ -12,6 +12,7 @@ Example::
 from __future__ import annotations
 
 import enum
+import heapq
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable
@@ -133,64 +134,69 @@ class Plan:
 
     def _replace(self, drop: set[str], add: list[Group], planner: str) -> "Plan":
         keep = [gr for gr in self.groups if gr.id not in drop] + add
-        return Plan(self.graph, _toposort_groups(self.graph, keep), planner)
+        return Plan(self.graph, toposort_groups(self.graph, keep), planner)
 
     def _check_acyclic(self, nodes: set[str]) -> None:
-        """Refuse when merging would make kernels depend on each other in a cycle.
-
-        Kernels run as units, so the check walks the group graph: from the groups the
-        selection feeds, follow consumers; reaching the selection again means some
-        outside kernel both reads from it and feeds it.
-        """
-        g, owner = self.graph, self.group_of
-
-        def successors(node_ids):
-            return {owner[c.id].id for n in node_ids for o in g.node(n).outputs
-                    for c in g.consumers[o]}
-
-        merged = {owner[n].id for n in nodes}
-        by_id = {gr.id: gr for gr in self.groups}
-        start = successors(nodes) - merged
-        via = {s: s for s in start}
-        stack = list(start)
-        while stack:
-            cur = stack.pop()
-            for nxt in successors(by_id[cur].nodes):
-                if nxt in merged:
-                    first = by_id[via[cur]]
-                    raise FusionRefused(
-                        f"would create a cycle through {first.nodes[0]}"
-                        + (f" (kernel {first.id})" if len(first.nodes) > 1 else "")
-                        + ": it reads from the selection and feeds back into it")
-                if nxt not in via:
-                    via[nxt] = via[cur]
-                    stack.append(nxt)
+        check_acyclic(self.graph, {gr.id: gr for gr in self.groups}, self.group_of, nodes)
 
 
-def _toposort_groups(g: Graph, groups: list[Group]) -> tuple[Group, ...]:
-    """Order groups so every group runs after the groups it reads from."""
+def check_acyclic(g: Graph, groups: dict[str, Group], owner: dict[str, Group],
+                  nodes: set[str]) -> None:
+    """Refuse when merging ``nodes``' groups would make kernels depend on each other in
+    a cycle.
+
+    Kernels run as units, so the check walks the group graph: from the groups the
+    selection feeds, follow consumers; reaching the selection again means some outside
+    kernel both reads from it and feeds it.
+    """
+    def successors(node_ids):
+        return {owner[c.id].id for n in node_ids for o in g.node(n).outputs
+                for c in g.consumers[o]}
+
+    merged = {owner[n].id for n in nodes}
+    start = successors(nodes) - merged
+    via = {s: s for s in start}
+    stack = list(start)
+    while stack:
+        cur = stack.pop()
+        for nxt in successors(groups[cur].nodes):
+            if nxt in merged:
+                first = groups[via[cur]]
+                raise FusionRefused(
+                    f"would create a cycle through {first.nodes[0]}"
+                    + (f" (kernel {first.id})" if len(first.nodes) > 1 else "")
+                    + ": it reads from the selection and feeds back into it")
+            if nxt not in via:
+                via[nxt] = via[cur]
+                stack.append(nxt)
+
+
+def toposort_groups(g: Graph, groups: list[Group]) -> tuple[Group, ...]:
+    """Order groups so every group runs after the groups it reads from (Kahn's
+    algorithm; among ready groups the one with the earliest node goes first, so the
+    order is deterministic and close to the graph's)."""
     owner = {n: gr.id for gr in groups for n in gr.nodes}
     by_id = {gr.id: gr for gr in groups}
-    deps = {gr.id: set() for gr in groups}
+    succ: dict[str, set[str]] = {gr.id: set() for gr in groups}
+    indeg = dict.fromkeys(by_id, 0)
     for gr in groups:
         for n in gr.nodes:
             for i in g.node(n).inputs:
                 p = g.producer.get(i)
-                if p is not None and owner[p.id] != gr.id:
-                    deps[gr.id].add(owner[p.id])
-    order, ready = [], sorted((k for k, d in deps.items() if not d),
-                              key=lambda k: int(k[1:]))
-    remaining = {k: set(d) for k, d in deps.items()}
+                if p is not None and owner[p.id] != gr.id and gr.id not in succ[owner[p.id]]:
+                    succ[owner[p.id]].add(gr.id)
+                    indeg[gr.id] += 1
+    key = lambda k: int(k[1:])
+    ready = [(key(k), k) for k, d in indeg.items() if d == 0]
+    heapq.heapify(ready)
+    order = []
     while ready:
-        k = ready.pop(0)
+        _, k = heapq.heappop(ready)
         order.append(by_id[k])
-        for other, d in remaining.items():
-            if k in d:
-                d.discard(k)
-                if not d and other not in [o.id for o in order] and other not in ready:
-                    ready.append(other)
-                    ready.sort(key=lambda x: int(x[1:]))
+        for nxt in succ[k]:
+            indeg[nxt] -= 1
+            if indeg[nxt] == 0:
+                heapq.heappush(ready, (key(nxt), nxt))
     if len(order) != len(groups):
         raise FusionRefused("the plan's kernels depend on each other in a cycle")
     return tuple(order)
-

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from ..errors import FusionRefused, WorkbenchError
 from ..ir import Graph
 from ..ops import Kind, get_op
-from .plan import Plan
+from .plan import Plan, check_acyclic, make_group, toposort_groups
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,11 @@ def plan_none(g: Graph) -> tuple[Plan, list[Decision]]:
 
 
 def plan_rules(g: Graph) -> tuple[Plan, list[Decision]]:
-    plan = Plan.singletons(g)
+    # Works on a table of groups and orders them once at the end: sorting after every
+    # merge made planning quadratic in the number of kernels.
+    start = Plan.singletons(g)
+    groups = {gr.id: gr for gr in start.groups}
+    owner = dict(start.group_of)
     log: list[Decision] = []
     for node in g.nodes:
         if get_op(node.op).kind is Kind.opaque:
@@ -43,16 +47,22 @@ def plan_rules(g: Graph) -> tuple[Plan, list[Decision]]:
             prod = g.producer.get(i)
             if prod is None or get_op(prod.op).kind is Kind.opaque:
                 continue
-            mine, theirs = plan.group_of[node.id], plan.group_of[prod.id]
+            mine, theirs = owner[node.id], owner[prod.id]
             if mine.id == theirs.id:
                 continue
+            nodes = set(mine.nodes) | set(theirs.nodes)
             try:
-                plan = plan.fuse([mine.id, theirs.id], planner="rules")
-                log.append(Decision("fused", (prod.id, node.id),
-                                    f"{prod.op} into {node.op}: {i} stays on chip"))
+                check_acyclic(g, groups, owner, nodes)
+                new = make_group(g, nodes)       # refuses when no schedule fits
             except FusionRefused as e:
                 log.append(Decision("not fused", (prod.id, node.id), str(e)))
-    return Plan(g, plan.groups, "rules"), log
+                continue
+            del groups[mine.id], groups[theirs.id]
+            groups[new.id] = new
+            owner.update(dict.fromkeys(new.nodes, new))
+            log.append(Decision("fused", (prod.id, node.id),
+                                f"{prod.op} into {node.op}: {i} stays on chip"))
+    return Plan(g, toposort_groups(g, list(groups.values())), "rules"), log
 
 
 PLANNERS = {"none": plan_none, "rules": plan_rules}

@@ -19,6 +19,7 @@ Analysis lives in fusion (not codegen) because legality needs it; codegen lowers
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -140,7 +141,7 @@ def _analyze_row_group(g, ns, kinds, reduces, io) -> Schedule:
     if smem > SHARED_MEMORY_LIMIT:
         raise FusionRefused(f"shared memory {smem // 1024} KB > "
                             f"{SHARED_MEMORY_LIMIT // 1024} KB limit")
-    rows = int(np.prod([d for i, d in enumerate(domain) if i not in axes], dtype=np.int64))
+    rows = math.prod(d for i, d in enumerate(domain) if i not in axes)
     per_row = set()
     for n in ns:
         k = kinds[n.id]
@@ -185,30 +186,41 @@ def _analyze_row_group(g, ns, kinds, reduces, io) -> Schedule:
 def _row_cache(g, ns, reduces, io, per_row, domain, axes) -> tuple[str, ...]:
     """Element values worth keeping on chip: needed by two or more passes over the row
     (the reductions' passes and the final write), full-domain, and costly to recompute
-    (an exp, erf, tanh... in what they are computed from). AStitch's regional scheme."""
+    (an exp, erf, tanh... in what they are computed from). AStitch's regional scheme.
+
+    Linear in the group: costliness flows forward through the element values, and the
+    set of passes needing each value (a bit mask) flows backward from the passes' roots.
+    """
     made = {o: n for n in ns for o in n.outputs}
-
-    def cone(v, acc):
-        if v in per_row or v not in made or v in acc:
-            return acc
-        acc.add(v)
-        for i in made[v].inputs:
-            cone(i, acc)
-        return acc
-
-    passes = [cone(r.inputs[0], set()) for r in reduces]
-    final = set()
+    element = {o for o in made if o not in per_row}
+    costly: dict[str, bool] = {}
+    for n in ns:
+        here = get_op(n.op).flops >= _EXPENSIVE_FLOPS or any(
+            costly.get(i, False) for i in n.inputs if i in element)
+        for o in n.outputs:
+            costly[o] = here
+    need: dict[str, int] = dict.fromkeys(element, 0)
+    final = 1 << len(reduces)
+    for j, r in enumerate(reduces):
+        if r.inputs[0] in element:
+            need[r.inputs[0]] |= 1 << j
     for o in io.outputs:
-        if o not in per_row:
-            cone(o, final)
-    passes.append(final)
-    order = [o for n in ns for o in n.outputs]
-    cols = int(np.prod([domain[a] for a in axes], dtype=np.int64))
+        if o in element:
+            need[o] |= final
+    for n in reversed(ns):
+        mask = 0
+        for o in n.outputs:
+            mask |= need.get(o, 0)
+        if mask and any(o in element for o in n.outputs):
+            for i in n.inputs:
+                if i in element:
+                    need[i] |= mask
+    cols = math.prod(domain[a] for a in axes)
     chosen, budget = [], ROW_CACHE_BUDGET
-    for v in order:
-        uses = sum(v in p for p in passes)
-        costly = any(get_op(made[u].op).flops >= _EXPENSIVE_FLOPS for u in cone(v, set()))
-        if uses >= 2 and costly and g.value(v).shape == tuple(domain) and cols * 4 <= budget:
-            chosen.append(v)
-            budget -= cols * 4
+    for n in ns:
+        for v in n.outputs:
+            if (v in element and bin(need[v]).count("1") >= 2 and costly[v]
+                    and g.value(v).shape == tuple(domain) and cols * 4 <= budget):
+                chosen.append(v)
+                budget -= cols * 4
     return tuple(chosen)

@@ -15,6 +15,7 @@ Example::
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Iterable, Mapping
@@ -47,7 +48,7 @@ class Value:
 
     @property
     def numel(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        return math.prod(self.shape)   # (np.prod is ~20x slower on small tuples)
 
     @property
     def nbytes(self) -> int:
