@@ -892,3 +892,15 @@ def test_fusion_patterns(check_graph, name):
 
 def test_fusion_patterns_have_expected_counts():
     assert sorted(RULES_KERNELS) == sorted(FUSION_PATTERNS)
+
+
+def test_matmul_of_a_value_with_itself_counts_it_once(check_graph):
+    from workbench.codegen import lower_plan
+    from workbench.fusion import Plan
+    b = GraphBuilder("xx")
+    x = b.input("x", (8, 8))
+    b.output(b.matmul(x, x), "y")
+    g = b.build()
+    k = lower_plan(Plan.singletons(g))[0]
+    assert k.bytes_read == 8 * 8 * 4 and len(k.library.inputs) == 2
+    check_graph(g, "none", seed=5)

@@ -76,7 +76,7 @@ class _Lowerer:
         self.members = set(group.nodes)
         self.producer = {o: g.node(n) for n in group.nodes for o in g.node(n).outputs}
         self.buffers: dict[str, Buffer] = {}
-        for k, v in enumerate(self.io.inputs):
+        for v in self.io.inputs:
             if not self._inline_constant(v):
                 val = g.value(v)
                 self.buffers[v] = Buffer(f"in{len(self.buffers)}", v, val.dtype, val.numel,
@@ -92,7 +92,9 @@ class _Lowerer:
         self.cached_in: dict[str, _Scope] = {}    # row-cached value -> the pass storing it
 
     def _inline_constant(self, v: str) -> bool:
-        return v in self.g.constants and self.g.value(v).numel == 1
+        # a library call takes every input as an array; generated code inlines scalars
+        return (self.sched.kind != "opaque" and v in self.g.constants
+                and self.g.value(v).numel == 1)
 
     def fresh(self) -> str:
         self.counter += 1
@@ -229,19 +231,14 @@ class _Lowerer:
 
     def _opaque(self, name: str) -> Kernel:
         node = self.g.node(self.group.nodes[0])
-        ins = tuple(self.buffers[i] for i in node.inputs if i in self.buffers)
-        if len(ins) != len(node.inputs):
-            # a scalar constant input of a library op still travels as a buffer
-            ins = tuple(self.buffers.get(i) or Buffer(f"in{k}", i, self.g.value(i).dtype, 1,
-                                                      False)
-                        for k, i in enumerate(node.inputs))
-        outs = tuple(self.buffers[o] for o in node.outputs)
-        call = LibraryCall(node.op, node.attrs, ins, outs)
+        # positional for the call (matmul(x, x) names x twice); params hold each once
+        call = LibraryCall(node.op, node.attrs, tuple(self.buffers[i] for i in node.inputs),
+                           tuple(self.buffers[o] for o in node.outputs))
         out = self.g.value(node.outputs[0])
         flops = 2 * out.numel * (self.g.value(node.inputs[0]).shape[-1]
                                  if node.op == "matmul" else 1)
-        return Kernel(name, self.group.id, "opaque", ins + outs, (), Launch(1, 1), 0, call,
-                      flops)
+        params = tuple(sorted(self.buffers.values(), key=lambda b: (b.is_output, b.name)))
+        return Kernel(name, self.group.id, "opaque", params, (), Launch(1, 1), 0, call, flops)
 
     def _elementwise(self):
         # One flat loop per distinct output shape ("independent" packing when >1).
