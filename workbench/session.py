@@ -135,7 +135,10 @@ class Session:
 
     def measure(self, plan: Plan | None = None, warmup: int = 2,
                 repeats: int = 10) -> StepMeasurement:
-        """Run, check against the reference and time a plan (the current by default)."""
+        """Run, check against the reference and time a plan (the current by default).
+
+        Cached per plan: undoing back to a measured step costs nothing, and the first
+        call's warmup/repeats are the ones that count for that plan."""
         plan = plan or self.plan
         if plan not in self._measurements:
             self._measurements[plan] = measure_program(self.program(plan), self.inputs,
