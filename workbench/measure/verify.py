@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Graph
-from ..ops import Kind, get_op
+from ..ops import Kind, evaluate_node, get_op
 from .compare import max_rel_error, tolerance
 
 
@@ -42,10 +42,8 @@ def _reference_env(g: Graph, nodes, env) -> dict:
     for nid in nodes:
         n = g.node(nid)
         args = [local[i] if i in local else _up(np.asarray(env[i])) for i in n.inputs]
-        for name, arr in zip(n.outputs, get_op(n.op).reference(args, n.attr_map)):
-            dt = g.value(name).dtype
-            local[name] = np.asarray(arr, dtype=np.float32 if dt.value == "float16"
-                                     else dt.np).reshape(g.value(name).shape)
+        local.update(zip(n.outputs, evaluate_node(n, args, [g.value(o) for o in n.outputs],
+                                                  half_as_float=True)))
     return local
 
 

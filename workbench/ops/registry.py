@@ -80,6 +80,26 @@ def all_ops() -> dict[str, OpDef]:
     return dict(_REGISTRY)
 
 
+def evaluate_node(node, args: Sequence[np.ndarray], outs: Sequence,
+                  half_as_float: bool = False) -> list[np.ndarray]:
+    """A node's outputs by its op's NumPy reference, each a C-contiguous array of the
+    declared Value's shape and dtype (float16 kept in float32 with half_as_float).
+
+    References may return scalars or broadcast views; those are coerced here, once,
+    for every caller (the reference runtime, per-kernel checks, constant folding).
+    """
+    res = []
+    for v, arr in zip(outs, get_op(node.op).reference(args, node.attr_map)):
+        dt = np.float32 if half_as_float and v.dtype is DType.float16 else v.dtype.np
+        a = np.asarray(arr)
+        if a.shape != v.shape:
+            a = a.reshape(v.shape) if a.size == v.numel else np.broadcast_to(a, v.shape)
+        a = np.asarray(a, dtype=dt)
+        # (ascontiguousarray would turn 0-d results into 1-d)
+        res.append(a if a.flags.c_contiguous and a.flags.writeable else a.copy(order="C"))
+    return res
+
+
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     try:
         return tuple(int(d) for d in np.broadcast_shapes(*shapes))

@@ -14,7 +14,7 @@ import numpy as np
 from ..codegen import lower_plan
 from ..fusion import Plan
 from ..ir import DType
-from ..ops import get_op
+from ..ops import evaluate_node, get_op
 from ..ops.opaque import conv2d_reference
 from .reference import check_inputs
 
@@ -71,9 +71,8 @@ class Program:
         if self.backend.name == "reference":
             for nid in self.plan.group(k.group).nodes:
                 n = self.graph.node(nid)
-                outs = get_op(n.op).reference([env[i] for i in n.inputs], n.attr_map)
-                for name, arr in zip(n.outputs, outs):
-                    env[name] = np.asarray(arr, dtype=self.graph.value(name).dtype.np)
+                env.update(zip(n.outputs, evaluate_node(
+                    n, [env[i] for i in n.inputs], [self.graph.value(o) for o in n.outputs])))
         elif k.library is not None:
             call = k.library
             outs = _library(xp, call.op, [env[b.value] for b in call.inputs], dict(call.attrs))

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..errors import GraphError
 from ..ir import Graph
-from ..ops import get_op
+from ..ops import evaluate_node
 
 
 def check_inputs(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -36,16 +36,8 @@ def run_reference(g: Graph, inputs: Mapping[str, np.ndarray],
     env: dict[str, np.ndarray] = dict(g.constants)
     env.update(check_inputs(g, inputs))
     for n in g.nodes:
-        op = get_op(n.op)
-        outs = op.reference([env[i] for i in n.inputs], n.attr_map)
-        for name, arr in zip(n.outputs, outs):
-            v = g.value(name)
-            arr = np.asarray(arr)
-            if arr.shape != v.shape:  # references may return broadcast views or scalars
-                arr = np.broadcast_to(arr, v.shape)
-            arr = np.asarray(arr, dtype=v.dtype.np)
-            # (ascontiguousarray would turn 0-d results into 1-d)
-            env[name] = arr if arr.flags.c_contiguous else arr.copy(order="C")
+        outs = evaluate_node(n, [env[i] for i in n.inputs], [g.value(o) for o in n.outputs])
+        env.update(zip(n.outputs, outs))
     keys = env.keys() if keep_all else g.outputs
     return {k: env[k] for k in keys}
 

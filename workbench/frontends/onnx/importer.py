@@ -364,17 +364,14 @@ def _fold(node, display, handler, arrays, opset) -> list:
 
 
 def _fold_with_workbench(node, display, handler, arrays) -> list:
-    from ...ops import get_op
+    from ...ops import evaluate_node
     scope = _Scratch(arrays)
     results = handler(_Ctx(node, display, scope))
     env = dict(scope.feeds)
     g = scope.b
     for n in g._nodes:  # the nodes just made, evaluated with each op's reference
-        vals = get_op(n.op).reference([env[i] for i in n.inputs], n.attr_map)
-        for o, a in zip(n.outputs, vals):
-            v = g._values[o]
-            # (np.array, not ascontiguousarray, which turns 0-d results 1-d)
-            env[o] = np.array(np.broadcast_to(np.asarray(a), v.shape), dtype=v.dtype.np)
+        env.update(zip(n.outputs, evaluate_node(n, [env[i] for i in n.inputs],
+                                                [g._values[o] for o in n.outputs])))
     return [env[r.name] if isinstance(r, Tensor) else r for r in results]
 
 
