@@ -8,6 +8,9 @@ extras="${1:-}"
 need_apt=()
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv python3-dev)
+command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)            # the notebook's graph view
+case ",$extras," in *,test,*)                                     # the real-browser test
+  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium) ;; esac
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "installing system packages: ${need_apt[*]}" >&2
@@ -19,7 +22,11 @@ log=.venv/setup.log
 spec="."; [ -n "$extras" ] && spec=".[${extras}]"
 echo "installing fusion-workbench${extras:+ with extras [$extras]} into .venv (log: $log)" >&2
 # pip's and setuptools' chatter goes to the log; it is shown only if the install fails
+# torch: the CPU build of 2.13.0 (a plain "torch" would pull a multi-GB CUDA build)
+torch_pin=()
+case ",$extras," in *,test,*|*,torch,*) torch_pin=("torch==2.13.0") ;; esac
 if ! { .venv/bin/python -m pip install --upgrade pip && \
+       { [ ${#torch_pin[@]} -eq 0 ] || .venv/bin/python -m pip install "${torch_pin[@]}"; } && \
        .venv/bin/python -m pip install -e "$spec"; } > "$log" 2>&1; then
   tail -40 "$log" >&2
   echo "error: installing fusion-workbench failed; the full log is in $log" >&2
