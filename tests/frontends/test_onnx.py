@@ -326,3 +326,20 @@ def test_backend_prepare_and_run(tmp_path):
     assert not onnx_backend.supports_device("TPU")
     res = onnx_backend.run_model(onnx.load(str(path)), [a, b], backend="reference")
     np.testing.assert_array_equal(res[1], -(a + b))
+
+
+def test_folding_an_op_whose_handler_makes_its_own_constants():
+    # Softplus of an initializer folds at import; its decomposition adds a scalar
+    # constant (the 1 in log(1 + exp(x))) that folding must see as an input.
+    c = np.random.default_rng(0).random(4).astype(np.float32) + 0.5
+    nodes = [helper.make_node("Softplus", ["c"], ["sp"]),
+             helper.make_node("Add", ["x", "sp"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "fold", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(c, "c")])
+    g = load_onnx(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    assert [n.op for n in g.nodes] == ["add"]
+    x = np.random.default_rng(1).standard_normal(4).astype(np.float32)
+    np.testing.assert_allclose(run_reference(g, {"x": x})["y"], x + np.log1p(np.exp(c)),
+                               rtol=1e-6)

@@ -367,8 +367,9 @@ def _fold_with_workbench(node, display, handler, arrays) -> list:
     from ...ops import evaluate_node
     scope = _Scratch(arrays)
     results = handler(_Ctx(node, display, scope))
-    env = dict(scope.feeds)
     g = scope.b
+    # constants the handler itself made (a scalar 1 or eps) are inputs to its nodes too
+    env = {**g._constants, **scope.feeds}
     for n in g._nodes:  # the nodes just made, evaluated with each op's reference
         env.update(zip(n.outputs, evaluate_node(n, [env[i] for i in n.inputs],
                                                 [g._values[o] for o in n.outputs])))
