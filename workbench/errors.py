@@ -34,3 +34,8 @@ class FusionRefused(WorkbenchError):
 
 class BackendUnavailable(WorkbenchError):
     """The requested backend cannot run here (no GPU, no C compiler)."""
+
+
+class ArtifactError(WorkbenchError):
+    """An exported artifact cannot be written or loaded: changed, truncated, foreign,
+    made by a newer workbench, or its target path is taken."""

@@ -24,8 +24,15 @@ def test_cuda_sources_compile(path, tmp_path):
     g = load(path)
     r = RENDERERS["cuda"]
     kernels = []
-    for planner in ("none", "rules"):
-        for k in lower_plan(run_planner(planner, g)[0]):
+    rules = run_planner("rules", g)[0]
+    adaptive = rules          # every row kernel mapped by the rule (warp, split...)
+    for gr in rules.groups:
+        if gr.schedule.kind == "row_reduce":
+            adaptive = adaptive.set_mapping(gr.id, "auto")
+    for plan in (run_planner("none", g)[0], rules, adaptive):
+        for k in lower_plan(plan):
+            if k.library is None and k.launch.mapping in ("warp", "split"):
+                k = k.__class__(**{**k.__dict__, "name": f"{k.name}_{k.launch.mapping}"})
             if k.library is None and k.name not in {x.name for x in kernels}:
                 kernels.append(k)
     cu = tmp_path / f"{path.stem}.cu"

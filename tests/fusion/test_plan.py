@@ -72,7 +72,9 @@ def test_reductions_over_different_domains_refused():
     b.output(s0, "b")
     p = Plan.singletons(b.build())
     with pytest.raises(FusionRefused, match="one reduction domain"):
-        p.fuse(["n0", "n1"])
+        p.fuse(["n0", "n1"], stitch=False)
+    # by default the fusion falls back to a stitched kernel, and says so
+    assert p.fuse(["n0", "n1"]).groups[0].schedule.kind == "stitched"
 
 
 def test_layout_op_refused_in_reduction_kernel():
@@ -82,7 +84,8 @@ def test_layout_op_refused_in_reduction_kernel():
     b.output(b.reduce_sum(t, axes=[1]), "y")
     p = Plan.singletons(b.build())
     with pytest.raises(FusionRefused, match="moves elements"):
-        p.fuse(["n0", "n1"])
+        p.fuse(["n0", "n1"], stitch=False)
+    assert p.fuse(["n0", "n1"]).groups[0].schedule.describe().startswith("stitched 2 phases")
 
 
 def test_refusals_and_empty_selection_messages():
@@ -143,3 +146,23 @@ def test_cheap_values_are_recomputed_not_cached():
     g = load_json("sample_graphs/layernorm.json")
     plan, _ = run_planner("rules", g)
     assert plan.groups[0].schedule.row_cached == ()   # x - mean is one subtraction
+
+
+def test_plan_identity_includes_user_schemes_and_mappings():
+    # caches (compiled programs, measurements) key on the plan: a re-schemed or
+    # re-mapped plan must not be mistaken for the original
+    plan, _ = run_planner("rules", _ln())
+    warp = plan.set_mapping("k0", "warp")
+    assert warp != plan and hash(warp) != hash(plan)
+    assert warp.set_mapping("k0", "warp") == warp
+    mean = plan.graph.node("n0").outputs[0]
+    assert plan.set_scheme(mean, "regional") != plan      # recorded, though unchanged
+    assert plan.set_scheme(mean, "regional").groups[0].schemes == plan.groups[0].schemes
+
+
+def test_describe_has_one_line_per_kernel_then_its_edges():
+    plan, _ = run_planner("rules", _ln())
+    lines = plan.describe().splitlines()
+    assert lines[0].startswith("k0: row_reduce rows=8 cols=16 block per row")
+    assert len(lines) == 1 + len(plan.groups[0].schemes)
+    assert all(" -> " in x for x in lines[1:])

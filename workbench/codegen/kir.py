@@ -2,9 +2,16 @@
 
 Loops are bound to the hardware (``flat``: every thread of the grid strides over the
 range; ``grid``: one block per iteration; ``block``: the threads of a block stride
-over it; ``serial``). Statements are loads and stores (where storage types and
-conversions differ by target), ``Let``/``Assign`` of target-neutral C expressions, a
-block-wide reduction and a once-per-block region. The C renderer runs ``flat`` and
+over it; ``warp``: one warp per iteration, ``per_block`` iterations per block;
+``lane``: the 32 threads of a warp stride over it; ``serial``). Every loop strides
+over the grid, so any grid size is correct -- which lets a cooperative kernel cap its
+grid to one wave. ``GridSync`` is a grid-wide barrier between phases (AStitch's global
+stitching): ``cooperative_groups::this_grid().sync()`` on the GPU; on the CPU each
+phase is its own OpenMP parallel loop, whose implicit barrier is the grid barrier.
+
+Statements are loads and stores (where storage types and conversions differ by
+target), ``Let``/``Assign`` of target-neutral C expressions, ``If``, a block-wide
+(or warp-wide) reduction and a once-per-block region. The C renderer runs ``flat`` and
 ``grid`` loops in parallel with OpenMP and ``block`` loops serially, so the CPU runs
 the same schedule the GPU does, with one thread per block.
 """
@@ -24,6 +31,9 @@ class Buffer:
     dtype: DType
     numel: int
     is_output: bool
+    # global memory owned by the kernel (values passed between phases, partial
+    # results of a split row): written and read by the kernel, not a graph value
+    workspace: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -38,6 +48,7 @@ class Scratch:
     value: str
     dtype: DType          # compute type
     numel: int
+    rows: int = 1         # rows of a block sharing the array (warp mapping: one per warp)
 
 
 @dataclass(frozen=True)
@@ -80,11 +91,26 @@ class BlockReduce:
     combine: str          # "{0}" and "{1}" stand for the two partials
     identity: str
     slot: int             # which shared-memory scratch array to use
+    width: str = "block"  # block | warp (warp shuffles only, no shared memory)
 
 
 @dataclass(frozen=True)
 class OncePerBlock:
+    """Run by one thread of the row's owners (the block, or the warp when width=warp)."""
     body: tuple["Stmt", ...]
+    width: str = "block"
+
+
+@dataclass(frozen=True)
+class If:
+    cond: str             # target-neutral C
+    body: tuple["Stmt", ...]
+
+
+@dataclass(frozen=True)
+class GridSync:
+    """Grid-wide barrier: every block finishes the phase before any starts the next."""
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -96,26 +122,56 @@ class Comment:
 class Loop:
     var: str
     extent: int
-    bind: str             # flat | grid | block | serial
+    bind: str             # flat | grid | block | warp | lane | serial
     body: tuple["Stmt", ...]
     vector: int = 1       # elements per thread per step (flat loops)
     # (accumulator, OpenMP operator) when the loop reduces; operator "" if lanes
     # may not be combined in any order
     reduction: tuple[str, str] | None = None
+    per_block: int = 1    # warp loops: iterations (rows) one block takes at a time
+    start: str = ""       # C expressions overriding the range [0, extent) (a split
+    stop: str = ""        # row's chunk of columns)
 
 
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
-             DeclareScratch]
+             DeclareScratch, If, GridSync]
 
 
 @dataclass(frozen=True)
 class Launch:
-    """How the GPU launches the kernel (the CPU ignores it)."""
+    """How the GPU launches the kernel (the CPU ignores it; it runs one thread per
+    block). ``mapping`` names a row reduction's thread mapping, ``rows_per_block`` the
+    rows one block takes (warp: several short rows), ``splits`` the blocks sharing one
+    row (split); ``cooperative`` kernels have grid barriers, so their grid is capped to
+    what is co-resident (``grid`` is then an occupancy estimate for the default device;
+    the GPU backend re-checks it against the real one).
+
+    >>> str(Launch(512, 256, "warp", 8))
+    'grid=512 block=256 warp/row x8 rows/block'
+    """
     grid: int
     block: int
+    mapping: str = ""          # warp | block | split | thread | stitched | ""
+    rows_per_block: int = 0
+    cooperative: bool = False
+    splits: int = 1
+    shared_bytes: int = 0      # static shared memory per block
 
     def __str__(self) -> str:
-        return f"grid={self.grid} block={self.block}"
+        s = f"grid={self.grid} block={self.block}"
+        if self.mapping == "warp":
+            s += f" warp/row x{self.rows_per_block} rows/block"
+        elif self.mapping == "block":
+            s += " block/row"
+        elif self.mapping == "thread":
+            s += f" thread/row x{self.rows_per_block} rows/block"
+        elif self.mapping == "split":
+            s += f" split x{self.splits} blocks/row"
+        elif self.mapping == "stitched":
+            s += " stitched"
+        if self.cooperative:
+            s += " cooperative"
+        return s
 
 
 @dataclass(frozen=True)
@@ -139,6 +195,8 @@ class Kernel:
     library: LibraryCall | None = None
     flops: int = 0
     scratch: tuple[Scratch, ...] = field(default=())
+    phases: int = 1                 # stitched: phases; split rows: passes over the row
+    grid_barriers: int = 0
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:
@@ -146,17 +204,35 @@ class Kernel:
 
     @property
     def outputs(self) -> tuple[Buffer, ...]:
-        return tuple(b for b in self.params if b.is_output)
+        """Graph values the kernel writes (workspace excluded)."""
+        return tuple(b for b in self.params if b.is_output and not b.workspace)
+
+    @property
+    def workspace(self) -> tuple[Buffer, ...]:
+        """Global memory the kernel owns: values between phases, split partials."""
+        return tuple(b for b in self.params if b.workspace)
+
+    @property
+    def scratch_bytes(self) -> int:
+        """Global-memory traffic of the workspace: each buffer written once and read
+        once (the price of global stitching); included in bytes_read/bytes_written."""
+        return 2 * sum(b.nbytes for b in self.workspace)
 
     @property
     def bytes_read(self) -> int:
-        """Compulsory global-memory reads: each input buffer once."""
-        return sum(b.nbytes for b in self.inputs)
+        """Global-memory reads: each input buffer once, plus each workspace buffer once."""
+        return sum(b.nbytes for b in self.inputs) + self.scratch_bytes // 2
 
     @property
     def bytes_written(self) -> int:
-        return sum(b.nbytes for b in self.outputs)
+        return sum(b.nbytes for b in self.outputs) + self.scratch_bytes // 2
+
+    @property
+    def compulsory_bytes(self) -> int:
+        """Graph inputs read once and graph outputs written once (no workspace)."""
+        return self.bytes_read + self.bytes_written - self.scratch_bytes
 
     @property
     def shared_bytes(self) -> int:
-        return self.reductions * 33 * 8 + sum(x.numel * x.dtype.itemsize for x in self.scratch)
+        return self.reductions * 33 * 8 + sum(x.numel * x.rows * x.dtype.itemsize
+                                              for x in self.scratch)

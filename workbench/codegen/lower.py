@@ -16,16 +16,40 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..fusion.plan import Group
-from ..fusion.schedule import Schedule, group_io
+from ..fusion.schedule import FLAT_BLOCK, Schedule, group_io
 from ..ir import DType, Graph
 from ..ops import COMBINERS, Kind, get_op
 from ..ops.layout import slice_params
 from .index import Index, add
-from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Kernel, Launch,
-                  LibraryCall, Let, Load, Loop, OncePerBlock, Scratch, Store)
+from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
+                  Launch, LibraryCall, Let, Load, Loop, OncePerBlock, Scratch, Store)
 
-FLAT_BLOCK = 256          # threads per block for flat loops
 MAX_GRID = 65535
+ROW_GRID_MAX = 1 << 20
+
+# What one SM of the default device (H100) holds, for the co-residency estimate of a
+# cooperative kernel's grid (CUDA occupancy limits; registers assumed <= 64/thread --
+# the GPU backend re-checks with the compiled kernel's real register count).
+SMS = 132
+SM_MAX_THREADS = 2048
+SM_MAX_BLOCKS = 32
+SM_SHARED_BYTES = 228 * 1024
+SM_REGISTERS = 65536
+EST_REGISTERS = 64
+
+
+def co_resident_grid(threads: int, shared_bytes: int, sms: int = SMS) -> int:
+    """Blocks that fit on the device at once (one wave): what a kernel with a grid
+    barrier may launch. Each block also reserves 1 KB of shared memory.
+
+    >>> co_resident_grid(256, 0)
+    528
+    """
+    per_sm = min(SM_MAX_BLOCKS, SM_MAX_THREADS // threads,
+                 SM_REGISTERS // (EST_REGISTERS * threads))
+    if shared_bytes:
+        per_sm = min(per_sm, SM_SHARED_BYTES // (shared_bytes + 1024))
+    return max(1, per_sm) * sms
 
 
 def identifier(text: str) -> str:
@@ -70,21 +94,17 @@ class _Scope:
 
 
 class _Lowerer:
-    def __init__(self, g: Graph, group: Group):
+    def __init__(self, g: Graph, group: Group, buffers: dict[str, Buffer] | None = None,
+                 counter: int = 0, prefix: str = ""):
         self.g, self.group, self.sched = g, group, group.schedule
         self.io = group_io(g, group.nodes)
         self.members = set(group.nodes)
         self.producer = {o: g.node(n) for n in group.nodes for o in g.node(n).outputs}
-        self.buffers: dict[str, Buffer] = {}
-        for v in self.io.inputs:
-            if not self._inline_constant(v):
-                val = g.value(v)
-                self.buffers[v] = Buffer(f"in{len(self.buffers)}", v, val.dtype, val.numel,
-                                         False)
-        for k, v in enumerate(self.io.outputs):
-            val = g.value(v)
-            self.buffers[v] = Buffer(f"out{k}", v, val.dtype, val.numel, True)
-        self.counter = 0
+        self.prefix = prefix      # keeps a phase's shared arrays apart from the others'
+        if buffers is None:
+            buffers = _buffers(g, self.io, self._inline_constant)
+        self.buffers = buffers
+        self.counter = counter
         self.reduce_var: dict[str, str] = {}
         self.row_scope: _Scope | None = None
         self.flops = 0
@@ -95,6 +115,12 @@ class _Lowerer:
         # a library call takes every input as an array; generated code inlines scalars
         return (self.sched.kind != "opaque" and v in self.g.constants
                 and self.g.value(v).numel == 1)
+
+    def workspace(self, name: str, dt: DType, numel: int) -> Buffer:
+        key = f"{self.prefix}{name}"
+        if key not in self.buffers:
+            self.buffers[key] = Buffer(f"ws_{self.prefix}{name}", key, dt, numel, True, True)
+        return self.buffers[key]
 
     def fresh(self) -> str:
         self.counter += 1
@@ -220,14 +246,20 @@ class _Lowerer:
         s = self.sched
         if s.kind == "opaque":
             return self._opaque(name)
-        if s.kind == "elementwise":
+        body, launch, reductions = self.lower_body()
+        return _kernel(name, self.group.id, s.describe(), self.buffers, body, launch,
+                       reductions, self.flops, tuple(self.scratch.values()),
+                       1 if s.kind != "row_reduce" or s.mapping != "split"
+                       else s.reductions + 1, s.grid_barriers)
+
+    def lower_body(self):
+        """(statements, launch, reduction slots) of an elementwise or row template."""
+        if self.sched.kind == "elementwise":
             body, launch = self._elementwise()
-            reductions = 0
-        else:
-            body, launch, reductions = self._row_reduce()
-        params = tuple(sorted(self.buffers.values(), key=lambda b: (b.is_output, b.name)))
-        return Kernel(name, self.group.id, s.describe(), params, tuple(body), launch,
-                      reductions, None, self.flops, tuple(self.scratch.values()))
+            return body, launch, 0
+        if self.sched.mapping == "split":
+            return self._split_rows()
+        return self._row_reduce()
 
     def _opaque(self, name: str) -> Kernel:
         node = self.g.node(self.group.nodes[0])
@@ -262,28 +294,43 @@ class _Lowerer:
         grid = max(1, min(MAX_GRID, -(-biggest // (threads * vec))))
         return body, Launch(grid, threads)
 
+    def _domain(self) -> Index:
+        s = self.sched
+        kept = [d for d in range(len(s.domain)) if d not in s.reduce_axes]
+        return Index.from_runs(s.domain, [("row", kept), ("col", list(s.reduce_axes))])
+
+    def _reductions(self):
+        return [n for n in (self.g.node(x) for x in self.group.nodes)
+                if get_op(n.op).kind is Kind.reduce]
+
+    def _finish(self, comb, acc: str, dt: DType) -> Assign:
+        cols = self.sched.cols
+        return Assign(acc, f"{acc} * (1.0f / {cols}.0f)" if dt.kind == "f"
+                      else f"{acc} / {cols}")
+
     def _row_reduce(self):
+        """Mappings warp, block and thread: every row is owned by one warp, one block
+        or one thread, which runs the row's passes one after another."""
         s: Schedule = self.sched
         g = self.g
-        D, axes = s.domain, s.reduce_axes
-        kept = [d for d in range(len(D)) if d not in axes]
-        dom = Index.from_runs(D, [("row", kept), ("col", list(axes))])
-        block_map = s.mapping == "block"
-        col_bind = "block" if block_map else "serial"
+        dom = self._domain()
+        mapping = s.mapping
+        col_bind = {"block": "block", "warp": "lane", "thread": "serial"}[mapping]
+        width = "warp" if mapping == "warp" else "block"
         row_scope = _Scope()
         self.row_scope = row_scope
         for k, v in enumerate(s.row_cached):
-            self.scratch[v] = Scratch(f"wb_row{k}", v, g.value(v).dtype.compute, s.cols)
+            self.scratch[v] = Scratch(f"wb_{self.prefix}row{k}", v, g.value(v).dtype.compute,
+                                      s.cols, s.rows_per_block if mapping == "warp" else 1)
             row_scope.stmts.append(DeclareScratch(self.scratch[v]))
-        nodes = [g.node(n) for n in self.group.nodes]
-        reduces = [n for n in nodes if get_op(n.op).kind is Kind.reduce]
+        reduces = self._reductions()
         for slot, r in enumerate(reduces):
             x = g.value(r.inputs[0])
             dt = x.dtype.compute
             comb = COMBINERS[r.op]
             acc = f"acc{slot}"
             ident = comb.identity(dt.kind, dt.value)
-            row_scope.stmts.append(Comment(f"{r.op} over {list(axes)}"))
+            row_scope.stmts.append(Comment(f"{r.op} over {list(s.reduce_axes)}"))
             col_scope = _Scope(row_scope)
             e = self.at(col_scope, r.inputs[0], dom)
             col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
@@ -291,43 +338,200 @@ class _Lowerer:
                         reduction=(acc, comb.simd_op[0 if dt.kind == "f" else 1]))
             row_scope.stmts.append(Let(acc, dt, ident))
             row_scope.stmts.append(loop)
-            if block_map:
-                row_scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident, slot))
+            if mapping != "thread":
+                row_scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident,
+                                                   slot, width))
             if comb.finish_mean:
-                row_scope.stmts.append(Assign(acc, f"{acc} * (1.0f / {s.cols}.0f)"
-                                              if dt.kind == "f" else f"{acc} / {s.cols}"))
+                row_scope.stmts.append(self._finish(comb, acc, dt))
             self.reduce_var[r.outputs[0]] = acc
             self.flops += 1
-        per_row_out = [o for o in self.io.outputs if o in s.per_row]
-        elem_out = [o for o in self.io.outputs if o not in s.per_row]
-        stores = []
-        for o in per_row_out:
-            shape = g.value(o).shape
-            idx = dom.broadcast_to(shape) if len(shape) == len(D) else Index.flat("row", shape)
-            e = self.at(row_scope, o, self._row_index(idx))
-            stores.append(Store(self.buffers[o], "row", e))
+        stores = self._per_row_stores(row_scope, dom)
         if stores:
-            row_scope.stmts.append(OncePerBlock(tuple(stores)) if block_map else stores[0])
-            if not block_map:
-                row_scope.stmts.extend(stores[1:])
-        if elem_out:
-            col_scope = _Scope(row_scope)
-            for o in elem_out:
-                e = self.at(col_scope, o, dom)
-                col_scope.stmts.append(Store(self.buffers[o], dom.offset(), e))
-            row_scope.stmts.append(Comment("write the row's elements"))
-            row_scope.stmts.append(Loop("col", s.cols, col_bind, tuple(col_scope.stmts)))
+            if mapping == "thread":
+                row_scope.stmts.extend(stores)
+            else:
+                row_scope.stmts.append(OncePerBlock(tuple(stores), width))
+        self._element_pass(row_scope, dom, col_bind)
         rows = s.rows
-        if block_map:
+        if mapping == "block":
             threads = 32
             while threads < 512 and threads * 4 < s.cols:
                 threads *= 2
-            launch = Launch(max(1, min(rows, 1 << 20)), threads)
+            launch = Launch(max(1, min(rows, ROW_GRID_MAX)), threads, "block", 1)
             body = [Loop("row", rows, "grid", tuple(row_scope.stmts))]
+        elif mapping == "warp":
+            rpb = s.rows_per_block
+            launch = Launch(max(1, min(-(-rows // rpb), ROW_GRID_MAX)), 32 * rpb, "warp", rpb)
+            body = [Loop("row", rows, "warp", tuple(row_scope.stmts), per_block=rpb)]
         else:
-            launch = Launch(max(1, min(MAX_GRID, -(-rows // FLAT_BLOCK))), FLAT_BLOCK)
+            launch = Launch(max(1, min(MAX_GRID, -(-rows // FLAT_BLOCK))), FLAT_BLOCK,
+                            "thread", FLAT_BLOCK)
             body = [Loop("row", rows, "flat", tuple(row_scope.stmts))]
-        return body, launch, len(reduces) if block_map else 0
+        # block reductions need shared slots; warp ones live in registers
+        return body, launch, len(reduces) if mapping == "block" else 0
+
+    def _per_row_stores(self, row_scope: _Scope, dom: Index) -> list:
+        g, s = self.g, self.sched
+        stores = []
+        for o in self.io.outputs:
+            if o not in s.per_row:
+                continue
+            shape = g.value(o).shape
+            idx = dom.broadcast_to(shape) if len(shape) == len(s.domain) \
+                else Index.flat("row", shape)
+            e = self.at(row_scope, o, self._row_index(idx))
+            stores.append(Store(self.buffers[o], "row", e))
+        return stores
+
+    def _element_pass(self, row_scope: _Scope, dom: Index, col_bind: str,
+                      start: str = "", stop: str = "", only_if: str = "") -> None:
+        elem_out = [o for o in self.io.outputs if o not in self.sched.per_row]
+        if not elem_out:
+            return
+        col_scope = _Scope(row_scope)
+        for o in elem_out:
+            e = self.at(col_scope, o, dom)
+            col_scope.stmts.append(Store(self.buffers[o], dom.offset(), e))
+        row_scope.stmts.append(Comment("write the row's elements"))
+        row_scope.stmts.append(Loop("col", self.sched.cols, col_bind, tuple(col_scope.stmts),
+                                    start=start, stop=stop))
+
+    def _split_rows(self):
+        """Mapping split: each row is cut into ``splits`` chunks of columns, one block
+        per chunk. Each reduction is one pass over the grid: every block reduces its
+        chunk and writes a partial to global memory; after a grid barrier every block
+        combines its row's partials (in a fixed order, so all agree bit for bit) and
+        goes on. The last pass writes the outputs."""
+        s: Schedule = self.sched
+        g = self.g
+        dom = self._domain()
+        S, cols, rows = s.splits, s.cols, s.rows
+        chunk = -(-cols // S)
+        start = f"part * {chunk}"
+        stop = f"((part + 1) * {chunk} < {cols} ? (part + 1) * {chunk} : {cols})"
+        reduces = self._reductions()
+        partials = []
+        body = []
+
+        def new_pass(upto: int) -> _Scope:
+            scope = _Scope()
+            self.row_scope = scope
+            scope.stmts.append(Let("row", DType.int32, f"vb / {S}"))
+            scope.stmts.append(Let("part", DType.int32, f"vb % {S}"))
+            for j in range(upto):
+                r = reduces[j]
+                dt = g.value(r.inputs[0]).dtype.compute
+                comb = COMBINERS[r.op]
+                acc = f"acc{j}"
+                scope.stmts.append(Let(acc, dt, comb.identity(dt.kind, dt.value)))
+                t = self.fresh()
+                scope.stmts.append(Loop("s", S, "serial", (
+                    Load(t, partials[j], f"row * {S} + s"),
+                    Assign(acc, comb.combine(dt.kind).format(acc, t)))))
+                if comb.finish_mean:
+                    scope.stmts.append(self._finish(comb, acc, dt))
+                self.reduce_var[r.outputs[0]] = acc
+            return scope
+
+        for j, r in enumerate(reduces):
+            dt = g.value(r.inputs[0]).dtype.compute
+            comb = COMBINERS[r.op]
+            part_buf = self.workspace(f"part{j}", dt, rows * S)
+            scope = new_pass(j)
+            acc = f"acc{j}"
+            ident = comb.identity(dt.kind, dt.value)
+            scope.stmts.append(Comment(f"{r.op}: this block's chunk of the row"))
+            col_scope = _Scope(scope)
+            e = self.at(col_scope, r.inputs[0], dom)
+            col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
+            scope.stmts.append(Let(acc, dt, ident))
+            scope.stmts.append(Loop("col", cols, "block", tuple(col_scope.stmts),
+                                    reduction=(acc, comb.simd_op[0 if dt.kind == "f" else 1]),
+                                    start=start, stop=stop))
+            scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident, 0))
+            scope.stmts.append(OncePerBlock((Store(part_buf, "vb", acc),)))
+            partials.append(part_buf)
+            body.append(Loop("vb", rows * S, "grid", tuple(scope.stmts)))
+            body.append(GridSync(f"the partials of {r.op} are complete"))
+            self.flops += 1
+        scope = new_pass(len(reduces))
+        stores = self._per_row_stores(scope, dom)
+        if stores:
+            # (every block of the row knows the result; the first one writes it)
+            scope.stmts.append(If("part == 0", (OncePerBlock(tuple(stores)),)))
+        self._element_pass(scope, dom, "block", start, stop)
+        body.append(Loop("vb", rows * S, "grid", tuple(scope.stmts)))
+        threads = 32
+        while threads < 512 and threads * 4 < chunk:
+            threads *= 2
+        grid = min(rows * S, co_resident_grid(threads, 33 * 8))
+        return body, Launch(grid, threads, "split", 1, True, S), 1
+
+
+def _buffers(g: Graph, io, inline) -> dict[str, Buffer]:
+    """Kernel parameters for a group's inputs (scalar constants inlined) and outputs."""
+    buffers: dict[str, Buffer] = {}
+    for v in io.inputs:
+        if not inline(v):
+            val = g.value(v)
+            buffers[v] = Buffer(f"in{len(buffers)}", v, val.dtype, val.numel, False)
+    for k, v in enumerate(io.outputs):
+        val = g.value(v)
+        buffers[v] = Buffer(f"out{k}", v, val.dtype, val.numel, True)
+    return buffers
+
+
+def _kernel(name, group, schedule, buffers, body, launch: Launch, reductions, flops,
+            scratch, phases=1, barriers=0) -> Kernel:
+    params = tuple(sorted(buffers.values(), key=lambda b: (b.workspace, b.is_output, b.name)))
+    shared = reductions * 33 * 8 + sum(x.numel * x.rows * x.dtype.itemsize for x in scratch)
+    launch = Launch(launch.grid, launch.block, launch.mapping, launch.rows_per_block,
+                    launch.cooperative, launch.splits, shared)
+    return Kernel(name, group, schedule, params, tuple(body), launch, reductions, None,
+                  flops, tuple(scratch), phases, barriers)
+
+
+def _lower_stitched(g: Graph, group: Group, name: str) -> Kernel:
+    """A stitched group: each phase lowered by its own template into one kernel, a
+    grid barrier where a phase reads what a phase since the last barrier wrote.
+
+    Values passed between phases live in workspace buffers (global memory, kept in
+    the compute type) unless they are group outputs anyway. One block size serves all
+    phases (the largest any wants; every loop strides, so more threads only idle)."""
+    s = group.schedule
+    io = group_io(g, group.nodes)
+    def inline(v):     # as _Lowerer._inline_constant: scalar constants are literals
+        return v in g.constants and g.value(v).numel == 1
+
+    buffers = _buffers(g, io, inline)
+    for v in s.through_global:
+        if v not in buffers:
+            val = g.value(v)
+            buffers[v] = Buffer(f"ws{len([b for b in buffers.values() if b.workspace])}", v,
+                                val.dtype.compute, val.numel, True, True)
+    body, launches, scratch, counter, flops, reductions = [], [], [], 0, 0, 0
+    for k, p in enumerate(s.phases):
+        lw = _Lowerer(g, Group(f"{group.id}p{k}", p.nodes, p.schedule), buffers, counter,
+                      f"p{k}_")
+        stmts, launch, red = lw.lower_body()
+        counter, flops = lw.counter, flops + lw.flops
+        reductions = max(reductions, red)
+        scratch += list(lw.scratch.values())
+        launches.append(launch)
+        if p.barrier:
+            body.append(GridSync(f"phase {k} reads " + ", ".join(
+                identifier(v) for v in p.reads_from_phases[:3])))
+        body.append(Comment(f"phase {k}: {p.schedule.describe()}"))
+        body += stmts
+    block = max(la.block for la in launches)
+    shared = reductions * 33 * 8 + sum(x.numel * x.rows * x.dtype.itemsize for x in scratch)
+    coop = s.cooperative
+    grid = max(la.grid for la in launches)
+    if coop:
+        grid = min(grid, co_resident_grid(block, shared))
+    launch = Launch(max(1, grid), block, "stitched", 0, coop)
+    return _kernel(name, group.id, s.describe(), buffers, body, launch, reductions, flops,
+                   tuple(scratch), len(s.phases), s.grid_barriers)
 
 
 def lower_group(g: Graph, group: Group) -> Kernel:
@@ -338,4 +542,6 @@ def lower_group(g: Graph, group: Group) -> Kernel:
         if op not in ops:
             ops.append(op)
     name = identifier(f"{group.id}_{'_'.join(ops[:3])}" + ("_etc" if len(ops) > 3 else ""))
+    if group.schedule.kind == "stitched":
+        return _lower_stitched(g, group, name)
     return _Lowerer(g, group).lower(name)

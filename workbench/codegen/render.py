@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 
 from ..ir import DType
-from .kir import (Assign, BlockReduce, Comment, DeclareScratch, Kernel, Let, Load, Loop,
-                  OncePerBlock, Store)
+from .kir import (Assign, BlockReduce, Comment, DeclareScratch, GridSync, If, Kernel, Let,
+                  Load, Loop, OncePerBlock, Scratch, Store)
 
 _COMPUTE_C = {DType.float32: "float", DType.int32: "int", DType.int64: "long long",
               DType.bool: "int"}
@@ -99,22 +99,43 @@ class CRenderer:
         pad = self.indent_unit * depth
         if s.bind == "flat" and depth <= 1 and any(isinstance(x, Loop) for x in s.body):
             return self._row_tiles(s, depth)
-        head = f"for (int {s.var} = 0; {s.var} < {s.extent}; ++{s.var}) {{"
+        if s.bind == "warp":
+            return self._warp_rows(s, depth)
+        head = (f"for (int {s.var} = {s.start or 0}; {s.var} < {s.stop or s.extent}; "
+                f"++{s.var}) {{")
         if s.bind in ("flat", "grid") and depth <= 1:
             # the outermost parallel loop; simd lets the compiler vectorize flat loops
             pragma = "#pragma omp parallel for simd" if s.bind == "flat" and s.vector > 1 \
                 else "#pragma omp parallel for schedule(static)"
             lines = [pad + pragma, pad + head]
-        elif s.bind == "block" and s.reduction is None:
+        elif s.bind in ("block", "lane") and s.reduction is None:
             # a block's threads become SIMD lanes: each column is independent
             lines = [pad + "#pragma omp simd", pad + head]
-        elif s.bind == "block" and s.reduction[1]:
+        elif s.bind in ("block", "lane") and s.reduction[1]:
             lines = [pad + f"#pragma omp simd reduction({s.reduction[1]}:{s.reduction[0]})",
                      pad + head]
         else:
             lines = [pad + head]
         lines += self.stmts(s.body, depth + 1)
         return lines + [pad + "}"]
+
+    def _warp_rows(self, s: Loop, depth: int) -> list[str]:
+        """One warp per row, ``per_block`` rows per block: on the CPU one thread takes a
+        block's rows one after another (the warp's lanes become SIMD lanes)."""
+        pad, u = self.indent_unit * depth, self.indent_unit
+        v, n, r = s.var, s.extent, s.per_block
+        blocks = -(-n // r)
+        return ([pad + "#pragma omp parallel for schedule(static)",
+                 pad + f"for (int {v}_blk = 0; {v}_blk < {blocks}; ++{v}_blk) {{",
+                 pad + u + f"const int {v}_end = {v}_blk * {r} + {r} < {n} ? "
+                           f"{v}_blk * {r} + {r} : {n};",
+                 pad + u + f"for (int {v} = {v}_blk * {r}; {v} < {v}_end; ++{v}) {{"]
+                + self.stmts(s.body, depth + 2) + [pad + u + "}", pad + "}"])
+
+    def grid_sync(self, s: GridSync, depth: int) -> list[str]:
+        # each phase is its own parallel loop; its implicit barrier is the grid barrier
+        return [self.indent_unit * depth + f"/* grid barrier ({s.reason}): the end of the "
+                "parallel loop above */"]
 
     def _row_tiles(self, s: Loop, depth: int) -> list[str]:
         """A thread-per-row kernel (column reduction) for the CPU.
@@ -222,6 +243,10 @@ class CRenderer:
                 out.append(f"{pad}/* {s.text} */")
             elif isinstance(s, DeclareScratch):
                 out += self.declare_scratch(s, depth)
+            elif isinstance(s, If):
+                out += [f"{pad}if ({s.cond}) {{"] + self.stmts(s.body, depth + 1) + [f"{pad}}}"]
+            elif isinstance(s, GridSync):
+                out += self.grid_sync(s, depth)
             else:
                 raise TypeError(f"unknown statement {s!r}")
         return out
@@ -229,8 +254,10 @@ class CRenderer:
     def header_comment(self, k: Kernel) -> str:
         ins = ", ".join(f"{b.name}={b.dtype.value}[{b.numel}]" for b in k.inputs)
         outs = ", ".join(f"{b.name}={b.dtype.value}[{b.numel}]" for b in k.outputs)
+        ws = f" ({k.scratch_bytes} B of it workspace)" if k.workspace else ""
         return (f"/* kernel {k.name}: group {k.group}, {k.schedule}\n"
-                f" * launch {k.launch}; reads {k.bytes_read} B, writes {k.bytes_written} B\n"
+                f" * launch {k.launch}; reads {k.bytes_read} B, writes {k.bytes_written} B"
+                f"{ws}\n"
                 f" * inputs {ins or '-'}; outputs {outs or '-'} */")
 
     def kernel(self, k: Kernel) -> str:
@@ -272,6 +299,7 @@ class CudaRenderer(CRenderer):
         return f"__half2float({src})" if dtype is DType.float16 else super().to_compute(dtype, src)
 
     def store(self, s: Store) -> str:
+        s = Store(s.buf, self._scratch_offset(s.buf, s.offset), s.expr)
         if s.buf.dtype is DType.float16:
             return f"{s.buf.name}[{s.offset}] = __float2half({s.expr});"
         return super().store(s)
@@ -279,10 +307,29 @@ class CudaRenderer(CRenderer):
     def shared_decls(self, k: Kernel) -> list[str]:
         # scratch per block reduction: one partial per warp, plus the broadcast result;
         # row caches: each thread stores and reloads only its own columns, so they
-        # need no barrier of their own
+        # need no barrier of their own (warp mapping: one row slice per warp)
         return ([f"  __shared__ double wb_red{i}[33];" for i in range(k.reductions)]
-                + [f"  __shared__ {_COMPUTE_C[x.dtype]} {x.name}[{x.numel}];"
+                + [f"  __shared__ {_COMPUTE_C[x.dtype]} {x.name}[{x.numel * x.rows}];"
                    for x in k.scratch])
+
+    def kernel(self, k: Kernel) -> str:
+        src = super().kernel(k)
+        if k.launch.cooperative:
+            # grid-wide barriers (this_grid().sync()) need a cooperative launch
+            src = "#include <cooperative_groups.h>\n" + src
+        return src
+
+    def grid_sync(self, s: GridSync, depth: int) -> list[str]:
+        return [self.indent_unit * depth + f"cooperative_groups::this_grid().sync();  "
+                f"/* {s.reason} */"]
+
+    def _scratch_offset(self, buf, offset: str) -> str:
+        if isinstance(buf, Scratch) and buf.rows > 1:
+            return f"(threadIdx.x >> 5) * {buf.numel} + {offset}"
+        return offset
+
+    def load(self, s: Load) -> str:
+        return super().load(Load(s.var, s.buf, self._scratch_offset(s.buf, s.offset)))
 
     def declare_scratch(self, s: DeclareScratch, depth: int) -> list[str]:
         return []   # declared in shared memory at the top of the kernel
@@ -292,12 +339,19 @@ class CudaRenderer(CRenderer):
         v, n = s.var, s.extent
         if s.bind == "flat" and s.vector > 1:
             return self._vector_loop(s, depth)
+        lo, hi, r = s.start or "0", s.stop or str(n), s.per_block
         heads = {
             "flat": f"for (int {v} = blockIdx.x * blockDim.x + threadIdx.x; {v} < {n}; "
                     f"{v} += gridDim.x * blockDim.x) {{",
             "grid": f"for (int {v} = blockIdx.x; {v} < {n}; {v} += gridDim.x) {{",
-            "block": f"for (int {v} = threadIdx.x; {v} < {n}; {v} += blockDim.x) {{",
-            "serial": f"for (int {v} = 0; {v} < {n}; ++{v}) {{",
+            "block": f"for (int {v} = {lo} + threadIdx.x; {v} < {hi}; {v} += blockDim.x) {{"
+                     if s.start else
+                     f"for (int {v} = threadIdx.x; {v} < {hi}; {v} += blockDim.x) {{",
+            # warps past per_block idle (a stitched kernel's block may be larger)
+            "warp": f"for (int {v} = blockIdx.x * {r} + (threadIdx.x >> 5); "
+                    f"(threadIdx.x >> 5) < {r} && {v} < {n}; {v} += gridDim.x * {r}) {{",
+            "lane": f"for (int {v} = (threadIdx.x & 31); {v} < {n}; {v} += 32) {{",
+            "serial": f"for (int {v} = {lo}; {v} < {hi}; ++{v}) {{",
         }
         return [pad + heads[s.bind]] + self.stmts(s.body, depth + 1) + [pad + "}"]
 
@@ -343,6 +397,11 @@ class CudaRenderer(CRenderer):
         p = self.indent_unit * depth
         ct = _COMPUTE_C[s.dtype]
         comb = lambda a, b: s.combine.format(a, b)
+        if s.width == "warp":
+            # butterfly: every lane ends with the warp's result, no shared memory
+            return [p + "/* warp-wide reduction */",
+                    p + f"for (int o = 16; o > 0; o >>= 1) {s.var} = "
+                        f"{comb(s.var, f'__shfl_xor_sync(0xffffffffu, {s.var}, o)')};"]
         sh = f"wb_red{s.slot}"
         shfl = (f"for (int o = 16; o > 0; o >>= 1) "
                 f"{s.var} = {comb(s.var, f'__shfl_down_sync(0xffffffffu, {s.var}, o)')};")
@@ -364,7 +423,8 @@ class CudaRenderer(CRenderer):
 
     def once_per_block(self, s: OncePerBlock, depth: int) -> list[str]:
         p = self.indent_unit * depth
-        return [p + "if (threadIdx.x == 0) {"] + self.stmts(s.body, depth + 1) + [p + "}"]
+        who = "(threadIdx.x & 31) == 0" if s.width == "warp" else "threadIdx.x == 0"
+        return [p + f"if ({who}) {{"] + self.stmts(s.body, depth + 1) + [p + "}"]
 
 
 RENDERERS = {"c": CRenderer(), "cuda": CudaRenderer()}

@@ -19,7 +19,7 @@ from typing import Iterable
 
 from ..errors import FusionRefused
 from ..ir import Graph
-from .schedule import Schedule, analyze
+from .schedule import MAPPINGS, Schedule, analyze, analyze_stitched
 
 
 class StitchScheme(enum.Enum):
@@ -33,42 +33,133 @@ class StitchScheme(enum.Enum):
 @dataclass(frozen=True)
 class Group:
     """One kernel: its nodes (topological order), schedule, and each internal edge's
-    stitch scheme as (value name, scheme) pairs."""
+    stitch scheme as (value name, scheme) pairs. ``forced`` and ``forced_mapping``
+    record what a user set (``Plan.set_scheme`` / ``set_mapping``), so the group can be
+    rebuilt with them."""
     id: str
     nodes: tuple[str, ...]
     schedule: Schedule
     schemes: tuple[tuple[str, StitchScheme], ...] = ()
+    forced: tuple[tuple[str, StitchScheme], ...] = ()
+    forced_mapping: str = ""
 
     def scheme(self, value: str) -> StitchScheme | None:
         return dict(self.schemes).get(value)
 
+    @property
+    def stitched(self) -> bool:
+        return self.schedule.kind == "stitched"
+
+
+def _crosses_threads(g: Graph, o: str, sched: Schedule, members) -> bool:
+    """A per-row result read by element-level code, in a mapping where a row's
+    elements are spread over several threads (everything but thread per row)."""
+    return (sched.kind == "row_reduce" and sched.mapping != "thread"
+            and o in sched.per_row
+            and any(c.id in members and all(x not in sched.per_row for x in c.outputs)
+                    for c in g.consumers[o]))
+
 
 def _schemes(g: Graph, nodes: tuple[str, ...], sched: Schedule):
-    """Edges inside a group: a per-row result read by element-level code in a
-    block-per-row kernel crosses threads, and a value the schedule keeps on chip for
-    the row's later passes lives in shared memory (both regional); everything else
-    stays in the thread that made it (local)."""
+    """Edges inside a group: a per-row result read by element-level code in a row
+    kernel whose row spans several threads crosses threads, and a value the schedule
+    keeps on chip for the row's later passes lives in shared memory (both regional);
+    a value made in one phase of a stitched kernel and read in a later one goes
+    through global memory (global); everything else stays in the thread that made it
+    (local)."""
+    if sched.kind == "stitched":
+        out = {}
+        for p in sched.phases:
+            out.update(_schemes(g, p.nodes, p.schedule))
+        for v in sched.through_global:
+            out[v] = StitchScheme.global_
+        order = {o: i for i, nid in enumerate(nodes) for o in g.node(nid).outputs}
+        return tuple(sorted(out.items(), key=lambda kv: order[kv[0]]))
     members = set(nodes)
     out = []
     for nid in nodes:
         for o in g.node(nid).outputs:
             if not any(c.id in members for c in g.consumers[o]):
                 continue
-            crosses_threads = (sched.kind == "row_reduce" and sched.mapping == "block"
-                               and o in sched.per_row
-                               and any(c.id in members
-                                       and all(x not in sched.per_row for x in c.outputs)
-                                       for c in g.consumers[o]))
-            regional = o in sched.row_cached or crosses_threads
+            regional = o in sched.row_cached or _crosses_threads(g, o, sched, members)
             out.append((o, StitchScheme.regional if regional else StitchScheme.local))
     return tuple(out)
 
 
-def make_group(g: Graph, nodes: Iterable[str]) -> Group:
+def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
+               mapping: str | None = None,
+               forced: Iterable[tuple[str, StitchScheme]] = ()) -> Group:
+    """The group of these nodes, or FusionRefused.
+
+    With ``stitch=False`` one template must fit (what the ``rules`` planner uses).
+    With ``stitch=True``, when none fits, the nodes become a stitched multi-phase
+    kernel (see ``schedule.analyze_stitched``). ``mapping`` forces a row reduction's
+    thread mapping; ``forced`` holds (value, scheme) pairs a user chose -- a ``global``
+    one always stitches -- and a group that cannot honour one is refused with why.
+
+    >>> make_group(g, ["n0", "n1"], stitch=True).schedule.kind   # doctest: +SKIP
+    'stitched'
+    """
     order = {n.id: i for i, n in enumerate(g.nodes)}
     ns = tuple(sorted(set(nodes), key=order.__getitem__))
-    sched = analyze(g, ns)
-    return Group(f"k{order[ns[0]]}", ns, sched, _schemes(g, ns, sched))
+    forced = tuple(dict(forced).items())
+    want = dict(forced)
+    through = {v for v, sc in forced if sc is StitchScheme.global_}
+    regional = {v for v, sc in forced if sc is StitchScheme.regional}
+    local = {v for v, sc in forced if sc is StitchScheme.local}
+    if through:
+        if mapping is not None:
+            raise FusionRefused("a thread mapping applies to a row-reduction kernel; a "
+                                "global scheme makes this one a stitched kernel")
+        sched = analyze_stitched(g, ns, through, regional, local)
+    else:
+        try:
+            sched = analyze(g, ns, mapping, regional, local)
+        except FusionRefused:
+            if not stitch or mapping is not None:
+                raise
+            if (regional or local) and _fits(g, ns):
+                raise    # the user's scheme is what does not fit: say so, do not stitch
+            # (when stitching refuses too, its reason -- a library call, shared
+            # memory -- is the one that matters)
+            sched = analyze_stitched(g, ns, (), regional, local)
+    schemes = _schemes(g, ns, sched)
+    have = dict(schemes)
+    for v, sc in want.items():
+        if have.get(v) is not sc:
+            raise FusionRefused(_why_not(g, v, sc, have.get(v), sched))
+    return Group(f"k{order[ns[0]]}", ns, sched, schemes, forced, mapping or "")
+
+
+def _fits(g: Graph, ns) -> bool:
+    try:
+        analyze(g, ns)
+        return True
+    except FusionRefused:
+        return False
+
+
+def _why_not(g: Graph, v: str, want: StitchScheme, got, sched: Schedule) -> str:
+    """Why value v cannot use scheme ``want`` in this group (it got ``got``)."""
+    got_s = got.value if got else "none"
+    if want is StitchScheme.local and got is StitchScheme.regional:
+        return (f"local {v}: it is one value per row, made by a reduction over threads "
+                "of the row and read by all of them, so it must pass through shared "
+                "memory (regional) -- or use mapping thread, one thread per row")
+    if want is StitchScheme.local and got is StitchScheme.global_:
+        return (f"local {v}: its maker and its readers cannot share one template, so "
+                "it must pass through global memory (global)")
+    if want is StitchScheme.regional and sched.kind == "elementwise":
+        return (f"regional {v}: an elementwise kernel has no row shared by a block; "
+                "each thread computes its own elements (local)")
+    if want is StitchScheme.regional and sched.kind == "row_reduce" and v in sched.per_row:
+        return (f"regional {v}: it is one value per row read by no thread but its "
+                "maker, so there is nothing to share (local)")
+    if want is StitchScheme.regional:
+        return (f"regional {v}: only a full row of element values (or a per-row "
+                f"result read across threads) can be kept in shared memory; it stays "
+                f"{got_s} here")
+    return f"{want.value} {v}: not possible in this kernel; it stays {got_s}"
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +182,10 @@ class Plan:
 
     @cached_property
     def key(self) -> tuple:
-        return tuple(sorted(gr.nodes for gr in self.groups))
+        # user-set schemes and mappings are part of a plan's identity (caches key on it)
+        return tuple(sorted((gr.nodes, gr.forced_mapping,
+                             tuple((v, sc.value) for v, sc in gr.forced))
+                            for gr in self.groups))
 
     @cached_property
     def group_of(self) -> dict[str, Group]:
@@ -112,8 +206,13 @@ class Plan:
         return f"Plan({self.graph.name!r}, {len(self.groups)} kernels, planner={self.planner!r})"
 
     # -- transformations -------------------------------------------------------
-    def fuse(self, refs: Iterable[str], planner: str = "manual") -> "Plan":
-        """Merge the groups holding these nodes/groups into one kernel, if legal."""
+    def fuse(self, refs: Iterable[str], planner: str = "manual", stitch: bool = True) -> "Plan":
+        """Merge the groups holding these nodes/groups into one kernel, if legal.
+
+        When no single template fits, the kernel is stitched from phases (its
+        schedule's kind says ``stitched``); ``stitch=False`` refuses instead. Refused
+        with a reason when an op is a library call, the merge would make a cycle, or
+        resources run out."""
         refs = list(refs)
         if not refs:
             raise FusionRefused("nothing selected: pick at least two nodes to fuse")
@@ -122,8 +221,83 @@ class Plan:
             raise FusionRefused("the selection is already one kernel")
         nodes = {n for gr in merged.values() for n in gr.nodes}
         self._check_acyclic(nodes)
-        new = make_group(self.graph, nodes)   # raises when no schedule fits
+        new = make_group(self.graph, nodes, stitch)   # raises when no schedule fits
         return self._replace(set(merged), [new], planner)
+
+    def set_scheme(self, value: str, scheme: "StitchScheme | str",
+                   planner: str = "manual") -> "Plan":
+        """The plan with ``value`` (an edge inside one kernel) passed by ``scheme``:
+        ``local`` (recompute / keep in the thread), ``regional`` (keep the row in shared
+        memory), ``global`` (split the kernel into phases at a grid barrier). Refused
+        with a reason when illegal, e.g. ``local`` for a per-row result read across the
+        threads of a row, ``regional`` past the shared-memory budget.
+
+        >>> plan.set_scheme("t3", "global").group("n0").schedule.kind   # doctest: +SKIP
+        'stitched'
+        """
+        sc = _as_scheme(scheme)
+        g = self.graph
+        if value not in g.value_map:
+            raise FusionRefused(f"no value {value!r} in graph {g.name}")
+        maker = g.producer.get(value)
+        if maker is None:
+            raise FusionRefused(f"{value} is a graph input or constant; a stitch scheme "
+                                "applies to a value made and read inside one kernel")
+        gr = self.group_of[maker.id]
+        readers = [c.id for c in g.consumers[value] if c.id in gr.nodes]
+        if not readers:
+            others = sorted({self.group_of[c.id].id for c in g.consumers[value]})
+            raise FusionRefused(f"{value} leaves kernel {gr.id}"
+                                + (f" for {', '.join(others)}" if others else "")
+                                + "; a stitch scheme applies to an edge inside one kernel "
+                                "(fuse its maker and readers first)")
+        if sc is StitchScheme.independent:
+            raise FusionRefused(f"independent {value}: independent is how unrelated ops "
+                                f"share a kernel; {value} is an edge from {maker.id} to "
+                                f"{readers[0]}, so it needs local, regional or global")
+        forced = dict(gr.forced)
+        forced[value] = sc
+        new = make_group(g, gr.nodes, True, gr.forced_mapping or None,
+                         tuple(forced.items()))
+        return self._replace({gr.id}, [new], planner)
+
+    def set_mapping(self, ref: str, mapping: str, planner: str = "manual") -> "Plan":
+        """The plan with the row-reduction kernel holding ``ref`` mapped to threads by
+        ``mapping`` (warp, block, split, thread; or auto for the rule).
+
+        >>> plan.set_mapping("k0", "warp").group("k0").schedule.mapping  # doctest: +SKIP
+        'warp'
+        """
+        gr = self.group(ref)
+        if mapping != "auto" and mapping not in MAPPINGS:
+            raise FusionRefused(f"unknown mapping {mapping!r}; choose one of "
+                                f"{', '.join(MAPPINGS)} or auto")
+        if gr.schedule.kind != "row_reduce":
+            raise FusionRefused(f"{gr.id} is a {gr.schedule.kind} kernel; a thread mapping "
+                                "applies to a row-reduction kernel")
+        new = make_group(self.graph, gr.nodes, True, mapping, gr.forced)
+        return self._replace({gr.id}, [new], planner)
+
+    def describe(self) -> str:
+        """One line per kernel (id, schedule and mapping, its ops), then its internal
+        edges with their stitch schemes (and a stitched kernel's phases)."""
+        g = self.graph
+        lines = []
+        for gr in self.groups:
+            lines.append(f"{gr.id}: {gr.schedule.describe()}: "
+                         + " ".join(f"{n}:{g.node(n).op}" for n in gr.nodes))
+            if gr.stitched:
+                for k, p in enumerate(gr.schedule.phases):
+                    how = ("after a grid barrier" if p.barrier else
+                           "independent (no barrier)" if k else "first")
+                    lines.append(f"  phase {k} ({how}): {' '.join(p.nodes)}")
+            user = dict(gr.forced)
+            for v, sc in gr.schemes:
+                readers = [c.id for c in g.consumers[v] if c.id in gr.nodes]
+                mark = " (set by user)" if v in user else ""
+                lines.append(f"  {v}: {g.producer[v].id} -> {','.join(readers)} "
+                             f"{sc.value}{mark}")
+        return "\n".join(lines)
 
     def split(self, ref: str, planner: str = "manual") -> "Plan":
         """Break the group holding ref back into one kernel per op."""
@@ -138,6 +312,16 @@ class Plan:
 
     def _check_acyclic(self, nodes: set[str]) -> None:
         check_acyclic(self.graph, {gr.id: gr for gr in self.groups}, self.group_of, nodes)
+
+
+def _as_scheme(scheme) -> StitchScheme:
+    if isinstance(scheme, StitchScheme):
+        return scheme
+    for sc in StitchScheme:
+        if scheme == sc.value:
+            return sc
+    raise FusionRefused(f"unknown stitch scheme {scheme!r}; choose one of "
+                        + ", ".join(sc.value for sc in StitchScheme))
 
 
 def check_acyclic(g: Graph, groups: dict[str, Group], owner: dict[str, Group],

@@ -89,28 +89,34 @@ class CompiledCpuKernel:
             self.fn.restype = None
 
 
-def compile_kernel(k: Kernel) -> CompiledCpuKernel:
-    src = render_kernel(k, "c")
-    if k.library is not None:
-        return CompiledCpuKernel(k, None, src)
+def build_library(name: str, src: str, origin: str = "") -> Path:
+    """Compile C source to a shared library in the kernel cache (keyed by source,
+    flags and compiler version; installed atomically, so concurrent compilers race
+    harmlessly). ``origin`` says where a rejected source came from, for the message."""
     cc, version = find_compiler()
     flags = cflags()
     key = hashlib.sha256("\0".join([src, " ".join(flags), version]).encode()).hexdigest()[:24]
-    out = cache_dir() / f"{k.name}-{key}.so"
+    out = cache_dir() / f"{name}-{key}.so"
     if not out.exists():
-        d = cache_dir()
-        with tempfile.TemporaryDirectory(dir=d) as tmp:
-            c_file = Path(tmp) / f"{k.name}.c"
+        with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+            c_file, so_tmp = Path(tmp) / f"{name}.c", Path(tmp) / "k.so"
             c_file.write_text(src)
-            so_tmp = Path(tmp) / "k.so"
             r = subprocess.run([cc, *flags, str(c_file), "-o", str(so_tmp), *link_flags()],
                                capture_output=True, text=True)
             if r.returncode != 0:
-                raise WorkbenchError(f"the C compiler rejected kernel {k.name}:\n"
-                                     f"{r.stderr[-2000:]}\nthis is a workbench bug; please "
-                                     "report it with the graph")
-            os.replace(so_tmp, out)   # atomic: concurrent compilers race harmlessly
-    return CompiledCpuKernel(k, out, src)
+                raise WorkbenchError(
+                    f"the C compiler rejected kernel {name}:\n{r.stderr[-2000:]}\n"
+                    + (origin or "this is a workbench bug; please report it with the graph"))
+            os.replace(so_tmp, out)
+    return out
+
+
+def compile_kernel(k: Kernel, src: str | None = None, origin: str = "") -> CompiledCpuKernel:
+    """Compile one kernel: its rendered C, or ``src`` when given (a shipped source)."""
+    src = render_kernel(k, "c") if src is None else src
+    if k.library is not None:
+        return CompiledCpuKernel(k, None, src)
+    return CompiledCpuKernel(k, build_library(k.name, src, origin), src)
 
 
 class CpuBackend:

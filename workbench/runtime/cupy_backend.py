@@ -45,19 +45,51 @@ class CupyBackend:
     def compile(self, kernels: list[Kernel], progress=None) -> list[CompiledCudaKernel]:
         out = []
         for i, k in enumerate(kernels):
-            src = render_kernel(k, "cuda")
-            fn = None
-            if k.library is None:
-                mod = self.cp.RawModule(code=src, options=("--std=c++14",))
-                fn = mod.get_function(k.name)
-            out.append(CompiledCudaKernel(k, src, fn))
+            out.append(self.compile_source(k, render_kernel(k, "cuda")))
             if progress:
                 progress(i + 1, len(kernels), k.name)
         return out
 
+    def compile_source(self, k: Kernel, src: str) -> CompiledCudaKernel:
+        """Build one kernel from CUDA source (rendered here, or shipped in an artifact)."""
+        fn = None
+        if k.library is None:
+            # grid barriers need cuLaunchCooperativeKernel: CuPy launches a kernel of
+            # a module built with enable_cooperative_groups that way
+            mod = self.cp.RawModule(code=src, options=("--std=c++14",),
+                                    enable_cooperative_groups=k.launch.cooperative)
+            fn = mod.get_function(k.name)
+        return CompiledCudaKernel(k, src, fn)
+
     def launch(self, ck: CompiledCudaKernel, args) -> None:
         k = ck.kernel
-        ck.fn((k.launch.grid,), (k.launch.block,), tuple(args))
+        grid = k.launch.grid
+        if k.launch.cooperative:
+            grid = min(grid, self.co_resident_grid(ck))
+        ck.fn((grid,), (k.launch.block,), tuple(args))
+
+    def co_resident_grid(self, ck: CompiledCudaKernel) -> int:
+        """Blocks of this compiled kernel that fit on this GPU at once (CUDA occupancy:
+        threads, blocks, registers -- allocated per warp in units of 256 -- and shared
+        memory per SM). Every loop strides over the grid, so fewer blocks stay correct;
+        more would make the cooperative launch fail."""
+        if getattr(ck, "_grid_cap", None) is None:
+            attrs = self.cp.cuda.Device().attributes
+            threads = ck.kernel.launch.block
+            warps = -(-threads // 32)
+            regs = max(1, ck.fn.num_regs)
+            regs_per_warp = -(-regs * 32 // 256) * 256
+            # (H100 values where a driver does not report an attribute)
+            per_sm = min(attrs.get("MaxBlocksPerMultiprocessor", 32),
+                         attrs.get("MaxThreadsPerMultiProcessor", 2048) // threads,
+                         attrs.get("MaxRegistersPerMultiprocessor", 65536)
+                         // (regs_per_warp * warps))
+            shared = ck.fn.shared_size_bytes
+            if shared:
+                per_sm = min(per_sm, attrs.get("MaxSharedMemoryPerMultiprocessor", 233472)
+                             // (shared + 1024))
+            ck._grid_cap = max(1, per_sm) * attrs["MultiProcessorCount"]
+        return ck._grid_cap
 
     def asarray(self, a: np.ndarray):
         return self.cp.asarray(a)

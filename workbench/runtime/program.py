@@ -13,7 +13,7 @@ import numpy as np
 
 from ..codegen import lower_plan
 from ..fusion import Plan
-from ..ir import DType
+from ..ir import DType, Graph
 from ..ops import evaluate_node, get_op
 from ..ops.opaque import conv2d_reference
 from .reference import check_inputs
@@ -43,20 +43,29 @@ def _library(xp, op: str, xs, attrs):
     return get_op(op).reference(xs, attrs)
 
 
-class Program:
-    """Lowered, rendered and compiled kernels of one plan on one backend."""
+class KernelSequence:
+    """Compiled kernels of one graph, run in order on one backend.
 
-    def __init__(self, plan: Plan, backend, progress: Progress | None = None):
-        self.plan, self.backend = plan, backend
-        self.kernels = lower_plan(plan)
-        self.compiled = backend.compile(self.kernels, progress)
-        self.graph = plan.graph
-        self._consts = {k: backend.asarray(v) for k, v in self.graph.constants.items()}
+    The run loop shared by :class:`Program` (a plan lowered and compiled here) and a
+    loaded artifact (its shipped sources compiled on load): poison each kernel's
+    outputs, launch it (or its library call), keep the values in an environment.
+    ``group_nodes`` maps each kernel's group id to its node ids (the reference backend
+    evaluates them op by op). Subclasses may override :meth:`check_inputs`.
+    """
+
+    def __init__(self, graph: Graph, backend, compiled: list,
+                 group_nodes: Mapping[str, tuple[str, ...]]):
+        self.graph, self.backend, self.compiled = graph, backend, compiled
+        self.group_nodes = dict(group_nodes)
+        self._consts = {k: backend.asarray(v) for k, v in graph.constants.items()}
 
     # -- running ---------------------------------------------------------------
+    def check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        return check_inputs(self.graph, inputs)
+
     def _env(self, inputs: Mapping[str, np.ndarray]) -> dict:
         env = dict(self._consts)
-        for k, v in check_inputs(self.graph, inputs).items():
+        for k, v in self.check_inputs(inputs).items():
             env[k] = self.backend.asarray(v)
         return env
 
@@ -69,7 +78,7 @@ class Program:
     def _launch(self, ck, env) -> None:
         k, xp = ck.kernel, self.backend.xp
         if self.backend.name == "reference":
-            for nid in self.plan.group(k.group).nodes:
+            for nid in self.group_nodes[k.group]:
                 n = self.graph.node(nid)
                 env.update(zip(n.outputs, evaluate_node(
                     n, [env[i] for i in n.inputs], [self.graph.value(o) for o in n.outputs])))
@@ -82,17 +91,34 @@ class Program:
                 # (ascontiguousarray would turn a 0-d result into 1-d)
                 env[b.value] = a if a.flags.c_contiguous else a.copy(order="C")
         else:
-            self.backend.launch(ck, [env[b.value] for b in k.params])
+            ws = self._workspace(ck)
+            self.backend.launch(ck, [ws[b.name] if b.workspace else env[b.value]
+                                     for b in k.params])
 
-    def run(self, inputs: Mapping[str, np.ndarray],
-            keep_all: bool = False) -> dict[str, np.ndarray]:
-        """Run every kernel in order; returns the graph outputs (with keep_all, every
-        value that crossed a kernel boundary) as NumPy arrays."""
+    def _workspace(self, ck) -> dict:
+        """The kernel's own global memory (values between stitched phases, partials of
+        a split row), allocated once per kernel and poisoned, so a phase reading what
+        no earlier phase wrote fails the comparison."""
+        cache = self.__dict__.setdefault("_workspaces", {})
+        if id(ck) not in cache:
+            cache[id(ck)] = {b.name: poison(self.backend.xp, (b.numel,), b.dtype)
+                             for b in ck.kernel.workspace}
+        return cache[id(ck)]
+
+    def execute(self, inputs: Mapping[str, np.ndarray]) -> dict:
+        """Run every kernel in order; returns the environment of backend arrays."""
         env = self._env(inputs)
         for ck in self.compiled:
             self._alloc_outputs(ck, env)
             self._launch(ck, env)
         self.backend.synchronize()
+        return env
+
+    def run(self, inputs: Mapping[str, np.ndarray],
+            keep_all: bool = False) -> dict[str, np.ndarray]:
+        """Run every kernel in order; returns the graph outputs (with keep_all, every
+        value that crossed a kernel boundary) as NumPy arrays."""
+        env = self.execute(inputs)
         keys = env.keys() if keep_all else self.graph.outputs
         return {o: self.backend.to_numpy(env[o]) for o in keys}
 
@@ -122,6 +148,16 @@ class Program:
                 per[i].append(timer.stop(t0))
             totals.append(timer.stop(t_all))
         return [float(np.median(p)) for p in per], float(np.median(totals))
+
+
+class Program(KernelSequence):
+    """Lowered, rendered and compiled kernels of one plan on one backend."""
+
+    def __init__(self, plan: Plan, backend, progress: Progress | None = None):
+        self.plan = plan
+        self.kernels = lower_plan(plan)
+        super().__init__(plan.graph, backend, backend.compile(self.kernels, progress),
+                         {gr.id: gr.nodes for gr in plan.groups})
 
 
 class _WallTimer:
