@@ -2,20 +2,25 @@
 
 Bytes are counted from the kernel IR as compulsory global-memory traffic: every
 input buffer read once and every output written once. Latency is the median of
-repeated runs after warm-up (CUDA events on the GPU, wall clock on the CPU).
+repeated runs after warm-up (CUDA events on the GPU, wall clock on the CPU). Given a
+cost model, each kernel's predicted latency stands beside its measured one
+(``predicted_ms``), and the step's is their sum.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pandas as pd
 
+from ..fusion.cost import CostModel
 from ..runtime import Program
 from .compare import check_outputs, max_rel_error
 from .verify import KernelCheck, verify_kernels
 
 KERNEL_COLUMNS = ["kernel", "group", "nodes", "schedule", "launch", "bytes_read",
-                  "bytes_written", "latency_ms", "bandwidth_GBps", "max_rel_error", "ok"]
+                  "bytes_written", "latency_ms", "predicted_ms", "bandwidth_GBps",
+                  "max_rel_error", "ok"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +36,14 @@ class StepMeasurement:
     per_kernel: pd.DataFrame
     device: str
     end_to_end_error: float = float("nan")   # graph outputs vs a whole-graph reference run
+    predicted_ms: float = float("nan")       # the cost model's sum over kernels
+
+    @property
+    def model_error(self) -> float:
+        """|predicted / measured - 1| of the whole step (nan without a prediction)."""
+        if math.isnan(self.predicted_ms) or self.latency_ms <= 0:
+            return float("nan")
+        return abs(self.predicted_ms / self.latency_ms - 1.0)
 
     @property
     def bytes_moved(self) -> int:
@@ -38,7 +51,10 @@ class StepMeasurement:
 
 
 def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 2,
-                    repeats: int = 10) -> StepMeasurement:
+                    repeats: int = 10, model: CostModel | None = None) -> StepMeasurement:
+    """Run once keeping every boundary value, check each kernel on its own inputs,
+    then time the plan. ``model`` (a CostModel for the backend's device) adds the
+    predicted latency of each kernel and of the step."""
     env = prog.run(inputs, keep_all=True)
     e2e, _ = check_outputs(prog.graph, env, reference)
     checks = verify_kernels(prog, env)
@@ -47,11 +63,13 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
     for ck, t, chk in zip(prog.compiled, per, checks):
         k = ck.kernel
         moved = k.bytes_read + k.bytes_written
+        pred = (model.estimate(prog.graph, prog.plan.group(k.group)).ms if model is not None
+                else float("nan"))
         rows.append({"kernel": k.name, "group": k.group,
                      "nodes": len(prog.plan.group(k.group).nodes), "schedule": k.schedule,
                      "launch": str(k.launch) if k.library is None else "library",
                      "bytes_read": k.bytes_read, "bytes_written": k.bytes_written,
-                     "latency_ms": t * 1e3,
+                     "latency_ms": t * 1e3, "predicted_ms": pred,
                      "bandwidth_GBps": moved / t / 1e9 if t > 0 else float("nan"),
                      "max_rel_error": chk.max_rel_error, "ok": chk.within_tolerance})
     frame = pd.DataFrame(rows, columns=KERNEL_COLUMNS)
@@ -59,7 +77,9 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
                            int(frame.bytes_read.sum()), int(frame.bytes_written.sum()),
                            total * 1e3, max(c.max_rel_error for c in checks),
                            all(c.within_tolerance for c in checks), frame,
-                           prog.backend.device_name(), e2e)
+                           prog.backend.device_name(), e2e,
+                           float(frame.predicted_ms.sum()) if model is not None
+                           else float("nan"))
 
 
 __all__ = ["KERNEL_COLUMNS", "KernelCheck", "StepMeasurement", "max_rel_error",

@@ -1,0 +1,112 @@
+"""The local CPU measured by the compiled probe and cached; predictions shown beside
+measurements in sessions; calibration from real CPU measurements improves the fit."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from workbench.fusion.cost import CostModel, relative_error, samples_from
+from workbench.fusion.devices import Device
+from workbench.ir import GraphBuilder
+from workbench.measure import KERNEL_COLUMNS
+from workbench.runtime import get_backend
+from workbench.runtime.calibrate import cpu_device, device_for, devices_dir
+from workbench.session import STEP_COLUMNS, Session
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    from workbench.runtime import calibrate
+    calibrate._cached_cpu_device.cache_clear()
+    yield tmp_path
+    calibrate._cached_cpu_device.cache_clear()
+
+
+def test_cpu_is_measured_once_and_cached(fresh_cache):
+    dev = cpu_device()
+    assert dev.kind == "cpu" and dev.units >= 1
+    assert 1e8 < dev.dram_bandwidth < 1e13          # 0.1 GB/s .. 10 TB/s
+    assert 0 < dev.launch_overhead < 1e-2
+    assert dev.peak_flops > 1e8
+    files = list(devices_dir().glob("cpu-*.json"))
+    assert len(files) == 1 and files[0].is_relative_to(fresh_cache)
+    assert Device(**json.loads(files[0].read_text())) == dev
+    # read back from the file, not measured again: edit it and see the edit
+    data = json.loads(files[0].read_text())
+    data["launch_overhead"] = 0.123
+    files[0].write_text(json.dumps(data))
+    from workbench.runtime import calibrate
+    calibrate._cached_cpu_device.cache_clear()
+    assert cpu_device().launch_overhead == 0.123
+    again = cpu_device(refresh=True)            # measures anew
+    assert again.launch_overhead != 0.123
+
+
+def test_backends_have_devices():
+    assert device_for(get_backend("cpu")).kind == "cpu"
+    assert device_for(get_backend("reference")).kind == "cpu"
+
+
+def _graph():
+    b = GraphBuilder("ln_gelu")
+    x = b.input("x", (512, 1024))
+    g = b.constant(np.ones(1024, np.float32), "gamma")
+    be = b.constant(np.zeros(1024, np.float32), "beta")
+    b.output(b.gelu(b.layer_norm(x, g, be) * 2.0), "y")
+    return b.build()
+
+
+def test_session_shows_predictions_beside_measurements():
+    s = Session(_graph(), backend="cpu")
+    assert s.device.kind == "cpu"
+    before = s.predict()
+    assert len(before.groups) == len(s.plan.groups) and before.ms > 0
+    s.auto("stitch")
+    after = s.predict()
+    assert after.ms < before.ms             # fusion predicted to save time
+    t = s.table(repeats=2, warmup=1)
+    assert list(t.columns) == STEP_COLUMNS and "predicted_ms" in t.columns
+    assert np.all(t.predicted_ms > 0)
+    m = s.measure()
+    assert "predicted_ms" in KERNEL_COLUMNS
+    assert m.per_kernel.predicted_ms.sum() == pytest.approx(m.predicted_ms)
+    assert math.isfinite(m.model_error)
+
+
+def test_calibration_improves_error_on_real_measurements():
+    """Fit on measured kernels of two plans (none and rules) of two graphs: the
+    calibrated model's squared relative error over those kernels is lower."""
+    measured = []
+    for g in (_graph(), _softmax()):
+        s = Session(g, backend="cpu")
+        for planner in ("none", "rules"):
+            if planner != "none":
+                s.auto(planner)
+            m = s.measure(repeats=5, warmup=1)
+            measured.append((s.plan, m))
+    model = CostModel.for_device(cpu_device())
+    samples = [x for plan, m in measured for x in samples_from(model, plan, m.per_kernel)]
+    assert len(samples) >= 10
+    fitted = model.calibrate(samples)
+
+    def sq_error(mod):
+        return sum(relative_error(mod.estimate_features(x.features).seconds, x.seconds) ** 2
+                   for x in samples)
+
+    assert sq_error(fitted) < sq_error(model)
+    assert fitted.calibrated_on == len(samples)
+    # and the session shows the calibrated model's predictions once assigned
+    s = Session(_graph(), backend="cpu")
+    s.cost_model = fitted
+    assert s.predict().ms == pytest.approx(fitted.plan_seconds(s.plan) * 1e3)
+
+
+def _softmax():
+    b = GraphBuilder("softmax")
+    x = b.input("x", (1024, 2048))
+    b.output(b.softmax(x, axis=-1), "y")
+    return b.build()

@@ -1,0 +1,502 @@
+"""The cost model: a kernel's latency predicted from bytes moved, launches, occupancy
+and arithmetic, priced at the fusion level (a :class:`Group` and its schedule), so
+planners can score plans without generating code.
+
+For one group on one :class:`~workbench.fusion.devices.Device`, :func:`features`
+counts what the kernel must do (FusionStitching's and AStitch's terms):
+
+- **bytes**: each value the group reads from outside once, each value it writes out
+  once (the compulsory traffic ``codegen`` also counts), plus the intermediates a
+  stitched kernel passes through global memory (written once, read once);
+- **launches** (one per kernel) and **grid barriers** (stitched phases, split rows);
+- **arithmetic**: ``OpDef.flops`` per element, *including recomputation*: in a row
+  kernel an element value not kept on chip is recomputed by every pass over the row
+  that needs it; library calls (matmul, conv) count 2 flops per multiply-add;
+- **occupancy** (GPU): threads per block from the schedule's thread mapping,
+  registers per thread (an estimate from the group's size) and shared memory
+  (block-reduction scratch and the row cache) limit the blocks per SM; too few warps
+  in flight cannot hide DRAM latency, and too few blocks leave SMs idle (a partial
+  last wave). On a CPU one block runs on one core, so only the second limit applies.
+
+The latency is additive and linear in a few free factors, which calibration fits::
+
+    t = overhead * launches + m[kind] * memory_s + c * compute_s + l * library_s
+        + b * barriers
+
+``memory_s`` is bytes over the device's bandwidth scaled by the occupancy and wave
+efficiencies, ``compute_s`` flops over peak; ``m[kind]`` (per schedule kind and thread
+mapping), ``c``, ``l``, ``overhead`` and ``b`` are the :class:`Factors`. The sum (not a
+roofline max) is deliberate: fused CPU kernels overlap arithmetic and memory only
+partly, and a linear model calibrates by least squares. :meth:`CostModel.calibrate`
+returns a new model fitted to measured per-kernel latencies.
+
+Example::
+
+    >>> from workbench.fusion.devices import H100
+    >>> m = CostModel.for_device(H100)                       # doctest: +SKIP
+    >>> m.estimate(g, plan.groups[0]).ms                     # doctest: +SKIP
+    0.0213
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Sequence
+
+from ..ir import Graph
+from ..ops import Kind, get_op
+from .devices import Device
+from .plan import Group, Plan
+from .schedule import Schedule, group_io
+
+# Fraction of the SM's threads that must be resident for a memory-bound kernel to keep
+# enough loads in flight to saturate DRAM (Little's law; ~50% on recent NVIDIA GPUs).
+OCCUPANCY_FOR_PEAK = 0.5
+FLAT_BLOCK = 256          # threads per block of flat loops (mirrors codegen.lower)
+CPU_THREAD_TILE = 64      # rows per CPU tile of a thread-per-row kernel (mirrors render)
+MAX_REGISTERS = 255
+MEMORY_KEYS = ("elementwise", "row_reduce/block", "row_reduce/warp", "row_reduce/split",
+               "row_reduce/thread", "stitched", "opaque")
+
+
+def memory_key(s: Schedule) -> str:
+    return f"row_reduce/{s.mapping}" if s.kind == "row_reduce" else s.kind
+
+
+@dataclass(frozen=True)
+class KernelFeatures:
+    """What one group's kernel must do on one device (device-dependent: occupancy)."""
+    kind: str                   # a MEMORY_KEYS entry
+    bytes_read: int
+    bytes_written: int
+    scratch_bytes: int          # stitched: intermediates through global memory (w + r)
+    flops: float                # generated arithmetic, recomputation included
+    library_flops: float        # opaque library calls
+    launches: int
+    barriers: int
+    threads: int                # per block
+    blocks: int                 # blocks the work needs
+    shared_bytes: int           # per block
+    registers: int              # per thread (estimate)
+    occupancy: float            # resident threads / max threads per unit (1 on a CPU)
+    efficiency: float           # occupancy x wave (or core) utilization, in (0, 1]
+    memory_s: float             # bytes / (bandwidth x efficiency)
+    compute_s: float            # flops / (peak x utilization)
+    library_s: float            # library flops / peak
+    infeasible: str = ""        # why the kernel cannot run on this device ("" if it can)
+
+    @property
+    def bytes_moved(self) -> int:
+        return self.bytes_read + self.bytes_written + self.scratch_bytes
+
+
+@dataclass(frozen=True)
+class Factors:
+    """The model's free factors (what calibration fits).
+
+    ``memory`` multiplies the spec memory time per schedule kind (1/achieved fraction
+    of bandwidth); ``compute`` and ``library`` multiply arithmetic at peak; ``overhead``
+    is seconds per launch, ``barrier`` seconds per grid barrier."""
+    overhead: float
+    memory: tuple[tuple[str, float], ...]
+    compute: float
+    library: float
+    barrier: float
+
+    def memory_factor(self, key: str) -> float:
+        return dict(self.memory).get(key, dict(self.memory).get("elementwise", 1.0))
+
+    def vector(self) -> list[float]:
+        return [self.overhead, *[v for _, v in self.memory], self.compute, self.library,
+                self.barrier]
+
+    @staticmethod
+    def from_vector(v: Sequence[float]) -> "Factors":
+        n = len(MEMORY_KEYS)
+        return Factors(float(v[0]), tuple(zip(MEMORY_KEYS, map(float, v[1:1 + n]))),
+                       float(v[1 + n]), float(v[2 + n]), float(v[3 + n]))
+
+    @staticmethod
+    def default(device: Device) -> "Factors":
+        """Uncalibrated: a well-written memory-bound kernel reaches ~85% of a GPU's
+        DRAM bandwidth and about half its peak flops on mixed arithmetic, a library
+        GEMM ~70%; a CPU's bandwidth and arithmetic are measured by the same kind of
+        loop the kernels are, so its factors start at 1 (libraries at 0.7 of the
+        probe's rate is a guess that calibration corrects)."""
+        if device.kind == "gpu":
+            mem, comp, lib = 1 / 0.85, 1 / 0.5, 1 / 0.7
+        else:
+            mem, comp, lib = 1.0, 1.0, 1 / 0.7
+        return Factors(device.launch_overhead, tuple((k, mem) for k in MEMORY_KEYS),
+                       comp, lib, device.grid_barrier)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A kernel's predicted latency and where it goes."""
+    seconds: float
+    overhead_s: float
+    memory_s: float
+    compute_s: float
+    library_s: float
+    barrier_s: float
+    features: KernelFeatures
+
+    @property
+    def ms(self) -> float:
+        return self.seconds * 1e3
+
+    @property
+    def limiter(self) -> str:
+        if self.features.infeasible:
+            return self.features.infeasible
+        parts = {"launch": self.overhead_s, "memory": self.memory_s,
+                 "compute": self.compute_s + self.library_s, "barriers": self.barrier_s}
+        return max(parts, key=parts.get)
+
+
+@dataclass(frozen=True)
+class PlanEstimate:
+    """Per-group estimates of a plan, in the plan's order, and their sum."""
+    groups: tuple[tuple[str, Estimate], ...]
+
+    @property
+    def seconds(self) -> float:
+        return sum(e.seconds for _, e in self.groups)
+
+    @property
+    def ms(self) -> float:
+        return self.seconds * 1e3
+
+    def by_group(self) -> dict[str, Estimate]:
+        return dict(self.groups)
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured kernel: its features and its measured latency in seconds."""
+    features: KernelFeatures
+    seconds: float
+
+
+# -- counting ---------------------------------------------------------------------------
+def _inlined(g: Graph, v: str, sched: Schedule) -> bool:
+    # codegen inlines scalar constants as literals (library calls take arrays)
+    return sched.kind != "opaque" and v in g.constants and g.value(v).numel == 1
+
+
+def _library_flops(g: Graph, nid: str) -> float:
+    n = g.node(nid)
+    out = g.value(n.outputs[0])
+    if n.op == "matmul":
+        return 2.0 * out.numel * g.value(n.inputs[0]).shape[-1]
+    if n.op == "conv2d":
+        return 2.0 * out.numel * math.prod(g.value(n.inputs[1]).shape[1:])
+    return float(out.numel)
+
+
+def _pass_counts(g: Graph, nodes: Sequence[str], s: Schedule) -> dict[str, int]:
+    """How many passes over the row compute each element value of a row kernel: each
+    reduction's pass and the final write need what they read, and a value not kept on
+    chip is recomputed by each (cached values are computed once)."""
+    ns = [g.node(n) for n in nodes]
+    reduces = [n for n in ns if get_op(n.op).kind is Kind.reduce]
+    element = {o for n in ns for o in n.outputs if o not in s.per_row}
+    need = dict.fromkeys(element, 0)
+    io = group_io(g, tuple(nodes))
+    for j, r in enumerate(reduces):
+        if r.inputs[0] in element:
+            need[r.inputs[0]] |= 1 << j
+    final = 1 << len(reduces)
+    for o in io.outputs:
+        if o in element:
+            need[o] |= final
+    for n in reversed(ns):
+        mask = 0
+        for o in n.outputs:
+            mask |= need.get(o, 0)
+        for i in n.inputs:
+            if i in element:
+                need[i] |= mask
+    cached = set(s.row_cached)
+    return {v: (1 if v in cached else max(1, bin(m).count("1"))) for v, m in need.items()}
+
+
+def _arith(g: Graph, nodes: Sequence[str], s: Schedule, gpu: bool = True) -> float:
+    """Generated-kernel flops, at the index each value is computed at."""
+    if s.kind == "elementwise":
+        io = group_io(g, tuple(nodes))
+        width = max((g.value(o).numel for o in io.outputs), default=1)
+        return float(sum(get_op(g.node(n).op).flops for n in nodes
+                         if get_op(g.node(n).op).kind is not Kind.layout) * width)
+    # row_reduce
+    passes = _pass_counts(g, nodes, s)
+    # combining a row's partials across its threads: shuffles and barriers over every
+    # thread that shares the row (a warp, a block, a split row's blocks; none serially)
+    # (on a CPU one thread owns a row: nothing to combine)
+    sharing = {"thread": 0, "warp": 32}.get(s.mapping) if gpu else 0
+    if sharing is None:
+        threads, _ = _geometry(s, 0, _GPU_SHAPE)
+        sharing = threads * max(1, s.splits)
+    reductions = sum(1 for n in nodes if get_op(g.node(n).op).kind is Kind.reduce)
+    total = float(s.rows * reductions * sharing)
+    domain = math.prod(s.domain)
+    for nid in nodes:
+        n = g.node(nid)
+        op = get_op(n.op)
+        if op.kind is Kind.layout:
+            continue
+        if op.kind is Kind.reduce:
+            total += domain           # one combine per element
+            continue
+        o = n.outputs[0]
+        if o in s.per_row:
+            total += op.flops * s.rows
+        else:
+            total += op.flops * domain * passes.get(o, 1)
+    return total
+
+
+# geometry queries that only need the GPU's rule (threads per block), not a device
+_GPU_SHAPE = Device("shape", "gpu", 1.0, 0.0, 1, 1.0)
+
+
+def _geometry(s: Schedule, nodes_numel: int, device: Device) -> tuple[int, int]:
+    """(threads per block, blocks) of a schedule, as codegen launches it; on a CPU the
+    blocks are the parallel work items (a flat loop's iterations, a thread-per-row
+    kernel's 64-row tiles)."""
+    cpu = device.kind == "cpu"
+    if s.kind == "elementwise":
+        vec = 4 if nodes_numel % 4 == 0 and nodes_numel >= 1024 else 1
+        if cpu:
+            return 1, nodes_numel
+        return FLAT_BLOCK, max(1, -(-nodes_numel // (FLAT_BLOCK * vec)))
+    if s.kind != "row_reduce":
+        return 1, 1
+    rows, cols = s.rows, s.cols
+    m = s.mapping
+    if m == "thread":
+        if cpu:
+            return 1, max(1, -(-rows // CPU_THREAD_TILE))
+        return FLAT_BLOCK, max(1, -(-rows // FLAT_BLOCK))
+    if m == "warp":
+        rpb = max(1, s.rows_per_block)
+        return 32 * rpb, max(1, -(-rows // rpb))
+    threads = 32
+    span = cols // max(1, s.splits) if m == "split" else cols
+    while threads < 512 and threads * 4 < span:
+        threads *= 2
+    if m == "split":
+        return threads, rows * max(1, s.splits)
+    return threads, rows
+
+
+def _scatter(g: Graph, s: Schedule, device: Device) -> float:
+    """How much more a kernel's reads cost than their bytes: neighbouring threads (GPU)
+    or consecutive iterations (CPU) must touch neighbouring elements. A row kernel whose
+    row is spread over threads (warp, block, split) reads coalesced only when the
+    reduced axes are innermost; a thread-per-row kernel only when they are not.
+    Otherwise each element costs a whole transaction (sector or cache line)."""
+    if s.kind != "row_reduce":
+        return 1.0
+    innermost = (len(s.domain) - 1) in s.reduce_axes
+    if (s.mapping == "thread") != innermost:
+        return 1.0
+    return max(1.0, device.transaction_bytes / 4)
+
+
+def _registers(g: Graph, nodes: Sequence[str], io, s: Schedule) -> int:
+    """Registers per thread, estimated: a base, two per buffer pointer/index, two per
+    value read by more than one op inside the group (held live) and a few per
+    reduction accumulator; capped at the hardware's 255."""
+    members = set(nodes)
+    shared = sum(1 for n in nodes for o in g.node(n).outputs
+                 if sum(1 for c in g.consumers[o] if c.id in members) > 1)
+    reduces = sum(1 for n in nodes if get_op(g.node(n).op).kind is Kind.reduce)
+    return min(MAX_REGISTERS, 24 + 2 * (len(io.inputs) + len(io.outputs)) + 2 * shared
+               + 6 * reduces)
+
+
+def _shared(s: Schedule, g: Graph) -> int:
+    """Per-block shared memory: block-reduction slots and the row cache, as the
+    schedule (and so codegen) allocates them."""
+    if s.kind != "row_reduce":
+        return 0
+    return s.shared_bytes
+
+
+def _efficiency(device: Device, threads: int, blocks: int, regs: int, smem: int,
+                cooperative: bool) -> tuple[float, float, str]:
+    """(occupancy, efficiency, why infeasible) of a launch on the device."""
+    if device.kind == "cpu":
+        return 1.0, min(1.0, blocks / max(1, device.units)), ""
+    if device.shared_per_block and smem > device.shared_per_block:
+        return 0.0, 0.0, (f"shared memory {smem / 1024:.0f} KB > "
+                          f"{device.shared_per_block // 1024} KB per block")
+    if threads > device.max_threads_per_block:
+        return 0.0, 0.0, f"{threads} threads > {device.max_threads_per_block} per block"
+    per_unit = [device.max_blocks_per_unit, device.max_threads_per_unit // threads]
+    if device.registers_per_unit:
+        per_unit.append(device.registers_per_unit // max(1, regs * threads))
+    if smem and device.shared_per_unit:
+        per_unit.append(device.shared_per_unit // smem)
+    bpu = min(per_unit)
+    if bpu < 1:
+        return 0.0, 0.0, (f"a block of {threads} threads x {regs} registers does not fit "
+                          "one SM")
+    occupancy = bpu * threads / device.max_threads_per_unit
+    capacity = bpu * device.units
+    if cooperative:    # grid capped to one wave; grid-stride loops share the work
+        wave = min(1.0, blocks / capacity)
+    else:
+        waves = -(-blocks // capacity)
+        wave = blocks / (waves * capacity)
+    return occupancy, min(1.0, occupancy / OCCUPANCY_FOR_PEAK) * wave, ""
+
+
+def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
+    """Count what ``group``'s kernel does on ``device`` (see the module docstring)."""
+    s = group.schedule
+    nodes = group.nodes
+    io = group_io(g, nodes)
+    read = sum(g.value(v).nbytes for v in io.inputs if not _inlined(g, v, s))
+    written = sum(g.value(v).nbytes for v in io.outputs)
+    if s.kind == "opaque":
+        lib = sum(_library_flops(g, n) for n in nodes)
+        return KernelFeatures("opaque", read, written, 0, 0.0, lib, 1, 0, 1, 1, 0, 0, 1.0,
+                              1.0, (read + written) / device.dram_bandwidth, 0.0,
+                              lib / device.peak_flops)
+    if s.kind == "stitched":
+        return _stitched_features(g, group, device, io, read, written)
+    width = max((g.value(o).numel for o in io.outputs), default=1)
+    threads, blocks = _geometry(s, width, device)
+    regs = _registers(g, nodes, io, s)
+    smem = _shared(s, g)
+    barriers = s.grid_barriers
+    occ, eff, bad = _efficiency(device, threads, blocks, regs, smem, barriers > 0)
+    flops = _arith(g, nodes, s, device.kind == "gpu")
+    util = max(eff, 1e-9) if device.kind == "gpu" else min(1.0, blocks / device.units)
+    mem = (read + written) * _scatter(g, s, device) / (device.dram_bandwidth
+                                                      * max(eff, 1e-9))
+    comp = flops / (device.peak_flops * max(util, 1e-9))
+    return KernelFeatures(memory_key(s), read, written, 0, flops, 0.0, 1, barriers,
+                          threads, blocks, smem, regs, occ, eff, mem, comp, 0.0, bad)
+
+
+def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:
+    """A stitched kernel: its phases priced as kernels without their own launches,
+    each reading and writing its own inputs and outputs (values passing between phases
+    go through global memory), on a grid capped to one wave."""
+    s = group.schedule
+    mem = comp = flops = 0.0
+    smem = regs = threads = blocks = 0
+    bad = ""
+    occ_min, eff_min = 1.0, 1.0
+    for p in s.phases:
+        sub = features(g, Group(group.id, p.nodes, p.schedule), device)
+        mem += sub.memory_s
+        comp += sub.compute_s
+        flops += sub.flops
+        regs = max(regs, sub.registers)
+        threads, blocks = max(threads, sub.threads), max(blocks, sub.blocks)
+        occ_min, eff_min = min(occ_min, sub.occupancy), min(eff_min, sub.efficiency)
+        bad = bad or sub.infeasible
+    smem = s.shared_bytes     # reduction slots shared by the phases, row caches summed
+    if device.kind == "gpu" and device.shared_per_block and smem > device.shared_per_block:
+        bad = bad or (f"shared memory {smem / 1024:.0f} KB > "
+                      f"{device.shared_per_block // 1024} KB per block")
+    scratch = 2 * sum(g.value(v).nbytes for v in s.through_global)
+    return KernelFeatures("stitched", read, written, scratch, flops, 0.0, 1,
+                          s.grid_barriers, threads, blocks, smem, regs, occ_min, eff_min,
+                          mem, comp, 0.0, bad)
+
+
+# -- the model --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CostModel:
+    """Predicts kernel and plan latency on one device. Immutable: calibrating returns a
+    new model."""
+    device: Device
+    factors: Factors
+    calibrated_on: int = 0          # measured kernels the factors were fitted to
+    _cache: dict = field(default_factory=dict, compare=False, repr=False, hash=False)
+
+    @staticmethod
+    def for_device(device: Device) -> "CostModel":
+        return CostModel(device, Factors.default(device))
+
+    def estimate_features(self, f: KernelFeatures) -> Estimate:
+        if f.infeasible:
+            return Estimate(math.inf, 0.0, math.inf, 0.0, 0.0, 0.0, f)
+        k = self.factors
+        over = k.overhead * f.launches
+        mem = k.memory_factor(f.kind) * f.memory_s
+        comp = k.compute * f.compute_s
+        lib = k.library * f.library_s
+        bar = k.barrier * f.barriers
+        return Estimate(over + mem + comp + lib + bar, over, mem, comp, lib, bar, f)
+
+    def features(self, g: Graph, group: Group) -> KernelFeatures:
+        key = (id(g), group.nodes, group.schedule)
+        hit = self._cache.get(key)
+        if hit is None:   # (the graph is kept with the entry so its id stays unique)
+            hit = self._cache[key] = (g, features(g, group, self.device))
+        return hit[1]
+
+    def estimate(self, g: Graph, group: Group) -> Estimate:
+        """The predicted latency of one group's kernel, with its breakdown."""
+        return self.estimate_features(self.features(g, group))
+
+    def predict(self, plan: Plan) -> PlanEstimate:
+        """Per-kernel predictions of a plan (kernels run one after another)."""
+        return PlanEstimate(tuple((gr.id, self.estimate(plan.graph, gr))
+                                  for gr in plan.groups))
+
+    def plan_seconds(self, plan: Plan) -> float:
+        return self.predict(plan).seconds
+
+    # -- calibration ------------------------------------------------------------------
+    def calibrate(self, samples: Iterable[Sample], prior_weight: float = 1e-3) -> "CostModel":
+        """A new model whose factors best fit measured kernel latencies.
+
+        Least squares on *relative* error (a 10 us kernel counts as much as a 10 ms
+        one), non-negative, with a weak pull toward the current factors so a factor the
+        samples say nothing about (no split kernels measured) keeps its value.
+        """
+        import numpy as np
+        from scipy.optimize import nnls
+
+        samples = [s for s in samples if s.seconds > 0 and not s.features.infeasible]
+        if not samples:
+            raise ValueError("calibration needs at least one measured kernel")
+        theta0 = np.array(self.factors.vector())
+        rows = [self._design(s.features) * theta0 / s.seconds for s in samples]
+        a = np.vstack(rows + [math.sqrt(prior_weight) * np.eye(len(theta0))])
+        b = np.concatenate([np.ones(len(samples)), math.sqrt(prior_weight)
+                            * np.ones(len(theta0))])
+        scale, _ = nnls(a, b)
+        return replace(self, factors=Factors.from_vector(theta0 * scale),
+                       calibrated_on=self.calibrated_on + len(samples), _cache={})
+
+    @staticmethod
+    def _design(f: KernelFeatures):
+        """The feature row the factors multiply (the linear model's x)."""
+        import numpy as np
+        mem = [f.memory_s if k == f.kind else 0.0 for k in MEMORY_KEYS]
+        return np.array([f.launches, *mem, f.compute_s, f.library_s, f.barriers])
+
+
+def samples_from(model: CostModel, plan: Plan, per_kernel) -> list[Sample]:
+    """Calibration samples from a measured plan: ``per_kernel`` is the per-kernel frame
+    of a StepMeasurement (columns ``group`` and ``latency_ms``) or its records."""
+    records = per_kernel.to_dict("records") if hasattr(per_kernel, "to_dict") else per_kernel
+    out = []
+    for r in records:
+        gr = plan.group(r["group"])
+        out.append(Sample(model.features(plan.graph, gr), float(r["latency_ms"]) / 1e3))
+    return out
+
+
+def relative_error(predicted: float, measured: float) -> float:
+    """|predicted / measured - 1| (0 is perfect; 1.0 is off by 100%)."""
+    return abs(predicted / measured - 1.0) if measured > 0 else math.nan

@@ -1,0 +1,106 @@
+"""Device descriptions: what the cost model needs to know about a machine.
+
+A :class:`Device` is a frozen value. ``H100`` and ``A100`` come from NVIDIA's public
+specifications (numbers cited beside each field); a CPU's is *measured* once on the
+machine by ``workbench.runtime.calibrate.cpu_device`` (copy bandwidth, per-call
+overhead and arithmetic throughput of a small compiled C probe) and cached.
+
+Example::
+
+    >>> from workbench.fusion.devices import H100
+    >>> round(H100.dram_bandwidth / 1e12, 2), H100.units
+    (3.35, 132)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class Device:
+    """A machine a plan's kernels run on.
+
+    GPU fields are per SM (``units`` SMs); on a CPU one *block* of a kernel runs on one
+    core (the C renderer's mapping), so ``units`` is the core count, a unit holds one
+    block at a time and the register/shared-memory limits do not bind (0 = no limit).
+    """
+    name: str
+    kind: str                       # gpu | cpu
+    dram_bandwidth: float           # bytes/s of read+written traffic a copy reaches
+    launch_overhead: float          # s per kernel launch (GPU) or kernel call (CPU)
+    units: int                      # SMs or cores
+    peak_flops: float               # float32 flop/s (no tensor cores)
+    shared_per_block: int = 0       # bytes of shared memory a block may use (0: no limit)
+    shared_per_unit: int = 0        # bytes per SM (0: no limit)
+    registers_per_unit: int = 0     # 32-bit registers per SM (0: no limit)
+    max_threads_per_unit: int = 1
+    max_threads_per_block: int = 1
+    max_blocks_per_unit: int = 1
+    warp: int = 1
+    grid_barrier: float = 0.0       # s per grid-wide barrier inside a kernel
+    cache_bytes: int = 0            # last-level cache (L2 on a GPU)
+    source: str = ""                # where the numbers come from
+    # bytes one scattered access really moves: a 32-byte sector on NVIDIA GPUs, a
+    # 64-byte cache line on x86 (what uncoalesced, strided reads cost per element)
+    transaction_bytes: int = 32
+
+    def __post_init__(self):
+        if self.kind not in ("gpu", "cpu"):
+            raise ValueError(f"device kind must be gpu or cpu, not {self.kind!r}")
+
+    def with_(self, **changes) -> "Device":
+        """A copy with some fields changed (a Device is immutable)."""
+        return replace(self, **changes)
+
+    def describe(self) -> str:
+        return (f"{self.name}: {self.dram_bandwidth / 1e9:.0f} GB/s, "
+                f"{self.peak_flops / 1e12:.2f} TFLOP/s, {self.units} "
+                f"{'SMs' if self.kind == 'gpu' else 'cores'}, launch "
+                f"{self.launch_overhead * 1e6:.1f} us")
+
+
+# NVIDIA H100 SXM5 80 GB: H100 Tensor Core GPU datasheet and the Hopper architecture
+# whitepaper (2022).
+H100 = Device(
+    name="NVIDIA H100 SXM5 80GB", kind="gpu",
+    dram_bandwidth=3.35e12,         # HBM3, 3.35 TB/s (datasheet)
+    # back-to-back launches on one stream cost a few us of host+GPU time; an assumed
+    # typical value that calibration replaces with a measured one
+    launch_overhead=3e-6,
+    units=132,                      # 132 SMs (SXM5)
+    peak_flops=67e12,               # FP32 67 TFLOPS, non-tensor (datasheet)
+    shared_per_block=48 * 1024,     # without opt-in (227 KB with cudaFuncSetAttribute)
+    shared_per_unit=228 * 1024,     # up to 228 KB shared memory per SM (whitepaper)
+    registers_per_unit=65536,       # 64K 32-bit registers per SM
+    max_threads_per_unit=2048, max_threads_per_block=1024, max_blocks_per_unit=32,
+    warp=32,
+    grid_barrier=2e-6,              # cooperative grid.sync(): ~1-3 us measured on recent GPUs
+    cache_bytes=50 * 2**20,         # 50 MB L2
+    source="NVIDIA H100 datasheet / Hopper whitepaper; launch and barrier costs assumed")
+
+# NVIDIA A100 SXM4 80 GB: A100 datasheet and the Ampere GA100 whitepaper (2020).
+A100 = Device(
+    name="NVIDIA A100 SXM4 80GB", kind="gpu",
+    dram_bandwidth=2.039e12,        # HBM2e, 2,039 GB/s (80 GB SXM datasheet)
+    launch_overhead=3e-6,
+    units=108,                      # 108 SMs
+    peak_flops=19.5e12,             # FP32 19.5 TFLOPS, non-tensor
+    shared_per_block=48 * 1024,     # without opt-in (163 KB with it)
+    shared_per_unit=164 * 1024,     # 164 KB per SM
+    registers_per_unit=65536,
+    max_threads_per_unit=2048, max_threads_per_block=1024, max_blocks_per_unit=32,
+    warp=32,
+    grid_barrier=2e-6,
+    cache_bytes=40 * 2**20,         # 40 MB L2
+    source="NVIDIA A100 datasheet / GA100 whitepaper; launch and barrier costs assumed")
+
+GPUS = {"h100": H100, "a100": A100}
+
+
+def gpu_by_name(name: str) -> Device | None:
+    """The description of a known GPU whose marketing name contains H100 or A100."""
+    low = name.lower()
+    for key, dev in GPUS.items():
+        if key in low:
+            return dev.with_(name=name) if name else dev
+    return None

@@ -1,0 +1,228 @@
+"""The Device a backend runs on: a GPU's from its specification, the local CPU's
+measured once by a small compiled C probe and cached.
+
+The CPU probe is built by the CPU backend's own compiler and flags (OpenMP, -O3,
+-march=native) and called through ctypes the way the backend calls kernels, so it
+sees what generated kernels see:
+
+- **copy bandwidth**: a parallel ``dst[i] = src[i]`` over 64 MB arrays (larger than
+  the last-level cache), counted as bytes read + bytes written per second -- the same
+  compulsory-traffic count the kernels' byte totals use;
+- **per-call overhead**: a ctypes call of a kernel with one OpenMP parallel loop over
+  64 elements (thread fork/join included);
+- **arithmetic throughput**: vectorized multiply-adds on cache-resident data, 64
+  independent chains per thread (the float32 peak the kernels' flops are priced at).
+
+The result is cached as JSON under the kernel cache directory (``$WORKBENCH_CACHE``
+or ``~/.cache/fusion-workbench``) in ``devices/``, keyed by CPU model, core count and
+compiler; ``cpu_device(refresh=True)`` measures again.
+
+Example::
+
+    >>> dev = cpu_device()                       # doctest: +SKIP
+    >>> dev.kind, dev.units                      # doctest: +SKIP
+    ('cpu', 2)
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import hashlib
+import json
+import os
+import subprocess
+import tempfile
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import WorkbenchError
+from ..fusion.devices import Device, gpu_by_name
+from .cpu import cache_dir, cflags, find_compiler, link_flags
+
+_PROBE = r"""
+#include <stddef.h>
+void wb_probe_copy(float* restrict dst, const float* restrict src, long n) {
+  #pragma omp parallel for simd schedule(static)
+  for (long i = 0; i < n; ++i) dst[i] = src[i];
+}
+void wb_probe_call(float* restrict dst, const float* restrict src) {
+  #pragma omp parallel for simd schedule(static)
+  for (long i = 0; i < 64; ++i) dst[i] = src[i] + 1.0f;
+}
+void wb_probe_fma(float* restrict x, long n, long reps) {
+  /* 64 independent chains per thread (8 vector registers): throughput, not latency */
+  #pragma omp parallel for schedule(static)
+  for (long i = 0; i < n; i += 64) {
+    float a[64];
+    for (int j = 0; j < 64; ++j) a[j] = x[i + j];
+    for (long r = 0; r < reps; ++r) {
+      #pragma omp simd
+      for (int j = 0; j < 64; ++j) a[j] = a[j] * 0.999f + 0.001f;
+    }
+    for (int j = 0; j < 64; ++j) x[i + j] = a[j];
+  }
+}
+"""
+COPY_ELEMS = 16 * 2**20          # 64 MB per array: beyond the last-level cache
+FMA_ELEMS, FMA_REPS = 64 * 1024, 256
+
+
+def devices_dir() -> Path:
+    p = cache_dir().parent / "devices"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "CPU"
+
+
+def _llc_bytes() -> int:
+    best = 0
+    base = Path("/sys/devices/system/cpu/cpu0/cache")
+    for idx in base.glob("index*"):
+        try:
+            txt = (idx / "size").read_text().strip()
+            mult = {"K": 1024, "M": 2**20, "G": 2**30}.get(txt[-1], 1)
+            best = max(best, int(txt.rstrip("KMG")) * mult)
+        except (OSError, ValueError):
+            continue
+    return best
+
+
+def _machine_key() -> str:
+    cc, version = find_compiler()
+    text = "\0".join([_cpu_model(), str(os.cpu_count()), version, " ".join(cflags())])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _build_probe() -> ctypes.CDLL:
+    cc, _ = find_compiler()
+    with tempfile.TemporaryDirectory(dir=devices_dir()) as tmp:
+        c, so = Path(tmp) / "probe.c", Path(tmp) / "probe.so"
+        c.write_text(_PROBE)
+        r = subprocess.run([cc, *cflags(), str(c), "-o", str(so), *link_flags()],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise WorkbenchError(f"the C compiler rejected the CPU calibration probe:\n"
+                                 f"{r.stderr[-1500:]}\ncheck the compiler ($CC) or use "
+                                 "--backend reference")
+        return ctypes.CDLL(str(so))   # the loaded library outlives the directory
+
+
+def _median_time(fn, repeats: int, warmup: int = 2) -> float:
+    for _ in range(warmup):
+        fn()
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return float(np.median(ts))
+
+
+def measure_cpu() -> Device:
+    """Run the probe now and describe this CPU (takes about a second)."""
+    lib = _build_probe()
+    copy, call, fma = lib.wb_probe_copy, lib.wb_probe_call, lib.wb_probe_fma
+    for f in (copy, call, fma):
+        f.restype = None
+    copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+    call.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    fma.argtypes = [ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
+    rng = np.random.default_rng(0)
+    src = rng.random(COPY_ELEMS, dtype=np.float32)
+    dst = np.empty_like(src)
+    t_copy = _median_time(lambda: copy(dst.ctypes.data, src.ctypes.data, COPY_ELEMS), 7)
+    small_in, small_out = src[:64].copy(), np.empty(64, np.float32)
+    # the backend passes each buffer's .ctypes.data per call; so does this
+    t_call = _median_time(lambda: call(small_out.ctypes.data, small_in.ctypes.data), 2000,
+                          warmup=50)
+    x = rng.random(FMA_ELEMS, dtype=np.float32)
+    t_fma = _median_time(lambda: fma(x.ctypes.data, FMA_ELEMS, FMA_REPS), 7)
+    cores = os.cpu_count() or 1
+    return Device(
+        name=f"{_cpu_model()} ({cores} threads)", kind="cpu",
+        dram_bandwidth=2 * COPY_ELEMS * 4 / t_copy, launch_overhead=t_call, units=cores,
+        peak_flops=2.0 * FMA_ELEMS * FMA_REPS / t_fma, cache_bytes=_llc_bytes(),
+        transaction_bytes=64,
+        source=(f"measured {time.strftime('%Y-%m-%d %H:%M')}: copy of 2 x 64 MB, "
+                f"ctypes call of a 64-element OpenMP kernel, {FMA_REPS} FMAs per element "
+                f"over {FMA_ELEMS} elements, 64 chains per thread"))
+
+
+@lru_cache(maxsize=1)
+def _cached_cpu_device() -> Device:
+    path = devices_dir() / f"cpu-{_machine_key()}.json"
+    if path.exists():
+        try:
+            return Device(**json.loads(path.read_text()))
+        except (ValueError, TypeError):
+            pass    # unreadable or from another version: measure again
+    dev = measure_cpu()
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(dataclasses.asdict(dev), indent=1))
+    os.replace(tmp, path)   # atomic: concurrent sessions race harmlessly
+    return dev
+
+
+def cpu_device(refresh: bool = False) -> Device:
+    """This machine's CPU as a Device: measured once, then read from the cache."""
+    if refresh:
+        _cached_cpu_device.cache_clear()
+        path = devices_dir() / f"cpu-{_machine_key()}.json"
+        path.unlink(missing_ok=True)
+    return _cached_cpu_device()
+
+
+def gpu_device(cp) -> Device:
+    """The current CUDA device: the H100/A100 description when the name matches, else
+    one built from the device properties (bandwidth from memory clock and bus width,
+    FP32 peak from 128 lanes per SM at the SM clock)."""
+    props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
+    name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    known = gpu_by_name(name)
+    if known is not None:
+        return known
+    sms = int(props["multiProcessorCount"])
+    return Device(
+        name=name, kind="gpu",
+        dram_bandwidth=2.0 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8,
+        launch_overhead=3e-6, units=sms,
+        peak_flops=2.0 * 128 * sms * props["clockRate"] * 1e3,
+        shared_per_block=int(props["sharedMemPerBlock"]),
+        shared_per_unit=int(props["sharedMemPerMultiprocessor"]),
+        registers_per_unit=int(props["regsPerMultiprocessor"]),
+        max_threads_per_unit=int(props["maxThreadsPerMultiProcessor"]),
+        max_threads_per_block=int(props["maxThreadsPerBlock"]),
+        max_blocks_per_unit=int(props.get("maxBlocksPerMultiProcessor", 32)),
+        warp=int(props["warpSize"]), grid_barrier=2e-6,
+        cache_bytes=int(props["l2CacheSize"]),
+        source="CUDA device properties; launch and barrier costs assumed")
+
+
+def device_for(backend) -> Device:
+    """The Device a backend's kernels run on (the reference backend runs on the CPU)."""
+    if getattr(backend, "name", "") == "cupy":
+        return gpu_device(backend.cp)
+    try:
+        return cpu_device()
+    except WorkbenchError:
+        if getattr(backend, "name", "") == "cpu":
+            raise
+        # the reference backend runs without a C compiler, so nothing can be measured
+        cores = os.cpu_count() or 1
+        return Device(name=f"{_cpu_model()} ({cores} threads)", kind="cpu",
+                      dram_bandwidth=10e9, launch_overhead=10e-6, units=cores,
+                      peak_flops=cores * 32e9, transaction_bytes=64,
+                      source="assumed: no C compiler to measure this CPU with")
