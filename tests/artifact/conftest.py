@@ -1,0 +1,64 @@
+"""Helpers for the artifact tests: a small graph that exercises every kernel kind, with
+hostile model names, and a way to re-sign an artifact after a deliberate edit."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench.artifact.manifest import canonical_json, sha256
+from workbench.ir import GraphBuilder
+from workbench.ir.composites import random_array
+
+# every model-provided name carries this marker; generated source must never contain it
+MARK = "EVILNAME"
+
+
+def small_graph():
+    """matmul (library call) -> layer norm (row reduction, constants) -> gelu ->
+    softmax (row reduction) and a column sum; names full of C comment and quote text."""
+    b = GraphBuilder(f'{MARK} */ graph "x"')
+    x = b.input(f'{MARK}/x:0 */ #include', (48, 160))
+    w = b.input(f'{MARK} W"', (160, 96))
+    gamma = b.constant(random_array((96,), np.float32, 1, 0.5, 1.5), name=f"{MARK}.gamma*/")
+    beta = b.constant(random_array((96,), np.float32, 2), name=f"{MARK}.beta\\")
+    h = b.matmul(x, w)
+    y = b.gelu(b.layer_norm(h, gamma, beta))
+    b.output(b.softmax(y), f'{MARK} probs"); /*')
+    b.output(b.reduce_sum(y, axes=[0], keepdims=False), f"{MARK}_colsum")
+    return b.build()
+
+
+def resign(root: Path, edit=None) -> None:
+    """Recompute every file's entry and the digest of an artifact directory after a
+    deliberate edit (``edit(manifest_dict)`` may change the manifest first)."""
+    m = json.loads((root / "manifest.json").read_text())
+    if edit:
+        edit(m)
+    for rel in m["files"]:
+        data = (root / rel).read_bytes()
+        m["files"][rel] = {"sha256": sha256(data), "size": len(data)}
+    m.pop("digest", None)
+    m["digest"] = sha256(canonical_json(m))
+    (root / "manifest.json").write_text(json.dumps(m, indent=1))
+
+
+class _Helpers:
+    mark = MARK
+    small_graph = staticmethod(small_graph)
+    resign = staticmethod(resign)
+
+
+@pytest.fixture(scope="session")
+def art():
+    return _Helpers
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """A fresh, empty WORKBENCH_CACHE for this test; returns its cpu/ directory."""
+    root = tmp_path / "wbcache"
+    monkeypatch.setenv("WORKBENCH_CACHE", str(root))
+    return root / "cpu"

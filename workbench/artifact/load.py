@@ -1,0 +1,247 @@
+"""Loading an artifact as a callable model that runs its shipped kernels.
+
+The artifact is verified first (:mod:`.verify`); only then are its shipped sources
+compiled -- never regenerated: the C sources with the system compiler into the same
+cache the CPU backend uses, the CUDA sources with CuPy's NVRTC. Kernels run in the
+manifest's order through the runtime's shared run loop
+(:class:`~workbench.runtime.program.KernelSequence`: outputs poisoned before each
+kernel, library calls for opaque ops). Nothing here imports Jupyter or plotly.
+
+``model(x, y)`` (positional, in ``model.inputs`` order) or ``model(x=..., y=...)``
+returns a dict of outputs in ``model.outputs`` order: NumPy arrays for NumPy inputs,
+CuPy arrays for CuPy inputs.
+
+Example::
+
+    >>> model = load_artifact("ln.zip")                      # doctest: +SKIP
+    >>> model(np.ones((4096, 1024), np.float32))["y"].shape  # doctest: +SKIP
+    (4096, 1024)
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..codegen.kir import Buffer, Kernel, Launch, LibraryCall, Scratch
+from ..errors import ArtifactError, GraphError, WorkbenchError
+from ..ir import DType, Graph
+from ..ir.graph import freeze_attr
+from ..runtime.program import KernelSequence
+from .manifest import KernelSpec, Manifest, TensorSpec
+from .verify import Artifact, read_artifact
+
+BACKENDS = ("auto", "cpu", "cupy", "reference")
+
+
+def load_artifact(path: str | Path, backend: str = "auto") -> "ArtifactModel":
+    """Verify the artifact at ``path`` (directory or .zip) and return a callable model.
+
+    ``backend``: ``"auto"`` runs NumPy inputs on the CPU and CuPy inputs on the GPU,
+    compiling each target's sources on its first call; ``"cpu"`` / ``"cupy"`` compile
+    that target now; ``"reference"`` runs each kernel's ops with NumPy. A changed,
+    truncated, foreign or newer artifact raises :class:`ArtifactError` before anything
+    is compiled.
+    """
+    if backend not in BACKENDS:
+        raise WorkbenchError(f"unknown backend {backend!r}; choose one of "
+                             f"{', '.join(BACKENDS)}")
+    model = ArtifactModel(read_artifact(path), backend)
+    if backend != "auto":
+        model.runner(backend)
+    return model
+
+
+def _with_dtype(d: Mapping[str, Any]) -> dict:
+    return {**d, "dtype": DType.of(d["dtype"])}
+
+
+def rebuild_kernel(spec: KernelSpec, g: Graph, where: str) -> Kernel:
+    """A ``kir.Kernel`` with the manifest's parameters, launch, scratch and library call
+    (no body: the shipped source is what runs), checked against the graph's values so
+    that no kernel is handed a buffer of the wrong size."""
+    try:
+        bufs = tuple(Buffer(**_with_dtype(p)) for p in spec.params)
+        for b in bufs:
+            if b.workspace:           # the kernel's own memory, not a graph value
+                continue
+            try:
+                v = g.value(b.value)
+            except GraphError:
+                v = None
+            if v is None or v.numel != b.numel or v.dtype is not b.dtype:
+                raise ArtifactError(f"artifact {where}: kernel {spec.name} parameter "
+                                    f"{b.name} does not match the graph's value; re-export "
+                                    "the artifact")
+        by_value = {b.value: b for b in bufs}
+        lib = None
+        if spec.library is not None:
+            c = spec.library
+            lib = LibraryCall(c.op, tuple(sorted((k, freeze_attr(v)) for k, v in
+                                                 c.attrs.items())),
+                              tuple(by_value[x] for x in c.inputs),
+                              tuple(by_value[x] for x in c.outputs))
+        k = Kernel(name=spec.name, group=spec.group, schedule=spec.schedule, params=bufs,
+                   body=(), launch=Launch(**spec.launch), library=lib,
+                   scratch=tuple(Scratch(**_with_dtype(x)) for x in spec.scratch),
+                   **spec.fields)
+    except ArtifactError:
+        raise
+    except (TypeError, KeyError, ValueError) as e:
+        raise ArtifactError(f"artifact {where}: kernel {spec.name} has fields this "
+                            f"workbench cannot read ({type(e).__name__}: {e}); upgrade "
+                            "fusion-workbench or re-export the artifact") from None
+    if k.shared_bytes != spec.shared_bytes:
+        raise ArtifactError(f"artifact {where}: kernel {spec.name} shared memory does not "
+                            "add up; re-export the artifact")
+    return k
+
+
+# -- compiling the shipped sources --------------------------------------------------
+_SHIPPED = "load the artifact with the workbench version that made it, or re-export it"
+
+
+def _compile_cpu(kernels, sources):
+    from ..runtime.cpu import compile_kernel
+
+    def one(k: Kernel):
+        try:
+            return compile_kernel(k, sources.get(k.name, ""), origin=_SHIPPED)
+        except WorkbenchError as e:
+            raise ArtifactError(f"shipped kernel {k.name}: {e}") from None
+        except (AttributeError, OSError) as e:
+            raise ArtifactError(f"shipped kernel {k.name} cannot be loaded ({e}); "
+                                "re-export the artifact") from None
+    workers = max(1, min(len(kernels), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(one, kernels))
+
+
+def _compile_cupy(backend, kernels, sources):
+    return [backend.compile_source(k, sources.get(k.name, "")) for k in kernels]
+
+
+class _Runner(KernelSequence):
+    """The shared run loop, with inputs checked without converting device arrays."""
+
+    def __init__(self, graph, backend, compiled, group_nodes, specs):
+        super().__init__(graph, backend, compiled, group_nodes)
+        self.specs = specs
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> dict:
+        return check_inputs(self.specs, inputs)
+
+
+def check_inputs(specs: tuple[TensorSpec, ...], inputs: Mapping[str, Any]) -> dict:
+    """Every input present with its declared shape and dtype (NumPy or CuPy arrays)."""
+    out = {}
+    for t in specs:
+        if t.name not in inputs:
+            raise GraphError(f"missing input {t.name!r}; the model takes "
+                             + ", ".join(f"{s.name}: {s.dtype}{list(s.shape)}" for s in specs))
+        a = inputs[t.name]
+        if not hasattr(a, "__array_interface__") and not hasattr(a, "__cuda_array_interface__"):
+            a = np.asarray(a)
+        if tuple(a.shape) != t.shape:
+            raise GraphError(f"input {t.name!r} has shape {list(a.shape)}, the model expects "
+                             f"{list(t.shape)}")
+        if np.dtype(a.dtype) != np.dtype(t.dtype):
+            raise GraphError(f"input {t.name!r} has dtype {a.dtype}, the model expects "
+                             f"{t.dtype}; convert it with .astype")
+        out[t.name] = a if a.flags.c_contiguous else a.copy(order="C")
+    return out
+
+
+def _is_cupy(a) -> bool:
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
+class ArtifactModel:
+    """An exported plan, verified and ready to run.
+
+    ``inputs`` / ``outputs``: :class:`TensorSpec` s in call order; ``manifest``: the
+    :class:`Manifest`; ``graph``: the rebuilt graph. Calling it returns a dict
+    ``{output name: array}`` in ``outputs`` order.
+    """
+
+    def __init__(self, artifact: Artifact, backend: str = "auto"):
+        self.artifact = artifact
+        self.manifest: Manifest = artifact.manifest
+        self.graph: Graph = artifact.graph
+        self.backend = backend
+        self.inputs: tuple[TensorSpec, ...] = self.manifest.inputs
+        self.outputs: tuple[TensorSpec, ...] = self.manifest.outputs
+        where = artifact.where
+        self.kernels = [rebuild_kernel(k, self.graph, where) for k in self.manifest.kernels]
+        self._group_nodes = {gr.id: gr.nodes for gr in self.manifest.groups}
+        missing = [k.group for k in self.kernels if k.group not in self._group_nodes]
+        if missing:
+            raise ArtifactError(f"artifact {where}: kernel group {missing[0]} is not in the "
+                                "plan; re-export the artifact")
+        self._runners: dict[str, _Runner] = {}
+
+    def __repr__(self) -> str:
+        sig = lambda ts: ", ".join(f"{t.name}: {t.dtype}{list(t.shape)}" for t in ts)
+        return (f"ArtifactModel({self.manifest.graph_name!r}, {len(self.kernels)} kernels, "
+                f"planner={self.manifest.planner!r}, ({sig(self.inputs)}) -> "
+                f"({sig(self.outputs)}))")
+
+    def sources(self, target: str) -> dict[str, str]:
+        """Kernel name -> shipped source for target 'c' or 'cuda' (library calls have none)."""
+        return {k.name: self.artifact.files[k.sources[target]].decode()
+                for k in self.manifest.kernels if target in k.sources}
+
+    def runner(self, target: str) -> _Runner:
+        """The compiled kernels for target 'cpu', 'cupy' or 'reference' (compiled once)."""
+        if target not in self._runners:
+            from ..runtime import get_backend
+            be = get_backend(target)
+            if target == "cpu":
+                compiled = _compile_cpu(self.kernels, self.sources("c"))
+            elif target == "cupy":
+                compiled = _compile_cupy(be, self.kernels, self.sources("cuda"))
+            else:
+                from ..runtime.reference_backend import CompiledRefKernel
+                compiled = [CompiledRefKernel(k, "") for k in self.kernels]
+            self._runners[target] = _Runner(self.graph, be, compiled, self._group_nodes,
+                                            self.inputs)
+        return self._runners[target]
+
+    def _bind(self, args, kwargs) -> dict:
+        if len(args) > len(self.inputs):
+            raise GraphError(f"the model takes {len(self.inputs)} inputs "
+                             f"({', '.join(t.name for t in self.inputs)}), got {len(args)}")
+        named = {t.name: a for t, a in zip(self.inputs, args)}
+        for k, v in kwargs.items():
+            if k not in {t.name for t in self.inputs}:
+                raise GraphError(f"unknown input {k!r}; the model takes "
+                                 + ", ".join(t.name for t in self.inputs))
+            if k in named:
+                raise GraphError(f"input {k!r} given twice (positionally and by name)")
+            named[k] = v
+        return named
+
+    def __call__(self, *args, **kwargs) -> dict:
+        """Run on inputs given positionally (``model.inputs`` order) or by name."""
+        named = self._bind(args, kwargs)
+        on_gpu = any(_is_cupy(a) for a in named.values())
+        target = self.backend
+        if target == "auto":
+            target = "cupy" if on_gpu else "cpu"
+        elif on_gpu and target != "cupy":
+            raise WorkbenchError(f"CuPy inputs given to a model loaded with backend "
+                                 f"{target!r}; pass NumPy arrays or load it with "
+                                 "backend='auto' or 'cupy'")
+        r = self.runner(target)
+        env = r.execute(named)
+        if on_gpu:
+            return {t.name: env[t.name] for t in self.outputs}
+        return {t.name: r.backend.to_numpy(env[t.name]) for t in self.outputs}
+
+    def as_torch_module(self):
+        """A ``torch.nn.Module`` running this model on tensors (through DLPack)."""
+        from .torch_module import ArtifactModule
+        return ArtifactModule(self)
