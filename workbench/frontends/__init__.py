@@ -41,4 +41,11 @@ def load(source: Any, **kw: Any) -> Graph:
     return load_json(path, **kw)
 
 
-__all__ = ["load", "load_onnx"]
+def from_torch(module, example_inputs=(), **kw) -> Graph:
+    """A Graph from a torch.nn.Module through torch.export (torch is imported here, on
+    first use, so the workbench runs without it; see :mod:`.torch`)."""
+    from .torch import from_torch as import_module
+    return import_module(module, example_inputs, **kw)
+
+
+__all__ = ["from_torch", "load", "load_onnx"]

@@ -83,6 +83,7 @@ class GraphBuilder:
         self._constants: dict[str, np.ndarray] = {}
         self._ranges: dict[str, tuple[float, float]] = {}
         self._origin: Origin | None = None
+        self._scope: Origin | None = None  # the innermost scope(), if any
         self._counter = 0
 
     # -- names -----------------------------------------------------------------
@@ -176,11 +177,32 @@ class GraphBuilder:
     def composite(self, kind: str, source: str = ""):
         """Tag every node made inside the block as part of one composite op."""
         outer = self._origin
-        self._origin = outer or Origin(kind, source or f"{kind}_{len(self._nodes)}")
+        if outer is not None and outer is self._scope:
+            # directly inside a scope: the composite's own kind, under the scope's namespace
+            self._origin = Origin(kind, outer.source)
+        else:
+            self._origin = outer or Origin(kind, source or f"{kind}_{len(self._nodes)}")
         try:
             yield
         finally:
             self._origin = outer
+
+    @contextlib.contextmanager
+    def scope(self, kind: str, source: str):
+        """Tag every node made inside the block ``Origin(kind, source)``: a namespace,
+        such as a module path. Unlike :meth:`composite` it replaces any enclosing tag,
+        and a composite opened directly inside keeps its own kind under this source::
+
+            with b.scope("BertSelfAttention", "attention.self"):
+                p = b.softmax(s)       # Origin("Softmax", "attention.self")
+                y = b.matmul(p, v)     # Origin("BertSelfAttention", "attention.self")
+        """
+        outer = self._origin, self._scope
+        self._origin = self._scope = Origin(kind, source)
+        try:
+            yield
+        finally:
+            self._origin, self._scope = outer
 
     # -- outputs ---------------------------------------------------------------
     def output(self, t: Tensor, name: str | None = None) -> Tensor:

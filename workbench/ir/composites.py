@@ -16,7 +16,7 @@ __all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "reduce_log_sum_e
            "batch_norm", "gemm", "adam_update", "hard_sigmoid", "hard_swish", "leaky_relu",
            "prelu", "elu", "selu", "celu", "softplus", "softsign", "mish", "sign", "clip",
            "thresholded_relu", "reduce_sum_square", "reduce_l1", "reduce_l2", "reduce_log_sum",
-           "tile"]
+           "tile", "log1p", "expm1"]
 
 
 def _axes_from(x, axis):
@@ -285,3 +285,33 @@ def tile(b, x, repeats, source: str = ""):
         wide = [d for r, dim in zip(reps, x.shape) for d in (r, dim)]
         y = b.expand(b.reshape(x, shape=split), shape=wide)
         return b.reshape(y, shape=[r * d for r, d in zip(reps, x.shape)])
+
+
+# -- accurate near zero --------------------------------------------------------------
+
+def _full_like(b, x, v):
+    return b.constant(np.asarray(v, x.dtype.np))
+
+
+def log1p(b, x, source: str = ""):
+    """log(1 + x), accurate for small x: Goldberg's log(u) * x / (u - 1) with u = 1 + x
+    (within a few ulps), x itself where u rounds to 1, inf at inf."""
+    with b.composite("Log1p", source):
+        u = x + 1.0
+        d = u - 1.0
+        r = b.log(u) * (x / d)
+        r = b.where(b.eq(d, _zero(b, x)), x, r)
+        inf = _full_like(b, x, np.inf)
+        return b.where(b.eq(u, inf), u, r)
+
+
+def expm1(b, x, source: str = ""):
+    """exp(x) - 1, accurate for small x: Kahan's (u - 1) * x / log(u) with u = exp(x)
+    (within a few ulps), x itself where u rounds to 1, -1 and inf at the ends."""
+    with b.composite("Expm1", source):
+        u = b.exp(x)
+        d = u - 1.0
+        r = d * (x / b.log(u))
+        r = b.where(b.eq(u, _full_like(b, x, 1.0)), x, r)
+        r = b.where(b.eq(d, _full_like(b, x, -1.0)), d, r)
+        return b.where(b.eq(u, _full_like(b, x, np.inf)), u, r)

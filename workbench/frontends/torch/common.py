@@ -1,0 +1,225 @@
+"""What the PyTorch importer and its ATen handlers share: the dtype table, the
+``_Unsupported`` signal, the builder, the per-node context handed to handlers, and the
+handler registry."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.fx
+
+from ...errors import GraphError
+from ...ir import GraphBuilder, Node, Tensor, Value
+from ...ir.dtypes import DType
+
+# torch dtype -> workbench dtype; anything else is refused with the value's name.
+_DTYPES = {torch.float32: DType.float32, torch.float16: DType.float16,
+           torch.int32: DType.int32, torch.int64: DType.int64, torch.bool: DType.bool}
+
+# Never folded even with constant inputs: folding would freeze one random draw, or read
+# uninitialized memory.
+NONDETERMINISTIC = {"rand", "randn", "randint", "rand_like", "randn_like", "randint_like",
+                    "randperm", "bernoulli", "normal", "uniform", "native_dropout",
+                    "dropout", "empty", "empty_like", "empty_strided", "new_empty",
+                    "new_empty_strided"}
+
+
+class _Unsupported(Exception):
+    """A handler cannot import this use of an op; the reason (None: the op itself) is
+    collected into the one UnsupportedOpError the import raises."""
+
+    def __init__(self, reason: str | None):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def dtype_of(tdt: torch.dtype, what: str) -> DType:
+    """The workbench dtype of a torch dtype, or a GraphError naming the value."""
+    dt = _DTYPES.get(tdt)
+    if dt is None:
+        raise GraphError(f"{what} has dtype {tdt}, which the workbench does not support "
+                         f"(supported: {', '.join(str(t) for t in _DTYPES)}); convert the "
+                         "module and inputs, e.g. module.float() and x.float()")
+    return dt
+
+
+# ---------------------------------------------------------------------------------
+# the builder the importer uses
+
+class _Builder(GraphBuilder):
+    """A GraphBuilder whose invented names never take a name the program uses, that can
+    give a freshly made value the program's name, and label new nodes with it."""
+
+    def __init__(self, name: str, description: str, reserved: set[str]):
+        super().__init__(name, description)
+        self._reserved = reserved
+
+    def _fresh(self, prefix: str) -> str:
+        while True:
+            name = super()._fresh(prefix)
+            if name not in self._reserved:
+                return name
+
+    def rename_recent(self, old: str, new: str, since: int) -> Tensor:
+        """Rename a value made by nodes[since:] (only those can refer to it yet)."""
+        v = self._values.pop(old)
+        self._values[new] = Value(new, v.shape, v.dtype)
+        sub = lambda names: tuple(new if n == old else n for n in names)
+        for i in range(since, len(self._nodes)):
+            n = self._nodes[i]
+            if old in n.inputs or old in n.outputs:
+                self._nodes[i] = Node(n.id, n.op, sub(n.inputs), sub(n.outputs), n.attrs,
+                                      n.name, n.origin)
+        return Tensor(self, new)
+
+    def made_since(self, name: str, since: int) -> bool:
+        return any(name in n.outputs for n in self._nodes[since:])
+
+    def label_since(self, since: int, label: str) -> None:
+        """Give nodes[since:] the program's node name (for display)."""
+        for i in range(since, len(self._nodes)):
+            n = self._nodes[i]
+            self._nodes[i] = Node(n.id, n.op, n.inputs, n.outputs, n.attrs, label, n.origin)
+
+
+# ---------------------------------------------------------------------------------
+# per-node context handed to handlers
+
+class _Scope:
+    """Where a node's inputs come from (the import, or a scratch graph for folding)."""
+    b: GraphBuilder
+
+    def value(self, name: str) -> Any: ...       # Tensor, np.ndarray or a Python value
+    def tensor(self, name: str) -> Tensor: ...   # the value as a tensor (materialized)
+
+
+def bind_arguments(node: torch.fx.Node) -> dict[str, Any]:
+    """The node's arguments by their schema names, with the schema's defaults."""
+    schema = node.target._schema
+    out = {}
+    for i, a in enumerate(schema.arguments):
+        if i < len(node.args):
+            out[a.name] = node.args[i]
+        elif a.name in node.kwargs:
+            out[a.name] = node.kwargs[a.name]
+        elif a.has_default_value():
+            out[a.name] = a.default_value
+        else:
+            out[a.name] = None
+    return out
+
+
+class _Ctx:
+    """What a handler sees: the FX node, its arguments by schema name (tensors through
+    the scope), the expected output (``meta['val']``) and the builder."""
+
+    def __init__(self, node: torch.fx.Node, scope: _Scope):
+        self.node, self.scope, self.b = node, scope, scope.b
+        self.args = bind_arguments(node)
+        self.overload = node.target._overloadname   # "Tensor", "Scalar", "default"...
+
+    # -- arguments --------------------------------------------------------------
+    def v(self, key: str, default: Any = None) -> Any:
+        """A non-tensor argument (int, float, list of ints, dtype...) as given."""
+        a = self.args.get(key)
+        if isinstance(a, torch.fx.Node):
+            val = self.scope.value(a.name)
+            if isinstance(val, (Tensor, np.ndarray)):
+                raise _Unsupported(f"tensor-valued {key!r} (only static values are "
+                                   "supported)")
+            return val
+        return default if a is None else a
+
+    def is_tensor(self, key: str) -> bool:
+        return isinstance(self.args.get(key), torch.fx.Node)
+
+    def x(self, key: str = "self") -> Tensor:
+        """A tensor argument as a Tensor (a constant is materialized)."""
+        a = self.args.get(key)
+        if not isinstance(a, torch.fx.Node):
+            raise _Unsupported(f"non-tensor {key!r} argument {a!r}")
+        return self.scope.tensor(a.name)
+
+    def opt(self, key: str) -> Tensor | None:
+        return self.x(key) if self.is_tensor(key) else None
+
+    def xs(self, key: str) -> list[Tensor]:
+        """A Tensor[] argument as Tensors."""
+        return [self.scope.tensor(a.name) for a in self.args[key]]
+
+    def meta(self, key: str) -> Any:
+        """The example value torch recorded for an argument (a FakeTensor), or the
+        argument itself when it is a Python number."""
+        a = self.args.get(key)
+        return a.meta.get("val") if isinstance(a, torch.fx.Node) else a
+
+    def operand(self, key: str, dtype: DType) -> Tensor:
+        """A tensor or Python-number argument as a Tensor of dtype (torch's promotion:
+        operands are converted to the computation type)."""
+        if self.is_tensor(key):
+            return cast(self.b, self.x(key), dtype)
+        return self.b.constant(np.asarray(self.args[key], dtype=dtype.np))
+
+    # -- the expected output ----------------------------------------------------
+    @property
+    def out(self) -> Any:
+        return self.node.meta.get("val")
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return tuple(int(d) for d in self.out.shape)
+
+    @property
+    def out_dtype(self) -> DType:
+        return dtype_of(self.out.dtype, f"the result of {self.node.name!r}")
+
+    def scalar(self, value: Any, dtype: DType) -> Tensor:
+        return self.b.constant(np.asarray(value, dtype=dtype.np))
+
+
+def cast(b: GraphBuilder, t: Tensor, dtype: DType) -> Tensor:
+    return t if t.dtype is dtype else b.cast(t, to=dtype)
+
+
+def promoted(c: _Ctx, *keys: str) -> DType:
+    """The dtype torch computes a binary op in (tensor ranks and Python numbers take
+    part in the promotion as torch's rules say)."""
+    protos = []
+    for k in keys:
+        m = c.meta(k)
+        if isinstance(m, torch.Tensor):
+            # an empty stand-in of the same rank and dtype (FakeTensors stay out of it)
+            protos.append(torch.empty([0] * m.dim(), dtype=m.dtype) if m.dim()
+                          else torch.zeros((), dtype=m.dtype))
+        else:
+            protos.append(m)
+    return dtype_of(torch.result_type(*protos), f"the operands of {c.node.name!r}")
+
+
+# ---------------------------------------------------------------------------------
+# handlers: ATen op name (the overload packet, e.g. "add") -> function(ctx) -> result
+# (a Tensor, a NumPy constant, None, or a list of those for multi-output ops)
+
+Handler = Callable[[_Ctx], Any]
+_HANDLERS: dict[str, Handler] = {}
+
+
+def _handles(*names: str):
+    def deco(fn: Handler) -> Handler:
+        for n in names:
+            _HANDLERS[n] = fn
+        return fn
+    return deco
+
+
+def op_name(target: Any) -> str:
+    """The ATen overload packet name of a call target ("add" for aten.add.Tensor)."""
+    packet = getattr(target, "_overloadpacket", None)
+    return packet.__name__ if packet is not None else getattr(target, "__name__", str(target))
+
+
+def supported_aten_ops() -> list[str]:
+    """The ATen ops (overload packets) the importer maps."""
+    return sorted(_HANDLERS)
