@@ -1,0 +1,231 @@
+"""The notebook app in a real JupyterLab, driven by a real headless Chromium.
+
+A user's path, end to end: open a notebook, Run All, click two connected nodes of the
+drawn LayerNorm (click, then shift-click), press Fuse, press Measure. Checked in the
+page: both nodes carry ``wb-selected``; Python received the selection (the status line
+reports the fusion of exactly those two ops); the drawing changed (a new kernel cluster
+whose box encloses both nodes); the plots changed (the per-step bars gained the new
+step). A second test opens the same app under the JupyterLab Dark theme and checks
+that the graph view follows it. Screenshots are saved for a person to look at.
+
+The browser tests share one Lab server per xdist worker (``lab_factory``); run them
+alone with ``pytest -m browser``.
+"""
+from __future__ import annotations
+
+import json
+import re
+
+import nbformat
+import pytest
+from lab_driver import (
+    REPO,
+    artifacts_dir,
+    error_outputs,
+    open_notebook,
+    run_all,
+    wait_idle,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
+
+GRAPH = REPO / "sample_graphs" / "layernorm.json"
+# two connected nodes that fuse legally: d = x - mean (n1) and d * d (n2)
+FIRST, SECOND = "n1", "n2"
+
+
+def app_notebook(server, name: str, measure: bool) -> str:
+    """Write a small notebook opening the app on GRAPH into the server root."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    cells = [f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')"]
+    if measure:
+        cells.append("m = app.measure()\nprint(app.message)")
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, server.root / name)
+    return name
+
+
+def plot_data(page) -> list:
+    """x/y of every trace of every plotly figure in the app (plotly keeps them on the
+    plot element as ``.data``)."""
+    return page.evaluate("""() => [...document.querySelectorAll('.wb-app .js-plotly-plot')]
+        .map(gd => (gd.data || []).map(t => [t.name, Array.from(t.x || []).map(String),
+                                              Array.from(t.y || []).map(String)]))""")
+
+
+def cluster_holding(page, a: str, b: str) -> str | None:
+    """Id of the kernel cluster whose drawn box encloses nodes a and b, or None."""
+    return page.evaluate("""([a, b]) => {
+        const root = document.querySelector('.wb-app .wb-graph svg');
+        const box = (el) => el.getBoundingClientRect();
+        const inside = (o, i) => i.left >= o.left - 1 && i.right <= o.right + 1
+                                 && i.top >= o.top - 1 && i.bottom <= o.bottom + 1;
+        const na = root.querySelector(`g.node[id="${a}"]`);
+        const nb = root.querySelector(`g.node[id="${b}"]`);
+        if (!na || !nb) return null;
+        for (const c of root.querySelectorAll('g.cluster')) {
+            const shape = c.querySelector('path, polygon');
+            if (shape && inside(box(shape), box(na)) && inside(box(shape), box(nb)))
+                return c.id;
+        }
+        return null;
+    }""", [a, b])
+
+
+def luminance(css_color: str) -> float:
+    """Relative luminance (0 black .. 1 white) of a CSS rgb()/rgba() colour."""
+    r, g, b = (int(v) / 255 for v in re.findall(r"[\d.]+", css_color)[:3])
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def theme_colors(page) -> dict:
+    """Lab's theme name, the graph view's background, a node's label fill and the status
+    line's colour, as the browser computed them."""
+    return page.evaluate("""() => {
+        const s = (sel, prop) => getComputedStyle(document.querySelector(sel))[prop];
+        return {background: s('.wb-app .wb-graph', 'backgroundColor'),
+                node_text: s('.wb-app .wb-graph g.node:not(.wb-io) text', 'fill'),
+                message: s('.wb-app .wb-message', 'color'),
+                theme: document.body.dataset.jpThemeName};
+    }""")
+
+
+def shoot(page, name: str) -> str:
+    """Screenshot of the whole app. Lab is a fixed-size page that clips what lies below
+    the window, so the window first grows to the app's height."""
+    path = artifacts_dir() / name
+    app = page.locator(".wb-app").first
+    height = page.evaluate("() => document.querySelector('.wb-app').scrollHeight")
+    page.set_viewport_size({"width": 1400, "height": min(4000, int(height) + 400)})
+    app.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)   # plotly re-lays out on resize
+    app.screenshot(path=str(path))
+    print(f"screenshot: {path}")
+    return str(path)
+
+
+def open_app(page, server, name: str) -> None:
+    open_notebook(page, server, name)
+    run_all(page)
+    wait_idle(page)
+    assert not error_outputs(page), error_outputs(page)
+    page.locator(".wb-app .wb-graph svg g.node").first.wait_for()
+
+
+def test_click_two_nodes_fuse_and_measure(lab_factory, page):
+    server = lab_factory("light")
+    name = app_notebook(server, "fuse_in_browser.ipynb", measure=True)
+    try:
+        open_app(page, server, name)
+        message = page.locator(".wb-app .wb-message")
+        assert "all kernels match NumPy" in message.inner_text(), message.inner_text()
+        c = theme_colors(page)   # the light counterpart of the dark-theme test below
+        assert c["theme"] == "JupyterLab Light", c
+        assert luminance(c["background"]) > 0.7 and luminance(c["node_text"]) < 0.4, c
+        graph = page.locator(".wb-app .wb-graph")
+        clusters_before = graph.locator("g.cluster").count()
+        assert cluster_holding(page, FIRST, SECOND) is None
+        plots_before = plot_data(page)
+        assert plots_before and any(len(t[1]) == 1 for fig in plots_before for t in fig), \
+            f"step 0 should be plotted after the measure cell: {plots_before}"
+
+        # click selects one node, shift-click adds the second
+        graph.locator(f"g.node[id='{FIRST}']").click()
+        graph.locator(f"g.node.wb-selected[id='{FIRST}']").wait_for()
+        graph.locator(f"g.node[id='{SECOND}']").click(modifiers=["Shift"])
+        graph.locator(f"g.node.wb-selected[id='{SECOND}']").wait_for()
+        assert graph.locator(f"g.node.wb-selected[id='{FIRST}']").count() == 1
+
+        page.locator(".wb-app button", has_text=re.compile(r"^\s*Fuse\s*$")).click()
+        # Python fused exactly the two clicked nodes: the selection reached the kernel
+        page.wait_for_function(
+            "() => /fused 2 ops into k\\d+/.test("
+            "document.querySelector('.wb-app .wb-message').textContent)", timeout=60_000)
+        page.wait_for_function(
+            "n => document.querySelectorAll('.wb-app .wb-graph g.cluster').length === n",
+            arg=clusters_before + 1, timeout=30_000)
+        gid = cluster_holding(page, FIRST, SECOND)
+        assert gid is not None, "no kernel cluster encloses the two fused nodes"
+        assert re.fullmatch(r"k\d+", gid), gid
+        assert gid in message.inner_text()
+        assert "8 kernels" in message.inner_text(), message.inner_text()
+
+        page.locator(".wb-app button", has_text=re.compile(r"^\s*Measure\s*$")).click()
+        page.wait_for_function(
+            "() => /step 1: .* 8 kernels .*all kernels match NumPy/.test("
+            "document.querySelector('.wb-app .wb-message').textContent)", timeout=120_000)
+        page.wait_for_function(
+            """(before) => JSON.stringify([...document.querySelectorAll(
+                   '.wb-app .js-plotly-plot')].map(gd => (gd.data || []).map(t =>
+                   [t.name, Array.from(t.x || []).map(String),
+                    Array.from(t.y || []).map(String)]))) !== before""",
+            # compact, non-ASCII kept: the string JSON.stringify gives for the same data
+            arg=json.dumps(plots_before, separators=(",", ":"), ensure_ascii=False),
+            timeout=30_000)
+        plots_after = plot_data(page)
+        steps_before = max(len(t[1]) for t in plots_before[0])
+        steps_after = max(len(t[1]) for t in plots_after[0])
+        assert steps_after == steps_before + 1, (plots_before[0], plots_after[0])
+        assert any("fuse" in x for t in plots_after[0] for x in t[1]), plots_after[0]
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_fuse_light.png")
+    except Exception:
+        path = artifacts_dir() / "lab_fuse_light_FAILED.png"
+        page.screenshot(path=str(path))
+        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_dark_theme_is_followed(lab_factory, page):
+    server = lab_factory("dark")
+    name = app_notebook(server, "dark_theme.ipynb", measure=False)
+    try:
+        open_app(page, server, name)
+        c = theme_colors(page)
+        assert c["theme"] == "JupyterLab Dark", f"the dark theme did not apply: {c}"
+        assert luminance(c["background"]) < 0.3, f"graph background stays light: {c}"
+        assert luminance(c["node_text"]) > 0.6, f"node labels are not light on dark: {c}"
+        assert luminance(c["message"]) > 0.6, f"status line is not light on dark: {c}"
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_app_dark.png")
+    except Exception:
+        path = artifacts_dir() / "lab_app_dark_FAILED.png"
+        page.screenshot(path=str(path))
+        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_quickstart_notebook_runs_in_lab(lab_factory, page):
+    """notebooks/01_quickstart.ipynb as a user runs it: Run All in Lab, no error, one
+    app showing the fused step, the history plotted."""
+    server = lab_factory("light")
+    (server.root / "notebooks").mkdir(exist_ok=True)
+    (server.root / "notebooks" / "01_quickstart.ipynb").write_bytes(
+        (REPO / "notebooks" / "01_quickstart.ipynb").read_bytes())
+    if not (server.root / "sample_graphs").exists():   # the notebook reads ../sample_graphs
+        (server.root / "sample_graphs").symlink_to(REPO / "sample_graphs")
+    try:
+        open_app(page, server, "notebooks/01_quickstart.ipynb")
+        assert page.locator(".wb-app").count() == 1, "the app should be displayed once"
+        page.locator(".wb-app").scroll_into_view_if_needed()
+        message = page.locator(".wb-app .wb-message").inner_text()
+        assert message.startswith("redo: step 1"), message
+        # the last step is the rules plan: all 16 ops in one kernel, drawn as one cluster
+        assert page.locator(".wb-app .wb-graph g.cluster").count() == 1
+        steps = plot_data(page)[0]
+        assert max(len(t[1]) for t in steps) == 2, steps   # load, auto rules
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_quickstart.png")
+    except Exception:
+        path = artifacts_dir() / "lab_quickstart_FAILED.png"
+        page.screenshot(path=str(path))
+        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        raise
+    finally:
+        server.shutdown_kernels()

@@ -1,0 +1,179 @@
+"""The notebook app driven from Python, as a notebook replaying a session would: real
+session, real C compiler, real measurements; no browser."""
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import pytest
+
+import workbench as wb
+from workbench.errors import WorkbenchError
+from workbench.fusion import PLANNERS
+from workbench.session import Session
+
+GELU = ["n9", "n10", "n11", "n12", "n13"]
+
+
+def test_open_accepts_a_path_a_graph_and_a_session(small_graph):
+    from workbench.ui import GraphView, WorkbenchApp
+    app = wb.open("sample_graphs/layernorm.json", backend="cpu", display=False)
+    assert isinstance(app, WorkbenchApp) and isinstance(app.view, GraphView)
+    assert len(app.session.graph.nodes) == 9
+    assert isinstance(wb.open(small_graph, backend="cpu", display=False).session, Session)
+    onnx_app = wb.open("sample_graphs/layernorm_gelu.onnx", backend="cpu", display=False)
+    assert 'id="n0" class="node' in onnx_app.view.svg
+    s = Session(small_graph, backend="cpu")
+    assert wb.open(s, display=False).session is s
+    with pytest.raises(WorkbenchError, match="file not found"):
+        wb.open("no/such/graph.json", display=False)
+
+
+def test_buttons_are_named_as_the_browser_test_expects(app):
+    assert {"Fuse", "Split", "Undo", "Redo", "Auto", "Measure", "Export"} <= set(app.buttons)
+    assert all(app.buttons[k].description == k for k in app.buttons)
+    assert "wb-message" in app._message._dom_classes and "wb-app" in app._dom_classes
+
+
+def test_fuse_the_selection_redraws_and_adds_a_step(app):
+    app.selected = GELU
+    svg = app.view.svg
+    plan = app.fuse()
+    assert plan is app.session.plan and plan.group("n9").nodes == tuple(GELU)
+    assert app.view.svg != svg and 'id="k9" class="cluster' in app.view.svg
+    assert list(app.history.action) == ["load", "fuse " + " ".join(GELU)]
+    assert list(app.history.kernels) == [15, 11]
+    assert "fused 5 ops into k9" in app.message
+    assert "wb-refused" not in app._message._dom_classes
+    # the code panel shows the new kernel, and its diff against the five it replaced
+    assert app.code.group.id == "k9"
+    assert "__global__" in app.code.cuda and "erff(" in app.code.c
+    assert "previous/k9+k10+k11+k12+k13.cu" in app.code.diff
+    assert "+++ current/k9.cu" in app.code.diff and "+++ current/k9.c" in app.code.diff
+
+
+def test_a_refused_fusion_changes_nothing_and_says_why(app):
+    app.selected = ["n0", "n3"]      # the two means of LayerNorm: n1, n2 lie between
+    plan, svg, steps = app.session.plan, app.view.svg, len(app.history)
+    assert app.fuse() is None
+    assert "would create a cycle through n1" in app.message
+    assert "wb-refused" in app._message._dom_classes
+    assert app.session.plan is plan and app.view.svg == svg and len(app.history) == steps
+    assert app.fuse([]) is None and "nothing selected" in app.message
+    assert app.undo() is None and "nothing to undo" in app.message
+    assert app.split("n14") is None and "nothing to split" in app.message
+    assert app.session.plan is plan and app.view.svg == svg
+
+
+def test_select_by_name_op_or_composite(app):
+    assert app.select("erf") == ["n11"]
+    assert app.view.selected == ["n11"]
+    assert app.select("gelu") == GELU                 # the composite's name
+    assert app.select("block0/ln") == [f"n{i}" for i in range(9)]
+    assert app.select("n14") == ["n14"]
+    assert app.select("nothing-like-this") == [] and "no node matches" in app.message
+    app.search.value = "rsqrt"                         # the search box does the same
+    assert app.selected == ["n5"]
+    with pytest.raises(WorkbenchError, match="no node 'n99'"):
+        app.selected = ["n99"]
+
+
+def test_front_end_selection_reaches_python(app):
+    app.view.set_state({"selected": ["n11"]})    # a click in the browser
+    assert app.selected == ["n11"] and app.code.group.id == "k11"
+    app.view.set_state({"selected": ["n11", "bogus"]})   # unknown ids are dropped
+    assert app.selected == ["n11"]
+
+
+def test_split_undo_redo_and_every_planner(app):
+    app.fuse(GELU)
+    assert app.split("n10") is app.session.plan and len(app.session.plan.groups) == 15
+    assert app.undo() is not None and len(app.session.plan.groups) == 11
+    assert app.redo() is not None and len(app.session.plan.groups) == 15
+    assert app.redo() is None and "nothing to redo" in app.message
+    for name in PLANNERS:
+        plan = app.auto(name)
+        assert plan is app.session.plan and plan.planner == name
+        assert app.planner.value == name
+    assert app.auto("no-such-planner") is None and "unknown planner" in app.message
+
+
+def test_measure_fills_history_plots_code_and_overlay(app):
+    app.auto("rules")
+    app.selected = ["n0"]
+    m = app.measure()
+    assert m is not None and m.within_tolerance
+    assert app.progress.value == app.progress.max == m.kernels   # compile progress
+    h = app.history
+    assert math.isnan(h.latency_ms[0]) and h.latency_ms[1] == pytest.approx(m.latency_ms)
+    steps = {t.name: t for t in app.plots.steps.data}
+    assert steps["measured"].y[1] == pytest.approx(m.latency_ms)
+    assert steps["kernels"].y == (15, len(app.session.plan.groups))
+    assert steps["bytes moved"].y[1] == pytest.approx(m.bytes_moved / 1e6)
+    kernels = {t.name: t for t in app.plots.kernels.data}
+    assert list(kernels["measured"].x) == list(m.per_kernel.group)
+    assert kernels["measured"].y == pytest.approx(tuple(m.per_kernel.latency_ms))
+    bw = app.plots.bandwidth.data
+    assert bw[0].y == pytest.approx(tuple(m.per_kernel.bandwidth_GBps))
+    if "predicted_ms" in h:
+        assert steps["predicted"].y[1] == pytest.approx(h.predicted_ms[1])
+    dev = getattr(app.session, "device", None)
+    if getattr(dev, "dram_bandwidth", None):
+        assert bw[1].y[0] == pytest.approx(dev.dram_bandwidth / 1e9)
+    assert "ms measured" in app.code.header.value
+    app.overlay.value = "latency"
+    assert len(app.view.legend) >= 1 and app.view.legend[0]["label"].endswith("ms")
+    assert "wb-heat" in app.view.svg.replace("&#45;", "-")
+
+
+def test_bytes_overlay_needs_no_measurement(app):
+    app.overlay.value = "bytes"
+    assert app.view.legend and app.view.legend_title == "kernel bytes"
+    app.overlay.value = "none"
+    assert app.view.legend == []
+
+
+def test_collapse_toggle(app):
+    app.collapse_toggle.value = True
+    assert app.view.collapsed == {"c0", "c1"}
+    app.collapse_toggle.value = False
+    assert app.view.collapsed == frozenset()
+
+
+def test_export_delegates_to_the_session(app, tmp_path):
+    if not hasattr(Session, "export"):
+        pytest.skip("Session.export is not in this version")
+    app.auto("rules")
+    out = app.export(tmp_path / "art")
+    assert out is not None and (tmp_path / "art").exists()
+    assert "exported step 1" in app.message
+
+
+def test_set_scheme_delegates_or_refuses(app):
+    app.auto("rules")
+    app.selected = ["n0"]
+    group = app.session.plan.group("n0")
+    if not hasattr(Session, "set_scheme"):
+        assert app.set_scheme(group.schemes[0][0], "local") is None
+        assert "set_scheme" in app.message and app.edge.disabled
+        return
+    assert not app.edge.disabled
+    assert [v for _, v in app.edge.options] == [v for v, _ in group.schemes]
+    # t1, LayerNorm's mean, is read by every thread of the row: local is refused
+    plan, svg = app.session.plan, app.view.svg
+    assert group.scheme("t1").value == "regional"
+    assert app.set_scheme("t1", "local") is None and "shared memory" in app.message
+    assert app.session.plan is plan and app.view.svg == svg
+    assert app.set_scheme("t1", "global") is app.session.plan
+    assert app.history.action.iloc[-1] == "set_scheme t1 global"
+    assert app.view.svg != svg
+
+
+def test_import_workbench_does_not_import_widget_libraries():
+    code = ("import sys, workbench\n"
+            "print(sorted(m for m in ('ipywidgets', 'plotly', 'anywidget', 'graphviz', "
+            "'pygments') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "[]"

@@ -1,0 +1,15 @@
+"""The notebook faces of the workbench: ``wb.open`` and ``%workbench``.
+
+Importing this package imports ipywidgets, anywidget, plotly and graphviz; plain
+``import workbench`` does not (``wb.open`` imports it when called).
+"""
+from .app import WorkbenchApp, open
+from .code_panel import CodePanel
+from .dot import DotDrawing, Overlay, composites, render_svg, to_dot
+from .graph_view import GraphView
+from .magics import WorkbenchMagics, load_ipython_extension
+from .plots import Plots
+
+__all__ = ["CodePanel", "DotDrawing", "GraphView", "Overlay", "Plots", "WorkbenchApp",
+           "WorkbenchMagics", "composites", "load_ipython_extension", "open", "render_svg",
+           "to_dot"]

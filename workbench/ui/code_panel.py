@@ -1,0 +1,171 @@
+"""The code panel: the selected kernel's CUDA and C source, highlighted, with a diff
+against the previous step's version, its launch configuration, bytes and latency.
+
+Sources are rendered by the same renderers the backends compile (``render_kernel``);
+highlighting is pygments HTML whose token classes are coloured by JupyterLab's
+``--jp-mirror-editor-*`` variables, so the panel follows the light and dark themes.
+
+Example::
+
+    >>> panel = CodePanel(session); panel.show("n3")   # doctest: +SKIP
+    >>> "__global__" in panel.cuda                      # doctest: +SKIP
+    True
+"""
+from __future__ import annotations
+
+import difflib
+import html
+from typing import Callable
+
+import ipywidgets as w
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import CLexer, CudaLexer, DiffLexer
+
+from ..codegen import RENDERERS, lower_group, render_kernel
+from ..codegen.kir import Kernel
+from ..fusion import Group, Plan
+
+_TOKEN_COLORS = {
+    "comment": ("c", "c1", "cm", "cs", "ch", "cpf"),
+    "keyword": ("k", "kc", "kd", "kn", "kp", "kr"),
+    "builtin": ("kt", "nb", "bp"),
+    "meta": ("cp",),
+    "number": ("m", "mf", "mi", "mh", "mo", "il", "mb"),
+    "string": ("s", "s1", "s2", "sc", "sd", "se", "sh", "si", "sx", "sr", "ss", "dl", "sa"),
+    "operator": ("o", "ow"),
+    "def": ("nf", "fm"),
+}
+
+CSS = "\n".join(
+    [".wb-code pre { margin: 0; padding: 4px 6px; overflow: auto; max-height: 460px;"
+     " font-family: var(--jp-code-font-family, monospace); font-size: var(--jp-code-font-size, 12px);"
+     " line-height: 1.35; color: var(--jp-content-font-color1, #000);"
+     " background: var(--jp-cell-editor-background, #f7f7f7); }",
+     ".wb-kernel-info { font-size: var(--jp-ui-font-size1, 13px); color: var(--jp-ui-font-color1, #000); }",
+     ".wb-kernel-info td { padding: 0 8px 0 0; }",
+     ".wb-kernel-info .wb-dim { color: var(--jp-ui-font-color2, #666); }",
+     ".wb-code .gi { color: var(--jp-success-color1, #388e3c); }",
+     ".wb-code .gd { color: var(--jp-error-color1, #d32f2f); }",
+     ".wb-code .gu, .wb-code .gh { color: var(--jp-brand-color1, #1976d2); }"]
+    + [", ".join(f".wb-code .{c}" for c in classes)
+       + f" {{ color: var(--jp-mirror-editor-{kind}-color); }}"
+       for kind, classes in _TOKEN_COLORS.items()])
+
+_LEXERS = {"cuda": CudaLexer(), "c": CLexer(), "diff": DiffLexer()}
+_FORMATTER = HtmlFormatter(cssclass="wb-code", nowrap=False)
+
+
+def highlight_html(source: str, language: str) -> str:
+    """Source as HTML with pygments token classes (styled by :data:`CSS`)."""
+    return highlight(source, _LEXERS[language], _FORMATTER)
+
+
+def unified_diff(before: str, after: str, before_name: str, after_name: str) -> str:
+    return "".join(difflib.unified_diff(before.splitlines(keepends=True),
+                                        after.splitlines(keepends=True),
+                                        before_name, after_name, n=2))
+
+
+class CodePanel(w.VBox):
+    """Kernel info (header) above tabs CUDA, C and Diff for one group of a plan.
+
+    ``show(ref, plan, previous)`` shows the group holding node/group ``ref`` of
+    ``plan``; the diff compares it with the kernels of ``previous`` (the previous step's
+    plan) that held the same nodes. ``info`` supplies measured numbers for a group id.
+    """
+
+    def __init__(self, info: Callable[[Plan, str], dict] | None = None):
+        self.header = w.HTML()
+        self.header.add_class("wb-kernel-info")
+        self._cuda, self._c, self._diff = w.HTML(), w.HTML(), w.HTML()
+        self.tabs = w.Tab(children=[self._cuda, self._c, self._diff],
+                          titles=["CUDA", "C", "Diff"])
+        super().__init__([w.HTML(f"<style>{CSS}</style>"), self.header, self.tabs])
+        self.add_class("wb-code-panel")
+        self._info = info or (lambda plan, gid: {})
+        self._kernels: dict[tuple[Plan, tuple[str, ...]], Kernel] = {}
+        self.group: Group | None = None
+        self.cuda = self.c = self.diff = ""
+        self.clear()
+
+    def kernel(self, plan: Plan, group: Group) -> Kernel:
+        """The group lowered to kernel IR (cached: a plan and its groups are values)."""
+        key = (plan, group.nodes)
+        if key not in self._kernels:
+            self._kernels[key] = lower_group(plan.graph, group)
+        return self._kernels[key]
+
+    def clear(self, hint: str = "Select a node to see its kernel.") -> None:
+        self.group = None
+        self.cuda = self.c = self.diff = ""
+        self.header.value = f'<span class="wb-dim">{html.escape(hint)}</span>'
+        for h in (self._cuda, self._c, self._diff):
+            h.value = ""
+
+    def show(self, ref: str, plan: Plan, previous: Plan | None = None) -> Kernel:
+        group = plan.group(ref)
+        k = self.kernel(plan, group)
+        self.group = group
+        self.cuda, self.c = render_kernel(k, "cuda"), render_kernel(k, "c")
+        self.diff = self._diff_text(k, group, plan, previous)
+        self.header.value = self._header_html(k, group, self._info(plan, group.id))
+        self._cuda.value = self._source_html(k, "cuda")
+        self._c.value = self._source_html(k, "c")
+        self._diff.value = (highlight_html(self.diff, "diff") if self.diff else
+                            '<span class="wb-dim">unchanged since the previous step</span>'
+                            if previous is not None else
+                            '<span class="wb-dim">first step: nothing to compare</span>')
+        return k
+
+    @staticmethod
+    def _source_html(k: Kernel, target: str) -> str:
+        """The kernel itself; the prelude (the same in every kernel) is only counted."""
+        prelude = RENDERERS[target].prelude().count("\n")
+        note = (f'<div class="wb-dim">// + {prelude}-line prelude shared by every kernel '
+                f'(in <code>app.code.{target}</code>)</div>')
+        return note + highlight_html(RENDERERS[target].kernel(k), target)
+
+    def _diff_text(self, k: Kernel, group: Group, plan: Plan, previous: Plan | None) -> str:
+        """CUDA and C diffs of this kernel against the previous step's kernels of the same
+        nodes (several, when this step fused them; part of one, when it split it)."""
+        if previous is None:
+            return ""
+        before = [gr for gr in previous.groups if set(gr.nodes) & set(group.nodes)]
+        out = []
+        for target in ("cuda", "c"):
+            r = RENDERERS[target]   # (the preludes are the same: compare the kernels)
+            old = "\n".join(r.kernel(self.kernel(previous, gr)) for gr in before)
+            new = r.kernel(k)
+            name = "cu" if target == "cuda" else "c"
+            out.append(unified_diff(old, new,
+                                    f"previous/{'+'.join(gr.id for gr in before)}.{name}",
+                                    f"current/{group.id}.{name}"))
+        return "".join(out)
+
+    @staticmethod
+    def _header_html(k: Kernel, group: Group, info: dict) -> str:
+        launch = ("library call (" + html.escape(k.library.op) + ")" if k.library is not None
+                  else f"grid {k.launch.grid} × block {k.launch.block}"
+                       + (f", shared {k.shared_bytes} B" if k.shared_bytes else ""))
+        rows = [("kernel", f"<code>{html.escape(k.name)}</code> ({len(group.nodes)} ops: "
+                           + html.escape(", ".join(group.nodes[:8]))
+                           + (", …" if len(group.nodes) > 8 else "") + ")"),
+                ("schedule", html.escape(group.schedule.describe())),
+                ("launch", launch),
+                ("bytes", f"{k.bytes_read / 1e6:.3f} MB read, {k.bytes_written / 1e6:.3f} MB written")]
+        lat = info.get("latency_ms")
+        pred = info.get("predicted_ms")
+        if lat is not None or pred is not None:
+            parts = []
+            if lat is not None:
+                parts.append(f"{lat:.4g} ms measured")
+            if pred is not None:
+                parts.append(f"{pred:.4g} ms predicted")
+            if info.get("bandwidth_GBps") is not None:
+                parts.append(f"{info['bandwidth_GBps']:.3g} GB/s achieved")
+            rows.append(("latency", ", ".join(parts)))
+        else:
+            rows.append(("latency", '<span class="wb-dim">not measured yet (Measure)</span>'))
+        return "<table>" + "".join(f'<tr><td class="wb-dim">{a}</td><td>{b}</td></tr>'
+                                   for a, b in rows) + "</table>"

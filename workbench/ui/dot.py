@@ -1,0 +1,255 @@
+"""Graph + plan -> Graphviz DOT text, and DOT -> SVG.
+
+A pure function of its inputs, so the drawing is testable without a browser. Ids are
+the workbench's own, so the SVG can be addressed: node ``n12`` is ``<g id="n12"
+class="node">``, kernel ``k3`` (a group of two or more ops) is ``subgraph cluster_k3``
+with ``id="k3"`` (``<g id="k3" class="cluster">``), a collapsed composite is ``c0``,
+graph inputs ``in0``... and outputs ``out0``.... Every string taken from a model (value
+names, composite names) is escaped for DOT and cut short, so a model file cannot
+inject DOT (or, through it, SVG) syntax.
+
+Example::
+
+    >>> d = to_dot(plan.graph, plan)                   # doctest: +SKIP
+    >>> svg = render_svg(d.source); 'id="n0"' in svg   # doctest: +SKIP
+    True
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..errors import WorkbenchError
+from ..fusion import Group, Plan, StitchScheme
+from ..ir import DType, Graph, Origin
+
+SHORT_DTYPE = {DType.float32: "f32", DType.float16: "f16", DType.int32: "i32",
+               DType.int64: "i64", DType.bool: "bool"}
+
+# Kernel clusters: tab10 hues at low alpha, readable on light and dark backgrounds.
+CLUSTER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                  "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+# Overlay: ColorBrewer YlOrRd, light (cheap) to dark (costly), and the text colour each
+# bin needs to stay readable.
+HEAT = ("#ffffb2", "#fed976", "#feb24c", "#fd8d3c", "#f03b20", "#bd0026")
+HEAT_TEXT = ("#000000", "#000000", "#000000", "#000000", "#ffffff", "#ffffff")
+REGIONAL_EDGE = "#d62728"
+
+OVERLAY_UNITS = {"latency": "ms", "bytes": "MB"}
+
+
+@dataclass(frozen=True)
+class LegendEntry:
+    color: str
+    label: str
+
+
+@dataclass(frozen=True)
+class Overlay:
+    """A number per kernel (group id -> value) to colour the drawing by."""
+    metric: str                     # "latency" (ms) or "bytes" (MB moved)
+    values: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class DotDrawing:
+    """The DOT text and what the front end needs to map SVG ids back to nodes."""
+    source: str
+    boxes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # composite box -> nodes
+    legend: tuple[LegendEntry, ...] = ()
+
+
+def escape(text: str, limit: int = 40) -> str:
+    """Model-provided text made safe inside a DOT string: control characters dropped,
+    cut to ``limit`` characters, backslashes and quotes escaped (so ``\\n``, ``\\N``
+    or ``"`` in a name stay literal text)."""
+    s = re.sub(r"[\x00-\x1f\x7f]", " ", str(text))
+    if len(s) > limit:
+        s = s[:limit - 1] + "…"
+    return s.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def quote(*lines: str, limit: int = 40) -> str:
+    """A DOT string literal of one or more lines of (escaped) text."""
+    return '"' + "\\n".join(escape(x, limit) for x in lines) + '"'
+
+
+def shape_text(g: Graph, value: str) -> str:
+    v = g.value(value)
+    return f"{SHORT_DTYPE[v.dtype]}[{','.join(map(str, v.shape))}]"
+
+
+def composites(g: Graph) -> dict[str, tuple[str, ...]]:
+    """Composite instances in first-appearance order: box id ``c0``... -> node ids."""
+    by_origin: dict[Origin, list[str]] = {}
+    for n in g.nodes:
+        if n.origin is not None:
+            by_origin.setdefault(n.origin, []).append(n.id)
+    return {f"c{i}": tuple(ns) for i, ns in enumerate(by_origin.values()) if len(ns) > 1}
+
+
+def _heat(overlay: Overlay | None) -> tuple[dict[str, int], tuple[LegendEntry, ...]]:
+    """Bin each group's value into HEAT; log-spaced bins when values span > 100x."""
+    if overlay is None:
+        return {}, ()
+    vals = {k: float(v) for k, v in overlay.values.items()
+            if not math.isnan(v) and v >= 0}
+    if not vals:
+        return {}, ()
+    lo, hi = min(vals.values()), max(vals.values())
+    n = len(HEAT)
+    use_log = lo > 0 and hi / lo > 100
+    f = (lambda x: math.log10(x)) if use_log else (lambda x: x)
+    a, b = f(lo), f(hi)
+    span = (b - a) or 1.0
+    bins = {k: min(n - 1, int((f(v) - a) / span * n)) for k, v in vals.items()}
+    edges = [a + span * i / n for i in range(n + 1)]
+    inv = (lambda x: 10 ** x) if use_log else (lambda x: x)
+    unit = OVERLAY_UNITS.get(overlay.metric, "")
+    legend = tuple(LegendEntry(HEAT[i], f"{inv(edges[i]):.3g}–{inv(edges[i + 1]):.3g} {unit}")
+                   for i in range(n) if lo != hi or i == 0)
+    return bins, legend
+
+
+def to_dot(g: Graph, plan: Plan, collapsed: frozenset[str] | set[str] = frozenset(),
+           overlay: Overlay | None = None) -> DotDrawing:
+    """DOT text for ``g`` under ``plan``: kernels of two or more ops as coloured
+    clusters, ``collapsed`` composites (box ids from :func:`composites`) as one box
+    each, and, with an ``overlay``, nodes and clusters coloured by the kernel's value
+    with a legend."""
+    comps = composites(g)
+    unknown = set(collapsed) - set(comps)
+    if unknown:
+        raise WorkbenchError(f"no composite {sorted(unknown)[0]!r} to collapse; "
+                             f"composites are {', '.join(comps) or 'none'}")
+    box_of = {n.id: n.id for n in g.nodes}
+    for cid in collapsed:
+        box_of.update(dict.fromkeys(comps[cid], cid))
+    heat, legend = _heat(overlay)
+
+    def heat_attrs(group_id: str) -> str:
+        if group_id not in heat:
+            return 'class="wb-op" fillcolor="#ffffff"'
+        i = heat[group_id]
+        return f'class="wb-op wb-heat" fillcolor="{HEAT[i]}" fontcolor="{HEAT_TEXT[i]}"'
+
+    lines = ["digraph workbench {",
+             '  graph [rankdir=TB nodesep=0.15 ranksep=0.3 bgcolor="transparent" '
+             'fontname="Helvetica" fontsize=10 id="wbgraph"];',
+             '  node [shape=box style="filled,rounded" fontname="Helvetica" fontsize=9 '
+             'height=0.3 margin="0.08,0.03" penwidth=1];',
+             '  edge [arrowsize=0.5 penwidth=0.8];']
+
+    def node_line(nid: str) -> str:
+        n = g.node(nid)
+        out = n.outputs[0] if n.outputs else None
+        label = quote(n.op, shape_text(g, out) if out else "")
+        named = n.id if n.name == n.id else f"{n.id} {n.name}"
+        tip = quote(f"{named} ({n.origin.composite})" if n.origin else named, limit=80)
+        return (f'  {nid} [id="{nid}" label={label} tooltip={tip} '
+                f'{heat_attrs(plan.group_of[nid].id)}];')
+
+    def comp_line(cid: str) -> str:
+        members = comps[cid]
+        org = g.node(members[0]).origin
+        kernels = {plan.group_of[m].id for m in members}
+        last = g.node(members[-1])
+        sub = f"{len(members)} ops" + (f", {len(kernels)} kernels" if len(kernels) > 1 else "")
+        label = quote(org.composite, sub, shape_text(g, last.outputs[0]) if last.outputs else "")
+        attrs = heat_attrs(next(iter(kernels))) if len(kernels) == 1 else 'class="wb-op"'
+        return (f'  {cid} [id="{cid}" label={label} tooltip={quote(org.source, limit=80)} '
+                f'{attrs.replace("wb-op", "wb-op wb-composite", 1)} peripheries=2];')
+
+    def box_line(box: str) -> str:
+        return comp_line(box) if box in comps else node_line(box)
+
+    boxes = list(dict.fromkeys(box_of[n.id] for n in g.nodes))
+    # a box sits in a kernel's cluster when all its nodes belong to that kernel
+    home: dict[str, str | None] = {}
+    for box in boxes:
+        ks = {plan.group_of[m].id for m in (comps[box] if box in comps else (box,))}
+        home[box] = ks.pop() if len(ks) == 1 else None
+    for i, name in enumerate(g.inputs):
+        lines.append(f'  in{i} [id="in{i}" label={quote(name)} shape=ellipse '
+                     f'class="wb-io" style="filled" fillcolor="#ffffff"];')
+    placed = set()
+    for gi, gr in enumerate(plan.groups):
+        if len(gr.nodes) < 2:
+            continue
+        members = [b for b in boxes if home[b] == gr.id and b not in placed]
+        color = CLUSTER_COLORS[gi % len(CLUSTER_COLORS)]
+        fill = HEAT[heat[gr.id]] + "66" if gr.id in heat else color + "33"
+        lines.append(f"  subgraph cluster_{gr.id} {{")
+        lines.append(f'    id="{gr.id}"; class="wb-kernel"; label="{_cluster_label(gr)}"; '
+                     f'style="filled,rounded"; fillcolor="{fill}"; color="{color}"; '
+                     f'penwidth=1.5; fontsize=9; labeljust=l;')
+        for b in members:
+            lines.append("  " + box_line(b))
+            placed.add(b)
+        lines.append("  }")
+    for b in boxes:
+        if b not in placed:
+            lines.append(box_line(b))
+    for i, name in enumerate(g.outputs):
+        lines.append(f'  out{i} [id="out{i}" label={quote(name)} shape=ellipse '
+                     f'class="wb-io" style="filled" fillcolor="#ffffff"];')
+
+    inputs = {name: f"in{i}" for i, name in enumerate(g.inputs)}
+    seen: set[tuple[str, str]] = set()
+    k = 0
+
+    def edge(src: str, dst: str, value: str, scheme: StitchScheme | None) -> None:
+        nonlocal k
+        if src == dst or (src, dst) in seen:
+            return
+        seen.add((src, dst))
+        attrs = f'id="e{k}"'
+        if scheme is StitchScheme.regional:
+            attrs += f' class="wb-edge wb-regional" color="{REGIONAL_EDGE}" penwidth=1.6'
+        else:
+            attrs += ' class="wb-edge"'
+        tip = quote(f"{value}: {scheme.value}" if scheme else value, limit=80)
+        lines.append(f"  {src} -> {dst} [{attrs} tooltip={tip}];")
+        k += 1
+
+    for n in g.nodes:
+        for v in dict.fromkeys(n.inputs):
+            p = g.producer.get(v)
+            if p is not None:
+                gr = plan.group_of[n.id]
+                inside = plan.group_of[p.id].id == gr.id
+                edge(box_of[p.id], box_of[n.id], v, gr.scheme(v) if inside else None)
+            elif v in inputs:
+                edge(inputs[v], box_of[n.id], v, None)
+    for i, name in enumerate(g.outputs):
+        p = g.producer.get(name)
+        src = box_of[p.id] if p is not None else inputs.get(name)
+        if src:
+            edge(src, f"out{i}", name, None)
+    lines.append("}")
+    shown = {c: comps[c] for c in collapsed}
+    return DotDrawing("\n".join(lines), shown, legend)
+
+
+def _cluster_label(gr: Group) -> str:
+    s = gr.schedule
+    if s.kind == "row_reduce":
+        return f"{gr.id} · row_reduce ({'block' if s.mapping == 'block' else 'thread'}/row)"
+    return f"{gr.id} · {s.kind}"
+
+
+def render_svg(dot_source: str) -> str:
+    """SVG text of a DOT source, laid out by Graphviz ``dot``."""
+    import graphviz
+    try:
+        svg = graphviz.Source(dot_source).pipe(format="svg", encoding="utf-8")
+    except graphviz.ExecutableNotFound:
+        raise WorkbenchError("Graphviz 'dot' is not installed: install it (apt-get install "
+                             "graphviz, or conda install graphviz) to draw graphs") from None
+    except graphviz.CalledProcessError as e:
+        raise WorkbenchError(f"Graphviz could not lay out the graph: {e.stderr!s:.300}; "
+                             "this is a workbench bug, please report it with the graph") from None
+    # drop the XML prolog and DOCTYPE: the SVG is inserted into an HTML page
+    return svg[svg.index("<svg"):]

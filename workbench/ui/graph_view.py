@@ -1,0 +1,124 @@
+"""The graph view: a Graphviz SVG drawing of the plan in an anywidget.
+
+Python draws (DOT text -> SVG by ``dot``, see :mod:`workbench.ui.dot`); the front end
+(``static/graph_view.js``) only shows the SVG, pans and zooms it, and turns clicks
+into changes of the synced ``selected`` trait. So every behaviour but pan/zoom can be
+driven and tested from Python.
+
+Front-end protocol: the view writes ``selected`` (click: that node only, or nothing
+when it was the only one selected; shift-click: toggle it in the selection; a
+collapsed composite stands for all its nodes) and sends ``{"type": "toggle", "id":
+box}`` on double-click, which collapses the composite a node belongs to or expands a
+collapsed one.
+
+Example::
+
+    >>> v = GraphView(plan); v.selected = ["n0", "n1"]   # doctest: +SKIP
+    >>> v.collapse(); v.expand("c0")                     # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import anywidget
+import traitlets
+
+from ..errors import WorkbenchError
+from ..fusion import Plan
+from .dot import Overlay, composites, render_svg, to_dot
+
+STATIC = Path(__file__).parent / "static"
+
+# Above this many nodes, composites start collapsed: the drawing stays small enough
+# to lay out and pan quickly, and each box expands on double-click.
+COLLAPSE_ABOVE = 200
+
+
+class GraphView(anywidget.AnyWidget):
+    """A plan's graph as SVG with kernels as clusters; selection syncs both ways."""
+    _esm = STATIC / "graph_view.js"
+    _css = STATIC / "graph_view.css"
+
+    svg = traitlets.Unicode("").tag(sync=True)
+    selected = traitlets.List(traitlets.Unicode(), default_value=[]).tag(sync=True)
+    # collapsed composite box id -> its node ids, so a click on a box selects them
+    members = traitlets.Dict(default_value={}).tag(sync=True)
+    # overlay legend: [{"color": "#fed976", "label": "0.1–0.2 ms"}, ...] and its title
+    legend = traitlets.List(traitlets.Dict(), default_value=[]).tag(sync=True)
+    legend_title = traitlets.Unicode("").tag(sync=True)
+
+    def __init__(self, plan: Plan, collapse: bool | None = None, **kw):
+        super().__init__(**kw)
+        self.plan = plan
+        self.graph = plan.graph
+        self.composites = composites(self.graph)
+        if collapse is None:
+            collapse = len(self.graph.nodes) > COLLAPSE_ABOVE
+        self._collapsed: frozenset[str] = frozenset(self.composites) if collapse else frozenset()
+        self._overlay: Overlay | None = None
+        self.on_msg(self._on_front_msg)
+        self.redraw()
+
+    # -- drawing ---------------------------------------------------------------
+    def redraw(self, plan: Plan | None = None) -> None:
+        """Lay out and show ``plan`` (default: the current one) with the current
+        collapsed set and overlay."""
+        if plan is not None:
+            self.plan = plan
+        d = to_dot(self.graph, self.plan, self._collapsed, self._overlay)
+        svg = render_svg(d.source)
+        with self.hold_sync():
+            self.members = {k: list(v) for k, v in d.boxes.items()}
+            self.legend = [{"color": e.color, "label": e.label} for e in d.legend]
+            self.legend_title = (f"kernel {self._overlay.metric}" if self._overlay and d.legend
+                                 else "")
+            self.svg = svg
+
+    @property
+    def overlay(self) -> Overlay | None:
+        return self._overlay
+
+    @overlay.setter
+    def overlay(self, value: Overlay | None) -> None:
+        self._overlay = value
+        self.redraw()
+
+    # -- composites ------------------------------------------------------------
+    @property
+    def collapsed(self) -> frozenset[str]:
+        """Composite box ids (``c0``...) drawn as one box."""
+        return self._collapsed
+
+    def _composite_ids(self, ref: str | None) -> set[str]:
+        if ref is None:
+            return set(self.composites)
+        if ref in self.composites:
+            return {ref}
+        owning = {c for c, ns in self.composites.items() if ref in ns}
+        if not owning:
+            raise WorkbenchError(f"{ref!r} is not a composite or a node of one; composites "
+                                 f"are {', '.join(self.composites) or 'none in this graph'}")
+        return owning
+
+    def collapse(self, ref: str | None = None) -> None:
+        """Draw a composite (by box id or any of its node ids; default all) as one box."""
+        self._collapsed = self._collapsed | self._composite_ids(ref)
+        self.redraw()
+
+    def expand(self, ref: str | None = None) -> None:
+        """Draw a collapsed composite's primitives again (default: all)."""
+        self._collapsed = self._collapsed - self._composite_ids(ref)
+        self.redraw()
+
+    def _on_front_msg(self, _widget, content, _buffers) -> None:
+        if isinstance(content, dict) and content.get("type") == "toggle":
+            ref = str(content.get("id", ""))
+            try:
+                ids = self._composite_ids(ref)
+            except WorkbenchError:
+                return   # a node outside any composite: nothing to toggle
+            if ref in self._collapsed:
+                self.expand(ref)
+            else:
+                self._collapsed = self._collapsed | ids
+                self.redraw()
