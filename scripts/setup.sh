@@ -10,7 +10,7 @@ command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || need_apt+=(gc
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv python3-dev)
 command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)            # the notebook's graph view
 case ",$extras," in *,test,*)                                     # the real-browser test
-  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium) ;; esac
+  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium fonts-liberation) ;; esac
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   echo "installing system packages: ${need_apt[*]}" >&2

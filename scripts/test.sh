@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
-exec .venv/bin/python -m pytest -n auto -p no:cacheprovider "$@"
+exec .venv/bin/python -m pytest -n auto --dist loadgroup -p no:cacheprovider "$@"

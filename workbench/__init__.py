@@ -11,5 +11,34 @@ from .session import Session
 
 __version__ = "0.1.0"
 
+
+def load_artifact(path, backend: str = "auto"):
+    """Verify an exported artifact (directory or .zip) and return a callable model
+    (imported on first use; see :func:`workbench.artifact.load_artifact`)."""
+    from .artifact import load_artifact as load_verified
+    return load_verified(path, backend)
+
+
+def open(source, backend: str = "auto", seed: int = 0, display: bool = True):
+    """The notebook app over a .json/.onnx path, a Graph or a Session, displayed in
+    IPython (imports the widget libraries on first use; see :mod:`workbench.ui`)."""
+    from .ui import open as open_app
+    return open_app(source, backend=backend, seed=seed, display=display)
+
+
+def from_torch(module, example_inputs=(), *, name=None, dynamic: bool = False):
+    """Import a torch.nn.Module through torch.export as a Graph (imports torch on first
+    use; see :func:`workbench.frontends.torch.from_torch`)."""
+    from .frontends.torch import from_torch as import_module
+    return import_module(module, example_inputs, name=name, dynamic=dynamic)
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext workbench``: adds the ``%workbench PATH`` line magic."""
+    from .ui.magics import load_ipython_extension as load_magics
+    load_magics(ipython)
+
+
 __all__ = ["DType", "FusionRefused", "Graph", "GraphBuilder", "Session", "WorkbenchError",
-           "load", "load_json", "load_onnx", "save_json", "__version__"]
+           "from_torch", "load", "load_artifact", "load_ipython_extension", "load_json",
+           "load_onnx", "open", "save_json", "__version__"]

@@ -1,4 +1,5 @@
-"""The command line: ``workbench optimize GRAPH... [--planner P] [--backend B] [--json F]``.
+"""The command line: ``workbench optimize GRAPH... [--planner P] [--backend B] [--json F]``,
+``workbench show GRAPH WHAT`` and ``workbench export GRAPH -o PATH [--measure]``.
 
 Prints, per graph, one row per planner step (the ``none`` baseline, then the chosen
 planner): kernels, bytes moved, latency, speedup over ``none`` and the worst relative
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from . import __version__
 from .errors import WorkbenchError
+from .fusion.planners import PLANNERS
 
 EXIT_USER_ERROR = 2
 
@@ -26,7 +28,8 @@ def _progress(done: int, total: int, name: str) -> None:
 def _fmt_table(rows: list[dict]) -> str:
     cols = [("graph", "graph", "{}"), ("step", "step", "{}"), ("planner", "planner", "{}"),
             ("kernels", "kernels", "{}"), ("bytes_moved_MB", "MB moved", "{:.1f}"),
-            ("latency_ms", "latency ms", "{:.3f}"), ("speedup_vs_none", "speedup", "{:.2f}x"),
+            ("latency_ms", "latency ms", "{:.3f}"), ("predicted_ms", "predicted ms", "{:.3f}"),
+            ("speedup_vs_none", "speedup", "{:.2f}x"),
             ("max_rel_error", "kernel err", "{:.1e}"),
             ("end_to_end_error", "output err", "{:.1e}"), ("ok", "ok", "{}")]
     cells = [[h for _, h, _ in cols]] + [[f.format(r[k]) for k, _, f in cols] for r in rows]
@@ -77,14 +80,26 @@ def cmd_show(args) -> int:
     if args.what == "graph":
         print(g)
     elif args.what == "plan":
-        for gr in plan.groups:
-            print(f"{gr.id}: {gr.schedule.describe()}: " + " ".join(
-                f"{n}:{g.node(n).op}" for n in gr.nodes))
+        print(plan.describe())      # kernels, then their internal edges with schemes
         for d in log:
             print(f"  {d}")
     else:
         for k in lower_plan(plan):
             print(render_kernel(k, args.what))
+    return 0
+
+
+def cmd_export(args) -> int:
+    from .session import Session
+    s = Session(args.graph, backend=args.backend, seed=args.seed,
+                progress=None if args.quiet else _progress)
+    if args.planner != "none":
+        s.auto(args.planner)
+    out = s.export(args.output, measure=args.measure, force=args.force)
+    if not args.quiet:
+        m = s.measure() if args.measure else None     # cached by the export
+        timing = f", {m.latency_ms:.3f} ms on {m.device}" if m else ""
+        print(f"wrote {out}: {len(s.plan.groups)} kernels (planner {args.planner}{timing})")
     return 0
 
 
@@ -95,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     o = sub.add_parser("optimize", help="plan, generate, run and measure graphs")
     o.add_argument("graph", nargs="+", help=".json or .onnx graph files")
-    o.add_argument("--planner", default="rules", choices=["none", "rules"])
+    o.add_argument("--planner", default="rules", choices=list(PLANNERS))
     o.add_argument("--backend", default="auto", choices=["auto", "cpu", "cupy", "reference"])
     o.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     o.add_argument("--repeats", type=int, default=10, help="timed runs per step (median)")
@@ -107,8 +122,22 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="print a graph, its plan, or its kernels' source")
     s.add_argument("graph")
     s.add_argument("what", choices=["graph", "plan", "c", "cuda"])
-    s.add_argument("--planner", default="rules", choices=["none", "rules"])
+    s.add_argument("--planner", default="rules", choices=list(PLANNERS))
     s.set_defaults(fn=cmd_show)
+    e = sub.add_parser("export", help="write a graph's optimized plan as an artifact "
+                       "(a directory, or a .zip) that wb.load_artifact runs")
+    e.add_argument("graph", help=".json or .onnx graph file")
+    e.add_argument("-o", "--output", required=True, metavar="PATH",
+                   help="artifact path: a directory, or a file ending in .zip")
+    e.add_argument("--planner", default="rules",
+                   help="none, rules, or any other registered planner (default rules)")
+    e.add_argument("--backend", default="auto", choices=["auto", "cpu", "cupy", "reference"])
+    e.add_argument("--measure", action="store_true",
+                   help="measure the plan first and record it in the manifest")
+    e.add_argument("--force", action="store_true", help="replace an existing PATH")
+    e.add_argument("--seed", type=int, default=0, help="seed of the measurement's inputs")
+    e.add_argument("-q", "--quiet", action="store_true")
+    e.set_defaults(fn=cmd_export)
     return p
 
 

@@ -29,7 +29,7 @@ from .measure import StepMeasurement, measure_program
 from .runtime import Program, get_backend, random_inputs, run_reference
 
 STEP_COLUMNS = ["step", "action", "planner", "kernels", "bytes_moved_MB", "latency_ms",
-                "speedup_vs_none", "max_rel_error", "end_to_end_error", "ok"]
+                "predicted_ms", "speedup_vs_none", "max_rel_error", "end_to_end_error", "ok"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,7 @@ class Session:
         self._programs: dict[Plan, Program] = {}
         self._measurements: dict[Plan, StepMeasurement] = {}
         self._baseline: StepMeasurement | None = None
+        self._cost_model = None
 
     # -- the current state -----------------------------------------------------
     @property
@@ -83,9 +84,20 @@ class Session:
         """Split the kernel holding ref back into one kernel per op."""
         return self._push(f"split {ref}", self.plan.split(ref))
 
+    def set_scheme(self, value: str, scheme) -> Plan:
+        """Pass ``value`` (an edge inside a kernel) by a stitch scheme: local, regional
+        or global (or refuse with the reason, changing nothing)."""
+        sc = getattr(scheme, "value", scheme)
+        return self._push(f"set_scheme {value} {sc}", self.plan.set_scheme(value, scheme))
+
+    def set_mapping(self, ref: str, mapping: str) -> Plan:
+        """Map the row-reduction kernel holding ref to threads by warp, block, split,
+        thread (or auto, the rule)."""
+        return self._push(f"set_mapping {ref} {mapping}", self.plan.set_mapping(ref, mapping))
+
     def auto(self, planner: str = "rules") -> Plan:
         """Replace the plan with a planner's whole-graph plan."""
-        plan, log = run_planner(planner, self.graph)
+        plan, log = run_planner(planner, self.graph, model=self.cost_model)
         return self._push(f"auto {planner}", plan, log)
 
     def undo(self) -> Plan:
@@ -142,8 +154,45 @@ class Session:
         plan = plan or self.plan
         if plan not in self._measurements:
             self._measurements[plan] = measure_program(self.program(plan), self.inputs,
-                                                       self.reference, warmup, repeats)
+                                                       self.reference, warmup, repeats,
+                                                       self.cost_model)
         return self._measurements[plan]
+
+    # -- the cost model ----------------------------------------------------------
+    @property
+    def device(self):
+        """The Device the backend runs on (the local CPU's is measured once, cached)."""
+        return self.cost_model.device
+
+    @property
+    def cost_model(self):
+        """The cost model measurements are predicted with: the device's uncalibrated
+        model unless one was assigned (e.g. ``s.cost_model = m.calibrate(samples)``)."""
+        if self._cost_model is None:
+            from .fusion.cost import CostModel
+            from .runtime.calibrate import device_for
+            self._cost_model = CostModel.for_device(device_for(self.backend))
+        return self._cost_model
+
+    @cost_model.setter
+    def cost_model(self, model) -> None:
+        # measurements already taken keep the predictions they were taken with; the
+        # table's predicted_ms column always uses the current model
+        self._cost_model = model
+
+    def predict(self, plan: Plan | None = None):
+        """The cost model's prediction for a plan (the current by default), per kernel
+        and in total (``.ms``), without running anything."""
+        return self.cost_model.predict(plan or self.plan)
+
+    def export(self, path, measure: bool = False, force: bool = False):
+        """Write the current plan as an artifact: a directory, or a zip if path ends in
+        .zip (see :mod:`workbench.artifact`). Its manifest carries this plan's
+        measurement when one is cached (``measure=True`` measures first). Refuses a
+        non-empty existing path unless ``force``. Returns the path written."""
+        from .artifact import export_plan
+        m = self.measure() if measure else self._measurements.get(self.plan)
+        return export_plan(self.plan, path, backend=self.backend, measurement=m, force=force)
 
     def baseline(self, **kw) -> StepMeasurement:
         """The measurement of one kernel per op, which speedups are relative to."""
@@ -160,6 +209,7 @@ class Session:
                 "kernels": len(st.plan.groups),
                 "bytes_moved_MB": m.bytes_moved / 1e6 if m else np.nan,
                 "latency_ms": m.latency_ms if m else np.nan,
+                "predicted_ms": self.predict(st.plan).ms,
                 "speedup_vs_none": base.latency_ms / m.latency_ms if m and base else np.nan,
                 "max_rel_error": m.max_rel_error if m else np.nan,
                 "end_to_end_error": m.end_to_end_error if m else np.nan,
