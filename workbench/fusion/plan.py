@@ -100,7 +100,7 @@ def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
     >>> make_group(g, ["n0", "n1"], stitch=True).schedule.kind   # doctest: +SKIP
     'stitched'
     """
-    order = {n.id: i for i, n in enumerate(g.nodes)}
+    order = g.position
     ns = tuple(sorted(set(nodes), key=order.__getitem__))
     forced = tuple(dict(forced).items())
     want = dict(forced)

@@ -49,7 +49,7 @@ class Partition:
 
     def __init__(self, g: Graph, groups: Iterable[Iterable[str]] | None = None):
         self.g = g
-        self.index = {n.id: i for i, n in enumerate(g.nodes)}
+        self.index = g.position
         self.kind = {n.id: get_op(n.op).kind for n in g.nodes}
         self.owner: dict[str, str] = {}
         self.members: dict[str, list[str]] = {}

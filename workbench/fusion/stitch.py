@@ -92,7 +92,7 @@ class _Search:
 
     def __init__(self, g: Graph, model: CostModel, stitch: bool):
         self.g, self.model, self.stitch = g, model, stitch
-        self.index = {n.id: i for i, n in enumerate(g.nodes)}
+        self.index = g.position
         self.kind = {n.id: get_op(n.op).kind for n in g.nodes}
         self._groups: dict[frozenset, Group | str] = {}
         self.single_refusal: dict[frozenset, str] = {}   # why no one template fits

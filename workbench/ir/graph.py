@@ -120,6 +120,12 @@ class Graph:
         return {n.id: n for n in self.nodes}
 
     @cached_property
+    def position(self) -> dict[str, int]:
+        """node id -> its index in the topological order (kernel ids and group order
+        are derived from it; cached because planners ask for it at every merge)."""
+        return {n.id: i for i, n in enumerate(self.nodes)}
+
+    @cached_property
     def producer(self) -> dict[str, Node]:
         """value name -> the node that produces it (absent for inputs and constants)."""
         return {o: n for n in self.nodes for o in n.outputs}
