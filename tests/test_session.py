@@ -83,3 +83,42 @@ def test_unknown_backend_and_planner():
     s = Session("sample_graphs/softmax.json", backend="reference")
     with pytest.raises(WorkbenchError, match="unknown planner"):
         s.auto("magic")
+
+
+def test_model_is_refitted_to_the_sessions_measurements(session):
+    from workbench.fusion.cost import samples_from
+    device_model = session.cost_model
+    assert device_model.calibrated_on == 0
+    session.baseline(repeats=3)
+    session.auto("rules")
+    m = session.measure(repeats=3)
+    # the step's prediction was made before the model saw the step's timings
+    assert not np.isnan(m.predicted_ms) and m.predicted_ms > 0
+    fitted = session.cost_model
+    assert fitted.calibrated_on == 5 + 1          # every kernel measured so far
+
+    def squared_error(model):
+        return sum((model.estimate(s_plan.graph, s_plan.group(r["group"])).seconds
+                    / (r["latency_ms"] / 1e3) - 1) ** 2
+                   for s_plan, mm in [(p, session.measured(p)) for p in
+                                      (session.history[0].plan, session.plan)]
+                   for r in mm.per_kernel.to_dict("records"))
+    # least squares on relative error: the fit is at least as good on what it saw
+    assert squared_error(fitted) <= squared_error(device_model) + 1e-9
+    assert len(samples_from(device_model, session.plan, m.per_kernel)) == 1
+
+
+def test_assigned_model_is_kept(session):
+    model = session.cost_model
+    session.cost_model = model
+    session.measure(repeats=2)
+    assert session.cost_model is model and not session.calibrate
+
+
+def test_table_without_measuring_uses_cached_baseline(session):
+    session.baseline(repeats=3)
+    session.auto("rules")
+    session.measure(repeats=3)
+    t = session.table(measure=False)
+    assert t.speedup_vs_none.notna().all()
+    assert session.measured() is session.measure()

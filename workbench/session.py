@@ -44,7 +44,8 @@ class Session:
     """One graph, a plan history with undo/redo, and a backend to run plans on."""
 
     def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,
-                 progress: Callable[[int, int, str], None] | None = None):
+                 progress: Callable[[int, int, str], None] | None = None,
+                 calibrate: bool = True):
         from .frontends import load
         self.graph = load(graph)
         self.backend = get_backend(backend)
@@ -57,7 +58,9 @@ class Session:
         self._programs: dict[Plan, Program] = {}
         self._measurements: dict[Plan, StepMeasurement] = {}
         self._baseline: StepMeasurement | None = None
-        self._cost_model = None
+        self._cost_model = None        # assigned by the user, or fitted to measurements
+        self._device_model = None      # the device's uncalibrated model
+        self.calibrate = calibrate     # refit the model after every new measurement
 
     # -- the current state -----------------------------------------------------
     @property
@@ -153,10 +156,18 @@ class Session:
         call's warmup/repeats are the ones that count for that plan."""
         plan = plan or self.plan
         if plan not in self._measurements:
+            # predicted before the model has seen this plan's timings, so the step's
+            # predicted_ms is an honest prediction; then the model learns from it
             self._measurements[plan] = measure_program(self.program(plan), self.inputs,
                                                        self.reference, warmup, repeats,
                                                        self.cost_model)
+            if self.calibrate:
+                self._recalibrate()
         return self._measurements[plan]
+
+    def measured(self, plan: Plan | None = None) -> StepMeasurement | None:
+        """The cached measurement of a plan (the current by default), or None."""
+        return self._measurements.get(plan or self.plan)
 
     # -- the cost model ----------------------------------------------------------
     @property
@@ -166,19 +177,37 @@ class Session:
 
     @property
     def cost_model(self):
-        """The cost model measurements are predicted with: the device's uncalibrated
-        model unless one was assigned (e.g. ``s.cost_model = m.calibrate(samples)``)."""
+        """The model that predicts latencies and scores the ``stitch`` planner: the
+        device's model, refitted to every kernel this session has measured (with
+        ``calibrate=True``, the default), or one assigned by the user."""
         if self._cost_model is None:
-            from .fusion.cost import CostModel
-            from .runtime.calibrate import device_for
-            self._cost_model = CostModel.for_device(device_for(self.backend))
+            return self._uncalibrated()
         return self._cost_model
 
     @cost_model.setter
     def cost_model(self, model) -> None:
-        # measurements already taken keep the predictions they were taken with; the
-        # table's predicted_ms column always uses the current model
+        # an assigned model is kept as it is: automatic refitting stops
         self._cost_model = model
+        self.calibrate = False
+
+    def _uncalibrated(self):
+        if self._device_model is None:
+            from .fusion.cost import CostModel
+            from .runtime.calibrate import device_for
+            self._device_model = CostModel.for_device(device_for(self.backend))
+        return self._device_model
+
+    def _recalibrate(self) -> None:
+        """Fit the device's model to every kernel measured so far (always from the
+        uncalibrated model, so fits do not compound)."""
+        from .fusion.cost import samples_from
+        base = self._uncalibrated()
+        samples = [smp for plan, m in self._measurements.items()
+                   for smp in samples_from(base, plan, m.per_kernel)]
+        try:
+            self._cost_model = base.calibrate(samples)
+        except ValueError:   # nothing measurable yet (e.g. only empty kernels)
+            pass
 
     def predict(self, plan: Plan | None = None):
         """The cost model's prediction for a plan (the current by default), per kernel
@@ -199,8 +228,12 @@ class Session:
         return self.measure(Plan.singletons(self.graph), **kw)
 
     def table(self, measure: bool = True, **kw) -> pd.DataFrame:
-        """One row per step of the history up to the current one."""
-        base = self.baseline(**kw) if measure else None
+        """One row per step of the history up to the current one.
+
+        ``predicted_ms`` of a measured step is the prediction made just before it was
+        measured; of an unmeasured step, the current model's."""
+        base = (self.baseline(**kw) if measure
+                else self._measurements.get(Plan.singletons(self.graph)))
         rows = []
         for i, st in enumerate(self.history[:self.position + 1]):
             m = self.measure(st.plan, **kw) if measure else self._measurements.get(st.plan)
@@ -209,7 +242,8 @@ class Session:
                 "kernels": len(st.plan.groups),
                 "bytes_moved_MB": m.bytes_moved / 1e6 if m else np.nan,
                 "latency_ms": m.latency_ms if m else np.nan,
-                "predicted_ms": self.predict(st.plan).ms,
+                "predicted_ms": (m.predicted_ms if m and not np.isnan(m.predicted_ms)
+                                 else self.predict(st.plan).ms),
                 "speedup_vs_none": base.latency_ms / m.latency_ms if m and base else np.nan,
                 "max_rel_error": m.max_rel_error if m else np.nan,
                 "end_to_end_error": m.end_to_end_error if m else np.nan,
