@@ -154,10 +154,6 @@ def test_set_scheme_delegates_or_refuses(app):
     app.auto("rules")
     app.selected = ["n0"]
     group = app.session.plan.group("n0")
-    if not hasattr(Session, "set_scheme"):
-        assert app.set_scheme(group.schemes[0][0], "local") is None
-        assert "set_scheme" in app.message and app.edge.disabled
-        return
     assert not app.edge.disabled
     assert [v for _, v in app.edge.options] == [v for v, _ in group.schemes]
     # t1, LayerNorm's mean, is read by every thread of the row: local is refused
@@ -168,6 +164,22 @@ def test_set_scheme_delegates_or_refuses(app):
     assert app.set_scheme("t1", "global") is app.session.plan
     assert app.history.action.iloc[-1] == "set_scheme t1 global"
     assert app.view.svg != svg
+
+
+def test_set_mapping_shows_the_launch_configuration(app):
+    app.auto("rules")
+    app.selected = ["n0"]
+    assert not app.mapping.disabled
+    plan = app.set_mapping(None, "warp")
+    assert plan is app.session.plan and plan.group("n0").schedule.mapping == "warp"
+    assert "warp/row" in app.message
+    assert app.history.action.iloc[-1] == "set_mapping n0 warp"
+    # an unknown mapping is refused with the reason and changes nothing
+    before = app.session.plan
+    assert app.set_mapping("n0", "diagonal") is None
+    assert app.session.plan is before and "diagonal" in app.message
+    app.selected = []
+    assert app.set_mapping(None, "block") is None and "select a node" in app.message
 
 
 def test_import_workbench_does_not_import_widget_libraries():

@@ -24,7 +24,7 @@ import ipywidgets as w
 import pandas as pd
 
 from ..errors import WorkbenchError
-from ..fusion import PLANNERS, Plan, StitchScheme
+from ..fusion import MAPPINGS, PLANNERS, Plan, StitchScheme
 from ..measure import StepMeasurement
 from ..session import Session
 from .code_panel import CodePanel
@@ -64,6 +64,8 @@ class WorkbenchApp(w.VBox):
             "Measure": _button("Measure", "compile, check against NumPy and time this step"),
             "Export": _button("Export", "write the current plan as an artifact"),
             "Set scheme": _button("Set scheme", "stitch scheme of the chosen internal edge"),
+            "Set mapping": _button("Set mapping", "how the selected row-reduction kernel's "
+                                   "rows meet threads (auto: the AStitch rule)"),
         }
         self.planner = w.Dropdown(options=list(PLANNERS), value="rules" if "rules" in PLANNERS
                                   else list(PLANNERS)[0], layout=w.Layout(width="110px"))
@@ -77,6 +79,10 @@ class WorkbenchApp(w.VBox):
         self.scheme = w.Dropdown(options=[s.value for s in StitchScheme],
                                  layout=w.Layout(width="120px"), disabled=True)
         self.buttons["Set scheme"].disabled = True
+        self.mapping = w.Dropdown(options=("auto",) + MAPPINGS, value="auto",
+                                  description="rows", layout=w.Layout(width="150px"),
+                                  style={"description_width": "40px"}, disabled=True)
+        self.buttons["Set mapping"].disabled = True
         self.collapse_toggle = w.ToggleButton(
             value=bool(self.view.collapsed), description="Collapse composites",
             tooltip="draw each LayerNorm, GELU... as one box (double-click a box to toggle it)",
@@ -90,7 +96,8 @@ class WorkbenchApp(w.VBox):
                           b["Undo"], b["Redo"], b["Measure"], self.export_path, b["Export"]],
                          layout=w.Layout(flex_flow="row wrap"))
         toolbar2 = w.HBox([self.overlay, self.collapse_toggle, self.edge, self.scheme,
-                           b["Set scheme"]], layout=w.Layout(flex_flow="row wrap"))
+                           b["Set scheme"], self.mapping, b["Set mapping"]],
+                          layout=w.Layout(flex_flow="row wrap"))
         status = w.HBox([self.progress, self._message])
         self.view.layout = w.Layout(flex="3 1 0%", min_width="0")
         self.code.layout = w.Layout(flex="2 1 0%", min_width="0")
@@ -106,6 +113,7 @@ class WorkbenchApp(w.VBox):
         b["Measure"].on_click(lambda _: self.measure())
         b["Export"].on_click(lambda _: self.export(self.export_path.value))
         b["Set scheme"].on_click(lambda _: self.set_scheme(self.edge.value, self.scheme.value))
+        b["Set mapping"].on_click(lambda _: self.set_mapping(None, self.mapping.value))
         self.search.observe(lambda ch: ch["new"] and self.select(ch["new"]), "value")
         self.overlay.observe(lambda ch: self._redraw(), "value")
         self.collapse_toggle.observe(self._on_collapse_toggle, "value")
@@ -206,12 +214,24 @@ class WorkbenchApp(w.VBox):
     def set_scheme(self, value: str, scheme) -> Plan | None:
         """Stitch scheme of internal edge ``value`` (delegates to Session.set_scheme)."""
         with self._action() as ok:
-            if not hasattr(self.session, "set_scheme"):
-                raise WorkbenchError("this session cannot set stitch schemes "
-                                     "(Session.set_scheme is missing in this version)")
             plan = self.session.set_scheme(value, scheme)
             self._refresh()
             self._set_message(f"{value}: {getattr(scheme, 'value', scheme)} stitching")
+            ok.append(plan)
+        return ok[0] if ok else None
+
+    def set_mapping(self, ref: str | None = None, mapping: str = "auto") -> Plan | None:
+        """Thread mapping of the row-reduction kernel holding ``ref`` (default: the
+        first selected node): warp, block, split, thread, or auto (the rule)."""
+        with self._action() as ok:
+            ref = ref or (self.selected[0] if self.selected else None)
+            if ref is None:
+                raise WorkbenchError("select a node of a row-reduction kernel first")
+            plan = self.session.set_mapping(ref, mapping)
+            gr = plan.group(ref)
+            self._refresh()
+            launch = self.code.kernel(plan, gr).launch
+            self._set_message(f"{gr.id}: {gr.schedule.describe()} ({launch})")
             ok.append(plan)
         return ok[0] if ok else None
 
@@ -274,7 +294,7 @@ class WorkbenchApp(w.VBox):
 
     def _measured(self, plan: Plan | None = None) -> StepMeasurement | None:
         # the session caches measurements per plan; read the cache without measuring
-        return getattr(self.session, "_measurements", {}).get(plan or self.session.plan)
+        return self.session.measured(plan)
 
     def _kernel_info(self, plan: Plan, gid: str) -> dict:
         m = self._measured(plan)
@@ -389,12 +409,15 @@ class WorkbenchApp(w.VBox):
     def _update_scheme_controls(self) -> None:
         gr = self._current_group() if self.selected else None
         edges = list(gr.schemes) if gr is not None else []
-        can = bool(edges) and hasattr(self.session, "set_scheme")
+        can = bool(edges)
         self.edge.options = [(f"{v} ({s.value})", v) for v, s in edges]
         for c in (self.edge, self.scheme, self.buttons["Set scheme"]):
             c.disabled = not can
         if edges:
             self.scheme.value = edges[0][1].value
+        rows = gr is not None and gr.schedule.kind == "row_reduce"
+        for c in (self.mapping, self.buttons["Set mapping"]):
+            c.disabled = not rows
 
     # -- display ------------------------------------------------------------------------
     def _ipython_display_(self) -> None:
