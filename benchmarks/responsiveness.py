@@ -36,31 +36,17 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "sample_graphs"))
 
 from fusion_cpu import machine_info  # noqa: E402
+from make_samples import block_chain  # noqa: E402
 
-from workbench.ir import GraphBuilder  # noqa: E402
 
 PHASES = ("plan", "codegen", "compile", "draw", "other")
-
-
-def block_chain(blocks: int, rows: int, cols: int):
-    """blocks x (LayerNorm -> GELU -> residual add), 15 nodes per block."""
-    b = GraphBuilder(f"chain{blocks}")
-    x = b.input("x", (rows, cols))
-    rng = np.random.default_rng(0)
-    for i in range(blocks):
-        gamma = b.constant(rng.uniform(0.5, 1.5, cols).astype(np.float32), f"gamma{i}")
-        beta = b.constant(rng.uniform(-0.5, 0.5, cols).astype(np.float32), f"beta{i}")
-        x = b.gelu(b.layer_norm(x, gamma, beta, source=f"block{i}/ln"),
-                   source=f"block{i}/gelu") + x
-    b.output(x, "y")
-    return b.build()
 
 
 class Phases:
@@ -155,7 +141,7 @@ def draw_times(blocks: int, rows: int, cols: int, repeats: int) -> dict:
 
 def markdown(res: dict) -> str:
     m = res["machine"]
-    lines = [f"# Responsiveness: Fuse -> redrawn view (cpu backend)", "",
+    lines = ["# Responsiveness: Fuse -> redrawn view (cpu backend)", "",
              f"{res['graph']['nodes']}-node graph ({res['graph']['blocks']} blocks of "
              f"LayerNorm -> GELU -> add, x[{res['graph']['rows']}, {res['graph']['cols']}]); "
              f"{m['cpu']}, {m['cores']} cores, {m['date']}, load {m.get('load_average')}.",

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The stitch planner against none and rules on the CPU, with the cost model's
+"""The stitch planner against none, xla and rules on the CPU, with the cost model's
 predictions beside the measurements, and planning time on large graphs.
 
     .venv/bin/python benchmarks/stitch.py                  # all samples, 10 repeats
@@ -9,7 +9,9 @@ predictions beside the measurements, and planning time on large graphs.
 For every sample graph (``sample_graphs/make_samples.py`` ``build_all()`` and the
 ``.onnx`` samples), in one run on the ``cpu`` backend:
 
-1. ``none`` and ``rules`` are planned, compiled, checked and timed (``Session.measure``);
+1. ``none``, ``xla`` (the XLA/TVM baseline: a reduction ends its kernel) and ``rules``
+   (plus the row-reduction template: a reduction with its consumers) are planned,
+   compiled, checked and timed (``Session.measure``);
 2. the CPU cost model is calibrated on every kernel measured in step 1 (least squares
    on relative error, ``CostModel.calibrate``);
 3. ``stitch`` plans with the calibrated model (planning time recorded) and is measured;
@@ -42,7 +44,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "sample_graphs"))
 
 from fusion_cpu import log, machine_info, stats, workbench_samples  # noqa: E402
-from make_samples import build_all  # noqa: E402
+from make_samples import build_all, transformer_stack  # noqa: E402
 
 from workbench.frontends import load  # noqa: E402
 from workbench.fusion import run_planner  # noqa: E402
@@ -51,7 +53,9 @@ from workbench.fusion.devices import GPUS  # noqa: E402
 from workbench.ir import GraphBuilder  # noqa: E402
 from workbench.session import Session  # noqa: E402
 
-PLANNERS = ("none", "rules", "stitch")
+# xla: the XLA/TVM baseline (a reduction ends its kernel); rules: + row templates
+PLANNERS = ("none", "xla", "rules", "stitch")
+MEASURED_FIRST = ("none", "xla", "rules")     # measured before calibration
 
 
 # -- graphs ------------------------------------------------------------------------------
@@ -63,25 +67,6 @@ def sample_graphs(names: list[str] | None) -> dict:
         graphs = {k: v for k, v in graphs.items()
                   if k in names or k.rsplit(".", 1)[0] in names}
     return graphs
-
-
-def transformer_stack(target_nodes: int, tokens=128, hidden=64, ffn=256):
-    """LayerNorm -> matmul -> bias+GELU -> matmul -> bias+residual -> LayerNorm ->
-    softmax blocks until the graph has ``target_nodes`` ops."""
-    b = GraphBuilder(f"transformer_stack_{target_nodes}")
-    rng = np.random.default_rng(0)
-    c = lambda *s: b.constant((0.1 * rng.standard_normal(s)).astype(np.float32))  # noqa
-    x = b.input("x", (tokens, hidden))
-    k = 0
-    while len(b._nodes) < target_nodes:
-        h = b.layer_norm(x, c(hidden), c(hidden), source=f"ln{k}a")
-        f = b.gelu(b.matmul(h, c(hidden, ffn)) + c(ffn), source=f"gelu{k}")
-        o = b.matmul(f, c(ffn, hidden)) + c(hidden) + h
-        x = b.layer_norm(o, c(hidden), c(hidden), source=f"ln{k}b")
-        x = x + b.softmax(x, axis=-1, source=f"sm{k}")
-        k += 1
-    b.output(x, "y")
-    return b.build()
 
 
 def elementwise_chain(n: int):
@@ -105,10 +90,10 @@ def measure_plan(s: Session, plan, repeats: int, warmup: int) -> dict:
 
 
 def bench_graph(label: str, src, repeats: int, warmup: int) -> tuple[Session, dict]:
-    log(f"[{label}] none, rules: planning, compiling, measuring")
-    s = Session(src, backend="cpu")
+    log(f"[{label}] {', '.join(MEASURED_FIRST)}: planning, compiling, measuring")
+    s = Session(src, backend="cpu", calibrate=False)
     rows = {}
-    for planner in ("none", "rules"):
+    for planner in MEASURED_FIRST:
         t0 = time.perf_counter()
         plan = s.plan if planner == "none" else s.auto(planner)
         search = time.perf_counter() - t0 if planner != "none" else 0.0
@@ -201,7 +186,7 @@ def gpu_predictions(graphs: dict, devices: list[str]) -> list[dict]:
 # -- reporting ---------------------------------------------------------------------------
 def markdown(result: dict) -> str:
     m = result["machine"]
-    lines = ["# `stitch` vs `rules` vs `none` on the CPU, with the cost model's predictions",
+    lines = ["# `stitch` vs `rules` vs `xla` vs `none` on the CPU, with the cost model's predictions",
              "",
              f"**Machine:** {m['cpu']}, {m['cores']} logical cores, {m['os']}  ",
              f"Python {m['python']}, NumPy {m['numpy']}, compiler `{m['compiler']}`  ",
@@ -242,8 +227,8 @@ def markdown(result: dict) -> str:
                      f"{r['rules_predicted_ms']:.3f} / {r['stitch_predicted_ms']:.3f} |")
     if result.get("gpu"):
         lines += ["", "## Predicted GPU latency (model only: no GPU in this run)", "",
-                  "| device | graph | none ms (k) | rules ms (k) | stitch ms (k) |",
-                  "|---|---|---|---|---|"]
+                  "| device | graph | " + " | ".join(f"{p} ms (k)" for p in PLANNERS) + " |",
+                  "|---|---|" + "---|" * len(PLANNERS)]
         for r in result["gpu"]:
             lines.append(f"| {r['device']} | {r['graph']} | " + " | ".join(
                 f"{r[f'{p}_predicted_ms']:.4f} ({r[f'{p}_kernels']})" for p in PLANNERS)
@@ -253,7 +238,7 @@ def markdown(result: dict) -> str:
               "one timed run each per sample); a ratio inside the larger spread (at least "
               "5%) is a tie. "
               "MB moved = compulsory traffic counted from the kernel IR. held-out = the "
-              "model calibrated on every other graph's none/rules kernels."]
+              "model calibrated on every other graph's none/xla/rules kernels."]
     return "\n".join(lines) + "\n"
 
 
@@ -288,7 +273,7 @@ def main(argv=None) -> int:
         measured[label] = bench_graph(label, src, repeats, warmup)
 
     base = CostModel.for_device(next(iter(measured.values()))[0].device)
-    samples = {label: [x for p in ("none", "rules")
+    samples = {label: [x for p in MEASURED_FIRST
                        for x in samples_from(base, rows[p]["_plan"], rows[p]["_m"].per_kernel)]
                for label, (s, rows) in measured.items()}
     everything = [x for xs in samples.values() for x in xs]

@@ -213,6 +213,43 @@ def build_all() -> dict[str, Graph]:
     return {fname: fn() for fname, fn in BUILDERS.items()}
 
 
+
+# -- synthetic graphs of a chosen size (planning-time and UI benchmarks, tests); not
+# written to disk
+
+def transformer_stack(target_nodes: int, tokens=128, hidden=64, ffn=256) -> Graph:
+    """LayerNorm -> matmul -> bias+GELU -> matmul -> bias+residual -> LayerNorm ->
+    softmax blocks until the graph has ``target_nodes`` ops (a planning load)."""
+    b = GraphBuilder(f"transformer_stack_{target_nodes}")
+    rng = _rng(0)
+    c = lambda *s: b.constant((0.1 * rng.standard_normal(s)).astype(np.float32))  # noqa
+    x = b.input("x", (tokens, hidden))
+    k = 0
+    while len(b._nodes) < target_nodes:
+        h = b.layer_norm(x, c(hidden), c(hidden), source=f"ln{k}a")
+        f = b.gelu(b.matmul(h, c(hidden, ffn)) + c(ffn), source=f"gelu{k}")
+        o = b.matmul(f, c(ffn, hidden)) + c(hidden) + h
+        x = b.layer_norm(o, c(hidden), c(hidden), source=f"ln{k}b")
+        x = x + b.softmax(x, axis=-1, source=f"sm{k}")
+        k += 1
+    b.output(x, "y")
+    return b.build()
+
+
+def block_chain(blocks: int, rows: int = 32, cols: int = 64, name: str = "chain") -> Graph:
+    """``blocks`` x (LayerNorm -> GELU -> residual add): 15 nodes per block."""
+    b = GraphBuilder(name)
+    x = b.input("x", (rows, cols))
+    rng = _rng(0)
+    for i in range(blocks):
+        gamma = b.constant(rng.uniform(0.5, 1.5, cols).astype(np.float32), f"gamma{i}")
+        beta = b.constant(rng.uniform(-0.5, 0.5, cols).astype(np.float32), f"beta{i}")
+        x = b.gelu(b.layer_norm(x, gamma, beta, source=f"block{i}/ln"),
+                   source=f"block{i}/gelu") + x
+    b.output(x, "y")
+    return b.build()
+
+
 def main(out_dir: Path = HERE) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for fname, g in build_all().items():

@@ -130,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-o", "--output", required=True, metavar="PATH",
                    help="artifact path: a directory, or a file ending in .zip")
     e.add_argument("--planner", default="rules",
-                   help="none, rules, or any other registered planner (default rules)")
+                   help="none, xla, rules, stitch, or any other registered planner "
+                        "(default rules)")
     e.add_argument("--backend", default="auto", choices=["auto", "cpu", "cupy", "reference"])
     e.add_argument("--measure", action="store_true",
                    help="measure the plan first and record it in the manifest")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from workbench.errors import FusionRefused
@@ -22,7 +21,7 @@ from workbench.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sample_graphs"))
-from make_samples import build_all  # noqa: E402
+from make_samples import build_all, transformer_stack  # noqa: E402
 
 SAMPLES = build_all()
 for _f in ("layernorm_gelu.onnx", "bert_chain.onnx"):
@@ -130,25 +129,6 @@ def test_model_without_device_defaults_to_h100():
     plan, log = run_planner("stitch", g)
     assert H100.name in log[0].reason
     legal(plan)
-
-
-def transformer_stack(target_nodes: int, tokens=128, hidden=64, ffn=256):
-    """LayerNorm -> matmul -> bias+GELU -> matmul -> bias+residual -> LayerNorm ->
-    softmax blocks until the graph has target_nodes ops (a ~1000-op planning load)."""
-    b = GraphBuilder(f"stack{target_nodes}")
-    rng = np.random.default_rng(0)
-    c = lambda *s: b.constant((0.1 * rng.standard_normal(s)).astype(np.float32))  # noqa
-    x = b.input("x", (tokens, hidden))
-    k = 0
-    while len(b._nodes) < target_nodes:
-        h = b.layer_norm(x, c(hidden), c(hidden), source=f"ln{k}a")
-        f = b.gelu(b.matmul(h, c(hidden, ffn)) + c(ffn), source=f"gelu{k}")
-        o = b.matmul(f, c(ffn, hidden)) + c(hidden) + h
-        x = b.layer_norm(o, c(hidden), c(hidden), source=f"ln{k}b")
-        x = x + b.softmax(x, axis=-1, source=f"sm{k}")
-        k += 1
-    b.output(x, "y")
-    return b.build()
 
 
 def test_a_thousand_node_graph_plans():

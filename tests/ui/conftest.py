@@ -2,24 +2,14 @@
 the cpu backend) and a graph of ~500 nodes for drawing."""
 from __future__ import annotations
 
-import numpy as np
+import sys
+from pathlib import Path
+
 import pytest
 
-from workbench.ir import GraphBuilder
 
-
-def block_chain(blocks: int, rows: int = 32, cols: int = 64, name: str = "chain"):
-    """``blocks`` x (LayerNorm -> GELU -> residual add): 15 nodes per block."""
-    b = GraphBuilder(name)
-    x = b.input("x", (rows, cols))
-    rng = np.random.default_rng(0)
-    for i in range(blocks):
-        gamma = b.constant(rng.uniform(0.5, 1.5, cols).astype(np.float32), f"gamma{i}")
-        beta = b.constant(rng.uniform(-0.5, 0.5, cols).astype(np.float32), f"beta{i}")
-        x = b.gelu(b.layer_norm(x, gamma, beta, source=f"block{i}/ln"),
-                   source=f"block{i}/gelu") + x
-    b.output(x, "y")
-    return b.build()
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_graphs"))
+from make_samples import block_chain  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -47,7 +47,7 @@ from ..ir import Graph
 from ..ops import Kind, get_op
 from .devices import Device
 from .plan import Group, Plan
-from .schedule import Schedule, group_io
+from .schedule import Schedule, group_io, pass_needs
 
 # Fraction of the SM's threads that must be resident for a memory-bound kernel to keep
 # enough loads in flight to saturate DRAM (Little's law; ~50% on recent NVIDIA GPUs).
@@ -202,22 +202,7 @@ def _pass_counts(g: Graph, nodes: Sequence[str], s: Schedule) -> dict[str, int]:
     ns = [g.node(n) for n in nodes]
     reduces = [n for n in ns if get_op(n.op).kind is Kind.reduce]
     element = {o for n in ns for o in n.outputs if o not in s.per_row}
-    need = dict.fromkeys(element, 0)
-    io = group_io(g, tuple(nodes))
-    for j, r in enumerate(reduces):
-        if r.inputs[0] in element:
-            need[r.inputs[0]] |= 1 << j
-    final = 1 << len(reduces)
-    for o in io.outputs:
-        if o in element:
-            need[o] |= final
-    for n in reversed(ns):
-        mask = 0
-        for o in n.outputs:
-            mask |= need.get(o, 0)
-        for i in n.inputs:
-            if i in element:
-                need[i] |= mask
+    need = pass_needs(ns, reduces, element, group_io(g, tuple(nodes)).outputs)
     cached = set(s.row_cached)
     return {v: (1 if v in cached else max(1, bin(m).count("1"))) for v, m in need.items()}
 

@@ -1,11 +1,16 @@
 """Planners: whole-graph fusion decisions.
 
 - ``none``: one kernel per op -- the baseline every speedup is measured against.
-- ``rules``: XLA/TVM-style greedy fusion. Walking the graph in topological order,
-  each op tries to join the kernel of each of its producers; the join happens when the
-  producer is not a library call and the merged group is legal (acyclic, and one
-  schedule template fits: elementwise chains, a reduction with its elementwise inputs
-  and outputs, and reductions over the same rows such as LayerNorm's two means).
+- ``xla``: the XLA/TVM baseline. Greedy producer-into-consumer fusion in which a
+  reduction ends its kernel (XLA's reduction is a fusion root; TVM's reduce group
+  takes no consumers): elementwise chains, and a reduction with its elementwise
+  inputs. LayerNorm is several kernels.
+- ``rules``: the same greedy walk with the row-reduction template: each op tries to
+  join the kernel of each of its producers; the join happens when the producer is not
+  a library call and the merged group is legal (acyclic, and one schedule template
+  fits: elementwise chains, a reduction with its elementwise inputs *and consumers* --
+  the per-row result reaches them through shared memory, regional stitching inside
+  one template -- and reductions over the same rows such as LayerNorm's two means).
   Every decision is logged with its reason.
 - ``stitch``: FusionStitching/AStitch-style, scored by the cost model (see
   :mod:`workbench.fusion.stitch`).
@@ -170,8 +175,10 @@ def plan_none(g: Graph, model=None) -> tuple[Plan, list[Decision]]:
     return Plan.singletons(g), []
 
 
-def rules_partition(g: Graph) -> tuple[Partition, list[Decision]]:
-    """The ``rules`` planner's partition and log (see the module docstring).
+def rules_partition(g: Graph, reduction_ends_kernel: bool = False
+                    ) -> tuple[Partition, list[Decision]]:
+    """The ``rules`` planner's partition and log (see the module docstring); with
+    ``reduction_ends_kernel``, the ``xla`` planner's.
 
     Equivalent to merging with ``make_group`` and ``check_acyclic`` at every step, but
     linear on long chains: two groups without reductions always merge into one
@@ -195,6 +202,9 @@ def rules_partition(g: Graph) -> tuple[Partition, list[Decision]]:
             if mine == theirs:
                 continue
             why = part.cycle({mine, theirs}, horizon=here)
+            if why is None and reduction_ends_kernel and part.has_reduce(theirs):
+                why = ("a reduction ends its kernel (XLA/TVM): its consumers start a "
+                       "new one")
             if why is None and (part.has_reduce(mine) or part.has_reduce(theirs)):
                 try:
                     analyze(g, tuple(sorted(part.members[mine] + part.members[theirs],
@@ -215,12 +225,18 @@ def plan_rules(g: Graph, model=None) -> tuple[Plan, list[Decision]]:
     return part.to_plan("rules"), log
 
 
+def plan_xla(g: Graph, model=None) -> tuple[Plan, list[Decision]]:
+    part, log = rules_partition(g, reduction_ends_kernel=True)
+    return part.to_plan("xla"), log
+
+
 def _plan_stitch(g: Graph, model=None) -> tuple[Plan, list[Decision]]:
     from .stitch import plan_stitch
     return plan_stitch(g, model)
 
 
-PLANNERS = {"none": plan_none, "rules": plan_rules, "stitch": _plan_stitch}
+PLANNERS = {"none": plan_none, "xla": plan_xla, "rules": plan_rules,
+            "stitch": _plan_stitch}
 
 
 def run_planner(name: str, g: Graph, model=None) -> tuple[Plan, list[Decision]]:

@@ -376,6 +376,29 @@ def _analyze_row_group(g, ns, kinds, reduces, io, forced_mapping, regional,
                     rpb, splits, len(reduces))
 
 
+def pass_needs(ns, reduces, element: set[str], outputs) -> dict[str, int]:
+    """Which passes over a row need each element value, as a bit mask: bit j for
+    reduction j's pass, the top bit for the final pass that writes the outputs. Flows
+    backward from each pass's roots, so it is linear in the group."""
+    need: dict[str, int] = dict.fromkeys(element, 0)
+    final = 1 << len(reduces)
+    for j, r in enumerate(reduces):
+        if r.inputs[0] in element:
+            need[r.inputs[0]] |= 1 << j
+    for o in outputs:
+        if o in element:
+            need[o] |= final
+    for n in reversed(ns):
+        mask = 0
+        for o in n.outputs:
+            mask |= need.get(o, 0)
+        if mask:
+            for i in n.inputs:
+                if i in element:
+                    need[i] |= mask
+    return need
+
+
 def _row_cache(g, ns, reduces, io, per_row, domain, axes, rpb=1) -> tuple[str, ...]:
     """Element values worth keeping on chip: needed by two or more passes over the row
     (the reductions' passes and the final write), full-domain, and costly to recompute
@@ -392,22 +415,7 @@ def _row_cache(g, ns, reduces, io, per_row, domain, axes, rpb=1) -> tuple[str, .
             costly.get(i, False) for i in n.inputs if i in element)
         for o in n.outputs:
             costly[o] = here
-    need: dict[str, int] = dict.fromkeys(element, 0)
-    final = 1 << len(reduces)
-    for j, r in enumerate(reduces):
-        if r.inputs[0] in element:
-            need[r.inputs[0]] |= 1 << j
-    for o in io.outputs:
-        if o in element:
-            need[o] |= final
-    for n in reversed(ns):
-        mask = 0
-        for o in n.outputs:
-            mask |= need.get(o, 0)
-        if mask and any(o in element for o in n.outputs):
-            for i in n.inputs:
-                if i in element:
-                    need[i] |= mask
+    need = pass_needs(ns, reduces, element, io.outputs)
     cols = math.prod(domain[a] for a in axes)
     chosen, budget = [], ROW_CACHE_BUDGET
     for n in ns:

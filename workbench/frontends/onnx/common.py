@@ -12,6 +12,8 @@ from onnx import TensorProto, helper
 from ...errors import GraphError
 from ...ir import GraphBuilder, Tensor
 from ...ir.dtypes import DType
+from ..importing import ImportBuilder as _Builder  # noqa: F401 (used by the importer)
+from ..importing import Unsupported as _Unsupported
 
 MIN_OPSET = 13
 
@@ -23,15 +25,6 @@ _DTYPES = {TensorProto.FLOAT: DType.float32, TensorProto.FLOAT16: DType.float16,
 # Never folded even with constant inputs: folding would freeze one random draw.
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
                      "RandomUniformLike", "Bernoulli", "Multinomial", "Dropout"}
-
-
-class _Unsupported(Exception):
-    """A handler cannot import this use of an op; the reason (None: the op type itself)
-    is collected into the one UnsupportedOpError the import raises."""
-
-    def __init__(self, reason: str | None):
-        super().__init__(reason)
-        self.reason = reason
 
 
 # ---------------------------------------------------------------------------------
@@ -55,40 +48,6 @@ def _check_array_dtype(arr: np.ndarray, what: str) -> DType:
         raise GraphError(f"{what} has dtype {arr.dtype}, which the workbench does not "
                          f"support (supported: {', '.join(d.value for d in DType)}); "
                          "convert the model to one of these") from None
-
-
-# ---------------------------------------------------------------------------------
-# the builder the importer uses
-
-class _Builder(GraphBuilder):
-    """A GraphBuilder whose invented names never take a name the model uses, and that
-    can give a freshly made value the model's name."""
-
-    def __init__(self, name: str, description: str, reserved: set[str]):
-        super().__init__(name, description)
-        self._reserved = reserved
-
-    def _fresh(self, prefix: str) -> str:
-        while True:
-            name = super()._fresh(prefix)
-            if name not in self._reserved:
-                return name
-
-    def rename_recent(self, old: str, new: str, since: int) -> Tensor:
-        """Rename a value made by nodes[since:] (only those can refer to it yet)."""
-        from ...ir import Node, Value
-        v = self._values.pop(old)
-        self._values[new] = Value(new, v.shape, v.dtype)
-        sub = lambda names: tuple(new if n == old else n for n in names)
-        for i in range(since, len(self._nodes)):
-            n = self._nodes[i]
-            if old in n.inputs or old in n.outputs:
-                self._nodes[i] = Node(n.id, n.op, sub(n.inputs), sub(n.outputs), n.attrs,
-                                      n.name, n.origin)
-        return Tensor(self, new)
-
-    def made_since(self, name: str, since: int) -> bool:
-        return any(name in n.outputs for n in self._nodes[since:])
 
 
 # ---------------------------------------------------------------------------------

@@ -11,8 +11,10 @@ import torch
 import torch.fx
 
 from ...errors import GraphError
-from ...ir import GraphBuilder, Node, Tensor, Value
+from ...ir import GraphBuilder, Tensor
 from ...ir.dtypes import DType
+from ..importing import ImportBuilder as _Builder  # noqa: F401 (used by the importer)
+from ..importing import Unsupported as _Unsupported
 
 # torch dtype -> workbench dtype; anything else is refused with the value's name.
 _DTYPES = {torch.float32: DType.float32, torch.float16: DType.float16,
@@ -26,15 +28,6 @@ NONDETERMINISTIC = {"rand", "randn", "randint", "rand_like", "randn_like", "rand
                     "new_empty_strided"}
 
 
-class _Unsupported(Exception):
-    """A handler cannot import this use of an op; the reason (None: the op itself) is
-    collected into the one UnsupportedOpError the import raises."""
-
-    def __init__(self, reason: str | None):
-        super().__init__(reason)
-        self.reason = reason
-
-
 def dtype_of(tdt: torch.dtype, what: str) -> DType:
     """The workbench dtype of a torch dtype, or a GraphError naming the value."""
     dt = _DTYPES.get(tdt)
@@ -43,45 +36,6 @@ def dtype_of(tdt: torch.dtype, what: str) -> DType:
                          f"(supported: {', '.join(str(t) for t in _DTYPES)}); convert the "
                          "module and inputs, e.g. module.float() and x.float()")
     return dt
-
-
-# ---------------------------------------------------------------------------------
-# the builder the importer uses
-
-class _Builder(GraphBuilder):
-    """A GraphBuilder whose invented names never take a name the program uses, that can
-    give a freshly made value the program's name, and label new nodes with it."""
-
-    def __init__(self, name: str, description: str, reserved: set[str]):
-        super().__init__(name, description)
-        self._reserved = reserved
-
-    def _fresh(self, prefix: str) -> str:
-        while True:
-            name = super()._fresh(prefix)
-            if name not in self._reserved:
-                return name
-
-    def rename_recent(self, old: str, new: str, since: int) -> Tensor:
-        """Rename a value made by nodes[since:] (only those can refer to it yet)."""
-        v = self._values.pop(old)
-        self._values[new] = Value(new, v.shape, v.dtype)
-        sub = lambda names: tuple(new if n == old else n for n in names)
-        for i in range(since, len(self._nodes)):
-            n = self._nodes[i]
-            if old in n.inputs or old in n.outputs:
-                self._nodes[i] = Node(n.id, n.op, sub(n.inputs), sub(n.outputs), n.attrs,
-                                      n.name, n.origin)
-        return Tensor(self, new)
-
-    def made_since(self, name: str, since: int) -> bool:
-        return any(name in n.outputs for n in self._nodes[since:])
-
-    def label_since(self, since: int, label: str) -> None:
-        """Give nodes[since:] the program's node name (for display)."""
-        for i in range(since, len(self._nodes)):
-            n = self._nodes[i]
-            self._nodes[i] = Node(n.id, n.op, n.inputs, n.outputs, n.attrs, label, n.origin)
 
 
 # ---------------------------------------------------------------------------------
