@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-exec .venv/bin/workbench optimize sample_graphs/*.json sample_graphs/*.onnx --planner rules "$@"
+exec .venv/bin/workbench optimize sample_graphs/*.json sample_graphs/*.onnx --planner stitch "$@"
