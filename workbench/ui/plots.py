@@ -60,8 +60,9 @@ class Plots(w.VBox):
                                    line=dict(color="#d62728", dash="dash"))
         _layout(self.bandwidth, "Achieved bandwidth (GB/s)", 300)
         self.figures = (self.steps, self.kernels, self.bandwidth)
-        half = lambda fig: w.Box([fig], layout=w.Layout(width="50%", min_width="0"))
-        super().__init__([self.steps, w.HBox([half(self.kernels), half(self.bandwidth)])])
+        # stacked, each the app's full width: side by side at 50% the figures kept
+        # plotly's default width and were clipped at the right edge
+        super().__init__(list(self.figures))
         self.add_class("wb-plots")
 
     def update(self, history: pd.DataFrame, per_kernel: pd.DataFrame | None,

@@ -90,19 +90,23 @@ function render({ model, el }) {
       legend.appendChild(row);
     }
   };
+  let drawn = null;   // the size of the drawing the user's pan/zoom was made on
   const draw = () => {
     // the SVG is Graphviz output of a DOT text whose model-provided strings were escaped
     stage.innerHTML = model.get("svg");
     const svg = stage.querySelector("svg");
-    if (svg) {
-      const s = svgSize();
-      if (s) {   // size in CSS px = layout units, so the transform alone sets the zoom
-        svg.setAttribute("width", `${s.w}px`);
-        svg.setAttribute("height", `${s.h}px`);
-      }
+    const s = svg ? svgSize() : null;
+    if (s) {   // size in CSS px = layout units, so the transform alone sets the zoom
+      svg.setAttribute("width", `${s.w}px`);
+      svg.setAttribute("height", `${s.h}px`);
     }
     markSelected();
-    if (!fitted) fitted = fit(false);
+    // keep the user's pan/zoom across small changes (a fuse redraws a few boxes); a
+    // drawing a quarter larger or smaller (auto, collapse, split) is fitted again
+    const changed = s && drawn && (Math.abs(s.w / drawn.w - 1) > 0.25
+                                   || Math.abs(s.h / drawn.h - 1) > 0.25);
+    if (!fitted || changed) fitted = fit(false);
+    if (s) drawn = s;
   };
 
   // -- selection -------------------------------------------------------------
