@@ -158,3 +158,30 @@ def check_graph():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+# -- CUDA compile checks (no GPU needed) ------------------------------------------------
+
+def _compile_cuda(tmp_path, source: str, entries: Iterable[str], stem: str = "k") -> str:
+    """Compile CUDA source to PTX with nvcc for sm_90; assert it compiles and that every
+    named kernel is an entry point. Returns the PTX."""
+    import shutil
+    import subprocess
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed on this machine")
+    cu, ptx = tmp_path / f"{stem}.cu", tmp_path / f"{stem}.ptx"
+    cu.write_text(source)
+    res = subprocess.run([nvcc, "-arch=sm_90", "--ptx", "-o", str(ptx), str(cu)],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = ptx.read_text()
+    for name in entries:
+        assert f".entry {name}" in text, name
+    return text
+
+
+@pytest.fixture
+def compile_cuda(tmp_path):
+    """``compile_cuda(source, entries)``: nvcc -arch=sm_90 --ptx, skipping without nvcc."""
+    return lambda source, entries, stem="k": _compile_cuda(tmp_path, source, entries, stem)

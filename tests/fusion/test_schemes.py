@@ -7,7 +7,6 @@ CUDA sources compile with nvcc.
 """
 import importlib.util
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -279,7 +278,7 @@ def test_show_plan_lists_edges_with_schemes(capsys):
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this machine")
-def test_stitched_sources_compile_with_nvcc(tmp_path):
+def test_stitched_sources_compile_with_nvcc(compile_cuda):
     kernels = []
     ln = _ln(1057, 2500)
     rules, _ = run_planner("rules", ln)
@@ -294,14 +293,7 @@ def test_stitched_sources_compile_with_nvcc(tmp_path):
     for name, plan in plans.items():
         k = lower_plan(plan)[0]
         kernels.append(k.__class__(**{**k.__dict__, "name": f"stitched_{name}"}))
-    cu = tmp_path / "stitched.cu"
-    cu.write_text(RENDERERS["cuda"].module(kernels))
-    res = subprocess.run([NVCC, "-arch=sm_90", "--ptx", "-o", str(tmp_path / "k.ptx"),
-                          str(cu)], capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    ptx = (tmp_path / "k.ptx").read_text()
-    for k in kernels:
-        assert f".entry {k.name}" in ptx
+    compile_cuda(RENDERERS["cuda"].module(kernels), [k.name for k in kernels], "stitched")
     assert np.any(["this_grid" in render_kernel(k, "cuda") for k in kernels])
 
 
