@@ -60,6 +60,14 @@ def test_malformed_onnx_exit_2(tmp_path):
     assert r.stderr.startswith("error: ")
 
 
+def test_show_plans_for_the_named_device():
+    r = run("show", "sample_graphs/cross_entropy.json", "plan", "--planner", "stitch",
+            "--device", "a100")
+    assert r.returncode == 0 and "NVIDIA A100" in r.stdout and "stitched" in r.stdout
+    r = run("show", "sample_graphs/softmax.json", "plan", "--device", "tpu")
+    assert r.returncode == 2 and "tpu" in r.stderr
+
+
 def test_show_prints_plan_and_sources():
     r = run("show", "sample_graphs/softmax.json", "plan")
     assert r.returncode == 0 and "row_reduce" in r.stdout

@@ -75,8 +75,16 @@ def cmd_show(args) -> int:
     from .codegen import lower_plan, render_kernel
     from .frontends import load
     from .fusion import run_planner
+    from .fusion.cost import CostModel
+    from .fusion.devices import GPUS
     g = load(args.graph)
-    plan, log = run_planner(args.planner, g)
+    if args.device == "cpu":
+        from .runtime.calibrate import cpu_device
+        device = cpu_device()
+    else:
+        device = GPUS[args.device]
+    # nothing runs here: cost-driven planners plan for the device named
+    plan, log = run_planner(args.planner, g, model=CostModel.for_device(device))
     if args.what == "graph":
         print(g)
     elif args.what == "plan":
@@ -123,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("graph")
     s.add_argument("what", choices=["graph", "plan", "c", "cuda"])
     s.add_argument("--planner", default="rules", choices=list(PLANNERS))
+    s.add_argument("--device", default="h100", choices=["h100", "a100", "cpu"],
+                   help="the device a cost-driven planner (stitch) plans for "
+                        "(default h100; cpu: this machine, measured once)")
     s.set_defaults(fn=cmd_show)
     e = sub.add_parser("export", help="write a graph's optimized plan as an artifact "
                        "(a directory, or a .zip) that wb.load_artifact runs")
