@@ -122,3 +122,16 @@ def test_table_without_measuring_uses_cached_baseline(session):
     t = session.table(measure=False)
     assert t.speedup_vs_none.notna().all()
     assert session.measured() is session.measure()
+
+
+def test_progress_reports_compiling_then_measuring():
+    b = wb.GraphBuilder("sm")
+    b.output(b.softmax(b.input("x", (8, 16))), "y")
+    seen = []
+    s = Session(b.build(), backend="cpu", progress=lambda d, t, what: seen.append((d, t, what)))
+    s.auto("rules")
+    s.measure(repeats=3)
+    labels = [w for _, _, w in seen]
+    assert seen[0][:2] == (1, 1)                          # the one kernel compiled
+    assert labels[1:] == ["ran and checked against NumPy"] + ["timed run"] * 3
+    assert [d for d, _, _ in seen[1:]] == [1, 2, 3, 4] and {t for _, t, _ in seen[1:]} == {4}

@@ -160,7 +160,7 @@ class Session:
             # predicted_ms is an honest prediction; then the model learns from it
             self._measurements[plan] = measure_program(self.program(plan), self.inputs,
                                                        self.reference, warmup, repeats,
-                                                       self.cost_model)
+                                                       self.cost_model, self.progress)
             if self.calibrate:
                 self._recalibrate()
         return self._measurements[plan]

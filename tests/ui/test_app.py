@@ -104,7 +104,9 @@ def test_measure_fills_history_plots_code_and_overlay(app):
     app.selected = ["n0"]
     m = app.measure()
     assert m is not None and m.within_tolerance
-    assert app.progress.value == app.progress.max == m.kernels   # compile progress
+    # compile progress, then the checked run and every timed run (10 by default)
+    assert app.progress.value == app.progress.max == 1 + 10
+    assert app.progress.tooltip == "timed run"
     h = app.history
     assert math.isnan(h.latency_ms[0]) and h.latency_ms[1] == pytest.approx(m.latency_ms)
     steps = {t.name: t for t in app.plots.steps.data}

@@ -51,14 +51,20 @@ class StepMeasurement:
 
 
 def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 2,
-                    repeats: int = 10, model: CostModel | None = None) -> StepMeasurement:
+                    repeats: int = 10, model: CostModel | None = None,
+                    progress=None) -> StepMeasurement:
     """Run once keeping every boundary value, check each kernel on its own inputs,
     then time the plan. ``model`` (a CostModel for the backend's device) adds the
-    predicted latency of each kernel and of the step."""
+    predicted latency of each kernel and of the step. ``progress(done, total, label)``
+    hears of each stage: the checked run, then every timed run."""
+    total_steps = 1 + repeats
     env = prog.run(inputs, keep_all=True)
     e2e, _ = check_outputs(prog.graph, env, reference)
     checks = verify_kernels(prog, env)
-    per, total = prog.time(inputs, warmup, repeats)
+    if progress:
+        progress(1, total_steps, "ran and checked against NumPy")
+    per, total = prog.time(inputs, warmup, repeats,
+                           progress and (lambda i, n, what: progress(1 + i, total_steps, what)))
     rows = []
     for ck, t, chk in zip(prog.compiled, per, checks):
         k = ck.kernel

@@ -124,11 +124,13 @@ class KernelSequence:
 
     # -- timing ----------------------------------------------------------------
     def time(self, inputs: Mapping[str, np.ndarray], warmup: int = 2,
-             repeats: int = 10) -> tuple[list[float], float]:
+             repeats: int = 10, progress: Progress | None = None
+             ) -> tuple[list[float], float]:
         """Median seconds of each kernel, and of the whole plan, after warm-up runs.
 
         Buffers are allocated once, so the numbers are kernel time (plus call
-        overhead), not allocation. The GPU is timed with CUDA events.
+        overhead), not allocation. The GPU is timed with CUDA events. ``progress`` is
+        called after each timed run (done, repeats, "timed run").
         """
         env = self._env(inputs)
         for ck in self.compiled:
@@ -147,6 +149,8 @@ class KernelSequence:
                 self._launch(ck, env)
                 per[i].append(timer.stop(t0))
             totals.append(timer.stop(t_all))
+            if progress:
+                progress(len(totals), repeats, "timed run")
         return [float(np.median(p)) for p in per], float(np.median(totals))
 
 

@@ -272,9 +272,6 @@ class WorkbenchApp(w.VBox):
     def export(self, path: str | os.PathLike) -> object | None:
         """Write the current plan as an artifact (delegates to Session.export)."""
         with self._action() as ok:
-            if not hasattr(self.session, "export"):
-                raise WorkbenchError("this session cannot export "
-                                     "(Session.export is missing in this version)")
             with self._busy("exporting"):
                 result = self.session.export(path)
             self._set_message(f"exported step {self.session.position} to {os.fspath(path)}")
