@@ -52,6 +52,15 @@ def co_resident_grid(threads: int, shared_bytes: int, sms: int = SMS) -> int:
     return max(1, per_sm) * sms
 
 
+def _block_threads(cols: int) -> int:
+    """Threads of a block that walks one row (or chunk) of ``cols`` columns: a warp,
+    doubled while each thread would still get more than 4 columns, at most 512."""
+    threads = 32
+    while threads < 512 and threads * 4 < cols:
+        threads *= 2
+    return threads
+
+
 def identifier(text: str) -> str:
     """A C identifier made from text: anything outside [A-Za-z0-9_] becomes _."""
     s = re.sub(r"[^A-Za-z0-9_]", "_", text)
@@ -303,6 +312,23 @@ class _Lowerer:
         return [n for n in (self.g.node(x) for x in self.group.nodes)
                 if get_op(n.op).kind is Kind.reduce]
 
+    def _accumulate(self, scope: _Scope, slot: int, r, dom: Index, extent: int,
+                    bind: str, **loop_kw):
+        """Emit reduction ``r``'s accumulator ``acc<slot>`` and its loop over the row's
+        columns into scope; returns (acc, compute dtype, combiner, identity)."""
+        dt = self.g.value(r.inputs[0]).dtype.compute
+        comb = COMBINERS[r.op]
+        acc = f"acc{slot}"
+        ident = comb.identity(dt.kind, dt.value)
+        col_scope = _Scope(scope)
+        e = self.at(col_scope, r.inputs[0], dom)
+        col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
+        scope.stmts.append(Let(acc, dt, ident))
+        scope.stmts.append(Loop("col", extent, bind, tuple(col_scope.stmts),
+                                reduction=(acc, comb.simd_op[0 if dt.kind == "f" else 1]),
+                                **loop_kw))
+        return acc, dt, comb, ident
+
     def _finish(self, comb, acc: str, dt: DType) -> Assign:
         cols = self.sched.cols
         return Assign(acc, f"{acc} * (1.0f / {cols}.0f)" if dt.kind == "f"
@@ -325,19 +351,9 @@ class _Lowerer:
             row_scope.stmts.append(DeclareScratch(self.scratch[v]))
         reduces = self._reductions()
         for slot, r in enumerate(reduces):
-            x = g.value(r.inputs[0])
-            dt = x.dtype.compute
-            comb = COMBINERS[r.op]
-            acc = f"acc{slot}"
-            ident = comb.identity(dt.kind, dt.value)
             row_scope.stmts.append(Comment(f"{r.op} over {list(s.reduce_axes)}"))
-            col_scope = _Scope(row_scope)
-            e = self.at(col_scope, r.inputs[0], dom)
-            col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
-            loop = Loop("col", s.cols, col_bind, tuple(col_scope.stmts),
-                        reduction=(acc, comb.simd_op[0 if dt.kind == "f" else 1]))
-            row_scope.stmts.append(Let(acc, dt, ident))
-            row_scope.stmts.append(loop)
+            acc, dt, comb, ident = self._accumulate(row_scope, slot, r, dom, s.cols,
+                                                    col_bind)
             if mapping != "thread":
                 row_scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident,
                                                    slot, width))
@@ -354,10 +370,8 @@ class _Lowerer:
         self._element_pass(row_scope, dom, col_bind)
         rows = s.rows
         if mapping == "block":
-            threads = 32
-            while threads < 512 and threads * 4 < s.cols:
-                threads *= 2
-            launch = Launch(max(1, min(rows, ROW_GRID_MAX)), threads, "block", 1)
+            launch = Launch(max(1, min(rows, ROW_GRID_MAX)), _block_threads(s.cols),
+                            "block", 1)
             body = [Loop("row", rows, "grid", tuple(row_scope.stmts))]
         elif mapping == "warp":
             rpb = s.rows_per_block
@@ -435,19 +449,11 @@ class _Lowerer:
 
         for j, r in enumerate(reduces):
             dt = g.value(r.inputs[0]).dtype.compute
-            comb = COMBINERS[r.op]
             part_buf = self.workspace(f"part{j}", dt, rows * S)
             scope = new_pass(j)
-            acc = f"acc{j}"
-            ident = comb.identity(dt.kind, dt.value)
             scope.stmts.append(Comment(f"{r.op}: this block's chunk of the row"))
-            col_scope = _Scope(scope)
-            e = self.at(col_scope, r.inputs[0], dom)
-            col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
-            scope.stmts.append(Let(acc, dt, ident))
-            scope.stmts.append(Loop("col", cols, "block", tuple(col_scope.stmts),
-                                    reduction=(acc, comb.simd_op[0 if dt.kind == "f" else 1]),
-                                    start=start, stop=stop))
+            acc, dt, comb, ident = self._accumulate(scope, j, r, dom, cols, "block",
+                                                    start=start, stop=stop)
             scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident, 0))
             scope.stmts.append(OncePerBlock((Store(part_buf, "vb", acc),)))
             partials.append(part_buf)
@@ -461,9 +467,7 @@ class _Lowerer:
             scope.stmts.append(If("part == 0", (OncePerBlock(tuple(stores)),)))
         self._element_pass(scope, dom, "block", start, stop)
         body.append(Loop("vb", rows * S, "grid", tuple(scope.stmts)))
-        threads = 32
-        while threads < 512 and threads * 4 < chunk:
-            threads *= 2
+        threads = _block_threads(chunk)
         grid = min(rows * S, co_resident_grid(threads, 33 * 8))
         return body, Launch(grid, threads, "split", 1, True, S), 1
 
