@@ -30,8 +30,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import subprocess
-import tempfile
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -40,7 +38,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..fusion.devices import Device, gpu_by_name
-from .cpu import cache_dir, cflags, find_compiler, link_flags
+from .cpu import build_library, cache_dir, cflags, cpu_model, find_compiler
 
 _PROBE = r"""
 #include <stddef.h>
@@ -76,17 +74,6 @@ def devices_dir() -> Path:
     return p
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or "CPU"
-
-
 def _llc_bytes() -> int:
     best = 0
     base = Path("/sys/devices/system/cpu/cpu0/cache")
@@ -102,22 +89,14 @@ def _llc_bytes() -> int:
 
 def _machine_key() -> str:
     cc, version = find_compiler()
-    text = "\0".join([_cpu_model(), str(os.cpu_count()), version, " ".join(cflags())])
+    text = "\0".join([cpu_model(), str(os.cpu_count()), version, " ".join(cflags())])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _build_probe() -> ctypes.CDLL:
-    cc, _ = find_compiler()
-    with tempfile.TemporaryDirectory(dir=devices_dir()) as tmp:
-        c, so = Path(tmp) / "probe.c", Path(tmp) / "probe.so"
-        c.write_text(_PROBE)
-        r = subprocess.run([cc, *cflags(), str(c), "-o", str(so), *link_flags()],
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise WorkbenchError(f"the C compiler rejected the CPU calibration probe:\n"
-                                 f"{r.stderr[-1500:]}\ncheck the compiler ($CC) or use "
-                                 "--backend reference")
-        return ctypes.CDLL(str(so))   # the loaded library outlives the directory
+    # built and cached like a kernel: the same compiler, flags and cache
+    return ctypes.CDLL(str(build_library(
+        "wb_probe", _PROBE, "check the compiler ($CC) or use --backend reference")))
 
 
 def _median_time(fn, repeats: int, warmup: int = 2) -> float:
@@ -152,7 +131,7 @@ def measure_cpu() -> Device:
     t_fma = _median_time(lambda: fma(x.ctypes.data, FMA_ELEMS, FMA_REPS), 7)
     cores = os.cpu_count() or 1
     return Device(
-        name=f"{_cpu_model()} ({cores} threads)", kind="cpu",
+        name=f"{cpu_model()} ({cores} threads)", kind="cpu",
         dram_bandwidth=2 * COPY_ELEMS * 4 / t_copy, launch_overhead=t_call, units=cores,
         peak_flops=2.0 * FMA_ELEMS * FMA_REPS / t_fma, cache_bytes=_llc_bytes(),
         transaction_bytes=64,
@@ -222,7 +201,7 @@ def device_for(backend) -> Device:
             raise
         # the reference backend runs without a C compiler, so nothing can be measured
         cores = os.cpu_count() or 1
-        return Device(name=f"{_cpu_model()} ({cores} threads)", kind="cpu",
+        return Device(name=f"{cpu_model()} ({cores} threads)", kind="cpu",
                       dram_bandwidth=10e9, launch_overhead=10e-6, units=cores,
                       peak_flops=cores * 32e9, transaction_bytes=64,
                       source="assumed: no C compiler to measure this CPU with")

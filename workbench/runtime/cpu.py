@@ -89,6 +89,18 @@ class CompiledCpuKernel:
             self.fn.restype = None
 
 
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "CPU"
+
+
 def build_library(name: str, src: str, origin: str = "") -> Path:
     """Compile C source to a shared library in the kernel cache (keyed by source,
     flags and compiler version; installed atomically, so concurrent compilers race
@@ -124,13 +136,7 @@ class CpuBackend:
     xp = np
 
     def device_name(self) -> str:
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} threads)"
-        except OSError:
-            pass
-        return f"CPU ({os.cpu_count()} threads)"
+        return f"{cpu_model()} ({os.cpu_count()} threads)"
 
     def compile(self, kernels: list[Kernel], progress=None) -> list[CompiledCpuKernel]:
         find_compiler()   # fail early with a clear message
