@@ -460,8 +460,10 @@ class CostModel:
         b = np.concatenate([np.ones(len(samples)), math.sqrt(prior_weight)
                             * np.ones(len(theta0))])
         scale, _ = nnls(a, b)
+        # features depend on the device, not the factors: the fitted model shares the
+        # cache (a session refits after every measurement and would recompute them all)
         return replace(self, factors=Factors.from_vector(theta0 * scale),
-                       calibrated_on=self.calibrated_on + len(samples), _cache={})
+                       calibrated_on=self.calibrated_on + len(samples), _cache=self._cache)
 
     @staticmethod
     def _design(f: KernelFeatures):
