@@ -289,12 +289,8 @@ class WorkbenchApp(w.VBox):
         """The last status or refusal line shown in the app."""
         return self._message_text
 
-    def _measured(self, plan: Plan | None = None) -> StepMeasurement | None:
-        # the session caches measurements per plan; read the cache without measuring
-        return self.session.measured(plan)
-
     def _kernel_info(self, plan: Plan, gid: str) -> dict:
-        m = self._measured(plan)
+        m = self.session.measured(plan)
         if m is None:
             return {}
         rows = m.per_kernel[m.per_kernel["group"] == gid]
@@ -308,7 +304,7 @@ class WorkbenchApp(w.VBox):
         metric = self.overlay.value
         if metric == "none":
             return None
-        m = self._measured()
+        m = self.session.measured()
         if m is not None:
             col = m.per_kernel.set_index("group")
             vals = (col["latency_ms"] if metric == "latency"
@@ -380,7 +376,7 @@ class WorkbenchApp(w.VBox):
             self._redraw()
         self._show_code()
         self._update_scheme_controls()
-        m = self._measured()
+        m = self.session.measured()
         dev = getattr(self.session, "device", None) if m is not None else None
         bw = getattr(dev, "dram_bandwidth", None)
         self.plots.update(self.history, None if m is None else m.per_kernel,
