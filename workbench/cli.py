@@ -15,6 +15,7 @@ from pathlib import Path
 from . import __version__
 from .errors import WorkbenchError
 from .fusion.planners import PLANNERS
+from .runtime.backends import backend_names
 
 EXIT_USER_ERROR = 2
 
@@ -79,8 +80,8 @@ def cmd_show(args) -> int:
     from .fusion.devices import GPUS
     g = load(args.graph)
     if args.device == "cpu":
-        from .runtime.calibrate import cpu_device
-        device = cpu_device()
+        from .runtime import get_backend
+        device = get_backend("cpu").device      # this machine, measured once
     else:
         device = GPUS[args.device]
     # nothing runs here: cost-driven planners plan for the device named
@@ -119,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("optimize", help="plan, generate, run and measure graphs")
     o.add_argument("graph", nargs="+", help=".json or .onnx graph files")
     o.add_argument("--planner", default="rules", choices=list(PLANNERS))
-    o.add_argument("--backend", default="auto", choices=["auto", "cpu", "cupy", "reference"])
+    o.add_argument("--backend", default="auto", choices=backend_names())
     o.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     o.add_argument("--repeats", type=int, default=10, help="timed runs per step (median)")
     o.add_argument("--warmup", type=int, default=2)
@@ -143,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--planner", default="rules",
                    help="none, xla, rules, stitch, or any other registered planner "
                         "(default rules)")
-    e.add_argument("--backend", default="auto", choices=["auto", "cpu", "cupy", "reference"])
+    e.add_argument("--backend", default="auto", choices=backend_names())
     e.add_argument("--measure", action="store_true",
                    help="measure the plan first and record it in the manifest")
     e.add_argument("--force", action="store_true", help="replace an existing PATH")

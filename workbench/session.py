@@ -22,8 +22,9 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
+from .codegen import Kernel, lower_group, render_kernel
 from .errors import WorkbenchError
-from .fusion import Decision, Plan, run_planner
+from .fusion import Decision, Group, Plan, run_planner
 from .ir import Graph
 from .measure import StepMeasurement, measure_program
 from .runtime import Program, get_backend, random_inputs, run_reference
@@ -50,12 +51,15 @@ class Session:
         self.graph = load(graph)
         self.backend = get_backend(backend)
         self.progress = progress
-        self.history: list[Step] = [Step("load", Plan.singletons(self.graph))]
+        # plans are made for the backend's device (the CPU's is measured once, cached)
+        self.history: list[Step] = [Step("load", Plan.singletons(self.graph, self.device))]
         self.position = 0
         self.seed = seed
         self._inputs: dict[str, np.ndarray] | None = None
         self._reference: dict[str, np.ndarray] | None = None
         self._programs: dict[Plan, Program] = {}
+        self._kernels: dict[Group, Kernel] = {}      # lowered, per group (a value)
+        self._compiled: dict[Group, object] = {}     # built by the backend, per group
         self._measurements: dict[Plan, StepMeasurement] = {}
         self._baseline: StepMeasurement | None = None
         self._cost_model = None        # assigned by the user, or fitted to measurements
@@ -117,19 +121,43 @@ class Session:
 
     # -- running ---------------------------------------------------------------
     def program(self, plan: Plan | None = None) -> Program:
-        """The compiled program of a plan (the current one by default), cached."""
+        """The compiled program of a plan (the current one by default), cached; built
+        from the kernels already compiled for its groups, compiling the rest."""
         plan = plan or self.plan
         if plan not in self._programs:
-            self._programs[plan] = Program(plan, self.backend, self.progress)
+            self.compile(plan.groups)
+            self._programs[plan] = Program(
+                plan, self.backend, kernels=[self._lower(gr) for gr in plan.groups],
+                compiled=[self._compiled[gr] for gr in plan.groups])
         return self._programs[plan]
 
-    def kernels(self, plan: Plan | None = None):
-        return self.program(plan).kernels
+    def kernels(self, plan: Plan | None = None) -> list[Kernel]:
+        """The kernel IR of every group of a plan (the current one by default)."""
+        return [self._lower(gr) for gr in (plan or self.plan).groups]
 
-    def source(self, ref: str, target: str = "cuda") -> str:
+    def kernel(self, ref: str, plan: Plan | None = None) -> Kernel:
+        """The kernel IR of the group holding a node or group id (cached per group)."""
+        return self._lower((plan or self.plan).group(ref))
+
+    def compile(self, groups) -> list:
+        """Build these groups' kernels on the backend now (those not built yet, in one
+        batch; progress reported), so a compiler error shows at once; returns them."""
+        todo = [gr for gr in dict.fromkeys(groups) if gr not in self._compiled]
+        if todo:
+            built = self.backend.compile([self._lower(gr) for gr in todo], self.progress)
+            self._compiled.update(zip(todo, built))
+        return [self._compiled[gr] for gr in groups]
+
+    def _lower(self, gr: Group) -> Kernel:
+        if gr not in self._kernels:
+            self._kernels[gr] = lower_group(self.graph, gr, self.device)
+        return self._kernels[gr]
+
+    def source(self, ref: str, target: str = "cuda", plan: Plan | None = None) -> str:
         """Source of the kernel holding a node or group, for target 'cuda' or 'c'."""
-        from .codegen import lower_group, render_kernel
-        return render_kernel(lower_group(self.graph, self.plan.group(ref)), target)
+        if target not in ("cuda", "c"):
+            raise WorkbenchError(f"unknown source target {target!r}; choose 'cuda' or 'c'")
+        return render_kernel(self.kernel(ref, plan), target)
 
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the current plan on the backend; returns the graph outputs."""
@@ -172,8 +200,9 @@ class Session:
     # -- the cost model ----------------------------------------------------------
     @property
     def device(self):
-        """The Device the backend runs on (the local CPU's is measured once, cached)."""
-        return self.cost_model.device
+        """The Device the backend runs on, which plans are made for (the local CPU's is
+        measured once, cached)."""
+        return self.backend.device
 
     @property
     def cost_model(self):
@@ -193,8 +222,7 @@ class Session:
     def _uncalibrated(self):
         if self._device_model is None:
             from .fusion.cost import CostModel
-            from .runtime.calibrate import device_for
-            self._device_model = CostModel.for_device(device_for(self.backend))
+            self._device_model = CostModel.for_device(self.device)
         return self._device_model
 
     def _recalibrate(self) -> None:
@@ -225,7 +253,7 @@ class Session:
 
     def baseline(self, **kw) -> StepMeasurement:
         """The measurement of one kernel per op, which speedups are relative to."""
-        return self.measure(Plan.singletons(self.graph), **kw)
+        return self.measure(self.history[0].plan, **kw)
 
     def table(self, measure: bool = True, **kw) -> pd.DataFrame:
         """One row per step of the history up to the current one.
@@ -233,7 +261,7 @@ class Session:
         ``predicted_ms`` of a measured step is the prediction made just before it was
         measured; of an unmeasured step, the current model's."""
         base = (self.baseline(**kw) if measure
-                else self._measurements.get(Plan.singletons(self.graph)))
+                else self._measurements.get(self.history[0].plan))
         rows = []
         for i, st in enumerate(self.history[:self.position + 1]):
             m = self.measure(st.plan, **kw) if measure else self._measurements.get(st.plan)

@@ -4,7 +4,6 @@ import json
 import subprocess
 import sys
 import zipfile
-from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -39,7 +38,7 @@ def test_layout_and_manifest(session, tmp_path):
     assert [gr["nodes"] for gr in m["groups"]] == [list(gr.nodes) for gr in session.plan.groups]
     assert [k["name"] for k in m["kernels"]] == [k.name for k in kernels]
     for spec, k in zip(m["kernels"], kernels):
-        assert spec["launch"] == asdict(k.launch)
+        assert spec["launch"] == k.launch.to_json()
         assert spec["shared_bytes"] == k.shared_bytes
         assert [p["value"] for p in spec["params"]] == [b.value for b in k.params]
         if k.library is None:

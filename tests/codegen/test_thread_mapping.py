@@ -11,9 +11,10 @@ import pytest
 
 from workbench.codegen import RENDERERS, lower_plan, render_kernel
 from workbench.codegen.kir import Launch
-from workbench.codegen.lower import co_resident_grid
 from workbench.errors import FusionRefused
-from workbench.fusion import MAPPINGS, candidate_mappings, choose_mapping, run_planner
+from workbench.fusion import (A100, H100, MAPPINGS, Device, Mapping, Plan, candidate_mappings,
+                              choose_mapping, run_planner)
+from workbench.fusion.geometry import co_resident_grid
 from workbench.ir import GraphBuilder
 from workbench.session import Session
 
@@ -84,20 +85,37 @@ def test_launch_shows_the_mapping():
     assert str(Launch(4, 128)) == "grid=4 block=128"
 
 
+def test_plans_are_sized_for_their_device():
+    """The mapping rule and the launch follow the device a plan is made for: a 96 x
+    16384 LayerNorm is split three ways over an H100's 132 SMs (two 512-thread blocks
+    per SM: grid 264) and over an A100's 108 (grid 216), and on a 2-core CPU, where 96
+    rows already give every core work, it is one block per row."""
+    g = _norm("layer_norm", 96, 16384)
+    cpu = Device("a 2-core CPU", "cpu", 20e9, 5e-6, 2, 1e11)
+    got = {}
+    for dev in (H100, A100, cpu):
+        plan = Plan.singletons(g, dev).fuse([n.id for n in g.nodes]).set_mapping("k0", "auto")
+        k = lower_plan(plan)[0]
+        got[dev.name] = (plan.groups[0].schedule.mapping, k.launch.splits, k.launch.grid)
+    assert got[H100.name] == (Mapping.split, 3, 264)
+    assert got[A100.name] == (Mapping.split, 3, 216)
+    assert got[cpu.name] == (Mapping.block, 1, 96)
+
+
 def test_split_grid_fits_one_wave():
     g = _norm("layer_norm", 4, 65536)
     plan, _ = run_planner("rules", g)
     k = lower_plan(plan.set_mapping("k0", "split"))[0]
-    assert k.launch.grid <= co_resident_grid(k.launch.block, k.shared_bytes)
+    assert k.launch.grid <= co_resident_grid(k.launch.block, k.shared_bytes, H100)
     assert k.launch.grid <= 4 * k.launch.splits
 
 
 def test_rule_picks_by_rows_cols_and_device():
-    assert choose_mapping(4096, 1024, True) == "warp"
-    assert choose_mapping(4096, 4096, True) == "block"
-    assert choose_mapping(8, 65536, True) == "split"
-    assert choose_mapping(8, 65536, True, sms=4) == "block"    # enough rows for 4 SMs
-    assert choose_mapping(4096, 1024, False) == "thread"
+    assert choose_mapping(4096, 1024, True, 132) is Mapping.warp
+    assert choose_mapping(4096, 4096, True, 132) is Mapping.block
+    assert choose_mapping(8, 65536, True, 132) is Mapping.split
+    assert choose_mapping(8, 65536, True, 4) is Mapping.block    # enough rows for 4 SMs
+    assert choose_mapping(4096, 1024, False, 132) is Mapping.thread
     g = _norm("layer_norm", 8, 65536)
     plan, _ = run_planner("rules", g)
     assert plan.groups[0].schedule.mapping == "block"          # rules: unchanged default

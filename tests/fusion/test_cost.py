@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from workbench.codegen import lower_group
+from workbench.errors import FusionRefused
 from workbench.fusion import Plan, make_group, run_planner
 from workbench.fusion.cost import (MEMORY_KEYS, CostModel, Factors, Sample, features,
                                    relative_error)
@@ -100,9 +101,10 @@ def test_occupancy_limits_bite():
     # ... and with fewer registers than one block needs, it cannot launch at all
     starved = CostModel.for_device(H100.with_(registers_per_unit=1024)).estimate(g, gr)
     assert math.isinf(starved.seconds) and "does not fit one SM" in starved.limiter
-    # shared memory beyond the per-block limit is refused with the numbers
-    small = CostModel.for_device(H100.with_(shared_per_block=1024)).estimate(g, gr)
-    assert math.isinf(small.seconds) and "KB per block" in small.limiter
+    # shared memory beyond the per-block limit is illegal on that device: analysis
+    # refuses the kernel with the numbers
+    with pytest.raises(FusionRefused, match="KB > 1 KB limit per block"):
+        make_group(g, gr.nodes, device=H100.with_(shared_per_block=1024))
 
 
 def test_too_few_rows_leave_the_gpu_idle():

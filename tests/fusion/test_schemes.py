@@ -16,6 +16,7 @@ from workbench.cli import main as cli_main
 from workbench.codegen import RENDERERS, lower_plan, render_kernel
 from workbench.errors import FusionRefused
 from workbench.fusion import Plan, StitchScheme, make_group, run_planner
+from workbench.fusion.geometry import shared_bytes
 from workbench.ir import GraphBuilder
 from workbench.session import Session
 
@@ -311,8 +312,8 @@ def test_phases_share_one_blocks_shared_memory(wb):
     plan = Plan.singletons(g).fuse([n.id for n in g.nodes])
     gr = plan.groups[0]
     assert gr.stitched
-    assert gr.schedule.shared_bytes <= 48 * 1024
-    assert lower_plan(plan)[0].shared_bytes == gr.schedule.shared_bytes
+    assert shared_bytes(gr.schedule) <= 48 * 1024
+    assert lower_plan(plan)[0].shared_bytes == shared_bytes(gr.schedule)
     cached = [p.schedule.row_cached for p in gr.schedule.phases
               if p.schedule.kind == "row_reduce"]
     assert cached[0] and not cached[-1]

@@ -12,8 +12,9 @@ from workbench.errors import FusionRefused
 from workbench.fusion import Plan, make_group, run_planner
 from workbench.fusion.cost import CostModel
 from workbench.fusion.devices import A100, H100, Device
-from workbench.fusion.plan import check_acyclic, toposort_groups
-from workbench.fusion.planners import rules_partition
+from workbench.fusion.cycles import cycle_reason, cycle_via
+from workbench.fusion.plan import toposort_groups
+from workbench.fusion.greedy import rules_partition
 from workbench.fusion.stitch import dominant_ops, plan_stitch
 from workbench.frontends import load
 from workbench.ir import GraphBuilder
@@ -144,7 +145,8 @@ def test_a_thousand_node_graph_plans():
 
 # -- the fast rules planner is the plain greedy -------------------------------------------
 def plain_rules(g):
-    """The rules planner as first written: make_group and check_acyclic at every merge."""
+    """The rules planner as first written: make_group and the cycle search over the
+    whole kernel graph at every merge."""
     start = Plan.singletons(g)
     groups = {gr.id: gr for gr in start.groups}
     owner = dict(start.group_of)
@@ -161,8 +163,15 @@ def plain_rules(g):
             if mine.id == theirs.id:
                 continue
             nodes = set(mine.nodes) | set(theirs.nodes)
+
+            def successors(gid):
+                return {owner[c.id].id for n in groups[gid].nodes
+                        for o in g.node(n).outputs for c in g.consumers[o]} - {gid}
             try:
-                check_acyclic(g, groups, owner, nodes)
+                via = cycle_via({mine.id, theirs.id}, successors)
+                if via is not None:
+                    k = groups[via]
+                    raise FusionRefused(cycle_reason(k.nodes[0], k.id, len(k.nodes)))
                 new = make_group(g, nodes)
             except FusionRefused as e:
                 log.append(("not fused", prod.id, node.id, str(e)))

@@ -8,12 +8,13 @@ import math
 import numpy as np
 import pytest
 
+from workbench.errors import WorkbenchError
 from workbench.fusion.cost import CostModel, relative_error, samples_from
 from workbench.fusion.devices import Device
 from workbench.ir import GraphBuilder
 from workbench.measure import KERNEL_COLUMNS
-from workbench.runtime import get_backend
-from workbench.runtime.calibrate import cpu_device, device_for, devices_dir
+from workbench.runtime import BACKENDS, Backend, backend_names, get_backend, resolve
+from workbench.runtime.calibrate import cpu_device, devices_dir
 from workbench.session import STEP_COLUMNS, Session
 
 
@@ -47,8 +48,35 @@ def test_cpu_is_measured_once_and_cached(fresh_cache):
 
 
 def test_backends_have_devices():
-    assert device_for(get_backend("cpu")).kind == "cpu"
-    assert device_for(get_backend("reference")).kind == "cpu"
+    assert get_backend("cpu").device.kind == "cpu"
+    assert get_backend("reference").device.kind == "cpu"
+    assert get_backend("cpu").device == cpu_device()
+
+
+def test_one_registry_of_backends():
+    """Every backend implements the interface; the CLI and the artifact loader offer
+    exactly the registry's names; auto picks a backend that runs here."""
+    assert backend_names() == ("auto",) + tuple(BACKENDS)
+    for name, cls in BACKENDS.items():
+        assert issubclass(cls, Backend) and cls.name == name
+        assert cls.target in ("c", "cuda", "")
+    assert BACKENDS[resolve("auto")].unavailable() is None
+    with pytest.raises(WorkbenchError, match="unknown backend 'tpu'; choose one of auto"):
+        get_backend("tpu")
+    from workbench.cli import build_parser
+    opts = {a.dest: a for a in build_parser()._subparsers._group_actions[0]
+            .choices["optimize"]._actions}
+    assert tuple(opts["backend"].choices) == backend_names()
+    if BACKENDS["cupy"].unavailable():
+        with pytest.raises(WorkbenchError, match="needs CuPy and a CUDA GPU"):
+            get_backend("cupy")
+
+
+def test_session_plans_for_its_backends_device():
+    s = Session(_graph(), backend="cpu")
+    assert s.device is s.backend.device and s.plan.device == s.device
+    s.auto("rules")
+    assert s.plan.device == s.device and s.cost_model.device == s.device
 
 
 def _graph():

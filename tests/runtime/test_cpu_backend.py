@@ -10,7 +10,7 @@ import pytest
 import workbench as wb
 from workbench.fusion import Plan
 from workbench.runtime import Program, get_backend, poison
-from workbench.runtime import cpu
+from workbench.runtime import cc
 
 
 def _graph(cols=37):
@@ -58,16 +58,16 @@ def test_poison_values():
 
 
 def test_vector_math_probe_runs():
-    flags = cpu.cflags()
+    flags = cc.cflags()
     assert "-O3" in flags and "-fopenmp" in flags
 
 
 def test_missing_compiler_is_a_clear_error(monkeypatch):
-    cpu.find_compiler.cache_clear()
+    cc.find_compiler.cache_clear()
     monkeypatch.setenv("CC", "definitely-not-a-compiler")
     monkeypatch.setenv("PATH", "/nonexistent")
     try:
         with pytest.raises(wb.WorkbenchError, match="no C compiler found"):
-            cpu.find_compiler()
+            cc.find_compiler()
     finally:
-        cpu.find_compiler.cache_clear()
+        cc.find_compiler.cache_clear()

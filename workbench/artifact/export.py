@@ -84,7 +84,7 @@ def _kernel_spec(k: Kernel) -> tuple[KernelSpec, dict[str, bytes]]:
         name=k.name, group=k.group, schedule=k.schedule,
         # dataclass by dataclass, whatever fields the schedules add
         params=tuple(json_safe(asdict(b)) for b in k.params),
-        launch=json_safe(asdict(k.launch)),
+        launch=json_safe(k.launch.to_json()),
         scratch=tuple(json_safe(asdict(x)) for x in k.scratch),
         fields=json_safe({n: v for n, v in scalars.items()
                           if isinstance(v, (bool, int, float, str))}),

@@ -19,8 +19,6 @@ Example::
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -30,11 +28,11 @@ from ..codegen.kir import Buffer, Kernel, Launch, LibraryCall, Scratch
 from ..errors import ArtifactError, GraphError, WorkbenchError
 from ..ir import DType, Graph
 from ..ir.graph import freeze_attr
+from ..runtime.backends import backend_names
 from ..runtime.program import KernelSequence
 from .manifest import KernelSpec, Manifest, TensorSpec
 from .verify import Artifact, read_artifact
 
-BACKENDS = ("auto", "cpu", "cupy", "reference")
 
 
 def load_artifact(path: str | Path, backend: str = "auto") -> "ArtifactModel":
@@ -46,9 +44,9 @@ def load_artifact(path: str | Path, backend: str = "auto") -> "ArtifactModel":
     truncated, foreign or newer artifact raises :class:`ArtifactError` before anything
     is compiled.
     """
-    if backend not in BACKENDS:
+    if backend not in backend_names():
         raise WorkbenchError(f"unknown backend {backend!r}; choose one of "
-                             f"{', '.join(BACKENDS)}")
+                             f"{', '.join(backend_names())}")
     model = ArtifactModel(read_artifact(path), backend)
     if backend != "auto":
         model.runner(backend)
@@ -85,7 +83,7 @@ def rebuild_kernel(spec: KernelSpec, g: Graph, where: str) -> Kernel:
                               tuple(by_value[x] for x in c.inputs),
                               tuple(by_value[x] for x in c.outputs))
         k = Kernel(name=spec.name, group=spec.group, schedule=spec.schedule, params=bufs,
-                   body=(), launch=Launch(**spec.launch), library=lib,
+                   body=(), launch=Launch.from_json(spec.launch), library=lib,
                    scratch=tuple(Scratch(**_with_dtype(x)) for x in spec.scratch),
                    **spec.fields)
     except ArtifactError:
@@ -102,26 +100,6 @@ def rebuild_kernel(spec: KernelSpec, g: Graph, where: str) -> Kernel:
 
 # -- compiling the shipped sources --------------------------------------------------
 _SHIPPED = "load the artifact with the workbench version that made it, or re-export it"
-
-
-def _compile_cpu(kernels, sources):
-    from ..runtime.cpu import compile_kernel
-
-    def one(k: Kernel):
-        try:
-            return compile_kernel(k, sources.get(k.name, ""), origin=_SHIPPED)
-        except WorkbenchError as e:
-            raise ArtifactError(f"shipped kernel {k.name}: {e}") from None
-        except (AttributeError, OSError) as e:
-            raise ArtifactError(f"shipped kernel {k.name} cannot be loaded ({e}); "
-                                "re-export the artifact") from None
-    workers = max(1, min(len(kernels), os.cpu_count() or 1))
-    with ThreadPoolExecutor(workers) as pool:
-        return list(pool.map(one, kernels))
-
-
-def _compile_cupy(backend, kernels, sources):
-    return [backend.compile_source(k, sources.get(k.name, "")) for k in kernels]
 
 
 class _Runner(KernelSequence):
@@ -194,21 +172,22 @@ class ArtifactModel:
         return {k.name: self.artifact.files[k.sources[target]].decode()
                 for k in self.manifest.kernels if target in k.sources}
 
-    def runner(self, target: str) -> _Runner:
-        """The compiled kernels for target 'cpu', 'cupy' or 'reference' (compiled once)."""
-        if target not in self._runners:
+    def runner(self, backend: str) -> _Runner:
+        """The shipped kernels compiled for a backend ('cpu', 'cupy', 'reference'...),
+        each in the backend's source language (compiled once)."""
+        if backend not in self._runners:
             from ..runtime import get_backend
-            be = get_backend(target)
-            if target == "cpu":
-                compiled = _compile_cpu(self.kernels, self.sources("c"))
-            elif target == "cupy":
-                compiled = _compile_cupy(be, self.kernels, self.sources("cuda"))
-            else:
-                from ..runtime.reference_backend import CompiledRefKernel
-                compiled = [CompiledRefKernel(k, "") for k in self.kernels]
-            self._runners[target] = _Runner(self.graph, be, compiled, self._group_nodes,
-                                            self.inputs)
-        return self._runners[target]
+            be = get_backend(backend)
+            sources = self.sources(be.target) if be.target else {}
+            try:
+                compiled = be.compile_sources(self.kernels, sources, origin=_SHIPPED)
+            except ArtifactError:
+                raise
+            except WorkbenchError as e:
+                raise ArtifactError(f"artifact {self.artifact.where}: shipped {e}") from None
+            self._runners[backend] = _Runner(self.graph, be, compiled, self._group_nodes,
+                                             self.inputs)
+        return self._runners[backend]
 
     def _bind(self, args, kwargs) -> dict:
         if len(args) > len(self.inputs):
@@ -228,14 +207,14 @@ class ArtifactModel:
         """Run on inputs given positionally (``model.inputs`` order) or by name."""
         named = self._bind(args, kwargs)
         on_gpu = any(_is_cupy(a) for a in named.values())
-        target = self.backend
-        if target == "auto":
-            target = "cupy" if on_gpu else "cpu"
-        elif on_gpu and target != "cupy":
+        backend = self.backend
+        if backend == "auto":
+            backend = "cupy" if on_gpu else "cpu"
+        elif on_gpu and backend != "cupy":
             raise WorkbenchError(f"CuPy inputs given to a model loaded with backend "
-                                 f"{target!r}; pass NumPy arrays or load it with "
+                                 f"{backend!r}; pass NumPy arrays or load it with "
                                  "backend='auto' or 'cupy'")
-        r = self.runner(target)
+        r = self.runner(backend)
         env = r.execute(named)
         if on_gpu:
             return {t.name: env[t.name] for t in self.outputs}

@@ -13,8 +13,8 @@ from .render import RENDERERS, CRenderer, CudaRenderer
 
 
 def lower_plan(plan: Plan) -> list[Kernel]:
-    """One kernel per group, in the plan's execution order."""
-    return [lower_group(plan.graph, gr) for gr in plan.groups]
+    """One kernel per group, in the plan's execution order, sized for its device."""
+    return [lower_group(plan.graph, gr, plan.device) for gr in plan.groups]
 
 
 def render_kernel(k: Kernel, target: str) -> str:

@@ -18,8 +18,10 @@ the same schedule the GPU does, with one thread per block.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Mapping as MappingType, Union
 
+from ..fusion.geometry import REDUCE_SLOT_BYTES
+from ..fusion.mapping import Mapping
 from ..ir import DType
 
 
@@ -140,38 +142,49 @@ Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
 @dataclass(frozen=True)
 class Launch:
     """How the GPU launches the kernel (the CPU ignores it; it runs one thread per
-    block). ``mapping`` names a row reduction's thread mapping, ``rows_per_block`` the
-    rows one block takes (warp: several short rows), ``splits`` the blocks sharing one
-    row (split); ``cooperative`` kernels have grid barriers, so their grid is capped to
-    what is co-resident (``grid`` is then an occupancy estimate for the default device;
-    the GPU backend re-checks it against the real one).
+    block): its geometry (``fusion.geometry``) on the plan's device. ``mapping`` is a
+    row reduction's thread mapping, ``rows_per_block`` the rows one block takes (warp:
+    several short rows), ``splits`` the blocks sharing one row (split); ``stitched``
+    marks a multi-phase kernel; ``cooperative`` kernels have grid barriers, so their
+    grid is capped to what is co-resident on the device (the GPU backend re-checks it
+    against the real one and the compiled kernel).
 
-    >>> str(Launch(512, 256, "warp", 8))
+    >>> str(Launch(512, 256, Mapping.warp, 8))
     'grid=512 block=256 warp/row x8 rows/block'
     """
     grid: int
     block: int
-    mapping: str = ""          # warp | block | split | thread | stitched | ""
+    mapping: Mapping | None = None
     rows_per_block: int = 0
     cooperative: bool = False
     splits: int = 1
     shared_bytes: int = 0      # static shared memory per block
+    stitched: bool = False
 
     def __str__(self) -> str:
         s = f"grid={self.grid} block={self.block}"
-        if self.mapping == "warp":
-            s += f" warp/row x{self.rows_per_block} rows/block"
-        elif self.mapping == "block":
-            s += " block/row"
-        elif self.mapping == "thread":
-            s += f" thread/row x{self.rows_per_block} rows/block"
-        elif self.mapping == "split":
-            s += f" split x{self.splits} blocks/row"
-        elif self.mapping == "stitched":
+        if self.mapping is not None:
+            s += " " + self.mapping.info.launch_text(self.rows_per_block, self.splits)
+        elif self.stitched:
             s += " stitched"
         if self.cooperative:
             s += " cooperative"
         return s
+
+    def to_json(self) -> dict[str, Any]:
+        """The artifact manifest's form (``mapping`` names the mapping, or "stitched")."""
+        mapping = "stitched" if self.stitched else (self.mapping.value if self.mapping
+                                                     else "")
+        return {"grid": self.grid, "block": self.block, "mapping": mapping,
+                "rows_per_block": self.rows_per_block, "cooperative": self.cooperative,
+                "splits": self.splits, "shared_bytes": self.shared_bytes}
+
+    @staticmethod
+    def from_json(d: MappingType[str, Any]) -> "Launch":
+        d = dict(d)
+        name = d.pop("mapping", "")
+        return Launch(**d, mapping=Mapping(name) if name and name != "stitched" else None,
+                      stitched=name == "stitched")
 
 
 @dataclass(frozen=True)
@@ -234,5 +247,6 @@ class Kernel:
 
     @property
     def shared_bytes(self) -> int:
-        return self.reductions * 33 * 8 + sum(x.numel * x.rows * x.dtype.itemsize
-                                              for x in self.scratch)
+        """Block-reduction slots plus row caches (what the CUDA source declares)."""
+        return self.reductions * REDUCE_SLOT_BYTES + sum(x.numel * x.rows * x.dtype.itemsize
+                                                         for x in self.scratch)

@@ -15,50 +15,15 @@ import re
 import numpy as np
 
 from ..errors import WorkbenchError
+from ..fusion.devices import DEFAULT_DEVICE, Device
+from ..fusion.geometry import Geometry, geometry, vector_width
+from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
-from ..fusion.schedule import FLAT_BLOCK, Schedule, group_io
+from ..fusion.schedule import Schedule, group_io
 from ..ir import DType, Graph
-from ..ops import COMBINERS, Kind, get_op
-from ..ops.layout import slice_params
-from .index import Index, add
+from ..ops import Index, Kind, get_op
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
                   Launch, LibraryCall, Let, Load, Loop, OncePerBlock, Scratch, Store)
-
-MAX_GRID = 65535
-ROW_GRID_MAX = 1 << 20
-
-# What one SM of the default device (H100) holds, for the co-residency estimate of a
-# cooperative kernel's grid (CUDA occupancy limits; registers assumed <= 64/thread --
-# the GPU backend re-checks with the compiled kernel's real register count).
-SMS = 132
-SM_MAX_THREADS = 2048
-SM_MAX_BLOCKS = 32
-SM_SHARED_BYTES = 228 * 1024
-SM_REGISTERS = 65536
-EST_REGISTERS = 64
-
-
-def co_resident_grid(threads: int, shared_bytes: int, sms: int = SMS) -> int:
-    """Blocks that fit on the device at once (one wave): what a kernel with a grid
-    barrier may launch. Each block also reserves 1 KB of shared memory.
-
-    >>> co_resident_grid(256, 0)
-    528
-    """
-    per_sm = min(SM_MAX_BLOCKS, SM_MAX_THREADS // threads,
-                 SM_REGISTERS // (EST_REGISTERS * threads))
-    if shared_bytes:
-        per_sm = min(per_sm, SM_SHARED_BYTES // (shared_bytes + 1024))
-    return max(1, per_sm) * sms
-
-
-def _block_threads(cols: int) -> int:
-    """Threads of a block that walks one row (or chunk) of ``cols`` columns: a warp,
-    doubled while each thread would still get more than 4 columns, at most 512."""
-    threads = 32
-    while threads < 512 and threads * 4 < cols:
-        threads *= 2
-    return threads
 
 
 def identifier(text: str) -> str:
@@ -102,10 +67,35 @@ class _Scope:
         return None
 
 
+class _IndexContext:
+    """What a layout op's index rule sees (``ops.IndexContext``): shapes, and values
+    computed at an index into the scope being emitted."""
+
+    def __init__(self, lw: "_Lowerer", scope: _Scope):
+        self.lw, self.scope = lw, scope
+
+    def shape(self, value: str) -> tuple[int, ...]:
+        return self.lw.g.value(value).shape
+
+    def dtype(self, value: str) -> DType:
+        return self.lw.g.value(value).dtype
+
+    def at(self, value: str, idx: Index) -> str:
+        return self.lw.at(self.scope, value, idx)
+
+    def let(self, dtype: DType, expr: str) -> str:
+        var = self.lw.fresh()
+        self.scope.stmts.append(Let(var, dtype, expr))
+        return var
+
+
 class _Lowerer:
-    def __init__(self, g: Graph, group: Group, buffers: dict[str, Buffer] | None = None,
-                 counter: int = 0, prefix: str = ""):
+    def __init__(self, g: Graph, group: Group, device: Device = DEFAULT_DEVICE,
+                 buffers: dict[str, Buffer] | None = None, counter: int = 0,
+                 prefix: str = ""):
         self.g, self.group, self.sched = g, group, group.schedule
+        self.device = device
+        self.geometry: Geometry = geometry(group.schedule, device)
         self.io = group_io(g, group.nodes)
         self.members = set(group.nodes)
         self.producer = {o: g.node(n) for n in group.nodes for o in g.node(n).outputs}
@@ -122,7 +112,7 @@ class _Lowerer:
 
     def _inline_constant(self, v: str) -> bool:
         # a library call takes every input as an array; generated code inlines scalars
-        return (self.sched.kind != "opaque" and v in self.g.constants
+        return (self.sched.kind is not ScheduleKind.opaque and v in self.g.constants
                 and self.g.value(v).numel == 1)
 
     def workspace(self, name: str, dt: DType, numel: int) -> Buffer:
@@ -186,87 +176,28 @@ class _Lowerer:
             scope.stmts.append(Let(var, out.dtype.compute, expr))
             self.flops += op.flops
             return var
-        if op.kind is Kind.layout:
-            return self._layout(scope, node, v, idx)
+        if op.kind is Kind.layout and op.index is not None:
+            # the op's own index rule (ops/layout.py)
+            return op.index(_IndexContext(self, scope), node, node.outputs.index(v), idx)
         raise WorkbenchError(f"internal: {node.op} cannot be computed at an index")
-
-    def _layout(self, scope: _Scope, node, v: str, idx: Index) -> str:
-        g = self.g
-        x = g.value(node.inputs[0])
-        if node.op in ("reshape", "squeeze", "unsqueeze"):
-            return self.at(scope, node.inputs[0], idx.reshape_to(x.shape))
-        if node.op == "expand":
-            return self.at(scope, node.inputs[0], idx.broadcast_to(x.shape))
-        if node.op == "transpose":
-            perm = node.attr("perm") or tuple(reversed(range(len(x.shape))))
-            return self.at(scope, node.inputs[0], idx.transpose(perm))
-        if node.op == "slice":
-            return self.at(scope, node.inputs[0],
-                           idx.slice_of(x.shape, slice_params(x.shape, node.attr_map)))
-        if node.op == "split":
-            axis = int(node.attr("axis")) % len(x.shape)
-            k = node.outputs.index(v)
-            start = int(sum(node.attr("sizes")[:k]))
-            d = idx.digits()
-            d[axis] = add(d[axis], str(start))
-            return self.at(scope, node.inputs[0], Index.from_digits(d, x.shape))
-        if node.op == "concat":
-            return self._concat(scope, node, idx)
-        if node.op == "gather":
-            return self._gather(scope, node, idx)
-        raise WorkbenchError(f"internal: no index rule for layout op {node.op}")
-
-    def _concat(self, scope, node, idx: Index) -> str:
-        # Branch-free: read every part at a clamped (always valid) index, then select.
-        g = self.g
-        axis = int(node.attr("axis")) % len(idx.shape)
-        d = idx.digits()
-        parts, off = [], 0
-        for name in node.inputs:
-            n = g.value(name).shape[axis]
-            dd = list(d)
-            dd[axis] = f"wb_clampi({add(d[axis], str(-off))}, 0, {n - 1})"
-            parts.append((off, self.at(scope, name, Index.from_digits(dd, g.value(name).shape))))
-            off += n
-        expr = parts[-1][1]
-        for (o, var), (o_next, _) in reversed(list(zip(parts[:-1], parts[1:]))):
-            expr = f"({d[axis]} < {o_next} ? {var} : {expr})"
-        var = self.fresh()
-        scope.stmts.append(Let(var, g.value(node.outputs[0]).dtype.compute, expr))
-        return var
-
-    def _gather(self, scope, node, idx: Index) -> str:
-        g = self.g
-        data, ind = g.value(node.inputs[0]), g.value(node.inputs[1])
-        axis = int(node.attr("axis", 0)) % len(data.shape)
-        d = idx.digits()
-        r = len(ind.shape)
-        k = self.at(scope, node.inputs[1], Index.from_digits(d[axis:axis + r], ind.shape))
-        n = data.shape[axis]
-        # negative indices count from the end; out-of-range ones are clamped
-        sel = self.fresh()
-        scope.stmts.append(Let(sel, DType.int32,
-                               f"wb_clampi((int)({k} < 0 ? {k} + {n} : {k}), 0, {n - 1})"))
-        dd = d[:axis] + [sel] + d[axis + r:]
-        return self.at(scope, node.inputs[0], Index.from_digits(dd, data.shape))
 
     # -- schedules --------------------------------------------------------------
     def lower(self, name: str) -> Kernel:
         s = self.sched
-        if s.kind == "opaque":
+        if s.kind is ScheduleKind.opaque:
             return self._opaque(name)
-        body, launch, reductions = self.lower_body()
-        return _kernel(name, self.group.id, s.describe(), self.buffers, body, launch,
-                       reductions, self.flops, tuple(self.scratch.values()),
-                       1 if s.kind != "row_reduce" or s.mapping != "split"
-                       else s.reductions + 1, s.grid_barriers)
+        body = self.lower_body()
+        # a split row makes one pass over the grid per reduction, plus the final one
+        passes = s.reductions + 1 if s.grid_barriers else 1
+        return _kernel(name, self.group.id, s.describe(), self.buffers, body,
+                       _launch(self.geometry, s), self.flops, tuple(self.scratch.values()),
+                       passes, s.grid_barriers, self.geometry.reduce_slots)
 
-    def lower_body(self):
-        """(statements, launch, reduction slots) of an elementwise or row template."""
-        if self.sched.kind == "elementwise":
-            body, launch = self._elementwise()
-            return body, launch, 0
-        if self.sched.mapping == "split":
+    def lower_body(self) -> list:
+        """The statements of an elementwise or row template."""
+        if self.sched.kind is ScheduleKind.elementwise:
+            return self._elementwise()
+        if self.sched.mapping.info.grid_barrier_per_reduction:
             return self._split_rows()
         return self._row_reduce()
 
@@ -275,18 +206,19 @@ class _Lowerer:
         # positional for the call (matmul(x, x) names x twice); params hold each once
         call = LibraryCall(node.op, node.attrs, tuple(self.buffers[i] for i in node.inputs),
                            tuple(self.buffers[o] for o in node.outputs))
-        out = self.g.value(node.outputs[0])
-        flops = 2 * out.numel * (self.g.value(node.inputs[0]).shape[-1]
-                                 if node.op == "matmul" else 1)
+        flops = get_op(node.op).library_flops([self.g.value(i).shape for i in node.inputs],
+                                              self.g.value(node.outputs[0]).shape,
+                                              node.attr_map)
         params = tuple(sorted(self.buffers.values(), key=lambda b: (b.is_output, b.name)))
-        return Kernel(name, self.group.id, "opaque", params, (), Launch(1, 1), 0, call, flops)
+        return Kernel(name, self.group.id, "opaque", params, (), Launch(1, 1), 0, call,
+                      int(flops))
 
     def _elementwise(self):
         # One flat loop per distinct output shape ("independent" packing when >1).
         by_shape: dict[tuple, list[str]] = {}
         for o in self.io.outputs:
             by_shape.setdefault(self.g.value(o).shape, []).append(o)
-        body, biggest = [], 1
+        body = []
         for k, (shape, outs) in enumerate(by_shape.items()):
             n = int(np.prod(shape, dtype=np.int64)) if shape else 1
             var = "i" if len(by_shape) == 1 else f"i{k}"
@@ -295,13 +227,8 @@ class _Lowerer:
             for o in outs:
                 e = self.at(scope, o, idx)
                 scope.stmts.append(Store(self.buffers[o], var, e))
-            vec = 4 if n % 4 == 0 and n >= 1024 else 1
-            body.append(Loop(var, n, "flat", tuple(scope.stmts), vec))
-            biggest = max(biggest, n)
-        threads = FLAT_BLOCK
-        vec = 4 if biggest % 4 == 0 and biggest >= 1024 else 1
-        grid = max(1, min(MAX_GRID, -(-biggest // (threads * vec))))
-        return body, Launch(grid, threads)
+            body.append(Loop(var, n, "flat", tuple(scope.stmts), vector_width(n)))
+        return body
 
     def _domain(self) -> Index:
         s = self.sched
@@ -317,7 +244,7 @@ class _Lowerer:
         """Emit reduction ``r``'s accumulator ``acc<slot>`` and its loop over the row's
         columns into scope; returns (acc, compute dtype, combiner, identity)."""
         dt = self.g.value(r.inputs[0]).dtype.compute
-        comb = COMBINERS[r.op]
+        comb = get_op(r.op).combiner
         acc = f"acc{slot}"
         ident = comb.identity(dt.kind, dt.value)
         col_scope = _Scope(scope)
@@ -334,27 +261,26 @@ class _Lowerer:
         return Assign(acc, f"{acc} * (1.0f / {cols}.0f)" if dt.kind == "f"
                       else f"{acc} / {cols}")
 
-    def _row_reduce(self):
+    def _row_reduce(self) -> list:
         """Mappings warp, block and thread: every row is owned by one warp, one block
         or one thread, which runs the row's passes one after another."""
         s: Schedule = self.sched
         g = self.g
         dom = self._domain()
-        mapping = s.mapping
-        col_bind = {"block": "block", "warp": "lane", "thread": "serial"}[mapping]
-        width = "warp" if mapping == "warp" else "block"
+        info = s.mapping.info
+        width = info.reduce_width        # "" when one thread owns the row
         row_scope = _Scope()
         self.row_scope = row_scope
         for k, v in enumerate(s.row_cached):
             self.scratch[v] = Scratch(f"wb_{self.prefix}row{k}", v, g.value(v).dtype.compute,
-                                      s.cols, s.rows_per_block if mapping == "warp" else 1)
+                                      s.cols, s.rows_per_block)
             row_scope.stmts.append(DeclareScratch(self.scratch[v]))
         reduces = self._reductions()
         for slot, r in enumerate(reduces):
             row_scope.stmts.append(Comment(f"{r.op} over {list(s.reduce_axes)}"))
             acc, dt, comb, ident = self._accumulate(row_scope, slot, r, dom, s.cols,
-                                                    col_bind)
-            if mapping != "thread":
+                                                    info.col_bind)
+            if width:
                 row_scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident,
                                                    slot, width))
             if comb.finish_mean:
@@ -363,26 +289,14 @@ class _Lowerer:
             self.flops += 1
         stores = self._per_row_stores(row_scope, dom)
         if stores:
-            if mapping == "thread":
-                row_scope.stmts.extend(stores)
-            else:
+            if width:
                 row_scope.stmts.append(OncePerBlock(tuple(stores), width))
-        self._element_pass(row_scope, dom, col_bind)
-        rows = s.rows
-        if mapping == "block":
-            launch = Launch(max(1, min(rows, ROW_GRID_MAX)), _block_threads(s.cols),
-                            "block", 1)
-            body = [Loop("row", rows, "grid", tuple(row_scope.stmts))]
-        elif mapping == "warp":
-            rpb = s.rows_per_block
-            launch = Launch(max(1, min(-(-rows // rpb), ROW_GRID_MAX)), 32 * rpb, "warp", rpb)
-            body = [Loop("row", rows, "warp", tuple(row_scope.stmts), per_block=rpb)]
-        else:
-            launch = Launch(max(1, min(MAX_GRID, -(-rows // FLAT_BLOCK))), FLAT_BLOCK,
-                            "thread", FLAT_BLOCK)
-            body = [Loop("row", rows, "flat", tuple(row_scope.stmts))]
-        # block reductions need shared slots; warp ones live in registers
-        return body, launch, len(reduces) if mapping == "block" else 0
+            else:
+                row_scope.stmts.extend(stores)
+        self._element_pass(row_scope, dom, info.col_bind)
+        per_block = s.rows_per_block if s.mapping is Mapping.warp else 1
+        return [Loop("row", s.rows, info.row_bind, tuple(row_scope.stmts),
+                     per_block=per_block)]
 
     def _per_row_stores(self, row_scope: _Scope, dom: Index) -> list:
         g, s = self.g, self.sched
@@ -435,7 +349,7 @@ class _Lowerer:
             for j in range(upto):
                 r = reduces[j]
                 dt = g.value(r.inputs[0]).dtype.compute
-                comb = COMBINERS[r.op]
+                comb = get_op(r.op).combiner
                 acc = f"acc{j}"
                 scope.stmts.append(Let(acc, dt, comb.identity(dt.kind, dt.value)))
                 t = self.fresh()
@@ -467,9 +381,7 @@ class _Lowerer:
             scope.stmts.append(If("part == 0", (OncePerBlock(tuple(stores)),)))
         self._element_pass(scope, dom, "block", start, stop)
         body.append(Loop("vb", rows * S, "grid", tuple(scope.stmts)))
-        threads = _block_threads(chunk)
-        grid = min(rows * S, co_resident_grid(threads, 33 * 8))
-        return body, Launch(grid, threads, "split", 1, True, S), 1
+        return body
 
 
 def _buffers(g: Graph, io, inline) -> dict[str, Buffer]:
@@ -485,17 +397,22 @@ def _buffers(g: Graph, io, inline) -> dict[str, Buffer]:
     return buffers
 
 
-def _kernel(name, group, schedule, buffers, body, launch: Launch, reductions, flops,
-            scratch, phases=1, barriers=0) -> Kernel:
+def _launch(geo: Geometry, s: Schedule) -> Launch:
+    """The IR's record of how a kernel is launched (its geometry, see fusion.geometry)."""
+    mapping = s.mapping if s.kind is ScheduleKind.row_reduce else None
+    return Launch(geo.grid, geo.threads, mapping,
+                  geo.rows_per_block if mapping is not None else 0, geo.cooperative,
+                  geo.splits, geo.shared_bytes, stitched=s.kind is ScheduleKind.stitched)
+
+
+def _kernel(name, group, schedule, buffers, body, launch: Launch, flops, scratch,
+            phases=1, barriers=0, slots: int = 0) -> Kernel:
     params = tuple(sorted(buffers.values(), key=lambda b: (b.workspace, b.is_output, b.name)))
-    shared = reductions * 33 * 8 + sum(x.numel * x.rows * x.dtype.itemsize for x in scratch)
-    launch = Launch(launch.grid, launch.block, launch.mapping, launch.rows_per_block,
-                    launch.cooperative, launch.splits, shared)
-    return Kernel(name, group, schedule, params, tuple(body), launch, reductions, None,
+    return Kernel(name, group, schedule, params, tuple(body), launch, slots, None,
                   flops, tuple(scratch), phases, barriers)
 
 
-def _lower_stitched(g: Graph, group: Group, name: str) -> Kernel:
+def _lower_stitched(g: Graph, group: Group, name: str, device: Device) -> Kernel:
     """A stitched group: each phase lowered by its own template into one kernel, a
     grid barrier where a phase reads what a phase since the last barrier wrote.
 
@@ -513,39 +430,32 @@ def _lower_stitched(g: Graph, group: Group, name: str) -> Kernel:
             val = g.value(v)
             buffers[v] = Buffer(f"ws{len([b for b in buffers.values() if b.workspace])}", v,
                                 val.dtype.compute, val.numel, True, True)
-    body, launches, scratch, counter, flops, reductions = [], [], [], 0, 0, 0
+    body, scratch, counter, flops = [], [], 0, 0
     for k, p in enumerate(s.phases):
-        lw = _Lowerer(g, Group(f"{group.id}p{k}", p.nodes, p.schedule), buffers, counter,
-                      f"p{k}_")
-        stmts, launch, red = lw.lower_body()
+        lw = _Lowerer(g, Group(f"{group.id}p{k}", p.nodes, p.schedule), device, buffers,
+                      counter, f"p{k}_")
+        stmts = lw.lower_body()
         counter, flops = lw.counter, flops + lw.flops
-        reductions = max(reductions, red)
         scratch += list(lw.scratch.values())
-        launches.append(launch)
         if p.barrier:
             body.append(GridSync(f"phase {k} reads " + ", ".join(
                 identifier(v) for v in p.reads_from_phases[:3])))
         body.append(Comment(f"phase {k}: {p.schedule.describe()}"))
         body += stmts
-    block = max(la.block for la in launches)
-    shared = reductions * 33 * 8 + sum(x.numel * x.rows * x.dtype.itemsize for x in scratch)
-    coop = s.cooperative
-    grid = max(la.grid for la in launches)
-    if coop:
-        grid = min(grid, co_resident_grid(block, shared))
-    launch = Launch(max(1, grid), block, "stitched", 0, coop)
-    return _kernel(name, group.id, s.describe(), buffers, body, launch, reductions, flops,
-                   tuple(scratch), len(s.phases), s.grid_barriers)
+    geo = geometry(s, device)
+    return _kernel(name, group.id, s.describe(), buffers, body, _launch(geo, s), flops,
+                   tuple(scratch), len(s.phases), s.grid_barriers, geo.reduce_slots)
 
 
-def lower_group(g: Graph, group: Group) -> Kernel:
-    """Lower one group to a kernel named after its id and its ops (sanitized)."""
+def lower_group(g: Graph, group: Group, device: Device = DEFAULT_DEVICE) -> Kernel:
+    """Lower one group to a kernel named after its id and its ops (sanitized); its
+    launch is sized for ``device`` (the plan's)."""
     ops = []
     for n in group.nodes:
         op = g.node(n).op
         if op not in ops:
             ops.append(op)
     name = identifier(f"{group.id}_{'_'.join(ops[:3])}" + ("_etc" if len(ops) > 3 else ""))
-    if group.schedule.kind == "stitched":
-        return _lower_stitched(g, group, name)
-    return _Lowerer(g, group).lower(name)
+    if group.schedule.kind is ScheduleKind.stitched:
+        return _lower_stitched(g, group, name, device)
+    return _Lowerer(g, group, device).lower(name)

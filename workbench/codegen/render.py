@@ -9,51 +9,26 @@ from __future__ import annotations
 
 import re
 
+from ..fusion.geometry import CPU_ROW_TILE, REDUCE_SLOT_WORDS
 from ..ir import DType
+from ..ir.dtypes import C_STORAGE
+from ..ops import all_helpers
 from .kir import (Assign, BlockReduce, Comment, DeclareScratch, GridSync, If, Kernel, Let,
                   Load, Loop, OncePerBlock, Scratch, Store)
 
-_COMPUTE_C = {DType.float32: "float", DType.int32: "int", DType.int64: "long long",
-              DType.bool: "int"}
-
 _VECTOR_MATH = ("expf", "logf", "erff", "tanhf", "sinf", "cosf")
 
-_COMMON_PRELUDE = r"""
-#define WB_MIN_int32 (-2147483647 - 1)
-#define WB_MAX_int32 2147483647
-#define WB_MIN_int64 (-9223372036854775807LL - 1)
-#define WB_MAX_int64 9223372036854775807LL
-/* NaN-propagating max/min, as NumPy's maximum/minimum (fmaxf would drop the NaN) */
-/* (| not ||: no short circuit, so loops over them still vectorize) */
-WB_FN float wb_fmax(float a, float b) { return ((a != a) | (a > b)) ? a : b; }
-WB_FN float wb_fmin(float a, float b) { return ((a != a) | (a < b)) ? a : b; }
-WB_FN int wb_clampi(int x, int lo, int hi) { return x < lo ? lo : (x > hi ? hi : x); }
-/* integer division truncates toward zero; x / 0 gives 0 instead of trapping */
-WB_FN long long wb_idiv(long long a, long long b) { return b == 0 ? 0 : a / b; }
-WB_FN long long wb_ipow(long long a, long long b) {
-  long long r = 1;
-  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
-  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
-  return r;
-}
-/* float -> int saturates and maps NaN to 0, as NumPy does on x86 */
-WB_FN int wb_f2i_int32(float x) {
-  return x != x ? 0 : (x >= 2147483647.0f ? WB_MAX_int32 :
-         (x <= -2147483648.0f ? WB_MIN_int32 : (int)x));
-}
-WB_FN long long wb_f2i_int64(float x) {
-  return x != x ? 0 : (x >= 9.2233720e18f ? WB_MAX_int64 :
-         (x <= -9.2233720e18f ? WB_MIN_int64 : (long long)x));
-}
-"""
+
+def _helpers(target: str) -> str:
+    """Every op's prelude helpers (ops/*.py), as the target spells them."""
+    return "".join(h.body(target) for h in all_helpers())
 
 
 class CRenderer:
     """C99 + OpenMP: grid-level loops run in parallel, block-level loops serially."""
 
     target = "c"
-    storage = {DType.float32: "float", DType.float16: "_Float16", DType.int32: "int",
-               DType.int64: "long long", DType.bool: "unsigned char"}
+    storage = dict(C_STORAGE)
     kernel_prefix = "void"
     restrict = "restrict"
     indent_unit = "  "
@@ -68,14 +43,7 @@ class CRenderer:
                           for f in _VECTOR_MATH)
                 + "#endif\n"
                 "#define WB_FN static inline\n"
-                "/* CUDA has rsqrtf; C does not */\n"
-                "WB_FN float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n"
-                + _COMMON_PRELUDE +
-                "/* SIMD reductions with NumPy's max/min semantics (NaN wins, from -inf) */\n"
-                "#pragma omp declare reduction(wbmax : float : omp_out = wb_fmax(omp_out, "
-                "omp_in)) initializer(omp_priv = -INFINITY)\n"
-                "#pragma omp declare reduction(wbmin : float : omp_out = wb_fmin(omp_out, "
-                "omp_in)) initializer(omp_priv = INFINITY)\n")
+                + _helpers(self.target))
 
     def signature(self, k: Kernel) -> str:
         params = ", ".join(f"{'' if b.is_output else 'const '}{self.storage[b.dtype]}* "
@@ -83,17 +51,17 @@ class CRenderer:
         return f"{self.kernel_prefix} {k.name}({params})"
 
     def load(self, s: Load) -> str:
-        ct = _COMPUTE_C[s.buf.dtype.compute]
+        ct = s.buf.dtype.c_compute
         return f"{ct} {s.var} = {self.to_compute(s.buf.dtype, f'{s.buf.name}[{s.offset}]')};"
 
     def to_compute(self, dtype: DType, src: str) -> str:
         """A stored element converted to its compute type."""
-        return f"({_COMPUTE_C[dtype.compute]}){src}"
+        return f"({dtype.c_compute}){src}"
 
     def store(self, s: Store) -> str:
         return f"{s.buf.name}[{s.offset}] = ({self.storage[s.buf.dtype]})({s.expr});"
 
-    ROW_TILE = 64    # rows a CPU thread walks together in a thread-per-row kernel
+    ROW_TILE = CPU_ROW_TILE   # rows a CPU thread walks together in a thread-per-row kernel
 
     def loop(self, s: Loop, depth: int) -> list[str]:
         pad = self.indent_unit * depth
@@ -151,9 +119,9 @@ class CRenderer:
         decls = {}
         for x in s.body:
             if isinstance(x, Let):
-                decls[x.var] = _COMPUTE_C[x.dtype]
+                decls[x.var] = x.dtype.c_compute
             elif isinstance(x, Load):
-                decls[x.var] = _COMPUTE_C[x.buf.dtype.compute]
+                decls[x.var] = x.buf.dtype.c_compute
         names = re.compile(r"\b(" + "|".join(map(re.escape, decls)) + r")\b") if decls else None
         ren = (lambda e: names.sub(r"\1[r_]", e)) if names else (lambda e: e)
 
@@ -163,11 +131,11 @@ class CRenderer:
 
         def tiled(stmt):
             if isinstance(stmt, Let):
-                return [f"{target(stmt.var, _COMPUTE_C[stmt.dtype])} = {ren(stmt.expr)};"]
+                return [f"{target(stmt.var, stmt.dtype.c_compute)} = {ren(stmt.expr)};"]
             if isinstance(stmt, Assign):
                 return [f"{ren(stmt.var)} = {ren(stmt.expr)};"]
             if isinstance(stmt, Load):
-                ct = _COMPUTE_C[stmt.buf.dtype.compute]
+                ct = stmt.buf.dtype.c_compute
                 src = self.to_compute(stmt.buf.dtype, f"{stmt.buf.name}[{ren(stmt.offset)}]")
                 return [f"{target(stmt.var, ct)} = {src};"]
             if isinstance(stmt, Store):
@@ -217,7 +185,7 @@ class CRenderer:
     def declare_scratch(self, s: DeclareScratch, depth: int) -> list[str]:
         # one thread owns the row on the CPU: a private array in the row loop
         x = s.scratch
-        return [self.indent_unit * depth + f"{_COMPUTE_C[x.dtype]} {x.name}[{x.numel}];"
+        return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}[{x.numel}];"
                 f" /* {x.numel * x.dtype.itemsize} B: the row kept on chip */"]
 
     # -- shared by all targets -------------------------------------------------
@@ -226,7 +194,7 @@ class CRenderer:
         out: list[str] = []
         for s in body:
             if isinstance(s, Let):
-                out.append(f"{pad}{_COMPUTE_C[s.dtype]} {s.var} = {s.expr};")
+                out.append(f"{pad}{s.dtype.c_compute} {s.var} = {s.expr};")
             elif isinstance(s, Assign):
                 out.append(f"{pad}{s.var} = {s.expr};")
             elif isinstance(s, Load):
@@ -283,8 +251,7 @@ class CudaRenderer(CRenderer):
     """CUDA C for NVRTC (CuPy RawModule): the same statements, bound to blocks and threads."""
 
     target = "cuda"
-    storage = {DType.float32: "float", DType.float16: "__half", DType.int32: "int",
-               DType.int64: "long long", DType.bool: "unsigned char"}
+    storage = {**C_STORAGE, DType.float16: "__half"}
     kernel_prefix = 'extern "C" __global__ void'
     restrict = "__restrict__"
 
@@ -293,7 +260,7 @@ class CudaRenderer(CRenderer):
                 "#define WB_FN __device__ __forceinline__\n"
                 "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
                 "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
-                + _COMMON_PRELUDE)
+                + _helpers(self.target))
 
     def to_compute(self, dtype: DType, src: str) -> str:
         return f"__half2float({src})" if dtype is DType.float16 else super().to_compute(dtype, src)
@@ -308,8 +275,9 @@ class CudaRenderer(CRenderer):
         # scratch per block reduction: one partial per warp, plus the broadcast result;
         # row caches: each thread stores and reloads only its own columns, so they
         # need no barrier of their own (warp mapping: one row slice per warp)
-        return ([f"  __shared__ double wb_red{i}[33];" for i in range(k.reductions)]
-                + [f"  __shared__ {_COMPUTE_C[x.dtype]} {x.name}[{x.numel * x.rows}];"
+        return ([f"  __shared__ double wb_red{i}[{REDUCE_SLOT_WORDS}];"
+                 for i in range(k.reductions)]
+                + [f"  __shared__ {x.dtype.c_compute} {x.name}[{x.numel * x.rows}];"
                    for x in k.scratch])
 
     def kernel(self, k: Kernel) -> str:
@@ -395,7 +363,7 @@ class CudaRenderer(CRenderer):
 
     def block_reduce(self, s: BlockReduce, depth: int) -> list[str]:
         p = self.indent_unit * depth
-        ct = _COMPUTE_C[s.dtype]
+        ct = s.dtype.c_compute
         comb = lambda a, b: s.combine.format(a, b)
         if s.width == "warp":
             # butterfly: every lane ends with the warp's result, no shared memory

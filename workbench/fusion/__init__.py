@@ -1,13 +1,17 @@
 """Fusion: plans (partitions into kernels), legality, transformations, planners."""
 from .plan import Group, Plan, StitchScheme, make_group
 from .cost import CostModel, Estimate, Factors, KernelFeatures, PlanEstimate, Sample
-from .devices import A100, H100, Device
-from .planners import PLANNERS, Decision, run_planner
-from .schedule import (MAPPINGS, GroupIO, Phase, Schedule, analyze, analyze_stitched,
-                       candidate_mappings, choose_mapping, group_io)
+from .devices import A100, DEFAULT_DEVICE, H100, Device
+from .geometry import Geometry, geometry
+from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
+from .partition import Decision
+from .planners import PLANNERS, run_planner
+from .analysis import analyze, analyze_stitched, candidate_mappings
+from .schedule import GroupIO, Phase, Schedule, group_io
 
-__all__ = ["A100", "CostModel", "Decision", "Device", "Estimate", "Factors", "Group",
-           "H100", "KernelFeatures", "PlanEstimate", "Sample", "GroupIO", "MAPPINGS",
-           "PLANNERS", "Phase", "Plan", "Schedule",
-           "StitchScheme", "analyze", "analyze_stitched", "candidate_mappings",
-           "choose_mapping", "group_io", "make_group", "run_planner"]
+__all__ = ["A100", "CostModel", "DEFAULT_DEVICE", "Decision", "Device", "Estimate",
+           "Factors", "Geometry", "Group", "GroupIO", "H100", "KernelFeatures", "MAPPINGS",
+           "Mapping", "PLANNERS", "Phase", "Plan", "PlanEstimate", "Sample", "Schedule",
+           "ScheduleKind", "StitchScheme", "analyze", "analyze_stitched",
+           "candidate_mappings", "choose_mapping", "geometry", "group_io", "make_group",
+           "run_planner"]

@@ -46,21 +46,31 @@ from typing import Iterable, Sequence
 from ..ir import Graph
 from ..ops import Kind, get_op
 from .devices import Device
+from .geometry import geometry
+from .mapping import Mapping, ScheduleKind
 from .plan import Group, Plan
-from .schedule import Schedule, group_io, pass_needs
+from .analysis import pass_needs
+from .geometry import shared_bytes
+from .schedule import Schedule, group_io
 
 # Fraction of the SM's threads that must be resident for a memory-bound kernel to keep
 # enough loads in flight to saturate DRAM (Little's law; ~50% on recent NVIDIA GPUs).
 OCCUPANCY_FOR_PEAK = 0.5
-FLAT_BLOCK = 256          # threads per block of flat loops (mirrors codegen.lower)
-CPU_THREAD_TILE = 64      # rows per CPU tile of a thread-per-row kernel (mirrors render)
 MAX_REGISTERS = 255
-MEMORY_KEYS = ("elementwise", "row_reduce/block", "row_reduce/warp", "row_reduce/split",
-               "row_reduce/thread", "stitched", "opaque")
 
 
 def memory_key(s: Schedule) -> str:
-    return f"row_reduce/{s.mapping}" if s.kind == "row_reduce" else s.kind
+    """Which memory factor prices a schedule: one per kind, and per mapping of a row
+    kernel (they reach different fractions of the bandwidth)."""
+    if s.kind is ScheduleKind.row_reduce:
+        return f"{s.kind.value}/{s.mapping.value}"
+    return s.kind.value
+
+
+MEMORY_KEYS = ((ScheduleKind.elementwise.value,)
+               + tuple(f"{ScheduleKind.row_reduce.value}/{m.value}"
+                       for m in (Mapping.block, Mapping.warp, Mapping.split, Mapping.thread))
+               + (ScheduleKind.stitched.value, ScheduleKind.opaque.value))
 
 
 @dataclass(frozen=True)
@@ -123,7 +133,7 @@ class Factors:
         GEMM ~70%; a CPU's bandwidth and arithmetic are measured by the same kind of
         loop the kernels are, so its factors start at 1 (libraries at 0.7 of the
         probe's rate is a guess that calibration corrects)."""
-        if device.kind == "gpu":
+        if device.is_gpu:
             mem, comp, lib = 1 / 0.85, 1 / 0.5, 1 / 0.7
         else:
             mem, comp, lib = 1.0, 1.0, 1 / 0.7
@@ -182,17 +192,15 @@ class Sample:
 # -- counting ---------------------------------------------------------------------------
 def _inlined(g: Graph, v: str, sched: Schedule) -> bool:
     # codegen inlines scalar constants as literals (library calls take arrays)
-    return sched.kind != "opaque" and v in g.constants and g.value(v).numel == 1
+    return (sched.kind is not ScheduleKind.opaque and v in g.constants
+            and g.value(v).numel == 1)
 
 
-def _library_flops(g: Graph, nid: str) -> float:
+def library_flops(g: Graph, nid: str) -> float:
+    """A library op's arithmetic, by its op definition."""
     n = g.node(nid)
-    out = g.value(n.outputs[0])
-    if n.op == "matmul":
-        return 2.0 * out.numel * g.value(n.inputs[0]).shape[-1]
-    if n.op == "conv2d":
-        return 2.0 * out.numel * math.prod(g.value(n.inputs[1]).shape[1:])
-    return float(out.numel)
+    return float(get_op(n.op).library_flops([g.value(i).shape for i in n.inputs],
+                                            g.value(n.outputs[0]).shape, n.attr_map))
 
 
 def _pass_counts(g: Graph, nodes: Sequence[str], s: Schedule) -> dict[str, int]:
@@ -207,22 +215,19 @@ def _pass_counts(g: Graph, nodes: Sequence[str], s: Schedule) -> dict[str, int]:
     return {v: (1 if v in cached else max(1, bin(m).count("1"))) for v, m in need.items()}
 
 
-def _arith(g: Graph, nodes: Sequence[str], s: Schedule, gpu: bool = True) -> float:
+def _arith(g: Graph, nodes: Sequence[str], s: Schedule, device: Device) -> float:
     """Generated-kernel flops, at the index each value is computed at."""
-    if s.kind == "elementwise":
-        io = group_io(g, tuple(nodes))
-        width = max((g.value(o).numel for o in io.outputs), default=1)
+    if s.kind is ScheduleKind.elementwise:
         return float(sum(get_op(g.node(n).op).flops for n in nodes
-                         if get_op(g.node(n).op).kind is not Kind.layout) * width)
+                         if get_op(g.node(n).op).kind is not Kind.layout) * s.elements)
     # row_reduce
     passes = _pass_counts(g, nodes, s)
     # combining a row's partials across its threads: shuffles and barriers over every
     # thread that shares the row (a warp, a block, a split row's blocks; none serially)
     # (on a CPU one thread owns a row: nothing to combine)
-    sharing = {"thread": 0, "warp": 32}.get(s.mapping) if gpu else 0
+    sharing = s.mapping.info.combine_threads if device.is_gpu else 0
     if sharing is None:
-        threads, _ = _geometry(s, 0, _GPU_SHAPE)
-        sharing = threads * max(1, s.splits)
+        sharing = geometry(s, device).threads * max(1, s.splits)
     reductions = sum(1 for n in nodes if get_op(g.node(n).op).kind is Kind.reduce)
     total = float(s.rows * reductions * sharing)
     domain = math.prod(s.domain)
@@ -242,50 +247,13 @@ def _arith(g: Graph, nodes: Sequence[str], s: Schedule, gpu: bool = True) -> flo
     return total
 
 
-# geometry queries that only need the GPU's rule (threads per block), not a device
-_GPU_SHAPE = Device("shape", "gpu", 1.0, 0.0, 1, 1.0)
-
-
-def _geometry(s: Schedule, nodes_numel: int, device: Device) -> tuple[int, int]:
-    """(threads per block, blocks) of a schedule, as codegen launches it; on a CPU the
-    blocks are the parallel work items (a flat loop's iterations, a thread-per-row
-    kernel's 64-row tiles)."""
-    cpu = device.kind == "cpu"
-    if s.kind == "elementwise":
-        vec = 4 if nodes_numel % 4 == 0 and nodes_numel >= 1024 else 1
-        if cpu:
-            return 1, nodes_numel
-        return FLAT_BLOCK, max(1, -(-nodes_numel // (FLAT_BLOCK * vec)))
-    if s.kind != "row_reduce":
-        return 1, 1
-    rows, cols = s.rows, s.cols
-    m = s.mapping
-    if m == "thread":
-        if cpu:
-            return 1, max(1, -(-rows // CPU_THREAD_TILE))
-        return FLAT_BLOCK, max(1, -(-rows // FLAT_BLOCK))
-    if m == "warp":
-        rpb = max(1, s.rows_per_block)
-        return 32 * rpb, max(1, -(-rows // rpb))
-    threads = 32
-    span = cols // max(1, s.splits) if m == "split" else cols
-    while threads < 512 and threads * 4 < span:
-        threads *= 2
-    if m == "split":
-        return threads, rows * max(1, s.splits)
-    return threads, rows
-
-
 def _scatter(g: Graph, s: Schedule, device: Device) -> float:
     """How much more a kernel's reads cost than their bytes: neighbouring threads (GPU)
     or consecutive iterations (CPU) must touch neighbouring elements. A row kernel whose
     row is spread over threads (warp, block, split) reads coalesced only when the
     reduced axes are innermost; a thread-per-row kernel only when they are not.
     Otherwise each element costs a whole transaction (sector or cache line)."""
-    if s.kind != "row_reduce":
-        return 1.0
-    innermost = (len(s.domain) - 1) in s.reduce_axes
-    if (s.mapping == "thread") != innermost:
+    if s.kind is not ScheduleKind.row_reduce or s.mapping.info.innermost == s.innermost:
         return 1.0
     return max(1.0, device.transaction_bytes / 4)
 
@@ -302,24 +270,13 @@ def _registers(g: Graph, nodes: Sequence[str], io, s: Schedule) -> int:
                + 6 * reduces)
 
 
-def _shared(s: Schedule, g: Graph) -> int:
-    """Per-block shared memory: block-reduction slots and the row cache, as the
-    schedule (and so codegen) allocates them."""
-    if s.kind != "row_reduce":
-        return 0
-    return s.shared_bytes
-
-
 def _efficiency(device: Device, threads: int, blocks: int, regs: int, smem: int,
                 cooperative: bool) -> tuple[float, float, str]:
-    """(occupancy, efficiency, why infeasible) of a launch on the device."""
-    if device.kind == "cpu":
+    """(occupancy, efficiency, why infeasible) of a launch on the device. Shared
+    memory and threads per block are legality (analysis refuses what exceeds them);
+    the register count is this model's estimate, so its limit is priced here."""
+    if not device.is_gpu:
         return 1.0, min(1.0, blocks / max(1, device.units)), ""
-    if device.shared_per_block and smem > device.shared_per_block:
-        return 0.0, 0.0, (f"shared memory {smem / 1024:.0f} KB > "
-                          f"{device.shared_per_block // 1024} KB per block")
-    if threads > device.max_threads_per_block:
-        return 0.0, 0.0, f"{threads} threads > {device.max_threads_per_block} per block"
     per_unit = [device.max_blocks_per_unit, device.max_threads_per_unit // threads]
     if device.registers_per_unit:
         per_unit.append(device.registers_per_unit // max(1, regs * threads))
@@ -346,21 +303,22 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
     io = group_io(g, nodes)
     read = sum(g.value(v).nbytes for v in io.inputs if not _inlined(g, v, s))
     written = sum(g.value(v).nbytes for v in io.outputs)
-    if s.kind == "opaque":
-        lib = sum(_library_flops(g, n) for n in nodes)
+    if s.kind is ScheduleKind.opaque:
+        lib = sum(library_flops(g, n) for n in nodes)
         return KernelFeatures("opaque", read, written, 0, 0.0, lib, 1, 0, 1, 1, 0, 0, 1.0,
                               1.0, (read + written) / device.dram_bandwidth, 0.0,
                               lib / device.peak_flops)
-    if s.kind == "stitched":
+    if s.kind is ScheduleKind.stitched:
         return _stitched_features(g, group, device, io, read, written)
-    width = max((g.value(o).numel for o in io.outputs), default=1)
-    threads, blocks = _geometry(s, width, device)
+    geo = geometry(s, device)
+    # on a CPU the parallel work items are what the cores share
+    threads, blocks = (geo.threads, geo.blocks) if device.is_gpu else (1, geo.cpu_items)
     regs = _registers(g, nodes, io, s)
-    smem = _shared(s, g)
+    smem = geo.shared_bytes
     barriers = s.grid_barriers
     occ, eff, bad = _efficiency(device, threads, blocks, regs, smem, barriers > 0)
-    flops = _arith(g, nodes, s, device.kind == "gpu")
-    util = max(eff, 1e-9) if device.kind == "gpu" else min(1.0, blocks / device.units)
+    flops = _arith(g, nodes, s, device)
+    util = max(eff, 1e-9) if device.is_gpu else min(1.0, blocks / device.units)
     mem = (read + written) * _scatter(g, s, device) / (device.dram_bandwidth
                                                       * max(eff, 1e-9))
     comp = flops / (device.peak_flops * max(util, 1e-9))
@@ -386,10 +344,7 @@ def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:
         threads, blocks = max(threads, sub.threads), max(blocks, sub.blocks)
         occ_min, eff_min = min(occ_min, sub.occupancy), min(eff_min, sub.efficiency)
         bad = bad or sub.infeasible
-    smem = s.shared_bytes     # reduction slots shared by the phases, row caches summed
-    if device.kind == "gpu" and device.shared_per_block and smem > device.shared_per_block:
-        bad = bad or (f"shared memory {smem / 1024:.0f} KB > "
-                      f"{device.shared_per_block // 1024} KB per block")
+    smem = shared_bytes(s)    # reduction slots shared by the phases, row caches summed
     scratch = 2 * sum(g.value(v).nbytes for v in s.through_global)
     return KernelFeatures("stitched", read, written, scratch, flops, 0.0, 1,
                           s.grid_barriers, threads, blocks, smem, regs, occ_min, eff_min,

@@ -43,10 +43,25 @@ class Device:
     # bytes one scattered access really moves: a 32-byte sector on NVIDIA GPUs, a
     # 64-byte cache line on x86 (what uncoalesced, strided reads cost per element)
     transaction_bytes: int = 32
+    # shared memory the driver reserves per resident block (1 KB since sm_80), and the
+    # granularity registers are allocated in per warp: both bound co-residency
+    reserved_shared_per_block: int = 0
+    register_alloc_unit: int = 1
 
     def __post_init__(self):
         if self.kind not in ("gpu", "cpu"):
             raise ValueError(f"device kind must be gpu or cpu, not {self.kind!r}")
+
+    @property
+    def shared_limit(self) -> int:
+        """Shared memory one block may use: the device's, or on a CPU (no limit of its
+        own) the portable CUDA limit, since every kernel also renders as CUDA and an
+        exported artifact may run on any GPU."""
+        return self.shared_per_block or PORTABLE_SHARED_PER_BLOCK
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
 
     def with_(self, **changes) -> "Device":
         """A copy with some fields changed (a Device is immutable)."""
@@ -58,6 +73,9 @@ class Device:
                 f"{'SMs' if self.kind == 'gpu' else 'cores'}, launch "
                 f"{self.launch_overhead * 1e6:.1f} us")
 
+
+# What every CUDA GPU gives a block without opting in to more.
+PORTABLE_SHARED_PER_BLOCK = 48 * 1024
 
 # NVIDIA H100 SXM5 80 GB: H100 Tensor Core GPU datasheet and the Hopper architecture
 # whitepaper (2022).
@@ -76,6 +94,7 @@ H100 = Device(
     warp=32,
     grid_barrier=2e-6,              # cooperative grid.sync(): ~1-3 us measured on recent GPUs
     cache_bytes=50 * 2**20,         # 50 MB L2
+    reserved_shared_per_block=1024, register_alloc_unit=256,   # CUDA occupancy rules
     source="NVIDIA H100 datasheet / Hopper whitepaper; launch and barrier costs assumed")
 
 # NVIDIA A100 SXM4 80 GB: A100 datasheet and the Ampere GA100 whitepaper (2020).
@@ -92,9 +111,13 @@ A100 = Device(
     warp=32,
     grid_barrier=2e-6,
     cache_bytes=40 * 2**20,         # 40 MB L2
+    reserved_shared_per_block=1024, register_alloc_unit=256,
     source="NVIDIA A100 datasheet / GA100 whitepaper; launch and barrier costs assumed")
 
 GPUS = {"h100": H100, "a100": A100}
+
+# The device plans are made for when none is named: schedules are sized for an H100.
+DEFAULT_DEVICE = H100
 
 
 def gpu_by_name(name: str) -> Device | None:

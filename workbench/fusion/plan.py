@@ -19,7 +19,11 @@ from typing import Iterable
 
 from ..errors import FusionRefused
 from ..ir import Graph
-from .schedule import MAPPINGS, Schedule, analyze, analyze_stitched
+from .cycles import cycle_reason, cycle_via
+from .devices import DEFAULT_DEVICE, Device
+from .mapping import Mapping, ScheduleKind
+from .analysis import analyze, analyze_stitched
+from .schedule import Schedule
 
 
 class StitchScheme(enum.Enum):
@@ -41,20 +45,20 @@ class Group:
     schedule: Schedule
     schemes: tuple[tuple[str, StitchScheme], ...] = ()
     forced: tuple[tuple[str, StitchScheme], ...] = ()
-    forced_mapping: str = ""
+    forced_mapping: str = ""       # what a user asked for: a mapping's name, or "auto"
 
     def scheme(self, value: str) -> StitchScheme | None:
         return dict(self.schemes).get(value)
 
     @property
     def stitched(self) -> bool:
-        return self.schedule.kind == "stitched"
+        return self.schedule.kind is ScheduleKind.stitched
 
 
 def _crosses_threads(g: Graph, o: str, sched: Schedule, members) -> bool:
     """A per-row result read by element-level code, in a mapping where a row's
     elements are spread over several threads (everything but thread per row)."""
-    return (sched.kind == "row_reduce" and sched.mapping != "thread"
+    return (sched.kind is ScheduleKind.row_reduce and sched.mapping.info.col_bind != "serial"
             and o in sched.per_row
             and any(c.id in members and all(x not in sched.per_row for x in c.outputs)
                     for c in g.consumers[o]))
@@ -67,7 +71,7 @@ def _schemes(g: Graph, nodes: tuple[str, ...], sched: Schedule):
     a value made in one phase of a stitched kernel and read in a later one goes
     through global memory (global); everything else stays in the thread that made it
     (local)."""
-    if sched.kind == "stitched":
+    if sched.kind is ScheduleKind.stitched:
         out = {}
         for p in sched.phases:
             out.update(_schemes(g, p.nodes, p.schedule))
@@ -87,9 +91,10 @@ def _schemes(g: Graph, nodes: tuple[str, ...], sched: Schedule):
 
 
 def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
-               mapping: str | None = None,
-               forced: Iterable[tuple[str, StitchScheme]] = ()) -> Group:
-    """The group of these nodes, or FusionRefused.
+               mapping: "Mapping | str | None" = None,
+               forced: Iterable[tuple[str, StitchScheme]] = (),
+               device: Device = DEFAULT_DEVICE) -> Group:
+    """The group of these nodes on ``device``, or FusionRefused.
 
     With ``stitch=False`` one template must fit (what the ``rules`` planner uses).
     With ``stitch=True``, when none fits, the nodes become a stitched multi-phase
@@ -111,29 +116,29 @@ def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
         if mapping is not None:
             raise FusionRefused("a thread mapping applies to a row-reduction kernel; a "
                                 "global scheme makes this one a stitched kernel")
-        sched = analyze_stitched(g, ns, through, regional, local)
+        sched = analyze_stitched(g, ns, through, regional, local, device)
     else:
         try:
-            sched = analyze(g, ns, mapping, regional, local)
+            sched = analyze(g, ns, mapping, regional, local, device)
         except FusionRefused:
             if not stitch or mapping is not None:
                 raise
-            if (regional or local) and _fits(g, ns):
+            if (regional or local) and _fits(g, ns, device):
                 raise    # the user's scheme is what does not fit: say so, do not stitch
             # (when stitching refuses too, its reason -- a library call, shared
             # memory -- is the one that matters)
-            sched = analyze_stitched(g, ns, (), regional, local)
+            sched = analyze_stitched(g, ns, (), regional, local, device)
     schemes = _schemes(g, ns, sched)
     have = dict(schemes)
     for v, sc in want.items():
         if have.get(v) is not sc:
             raise FusionRefused(_why_not(g, v, sc, have.get(v), sched))
-    return Group(f"k{order[ns[0]]}", ns, sched, schemes, forced, mapping or "")
+    return Group(f"k{order[ns[0]]}", ns, sched, schemes, forced, str(mapping or ""))
 
 
-def _fits(g: Graph, ns) -> bool:
+def _fits(g: Graph, ns, device: Device) -> bool:
     try:
-        analyze(g, ns)
+        analyze(g, ns, device=device)
         return True
     except FusionRefused:
         return False
@@ -149,10 +154,11 @@ def _why_not(g: Graph, v: str, want: StitchScheme, got, sched: Schedule) -> str:
     if want is StitchScheme.local and got is StitchScheme.global_:
         return (f"local {v}: its maker and its readers cannot share one template, so "
                 "it must pass through global memory (global)")
-    if want is StitchScheme.regional and sched.kind == "elementwise":
+    if want is StitchScheme.regional and sched.kind is ScheduleKind.elementwise:
         return (f"regional {v}: an elementwise kernel has no row shared by a block; "
                 "each thread computes its own elements (local)")
-    if want is StitchScheme.regional and sched.kind == "row_reduce" and v in sched.per_row:
+    if (want is StitchScheme.regional and sched.kind is ScheduleKind.row_reduce
+            and v in sched.per_row):
         return (f"regional {v}: it is one value per row read by no thread but its "
                 "maker, so there is nothing to share (local)")
     if want is StitchScheme.regional:
@@ -164,15 +170,18 @@ def _why_not(g: Graph, v: str, want: StitchScheme, got, sched: Schedule) -> str:
 
 @dataclass(frozen=True, eq=False)
 class Plan:
-    """A partition of ``graph``'s nodes into groups, in a topological order of groups."""
+    """A partition of ``graph``'s nodes into groups, in a topological order of groups,
+    made for ``device`` (its schedules are sized for it; see :mod:`.geometry`)."""
     graph: Graph
     groups: tuple[Group, ...]
     planner: str = "manual"
+    device: Device = DEFAULT_DEVICE
 
     @staticmethod
-    def singletons(g: Graph) -> "Plan":
+    def singletons(g: Graph, device: Device = DEFAULT_DEVICE) -> "Plan":
         """One kernel per op (the ``none`` planner)."""
-        return Plan(g, tuple(make_group(g, [n.id]) for n in g.nodes), "none")
+        return Plan(g, tuple(make_group(g, [n.id], device=device) for n in g.nodes), "none",
+                    device)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Plan) and self.key == other.key
@@ -182,10 +191,11 @@ class Plan:
 
     @cached_property
     def key(self) -> tuple:
-        # user-set schemes and mappings are part of a plan's identity (caches key on it)
-        return tuple(sorted((gr.nodes, gr.forced_mapping,
-                             tuple((v, sc.value) for v, sc in gr.forced))
-                            for gr in self.groups))
+        # user-set schemes and mappings are part of a plan's identity (caches key on it),
+        # and so is the device its schedules are sized for
+        return (self.device.name,) + tuple(sorted(
+            (gr.nodes, gr.forced_mapping, tuple((v, sc.value) for v, sc in gr.forced))
+            for gr in self.groups))
 
     @cached_property
     def group_of(self) -> dict[str, Group]:
@@ -220,8 +230,8 @@ class Plan:
         if len(merged) < 2:
             raise FusionRefused("the selection is already one kernel")
         nodes = {n for gr in merged.values() for n in gr.nodes}
-        self._check_acyclic(nodes)
-        new = make_group(self.graph, nodes, stitch)   # raises when no schedule fits
+        self._check_acyclic(set(merged))
+        new = make_group(self.graph, nodes, stitch, device=self.device)   # or refused
         return self._replace(set(merged), [new], planner)
 
     def set_scheme(self, value: str, scheme: "StitchScheme | str",
@@ -258,7 +268,7 @@ class Plan:
         forced = dict(gr.forced)
         forced[value] = sc
         new = make_group(g, gr.nodes, True, gr.forced_mapping or None,
-                         tuple(forced.items()))
+                         tuple(forced.items()), self.device)
         return self._replace({gr.id}, [new], planner)
 
     def set_mapping(self, ref: str, mapping: str, planner: str = "manual") -> "Plan":
@@ -269,13 +279,12 @@ class Plan:
         'warp'
         """
         gr = self.group(ref)
-        if mapping != "auto" and mapping not in MAPPINGS:
-            raise FusionRefused(f"unknown mapping {mapping!r}; choose one of "
-                                f"{', '.join(MAPPINGS)} or auto")
-        if gr.schedule.kind != "row_reduce":
-            raise FusionRefused(f"{gr.id} is a {gr.schedule.kind} kernel; a thread mapping "
-                                "applies to a row-reduction kernel")
-        new = make_group(self.graph, gr.nodes, True, mapping, gr.forced)
+        if mapping != "auto":
+            mapping = Mapping.parse(mapping)     # refuses an unknown name
+        if gr.schedule.kind is not ScheduleKind.row_reduce:
+            raise FusionRefused(f"{gr.id} is a {gr.schedule.kind.value} kernel; a thread "
+                                "mapping applies to a row-reduction kernel")
+        new = make_group(self.graph, gr.nodes, True, mapping, gr.forced, self.device)
         return self._replace({gr.id}, [new], planner)
 
     def describe(self) -> str:
@@ -304,14 +313,27 @@ class Plan:
         gr = self.group(ref)
         if len(gr.nodes) == 1:
             raise FusionRefused(f"{gr.id} has one op; there is nothing to split")
-        return self._replace({gr.id}, [make_group(self.graph, [n]) for n in gr.nodes], planner)
+        return self._replace({gr.id}, [make_group(self.graph, [n], device=self.device)
+                                       for n in gr.nodes], planner)
 
     def _replace(self, drop: set[str], add: list[Group], planner: str) -> "Plan":
         keep = [gr for gr in self.groups if gr.id not in drop] + add
-        return Plan(self.graph, toposort_groups(self.graph, keep), planner)
+        return Plan(self.graph, toposort_groups(self.graph, keep), planner, self.device)
 
-    def _check_acyclic(self, nodes: set[str]) -> None:
-        check_acyclic(self.graph, {gr.id: gr for gr in self.groups}, self.group_of, nodes)
+    def _check_acyclic(self, gids: set[str]) -> None:
+        """Refuse when merging these groups would make kernels depend on each other in
+        a cycle (:mod:`.cycles`)."""
+        g, owner = self.graph, self.group_of
+        by_id = {gr.id: gr for gr in self.groups}
+
+        def successors(gid):
+            return {owner[c.id].id for n in by_id[gid].nodes for o in g.node(n).outputs
+                    for c in g.consumers[o]} - {gid}
+
+        via = cycle_via(gids, successors)
+        if via is not None:
+            gr = by_id[via]
+            raise FusionRefused(cycle_reason(gr.nodes[0], gr.id, len(gr.nodes)))
 
 
 def _as_scheme(scheme) -> StitchScheme:
@@ -322,37 +344,6 @@ def _as_scheme(scheme) -> StitchScheme:
             return sc
     raise FusionRefused(f"unknown stitch scheme {scheme!r}; choose one of "
                         + ", ".join(sc.value for sc in StitchScheme))
-
-
-def check_acyclic(g: Graph, groups: dict[str, Group], owner: dict[str, Group],
-                  nodes: set[str]) -> None:
-    """Refuse when merging ``nodes``' groups would make kernels depend on each other in
-    a cycle.
-
-    Kernels run as units, so the check walks the group graph: from the groups the
-    selection feeds, follow consumers; reaching the selection again means some outside
-    kernel both reads from it and feeds it.
-    """
-    def successors(node_ids):
-        return {owner[c.id].id for n in node_ids for o in g.node(n).outputs
-                for c in g.consumers[o]}
-
-    merged = {owner[n].id for n in nodes}
-    start = successors(nodes) - merged
-    via = {s: s for s in start}
-    stack = list(start)
-    while stack:
-        cur = stack.pop()
-        for nxt in successors(groups[cur].nodes):
-            if nxt in merged:
-                first = groups[via[cur]]
-                raise FusionRefused(
-                    f"would create a cycle through {first.nodes[0]}"
-                    + (f" (kernel {first.id})" if len(first.nodes) > 1 else "")
-                    + ": it reads from the selection and feeds back into it")
-            if nxt not in via:
-                via[nxt] = via[cur]
-                stack.append(nxt)
 
 
 def toposort_groups(g: Graph, groups: list[Group]) -> tuple[Group, ...]:

@@ -41,10 +41,12 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, get_op
 from .cost import CostModel
-from .devices import H100
+from .devices import DEFAULT_DEVICE, Device
+from .greedy import rules_partition
+from .mapping import ScheduleKind
+from .partition import Decision, Partition
 from .plan import Group, Plan, make_group, toposort_groups
-from .planners import Decision, Partition, rules_partition
-from .schedule import analyze, analyze_stitched, candidate_mappings
+from .analysis import analyze, analyze_stitched, candidate_mappings
 
 DOMINANT_FLOPS = 4        # an elementwise op this costly anchors a kernel
 BEAM = 3                  # plans kept per step
@@ -92,6 +94,7 @@ class _Search:
 
     def __init__(self, g: Graph, model: CostModel, stitch: bool):
         self.g, self.model, self.stitch = g, model, stitch
+        self.device = model.device
         self.index = g.position
         self.kind = {n.id: get_op(n.op).kind for n in g.nodes}
         self._groups: dict[frozenset, Group | str] = {}
@@ -116,13 +119,15 @@ class _Search:
         if hit is None:
             ns = tuple(sorted(nodes, key=self.index.__getitem__))
             try:
-                hit = Group(f"k{self.index[ns[0]]}", ns, analyze(self.g, ns))
+                hit = Group(f"k{self.index[ns[0]]}", ns,
+                            analyze(self.g, ns, device=self.device))
             except FusionRefused as e:
                 hit = self.single_refusal[nodes] = str(e)
                 if (self.stitch and len(ns) <= STITCH_MAX
                         and not any(self.kind[n] is Kind.opaque for n in ns)):
                     try:
-                        hit = Group(f"k{self.index[ns[0]]}", ns, analyze_stitched(self.g, ns))
+                        hit = Group(f"k{self.index[ns[0]]}", ns,
+                                    analyze_stitched(self.g, ns, device=self.device))
                     except FusionRefused:
                         pass
             self._groups[nodes] = hit
@@ -133,9 +138,8 @@ class _Search:
         gr = self.group(frozenset(nodes))
         if isinstance(gr, str):       # every group of a visited plan was legal
             raise FusionRefused(gr)
-        if gr.schedule.kind == "stitched":
-            return make_group(self.g, gr.nodes, stitch=True)
-        return make_group(self.g, gr.nodes)
+        return make_group(self.g, gr.nodes, stitch=gr.schedule.kind is ScheduleKind.stitched,
+                          device=self.device)
 
     def cost(self, nodes: frozenset) -> float:
         c = self._costs.get(nodes)
@@ -179,7 +183,8 @@ class _Search:
         gain = base - self.cost(u)
         out = [_Move("merge", a, b, "", gain)] if gain > EPS else []
         single = self.group(u)
-        if not peel or (isinstance(single, Group) and single.schedule.kind != "stitched"):
+        if not peel or (isinstance(single, Group)
+                        and single.schedule.kind is not ScheduleKind.stitched):
             return out
         # no single template fits both: maybe one fits once an op leaves
         for side, other in ((a, b), (b, a)):
@@ -288,7 +293,7 @@ def _decision(search: _Search, mv: _Move) -> Decision:
                    f"passes {_mb(-saved)} more through global memory")
         before = search.cost(a) + search.cost(b)
         gr = search.group(u)
-        stitched = isinstance(gr, Group) and gr.schedule.kind == "stitched"
+        stitched = isinstance(gr, Group) and gr.schedule.kind is ScheduleKind.stitched
         how = " as a stitched kernel" if stitched else ""
         first, second = sorted((a, b), key=lambda s: -len(s))
         return Decision(
@@ -370,11 +375,11 @@ def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]
     groups, log = [], []
     for gr in plan.groups:
         best, best_t = gr, model.estimate(g, gr).seconds
-        for m in candidate_mappings(gr.schedule):
-            if m == gr.schedule.mapping:
+        for m in candidate_mappings(gr.schedule, search.device):
+            if m is gr.schedule.mapping:
                 continue
             try:
-                cand = make_group(g, gr.nodes, mapping=m)
+                cand = make_group(g, gr.nodes, mapping=m, device=search.device)
             except FusionRefused:
                 continue
             t = model.estimate(g, cand).seconds
@@ -386,7 +391,7 @@ def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]
                 f"{gr.id} {best.schedule.describe()} instead of {gr.schedule.mapping}: "
                 f"predicted {_ms(model.estimate(g, gr).seconds)} -> {_ms(best_t)}"))
         groups.append(best)
-    return Plan(g, toposort_groups(g, groups), plan.planner), log
+    return Plan(g, toposort_groups(g, groups), plan.planner, plan.device), log
 
 
 def _not_fused(search: _Search, part: Partition) -> list[Decision]:
@@ -420,15 +425,16 @@ def _not_fused(search: _Search, part: Partition) -> list[Decision]:
     return out
 
 
-def plan_stitch(g: Graph, model: CostModel | None = None, beam: int = BEAM,
-                branch: int = BRANCH) -> tuple[Plan, list[Decision]]:
+def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None = None,
+                beam: int = BEAM, branch: int = BRANCH) -> tuple[Plan, list[Decision]]:
     """The stitch planner's plan of g and its decisions (see the module docstring).
 
-    ``model`` scores plans; without one, an uncalibrated H100 model (the GPU the
-    schedules are sized for)."""
-    model = model or CostModel.for_device(H100)
+    ``model`` scores plans and its device is the one planned for; without one, the
+    uncalibrated model of ``device`` (default: the GPU schedules are sized for)."""
+    if model is None or (device is not None and device != model.device):
+        model = CostModel.for_device(device or DEFAULT_DEVICE)
     search = _Search(g, model, stitch=True)
-    rules, _ = rules_partition(g)
+    rules, _ = rules_partition(g, device=search.device)
     seed = _State(rules, _score(search, rules), {}, (Decision(
         "seed", (), f"the rules plan, {len(rules.members)} kernels"),))
     seed.moves = search.moves_for(rules, list(rules.members))
@@ -452,7 +458,7 @@ def plan_stitch(g: Graph, model: CostModel | None = None, beam: int = BEAM,
     else:
         log = list(best.log)
     plan = Plan(g, toposort_groups(g, [search.final(m) for m in best.part.members.values()]),
-                "stitch")
+                "stitch", search.device)
     plan, mapped = _choose_mappings(search, plan)
     dom = dominant_ops(g)
     head = Decision("dominant", tuple(dom[:8]),

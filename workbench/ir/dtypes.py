@@ -41,6 +41,11 @@ class DType(enum.Enum):
         """The type arithmetic is done in inside a kernel."""
         return DType.float32 if self is DType.float16 else self
 
+    @property
+    def c_compute(self) -> str:
+        """The C type a kernel computes this dtype's values in."""
+        return C_COMPUTE[self.compute]
+
     @staticmethod
     def of(x) -> "DType":
         """DType from a name, a numpy dtype or a DType: ``DType.of('float32')``."""
@@ -52,6 +57,22 @@ class DType(enum.Enum):
             raise ValueError(f"unsupported dtype {x!r}; supported: "
                              f"{', '.join(d.value for d in DType)}") from None
 
+
+# C types: what kernels compute in (half precision in float, bool as int 0/1), and what
+# sits in memory in C (a target whose storage differs, CUDA's __half, overrides it).
+C_COMPUTE = {
+    DType.float32: "float",
+    DType.int32: "int",
+    DType.int64: "long long",
+    DType.bool: "int",
+}
+C_STORAGE = {
+    DType.float32: "float",
+    DType.float16: "_Float16",
+    DType.int32: "int",
+    DType.int64: "long long",
+    DType.bool: "unsigned char",
+}
 
 # Relative error bound accepted when a kernel is compared with the NumPy reference.
 # float16 rounds at every stored intermediate in the reference but only once in a

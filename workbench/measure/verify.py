@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Graph
-from ..ops import Kind, evaluate_node, get_op
+from ..ops import evaluate_node, get_op
 from .compare import max_rel_error, tolerance
 
 
@@ -48,18 +48,16 @@ def _reference_env(g: Graph, nodes, env) -> dict:
 
 
 def _reduction_scale(g: Graph, v: str, local, env):
-    """|x| reduced like x, for a reduction output v; None for other values."""
+    """The magnitude a reduction output v's rounding is bounded by (its op's
+    ``error_scale`` of |x|); None for other values."""
     n = g.producer.get(v)
-    if n is None or get_op(n.op).kind is not Kind.reduce or n.op == "reduce_prod":
+    scale = get_op(n.op).error_scale if n is not None else None
+    if scale is None:
         return None
     x = local.get(n.inputs[0], env.get(n.inputs[0]))
     if x is None or not np.issubdtype(x.dtype, np.floating):
         return None
-    absx = np.abs(x.astype(np.float64))
-    op = "reduce_mean" if n.op == "reduce_mean" else "reduce_sum"
-    if n.op in ("reduce_max", "reduce_min"):
-        op = "reduce_max"
-    return get_op(op).reference([absx], n.attr_map)[0]
+    return scale(np.abs(x.astype(np.float64)), n.attr_map)
 
 
 def verify_kernels(program, env: dict) -> list[KernelCheck]:

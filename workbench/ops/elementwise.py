@@ -11,7 +11,43 @@ import numpy as np
 
 from ..errors import GraphError
 from ..ir.dtypes import DType
-from .registry import Kind, Mapping_, OpDef, broadcast_shapes, register
+from .registry import Helper, Kind, OpDef, broadcast_shapes, register
+
+# -- prelude helpers the scalar expressions call --------------------------------------
+LIMITS = Helper("WB_MIN/MAX", r"""
+#define WB_MIN_int32 (-2147483647 - 1)
+#define WB_MAX_int32 2147483647
+#define WB_MIN_int64 (-9223372036854775807LL - 1)
+#define WB_MAX_int64 9223372036854775807LL
+""")
+FMAX = Helper("wb_fmax", r"""/* NaN-propagating max/min, as NumPy's maximum/minimum (fmaxf would drop the NaN) */
+/* (| not ||: no short circuit, so loops over them still vectorize) */
+WB_FN float wb_fmax(float a, float b) { return ((a != a) | (a > b)) ? a : b; }
+WB_FN float wb_fmin(float a, float b) { return ((a != a) | (a < b)) ? a : b; }
+""")
+IDIV = Helper("wb_idiv", r"""/* integer division truncates toward zero; x / 0 gives 0 instead of trapping */
+WB_FN long long wb_idiv(long long a, long long b) { return b == 0 ? 0 : a / b; }
+""")
+IPOW = Helper("wb_ipow", r"""WB_FN long long wb_ipow(long long a, long long b) {
+  long long r = 1;
+  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
+  return r;
+}
+""")
+F2I = Helper("wb_f2i", r"""/* float -> int saturates and maps NaN to 0, as NumPy does on x86 */
+WB_FN int wb_f2i_int32(float x) {
+  return x != x ? 0 : (x >= 2147483647.0f ? WB_MAX_int32 :
+         (x <= -2147483648.0f ? WB_MIN_int32 : (int)x));
+}
+WB_FN long long wb_f2i_int64(float x) {
+  return x != x ? 0 : (x >= 9.2233720e18f ? WB_MAX_int64 :
+         (x <= -9.2233720e18f ? WB_MIN_int64 : (long long)x));
+}
+""")
+# CUDA has rsqrtf; C does not
+RSQRT = Helper("rsqrtf", "/* CUDA has rsqrtf; C does not */\n"
+                "WB_FN float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n", cuda="")
 
 
 def _same_dtype(op: str, values) -> DType:
@@ -22,8 +58,7 @@ def _same_dtype(op: str, values) -> DType:
     return dts.pop()
 
 
-def _unary(name, scalar_f, ref, scalar_i=None, kinds="f", mapping=Mapping_.one_to_one,
-           flops=1, doc=""):
+def _unary(name, scalar_f, ref, scalar_i=None, kinds="f", flops=1, doc="", helpers=()):
     def infer(ins, attrs):
         dt = ins[0].dtype
         if dt.kind not in kinds:
@@ -39,8 +74,8 @@ def _unary(name, scalar_f, ref, scalar_i=None, kinds="f", mapping=Mapping_.one_t
         with np.errstate(all="ignore"):
             return [np.asarray(ref(xs[0])).astype(xs[0].dtype, copy=False)]
 
-    return register(OpDef(name, Kind.elementwise, mapping, (1, 1), infer, reference,
-                          scalar, doc, flops))
+    return register(OpDef(name, Kind.elementwise, (1, 1), infer, reference, scalar, doc,
+                          flops, tuple(helpers)))
 
 
 def _int_div(a, b):
@@ -55,7 +90,7 @@ _unary("abs", "fabsf({0})", np.abs, scalar_i="({0} < 0 ? -{0} : {0})", kinds="fi
 _unary("exp", "expf({0})", np.exp, flops=4)
 _unary("log", "logf({0})", np.log, flops=4)
 _unary("sqrt", "sqrtf({0})", np.sqrt, flops=4)
-_unary("rsqrt", "rsqrtf({0})", lambda x: 1 / np.sqrt(x), flops=4)
+_unary("rsqrt", "rsqrtf({0})", lambda x: 1 / np.sqrt(x), flops=4, helpers=(RSQRT,))
 _unary("reciprocal", "(1.0f / {0})", np.reciprocal, flops=2)
 _unary("tanh", "tanhf({0})", np.tanh, flops=8)
 _unary("erf", "erff({0})", lambda x: _erf(x), flops=8)
@@ -75,7 +110,8 @@ def _erf(x):
     return erf(x.astype(np.float64))
 
 
-def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, doc=""):
+def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, doc="",
+            helpers=()):
     def infer(ins, attrs):
         dt = _same_dtype(name, ins)
         if dt.kind not in kinds:
@@ -91,8 +127,8 @@ def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, d
             r = ref(a, b)
         return [np.asarray(r).astype((out or DType.of(a.dtype)).np, copy=False)]
 
-    return register(OpDef(name, Kind.elementwise, Mapping_.one_to_one, (2, 2), infer,
-                          reference, scalar, doc, flops))
+    return register(OpDef(name, Kind.elementwise, (2, 2), infer, reference, scalar, doc,
+                          flops, tuple(helpers)))
 
 
 _binary("add", "({0} + {1})", np.add)
@@ -100,12 +136,14 @@ _binary("sub", "({0} - {1})", np.subtract)
 _binary("mul", "({0} * {1})", np.multiply)
 _binary("div", "({0} / {1})",
         lambda a, b: np.true_divide(a, b) if a.dtype.kind == "f" else _int_div(a, b),
-        scalar_i="wb_idiv({0}, {1})")
+        scalar_i="wb_idiv({0}, {1})", helpers=(IDIV,))
 _binary("pow", "powf({0}, {1})", np.power,
-        scalar_i="wb_ipow({0}, {1})", flops=8)
+        scalar_i="wb_ipow({0}, {1})", flops=8, helpers=(IPOW,))
 # NaN-propagating like NumPy (fmaxf would drop the NaN)
-_binary("max", "wb_fmax({0}, {1})", np.maximum, scalar_i="({0} > {1} ? {0} : {1})")
-_binary("min", "wb_fmin({0}, {1})", np.minimum, scalar_i="({0} < {1} ? {0} : {1})")
+_binary("max", "wb_fmax({0}, {1})", np.maximum, scalar_i="({0} > {1} ? {0} : {1})",
+        helpers=(FMAX,))
+_binary("min", "wb_fmin({0}, {1})", np.minimum, scalar_i="({0} < {1} ? {0} : {1})",
+        helpers=(FMAX,))
 for _n, _c, _f in [("eq", "==", np.equal), ("ne", "!=", np.not_equal), ("lt", "<", np.less),
                    ("le", "<=", np.less_equal), ("gt", ">", np.greater),
                    ("ge", ">=", np.greater_equal)]:
@@ -122,7 +160,7 @@ def _where_infer(ins, attrs):
     return [(broadcast_shapes(c.shape, a.shape, b.shape), dt)]
 
 
-register(OpDef("where", Kind.elementwise, Mapping_.one_to_one, (3, 3), _where_infer,
+register(OpDef("where", Kind.elementwise, (3, 3), _where_infer,
                lambda xs, at: [np.where(xs[0], xs[1], xs[2])],
                lambda a, i, o, at: "({0} ? {1} : {2})".format(*a), "cond ? a : b"))
 
@@ -138,11 +176,7 @@ def _cast_scalar(args, in_dt, out_dt, attrs):
     if src == "f" and dst == "i":
         # out-of-range float->int is undefined in C; NumPy saturates on x86, so clamp
         return f"wb_f2i_{out_dt.value}({args[0]})"
-    return f"(({_CTYPE[out_dt.compute]}){args[0]})"
-
-
-_CTYPE = {DType.float32: "float", DType.int32: "int", DType.int64: "long long",
-          DType.bool: "int"}
+    return f"(({out_dt.c_compute}){args[0]})"
 
 
 def _cast_ref(xs, attrs):
@@ -160,5 +194,5 @@ def _cast_ref(xs, attrs):
         return [x.astype(to.np)]
 
 
-register(OpDef("cast", Kind.elementwise, Mapping_.one_to_one, (1, 1), _cast_infer,
-               _cast_ref, _cast_scalar, "convert element type (attr to)"))
+register(OpDef("cast", Kind.elementwise, (1, 1), _cast_infer, _cast_ref, _cast_scalar,
+               "convert element type (attr to)", helpers=(LIMITS, F2I)))

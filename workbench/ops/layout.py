@@ -1,7 +1,11 @@
 """Layout ops: they move elements without arithmetic.
 
-Codegen treats each as an index transform (given the output index, which input element
-is read), so they fuse into elementwise kernels without materializing anything.
+Each defines its *index rule* beside its shape rule: given the index of an output
+element, the expression for it in terms of its input(s) at some index (see
+:class:`~workbench.ops.registry.IndexContext`). Lowering follows the rules back to
+loads, so layout ops fuse into elementwise kernels without materializing anything.
+Each also says whether a row-reduction kernel may hold it (``row_role``): views that
+reshape per-row results may; ops that move elements across a row may not.
 """
 from __future__ import annotations
 
@@ -9,7 +13,19 @@ import numpy as np
 
 from ..errors import GraphError
 from ..ir.dtypes import DType
-from .registry import Kind, Mapping_, OpDef, broadcast_shapes, normalize_axes, register
+from .index import Index, add
+from .registry import (Helper, Kind, OpDef, RowRole, broadcast_shapes, normalize_axes,
+                       register)
+
+CLAMPI = Helper("wb_clampi",
+                "WB_FN int wb_clampi(int x, int lo, int hi) "
+                "{ return x < lo ? lo : (x > hi ? hi : x); }\n")
+
+
+def _view_index(ctx, node, k, idx: Index) -> str:
+    # the same row-major data under another shape
+    src = node.inputs[0]
+    return ctx.at(src, idx.reshape_to(ctx.shape(src)))
 
 
 def _contig(a):
@@ -28,9 +44,10 @@ def _reshape_infer(ins, attrs):
     return [(shape, ins[0].dtype)]
 
 
-register(OpDef("reshape", Kind.layout, Mapping_.reorganize, (1, 1), _reshape_infer,
+register(OpDef("reshape", Kind.layout, (1, 1), _reshape_infer,
                lambda xs, a: [xs[0].reshape(a["shape"])], None,
-               "reinterpret the row-major data with a new static shape (attr shape)"))
+               "reinterpret the row-major data with a new static shape (attr shape)",
+               index=_view_index, row_role=RowRole.per_row_view))
 
 
 def _squeeze_infer(ins, attrs):
@@ -41,9 +58,10 @@ def _squeeze_infer(ins, attrs):
     return [(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)]
 
 
-register(OpDef("squeeze", Kind.layout, Mapping_.reorganize, (1, 1), _squeeze_infer,
+register(OpDef("squeeze", Kind.layout, (1, 1), _squeeze_infer,
                lambda xs, a: [np.squeeze(xs[0], axis=normalize_axes(a["axes"], xs[0].ndim))],
-               None, "remove size-1 axes (attr axes)"))
+               None, "remove size-1 axes (attr axes)", index=_view_index,
+               row_role=RowRole.per_row_view))
 
 
 def _unsqueeze_infer(ins, attrs):
@@ -54,9 +72,10 @@ def _unsqueeze_infer(ins, attrs):
     return [(tuple(1 if i in axes else next(it) for i in range(rank)), x.dtype)]
 
 
-register(OpDef("unsqueeze", Kind.layout, Mapping_.reorganize, (1, 1), _unsqueeze_infer,
+register(OpDef("unsqueeze", Kind.layout, (1, 1), _unsqueeze_infer,
                lambda xs, a: [xs[0].reshape(_unsqueeze_infer([_V(xs[0])], a)[0][0])],
-               None, "insert size-1 axes (attr axes, positions in the output)"))
+               None, "insert size-1 axes (attr axes, positions in the output)",
+               index=_view_index, row_role=RowRole.per_row_view))
 
 
 class _V:
@@ -73,9 +92,16 @@ def _transpose_infer(ins, attrs):
     return [(tuple(x.shape[p] for p in perm), x.dtype)]
 
 
-register(OpDef("transpose", Kind.layout, Mapping_.shuffle, (1, 1), _transpose_infer,
+def _transpose_index(ctx, node, k, idx: Index) -> str:
+    src = node.inputs[0]
+    perm = node.attr("perm") or tuple(reversed(range(len(ctx.shape(src)))))
+    return ctx.at(src, idx.transpose(perm))
+
+
+register(OpDef("transpose", Kind.layout, (1, 1), _transpose_infer,
                lambda xs, a: [_contig(np.transpose(xs[0], a.get("perm")))],
-               None, "permute axes (attr perm)"))
+               None, "permute axes (attr perm)", index=_transpose_index,
+               row_role=RowRole.never))
 
 
 def _expand_infer(ins, attrs):
@@ -83,10 +109,17 @@ def _expand_infer(ins, attrs):
     return [(shape, ins[0].dtype)]
 
 
-register(OpDef("expand", Kind.layout, Mapping_.one_to_many, (1, 1), _expand_infer,
+def _expand_index(ctx, node, k, idx: Index) -> str:
+    src = node.inputs[0]
+    return ctx.at(src, idx.broadcast_to(ctx.shape(src)))
+
+
+# (a broadcast is an element of the row like any elementwise op's result)
+register(OpDef("expand", Kind.layout, (1, 1), _expand_infer,
                lambda xs, a: [_contig(np.broadcast_to(
                    xs[0], _expand_infer([_V(xs[0])], a)[0][0]))],
-               None, "broadcast to a shape (attr shape, NumPy rules)"))
+               None, "broadcast to a shape (attr shape, NumPy rules)", index=_expand_index,
+               row_role=RowRole.element))
 
 
 def slice_params(shape, attrs):
@@ -120,8 +153,15 @@ def _slice_ref(xs, attrs):
     return [_contig(xs[0][sl])]
 
 
-register(OpDef("slice", Kind.layout, Mapping_.reorganize, (1, 1), _slice_infer, _slice_ref,
-               None, "static strided slice (attrs starts, ends, axes, steps)"))
+def _slice_index(ctx, node, k, idx: Index) -> str:
+    src = node.inputs[0]
+    shape = ctx.shape(src)
+    return ctx.at(src, idx.slice_of(shape, slice_params(shape, node.attr_map)))
+
+
+register(OpDef("slice", Kind.layout, (1, 1), _slice_infer, _slice_ref,
+               None, "static strided slice (attrs starts, ends, axes, steps)",
+               index=_slice_index, row_role=RowRole.never))
 
 
 def _concat_infer(ins, attrs):
@@ -141,9 +181,28 @@ def _concat_infer(ins, attrs):
     return [(shape, ins[0].dtype)]
 
 
-register(OpDef("concat", Kind.layout, Mapping_.reorganize, (1, 64), _concat_infer,
+def _concat_index(ctx, node, k, idx: Index) -> str:
+    # Branch-free: read every part at a clamped (always valid) index, then select.
+    axis = int(node.attr("axis")) % len(idx.shape)
+    d = idx.digits()
+    parts, off = [], 0
+    for name in node.inputs:
+        shape = ctx.shape(name)
+        n = shape[axis]
+        dd = list(d)
+        dd[axis] = f"wb_clampi({add(d[axis], str(-off))}, 0, {n - 1})"
+        parts.append((off, ctx.at(name, Index.from_digits(dd, shape))))
+        off += n
+    expr = parts[-1][1]
+    for (o, var), (o_next, _) in reversed(list(zip(parts[:-1], parts[1:]))):
+        expr = f"({d[axis]} < {o_next} ? {var} : {expr})"
+    return ctx.let(ctx.dtype(node.outputs[0]).compute, expr)
+
+
+register(OpDef("concat", Kind.layout, (1, 64), _concat_infer,
                lambda xs, a: [np.concatenate(xs, axis=int(a["axis"]))], None,
-               "join along attr axis"))
+               "join along attr axis", helpers=(CLAMPI,), index=_concat_index,
+               row_role=RowRole.never))
 
 
 def _split_infer(ins, attrs):
@@ -162,8 +221,19 @@ def _split_ref(xs, attrs):
     return [_contig(p) for p in np.split(xs[0], cuts, axis=axis)]
 
 
-register(OpDef("split", Kind.layout, Mapping_.reorganize, (1, 1), _split_infer, _split_ref,
-               None, "cut along attr axis into attr sizes"))
+def _split_index(ctx, node, k, idx: Index) -> str:
+    src = node.inputs[0]
+    shape = ctx.shape(src)
+    axis = int(node.attr("axis")) % len(shape)
+    start = int(sum(node.attr("sizes")[:k]))
+    d = idx.digits()
+    d[axis] = add(d[axis], str(start))
+    return ctx.at(src, Index.from_digits(d, shape))
+
+
+register(OpDef("split", Kind.layout, (1, 1), _split_infer, _split_ref,
+               None, "cut along attr axis into attr sizes", index=_split_index,
+               row_role=RowRole.never))
 
 
 def _gather_infer(ins, attrs):
@@ -184,5 +254,18 @@ def _gather_ref(xs, attrs):
     return [_contig(np.take(data, idx, axis=axis))]
 
 
-register(OpDef("gather", Kind.layout, Mapping_.one_to_many, (2, 2), _gather_infer,
-               _gather_ref, None, "take along attr axis at integer indices"))
+def _gather_index(ctx, node, k, idx: Index) -> str:
+    data, ind = ctx.shape(node.inputs[0]), ctx.shape(node.inputs[1])
+    axis = int(node.attr("axis", 0)) % len(data)
+    d = idx.digits()
+    r = len(ind)
+    i = ctx.at(node.inputs[1], Index.from_digits(d[axis:axis + r], ind))
+    n = data[axis]
+    # negative indices count from the end; out-of-range ones are clamped
+    sel = ctx.let(DType.int32, f"wb_clampi((int)({i} < 0 ? {i} + {n} : {i}), 0, {n - 1})")
+    return ctx.at(node.inputs[0], Index.from_digits(d[:axis] + [sel] + d[axis + r:], data))
+
+
+register(OpDef("gather", Kind.layout, (2, 2), _gather_infer,
+               _gather_ref, None, "take along attr axis at integer indices",
+               helpers=(CLAMPI,), index=_gather_index, row_role=RowRole.never))

@@ -1,13 +1,18 @@
 """Opaque library ops: compute-bound work handed to NumPy (CPU) or CuPy (GPU).
 
-Fusion never puts them in a group with other ops; codegen emits a library call.
+Fusion never puts them in a group with other ops; codegen emits a library call, which
+the backend runs with the op's ``library`` implementation on its array module. Each
+says how much arithmetic it does (``library_flops``) for the kernel IR and the cost
+model.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
 from ..errors import GraphError
-from .registry import Kind, Mapping_, OpDef, broadcast_shapes, register
+from .registry import Kind, OpDef, broadcast_shapes, register
 
 
 def _matmul_infer(ins, attrs):
@@ -36,8 +41,21 @@ def _matmul_ref(xs, attrs):
     return [np.matmul(a, b)]
 
 
-register(OpDef("matmul", Kind.opaque, Mapping_.many_to_many, (2, 2), _matmul_infer,
-               _matmul_ref, None, "NumPy matmul semantics (batched, broadcast)"))
+def _matmul_library(xp, xs, attrs):
+    a, b = xs
+    if a.dtype == np.float16 and xp is np:   # NumPy would accumulate in half precision
+        return _matmul_ref(xs, attrs)
+    return [xp.matmul(a, b)]
+
+
+def _matmul_flops(in_shapes, out_shape, attrs) -> float:
+    # 2 per multiply-add; the inner dimension is the first input's last
+    return 2.0 * math.prod(out_shape) * in_shapes[0][-1]
+
+
+register(OpDef("matmul", Kind.opaque, (2, 2), _matmul_infer, _matmul_ref, None,
+               "NumPy matmul semantics (batched, broadcast)", library=_matmul_library,
+               library_flops=_matmul_flops))
 
 
 def conv_out_shape(x, w, attrs):
@@ -93,6 +111,12 @@ def conv2d_reference(xs, attrs, xp=np):
     return [out.astype(x.dtype)]
 
 
-register(OpDef("conv2d", Kind.opaque, Mapping_.many_to_many, (2, 3), _conv_infer,
-               conv2d_reference, None,
-               "2-D convolution NCHW x KCRS (+bias); attrs strides, pads, dilations, group"))
+def _conv_flops(in_shapes, out_shape, attrs) -> float:
+    # each output element: one multiply-add per weight of its filter (C/group x R x S)
+    return 2.0 * math.prod(out_shape) * math.prod(in_shapes[1][1:])
+
+
+register(OpDef("conv2d", Kind.opaque, (2, 3), _conv_infer, conv2d_reference, None,
+               "2-D convolution NCHW x KCRS (+bias); attrs strides, pads, dilations, group",
+               library=lambda xp, xs, attrs: conv2d_reference(xs, attrs, xp=xp),
+               library_flops=_conv_flops))

@@ -1,49 +1,35 @@
 """Reductions over any set of axes, with keepdims.
 
-Each reduction names its identity and its combine step as C text; codegen builds the
-accumulation loop and (on the GPU) the block-wide tree from those two.
+Each reduction names its identity and its combine step as C text (its
+:class:`~workbench.ops.registry.Combiner`); codegen builds the accumulation loop and
+(on the GPU) the block-wide tree from those two. Each also names the magnitude its
+float rounding is bounded by (``error_scale``): a float sum's error is at most about
+eps * sum|x|, so a sum near zero by cancellation is checked against sum|x|.
 """
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import GraphError
-from .registry import Kind, Mapping_, OpDef, normalize_axes, register
+from .elementwise import FMAX, LIMITS
+from .registry import Combiner, Helper, Kind, OpDef, normalize_axes, register
 
 
-@dataclass(frozen=True)
-class Combiner:
-    """How partial results merge: identity per compute kind and a binary step."""
-    identity_f: str
-    identity_i: str
-    combine_f: str      # "{0}" accumulator, "{1}" new value
-    combine_i: str
-    finish_mean: bool = False
-    # OpenMP reduction operator (float, integer) under which SIMD lanes may combine
-    simd_op: tuple[str, str] = ("", "")
+# float max/min use the C renderer's own declared reductions (wbmax/wbmin): OpenMP's
+# built-in max starts lanes at -FLT_MAX rather than -inf and may drop NaNs
+OMP_MINMAX = Helper("wbmax/wbmin", r"""/* SIMD reductions with NumPy's max/min semantics (NaN wins, from -inf) */
+#pragma omp declare reduction(wbmax : float : omp_out = wb_fmax(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
+#pragma omp declare reduction(wbmin : float : omp_out = wb_fmin(omp_out, omp_in)) initializer(omp_priv = INFINITY)
+""", cuda="")
 
-    def identity(self, kind: str, ctype: str) -> str:
-        ident = self.identity_f if kind == "f" else self.identity_i
-        return ident.replace("ITYPE", ctype)
-
-    def combine(self, kind: str) -> str:
-        return self.combine_f if kind == "f" else self.combine_i
-
-
-COMBINERS = {
-    "reduce_sum": Combiner("0.0f", "0", "({0} + {1})", "({0} + {1})", simd_op=("+", "+")),
-    "reduce_mean": Combiner("0.0f", "0", "({0} + {1})", "({0} + {1})", finish_mean=True,
-                            simd_op=("+", "+")),
-    "reduce_prod": Combiner("1.0f", "1", "({0} * {1})", "({0} * {1})", simd_op=("*", "*")),
-    # float max/min use the renderer's own declared reductions (wbmax/wbmin): OpenMP's
-    # built-in max starts lanes at -FLT_MAX rather than -inf and may drop NaNs
-    "reduce_max": Combiner("(-INFINITY)", "WB_MIN_ITYPE", "wb_fmax({0}, {1})",
-                           "({0} > {1} ? {0} : {1})", simd_op=("wbmax", "max")),
-    "reduce_min": Combiner("INFINITY", "WB_MAX_ITYPE", "wb_fmin({0}, {1})",
-                           "({0} < {1} ? {0} : {1})", simd_op=("wbmin", "min")),
-}
+SUM = Combiner("0.0f", "0", "({0} + {1})", "({0} + {1})", simd_op=("+", "+"))
+MEAN = Combiner("0.0f", "0", "({0} + {1})", "({0} + {1})", finish_mean=True,
+                simd_op=("+", "+"))
+PROD = Combiner("1.0f", "1", "({0} * {1})", "({0} * {1})", simd_op=("*", "*"))
+MAX = Combiner("(-INFINITY)", "WB_MIN_ITYPE", "wb_fmax({0}, {1})",
+               "({0} > {1} ? {0} : {1})", simd_op=("wbmax", "max"))
+MIN = Combiner("INFINITY", "WB_MAX_ITYPE", "wb_fmin({0}, {1})",
+               "({0} < {1} ? {0} : {1})", simd_op=("wbmin", "min"))
 
 
 def reduced_shape(shape, axes, keepdims):
@@ -52,7 +38,7 @@ def reduced_shape(shape, axes, keepdims):
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-def _make(name, np_fn):
+def _make(name, np_fn, combiner, scale_fn, helpers=()):
     def infer(ins, attrs):
         x = ins[0]
         if x.dtype.kind == "b":
@@ -72,8 +58,14 @@ def _make(name, np_fn):
             r = _int_mean(acc, axes, keep)
         return [np.asarray(r).astype(x.dtype)]
 
-    return register(OpDef(name, Kind.reduce, Mapping_.many_to_many, (1, 1), infer, reference,
-                          None, f"{name[7:]} over attr axes (keepdims attr, default true)"))
+    def error_scale(absx, attrs):
+        axes = normalize_axes(attrs.get("axes", range(absx.ndim)), absx.ndim)
+        return scale_fn(absx, axis=axes, keepdims=bool(attrs.get("keepdims", True)))
+
+    return register(OpDef(name, Kind.reduce, (1, 1), infer, reference, None,
+                          f"{name[7:]} over attr axes (keepdims attr, default true)",
+                          helpers=tuple(helpers), combiner=combiner,
+                          error_scale=error_scale if scale_fn is not None else None))
 
 
 def _int_mean(x, axes, keep):
@@ -82,8 +74,9 @@ def _int_mean(x, axes, keep):
     return np.trunc(s / n)
 
 
-_make("reduce_sum", np.sum)
-_make("reduce_mean", np.mean)
-_make("reduce_prod", np.prod)
-_make("reduce_max", np.max)
-_make("reduce_min", np.min)
+# error scales: a sum or mean of |x|; the largest |x| for max/min; none for a product
+_make("reduce_sum", np.sum, SUM, np.sum)
+_make("reduce_mean", np.mean, MEAN, np.mean)
+_make("reduce_prod", np.prod, PROD, None)
+_make("reduce_max", np.max, MAX, np.max, (FMAX, LIMITS, OMP_MINMAX))
+_make("reduce_min", np.min, MIN, np.max, (FMAX, LIMITS, OMP_MINMAX))

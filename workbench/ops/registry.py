@@ -1,29 +1,23 @@
 """The op registry: every primitive defined once.
 
-An :class:`OpDef` carries everything any stage needs about an op -- its shape rule,
-its NumPy reference, its DNNFusion mapping type, its codegen kind and, for
-elementwise ops, a scalar expression every renderer prints. Adding an op means adding
-one definition; no renderer has a switch over op names.
+An :class:`OpDef` carries everything any stage needs about an op: its shape rule, its
+NumPy reference and codegen kind; for elementwise ops a scalar expression every
+renderer prints (and the prelude helpers it calls); for layout ops the index rule
+lowering follows and whether a row kernel may hold it; for reductions the combiner and
+the error bound the checker uses; for library ops their implementation and flops.
+Adding an op means adding one definition; no stage has a switch over op names.
 """
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
 from ..errors import GraphError
 from ..ir.dtypes import DType
-
-
-class Mapping_(enum.Enum):
-    """DNNFusion's mapping types: how output elements depend on input elements."""
-    one_to_one = "one-to-one"
-    one_to_many = "one-to-many"
-    many_to_many = "many-to-many"
-    reorganize = "reorganize"
-    shuffle = "shuffle"
+from .index import Index
 
 
 class Kind(enum.Enum):
@@ -34,22 +28,100 @@ class Kind(enum.Enum):
     opaque = "opaque"             # a library call (matmul, conv)
 
 
+class RowRole(enum.Enum):
+    """How an op may take part in a row-reduction kernel (one row per block or warp)."""
+    element = "element"     # computed per element of the row, or once per row when its
+                            # result is constant along the row (reductions, their users)
+    per_row_view = "per_row_view"   # a view that may move per-row results only (reshape)
+    never = "never"         # moves elements across rows: ends the row kernel
+
+
 OutSpec = tuple[tuple[int, ...], DType]
 # scalar(args, input dtypes, output dtype, attrs) -> C expression text
 Scalar = Callable[[Sequence[str], Sequence[DType], DType, Mapping[str, Any]], str]
 
 
+class IndexContext(Protocol):
+    """What a layout op's index rule may ask of the lowering that calls it."""
+
+    def shape(self, value: str) -> tuple[int, ...]:
+        """The static shape of a graph value."""
+
+    def dtype(self, value: str) -> DType:
+        """The element type of a graph value."""
+
+    def at(self, value: str, idx: Index) -> str:
+        """A C expression (a variable or literal) for ``value`` at ``idx``."""
+
+    def let(self, dtype: DType, expr: str) -> str:
+        """Bind ``expr`` (of compute type ``dtype``) to a fresh variable; its name."""
+
+
+# index(ctx, node, k, idx) -> the C expression of the node's output k at idx
+IndexRule = Callable[[IndexContext, Any, int, Index], str]
+
+
+@dataclass(frozen=True)
+class Helper:
+    """A helper function (or macro block) generated code calls, printed once in every
+    source's prelude. ``c`` is the C text; ``cuda`` the CUDA text when it differs
+    (``""``: none needed on that target, e.g. CUDA has ``rsqrtf``). ``WB_FN`` stands for
+    the target's inline-function qualifiers."""
+    name: str
+    c: str
+    cuda: str | None = None
+
+    def body(self, target: str) -> str:
+        return self.c if target == "c" or self.cuda is None else self.cuda
+
+
+@dataclass(frozen=True)
+class Combiner:
+    """How a reduction's partial results merge: identity per compute kind and a
+    binary step (C text; ``{0}`` the accumulator, ``{1}`` the new value)."""
+    identity_f: str
+    identity_i: str
+    combine_f: str
+    combine_i: str
+    finish_mean: bool = False
+    # OpenMP reduction operator (float, integer) under which SIMD lanes may combine
+    simd_op: tuple[str, str] = ("", "")
+
+    def identity(self, kind: str, ctype: str) -> str:
+        ident = self.identity_f if kind == "f" else self.identity_i
+        return ident.replace("ITYPE", ctype)
+
+    def combine(self, kind: str) -> str:
+        return self.combine_f if kind == "f" else self.combine_i
+
+
 @dataclass(frozen=True)
 class OpDef:
+    """Everything about one primitive, for every stage (see the module docstring).
+
+    Per kind: elementwise ops have ``scalar`` (and the ``helpers`` it calls); layout
+    ops an ``index`` rule and a ``row_role``; reductions a ``combiner`` and an
+    ``error_scale``; opaque ops a ``library`` implementation and ``library_flops``.
+    """
     name: str
     kind: Kind
-    mapping: Mapping_
     arity: tuple[int, int]                 # min, max inputs
     infer: Callable[[Sequence, Mapping[str, Any]], list[OutSpec]]
     reference: Callable[[Sequence[np.ndarray], Mapping[str, Any]], list[np.ndarray]]
     scalar: Scalar | None = None
     doc: str = ""
     flops: int = 1                          # arithmetic per output element (cost model)
+    helpers: tuple[Helper, ...] = ()        # prelude helpers its generated code calls
+    index: IndexRule | None = None          # layout: where an output element is read
+    row_role: RowRole = RowRole.element     # inside a row-reduction kernel
+    combiner: Combiner | None = None        # reduce: identity and combine step
+    # reduce: the magnitude its float rounding is bounded by (|x| reduced alike), given
+    # |x| in float64 and the attrs; None when there is no such bound (a product)
+    error_scale: Callable[[np.ndarray, Mapping[str, Any]], np.ndarray] | None = None
+    # opaque: the op on an array module (NumPy on the CPU, CuPy on the GPU)
+    library: Callable[[Any, Sequence, Mapping[str, Any]], list] | None = None
+    # opaque: arithmetic from the input shapes, the output shape and the attrs
+    library_flops: Callable[[Sequence[tuple], tuple, Mapping[str, Any]], float] | None = None
 
     def check_arity(self, n: int) -> None:
         lo, hi = self.arity
@@ -78,6 +150,15 @@ def get_op(name: str) -> OpDef:
 
 def all_ops() -> dict[str, OpDef]:
     return dict(_REGISTRY)
+
+
+def all_helpers() -> tuple[Helper, ...]:
+    """Every op's prelude helpers, each once, in registration order."""
+    seen: dict[str, Helper] = {}
+    for op in _REGISTRY.values():
+        for h in op.helpers:
+            seen.setdefault(h.name, h)
+    return tuple(seen.values())
 
 
 def evaluate_node(node, args: Sequence[np.ndarray], outs: Sequence,

@@ -36,9 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import WorkbenchError
 from ..fusion.devices import Device, gpu_by_name
-from .cpu import build_library, cache_dir, cflags, cpu_model, find_compiler
+from .cc import build_library, cache_dir, cflags, cpu_model, find_compiler
 
 _PROBE = r"""
 #include <stddef.h>
@@ -187,21 +186,6 @@ def gpu_device(cp) -> Device:
         max_blocks_per_unit=int(props.get("maxBlocksPerMultiProcessor", 32)),
         warp=int(props["warpSize"]), grid_barrier=2e-6,
         cache_bytes=int(props["l2CacheSize"]),
+        reserved_shared_per_block=int(props.get("reservedSharedMemPerBlock", 1024)),
+        register_alloc_unit=256,
         source="CUDA device properties; launch and barrier costs assumed")
-
-
-def device_for(backend) -> Device:
-    """The Device a backend's kernels run on (the reference backend runs on the CPU)."""
-    if getattr(backend, "name", "") == "cupy":
-        return gpu_device(backend.cp)
-    try:
-        return cpu_device()
-    except WorkbenchError:
-        if getattr(backend, "name", "") == "cpu":
-            raise
-        # the reference backend runs without a C compiler, so nothing can be measured
-        cores = os.cpu_count() or 1
-        return Device(name=f"{cpu_model()} ({cores} threads)", kind="cpu",
-                      dram_bandwidth=10e9, launch_overhead=10e-6, units=cores,
-                      peak_flops=cores * 32e9, transaction_bytes=64,
-                      source="assumed: no C compiler to measure this CPU with")

@@ -1,155 +1,84 @@
-"""The CPU backend: C kernels built by the system compiler with OpenMP, run via ctypes.
-
-Each kernel is compiled to its own shared library, cached by the SHA-256 of its
-source, flags and compiler in a user cache directory (``$WORKBENCH_CACHE`` or
-``~/.cache/fusion-workbench``). A library is written to a temporary name and moved
-into place atomically, so processes compiling the same kernel at once never see a
-partial file.
-"""
+"""The CPU backend: C kernels built by the system compiler with OpenMP (:mod:`.cc`),
+run through ctypes on NumPy arrays. Its device is this machine's CPU, measured once by
+a compiled probe and cached (:mod:`.calibrate`)."""
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
-from functools import lru_cache
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..codegen import render_kernel
 from ..codegen.kir import Kernel
-from ..errors import BackendUnavailable, WorkbenchError
-
-# OpenMP threads that spin after a kernel steal the cores from the BLAS threads of the
-# next library call (matmul): measured 324 ms -> 128 ms on bert_chain.onnx. libgomp
-# reads this once, when the first kernel library loads it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-BASE_CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
-               "-fopenmp"]
+from ..errors import WorkbenchError
+from ..fusion.devices import Device
+from .backend import Backend, CompiledKernel, Progress
+from .cc import build_library, cpu_model, find_compiler
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("WORKBENCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fusion-workbench")
-    p = Path(root) / "cpu"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
-
-
-@lru_cache(maxsize=None)
-def find_compiler() -> tuple[str, str]:
-    """(path, version line) of the C compiler: $CC, else cc, gcc or clang."""
-    for cand in [os.environ.get("CC"), "cc", "gcc", "clang"]:
-        if cand and shutil.which(cand):
-            path = shutil.which(cand)
-            out = subprocess.run([path, "--version"], capture_output=True, text=True)
-            return path, (out.stdout.splitlines() or ["unknown"])[0]
-    raise BackendUnavailable("no C compiler found (looked for $CC, cc, gcc, clang): install "
-                             "one (apt-get install gcc) or use --backend reference")
-
-
-@lru_cache(maxsize=None)
-def cflags() -> tuple[str, ...]:
-    """Compiler flags; vector math (glibc libmvec) only when a probe builds and loads."""
-    cc, _ = find_compiler()
-    probe = ("#include <math.h>\n#pragma omp declare simd notinbranch\nfloat expf(float);\n"
-             "void p(float* x, int n) {\n#pragma omp simd\n"
-             "for (int i = 0; i < n; ++i) x[i] = expf(x[i]); }\n")
-    with tempfile.TemporaryDirectory() as tmp:
-        c, so = Path(tmp) / "p.c", Path(tmp) / "p.so"
-        c.write_text(probe)
-        r = subprocess.run([cc, *BASE_CFLAGS, str(c), "-o", str(so), "-lmvec", "-lm"],
-                           capture_output=True, text=True)
-        if r.returncode == 0:
-            try:
-                ctypes.CDLL(str(so))
-                return (*BASE_CFLAGS, "-DWB_VECTOR_MATH")
-            except OSError:
-                pass
-    return tuple(BASE_CFLAGS)
-
-
-def link_flags() -> list[str]:
-    return (["-lmvec"] if "-DWB_VECTOR_MATH" in cflags() else []) + ["-lm"]
-
-
-class CompiledCpuKernel:
-    def __init__(self, kernel: Kernel, lib_path: Path | None, source: str):
-        self.kernel, self.source, self.path = kernel, source, lib_path
-        self.fn = None
+class CompiledCpuKernel(CompiledKernel):
+    def __init__(self, kernel: Kernel, lib_path: Path | None, source: str, origin: str = ""):
+        super().__init__(kernel, source)
+        self.path = lib_path
         if lib_path is not None:
-            lib = ctypes.CDLL(str(lib_path))
-            self.fn = getattr(lib, kernel.name)
+            try:
+                self.fn = getattr(ctypes.CDLL(str(lib_path)), kernel.name)
+            except (AttributeError, OSError) as e:
+                raise WorkbenchError(f"kernel {kernel.name} cannot be loaded ({e}); "
+                                     + (origin or "this is a workbench bug; please "
+                                        "report it with the graph")) from None
             self.fn.argtypes = [ctypes.c_void_p] * len(kernel.params)
             self.fn.restype = None
 
 
-def cpu_model() -> str:
-    """The CPU's model name (from /proc/cpuinfo where there is one)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-    return platform.processor() or "CPU"
-
-
-def build_library(name: str, src: str, origin: str = "") -> Path:
-    """Compile C source to a shared library in the kernel cache (keyed by source,
-    flags and compiler version; installed atomically, so concurrent compilers race
-    harmlessly). ``origin`` says where a rejected source came from, for the message."""
-    cc, version = find_compiler()
-    flags = cflags()
-    key = hashlib.sha256("\0".join([src, " ".join(flags), version]).encode()).hexdigest()[:24]
-    out = cache_dir() / f"{name}-{key}.so"
-    if not out.exists():
-        with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
-            c_file, so_tmp = Path(tmp) / f"{name}.c", Path(tmp) / "k.so"
-            c_file.write_text(src)
-            r = subprocess.run([cc, *flags, str(c_file), "-o", str(so_tmp), *link_flags()],
-                               capture_output=True, text=True)
-            if r.returncode != 0:
-                raise WorkbenchError(
-                    f"the C compiler rejected kernel {name}:\n{r.stderr[-2000:]}\n"
-                    + (origin or "this is a workbench bug; please report it with the graph"))
-            os.replace(so_tmp, out)
-    return out
-
-
-def compile_kernel(k: Kernel, src: str | None = None, origin: str = "") -> CompiledCpuKernel:
-    """Compile one kernel: its rendered C, or ``src`` when given (a shipped source)."""
-    src = render_kernel(k, "c") if src is None else src
+def compile_kernel(k: Kernel, src: str, origin: str = "") -> CompiledCpuKernel:
+    """Compile one kernel from its C source (library calls need none)."""
     if k.library is not None:
         return CompiledCpuKernel(k, None, src)
-    return CompiledCpuKernel(k, build_library(k.name, src, origin), src)
+    return CompiledCpuKernel(k, build_library(k.name, src, origin), src, origin)
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     name = "cpu"
+    target = "c"
     xp = np
+
+    def describe_device(self) -> Device:
+        from .calibrate import cpu_device
+        return cpu_device()
 
     def device_name(self) -> str:
         return f"{cpu_model()} ({os.cpu_count()} threads)"
 
-    def compile(self, kernels: list[Kernel], progress=None) -> list[CompiledCpuKernel]:
+    def compile_source(self, kernel: Kernel, source: str, origin: str = "") -> CompiledKernel:
+        return compile_kernel(kernel, source, origin)
+
+    def compile(self, kernels: Sequence[Kernel], progress: Progress | None = None
+                ) -> list[CompiledKernel]:
         find_compiler()   # fail early with a clear message
+        return self._parallel(kernels, lambda k: compile_kernel(k, self.render(k)), progress)
+
+    def compile_sources(self, kernels: Sequence[Kernel], sources: Mapping[str, str],
+                        origin: str = "") -> list[CompiledKernel]:
+        find_compiler()
+        return self._parallel(kernels, lambda k: compile_kernel(k, sources.get(k.name, ""),
+                                                                origin))
+
+    @staticmethod
+    def _parallel(kernels, build, progress=None) -> list[CompiledKernel]:
+        # the compiler is a separate process: threads overlap its runs
         done = []
         workers = max(1, min(len(kernels), os.cpu_count() or 1))
         with ThreadPoolExecutor(workers) as pool:
-            for i, ck in enumerate(pool.map(compile_kernel, kernels)):
+            for i, ck in enumerate(pool.map(build, kernels)):
                 done.append(ck)
                 if progress:
                     progress(i + 1, len(kernels), ck.kernel.name)
         return done
 
-    def launch(self, ck: CompiledCpuKernel, args: list[np.ndarray]) -> None:
+    def launch(self, ck: CompiledKernel, args: list) -> None:
         ck.fn(*[a.ctypes.data for a in args])
 
     def asarray(self, a: np.ndarray) -> np.ndarray:
@@ -157,6 +86,3 @@ class CpuBackend:
 
     def to_numpy(self, a) -> np.ndarray:
         return a
-
-    def synchronize(self) -> None:
-        pass

@@ -6,9 +6,10 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..codegen import render_kernel
 from ..codegen.kir import Kernel
-from ..errors import BackendUnavailable
+from ..fusion.devices import Device
+from ..fusion.geometry import co_resident_grid
+from .backend import Backend, CompiledKernel
 
 
 @lru_cache(maxsize=1)
@@ -20,76 +21,82 @@ def gpu_available() -> bool:
         return False
 
 
-class CompiledCudaKernel:
-    def __init__(self, kernel: Kernel, source: str, fn):
-        self.kernel, self.source, self.fn = kernel, source, fn
+class CompiledCudaKernel(CompiledKernel):
+    grid_cap: int | None = None     # co-resident blocks of this compiled kernel
 
 
-class CupyBackend:
+class EventTimer:
+    """CUDA events around each launch (device time, not host time)."""
+
+    def __init__(self, cp):
+        self.cp = cp
+
+    def start(self):
+        e = self.cp.cuda.Event()
+        e.record()
+        return e
+
+    def stop(self, e0) -> float:
+        e1 = self.cp.cuda.Event()
+        e1.record()
+        e1.synchronize()
+        return self.cp.cuda.get_elapsed_time(e0, e1) / 1e3
+
+
+class CupyBackend(Backend):
     name = "cupy"
+    target = "cuda"
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        if gpu_available():
+            return None
+        return ("backend cupy needs CuPy and a CUDA GPU; none found here: install "
+                "fusion-workbench[gpu] on a GPU machine, or use --backend cpu")
 
     def __init__(self):
-        if not gpu_available():
-            raise BackendUnavailable("backend cupy needs CuPy and a CUDA GPU; none found here: "
-                                     "install fusion-workbench[gpu] on a GPU machine, or use "
-                                     "--backend cpu")
         import cupy
         self.cp = cupy
         self.xp = cupy
+
+    def describe_device(self) -> Device:
+        from .calibrate import gpu_device
+        return gpu_device(self.cp)
 
     def device_name(self) -> str:
         props = self.cp.cuda.runtime.getDeviceProperties(self.cp.cuda.Device().id)
         name = props["name"]
         return name.decode() if isinstance(name, bytes) else str(name)
 
-    def compile(self, kernels: list[Kernel], progress=None) -> list[CompiledCudaKernel]:
-        out = []
-        for i, k in enumerate(kernels):
-            out.append(self.compile_source(k, render_kernel(k, "cuda")))
-            if progress:
-                progress(i + 1, len(kernels), k.name)
-        return out
-
-    def compile_source(self, k: Kernel, src: str) -> CompiledCudaKernel:
-        """Build one kernel from CUDA source (rendered here, or shipped in an artifact)."""
+    def compile_source(self, kernel: Kernel, source: str, origin: str = "") -> CompiledKernel:
         fn = None
-        if k.library is None:
+        if kernel.library is None:
             # grid barriers need cuLaunchCooperativeKernel: CuPy launches a kernel of
             # a module built with enable_cooperative_groups that way
-            mod = self.cp.RawModule(code=src, options=("--std=c++14",),
-                                    enable_cooperative_groups=k.launch.cooperative)
-            fn = mod.get_function(k.name)
-        return CompiledCudaKernel(k, src, fn)
+            mod = self.cp.RawModule(code=source, options=("--std=c++14",),
+                                    enable_cooperative_groups=kernel.launch.cooperative)
+            fn = mod.get_function(kernel.name)
+        return CompiledCudaKernel(kernel, source, fn)
 
-    def launch(self, ck: CompiledCudaKernel, args) -> None:
+    def launch(self, ck: CompiledKernel, args) -> None:
         k = ck.kernel
         grid = k.launch.grid
         if k.launch.cooperative:
             grid = min(grid, self.co_resident_grid(ck))
         ck.fn((grid,), (k.launch.block,), tuple(args))
 
-    def co_resident_grid(self, ck: CompiledCudaKernel) -> int:
-        """Blocks of this compiled kernel that fit on this GPU at once (CUDA occupancy:
-        threads, blocks, registers -- allocated per warp in units of 256 -- and shared
-        memory per SM). Every loop strides over the grid, so fewer blocks stay correct;
-        more would make the cooperative launch fail."""
-        if getattr(ck, "_grid_cap", None) is None:
-            attrs = self.cp.cuda.Device().attributes
-            threads = ck.kernel.launch.block
-            warps = -(-threads // 32)
-            regs = max(1, ck.fn.num_regs)
-            regs_per_warp = -(-regs * 32 // 256) * 256
-            # (H100 values where a driver does not report an attribute)
-            per_sm = min(attrs.get("MaxBlocksPerMultiprocessor", 32),
-                         attrs.get("MaxThreadsPerMultiProcessor", 2048) // threads,
-                         attrs.get("MaxRegistersPerMultiprocessor", 65536)
-                         // (regs_per_warp * warps))
-            shared = ck.fn.shared_size_bytes
-            if shared:
-                per_sm = min(per_sm, attrs.get("MaxSharedMemoryPerMultiprocessor", 233472)
-                             // (shared + 1024))
-            ck._grid_cap = max(1, per_sm) * attrs["MultiProcessorCount"]
-        return ck._grid_cap
+    def co_resident_grid(self, ck: CompiledKernel) -> int:
+        """Blocks of this compiled kernel that fit on this GPU at once, with its real
+        registers and shared memory (``geometry.co_resident_grid``). Every loop strides
+        over the grid, so fewer blocks stay correct; more would make the cooperative
+        launch fail."""
+        if ck.grid_cap is None:
+            ck.grid_cap = co_resident_grid(ck.kernel.launch.block, ck.fn.shared_size_bytes,
+                                           self.device, max(1, ck.fn.num_regs))
+        return ck.grid_cap
+
+    def timer(self):
+        return EventTimer(self.cp)
 
     def asarray(self, a: np.ndarray):
         return self.cp.asarray(a)

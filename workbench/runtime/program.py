@@ -6,19 +6,16 @@ a mismatch against the reference instead of passing by luck.
 """
 from __future__ import annotations
 
-import time
-from typing import Callable, Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from ..codegen import lower_plan
+from ..codegen.kir import Kernel
 from ..fusion import Plan
 from ..ir import DType, Graph
-from ..ops import evaluate_node, get_op
-from ..ops.opaque import conv2d_reference
+from .backend import Progress
 from .reference import check_inputs
-
-Progress = Callable[[int, int, str], None]
 
 
 def poison(xp, shape, dtype: DType):
@@ -29,18 +26,6 @@ def poison(xp, shape, dtype: DType):
         a.view(np.uint8)[...] = 0xAB
         return a
     return xp.full(shape, np.iinfo(dtype.np).min + 7, dtype=dtype.np)
-
-
-def _library(xp, op: str, xs, attrs):
-    """Opaque ops on the backend's array module (NumPy or CuPy)."""
-    if op == "matmul":
-        a, b = xs
-        if a.dtype == np.float16 and xp is np:
-            return [np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)]
-        return [xp.matmul(a, b)]
-    if op == "conv2d":
-        return conv2d_reference(xs, attrs, xp=xp)
-    return get_op(op).reference(xs, attrs)
 
 
 class KernelSequence:
@@ -76,26 +61,9 @@ class KernelSequence:
             env[b.value] = poison(xp, v.shape, v.dtype)
 
     def _launch(self, ck, env) -> None:
-        k, xp = ck.kernel, self.backend.xp
-        if self.backend.name == "reference":
-            for nid in self.group_nodes[k.group]:
-                n = self.graph.node(nid)
-                env.update(zip(n.outputs, evaluate_node(
-                    n, [env[i] for i in n.inputs], [self.graph.value(o) for o in n.outputs])))
-        elif k.library is not None:
-            call = k.library
-            outs = _library(xp, call.op, [env[b.value] for b in call.inputs], dict(call.attrs))
-            for b, arr in zip(call.outputs, outs):
-                v = self.graph.value(b.value)
-                a = xp.asarray(arr, dtype=v.dtype.np).reshape(v.shape)
-                # (ascontiguousarray would turn a 0-d result into 1-d)
-                env[b.value] = a if a.flags.c_contiguous else a.copy(order="C")
-        else:
-            ws = self._workspace(ck)
-            self.backend.launch(ck, [ws[b.name] if b.workspace else env[b.value]
-                                     for b in k.params])
+        self.backend.run_kernel(self, ck, env)
 
-    def _workspace(self, ck) -> dict:
+    def workspace(self, ck) -> dict:
         """The kernel's own global memory (values between stitched phases, partials of
         a split row), allocated once per kernel and poisoned, so a phase reading what
         no earlier phase wrote fails the comparison."""
@@ -135,7 +103,7 @@ class KernelSequence:
         env = self._env(inputs)
         for ck in self.compiled:
             self._alloc_outputs(ck, env)
-        timer = _EventTimer(self.backend) if self.backend.name == "cupy" else _WallTimer()
+        timer = self.backend.timer()
         for _ in range(max(1, warmup)):
             for ck in self.compiled:
                 self._launch(ck, env)
@@ -155,34 +123,16 @@ class KernelSequence:
 
 
 class Program(KernelSequence):
-    """Lowered, rendered and compiled kernels of one plan on one backend."""
+    """Lowered, rendered and compiled kernels of one plan on one backend.
 
-    def __init__(self, plan: Plan, backend, progress: Progress | None = None):
+    ``kernels`` / ``compiled`` may be given (a session keeps them per group, so a
+    program is assembled from what was already built)."""
+
+    def __init__(self, plan: Plan, backend, progress: Progress | None = None,
+                 kernels: Sequence[Kernel] | None = None, compiled: list | None = None):
         self.plan = plan
-        self.kernels = lower_plan(plan)
-        super().__init__(plan.graph, backend, backend.compile(self.kernels, progress),
+        self.kernels = list(kernels) if kernels is not None else lower_plan(plan)
+        if compiled is None:
+            compiled = backend.compile(self.kernels, progress)
+        super().__init__(plan.graph, backend, compiled,
                          {gr.id: gr.nodes for gr in plan.groups})
-
-
-class _WallTimer:
-    def start(self):
-        return time.perf_counter()
-
-    def stop(self, t0) -> float:
-        return time.perf_counter() - t0
-
-
-class _EventTimer:
-    def __init__(self, backend):
-        self.cp = backend.cp
-
-    def start(self):
-        e = self.cp.cuda.Event()
-        e.record()
-        return e
-
-    def stop(self, e0) -> float:
-        e1 = self.cp.cuda.Event()
-        e1.record()
-        e1.synchronize()
-        return self.cp.cuda.get_elapsed_time(e0, e1) / 1e3

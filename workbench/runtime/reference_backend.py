@@ -2,41 +2,60 @@
 
 It runs the plan's groups in the plan's order, so it measures what an unfused NumPy
 program costs and checks that the plan's order is executable; its numbers are the
-ground truth other backends are compared with.
+ground truth other backends are compared with. It needs no compiler.
 """
 from __future__ import annotations
 
 import os
-
 import numpy as np
 
-from ..codegen import render_kernel
 from ..codegen.kir import Kernel
+from ..errors import WorkbenchError
+from ..fusion.devices import Device
+from ..ops import evaluate_node
+from .backend import Backend, CompiledKernel
 
 
-class CompiledRefKernel:
-    def __init__(self, kernel: Kernel, source: str):
-        self.kernel, self.source, self.fn = kernel, source, None
-
-
-class ReferenceBackend:
+class ReferenceBackend(Backend):
     name = "reference"
+    target = ""          # nothing is compiled: the C rendering is kept for display
     xp = np
+
+    def describe_device(self) -> Device:
+        from .calibrate import cpu_device
+        from .cc import cpu_model
+        try:
+            return cpu_device()
+        except WorkbenchError:
+            # no C compiler to measure this CPU with: assumed numbers
+            cores = os.cpu_count() or 1
+            return Device(name=f"{cpu_model()} ({cores} threads)", kind="cpu",
+                          dram_bandwidth=10e9, launch_overhead=10e-6, units=cores,
+                          peak_flops=cores * 32e9, transaction_bytes=64,
+                          source="assumed: no C compiler to measure this CPU with")
 
     def device_name(self) -> str:
         return f"NumPy {np.__version__} ({os.cpu_count()} threads)"
 
-    def compile(self, kernels, progress=None):
-        out = [CompiledRefKernel(k, render_kernel(k, "c")) for k in kernels]
-        if progress:
-            progress(len(out), len(out), "reference")
-        return out
+    def render(self, kernel: Kernel) -> str:
+        from ..codegen import render_kernel
+        return render_kernel(kernel, "c")
+
+    def compile_source(self, kernel: Kernel, source: str, origin: str = "") -> CompiledKernel:
+        return CompiledKernel(kernel, source)
+
+    def run_kernel(self, seq, ck: CompiledKernel, env: dict) -> None:
+        graph = seq.graph
+        for nid in seq.group_nodes[ck.kernel.group]:
+            n = graph.node(nid)
+            env.update(zip(n.outputs, evaluate_node(
+                n, [env[i] for i in n.inputs], [graph.value(o) for o in n.outputs])))
+
+    def launch(self, ck: CompiledKernel, args: list) -> None:
+        raise WorkbenchError("internal: the reference backend runs ops, not kernels")
 
     def asarray(self, a):
         return a
 
     def to_numpy(self, a):
         return a
-
-    def synchronize(self):
-        pass

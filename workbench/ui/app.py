@@ -24,7 +24,7 @@ import ipywidgets as w
 import pandas as pd
 
 from ..errors import WorkbenchError
-from ..fusion import MAPPINGS, PLANNERS, Plan, StitchScheme
+from ..fusion import MAPPINGS, PLANNERS, Plan, ScheduleKind, StitchScheme
 from ..measure import StepMeasurement
 from ..session import Session
 from .code_panel import CodePanel
@@ -79,7 +79,8 @@ class WorkbenchApp(w.VBox):
         self.scheme = w.Dropdown(options=[s.value for s in StitchScheme],
                                  layout=w.Layout(width="120px"), disabled=True)
         self.buttons["Set scheme"].disabled = True
-        self.mapping = w.Dropdown(options=("auto",) + MAPPINGS, value="auto",
+        self.mapping = w.Dropdown(options=("auto",) + tuple(m.value for m in MAPPINGS),
+                                  value="auto",
                                   description="rows", layout=w.Layout(width="150px"),
                                   style={"description_width": "40px"}, disabled=True)
         self.buttons["Set mapping"].disabled = True
@@ -408,7 +409,7 @@ class WorkbenchApp(w.VBox):
             c.disabled = not can
         if edges:
             self.scheme.value = edges[0][1].value
-        rows = gr is not None and gr.schedule.kind == "row_reduce"
+        rows = gr is not None and gr.schedule.kind is ScheduleKind.row_reduce
         for c in (self.mapping, self.buttons["Set mapping"]):
             c.disabled = not rows
 

@@ -235,9 +235,9 @@ def to_dot(g: Graph, plan: Plan, collapsed: frozenset[str] | set[str] = frozense
 
 def _cluster_label(gr: Group) -> str:
     s = gr.schedule
-    if s.kind == "row_reduce":
-        return f"{gr.id} · row_reduce ({'block' if s.mapping == 'block' else 'thread'}/row)"
-    return f"{gr.id} · {s.kind}"
+    if s.mapping is not None:
+        return f"{gr.id} · {s.kind.value} ({s.mapping.info.label})"
+    return f"{gr.id} · {s.kind.value}"
 
 
 def render_svg(dot_source: str) -> str:

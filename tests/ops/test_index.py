@@ -1,4 +1,4 @@
-"""The index algebra of workbench/codegen/index.py, checked by evaluating the C text it
+"""The index algebra of workbench/ops/index.py, checked by evaluating the C text it
 generates in Python at every index point of small shapes and comparing with NumPy.
 
 Generated expressions use only non-negative loop variables, integer literals, ``+``,
@@ -13,7 +13,7 @@ import re
 import numpy as np
 import pytest
 
-from workbench.codegen.index import Index, add, div, mod, mul
+from workbench.ops.index import Index, add, div, mod, mul
 
 
 def ev(expr: str, **env) -> int:

@@ -1,0 +1,117 @@
+"""Pin what codegen and planning produce, for refactors that must not change it.
+
+For every sample graph (and a few synthetic ones at the mapping rule's boundaries),
+under every planner, every thread mapping of every row kernel and every stitch scheme
+of every internal edge, this writes the generated C and CUDA of each kernel, its launch,
+the plan's description, the planners' decisions and the cost model's estimates to one
+text file per case, plus ``digest.json`` (SHA-256 per case).
+
+    python scripts/source_digest.py OUT_DIR [--only NAME]
+    diff -r BEFORE_DIR AFTER_DIR        # what changed, case by case
+
+The preludes (helpers shared by every kernel) are written once per target.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "sample_graphs"))
+
+from workbench.codegen import RENDERERS, lower_plan  # noqa: E402
+from workbench.errors import FusionRefused  # noqa: E402
+from workbench.frontends import load  # noqa: E402
+from workbench.fusion import A100, H100, Plan, run_planner  # noqa: E402
+from workbench.fusion.cost import CostModel  # noqa: E402
+
+MAPPINGS = ("warp", "block", "split", "thread", "auto")
+SCHEMES = ("local", "regional", "global")
+PLANNERS = ("none", "xla", "rules", "stitch")
+
+
+def graphs() -> dict:
+    import make_samples as ms
+    out = {p.name: load(p) for p in sorted((ROOT / "sample_graphs").glob("*.json"))}
+    out.update({p.name: load(p) for p in sorted((ROOT / "sample_graphs").glob("*.onnx"))})
+    # the mapping rule's boundaries: few long rows (split), few short rows (warp with
+    # fewer rows per block), one row
+    out["ln_96x16384"] = ms.layernorm(96, 16384)
+    out["ln_40x512"] = ms.layernorm(40, 512)
+    out["softmax_1x8192"] = ms.softmax(1, 8192)
+    out["chain_4"] = ms.block_chain(4)
+    out["stack_300"] = ms.transformer_stack(300)
+    return out
+
+
+def describe(plan: Plan, models) -> str:
+    lines = [plan.describe()]
+    for k in lower_plan(plan):
+        lines.append(f"== {k.name} {k.launch} shared={k.shared_bytes} flops={k.flops} "
+                     f"read={k.bytes_read} written={k.bytes_written}")
+        for target, r in RENDERERS.items():
+            lines.append(f"-- {target}")
+            lines.append(r.kernel(k))
+    for m in models:
+        lines.append(f"== estimates on {m.device.name}")
+        for gid, e in m.predict(plan).groups:
+            lines.append(f"{gid} {e.seconds!r} {e.limiter}")
+    return "\n".join(lines)
+
+
+def cases(g, models):
+    """(name, text) for each plan reached from g."""
+    for planner in PLANNERS:
+        for m in models if planner == "stitch" else models[:1]:
+            plan, log = run_planner(planner, g, model=m)
+            tag = f"{planner}-{m.device.name.split()[1]}" if planner == "stitch" else planner
+            yield tag, describe(plan, models) + "\n== decisions\n" + "\n".join(map(str, log))
+            if planner not in ("rules", "stitch"):
+                continue
+            for gr in plan.groups:
+                if gr.schedule.kind == "row_reduce":
+                    for mp in MAPPINGS:
+                        try:
+                            p2 = plan.set_mapping(gr.id, mp)
+                        except FusionRefused as e:
+                            yield f"{tag}-{gr.id}-map-{mp}", f"refused: {e}"
+                            continue
+                        yield f"{tag}-{gr.id}-map-{mp}", describe(p2, models)
+                for v, _ in gr.schemes:
+                    for sc in SCHEMES:
+                        try:
+                            p2 = plan.set_scheme(v, sc)
+                        except FusionRefused as e:
+                            yield f"{tag}-{gr.id}-{v}-{sc}", f"refused: {e}"
+                            continue
+                        yield f"{tag}-{gr.id}-{v}-{sc}", describe(p2, models)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--only", help="one graph name")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    models = [CostModel.for_device(H100), CostModel.for_device(A100)]
+    digest = {}
+    for target, r in RENDERERS.items():
+        (args.out / f"prelude.{target}").write_text(r.prelude())
+    for name, g in graphs().items():
+        if args.only and name != args.only:
+            continue
+        for tag, text in cases(g, models):
+            key = f"{name}--{tag}"
+            (args.out / f"{key}.txt").write_text(text)
+            digest[key] = hashlib.sha256(text.encode()).hexdigest()
+        print(f"{name}: {sum(1 for k in digest if k.startswith(name + '--'))} cases",
+              file=sys.stderr)
+    (args.out / "digest.json").write_text(json.dumps(digest, indent=1, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()

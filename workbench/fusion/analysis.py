@@ -1,0 +1,387 @@
+"""Which schedule a group of nodes gets on a device, or why none fits (legality).
+
+:func:`analyze` fits one template (:mod:`.schedule` describes them) to a group;
+:func:`analyze_stitched` cuts a group no single template fits into phases (AStitch).
+Analysis is made for a device: its SM (or core) count sizes the mapping rule's choices
+(rows per block, split count; :mod:`.geometry`), and a schedule needing more than the
+device gives a block (shared memory, threads) is refused with the numbers. It lives in
+fusion (not codegen) because legality needs it; codegen lowers its result.
+
+Example::
+
+    >>> analyze(g, ("n0", "n1", "n2"), device=H100).kind      # doctest: +SKIP
+    <ScheduleKind.row_reduce: 'row_reduce'>
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Iterable
+
+from ..errors import FusionRefused
+from ..ir import Graph
+from ..ops import Kind, RowRole, get_op
+from .devices import DEFAULT_DEVICE, Device
+from .geometry import (REDUCE_SLOT_BYTES, block_threads, rows_per_block, shared_bytes,
+                       split_count)
+from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
+from .schedule import Phase, Schedule, group_io
+
+# Shared memory a row kernel may spend keeping expensive values of its row on chip
+# (a policy: the rest of the block's shared memory stays free for occupancy).
+ROW_CACHE_BUDGET = 32 * 1024
+# An op this costly (flops per element, see OpDef.flops) is worth not recomputing.
+_EXPENSIVE_FLOPS = 4
+INDEX_LIMIT = 2**31 - 1   # kernels index with 32-bit ints
+
+
+def _broadcasts_to(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
+    if len(shape) > len(domain):
+        return False
+    tail = domain[len(domain) - len(shape):]
+    return all(s == d or s == 1 for s, d in zip(shape, tail))
+
+
+def _is_per_row(shape, domain, axes) -> bool:
+    """Broadcastable to the domain and constant along every reduced axis."""
+    off = len(domain) - len(shape)
+    return _broadcasts_to(shape, domain) and all(
+        a < off or shape[a - off] == 1 for a in axes)
+
+
+def candidate_mappings(schedule: Schedule, device: Device = DEFAULT_DEVICE
+                       ) -> tuple[Mapping, ...]:
+    """The mappings a cost model may choose from for this schedule, the rule's first.
+
+    Every mapping is correct for every row group, but only ``thread`` reads memory
+    coalesced when the reduced axes are not innermost (the others would have a
+    block's threads walk down a column), so a column reduction offers only that.
+    Non-row schedules have none.
+    """
+    if schedule.kind is not ScheduleKind.row_reduce:
+        return ()
+    if not schedule.innermost:
+        return (Mapping.thread,)
+    first = choose_mapping(schedule.rows, schedule.cols, True, device.units)
+    return (first,) + tuple(m for m in MAPPINGS if m is not first)
+
+
+def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = None,
+            regional: Iterable[str] = (), local: Iterable[str] = (),
+            device: Device = DEFAULT_DEVICE) -> Schedule:
+    """The schedule for a group on ``device``, or FusionRefused with a reason a person
+    can read.
+
+    ``mapping`` forces a row reduction's thread mapping (a :class:`Mapping` or its
+    name, or ``auto`` for :func:`~.mapping.choose_mapping` on this device); by default
+    the reduced-axes-innermost rule picks ``block`` or ``thread``. ``regional`` /
+    ``local`` force element values into or out of the on-chip row cache (a user's
+    stitch schemes). A schedule that needs more than the device gives (shared memory,
+    threads per block) is refused here, with the numbers.
+    """
+    auto = mapping == "auto"
+    forced = None if auto else Mapping.parse(mapping)
+    ns = [g.node(n) for n in nodes]
+    kinds = {n.id: get_op(n.op).kind for n in ns}
+    io = group_io(g, nodes)
+    for name in io.inputs + io.outputs + io.internal:
+        if g.value(name).numel > INDEX_LIMIT:
+            raise FusionRefused(f"value {name} has {g.value(name).numel} elements, more than "
+                                "32-bit kernel indexing allows")
+    opaque = [n for n in ns if kinds[n.id] is Kind.opaque]
+    if opaque:
+        if len(ns) > 1:
+            raise FusionRefused(f"{opaque[0].id} ({opaque[0].op}) is a library call and "
+                                "cannot share a kernel with other ops")
+        sched = Schedule(ScheduleKind.opaque)
+    else:
+        reduces = [n for n in ns if kinds[n.id] is Kind.reduce]
+        if reduces:
+            sched = _analyze_row_group(g, ns, reduces, io, forced, auto, set(regional),
+                                       set(local), device)
+            check_resources(sched, device)
+            return sched
+        sched = Schedule(ScheduleKind.elementwise,
+                         elements=max((g.value(o).numel for o in io.outputs), default=1))
+    if forced is not None or auto:
+        raise FusionRefused(f"a thread mapping applies to a row-reduction kernel; this "
+                            f"one is {sched.kind.value}")
+    return sched
+
+
+def check_resources(s: Schedule, device: Device) -> None:
+    """Refuse a schedule whose blocks need more than the device gives a block."""
+    smem, limit = shared_bytes(s), device.shared_limit
+    if smem > limit:
+        raise FusionRefused(f"shared memory {smem // 1024} KB > {limit // 1024} KB "
+                            f"limit per block on {device.name}")
+    if s.kind is ScheduleKind.row_reduce and s.mapping is not None and device.is_gpu:
+        threads = (32 * s.rows_per_block if s.mapping is Mapping.warp
+                   else block_threads(s.cols))
+        if threads > device.max_threads_per_block:
+            raise FusionRefused(f"{threads} threads per block > "
+                                f"{device.max_threads_per_block} on {device.name}")
+
+
+# -- the row-reduction template, step by step -------------------------------------------
+@dataclass(frozen=True)
+class _RowDomain:
+    domain: tuple[int, ...]
+    axes: tuple[int, ...]
+    rows: int
+    cols: int
+
+    @property
+    def innermost(self) -> bool:
+        return (len(self.domain) - 1) in self.axes
+
+
+def _analyze_row_group(g, ns, reduces, io, forced: Mapping | None, auto: bool,
+                       regional: set, local: set, device: Device) -> Schedule:
+    dom = _row_domain(g, reduces)
+    per_row = _per_row_values(g, ns, dom)
+    _check_row_outputs(g, io, per_row, dom)
+    if auto:
+        mapping = choose_mapping(dom.rows, dom.cols, dom.innermost, device.units)
+    else:
+        mapping = forced or (Mapping.block if dom.innermost else Mapping.thread)
+    rpb = rows_per_block(mapping, dom.rows, device.units)
+    cached = _cached_values(g, ns, reduces, io, per_row, dom, mapping, rpb, regional, local)
+    cache_bytes = sum(_cache_bytes(g, v, dom, rpb) for v in cached)
+    splits = split_count(dom.rows, dom.cols, device.units) if mapping is Mapping.split else 1
+    return Schedule(ScheduleKind.row_reduce, dom.domain, dom.axes, mapping,
+                    frozenset(per_row), cached, rpb, splits, len(reduces),
+                    cache_bytes=cache_bytes)
+
+
+def _row_domain(g, reduces) -> _RowDomain:
+    """The one domain and axes every reduction of the group reduces over."""
+    first = reduces[0]
+    domain = g.value(first.inputs[0]).shape
+    axes = tuple(first.attr("axes"))
+    for r in reduces[1:]:
+        d, a = g.value(r.inputs[0]).shape, tuple(r.attr("axes"))
+        if d != domain or a != axes:
+            raise FusionRefused(
+                f"{r.id} reduces {list(d)} over axes {list(a)} but {first.id} reduces "
+                f"{list(domain)} over {list(axes)}; one kernel needs one reduction domain")
+    rows = math.prod(d for i, d in enumerate(domain) if i not in axes)
+    cols = math.prod(domain[a] for a in axes)
+    return _RowDomain(tuple(domain), axes, rows, cols)
+
+
+def _per_row_values(g, ns, dom: _RowDomain) -> set[str]:
+    """The values constant along a row (reductions and what is computed from them at
+    row shape), after checking each op may sit in a row kernel (its ``row_role``)."""
+    per_row: set[str] = set()
+    for n in ns:
+        op = get_op(n.op)
+        for o in n.outputs:
+            shape = g.value(o).shape
+            if op.kind is Kind.reduce:
+                per_row.add(o)
+            elif op.row_role is RowRole.per_row_view:
+                src = g.value(n.inputs[0])
+                if not (n.inputs[0] in per_row and src.numel == dom.rows
+                        and g.value(o).numel == dom.rows):
+                    raise FusionRefused(f"{n.id} ({n.op}) reshapes element data; only "
+                                        "per-row results may be reshaped inside a "
+                                        "reduction kernel")
+                per_row.add(o)
+            elif op.row_role is RowRole.never:
+                raise FusionRefused(f"{n.id} ({n.op}) moves elements and cannot join a "
+                                    "reduction kernel")
+            elif not _broadcasts_to(shape, dom.domain):
+                raise FusionRefused(f"{n.id} ({n.op}) output {list(shape)} does not broadcast "
+                                    f"to the reduction domain {list(dom.domain)}")
+            elif _is_per_row(shape, dom.domain, dom.axes):
+                per_row.add(o)
+        if op.kind is not Kind.layout:
+            for i in n.inputs:
+                if i in per_row and not _broadcasts_to(g.value(i).shape, dom.domain):
+                    raise FusionRefused(f"{n.id} ({n.op}) reads the per-row result {i} "
+                                        f"of shape {list(g.value(i).shape)}, which does not "
+                                        f"broadcast to {list(dom.domain)}; unsqueeze it "
+                                        "first")
+    return per_row
+
+
+def _cache_bytes(g, v: str, dom: _RowDomain, rpb: int) -> int:
+    """Shared memory keeping value v of a row (of each of a block's rows) takes."""
+    return dom.cols * g.value(v).dtype.compute.itemsize * rpb
+
+
+def _check_row_outputs(g, io, per_row, dom: _RowDomain) -> None:
+    for o in io.outputs:
+        shape = g.value(o).shape
+        if o not in per_row and shape != dom.domain:
+            raise FusionRefused(f"output {o} of shape {list(shape)} is neither one value per "
+                                f"element nor one per row of {list(dom.domain)}")
+
+
+def _cached_values(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping, rpb: int,
+                   regional: set, local: set) -> tuple[str, ...]:
+    """The row cache: what the rule keeps on chip (minus the user's ``local``), plus the
+    user's ``regional`` values, in topological order; refused when a mapping has no
+    block-shared row or the budget runs out."""
+    on_chip = mapping.info.on_chip
+    cached = _row_cache(g, ns, reduces, io, per_row, dom, rpb) if on_chip else ()
+    cached = tuple(v for v in cached if v not in local)
+    for v in sorted(regional - set(cached), key=[n for m in ns for n in m.outputs].index):
+        if not on_chip:
+            raise FusionRefused(f"regional {v}: the {mapping.value} mapping does not keep a "
+                                "row in one block, so there is no block-shared memory to "
+                                "keep it in; use mapping block or warp")
+        if v in per_row or g.value(v).shape != dom.domain:
+            continue    # a per-row value: its scheme follows from who reads it (plan)
+        used = sum(_cache_bytes(g, x, dom, rpb) for x in cached + (v,))
+        if used > ROW_CACHE_BUDGET:
+            raise FusionRefused(f"regional {v}: shared memory {used // 1024} KB > "
+                                f"{ROW_CACHE_BUDGET // 1024} KB row-cache budget "
+                                f"({dom.cols} columns x {rpb} rows x "
+                                f"{g.value(v).dtype.compute.itemsize} B per cached value)")
+        cached = cached + (v,)
+    order = {o: i for i, n in enumerate(ns) for o in n.outputs}
+    return tuple(sorted(cached, key=order.__getitem__))
+
+
+def pass_needs(ns, reduces, element: set[str], outputs) -> dict[str, int]:
+    """Which passes over a row need each element value, as a bit mask: bit j for
+    reduction j's pass, the top bit for the final pass that writes the outputs. Flows
+    backward from each pass's roots, so it is linear in the group."""
+    need: dict[str, int] = dict.fromkeys(element, 0)
+    final = 1 << len(reduces)
+    for j, r in enumerate(reduces):
+        if r.inputs[0] in element:
+            need[r.inputs[0]] |= 1 << j
+    for o in outputs:
+        if o in element:
+            need[o] |= final
+    for n in reversed(ns):
+        mask = 0
+        for o in n.outputs:
+            mask |= need.get(o, 0)
+        if mask:
+            for i in n.inputs:
+                if i in element:
+                    need[i] |= mask
+    return need
+
+
+def _row_cache(g, ns, reduces, io, per_row, dom: _RowDomain, rpb: int = 1
+               ) -> tuple[str, ...]:
+    """Element values worth keeping on chip: needed by two or more passes over the row
+    (the reductions' passes and the final write), full-domain, and costly to recompute
+    (an exp, erf, tanh... in what they are computed from). AStitch's regional scheme.
+
+    Linear in the group: costliness flows forward through the element values, and the
+    set of passes needing each value (a bit mask) flows backward from the passes' roots.
+    """
+    made = {o: n for n in ns for o in n.outputs}
+    element = {o for o in made if o not in per_row}
+    costly: dict[str, bool] = {}
+    for n in ns:
+        here = get_op(n.op).flops >= _EXPENSIVE_FLOPS or any(
+            costly.get(i, False) for i in n.inputs if i in element)
+        for o in n.outputs:
+            costly[o] = here
+    need = pass_needs(ns, reduces, element, io.outputs)
+    chosen, budget = [], ROW_CACHE_BUDGET
+    for n in ns:
+        for v in n.outputs:
+            if (v in element and bin(need[v]).count("1") >= 2 and costly[v]
+                    and g.value(v).shape == dom.domain
+                    and _cache_bytes(g, v, dom, rpb) <= budget):
+                chosen.append(v)
+                budget -= _cache_bytes(g, v, dom, rpb)
+    return tuple(chosen)
+
+
+def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[str] = (),
+                     regional: Iterable[str] = (), local: Iterable[str] = (),
+                     device: Device = DEFAULT_DEVICE) -> Schedule:
+    """A stitched schedule: the nodes (topological order) split into phases, each one
+    template, or FusionRefused.
+
+    Greedy in topological order: a node joins the first phase, at or after the latest
+    phase it reads from, whose template still fits with it (a later unrelated phase is
+    *independent* packing); else it opens a new phase. A value in ``through_global``
+    (a user's ``global`` scheme) forces its readers into a later phase than its maker.
+    A barrier precedes a phase that reads from a phase since the previous barrier.
+
+    >>> analyze_stitched(g, ("n0", "n1")).phases[1].barrier    # doctest: +SKIP
+    True
+    """
+    forced = set(through_global)
+    regional, local = set(regional), set(local)
+    for nid in nodes:
+        n = g.node(nid)
+        if get_op(n.op).kind is Kind.opaque:
+            raise FusionRefused(f"{nid} ({n.op}) is a library call and cannot share a "
+                                "kernel with other ops, stitched or not")
+    made_by = {o: nid for nid in nodes for o in g.node(nid).outputs}
+    phases: list[list[str]] = []
+    phase_of: dict[str, int] = {}
+
+    def fits(members) -> bool:
+        try:
+            analyze(g, tuple(members), regional=regional & _outs(g, members),
+                    local=local, device=device)
+            return True
+        except FusionRefused:
+            return False
+
+    for nid in nodes:
+        lo = 0
+        for i in g.node(nid).inputs:
+            if i in made_by:
+                lo = max(lo, phase_of[made_by[i]] + (1 if i in forced else 0))
+        for k in range(lo, len(phases)):
+            if fits(phases[k] + [nid]):
+                phases[k].append(nid)
+                phase_of[nid] = k
+                break
+        else:
+            analyze(g, (nid,), device=device)   # a single op that fits no template says why
+            phases.append([nid])
+            phase_of[nid] = len(phases) - 1
+    # the phases' row caches share one block's shared memory, which keeps room for
+    # eight block-reduction slots
+    limit = device.shared_limit
+    out, since_barrier, cache_left = [], set(), limit - 8 * REDUCE_SLOT_BYTES
+    for k, members in enumerate(phases):
+        reads, after = [], set()
+        for nid in members:
+            for i in g.node(nid).inputs:
+                if i in made_by and phase_of[made_by[i]] != k:
+                    after.add(phase_of[made_by[i]])
+                    if i not in reads:
+                        reads.append(i)
+        barrier = bool(after & since_barrier)
+        if barrier:
+            since_barrier = set()
+        since_barrier.add(k)
+        mine = regional & _outs(g, members)
+        sched = analyze(g, tuple(members), regional=mine, local=local, device=device)
+        if sched.row_cache_bytes > cache_left:
+            # recompute this phase's values instead of keeping them (unless a user asked)
+            if mine:
+                need = limit - cache_left + sched.row_cache_bytes
+                raise FusionRefused(
+                    f"shared memory {need // 1024} KB > {limit // 1024} KB "
+                    "limit: the phases' row caches do not fit together (regional "
+                    f"{', '.join(sorted(mine))})")
+            sched = analyze(g, tuple(members), local=local | set(sched.row_cached),
+                            device=device)
+        cache_left -= sched.row_cache_bytes
+        out.append(Phase(tuple(members), sched, tuple(reads), tuple(sorted(after)),
+                         barrier))
+    stitched = Schedule(ScheduleKind.stitched, phases=tuple(out))
+    if shared_bytes(stitched) > limit:
+        raise FusionRefused(f"shared memory {shared_bytes(stitched) // 1024} KB > "
+                            f"{limit // 1024} KB limit")
+    return stitched
+
+
+def _outs(g: Graph, members) -> set[str]:
+    return {o for nid in members for o in g.node(nid).outputs}

@@ -1,0 +1,86 @@
+"""The greedy planners: ``none``, ``xla`` and ``rules``.
+
+- ``none``: one kernel per op -- the baseline every speedup is measured against.
+- ``xla``: the XLA/TVM baseline. Greedy producer-into-consumer fusion in which a
+  reduction ends its kernel (XLA's reduction is a fusion root; TVM's reduce group
+  takes no consumers): elementwise chains, and a reduction with its elementwise
+  inputs. LayerNorm is several kernels.
+- ``rules``: the same greedy walk with the row-reduction template: each op tries to
+  join the kernel of each of its producers; the join happens when the producer is not
+  a library call and the merged group is legal (acyclic, and one schedule template
+  fits: elementwise chains, a reduction with its elementwise inputs *and consumers* --
+  the per-row result reaches them through shared memory, regional stitching inside
+  one template -- and reductions over the same rows such as LayerNorm's two means).
+  Every decision is logged with its reason.
+"""
+from __future__ import annotations
+
+from ..errors import FusionRefused
+from ..ir import Graph
+from ..ops import Kind
+from .devices import DEFAULT_DEVICE, Device
+from .partition import Decision, Partition
+from .plan import Plan
+from .analysis import analyze
+
+
+def plan_none(g: Graph, model=None, device: Device = DEFAULT_DEVICE
+              ) -> tuple[Plan, list[Decision]]:
+    return Plan.singletons(g, device), []
+
+
+def rules_partition(g: Graph, reduction_ends_kernel: bool = False,
+                    device: Device = DEFAULT_DEVICE) -> tuple[Partition, list[Decision]]:
+    """The ``rules`` planner's partition and log (see the module docstring); with
+    ``reduction_ends_kernel``, the ``xla`` planner's.
+
+    Equivalent to merging with ``make_group`` and ``check_acyclic`` at every step, but
+    linear on long chains: two groups without reductions always merge into one
+    elementwise kernel (so no schedule is analysed until the end; a merge with a
+    reduction is checked by ``analyze``), the groups are made once at the end, and the
+    cycle search skips groups of nodes not yet visited -- such a group holds one op
+    that reads only from earlier ops, and can only feed ops later still, never the
+    selection.
+    """
+    part = Partition(g)
+    log: list[Decision] = []
+    for node in g.nodes:
+        if part.kind[node.id] is Kind.opaque:
+            continue
+        here = part.index[node.id]
+        for i in dict.fromkeys(node.inputs):
+            prod = g.producer.get(i)
+            if prod is None or part.kind[prod.id] is Kind.opaque:
+                continue
+            mine, theirs = part.owner[node.id], part.owner[prod.id]
+            if mine == theirs:
+                continue
+            why = part.cycle({mine, theirs}, horizon=here)
+            if why is None and reduction_ends_kernel and part.has_reduce(theirs):
+                why = ("a reduction ends its kernel (XLA/TVM): its consumers start a "
+                       "new one")
+            if why is None and (part.has_reduce(mine) or part.has_reduce(theirs)):
+                try:
+                    analyze(g, tuple(sorted(part.members[mine] + part.members[theirs],
+                                            key=part.index.__getitem__)), device=device)
+                except FusionRefused as e:
+                    why = str(e)
+            if why is not None:
+                log.append(Decision("not fused", (prod.id, node.id), why))
+                continue
+            part.merge({mine, theirs})
+            log.append(Decision("fused", (prod.id, node.id),
+                                f"{prod.op} into {node.op}: {i} stays on chip"))
+    return part, log
+
+
+def plan_rules(g: Graph, model=None, device: Device = DEFAULT_DEVICE
+               ) -> tuple[Plan, list[Decision]]:
+    part, log = rules_partition(g, device=device)
+    return part.to_plan("rules", device), log
+
+
+def plan_xla(g: Graph, model=None, device: Device = DEFAULT_DEVICE
+             ) -> tuple[Plan, list[Decision]]:
+    part, log = rules_partition(g, reduction_ends_kernel=True, device=device)
+    return part.to_plan("xla", device), log

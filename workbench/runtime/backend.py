@@ -1,0 +1,143 @@
+"""The backend interface: what every place kernels compile and run provides.
+
+A backend compiles kernel-IR kernels (rendered in its ``target`` language, or
+shipped sources from an artifact), launches them on arrays of its array module
+``xp``, runs library calls with each op's ``library`` implementation on that module,
+times kernels, and describes the :class:`~workbench.fusion.devices.Device` it runs
+on (the device the session plans for and the cost model prices). The session, the
+CLI, the app, the artifact loader and calibration know backends only through this
+class and the registry (:mod:`.backends`); adding one (Triton, say) is one subclass
+and one registry entry.
+
+Example::
+
+    >>> from workbench.runtime import get_backend
+    >>> be = get_backend("cpu"); be.target, be.device.kind      # doctest: +SKIP
+    ('c', 'cpu')
+"""
+from __future__ import annotations
+
+import abc
+import time
+from functools import cached_property
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+from ..codegen.kir import Kernel
+from ..fusion.devices import Device
+from ..ops import get_op
+
+Progress = Callable[[int, int, str], None]
+
+
+class CompiledKernel:
+    """A kernel ready to run on one backend: its IR, the source it was built from, and
+    the backend's handle (a ctypes function, a CUDA function; None for library calls
+    and for the reference backend)."""
+
+    def __init__(self, kernel: Kernel, source: str, fn: Any = None):
+        self.kernel, self.source, self.fn = kernel, source, fn
+
+
+class WallTimer:
+    """Host wall-clock timing (what a CPU kernel call costs, call overhead included)."""
+
+    def start(self):
+        return time.perf_counter()
+
+    def stop(self, t0) -> float:
+        return time.perf_counter() - t0
+
+
+class Backend(abc.ABC):
+    """One place kernels run. Subclasses set ``name``, ``target`` and ``xp`` and
+    implement what is abstract; the rest has a default every compiled backend shares."""
+
+    name: ClassVar[str]          # the registry key ("cpu", "cupy", ...)
+    target: ClassVar[str]        # the source language it compiles: "c", "cuda" ("": none)
+    xp: Any                      # the array module its buffers live in
+
+    @classmethod
+    def unavailable(cls) -> str | None:
+        """Why this backend cannot run on this machine (None when it can), as a message
+        naming the fix."""
+        return None
+
+    # -- the device ---------------------------------------------------------------
+    @cached_property
+    def device(self) -> Device:
+        """The device plans are made for and the cost model prices (measured or read
+        from its properties once, then cached)."""
+        return self.describe_device()
+
+    @abc.abstractmethod
+    def describe_device(self) -> Device:
+        """Measure or look up this backend's Device (``device`` caches it)."""
+
+    def device_name(self) -> str:
+        """What ran a measurement, for tables and manifests."""
+        return self.device.name
+
+    # -- compiling ----------------------------------------------------------------
+    @abc.abstractmethod
+    def compile_source(self, kernel: Kernel, source: str, origin: str = "") -> CompiledKernel:
+        """Build one kernel from source in this backend's target language (rendered
+        here, or shipped in an artifact; ``origin`` says where a rejected source came
+        from)."""
+
+    def render(self, kernel: Kernel) -> str:
+        from ..codegen import render_kernel
+        return render_kernel(kernel, self.target) if self.target else ""
+
+    def compile(self, kernels: Sequence[Kernel], progress: Progress | None = None
+                ) -> list[CompiledKernel]:
+        """Render and build kernels (in order; ``progress(done, total, name)`` after each)."""
+        out = []
+        for i, k in enumerate(kernels):
+            out.append(self.compile_source(k, self.render(k)))
+            if progress:
+                progress(i + 1, len(kernels), k.name)
+        return out
+
+    def compile_sources(self, kernels: Sequence[Kernel], sources: Mapping[str, str],
+                        origin: str = "") -> list[CompiledKernel]:
+        """Build kernels from shipped sources (kernel name -> source)."""
+        return [self.compile_source(k, sources.get(k.name, ""), origin) for k in kernels]
+
+    # -- running ------------------------------------------------------------------
+    @abc.abstractmethod
+    def launch(self, ck: CompiledKernel, args: list) -> None:
+        """Launch a generated kernel on its parameter arrays (in ``kernel.params`` order)."""
+
+    def run_kernel(self, seq, ck: CompiledKernel, env: dict) -> None:
+        """Run one kernel of ``seq`` (a ``KernelSequence``: its graph, its groups' nodes,
+        each kernel's workspace): a library call through its op's ``library`` on ``xp``,
+        or a launch on the values in ``env``. (The reference backend evaluates the
+        group's ops instead.)"""
+        k, graph = ck.kernel, seq.graph
+        if k.library is not None:
+            call = k.library
+            outs = get_op(call.op).library(self.xp, [env[b.value] for b in call.inputs],
+                                           dict(call.attrs))
+            for b, arr in zip(call.outputs, outs):
+                v = graph.value(b.value)
+                a = self.xp.asarray(arr, dtype=v.dtype.np).reshape(v.shape)
+                # (ascontiguousarray would turn a 0-d result into 1-d)
+                env[b.value] = a if a.flags.c_contiguous else a.copy(order="C")
+            return
+        ws = seq.workspace(ck) if k.workspace else {}
+        self.launch(ck, [ws[b.name] if b.workspace else env[b.value] for b in k.params])
+
+    def timer(self):
+        """How kernels are timed here (``start()`` / ``stop(t0) -> seconds``)."""
+        return WallTimer()
+
+    @abc.abstractmethod
+    def asarray(self, a):
+        """A host array as this backend's array."""
+
+    @abc.abstractmethod
+    def to_numpy(self, a):
+        """This backend's array as a NumPy array."""
+
+    def synchronize(self) -> None:
+        """Wait until every launched kernel has finished."""

@@ -1,0 +1,107 @@
+"""The C toolchain: the system compiler, its flags, and the cache of built libraries.
+
+Each source is compiled to its own shared library, cached by the SHA-256 of its
+source, flags and compiler in a user cache directory (``$WORKBENCH_CACHE`` or
+``~/.cache/fusion-workbench``). A library is written to a temporary name and moved
+into place atomically, so processes compiling the same kernel at once never see a
+partial file. The CPU backend and the CPU probe (``calibrate``) build with it.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from ..errors import BackendUnavailable, WorkbenchError
+
+# OpenMP threads that spin after a kernel steal the cores from the BLAS threads of the
+# next library call (matmul): measured 324 ms -> 128 ms on bert_chain.onnx. libgomp
+# reads this once, when the first kernel library loads it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+BASE_CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
+               "-fopenmp"]
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("WORKBENCH_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fusion-workbench")
+    p = Path(root) / "cpu"
+    p.mkdir(parents=True, exist_ok=True)
+    return p
+
+
+@lru_cache(maxsize=None)
+def find_compiler() -> tuple[str, str]:
+    """(path, version line) of the C compiler: $CC, else cc, gcc or clang."""
+    for cand in [os.environ.get("CC"), "cc", "gcc", "clang"]:
+        if cand and shutil.which(cand):
+            path = shutil.which(cand)
+            out = subprocess.run([path, "--version"], capture_output=True, text=True)
+            return path, (out.stdout.splitlines() or ["unknown"])[0]
+    raise BackendUnavailable("no C compiler found (looked for $CC, cc, gcc, clang): install "
+                             "one (apt-get install gcc) or use --backend reference")
+
+
+@lru_cache(maxsize=None)
+def cflags() -> tuple[str, ...]:
+    """Compiler flags; vector math (glibc libmvec) only when a probe builds and loads."""
+    cc, _ = find_compiler()
+    probe = ("#include <math.h>\n#pragma omp declare simd notinbranch\nfloat expf(float);\n"
+             "void p(float* x, int n) {\n#pragma omp simd\n"
+             "for (int i = 0; i < n; ++i) x[i] = expf(x[i]); }\n")
+    with tempfile.TemporaryDirectory() as tmp:
+        c, so = Path(tmp) / "p.c", Path(tmp) / "p.so"
+        c.write_text(probe)
+        r = subprocess.run([cc, *BASE_CFLAGS, str(c), "-o", str(so), "-lmvec", "-lm"],
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            try:
+                ctypes.CDLL(str(so))
+                return (*BASE_CFLAGS, "-DWB_VECTOR_MATH")
+            except OSError:
+                pass
+    return tuple(BASE_CFLAGS)
+
+
+def link_flags() -> list[str]:
+    return (["-lmvec"] if "-DWB_VECTOR_MATH" in cflags() else []) + ["-lm"]
+
+
+def cpu_model() -> str:
+    """The CPU's model name (from /proc/cpuinfo where there is one)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+    return platform.processor() or "CPU"
+
+
+def build_library(name: str, src: str, origin: str = "") -> Path:
+    """Compile C source to a shared library in the kernel cache (keyed by source,
+    flags and compiler version; installed atomically, so concurrent compilers race
+    harmlessly). ``origin`` says where a rejected source came from, for the message."""
+    cc, version = find_compiler()
+    flags = cflags()
+    key = hashlib.sha256("\0".join([src, " ".join(flags), version]).encode()).hexdigest()[:24]
+    out = cache_dir() / f"{name}-{key}.so"
+    if not out.exists():
+        with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
+            c_file, so_tmp = Path(tmp) / f"{name}.c", Path(tmp) / "k.so"
+            c_file.write_text(src)
+            r = subprocess.run([cc, *flags, str(c_file), "-o", str(so_tmp), *link_flags()],
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise WorkbenchError(
+                    f"the C compiler rejected kernel {name}:\n{r.stderr[-2000:]}\n"
+                    + (origin or "this is a workbench bug; please report it with the graph"))
+            os.replace(so_tmp, out)
+    return out
