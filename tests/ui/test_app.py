@@ -51,6 +51,14 @@ def test_fuse_the_selection_redraws_and_adds_a_step(app):
     assert "__global__" in app.code.cuda and "erff(" in app.code.c
     assert "previous/k9+k10+k11+k12+k13.cu" in app.code.diff
     assert "+++ current/k9.cu" in app.code.diff and "+++ current/k9.c" in app.code.diff
+    # the IR tab, between C and Diff: the same kernel as target-neutral text
+    assert app.code.tabs.titles == ("CUDA", "C", "IR", "Diff")
+    k = app.code.kernel(plan, plan.group("k9"))
+    assert app.code.ir.startswith(f"kernel {k.name}  group k9  elementwise\n")
+    assert "loop" in app.code.ir and "erff(" in app.code.ir and "__global__" not in app.code.ir
+    assert app.code.tabs.children[2].value.startswith('<div class="wb-code">')
+    app.code.clear()
+    assert app.code.ir == "" and app.code.tabs.children[2].value == ""
 
 
 def test_a_refused_fusion_changes_nothing_and_says_why(app):

@@ -1,7 +1,8 @@
-"""Codegen: plan groups -> kernel IR -> CUDA C and C source.
+"""Codegen: plan groups -> kernel IR -> CUDA C and C source (and the IR as text).
 
     >>> kernels = lower_plan(plan)                         # doctest: +SKIP
     >>> print(render_kernel(kernels[0], "cuda"))           # doctest: +SKIP
+    >>> print(format_kernel(kernels[0]))                   # doctest: +SKIP
 """
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 from ..fusion import Plan
 from .kir import Kernel
 from .lower import c_literal, identifier, lower_group
+from .printer import format_kernel
 from .render import RENDERERS, CRenderer, CudaRenderer
 
 
@@ -23,5 +25,5 @@ def render_kernel(k: Kernel, target: str) -> str:
     return r.prelude() + "\n" + r.kernel(k)
 
 
-__all__ = ["CRenderer", "CudaRenderer", "Kernel", "RENDERERS", "c_literal", "identifier",
-           "lower_group", "lower_plan", "render_kernel"]
+__all__ = ["CRenderer", "CudaRenderer", "Kernel", "RENDERERS", "c_literal", "format_kernel",
+           "identifier", "lower_group", "lower_plan", "render_kernel"]

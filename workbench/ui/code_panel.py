@@ -1,7 +1,9 @@
-"""The code panel: the selected kernel's CUDA and C source, highlighted, with a diff
-against the previous step's version, its launch configuration, bytes and latency.
+"""The code panel: the selected kernel's CUDA and C source and its kernel IR,
+highlighted, with a diff against the previous step's version, its launch
+configuration, bytes and latency.
 
-Sources are rendered by the same renderers the backends compile (``render_kernel``);
+Sources are rendered by the same renderers the backends compile (``render_kernel``),
+the IR by ``format_kernel`` (target-neutral: what both sources are printed from);
 highlighting is pygments HTML whose token classes are coloured by JupyterLab's
 ``--jp-mirror-editor-*`` variables, so the panel follows the light and dark themes.
 
@@ -9,6 +11,8 @@ Example::
 
     >>> panel = CodePanel(session); panel.show("n3")   # doctest: +SKIP
     >>> "__global__" in panel.cuda                      # doctest: +SKIP
+    True
+    >>> "block_reduce" in panel.ir                      # doctest: +SKIP
     True
 """
 from __future__ import annotations
@@ -20,9 +24,11 @@ from typing import Callable
 import ipywidgets as w
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
+from pygments.lexer import RegexLexer, words
 from pygments.lexers import CLexer, CudaLexer, DiffLexer
+from pygments.token import Comment, Keyword, Name, Number, Text
 
-from ..codegen import RENDERERS, lower_group, render_kernel
+from ..codegen import RENDERERS, format_kernel, lower_group, render_kernel
 from ..codegen.kir import Kernel
 from ..fusion import Group, Plan
 
@@ -52,7 +58,26 @@ CSS = "\n".join(
        + f" {{ color: var(--jp-mirror-editor-{kind}-color); }}"
        for kind, classes in _TOKEN_COLORS.items()])
 
-_LEXERS = {"cuda": CudaLexer(), "c": CLexer(), "diff": DiffLexer()}
+
+class KernelIRLexer(RegexLexer):
+    """The printer's text: statement keywords, dtypes, numbers and ``#`` comments, so
+    the IR tab takes the same theme colours as the C and CUDA tabs."""
+    name = "kernel IR"
+    tokens = {"root": [
+        (r"#.*$", Comment.Single),     # (the only place model text is printed)
+        (words(("kernel", "group", "params", "scratch", "launch", "body", "library",
+                "loop", "in", "out", "workspace", "let", "load", "store", "block_reduce",
+                "once", "per", "if", "grid_sync", "reduce"), prefix=r"\b", suffix=r"\b"),
+         Keyword),
+        (words(("f32", "f16", "i32", "i64", "bool"), prefix=r"\b", suffix=r"\b"),
+         Keyword.Type),
+        (r"\b\d+(\.\d*)?([eE][-+]?\d+)?f?\b", Number),
+        (r"[A-Za-z_]\w*", Name),
+        (r"\s+|.", Text),
+    ]}
+
+
+_LEXERS = {"cuda": CudaLexer(), "c": CLexer(), "ir": KernelIRLexer(), "diff": DiffLexer()}
 _FORMATTER = HtmlFormatter(cssclass="wb-code", nowrap=False)
 
 
@@ -68,7 +93,7 @@ def unified_diff(before: str, after: str, before_name: str, after_name: str) -> 
 
 
 class CodePanel(w.VBox):
-    """Kernel info (header) above tabs CUDA, C and Diff for one group of a plan.
+    """Kernel info (header) above tabs CUDA, C, IR and Diff for one group of a plan.
 
     ``show(ref, plan, previous)`` shows the group holding node/group ``ref`` of
     ``plan``; the diff compares it with the kernels of ``previous`` (the previous step's
@@ -78,15 +103,15 @@ class CodePanel(w.VBox):
     def __init__(self, info: Callable[[Plan, str], dict] | None = None):
         self.header = w.HTML()
         self.header.add_class("wb-kernel-info")
-        self._cuda, self._c, self._diff = w.HTML(), w.HTML(), w.HTML()
-        self.tabs = w.Tab(children=[self._cuda, self._c, self._diff],
-                          titles=["CUDA", "C", "Diff"])
+        self._cuda, self._c, self._ir, self._diff = w.HTML(), w.HTML(), w.HTML(), w.HTML()
+        self.tabs = w.Tab(children=[self._cuda, self._c, self._ir, self._diff],
+                          titles=["CUDA", "C", "IR", "Diff"])
         super().__init__([w.HTML(f"<style>{CSS}</style>"), self.header, self.tabs])
         self.add_class("wb-code-panel")
         self._info = info or (lambda plan, gid: {})
         self._kernels: dict[tuple[Plan, tuple[str, ...]], Kernel] = {}
         self.group: Group | None = None
-        self.cuda = self.c = self.diff = ""
+        self.cuda = self.c = self.ir = self.diff = ""
         self.clear()
 
     def kernel(self, plan: Plan, group: Group) -> Kernel:
@@ -98,9 +123,9 @@ class CodePanel(w.VBox):
 
     def clear(self, hint: str = "Select a node to see its kernel.") -> None:
         self.group = None
-        self.cuda = self.c = self.diff = ""
+        self.cuda = self.c = self.ir = self.diff = ""
         self.header.value = f'<span class="wb-dim">{html.escape(hint)}</span>'
-        for h in (self._cuda, self._c, self._diff):
+        for h in (self._cuda, self._c, self._ir, self._diff):
             h.value = ""
 
     def show(self, ref: str, plan: Plan, previous: Plan | None = None) -> Kernel:
@@ -108,10 +133,12 @@ class CodePanel(w.VBox):
         k = self.kernel(plan, group)
         self.group = group
         self.cuda, self.c = render_kernel(k, "cuda"), render_kernel(k, "c")
+        self.ir = format_kernel(k)
         self.diff = self._diff_text(k, group, plan, previous)
         self.header.value = self._header_html(k, group, self._info(plan, group.id))
         self._cuda.value = self._source_html(k, "cuda")
         self._c.value = self._source_html(k, "c")
+        self._ir.value = highlight_html(self.ir, "ir")
         self._diff.value = (highlight_html(self.diff, "diff") if self.diff else
                             '<span class="wb-dim">unchanged since the previous step</span>'
                             if previous is not None else

@@ -1,0 +1,199 @@
+"""A readable, target-neutral text form of one kernel IR (like a jaxpr).
+
+``format_kernel(k)`` is a pure function of the kernel: a header line (name, group,
+schedule), the params (identifier, role, dtype and element count, and the graph value
+each holds), the scratch arrays, the launch, then the body, one statement per line and
+indented by nesting. It never raises on a kernel the lowering produces; an unknown
+statement type prints as ``? <TypeName>``.
+
+Everything printed is what the IR holds. Identifiers and expressions are generated;
+the one field that carries model text is a buffer's (or scratch array's) ``value``,
+the graph value's name. It is escaped (non-printable characters as ``\\n``,
+``\\x1b``...), cut to 40 characters, and printed only in a trailing ``#`` comment.
+As a last guard every output line has its non-printable characters escaped, so a
+statement is always exactly one line whatever its fields hold.
+
+Example (the layernorm sample, 4096 x 1024, under planner rules; body shortened)::
+
+    >>> plan, _ = run_planner("rules", load("sample_graphs/layernorm.json"))  # doctest: +SKIP
+    >>> print(format_kernel(lower_plan(plan)[0]))          # doctest: +SKIP
+    kernel k0_reduce_mean_sub_mul_etc  group k0  row_reduce rows=4096 cols=1024 block per row
+    params:
+      in        in0: f32[4194304]  # x
+      in        in1: f32[1024]  # gamma
+      in        in2: f32[1024]  # beta
+      out       out0: f32[4194304]  # y
+    launch: grid=4096 block=256 block/row  shared=528 B
+    body:
+      loop row in [0, 4096) grid:
+        # reduce_mean over [1]
+        let acc0: f32 = 0.0f
+        loop col in [0, 1024) block reduce(+: acc0):
+          load t1 = in0[row * 1024 + col]
+          acc0 = (acc0 + t1)
+        block_reduce acc0 (block, slot 0)
+        ...
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
+                  Let, Load, Loop, OncePerBlock, Scratch, Store)
+
+INDENT = "  "
+VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
+
+_SHORT = {"float32": "f32", "float16": "f16", "int32": "i32", "int64": "i64",
+          "bool": "bool"}
+
+
+def _dtype(dt) -> str:
+    # (a DType not in the table still prints, by its own name)
+    v = getattr(dt, "value", dt)
+    return _SHORT.get(v, str(v))
+
+
+def _escape(text: str) -> str:
+    """Non-printable characters (newlines, ESC, bidi overrides, U+2028...) as Python
+    escapes, so text from a model file can neither break a line nor restyle one."""
+    text = str(text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def _value_note(value) -> str:
+    """A graph value name as a trailing comment: escaped, then cut to VALUE_CHARS."""
+    v = _escape(value)
+    if not v:
+        return ""
+    if len(v) > VALUE_CHARS:
+        v = v[:VALUE_CHARS - 1] + "…"
+    return f"  # {v}"
+
+
+def _bare(expr: str) -> str:
+    """An expression without the parentheses wrapping all of it ("(a + b)" -> "a + b",
+    "(a) + (b)" unchanged): offsets read as in the renderers' comments."""
+    e = str(expr)
+    while len(e) >= 2 and e[0] == "(" and e[-1] == ")":
+        depth = 0
+        for i, c in enumerate(e):
+            depth += (c == "(") - (c == ")")
+            if depth == 0 and i < len(e) - 1:
+                return e           # the first "(" closes before the end
+        e = e[1:-1]
+    return e
+
+
+def _ref(buf, offset) -> str:
+    return f"{buf.name}[{_bare(offset)}]"
+
+
+def _shape(x: Scratch) -> str:
+    return f"{x.rows} x {x.numel}" if x.rows > 1 else f"{x.numel}"
+
+
+# -- one function per statement type: (stmt, pad) -> lines ---------------------------
+
+def _let(s: Let, pad: str) -> list[str]:
+    return [f"{pad}let {s.var}: {_dtype(s.dtype)} = {s.expr}"]
+
+
+def _assign(s: Assign, pad: str) -> list[str]:
+    return [f"{pad}{s.var} = {s.expr}"]
+
+
+def _load(s: Load, pad: str) -> list[str]:
+    return [f"{pad}load {s.var} = {_ref(s.buf, s.offset)}"]
+
+
+def _store(s: Store, pad: str) -> list[str]:
+    return [f"{pad}store {_ref(s.buf, s.offset)} = {s.expr}"]
+
+
+def _loop(s: Loop, pad: str) -> list[str]:
+    head = f"{pad}loop {s.var} in [{s.start or 0}, {s.stop or s.extent}) {s.bind}"
+    if s.vector > 1:
+        head += f" vector={s.vector}"
+    if s.per_block > 1:
+        head += f" per_block={s.per_block}"
+    if s.reduction is not None:
+        acc, op = s.reduction
+        # no operator: the lanes' partials must be combined in order
+        head += f" reduce({op or 'ordered'}: {acc})"
+    return [head + ":"] + _body(s.body, pad + INDENT)
+
+
+def _block_reduce(s: BlockReduce, pad: str) -> list[str]:
+    return [f"{pad}block_reduce {s.var} ({s.width}, slot {s.slot})"]
+
+
+def _once_per_block(s: OncePerBlock, pad: str) -> list[str]:
+    return [f"{pad}once per {s.width}:"] + _body(s.body, pad + INDENT)
+
+
+def _if(s: If, pad: str) -> list[str]:
+    return [f"{pad}if {_bare(s.cond)}:"] + _body(s.body, pad + INDENT)
+
+
+def _grid_sync(s: GridSync, pad: str) -> list[str]:
+    return [f"{pad}grid_sync" + (f"  # {s.reason}" if s.reason else "")]
+
+
+def _comment(s: Comment, pad: str) -> list[str]:
+    return [f"{pad}# {s.text}"]
+
+
+def _declare_scratch(s: DeclareScratch, pad: str) -> list[str]:
+    x = s.scratch
+    return [f"{pad}scratch {x.name}: {_dtype(x.dtype)}[{_shape(x)}]"]
+
+
+def _unknown(s, pad: str) -> list[str]:
+    # a statement type added to kir.py but not here: visible, never fatal
+    return [f"{pad}? {type(s).__name__}"]
+
+
+STATEMENTS: dict[type, Callable[[object, str], list[str]]] = {
+    Let: _let, Assign: _assign, Load: _load, Store: _store, Loop: _loop,
+    BlockReduce: _block_reduce, OncePerBlock: _once_per_block, If: _if,
+    GridSync: _grid_sync, Comment: _comment, DeclareScratch: _declare_scratch,
+}
+
+
+def _body(stmts, pad: str) -> list[str]:
+    return [line for s in stmts for line in STATEMENTS.get(type(s), _unknown)(s, pad)]
+
+
+# -- the kernel -----------------------------------------------------------------------
+
+def _role(b: Buffer) -> str:
+    return "workspace" if b.workspace else "out" if b.is_output else "in"
+
+
+def _param(b: Buffer) -> str:
+    return (f"{INDENT}{_role(b):<9} {b.name}: {_dtype(b.dtype)}[{b.numel}]"
+            + _value_note(b.value))
+
+
+def format_kernel(k: Kernel) -> str:
+    """The kernel IR as text: header, params, scratch, launch, body (see the module)."""
+    lines = [f"kernel {k.name}  group {k.group}  {k.schedule}", "params:"]
+    lines += [_param(b) for b in k.params] or [INDENT + "-"]
+    if k.scratch:
+        lines.append("scratch:")
+        lines += [f"{INDENT}{x.name}: {_dtype(x.dtype)}[{_shape(x)}]" + _value_note(x.value)
+                  for x in k.scratch]
+    if k.library is not None:
+        c = k.library
+        # opaque: no generated code, so no launch and no body of our own
+        lines.append(f"library {c.op}({', '.join(b.name for b in c.inputs)}) -> "
+                     + ", ".join(b.name for b in c.outputs))
+    else:
+        lines.append(f"launch: {k.launch}  shared={k.launch.shared_bytes} B")
+        lines.append("body:")
+        lines += _body(k.body, INDENT)
+    return "\n".join(map(_escape, lines))
