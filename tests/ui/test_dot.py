@@ -117,3 +117,14 @@ def test_a_500_node_graph_draws(big_graph):
         assert svg_ids(svg, "node") >= {n.id for n in big_graph.nodes}
     collapsed = render_svg(to_dot(big_graph, plan, set(composites(big_graph))).source)
     assert len(svg_ids(collapsed, "node")) == 34 * 3 + 2       # LN box, GELU box, add
+
+
+@pytest.mark.parametrize("mapping", ["warp", "block", "split", "thread"])
+def test_cluster_label_names_the_kernels_mapping(mapping):
+    """The label comes from the mapping table: every mapping is named as it is (warp
+    and split kernels were once labelled thread/row)."""
+    b = GraphBuilder("sm")
+    b.output(b.softmax(b.input("x", (64, 1024)), axis=-1), "y")
+    g = b.build()
+    plan = run_planner("rules", g)[0].set_mapping("k0", mapping)
+    assert f'label="k0 · row_reduce ({mapping}/row)"' in to_dot(g, plan).source

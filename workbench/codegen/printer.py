@@ -38,20 +38,15 @@ from __future__ import annotations
 
 from typing import Callable
 
+from ..ir import DType
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
                   Let, Load, Loop, OncePerBlock, Scratch, Store)
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
 
-_SHORT = {"float32": "f32", "float16": "f16", "int32": "i32", "int64": "i64",
-          "bool": "bool"}
-
-
 def _dtype(dt) -> str:
-    # (a DType not in the table still prints, by its own name)
-    v = getattr(dt, "value", dt)
-    return _SHORT.get(v, str(v))
+    return dt.short if isinstance(dt, DType) else str(dt)
 
 
 def _escape(text: str) -> str:

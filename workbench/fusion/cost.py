@@ -56,7 +56,6 @@ from .schedule import Schedule, group_io
 # Fraction of the SM's threads that must be resident for a memory-bound kernel to keep
 # enough loads in flight to saturate DRAM (Little's law; ~50% on recent NVIDIA GPUs).
 OCCUPANCY_FOR_PEAK = 0.5
-MAX_REGISTERS = 255
 
 
 def memory_key(s: Schedule) -> str:
@@ -258,16 +257,16 @@ def _scatter(g: Graph, s: Schedule, device: Device) -> float:
     return max(1.0, device.transaction_bytes / 4)
 
 
-def _registers(g: Graph, nodes: Sequence[str], io, s: Schedule) -> int:
+def _registers(g: Graph, nodes: Sequence[str], io, s: Schedule, device: Device) -> int:
     """Registers per thread, estimated: a base, two per buffer pointer/index, two per
     value read by more than one op inside the group (held live) and a few per
-    reduction accumulator; capped at the hardware's 255."""
+    reduction accumulator; capped at the device's most per thread."""
     members = set(nodes)
     shared = sum(1 for n in nodes for o in g.node(n).outputs
                  if sum(1 for c in g.consumers[o] if c.id in members) > 1)
     reduces = sum(1 for n in nodes if get_op(g.node(n).op).kind is Kind.reduce)
-    return min(MAX_REGISTERS, 24 + 2 * (len(io.inputs) + len(io.outputs)) + 2 * shared
-               + 6 * reduces)
+    regs = 24 + 2 * (len(io.inputs) + len(io.outputs)) + 2 * shared + 6 * reduces
+    return min(device.max_registers_per_thread or regs, regs)
 
 
 def _efficiency(device: Device, threads: int, blocks: int, regs: int, smem: int,
@@ -313,7 +312,7 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
     geo = geometry(s, device)
     # on a CPU the parallel work items are what the cores share
     threads, blocks = (geo.threads, geo.blocks) if device.is_gpu else (1, geo.cpu_items)
-    regs = _registers(g, nodes, io, s)
+    regs = _registers(g, nodes, io, s, device)
     smem = geo.shared_bytes
     barriers = s.grid_barriers
     occ, eff, bad = _efficiency(device, threads, blocks, regs, smem, barriers > 0)

@@ -47,6 +47,7 @@ class Device:
     # granularity registers are allocated in per warp: both bound co-residency
     reserved_shared_per_block: int = 0
     register_alloc_unit: int = 1
+    max_registers_per_thread: int = 0   # 0: no limit
 
     def __post_init__(self):
         if self.kind not in ("gpu", "cpu"):
@@ -76,15 +77,17 @@ class Device:
 
 # What every CUDA GPU gives a block without opting in to more.
 PORTABLE_SHARED_PER_BLOCK = 48 * 1024
+# Back-to-back launches on one stream cost a few us of host+GPU time, and a cooperative
+# grid.sync() ~1-3 us on recent GPUs: assumed values that calibration replaces.
+ASSUMED_GPU_LAUNCH = 3e-6
+ASSUMED_GRID_BARRIER = 2e-6
 
 # NVIDIA H100 SXM5 80 GB: H100 Tensor Core GPU datasheet and the Hopper architecture
 # whitepaper (2022).
 H100 = Device(
     name="NVIDIA H100 SXM5 80GB", kind="gpu",
     dram_bandwidth=3.35e12,         # HBM3, 3.35 TB/s (datasheet)
-    # back-to-back launches on one stream cost a few us of host+GPU time; an assumed
-    # typical value that calibration replaces with a measured one
-    launch_overhead=3e-6,
+    launch_overhead=ASSUMED_GPU_LAUNCH,
     units=132,                      # 132 SMs (SXM5)
     peak_flops=67e12,               # FP32 67 TFLOPS, non-tensor (datasheet)
     shared_per_block=48 * 1024,     # without opt-in (227 KB with cudaFuncSetAttribute)
@@ -92,16 +95,17 @@ H100 = Device(
     registers_per_unit=65536,       # 64K 32-bit registers per SM
     max_threads_per_unit=2048, max_threads_per_block=1024, max_blocks_per_unit=32,
     warp=32,
-    grid_barrier=2e-6,              # cooperative grid.sync(): ~1-3 us measured on recent GPUs
+    grid_barrier=ASSUMED_GRID_BARRIER,
     cache_bytes=50 * 2**20,         # 50 MB L2
-    reserved_shared_per_block=1024, register_alloc_unit=256,   # CUDA occupancy rules
+    # CUDA occupancy rules (programming guide, compute capability 9.0)
+    reserved_shared_per_block=1024, register_alloc_unit=256, max_registers_per_thread=255,
     source="NVIDIA H100 datasheet / Hopper whitepaper; launch and barrier costs assumed")
 
 # NVIDIA A100 SXM4 80 GB: A100 datasheet and the Ampere GA100 whitepaper (2020).
 A100 = Device(
     name="NVIDIA A100 SXM4 80GB", kind="gpu",
     dram_bandwidth=2.039e12,        # HBM2e, 2,039 GB/s (80 GB SXM datasheet)
-    launch_overhead=3e-6,
+    launch_overhead=ASSUMED_GPU_LAUNCH,
     units=108,                      # 108 SMs
     peak_flops=19.5e12,             # FP32 19.5 TFLOPS, non-tensor
     shared_per_block=48 * 1024,     # without opt-in (163 KB with it)
@@ -109,15 +113,22 @@ A100 = Device(
     registers_per_unit=65536,
     max_threads_per_unit=2048, max_threads_per_block=1024, max_blocks_per_unit=32,
     warp=32,
-    grid_barrier=2e-6,
+    grid_barrier=ASSUMED_GRID_BARRIER,
     cache_bytes=40 * 2**20,         # 40 MB L2
-    reserved_shared_per_block=1024, register_alloc_unit=256,
+    reserved_shared_per_block=1024, register_alloc_unit=256, max_registers_per_thread=255,
     source="NVIDIA A100 datasheet / GA100 whitepaper; launch and barrier costs assumed")
 
 GPUS = {"h100": H100, "a100": A100}
 
 # The device plans are made for when none is named: schedules are sized for an H100.
 DEFAULT_DEVICE = H100
+
+
+def assumed_cpu(name: str, cores: int) -> Device:
+    """A CPU nothing could measure (no C compiler): round numbers for a small server."""
+    return Device(name=name, kind="cpu", dram_bandwidth=10e9, launch_overhead=10e-6,
+                  units=cores, peak_flops=cores * 32e9, transaction_bytes=64,
+                  source="assumed: no C compiler to measure this CPU with")
 
 
 def gpu_by_name(name: str) -> Device | None:

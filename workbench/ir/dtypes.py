@@ -42,6 +42,11 @@ class DType(enum.Enum):
         return DType.float32 if self is DType.float16 else self
 
     @property
+    def short(self) -> str:
+        """The short name drawings and IR listings use (f32, f16, i32, i64, bool)."""
+        return SHORT_NAMES[self]
+
+    @property
     def c_compute(self) -> str:
         """The C type a kernel computes this dtype's values in."""
         return C_COMPUTE[self.compute]
@@ -57,6 +62,14 @@ class DType(enum.Enum):
             raise ValueError(f"unsupported dtype {x!r}; supported: "
                              f"{', '.join(d.value for d in DType)}") from None
 
+
+SHORT_NAMES = {
+    DType.float32: "f32",
+    DType.float16: "f16",
+    DType.int32: "i32",
+    DType.int64: "i64",
+    DType.bool: "bool",
+}
 
 # C types: what kernels compute in (half precision in float, bool as int 0/1), and what
 # sits in memory in C (a target whose storage differs, CUDA's __half, overrides it).

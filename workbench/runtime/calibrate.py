@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fusion.devices import Device, gpu_by_name
+from ..fusion.devices import ASSUMED_GPU_LAUNCH, ASSUMED_GRID_BARRIER, Device, gpu_by_name
 from .cc import build_library, cache_dir, cflags, cpu_model, find_compiler
 
 _PROBE = r"""
@@ -176,7 +176,7 @@ def gpu_device(cp) -> Device:
     return Device(
         name=name, kind="gpu",
         dram_bandwidth=2.0 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8,
-        launch_overhead=3e-6, units=sms,
+        launch_overhead=ASSUMED_GPU_LAUNCH, units=sms,
         peak_flops=2.0 * 128 * sms * props["clockRate"] * 1e3,
         shared_per_block=int(props["sharedMemPerBlock"]),
         shared_per_unit=int(props["sharedMemPerMultiprocessor"]),
@@ -184,8 +184,9 @@ def gpu_device(cp) -> Device:
         max_threads_per_unit=int(props["maxThreadsPerMultiProcessor"]),
         max_threads_per_block=int(props["maxThreadsPerBlock"]),
         max_blocks_per_unit=int(props.get("maxBlocksPerMultiProcessor", 32)),
-        warp=int(props["warpSize"]), grid_barrier=2e-6,
+        warp=int(props["warpSize"]), grid_barrier=ASSUMED_GRID_BARRIER,
         cache_bytes=int(props["l2CacheSize"]),
-        reserved_shared_per_block=int(props.get("reservedSharedMemPerBlock", 1024)),
-        register_alloc_unit=256,
+        reserved_shared_per_block=int(props.get("reservedSharedMemPerBlock", 0)),
+        # (not a device property; 256 since the first CUDA GPUs with 64K registers)
+        register_alloc_unit=256, max_registers_per_thread=255,
         source="CUDA device properties; launch and barrier costs assumed")

@@ -11,7 +11,7 @@ import numpy as np
 
 from ..codegen.kir import Kernel
 from ..errors import WorkbenchError
-from ..fusion.devices import Device
+from ..fusion.devices import Device, assumed_cpu
 from ..ops import evaluate_node
 from .backend import Backend, CompiledKernel
 
@@ -27,12 +27,8 @@ class ReferenceBackend(Backend):
         try:
             return cpu_device()
         except WorkbenchError:
-            # no C compiler to measure this CPU with: assumed numbers
             cores = os.cpu_count() or 1
-            return Device(name=f"{cpu_model()} ({cores} threads)", kind="cpu",
-                          dram_bandwidth=10e9, launch_overhead=10e-6, units=cores,
-                          peak_flops=cores * 32e9, transaction_bytes=64,
-                          source="assumed: no C compiler to measure this CPU with")
+            return assumed_cpu(f"{cpu_model()} ({cores} threads)", cores)
 
     def device_name(self) -> str:
         return f"NumPy {np.__version__} ({os.cpu_count()} threads)"

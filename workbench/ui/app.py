@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
 import html
 import os
 from typing import Iterable
@@ -35,6 +36,24 @@ from .plots import Plots
 OVERLAYS = ("none", "latency", "bytes")
 
 
+def _action(method):
+    """An app action: a WorkbenchError becomes the inline refusal message and the
+    action returns None (the session refuses before changing anything, so nothing is
+    redrawn; if a step was taken before the error -- the compiler failed -- it is
+    shown)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        before = self.session.plan
+        try:
+            return method(self, *args, **kwargs)
+        except WorkbenchError as e:
+            if self.session.plan is not before:
+                self._refresh()
+            self._set_message(str(e), refused=True)
+            return None
+    return run
+
+
 def _button(description: str, tooltip: str, icon: str = "") -> w.Button:
     return w.Button(description=description, tooltip=tooltip, icon=icon,
                     layout=w.Layout(width="auto"))
@@ -48,7 +67,8 @@ class WorkbenchApp(w.VBox):
         self._chain_progress = session.progress
         session.progress = self._on_progress   # programs built from now on report here
         self.view = GraphView(session.plan)
-        self.code = CodePanel(self._kernel_info)
+        # the panel shows the session's own kernels: what Measure runs
+        self.code = CodePanel(lambda plan, gr: session.kernel(gr.id, plan), self._kernel_info)
         self.plots = Plots()
         self._last_group: str | None = None     # what the code panel shows with no selection
 
@@ -167,117 +187,110 @@ class WorkbenchApp(w.VBox):
             self._set_message(str(e), refused=True)
 
     # -- actions (each control calls one of these) ------------------------------------
+    @_action
     def fuse(self, nodes: Iterable[str] | None = None) -> Plan | None:
         """Fuse the given (default: selected) nodes' kernels into one; compiles the new
         kernel and redraws. Refused: ``message`` says why, returns None."""
         refs = list(self.selected if nodes is None else nodes)
-        with self._action() as ok:
-            # group ids change when groups merge; a node id of the selection does not
-            anchor = self.session.plan.group(refs[0]).nodes[0] if refs else None
-            plan = self.session.fuse(refs)
-            group = plan.group(anchor)
-            self._last_group = group.id
-            self._compile(plan, group.id)
-            self._refresh()
-            self._set_message(f"fused {len(group.nodes)} ops into {group.id} "
-                              f"({group.schedule.describe()}); {len(plan.groups)} kernels")
-            ok.append(plan)
-        return ok[0] if ok else None
+        # group ids change when groups merge; a node id of the selection does not
+        anchor = self.session.plan.group(refs[0]).nodes[0] if refs else None
+        plan = self.session.fuse(refs)
+        group = plan.group(anchor)
+        self._last_group = group.id
+        # compiled now (cached by source on the CPU), so a compiler error shows at
+        # once and Measure later only loads it
+        self.session.compile([group])
+        self._refresh()
+        self._set_message(f"fused {len(group.nodes)} ops into {group.id} "
+                          f"({group.schedule.describe()}); {len(plan.groups)} kernels")
+        return plan
 
+    @_action
     def split(self, ref: str | None = None) -> Plan | None:
         """Split the kernel holding ``ref`` (default: the first selected node)."""
-        with self._action() as ok:
-            if ref is None:
-                if not self.selected:
-                    raise WorkbenchError("nothing selected: select a node of the kernel to split")
-                ref = self.selected[0]
-            gid = self.session.plan.group(ref).id
-            plan = self.session.split(ref)
-            self._last_group = None
-            self._refresh()
-            self._set_message(f"split {gid}; {len(plan.groups)} kernels")
-            ok.append(plan)
-        return ok[0] if ok else None
+        if ref is None:
+            if not self.selected:
+                raise WorkbenchError("nothing selected: select a node of the kernel to split")
+            ref = self.selected[0]
+        gid = self.session.plan.group(ref).id
+        plan = self.session.split(ref)
+        self._last_group = None
+        self._refresh()
+        self._set_message(f"split {gid}; {len(plan.groups)} kernels")
+        return plan
 
+    @_action
     def auto(self, planner: str = "rules") -> Plan | None:
         """Replace the plan with ``planner``'s (any name in ``workbench.fusion.PLANNERS``)."""
-        with self._action() as ok:
-            plan = self.session.auto(planner)
-            if planner in PLANNERS:
-                self.planner.value = planner
-            fused = sum(1 for d in self.session.step.decisions if d.action == "fused")
-            self._refresh()
-            self._set_message(f"auto {planner}: {len(plan.groups)} kernels "
-                              f"({fused} fusion decisions)")
-            ok.append(plan)
-        return ok[0] if ok else None
+        plan = self.session.auto(planner)
+        if planner in PLANNERS:
+            self.planner.value = planner
+        fused = sum(1 for d in self.session.step.decisions if d.action == "fused")
+        self._refresh()
+        self._set_message(f"auto {planner}: {len(plan.groups)} kernels "
+                          f"({fused} fusion decisions)")
+        return plan
 
+    @_action
     def set_scheme(self, value: str, scheme) -> Plan | None:
         """Stitch scheme of internal edge ``value`` (delegates to Session.set_scheme)."""
-        with self._action() as ok:
-            plan = self.session.set_scheme(value, scheme)
-            self._refresh()
-            self._set_message(f"{value}: {getattr(scheme, 'value', scheme)} stitching")
-            ok.append(plan)
-        return ok[0] if ok else None
+        plan = self.session.set_scheme(value, scheme)
+        self._refresh()
+        self._set_message(f"{value}: {getattr(scheme, 'value', scheme)} stitching")
+        return plan
 
+    @_action
     def set_mapping(self, ref: str | None = None, mapping: str = "auto") -> Plan | None:
         """Thread mapping of the row-reduction kernel holding ``ref`` (default: the
         first selected node): warp, block, split, thread, or auto (the rule)."""
-        with self._action() as ok:
-            ref = ref or (self.selected[0] if self.selected else None)
-            if ref is None:
-                raise WorkbenchError("select a node of a row-reduction kernel first")
-            plan = self.session.set_mapping(ref, mapping)
-            gr = plan.group(ref)
-            self._refresh()
-            launch = self.code.kernel(plan, gr).launch
-            self._set_message(f"{gr.id}: {gr.schedule.describe()} ({launch})")
-            ok.append(plan)
-        return ok[0] if ok else None
+        ref = ref or (self.selected[0] if self.selected else None)
+        if ref is None:
+            raise WorkbenchError("select a node of a row-reduction kernel first")
+        plan = self.session.set_mapping(ref, mapping)
+        gr = plan.group(ref)
+        self._refresh()
+        launch = self.session.kernel(ref, plan).launch
+        self._set_message(f"{gr.id}: {gr.schedule.describe()} ({launch})")
+        return plan
 
+    @_action
     def undo(self) -> Plan | None:
-        with self._action() as ok:
-            plan = self.session.undo()
-            self._refresh()
-            self._set_message(f"undo: step {self.session.position} "
-                              f"({self.session.step.action}), {len(plan.groups)} kernels")
-            ok.append(plan)
-        return ok[0] if ok else None
+        plan = self.session.undo()
+        self._refresh()
+        self._set_message(f"undo: step {self.session.position} "
+                          f"({self.session.step.action}), {len(plan.groups)} kernels")
+        return plan
 
+    @_action
     def redo(self) -> Plan | None:
-        with self._action() as ok:
-            plan = self.session.redo()
-            self._refresh()
-            self._set_message(f"redo: step {self.session.position} "
-                              f"({self.session.step.action}), {len(plan.groups)} kernels")
-            ok.append(plan)
-        return ok[0] if ok else None
+        plan = self.session.redo()
+        self._refresh()
+        self._set_message(f"redo: step {self.session.position} "
+                          f"({self.session.step.action}), {len(plan.groups)} kernels")
+        return plan
 
+    @_action
     def measure(self) -> StepMeasurement | None:
         """Compile (progress shown), check against NumPy and time the current step;
         updates the plots, the code panel and the overlay."""
-        with self._action() as ok:
-            with self._busy("measuring"):
-                m = self.session.measure()
-            self._refresh()
-            state = "all kernels match NumPy" if m.within_tolerance else \
-                "SOME KERNELS DIFFER FROM NUMPY"
-            self._set_message(f"step {self.session.position}: {m.latency_ms:.4g} ms, "
-                              f"{m.bytes_moved / 1e6:.4g} MB moved, {m.kernels} kernels on "
-                              f"{m.device}; {state} (max rel. error {m.max_rel_error:.2g})",
-                              refused=not m.within_tolerance)
-            ok.append(m)
-        return ok[0] if ok else None
+        with self._busy("measuring"):
+            m = self.session.measure()
+        self._refresh()
+        state = "all kernels match NumPy" if m.within_tolerance else \
+            "SOME KERNELS DIFFER FROM NUMPY"
+        self._set_message(f"step {self.session.position}: {m.latency_ms:.4g} ms, "
+                          f"{m.bytes_moved / 1e6:.4g} MB moved, {m.kernels} kernels on "
+                          f"{m.device}; {state} (max rel. error {m.max_rel_error:.2g})",
+                          refused=not m.within_tolerance)
+        return m
 
+    @_action
     def export(self, path: str | os.PathLike) -> object | None:
         """Write the current plan as an artifact (delegates to Session.export)."""
-        with self._action() as ok:
-            with self._busy("exporting"):
-                result = self.session.export(path)
-            self._set_message(f"exported step {self.session.position} to {os.fspath(path)}")
-            ok.append(result if result is not None else os.fspath(path))
-        return ok[0] if ok else None
+        with self._busy("exporting"):
+            result = self.session.export(path)
+        self._set_message(f"exported step {self.session.position} to {os.fspath(path)}")
+        return result if result is not None else os.fspath(path)
 
     # -- state shown -----------------------------------------------------------------
     @property
@@ -312,27 +325,12 @@ class WorkbenchApp(w.VBox):
                     else (col["bytes_read"] + col["bytes_written"]) / 1e6)
             return Overlay(metric, vals.to_dict())
         if metric == "bytes":   # counted from the kernel IR: no run needed
-            plan = self.session.plan
             return Overlay(metric, {gr.id: (k.bytes_read + k.bytes_written) / 1e6
-                                    for gr in plan.groups
-                                    for k in [self.code.kernel(plan, gr)]})
+                                    for gr in self.session.plan.groups
+                                    for k in [self.session.kernel(gr.id)]})
         return None
 
     # -- plumbing ------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _action(self):
-        """Run one action; a WorkbenchError becomes the inline refusal message (the
-        session refuses before changing anything, and nothing is redrawn)."""
-        ok: list = []
-        before = self.session.plan
-        try:
-            yield ok
-        except WorkbenchError as e:
-            ok.clear()
-            if self.session.plan is not before:   # failed after the step was taken
-                self._refresh()                   # (e.g. the compiler): show the step
-            self._set_message(str(e), refused=True)
-
     @contextlib.contextmanager
     def _busy(self, label: str):
         self.progress.value, self.progress.max = 0, 1
@@ -351,11 +349,6 @@ class WorkbenchApp(w.VBox):
         if self._chain_progress:
             self._chain_progress(done, total, label)
 
-    def _compile(self, plan: Plan, gid: str) -> None:
-        """Compile one new kernel now (cached by source on the CPU), so a compiler error
-        shows at once and Measure later only loads it."""
-        self.session.backend.compile([self.code.kernel(plan, plan.group(gid))])
-
     def _set_message(self, text: str, refused: bool = False) -> None:
         self._message_text = text
         self._message.value = html.escape(text)
@@ -368,8 +361,7 @@ class WorkbenchApp(w.VBox):
         (self.view.collapse if change["new"] else self.view.expand)()
 
     def _redraw(self) -> None:
-        self.view._overlay = self._overlay()
-        self.view.redraw(self.session.plan)
+        self.view.redraw(self.session.plan, overlay=self._overlay())
 
     def _refresh(self, redraw: bool = True) -> None:
         """Show the session's current step everywhere."""

@@ -28,7 +28,7 @@ from pygments.lexer import RegexLexer, words
 from pygments.lexers import CLexer, CudaLexer, DiffLexer
 from pygments.token import Comment, Keyword, Name, Number, Text
 
-from ..codegen import RENDERERS, format_kernel, lower_group, render_kernel
+from ..codegen import RENDERERS, format_kernel, render_kernel
 from ..codegen.kir import Kernel
 from ..fusion import Group, Plan
 
@@ -97,10 +97,13 @@ class CodePanel(w.VBox):
 
     ``show(ref, plan, previous)`` shows the group holding node/group ``ref`` of
     ``plan``; the diff compares it with the kernels of ``previous`` (the previous step's
-    plan) that held the same nodes. ``info`` supplies measured numbers for a group id.
+    plan) that held the same nodes. ``kernel(plan, group)`` gives a group's kernel IR
+    (the session's, so the panel shows what runs); ``info`` supplies measured numbers
+    for a group id.
     """
 
-    def __init__(self, info: Callable[[Plan, str], dict] | None = None):
+    def __init__(self, kernel: Callable[[Plan, Group], Kernel],
+                 info: Callable[[Plan, str], dict] | None = None):
         self.header = w.HTML()
         self.header.add_class("wb-kernel-info")
         self._cuda, self._c, self._ir, self._diff = w.HTML(), w.HTML(), w.HTML(), w.HTML()
@@ -109,17 +112,10 @@ class CodePanel(w.VBox):
         super().__init__([w.HTML(f"<style>{CSS}</style>"), self.header, self.tabs])
         self.add_class("wb-code-panel")
         self._info = info or (lambda plan, gid: {})
-        self._kernels: dict[tuple[Plan, tuple[str, ...]], Kernel] = {}
+        self.kernel = kernel
         self.group: Group | None = None
         self.cuda = self.c = self.ir = self.diff = ""
         self.clear()
-
-    def kernel(self, plan: Plan, group: Group) -> Kernel:
-        """The group lowered to kernel IR (cached: a plan and its groups are values)."""
-        key = (plan, group.nodes)
-        if key not in self._kernels:
-            self._kernels[key] = lower_group(plan.graph, group)
-        return self._kernels[key]
 
     def clear(self, hint: str = "Select a node to see its kernel.") -> None:
         self.group = None

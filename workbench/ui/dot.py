@@ -23,10 +23,7 @@ from typing import Mapping
 
 from ..errors import WorkbenchError
 from ..fusion import Group, Plan, StitchScheme
-from ..ir import DType, Graph, Origin
-
-SHORT_DTYPE = {DType.float32: "f32", DType.float16: "f16", DType.int32: "i32",
-               DType.int64: "i64", DType.bool: "bool"}
+from ..ir import Graph, Origin
 
 # Kernel clusters: tab10 hues at low alpha, readable on light and dark backgrounds.
 CLUSTER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -78,7 +75,7 @@ def quote(*lines: str, limit: int = 40) -> str:
 
 def shape_text(g: Graph, value: str) -> str:
     v = g.value(value)
-    return f"{SHORT_DTYPE[v.dtype]}[{','.join(map(str, v.shape))}]"
+    return f"{v.dtype.short}[{','.join(map(str, v.shape))}]"
 
 
 def composites(g: Graph) -> dict[str, tuple[str, ...]]:
@@ -113,6 +110,14 @@ def _heat(overlay: Overlay | None) -> tuple[dict[str, int], tuple[LegendEntry, .
     return bins, legend
 
 
+_HEADER = ["digraph workbench {",
+           '  graph [rankdir=TB nodesep=0.15 ranksep=0.3 bgcolor="transparent" '
+           'fontname="Helvetica" fontsize=10 id="wbgraph"];',
+           '  node [shape=box style="filled,rounded" fontname="Helvetica" fontsize=9 '
+           'height=0.3 margin="0.08,0.03" penwidth=1];',
+           '  edge [arrowsize=0.5 penwidth=0.8];']
+
+
 def to_dot(g: Graph, plan: Plan, collapsed: frozenset[str] | set[str] = frozenset(),
            overlay: Overlay | None = None) -> DotDrawing:
     """DOT text for ``g`` under ``plan``: kernels of two or more ops as coloured
@@ -128,91 +133,106 @@ def to_dot(g: Graph, plan: Plan, collapsed: frozenset[str] | set[str] = frozense
     for cid in collapsed:
         box_of.update(dict.fromkeys(comps[cid], cid))
     heat, legend = _heat(overlay)
+    boxes = _Boxes(g, plan, comps, heat)
+    lines = list(_HEADER)
+    lines += _io_lines(g.inputs, "in")
+    lines += _cluster_lines(plan, boxes, list(dict.fromkeys(box_of[n.id] for n in g.nodes)),
+                            heat)
+    lines += _io_lines(g.outputs, "out")
+    lines += _edge_lines(g, plan, box_of)
+    lines.append("}")
+    return DotDrawing("\n".join(lines), {c: comps[c] for c in collapsed}, legend)
 
-    def heat_attrs(group_id: str) -> str:
-        if group_id not in heat:
+
+class _Boxes:
+    """DOT lines of the boxes: one per op, or one per collapsed composite."""
+
+    def __init__(self, g: Graph, plan: Plan, comps, heat: dict[str, int]):
+        self.g, self.plan, self.comps, self.heat = g, plan, comps, heat
+
+    def kernels(self, box: str) -> set[str]:
+        members = self.comps[box] if box in self.comps else (box,)
+        return {self.plan.group_of[m].id for m in members}
+
+    def line(self, box: str) -> str:
+        return self._composite(box) if box in self.comps else self._op(box)
+
+    def _fill(self, group_id: str) -> str:
+        if group_id not in self.heat:
             return 'class="wb-op" fillcolor="#ffffff"'
-        i = heat[group_id]
+        i = self.heat[group_id]
         return f'class="wb-op wb-heat" fillcolor="{HEAT[i]}" fontcolor="{HEAT_TEXT[i]}"'
 
-    lines = ["digraph workbench {",
-             '  graph [rankdir=TB nodesep=0.15 ranksep=0.3 bgcolor="transparent" '
-             'fontname="Helvetica" fontsize=10 id="wbgraph"];',
-             '  node [shape=box style="filled,rounded" fontname="Helvetica" fontsize=9 '
-             'height=0.3 margin="0.08,0.03" penwidth=1];',
-             '  edge [arrowsize=0.5 penwidth=0.8];']
-
-    def node_line(nid: str) -> str:
-        n = g.node(nid)
+    def _op(self, nid: str) -> str:
+        n = self.g.node(nid)
         out = n.outputs[0] if n.outputs else None
-        label = quote(n.op, shape_text(g, out) if out else "")
+        label = quote(n.op, shape_text(self.g, out) if out else "")
         named = n.id if n.name == n.id else f"{n.id} {n.name}"
         tip = quote(f"{named} ({n.origin.composite})" if n.origin else named, limit=80)
         return (f'  {nid} [id="{nid}" label={label} tooltip={tip} '
-                f'{heat_attrs(plan.group_of[nid].id)}];')
+                f'{self._fill(self.plan.group_of[nid].id)}];')
 
-    def comp_line(cid: str) -> str:
-        members = comps[cid]
-        org = g.node(members[0]).origin
-        kernels = {plan.group_of[m].id for m in members}
-        last = g.node(members[-1])
+    def _composite(self, cid: str) -> str:
+        members = self.comps[cid]
+        org = self.g.node(members[0]).origin
+        kernels = self.kernels(cid)
+        last = self.g.node(members[-1])
         sub = f"{len(members)} ops" + (f", {len(kernels)} kernels" if len(kernels) > 1 else "")
-        label = quote(org.composite, sub, shape_text(g, last.outputs[0]) if last.outputs else "")
-        attrs = heat_attrs(next(iter(kernels))) if len(kernels) == 1 else 'class="wb-op"'
+        label = quote(org.composite, sub,
+                      shape_text(self.g, last.outputs[0]) if last.outputs else "")
+        attrs = self._fill(next(iter(kernels))) if len(kernels) == 1 else 'class="wb-op"'
         return (f'  {cid} [id="{cid}" label={label} tooltip={quote(org.source, limit=80)} '
                 f'{attrs.replace("wb-op", "wb-op wb-composite", 1)} peripheries=2];')
 
-    def box_line(box: str) -> str:
-        return comp_line(box) if box in comps else node_line(box)
 
-    boxes = list(dict.fromkeys(box_of[n.id] for n in g.nodes))
-    # a box sits in a kernel's cluster when all its nodes belong to that kernel
-    home: dict[str, str | None] = {}
-    for box in boxes:
-        ks = {plan.group_of[m].id for m in (comps[box] if box in comps else (box,))}
+def _io_lines(names, prefix: str) -> list[str]:
+    return [f'  {prefix}{i} [id="{prefix}{i}" label={quote(name)} shape=ellipse '
+            f'class="wb-io" style="filled" fillcolor="#ffffff"];'
+            for i, name in enumerate(names)]
+
+
+def _cluster_lines(plan: Plan, boxes: _Boxes, order: list[str], heat) -> list[str]:
+    """Kernels of two or more ops as clusters holding their boxes (a box sits in a
+    kernel's cluster when all its nodes belong to that kernel), then the other boxes."""
+    home = {}
+    for box in order:
+        ks = boxes.kernels(box)
         home[box] = ks.pop() if len(ks) == 1 else None
-    for i, name in enumerate(g.inputs):
-        lines.append(f'  in{i} [id="in{i}" label={quote(name)} shape=ellipse '
-                     f'class="wb-io" style="filled" fillcolor="#ffffff"];')
-    placed = set()
+    lines, placed = [], set()
     for gi, gr in enumerate(plan.groups):
         if len(gr.nodes) < 2:
             continue
-        members = [b for b in boxes if home[b] == gr.id and b not in placed]
         color = CLUSTER_COLORS[gi % len(CLUSTER_COLORS)]
         fill = HEAT[heat[gr.id]] + "66" if gr.id in heat else color + "33"
         lines.append(f"  subgraph cluster_{gr.id} {{")
         lines.append(f'    id="{gr.id}"; class="wb-kernel"; label="{_cluster_label(gr)}"; '
                      f'style="filled,rounded"; fillcolor="{fill}"; color="{color}"; '
                      f'penwidth=1.5; fontsize=9; labeljust=l;')
-        for b in members:
-            lines.append("  " + box_line(b))
-            placed.add(b)
+        for b in order:
+            if home[b] == gr.id and b not in placed:
+                lines.append("  " + boxes.line(b))
+                placed.add(b)
         lines.append("  }")
-    for b in boxes:
-        if b not in placed:
-            lines.append(box_line(b))
-    for i, name in enumerate(g.outputs):
-        lines.append(f'  out{i} [id="out{i}" label={quote(name)} shape=ellipse '
-                     f'class="wb-io" style="filled" fillcolor="#ffffff"];')
+    return lines + [boxes.line(b) for b in order if b not in placed]
 
+
+def _edge_lines(g: Graph, plan: Plan, box_of: dict[str, str]) -> list[str]:
+    """One edge per pair of boxes; an edge inside a kernel shows its stitch scheme."""
     inputs = {name: f"in{i}" for i, name in enumerate(g.inputs)}
+    lines: list[str] = []
     seen: set[tuple[str, str]] = set()
-    k = 0
 
     def edge(src: str, dst: str, value: str, scheme: StitchScheme | None) -> None:
-        nonlocal k
         if src == dst or (src, dst) in seen:
             return
         seen.add((src, dst))
-        attrs = f'id="e{k}"'
+        attrs = f'id="e{len(lines)}"'
         if scheme is StitchScheme.regional:
             attrs += f' class="wb-edge wb-regional" color="{REGIONAL_EDGE}" penwidth=1.6'
         else:
             attrs += ' class="wb-edge"'
         tip = quote(f"{value}: {scheme.value}" if scheme else value, limit=80)
         lines.append(f"  {src} -> {dst} [{attrs} tooltip={tip}];")
-        k += 1
 
     for n in g.nodes:
         for v in dict.fromkeys(n.inputs):
@@ -228,9 +248,7 @@ def to_dot(g: Graph, plan: Plan, collapsed: frozenset[str] | set[str] = frozense
         src = box_of[p.id] if p is not None else inputs.get(name)
         if src:
             edge(src, f"out{i}", name, None)
-    lines.append("}")
-    shown = {c: comps[c] for c in collapsed}
-    return DotDrawing("\n".join(lines), shown, legend)
+    return lines
 
 
 def _cluster_label(gr: Group) -> str:

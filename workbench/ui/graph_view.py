@@ -29,6 +29,8 @@ from .dot import Overlay, composites, render_svg, to_dot
 
 STATIC = Path(__file__).parent / "static"
 
+_KEEP = object()     # redraw(): leave the overlay as it is
+
 # Above this many nodes, composites start collapsed: the drawing stays small enough
 # to lay out and pan quickly, and each box expands on double-click.
 COLLAPSE_ABOVE = 200
@@ -60,11 +62,14 @@ class GraphView(anywidget.AnyWidget):
         self.redraw()
 
     # -- drawing ---------------------------------------------------------------
-    def redraw(self, plan: Plan | None = None) -> None:
+    def redraw(self, plan: Plan | None = None, overlay: "Overlay | None | object" = _KEEP
+               ) -> None:
         """Lay out and show ``plan`` (default: the current one) with the current
-        collapsed set and overlay."""
+        collapsed set, and ``overlay`` (default: the current one; None: no colours)."""
         if plan is not None:
             self.plan = plan
+        if overlay is not _KEEP:
+            self._overlay = overlay
         d = to_dot(self.graph, self.plan, self._collapsed, self._overlay)
         svg = render_svg(d.source)
         with self.hold_sync():
@@ -80,8 +85,7 @@ class GraphView(anywidget.AnyWidget):
 
     @overlay.setter
     def overlay(self, value: Overlay | None) -> None:
-        self._overlay = value
-        self.redraw()
+        self.redraw(overlay=value)
 
     # -- composites ------------------------------------------------------------
     @property
