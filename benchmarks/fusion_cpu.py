@@ -472,7 +472,7 @@ def machine_info() -> dict:
     except ImportError:
         info["torch"] = None
     try:
-        from workbench.runtime.cpu import cflags, find_compiler
+        from workbench.runtime.cc import cflags, find_compiler
         info["compiler"] = find_compiler()[1]
         info["cflags"] = " ".join(cflags())
     except Exception as e:

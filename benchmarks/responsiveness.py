@@ -83,7 +83,7 @@ def instrumented_app(graph):
     app = WorkbenchApp(Session(graph, backend="cpu"))
     ph = Phases()
     ph.wrap(app.session, "fuse", "plan")
-    ph.wrap(app.code, "kernel", "codegen")
+    ph.wrap(app.session, "_lower", "codegen")      # lowering, cached per group
     ph.wrap(app.code, "show", "codegen")
     ph.wrap(app.session.backend, "compile", "compile")
     ph.wrap(app.view, "redraw", "draw")

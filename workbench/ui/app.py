@@ -255,17 +255,15 @@ class WorkbenchApp(w.VBox):
 
     @_action
     def undo(self) -> Plan | None:
-        plan = self.session.undo()
-        self._refresh()
-        self._set_message(f"undo: step {self.session.position} "
-                          f"({self.session.step.action}), {len(plan.groups)} kernels")
-        return plan
+        return self._moved("undo", self.session.undo())
 
     @_action
     def redo(self) -> Plan | None:
-        plan = self.session.redo()
+        return self._moved("redo", self.session.redo())
+
+    def _moved(self, verb: str, plan: Plan) -> Plan:
         self._refresh()
-        self._set_message(f"redo: step {self.session.position} "
+        self._set_message(f"{verb}: step {self.session.position} "
                           f"({self.session.step.action}), {len(plan.groups)} kernels")
         return plan
 
