@@ -4,6 +4,20 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="${1:-}"
+# An NVIDIA driver here: install the CuPy (and NVRTC) of its CUDA major version, so
+# the default backend (auto) runs on the GPU. Without one, nothing GPU-specific.
+if command -v nvidia-smi >/dev/null 2>&1; then
+  cuda_major="$(nvidia-smi 2>/dev/null | sed -n 's/.*CUDA Version: *\([0-9]*\).*/\1/p' | head -1)"
+  case "$cuda_major" in
+    12) gpu_extra=cuda12 ;;
+    "") gpu_extra="" ;;
+    *)  gpu_extra=cuda13 ;;
+  esac
+  if [ -n "$gpu_extra" ]; then
+    echo "NVIDIA driver for CUDA $cuda_major found: installing the $gpu_extra GPU runtime" >&2
+    extras="${extras:+$extras,}$gpu_extra"
+  fi
+fi
 
 need_apt=()
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)

@@ -1,37 +1,154 @@
-"""Every sample graph's CUDA kernels compile with nvcc for sm_90 (skipped without nvcc).
+"""What the GPU runtime compiles, compiled here without a GPU: NVRTC itself with the
+runtime's options (``workbench.runtime.nvrtc.compile_cuda``, the call the cupy backend
+makes) for sm_90.
 
-NVRTC (what CuPy uses) and nvcc share the front end; compiling to PTX checks the
-source is valid CUDA without needing a GPU.
+Every sample graph under every planner, every thread mapping of every row kernel and
+every stitch scheme of every internal edge: each distinct kernel source is compiled on
+its own, as the runtime compiles it. Then the PTX and ptxas' report of the row kernels
+are read: 16-byte loads and stores, each element of a row read once, registers without
+spills, and no 32-bit wrap in the address arithmetic of a tensor past 2^31 elements.
 """
-import shutil
+from __future__ import annotations
+
+import re
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from workbench.codegen import RENDERERS, lower_plan
+from workbench.codegen import lower_plan, render_kernel
+from workbench.errors import FusionRefused
 from workbench.frontends import load
 from workbench.fusion import run_planner
+from workbench.ir import GraphBuilder
 
-NVCC = shutil.which("nvcc")
 SAMPLES = sorted(Path("sample_graphs").glob("*.json")) + sorted(
     Path("sample_graphs").glob("*.onnx"))
+MAPPINGS = ("warp", "block", "split", "thread", "auto")
+SCHEMES = ("local", "regional", "global")
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this machine")
-@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
-def test_cuda_sources_compile(path, compile_cuda):
-    g = load(path)
-    r = RENDERERS["cuda"]
-    kernels = []
-    rules = run_planner("rules", g)[0]
-    adaptive = rules          # every row kernel mapped by the rule (warp, split...)
-    for gr in rules.groups:
+def _variants(plan):
+    """The plan, each row kernel under each mapping, each internal edge under each
+    scheme (the refused ones left out)."""
+    yield plan
+    for gr in plan.groups:
         if gr.schedule.kind == "row_reduce":
-            adaptive = adaptive.set_mapping(gr.id, "auto")
-    for plan in (run_planner("none", g)[0], rules, adaptive):
-        for k in lower_plan(plan):
-            if k.library is None and k.launch.mapping in ("warp", "split"):
-                k = k.__class__(**{**k.__dict__, "name": f"{k.name}_{k.launch.mapping}"})
-            if k.library is None and k.name not in {x.name for x in kernels}:
-                kernels.append(k)
-    compile_cuda(r.module(kernels), [k.name for k in kernels], path.stem)
+            for m in MAPPINGS:
+                try:
+                    yield plan.set_mapping(gr.id, m)
+                except FusionRefused:
+                    pass
+        for v, _ in gr.schemes:
+            for sc in SCHEMES:
+                try:
+                    yield plan.set_scheme(v, sc)
+                except FusionRefused:
+                    pass
+
+
+@pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
+def test_every_kernel_compiles_as_the_runtime_compiles_it(path, nvrtc_toolchain):
+    from workbench.runtime import nvrtc
+    g = load(path)
+    sources = {}
+    for planner in ("none", "xla", "rules", "stitch"):
+        plan, _ = run_planner(planner, g)
+        for variant in _variants(plan) if planner in ("rules", "stitch") else [plan]:
+            for k in lower_plan(variant):
+                if k.library is None:
+                    sources.setdefault(render_kernel(k, "cuda"), k.name)
+    assert sources
+    with ThreadPoolExecutor(2) as pool:   # NVRTC releases the GIL while it compiles
+        cubins = list(pool.map(lambda item: nvrtc.compile_cuda(item[0], item[1], "90"),
+                               sources.items()))
+    assert all(c[:4] == b"\x7fELF" for c in cubins)     # sm_90 cubins
+
+
+def test_the_runtime_and_the_check_share_one_compile():
+    """The cupy backend builds kernels with nvrtc.compile_cuda and its OPTIONS (no
+    CuPy-assembled option list beside them), so this check cannot drift from it."""
+    import inspect
+    from workbench.runtime import cupy_backend, nvrtc
+    src = inspect.getsource(cupy_backend.CupyBackend.compile_source)
+    assert "compile_cuda(" in src and "RawModule" not in src
+    assert nvrtc.OPTIONS == ("--std=c++17",)
+
+
+def test_cxx14_cannot_compile_what_the_runtime_compiles(nvrtc_toolchain):
+    """The failure the H100 showed: CUDA 13's headers need C++17. A source that
+    includes <cuda/std/...> (as cooperative_groups.h does) fails under C++14 -- and no
+    generated source includes cooperative groups any more (the grid barrier is ours)."""
+    tc = nvrtc_toolchain
+    from workbench.runtime import nvrtc
+    src = "#include <cuda/std/cstdint>\nextern \"C\" __global__ void k(int* p) { *p = 1; }\n"
+    if tc.version[0] >= 13:
+        with pytest.raises(nvrtc.NvrtcError, match="C\\+\\+ ?17"):
+            nvrtc._nvrtc(src, "k", ("--std=c++14", "-arch=sm_90")
+                         + tuple(f"-I{d}" for d in tc.include_dirs), tc, False)
+    assert nvrtc.compile_cuda(src, "k", "90")
+    g = load("sample_graphs/layernorm.json")
+    split = run_planner("rules", g)[0].set_mapping("k0", "split")
+    cuda = render_kernel(lower_plan(split)[0], "cuda")
+    assert "cooperative_groups" not in cuda and "wb_grid_sync();" in cuda
+
+
+# -- the row kernels' PTX -----------------------------------------------------------------
+def _ptx(k) -> str:
+    from workbench.runtime import nvrtc
+    return nvrtc.compile_cuda(render_kernel(k, "cuda"), k.name, "90", ptx=True).decode()
+
+
+def _row_kernel(kind: str, rows: int, cols: int, mapping: str | None = None):
+    b = GraphBuilder(f"{kind}_{rows}x{cols}")
+    x = b.input("x", (rows, cols))
+    w = b.constant(np.linspace(0.5, 1.5, cols, dtype=np.float32), "w")
+    bias = b.constant(np.linspace(-0.5, 0.5, cols, dtype=np.float32), "b")
+    y = {"softmax": lambda: b.softmax(x, axis=-1),
+         "layer_norm": lambda: b.layer_norm(x, w, bias),
+         "rms_norm": lambda: b.rms_norm(x, w)}[kind]()
+    b.output(y, "y")
+    plan, _ = run_planner("rules", b.build())
+    assert len(plan.groups) == 1
+    if mapping:
+        plan = plan.set_mapping("k0", mapping)
+    return lower_plan(plan)[0]
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("rows,cols,mapping", [(32768, 4096, None), (4096, 1024, "warp"),
+                                               (8, 768, "warp"), (64, 8192, None)])
+def test_row_kernels_read_each_element_once_with_16_byte_accesses(kind, rows, cols,
+                                                                  mapping, nvrtc_toolchain):
+    """The row in registers: the input row is loaded once (one 16-byte ld.global.v4
+    per 4 elements of each thread's columns), the output stored with st.global.v4, no
+    scalar float loads or stores of the row, no local memory, no spills."""
+    from workbench.runtime import nvrtc
+    k = _row_kernel(kind, rows, cols, mapping)
+    s = k.launch
+    assert k.scratch and k.scratch[0].space == "register" and k.scratch[0].value == "x"
+    ptx = _ptx(k)
+    per_thread = k.scratch[0].slots // 4          # 16-byte loads of x per thread
+    params = 1 + (kind != "softmax") + (kind == "layer_norm")   # x, w, b
+    # fully unrolled: x once, and each broadcast parameter once per pass that uses it
+    v4_loads = len(re.findall(r"ld\.global(?:\.nc)?\.v4\.[fub]32", ptx))
+    assert per_thread <= v4_loads <= per_thread * params
+    assert len(re.findall(r"st\.global\.v4\.[fub]32", ptx)) == per_thread
+    assert not re.findall(r"(ld|st)\.global(\.nc)?\.f32", ptx)
+    assert ".local" not in ptx
+    rep = nvrtc.ptxas_report(render_kernel(k, "cuda"), k.name)
+    assert rep.spill_bytes == 0 and rep.stack_bytes == 0
+    # two blocks fit an SM: registers x threads within half the register file
+    threads = s.block
+    assert rep.registers * threads <= 65536 // (2 if threads <= 512 else 1)
+
+
+def test_elementwise_kernels_move_16_bytes_per_access(nvrtc_toolchain):
+    b = GraphBuilder("gelu")
+    x = b.input("x", (4096, 1024))
+    b.output(b.gelu(x + b.constant(np.ones(1024, np.float32), "bias")), "y")
+    k = lower_plan(run_planner("rules", b.build())[0])[0]
+    ptx = _ptx(k)
+    assert re.findall(r"ld\.global(?:\.nc)?\.v4\.f32", ptx)
+    assert re.findall(r"st\.global\.v4\.f32", ptx)

@@ -4,7 +4,6 @@ Every mapping runs on the CPU backend (the C rendering runs the GPU's schedule w
 one CPU thread per block) against the NumPy reference, at sizes on both sides of the
 warp (32) and block boundaries, and its CUDA source compiles with nvcc.
 """
-import shutil
 
 import numpy as np
 import pytest
@@ -18,7 +17,6 @@ from workbench.fusion.geometry import co_resident_grid
 from workbench.ir import GraphBuilder
 from workbench.session import Session
 
-NVCC = shutil.which("nvcc")
 
 # odd sizes: rows and columns off multiples of 32 and of the block; one long row;
 # enough rows (>= 8 x 132) that the warp mapping packs 8 rows per block
@@ -59,10 +57,8 @@ def _run_mapping(wb, g, mapping):
 @pytest.mark.parametrize("kind", ["layer_norm", "softmax", "max_and_sum"])
 @pytest.mark.parametrize("mapping", MAPPINGS)
 def test_every_mapping_matches_reference(wb, kind, rows, cols, mapping):
-    if mapping == "thread" and cols > 1024:
-        # one thread sums a long row serially in float32: its rounding exceeds the
-        # float32 tolerance past ~1000 columns (the template is meant for columns)
-        pytest.skip("thread per row is the column template; long rows exceed float32 bounds")
+    # (thread per row sums a long row serially: compensated summation keeps it within
+    # float32's bound, so every mapping takes every size)
     s = _run_mapping(wb, _norm(kind, rows, cols), mapping)
     k = s.kernels()[0]
     assert k.launch.mapping == mapping
@@ -142,18 +138,26 @@ def test_mapping_refusals_have_reasons():
         plan.set_mapping("k0", "diagonal")
 
 
-def test_warp_mapping_keeps_row_cache_per_warp():
+def test_warp_mapping_keeps_its_rows_in_registers():
+    """Each lane keeps its columns of the row (x, and exp(x - max)) in registers; a
+    value the user marks regional goes to shared memory, one row slice per warp."""
     g = _norm("softmax", 2048, 700)
     plan, _ = run_planner("rules", g)
-    k = lower_plan(plan.set_mapping("k0", "warp"))[0]
-    assert k.scratch and k.scratch[0].rows == 8
-    cuda = render_kernel(k, "cuda")
-    assert "__shfl_xor_sync" in cuda and "(threadIdx.x >> 5) * 700" in cuda
+    warp = plan.set_mapping("k0", "warp")
+    k = lower_plan(warp)[0]
+    assert [x.space for x in k.scratch] == ["register", "register"]
+    assert k.scratch[0].source is not None and k.scratch[0].slots == 24   # 700/32 -> 6 x 4
+    cuda = RENDERERS["cuda"].kernel(k)
+    assert "__shfl_xor_sync" in cuda and "float wb_reg0[24];" in cuda
     assert "__syncthreads" not in cuda         # a warp needs no block barrier
+    exp_value = warp.groups[0].schedule.row_registers[1]
+    shared = lower_plan(warp.set_scheme(exp_value, "regional"))[0]
+    assert [x.space for x in shared.scratch] == ["shared", "register"]
+    assert shared.scratch[0].rows == 8
+    assert "(threadIdx.x >> 5) * 700" in render_kernel(shared, "cuda")
 
 
-@pytest.mark.skipif(NVCC is None, reason="nvcc is not installed on this machine")
-def test_every_mapping_compiles_with_nvcc(compile_cuda):
+def test_every_mapping_compiles_with_nvrtc(compile_cuda):
     r = RENDERERS["cuda"]
     kernels = []
     for kind in ("layer_norm", "softmax", "max_and_sum"):

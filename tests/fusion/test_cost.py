@@ -90,8 +90,10 @@ def test_fusing_away_an_intermediate_predicts_less(device):
 
 def test_occupancy_limits_bite():
     g = softmax(8192, 1024)
-    gr = run_planner("rules", g)[0].groups[0]
-    assert gr.schedule.row_cached          # exp(x - max) kept on chip: shared memory
+    plan = run_planner("rules", g)[0]
+    e = plan.groups[0].schedule.row_registers[-1]     # exp(x - max), in registers ...
+    gr = plan.set_scheme(e, "regional").groups[0]
+    assert gr.schedule.row_cached == (e,)             # ... or, asked, in shared memory
     roomy = CostModel.for_device(H100).estimate(g, gr)
     # the same GPU with so little shared memory per SM that one block fits
     tight_dev = H100.with_(shared_per_unit=roomy.features.shared_bytes + 1024)
@@ -104,7 +106,7 @@ def test_occupancy_limits_bite():
     # shared memory beyond the per-block limit is illegal on that device: analysis
     # refuses the kernel with the numbers
     with pytest.raises(FusionRefused, match="KB > 1 KB limit per block"):
-        make_group(g, gr.nodes, device=H100.with_(shared_per_block=1024))
+        make_group(g, gr.nodes, forced=gr.forced, device=H100.with_(shared_per_block=1024))
 
 
 def test_too_few_rows_leave_the_gpu_idle():
@@ -136,10 +138,11 @@ def test_recomputation_is_counted():
     g = SAMPLES["bias_gelu_residual_layernorm.json"]
     nodes = [n.id for n in g.nodes]
     cached = make_group(g, nodes)
-    assert cached.schedule.row_cached
+    assert cached.schedule.row_registers      # GELU(x + b) + residual, in registers
     f_cached = features(g, cached, CPU)
     from dataclasses import replace
-    bare = type(cached)(cached.id, cached.nodes, replace(cached.schedule, row_cached=()))
+    bare = type(cached)(cached.id, cached.nodes, replace(cached.schedule, row_cached=(),
+                                                         row_registers=()))
     f_bare = features(g, bare, CPU)
     assert f_bare.flops > 1.5 * f_cached.flops
 

@@ -124,19 +124,25 @@ def test_rules_decisions_have_reasons():
     assert all(d.reason for d in log)
 
 
-def test_softmax_keeps_exp_on_chip_regional():
-    # exp(x - max) is needed by the sum pass and the write pass: computed once, kept in
-    # shared memory (GPU) / a row array (CPU), and the edge is marked regional
+def test_softmax_keeps_its_row_and_exp_in_registers():
+    # x is read by the max, sum and write passes and exp(x - max) by the sum and write
+    # passes: each thread keeps its columns of both in registers (GPU), so x is read
+    # from memory once and exp computed once; on the CPU one thread owns the row, so it
+    # keeps exp in a row array and reads x again (its caches hold it). Kept in the
+    # thread that made it, the edge is local.
     from workbench.codegen import lower_plan
     g = load_json("sample_graphs/softmax.json")
     plan, _ = run_planner("rules", g)
     gr = plan.groups[0]
     exp_out = next(g.node(n).outputs[0] for n in gr.nodes if g.node(n).op == "exp")
-    assert gr.schedule.row_cached == (exp_out,)
-    assert gr.scheme(exp_out) is StitchScheme.regional
+    assert gr.schedule.row_registers == ("x", exp_out) and gr.schedule.row_cached == ()
+    assert gr.scheme(exp_out) is StitchScheme.local
     k = lower_plan(plan)[0]
-    assert [s.value for s in k.scratch] == [exp_out]
-    assert k.shared_bytes >= 1024 * 4
+    assert [(s.value, s.space) for s in k.scratch] == [("x", "register"),
+                                                        (exp_out, "register")]
+    assert k.shared_bytes == 2 * 33 * 8        # only the two block-reduction slots
+    from workbench.codegen import RENDERERS
+    assert "float wb_reg1[16];" in RENDERERS["cuda"].kernel(k)
     from workbench.codegen import render_kernel
     body = render_kernel(k, "c").split(f"void {k.name}(")[1]
     assert body.count("expf(") == 1      # not recomputed

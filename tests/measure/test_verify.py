@@ -47,3 +47,29 @@ def test_nan_only_where_reference_is_nan():
     assert max_rel_error(np.array([np.nan, 1.0]), np.array([np.nan, 1.0])) == 0.0
     assert max_rel_error(np.array([np.nan, 1.0]), np.array([1.0, 1.0])) == float("inf")
     assert max_rel_error(np.array([1, 2]), np.array([1, 3])) == float("inf")
+
+
+def test_gemm_rounding_is_bounded_by_the_magnitudes_summed():
+    """A GEMM whose elements cancel: another summation order (cuBLAS's, here a float64
+    product rounded once) differs from NumPy's float32 BLAS by far more than 1e-4 of
+    the tiny elements, but within eps x K of |A| @ |B| -- the check holds it to that,
+    and still catches a real error."""
+    rng = np.random.default_rng(7)
+    k = 4096
+    a = rng.uniform(-1, 1, (64, k)).astype(np.float32)
+    b_half = rng.uniform(-1, 1, (k // 2, 48)).astype(np.float32)
+    b = np.concatenate([b_half, b_half])                 # ...
+    a[:, k // 2:] = -a[:, :k // 2]                       # rows cancel to ~0 exactly
+    a[:, k // 2:] += rng.uniform(-1e-4, 1e-4, (64, k // 2)).astype(np.float32)
+    g_b = wb.GraphBuilder("mm")
+    g_b.output(g_b.matmul(g_b.input("a", a.shape), g_b.input("b", b.shape)), "y")
+    g = g_b.build()
+    prog = Program(run_planner("none", g)[0], get_backend("cpu"))
+    env = prog.run({"a": a, "b": b}, keep_all=True)
+    other_order = (a.astype(np.float64) @ b.astype(np.float64)).astype(np.float32)
+    assert max_rel_error(other_order, env["y"]) > 1e-3        # unbounded: a false alarm
+    env["y"] = other_order
+    assert all(c.within_tolerance for c in verify_kernels(prog, env))
+    magnitudes = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+    env["y"] = (other_order + 1e-3 * magnitudes).astype(np.float32)   # a real error
+    assert not any(c.within_tolerance for c in verify_kernels(prog, env))

@@ -44,13 +44,20 @@ class Buffer:
 
 @dataclass(frozen=True)
 class Scratch:
-    """On-chip storage for one value across a row (regional stitching): shared memory
-    on the GPU, a per-thread array on the CPU. Indexed by the column."""
+    """On-chip storage for one value across a row, indexed by the column: in shared
+    memory (regional stitching; per warp under the warp mapping), or in registers
+    (``space="register"``: each thread keeps the ``slots`` elements of its own columns,
+    its tile of the row). On the CPU either is a per-thread array -- except that a
+    register copy of a group input (``source``) is simply read again from memory there,
+    where the caches keep the row."""
     name: str
     value: str
     dtype: DType          # compute type
     numel: int
     rows: int = 1         # rows of a block sharing the array (warp mapping: one per warp)
+    space: str = "shared"  # shared | register
+    slots: int = 0        # register: elements per thread (its tile: per_thread x vector)
+    source: "Buffer | None" = None   # register: the input buffer the row was read from
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,11 @@ class Load:
     var: str
     buf: "Buffer | Scratch"
     offset: str
+    # inside a tiled loop: the access is unit-stride in the column and aligned, so a
+    # thread's ``vector`` consecutive elements may move as one access
+    vector: int = 1
+    # a load from a register copy of an input: where the element lives in memory
+    src_offset: str = ""
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,7 @@ class Store:
     buf: "Buffer | Scratch"
     offset: str
     expr: str
+    vector: int = 1
 
 
 @dataclass(frozen=True)
@@ -133,6 +146,13 @@ class Loop:
     per_block: int = 1    # warp loops: iterations (rows) one block takes at a time
     start: str = ""       # C expressions overriding the range [0, extent) (a split
     stop: str = ""        # row's chunk of columns)
+    # block / lane loops over a row kept on chip: (threads, per_thread, vector) -- the
+    # row's columns dealt out so thread t owns (k * threads + t) * vector + v for
+    # k < per_thread, v < vector (the GPU unrolls this tile; the CPU loops over the row)
+    tile: tuple[int, int, int] | None = None
+    # index arithmetic in 64 bits: the kernel touches a buffer whose offsets (plus a
+    # grid stride) can pass 2^31 - 1
+    wide: bool = False
 
 
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
@@ -247,6 +267,7 @@ class Kernel:
 
     @property
     def shared_bytes(self) -> int:
-        """Block-reduction slots plus row caches (what the CUDA source declares)."""
+        """Block-reduction slots plus shared row caches (what the CUDA source declares)."""
         return self.reductions * REDUCE_SLOT_BYTES + sum(x.numel * x.rows * x.dtype.itemsize
-                                                         for x in self.scratch)
+                                                         for x in self.scratch
+                                                         if x.space == "shared")

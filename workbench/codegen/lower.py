@@ -11,6 +11,7 @@ are the only global-memory traffic.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import numpy as np
 
@@ -24,6 +25,10 @@ from ..ir import DType, Graph
 from ..ops import Index, Kind, get_op
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
                   Launch, LibraryCall, Let, Load, Loop, OncePerBlock, Scratch, Store)
+
+# Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
+# stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
+WIDE_INDEX_FROM = 2**31 - 65535 * 256 * 4
 
 
 def identifier(text: str) -> str:
@@ -51,12 +56,14 @@ def c_literal(x, dt: DType) -> str:
 
 
 class _Scope:
-    """Statements being emitted at one loop level, with their memo table."""
+    """Statements being emitted at one loop level, with their memo table; ``vector``:
+    the width a tiled column loop moves per access (1 elsewhere)."""
 
-    def __init__(self, parent: "_Scope | None" = None):
+    def __init__(self, parent: "_Scope | None" = None, vector: int = 1):
         self.stmts: list = []
         self.memo: dict = {}
         self.parent = parent
+        self.vector = vector
 
     def lookup(self, key):
         s = self
@@ -103,6 +110,9 @@ class _Lowerer:
         if buffers is None:
             buffers = _buffers(g, self.io, self._inline_constant)
         self.buffers = buffers
+        # offsets past 2^31 - 1 (a grid stride included) need 64-bit index arithmetic
+        self.wide = any(b.numel >= WIDE_INDEX_FROM for b in buffers.values())
+        self.index_dtype = DType.int64 if self.wide else DType.int32
         self.counter = counter
         self.reduce_var: dict[str, str] = {}
         self.row_scope: _Scope | None = None
@@ -145,12 +155,18 @@ class _Lowerer:
         node = self.producer.get(v)
         home = self.cached_in.get(v)
         if home is not None and home is not scope:
-            # regional stitching: an earlier pass over this row kept it on chip
+            # an earlier pass over this row kept it on chip (registers, shared memory)
             var = self.fresh()
-            scope.stmts.append(Load(var, self.scratch[v], "col"))
+            sc = self.scratch[v]
+            scope.stmts.append(Load(var, sc, "col",
+                                    src_offset=idx.offset() if sc.source else ""))
         elif node is None:
             var = self.fresh()
-            scope.stmts.append(Load(var, self.buffers[v], idx.offset()))
+            scope.stmts.append(Load(var, self.buffers[v], idx.offset(),
+                                    self._vector(scope, idx)))
+            if v in self.scratch and home is None:
+                scope.stmts.append(Store(self.scratch[v], "col", var))
+                self.cached_in[v] = scope
         else:
             var = self._compute(scope, node, v, idx)
             if v in self.scratch and home is None:
@@ -158,6 +174,13 @@ class _Lowerer:
                 self.cached_in[v] = scope
         scope.memo[key] = var
         return var
+
+    @staticmethod
+    def _vector(scope: _Scope, idx: Index) -> int:
+        """The access width at idx in this scope: the tile's vector when the access is
+        unit-stride in the column over a run the vector divides, else 1."""
+        run = idx.unit_stride("col") if scope.vector > 1 else 0
+        return scope.vector if run and run % scope.vector == 0 else 1
 
     def _row_index(self, idx: Index) -> Index:
         """The same index with the column variable zeroed (per-row values ignore it)."""
@@ -189,7 +212,7 @@ class _Lowerer:
         body = self.lower_body()
         # a split row makes one pass over the grid per reduction, plus the final one
         passes = s.reductions + 1 if s.grid_barriers else 1
-        return _kernel(name, self.group.id, s.describe(), self.buffers, body,
+        return _kernel(name, self.group.id, s.describe(), self.buffers, _widen(body, self.wide),
                        _launch(self.geometry, s), self.flops, tuple(self.scratch.values()),
                        passes, s.grid_barriers, self.geometry.reduce_slots)
 
@@ -247,14 +270,34 @@ class _Lowerer:
         comb = get_op(r.op).combiner
         acc = f"acc{slot}"
         ident = comb.identity(dt.kind, dt.value)
-        col_scope = _Scope(scope)
+        col_scope = _Scope(scope, self._tile()[2] if self._tile() else 1)
         e = self.at(col_scope, r.inputs[0], dom)
-        col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
         scope.stmts.append(Let(acc, dt, ident))
+        simd = comb.simd_op[0 if dt.kind == "f" else 1]
+        if bind == "serial" and dt.kind == "f" and simd == "+":
+            # one thread sums a whole row (a column reduction): compensated (Kahan) so
+            # a long row stays within float32's bound against NumPy's pairwise sum; a
+            # non-finite partial sum drops the compensation (inf stays inf)
+            c, y, t = f"{acc}_c", self.fresh(), self.fresh()
+            scope.stmts.append(Let(c, dt, "0.0f"))
+            col_scope.stmts += [Let(y, dt, f"{e} - {c}"), Let(t, dt, f"{acc} + {y}"),
+                                Assign(c, f"({t} - {t} == 0.0f) ? (({t} - {acc}) - {y}) "
+                                          ": 0.0f"),
+                                Assign(acc, t)]
+            simd = ""                      # the order is the point: no SIMD reordering
+        else:
+            col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
         scope.stmts.append(Loop("col", extent, bind, tuple(col_scope.stmts),
-                                reduction=(acc, comb.simd_op[0 if dt.kind == "f" else 1]),
-                                **loop_kw))
+                                reduction=(acc, simd), tile=self._tile(), **loop_kw))
         return acc, dt, comb, ident
+
+    def _tile(self) -> tuple[int, int, int] | None:
+        """How a row kept on chip deals its columns to threads (threads, per_thread,
+        vector), or None when a row is not kept in one block."""
+        s = self.sched
+        if s.kind is not ScheduleKind.row_reduce or not s.threads:
+            return None
+        return (s.threads, -(-s.cols // (s.threads * s.vector)), s.vector)
 
     def _finish(self, comb, acc: str, dt: DType) -> Assign:
         cols = self.sched.cols
@@ -274,6 +317,12 @@ class _Lowerer:
         for k, v in enumerate(s.row_cached):
             self.scratch[v] = Scratch(f"wb_{self.prefix}row{k}", v, g.value(v).dtype.compute,
                                       s.cols, s.rows_per_block)
+            row_scope.stmts.append(DeclareScratch(self.scratch[v]))
+        tile = self._tile()
+        for k, v in enumerate(s.row_registers):
+            self.scratch[v] = Scratch(f"wb_{self.prefix}reg{k}", v, g.value(v).dtype.compute,
+                                      s.cols, 1, "register", tile[1] * tile[2],
+                                      None if v in self.producer else self.buffers[v])
             row_scope.stmts.append(DeclareScratch(self.scratch[v]))
         reduces = self._reductions()
         for slot, r in enumerate(reduces):
@@ -316,13 +365,15 @@ class _Lowerer:
         elem_out = [o for o in self.io.outputs if o not in self.sched.per_row]
         if not elem_out:
             return
-        col_scope = _Scope(row_scope)
+        tile = None if start else self._tile()
+        col_scope = _Scope(row_scope, tile[2] if tile else 1)
         for o in elem_out:
             e = self.at(col_scope, o, dom)
-            col_scope.stmts.append(Store(self.buffers[o], dom.offset(), e))
+            col_scope.stmts.append(Store(self.buffers[o], dom.offset(), e,
+                                         self._vector(col_scope, dom)))
         row_scope.stmts.append(Comment("write the row's elements"))
         row_scope.stmts.append(Loop("col", self.sched.cols, col_bind, tuple(col_scope.stmts),
-                                    start=start, stop=stop))
+                                    start=start, stop=stop, tile=tile))
 
     def _split_rows(self):
         """Mapping split: each row is cut into ``splits`` chunks of columns, one block
@@ -344,8 +395,8 @@ class _Lowerer:
         def new_pass(upto: int) -> _Scope:
             scope = _Scope()
             self.row_scope = scope
-            scope.stmts.append(Let("row", DType.int32, f"vb / {S}"))
-            scope.stmts.append(Let("part", DType.int32, f"vb % {S}"))
+            scope.stmts.append(Let("row", self.index_dtype, f"vb / {S}"))
+            scope.stmts.append(Let("part", self.index_dtype, f"vb % {S}"))
             for j in range(upto):
                 r = reduces[j]
                 dt = g.value(r.inputs[0]).dtype.compute
@@ -405,6 +456,20 @@ def _launch(geo: Geometry, s: Schedule) -> Launch:
                   geo.splits, geo.shared_bytes, stitched=s.kind is ScheduleKind.stitched)
 
 
+def _widen(body, wide: bool) -> list:
+    """Every loop of a kernel that needs 64-bit index arithmetic, marked so."""
+    if not wide:
+        return list(body)
+    out = []
+    for x in body:
+        if isinstance(x, Loop):
+            x = replace(x, wide=True, body=tuple(_widen(x.body, True)))
+        elif isinstance(x, (If, OncePerBlock)):
+            x = replace(x, body=tuple(_widen(x.body, True)))
+        out.append(x)
+    return out
+
+
 def _kernel(name, group, schedule, buffers, body, launch: Launch, flops, scratch,
             phases=1, barriers=0, slots: int = 0) -> Kernel:
     params = tuple(sorted(buffers.values(), key=lambda b: (b.workspace, b.is_output, b.name)))
@@ -430,12 +495,12 @@ def _lower_stitched(g: Graph, group: Group, name: str, device: Device) -> Kernel
             val = g.value(v)
             buffers[v] = Buffer(f"ws{len([b for b in buffers.values() if b.workspace])}", v,
                                 val.dtype.compute, val.numel, True, True)
-    body, scratch, counter, flops = [], [], 0, 0
+    body, scratch, counter, flops, wide = [], [], 0, 0, False
     for k, p in enumerate(s.phases):
         lw = _Lowerer(g, Group(f"{group.id}p{k}", p.nodes, p.schedule), device, buffers,
                       counter, f"p{k}_")
         stmts = lw.lower_body()
-        counter, flops = lw.counter, flops + lw.flops
+        counter, flops, wide = lw.counter, flops + lw.flops, wide or lw.wide
         scratch += list(lw.scratch.values())
         if p.barrier:
             body.append(GridSync(f"phase {k} reads " + ", ".join(
@@ -443,7 +508,8 @@ def _lower_stitched(g: Graph, group: Group, name: str, device: Device) -> Kernel
         body.append(Comment(f"phase {k}: {p.schedule.describe()}"))
         body += stmts
     geo = geometry(s, device)
-    return _kernel(name, group.id, s.describe(), buffers, body, _launch(geo, s), flops,
+    return _kernel(name, group.id, s.describe(), buffers, _widen(body, wide), _launch(geo, s),
+                   flops,
                    tuple(scratch), len(s.phases), s.grid_barriers, geo.reduce_slots)
 
 

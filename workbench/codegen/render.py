@@ -8,13 +8,14 @@ The scalar expressions inside come from the op registry and are printed as they 
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from ..fusion.geometry import CPU_ROW_TILE, REDUCE_SLOT_WORDS
 from ..ir import DType
 from ..ir.dtypes import C_STORAGE
 from ..ops import all_helpers
-from .kir import (Assign, BlockReduce, Comment, DeclareScratch, GridSync, If, Kernel, Let,
-                  Load, Loop, OncePerBlock, Scratch, Store)
+from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
+                  Let, Load, Loop, OncePerBlock, Scratch, Store)
 
 _VECTOR_MATH = ("expf", "logf", "erff", "tanhf", "sinf", "cosf")
 
@@ -22,6 +23,29 @@ _VECTOR_MATH = ("expf", "logf", "erff", "tanhf", "sinf", "cosf")
 def _helpers(target: str) -> str:
     """Every op's prelude helpers (ops/*.py), as the target spells them."""
     return "".join(h.body(target) for h in all_helpers())
+
+
+# The grid-wide barrier of a kernel launched cooperatively (cuLaunchCooperativeKernel:
+# every block resident). The algorithm of cooperative_groups' grid sync, written out so
+# no source includes <cooperative_groups.h>, whose libcu++ headers cost NVRTC ~2 s per
+# kernel: block 0 adds 0x80000000 - (blocks - 1) and every other block 1 to a counter,
+# so the counter's top bit flips exactly when all have arrived; each block waits for
+# the flip. The counter is a module global (zero when the module loads) and returns to
+# its low bits after every barrier, so it serves any number of barriers and launches.
+_GRID_SYNC = r"""/* grid-wide barrier (cooperative launch: every block is resident) */
+__device__ unsigned int wb_grid_bar;
+__device__ __forceinline__ void wb_grid_sync() {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+    __threadfence();
+    const unsigned int old = atomicAdd(&wb_grid_bar, add);
+    while (((old ^ *(volatile unsigned int*)&wb_grid_bar) & 0x80000000u) == 0) {}
+    __threadfence();
+  }
+  __syncthreads();
+}
+"""
 
 
 class CRenderer:
@@ -51,6 +75,10 @@ class CRenderer:
         return f"{self.kernel_prefix} {k.name}({params})"
 
     def load(self, s: Load) -> str:
+        if isinstance(s.buf, Scratch) and s.buf.source is not None:
+            # a register copy of an input: one CPU thread owns the row, and its caches
+            # keep it, so the row is simply read again
+            return self.load(Load(s.var, s.buf.source, s.src_offset))
         ct = s.buf.dtype.c_compute
         return f"{ct} {s.var} = {self.to_compute(s.buf.dtype, f'{s.buf.name}[{s.offset}]')};"
 
@@ -59,6 +87,8 @@ class CRenderer:
         return f"({dtype.c_compute}){src}"
 
     def store(self, s: Store) -> str:
+        if isinstance(s.buf, Scratch) and s.buf.source is not None:
+            return ""        # (see load: the CPU reads the input again)
         return f"{s.buf.name}[{s.offset}] = ({self.storage[s.buf.dtype]})({s.expr});"
 
     ROW_TILE = CPU_ROW_TILE   # rows a CPU thread walks together in a thread-per-row kernel
@@ -69,7 +99,7 @@ class CRenderer:
             return self._row_tiles(s, depth)
         if s.bind == "warp":
             return self._warp_rows(s, depth)
-        head = (f"for (int {s.var} = {s.start or 0}; {s.var} < {s.stop or s.extent}; "
+        head = (f"for ({_ix(s)} {s.var} = {s.start or 0}; {s.var} < {s.stop or s.extent}; "
                 f"++{s.var}) {{")
         if s.bind in ("flat", "grid") and depth <= 1:
             # the outermost parallel loop; simd lets the compiler vectorize flat loops
@@ -94,10 +124,10 @@ class CRenderer:
         v, n, r = s.var, s.extent, s.per_block
         blocks = -(-n // r)
         return ([pad + "#pragma omp parallel for schedule(static)",
-                 pad + f"for (int {v}_blk = 0; {v}_blk < {blocks}; ++{v}_blk) {{",
-                 pad + u + f"const int {v}_end = {v}_blk * {r} + {r} < {n} ? "
+                 pad + f"for ({_ix(s)} {v}_blk = 0; {v}_blk < {blocks}; ++{v}_blk) {{",
+                 pad + u + f"const {_ix(s)} {v}_end = {v}_blk * {r} + {r} < {n} ? "
                            f"{v}_blk * {r} + {r} : {n};",
-                 pad + u + f"for (int {v} = {v}_blk * {r}; {v} < {v}_end; ++{v}) {{"]
+                 pad + u + f"for ({_ix(s)} {v} = {v}_blk * {r}; {v} < {v}_end; ++{v}) {{"]
                 + self.stmts(s.body, depth + 2) + [pad + u + "}", pad + "}"])
 
     def grid_sync(self, s: GridSync, depth: int) -> list[str]:
@@ -149,11 +179,11 @@ class CRenderer:
         def over_rows(lines, d):
             p = u * d
             return ([p + "#pragma omp simd", p + "for (int r_ = 0; r_ < n_; ++r_) {",
-                     p + u + f"const int {row} = {row}0 + r_;"]
+                     p + u + f"const {_ix(s)} {row} = {row}0 + r_;"]
                     + [p + u + line for line in lines] + [p + "}"])
 
         out = [pad + "#pragma omp parallel for schedule(static)",
-               pad + f"for (int {row}0 = 0; {row}0 < {n}; {row}0 += {T}) {{",
+               pad + f"for ({_ix(s)} {row}0 = 0; {row}0 < {n}; {row}0 += {T}) {{",
                pad + u + f"const int n_ = {n} - {row}0 < {T} ? {n} - {row}0 : {T};"]
         out += [pad + u + f"{ct} {v}[{T}];" for v, ct in decls.items()]
         pending: list[str] = []
@@ -162,7 +192,7 @@ class CRenderer:
                 if pending:
                     out += over_rows(pending, depth + 1)
                     pending = []
-                out.append(pad + u + f"for (int {x.var} = 0; {x.var} < {x.extent}; "
+                out.append(pad + u + f"for ({_ix(x)} {x.var} = 0; {x.var} < {x.extent}; "
                                      f"++{x.var}) {{")
                 out += over_rows([line for y in x.body for line in tiled(y)], depth + 2)
                 out.append(pad + u + "}")
@@ -185,6 +215,8 @@ class CRenderer:
     def declare_scratch(self, s: DeclareScratch, depth: int) -> list[str]:
         # one thread owns the row on the CPU: a private array in the row loop
         x = s.scratch
+        if x.source is not None:
+            return []        # (see load: the CPU reads the input again)
         return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}[{x.numel}];"
                 f" /* {x.numel * x.dtype.itemsize} B: the row kept on chip */"]
 
@@ -197,10 +229,10 @@ class CRenderer:
                 out.append(f"{pad}{s.dtype.c_compute} {s.var} = {s.expr};")
             elif isinstance(s, Assign):
                 out.append(f"{pad}{s.var} = {s.expr};")
-            elif isinstance(s, Load):
-                out.append(pad + self.load(s))
-            elif isinstance(s, Store):
-                out.append(pad + self.store(s))
+            elif isinstance(s, (Load, Store)):
+                line = self.load(s) if isinstance(s, Load) else self.store(s)
+                if line:
+                    out.append(pad + line)
             elif isinstance(s, Loop):
                 out += self.loop(s, depth)
             elif isinstance(s, BlockReduce):
@@ -260,16 +292,22 @@ class CudaRenderer(CRenderer):
                 "#define WB_FN __device__ __forceinline__\n"
                 "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
                 "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
-                + _helpers(self.target))
+                + _GRID_SYNC + _helpers(self.target))
 
     def to_compute(self, dtype: DType, src: str) -> str:
         return f"__half2float({src})" if dtype is DType.float16 else super().to_compute(dtype, src)
 
     def store(self, s: Store) -> str:
+        if isinstance(s.buf, Scratch) and s.buf.space == "register":
+            return f"{s.buf.name}[{s.offset}] = {s.expr};"
         s = Store(s.buf, self._scratch_offset(s.buf, s.offset), s.expr)
-        if s.buf.dtype is DType.float16:
-            return f"{s.buf.name}[{s.offset}] = __float2half({s.expr});"
-        return super().store(s)
+        return f"{s.buf.name}[{s.offset}] = {self.to_storage(s.buf.dtype, s.expr)};"
+
+    def to_storage(self, dtype: DType, expr: str) -> str:
+        """A computed value converted to its storage type."""
+        if dtype is DType.float16:
+            return f"__float2half({expr})"
+        return f"({self.storage[dtype]})({expr})"
 
     def shared_decls(self, k: Kernel) -> list[str]:
         # scratch per block reduction: one partial per warp, plus the broadcast result;
@@ -278,18 +316,10 @@ class CudaRenderer(CRenderer):
         return ([f"  __shared__ double wb_red{i}[{REDUCE_SLOT_WORDS}];"
                  for i in range(k.reductions)]
                 + [f"  __shared__ {x.dtype.c_compute} {x.name}[{x.numel * x.rows}];"
-                   for x in k.scratch])
-
-    def kernel(self, k: Kernel) -> str:
-        src = super().kernel(k)
-        if k.launch.cooperative:
-            # grid-wide barriers (this_grid().sync()) need a cooperative launch
-            src = "#include <cooperative_groups.h>\n" + src
-        return src
+                   for x in k.scratch if x.space == "shared"])
 
     def grid_sync(self, s: GridSync, depth: int) -> list[str]:
-        return [self.indent_unit * depth + f"cooperative_groups::this_grid().sync();  "
-                f"/* {s.reason} */"]
+        return [self.indent_unit * depth + f"wb_grid_sync();  /* {s.reason} */"]
 
     def _scratch_offset(self, buf, offset: str) -> str:
         if isinstance(buf, Scratch) and buf.rows > 1:
@@ -297,9 +327,15 @@ class CudaRenderer(CRenderer):
         return offset
 
     def load(self, s: Load) -> str:
+        if isinstance(s.buf, Scratch) and s.buf.space == "register":
+            return f"{s.buf.dtype.c_compute} {s.var} = {s.buf.name}[{s.offset}];"
         return super().load(Load(s.var, s.buf, self._scratch_offset(s.buf, s.offset)))
 
     def declare_scratch(self, s: DeclareScratch, depth: int) -> list[str]:
+        x = s.scratch
+        if x.space == "register":
+            return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}[{x.slots}];  "
+                    "/* this thread's columns of the row, in registers */"]
         return []   # declared in shared memory at the top of the kernel
 
     def loop(self, s: Loop, depth: int) -> list[str]:
@@ -307,21 +343,90 @@ class CudaRenderer(CRenderer):
         v, n = s.var, s.extent
         if s.bind == "flat" and s.vector > 1:
             return self._vector_loop(s, depth)
+        if s.tile is not None and s.bind in ("block", "lane"):
+            return self._tile_loop(s, depth)
         lo, hi, r = s.start or "0", s.stop or str(n), s.per_block
+        ix = _ix(s)
         heads = {
-            "flat": f"for (int {v} = blockIdx.x * blockDim.x + threadIdx.x; {v} < {n}; "
-                    f"{v} += gridDim.x * blockDim.x) {{",
-            "grid": f"for (int {v} = blockIdx.x; {v} < {n}; {v} += gridDim.x) {{",
-            "block": f"for (int {v} = {lo} + threadIdx.x; {v} < {hi}; {v} += blockDim.x) {{"
+            "flat": f"for ({ix} {v} = ({ix})blockIdx.x * blockDim.x + threadIdx.x; {v} < {n}; "
+                    f"{v} += ({ix})gridDim.x * blockDim.x) {{",
+            "grid": f"for ({ix} {v} = blockIdx.x; {v} < {n}; {v} += gridDim.x) {{",
+            "block": f"for ({ix} {v} = {lo} + threadIdx.x; {v} < {hi}; {v} += blockDim.x) {{"
                      if s.start else
-                     f"for (int {v} = threadIdx.x; {v} < {hi}; {v} += blockDim.x) {{",
+                     f"for ({ix} {v} = threadIdx.x; {v} < {hi}; {v} += blockDim.x) {{",
             # warps past per_block idle (a stitched kernel's block may be larger)
-            "warp": f"for (int {v} = blockIdx.x * {r} + (threadIdx.x >> 5); "
-                    f"(threadIdx.x >> 5) < {r} && {v} < {n}; {v} += gridDim.x * {r}) {{",
-            "lane": f"for (int {v} = (threadIdx.x & 31); {v} < {n}; {v} += 32) {{",
-            "serial": f"for (int {v} = {lo}; {v} < {hi}; ++{v}) {{",
+            "warp": f"for ({ix} {v} = ({ix})blockIdx.x * {r} + (threadIdx.x >> 5); "
+                    f"(threadIdx.x >> 5) < {r} && {v} < {n}; {v} += ({ix})gridDim.x * {r}) {{",
+            "lane": f"for ({ix} {v} = (threadIdx.x & 31); {v} < {n}; {v} += 32) {{",
+            "serial": f"for ({ix} {v} = {lo}; {v} < {hi}; ++{v}) {{",
         }
         return [pad + heads[s.bind]] + self.stmts(s.body, depth + 1) + [pad + "}"]
+
+    def _tile_loop(self, s: Loop, depth: int) -> list[str]:
+        """A row kept on chip: thread t of the row's ``threads`` owns columns
+        (k * threads + t) * vector + v, k < per_thread, v < vector, fully unrolled so the
+        register copies (indexed k * vector + v) stay in registers; unit-stride loads
+        and stores of a thread's ``vector`` consecutive elements move as one 16-byte
+        (or narrower) access."""
+        pad, u = self.indent_unit * depth, self.indent_unit
+        T, K, V = s.tile
+        v, n = s.var, s.extent
+        tid = "threadIdx.x" if s.bind == "block" else "(threadIdx.x & 31)"
+        slot = f"{v}_k * {V} + {v}_v" if V > 1 else f"{v}_k"
+        body = [_at_slot(x, slot) for x in s.body]
+        vec = {i: self._vector_type(x) for i, x in enumerate(body)
+               if isinstance(x, (Load, Store)) and isinstance(x.buf, Buffer) and x.vector > 1
+               and self._vector_type(x)}
+        word = re.compile(rf"\b{re.escape(v)}\b")
+
+        def at_base(x) -> str:
+            return f"{x.buf.name} + {word.sub(f'{v}_b', x.offset)}"
+
+        inner, body_pad = pad + u + u, pad + u + u + (u if V > 1 else "")
+        lines = [pad + "#pragma unroll",
+                 pad + f"for (int {v}_k = 0; {v}_k < {K}; ++{v}_k) {{",
+                 pad + u + f"const {_ix(s)} {v}_b = ({v}_k * {T} + {tid}) * {V};",
+                 pad + u + f"if ({tid} < {T} && {v}_b < {n}) {{"]
+        for i, vt in vec.items():
+            x = body[i]
+            if isinstance(x, Load):
+                lines.append(inner + f"const {vt} {x.var}_v = "
+                                     f"*reinterpret_cast<const {vt}*>({at_base(x)});")
+            else:
+                lines.append(inner + f"{vt} {x.buf.name}_v;")
+        if V > 1:
+            lines += [inner + "#pragma unroll",
+                      inner + f"for (int {v}_v = 0; {v}_v < {V}; ++{v}_v) {{"]
+        declared = len(lines)
+        for i, x in enumerate(body):
+            if i in vec and isinstance(x, Load):
+                st = self.storage[x.buf.dtype]
+                elem = f"reinterpret_cast<const {st}*>(&{x.var}_v)[{v}_v]"
+                lines.append(body_pad + f"{x.buf.dtype.c_compute} {x.var} = "
+                                        f"{self.to_compute(x.buf.dtype, elem)};")
+            elif i in vec:
+                st = self.storage[x.buf.dtype]
+                lines.append(body_pad + f"reinterpret_cast<{st}*>(&{x.buf.name}_v)[{v}_v] = "
+                                        f"{self.to_storage(x.buf.dtype, x.expr)};")
+            else:
+                lines += self.stmts([x], depth + (3 if V > 1 else 2))
+        if any(word.search(line) for line in lines[declared:]):   # (else: unused)
+            lines.insert(declared, body_pad + f"const {_ix(s)} {v} = {v}_b"
+                                              + (f" + {v}_v;" if V > 1 else ";"))
+        if V > 1:
+            lines.append(inner + "}")
+        for i, vt in vec.items():
+            x = body[i]
+            if isinstance(x, Store):
+                lines.append(inner + f"*reinterpret_cast<{vt}*>({at_base(x)}) = "
+                                     f"{x.buf.name}_v;")
+        return lines + [pad + u + "}", pad + "}"]
+
+    def _vector_type(self, x) -> str:
+        """The type one access of x.vector elements moves as, when it is one of 4, 8
+        or 16 bytes ("" otherwise: element by element)."""
+        return {4: "unsigned int", 8: "uint2", 16: "uint4"}.get(
+            x.vector * x.buf.dtype.itemsize, "")
 
     def _vector_loop(self, s: Loop, depth: int) -> list[str]:
         """Each thread takes `vector` consecutive elements; float32 buffers read and
@@ -333,8 +438,9 @@ class CudaRenderer(CRenderer):
         vec_stores = [x for x in s.body if isinstance(x, Store) and x.offset == v
                       and x.buf.dtype is DType.float32 and w == 4]
         base = f"{v}_base"
-        lines = [pad + f"for (int {base} = (blockIdx.x * blockDim.x + threadIdx.x) * {w}; "
-                       f"{base} < {n}; {base} += gridDim.x * blockDim.x * {w}) {{"]
+        ix = _ix(s)
+        lines = [pad + f"for ({ix} {base} = (({ix})blockIdx.x * blockDim.x + threadIdx.x) * {w}; "
+                       f"{base} < {n}; {base} += ({ix})gridDim.x * blockDim.x * {w}) {{"]
         inner = pad + self.indent_unit
         for ld in vec_loads:
             lines.append(inner + f"const float4 {ld.var}_v = "
@@ -344,7 +450,7 @@ class CudaRenderer(CRenderer):
         lines.append(inner + "#pragma unroll")
         lines.append(inner + f"for (int {v}_lane = 0; {v}_lane < {w}; ++{v}_lane) {{")
         body_pad = inner + self.indent_unit
-        lines.append(body_pad + f"const int {v} = {base} + {v}_lane;")
+        lines.append(body_pad + f"const {ix} {v} = {base} + {v}_lane;")
         for x in s.body:
             if x in vec_loads:
                 lines.append(body_pad + f"float {x.var} = "
@@ -393,6 +499,19 @@ class CudaRenderer(CRenderer):
         p = self.indent_unit * depth
         who = "(threadIdx.x & 31) == 0" if s.width == "warp" else "threadIdx.x == 0"
         return [p + f"if ({who}) {{"] + self.stmts(s.body, depth + 1) + [p + "}"]
+
+
+def _ix(loop: Loop) -> str:
+    """The C type of a loop's index arithmetic (64 bits where offsets can pass 2^31)."""
+    return "long long" if loop.wide else "int"
+
+
+def _at_slot(x, slot: str):
+    """A statement of a tiled loop with its register-copy accesses at the thread's
+    slot (the renderer of the tile knows the slot; the IR indexes by column)."""
+    if isinstance(x, (Load, Store)) and isinstance(x.buf, Scratch) and x.buf.space == "register":
+        return replace(x, offset=slot)
+    return x
 
 
 RENDERERS = {"c": CRenderer(), "cuda": CudaRenderer()}

@@ -22,8 +22,8 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, RowRole, get_op
 from .devices import DEFAULT_DEVICE, Device
-from .geometry import (REDUCE_SLOT_BYTES, block_threads, rows_per_block, shared_bytes,
-                       split_count)
+from .geometry import (REDUCE_SLOT_BYTES, block_threads, register_budget, row_slots,
+                       row_threads, row_vector, rows_per_block, shared_bytes, split_count)
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
 from .schedule import Phase, Schedule, group_io
 
@@ -32,7 +32,7 @@ from .schedule import Phase, Schedule, group_io
 ROW_CACHE_BUDGET = 32 * 1024
 # An op this costly (flops per element, see OpDef.flops) is worth not recomputing.
 _EXPENSIVE_FLOPS = 4
-INDEX_LIMIT = 2**31 - 1   # kernels index with 32-bit ints
+INDEX_LIMIT = 2**62      # kernels index in 64 bits where offsets pass 2^31 - 1
 
 
 def _broadcasts_to(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
@@ -87,7 +87,7 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
     for name in io.inputs + io.outputs + io.internal:
         if g.value(name).numel > INDEX_LIMIT:
             raise FusionRefused(f"value {name} has {g.value(name).numel} elements, more than "
-                                "32-bit kernel indexing allows")
+                                "kernel indexing allows")
     opaque = [n for n in ns if kinds[n.id] is Kind.opaque]
     if opaque:
         if len(ns) > 1:
@@ -146,12 +146,25 @@ def _analyze_row_group(g, ns, reduces, io, forced: Mapping | None, auto: bool,
     else:
         mapping = forced or (Mapping.block if dom.innermost else Mapping.thread)
     rpb = rows_per_block(mapping, dom.rows, device.units)
-    cached = _cached_values(g, ns, reduces, io, per_row, dom, mapping, rpb, regional, local)
+    threads, vector = _row_tiling(mapping, dom)
+    registers, cached = _row_storage(g, ns, reduces, io, per_row, dom, mapping, rpb,
+                                     threads, vector, device, regional, local)
     cache_bytes = sum(_cache_bytes(g, v, dom, rpb) for v in cached)
     splits = split_count(dom.rows, dom.cols, device.units) if mapping is Mapping.split else 1
     return Schedule(ScheduleKind.row_reduce, dom.domain, dom.axes, mapping,
                     frozenset(per_row), cached, rpb, splits, len(reduces),
-                    cache_bytes=cache_bytes)
+                    cache_bytes=cache_bytes, threads=threads, vector=vector,
+                    row_registers=registers)
+
+
+def _row_tiling(mapping: Mapping, dom: "_RowDomain") -> tuple[int, int]:
+    """(threads sharing a row, elements per access) of a row kept on chip: a block's
+    threads or a warp's lanes, float4-wide where the row length allows; (0, 1) for the
+    mappings that do not keep a row in one block."""
+    if not mapping.info.on_chip:
+        return 0, 1
+    threads = 32 if mapping is Mapping.warp else row_threads(dom.cols)
+    return threads, row_vector(dom.cols)
 
 
 def _row_domain(g, reduces) -> _RowDomain:
@@ -219,36 +232,110 @@ def _check_row_outputs(g, io, per_row, dom: _RowDomain) -> None:
                                 f"element nor one per row of {list(dom.domain)}")
 
 
-def _cached_values(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping, rpb: int,
-                   regional: set, local: set) -> tuple[str, ...]:
-    """The row cache: what the rule keeps on chip (minus the user's ``local``), plus the
-    user's ``regional`` values, in topological order; refused when a mapping has no
-    block-shared row or the budget runs out."""
+def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping, rpb: int,
+                 threads: int, vector: int, device: Device, regional: set, local: set
+                 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Where the row's later passes find what an earlier pass read or made: (values in
+    registers, values in shared memory), each in topological order (group inputs
+    first). Only mappings that keep a row in one block keep anything.
+
+    One backward sweep over the group (consumers before producers), so each value's
+    set of passes is complete when it is decided: a full-row value that two or more
+    passes need -- a group input, or a costly result (an exp, erf, tanh... in what it
+    is computed from) -- is kept: in registers while the register budget lasts (each
+    thread keeps its own columns, so each element is read from global memory once),
+    else, if costly, in shared memory within the row-cache budget (AStitch's regional
+    scheme). A kept value is needed upstream only by the pass that first computes it,
+    so what it is computed from is not kept too. The user's ``regional`` values go to
+    shared memory; their ``local`` ones are recomputed. Refused when a user's
+    ``regional`` cannot be kept."""
     on_chip = mapping.info.on_chip
-    cached = _row_cache(g, ns, reduces, io, per_row, dom, rpb) if on_chip else ()
-    cached = tuple(v for v in cached if v not in local)
-    for v in sorted(regional - set(cached), key=[n for m in ns for n in m.outputs].index):
-        if not on_chip:
-            raise FusionRefused(f"regional {v}: the {mapping.value} mapping does not keep a "
-                                "row in one block, so there is no block-shared memory to "
-                                "keep it in; use mapping block or warp")
-        if v in per_row or g.value(v).shape != dom.domain:
-            continue    # a per-row value: its scheme follows from who reads it (plan)
-        used = sum(_cache_bytes(g, x, dom, rpb) for x in cached + (v,))
-        if used > ROW_CACHE_BUDGET:
-            raise FusionRefused(f"regional {v}: shared memory {used // 1024} KB > "
-                                f"{ROW_CACHE_BUDGET // 1024} KB row-cache budget "
-                                f"({dom.cols} columns x {rpb} rows x "
-                                f"{g.value(v).dtype.compute.itemsize} B per cached value)")
-        cached = cached + (v,)
+    if not on_chip:
+        if regional:
+            raise FusionRefused(f"regional {sorted(regional)[0]}: the {mapping.value} "
+                                "mapping does not keep a row in one block, so there is no "
+                                "block-shared memory to keep it in; use mapping block or "
+                                "warp")
+        return (), ()
+    made = {o: n for n in ns for o in n.outputs}
+    element = {o for o in made if o not in per_row}
+    full_inputs = [i for i in io.inputs if g.value(i).shape == dom.domain
+                   and not (i in g.constants and g.value(i).numel == 1)]
+    costly = _costly(ns, element)
+    slots, reg_budget = row_slots(dom.cols, threads, vector), register_budget(threads, device)
+    registers, shared = [], []
+    shared_used = 0
+
+    def keep(v: str, mask: int) -> bool:
+        nonlocal shared_used
+        if v in regional and v in element and g.value(v).shape == dom.domain:
+            shared.append(v)
+            shared_used += _cache_bytes(g, v, dom, rpb)
+            return True
+        if (v in local or bin(mask).count("1") < 2 or g.value(v).shape != dom.domain
+                or not (v not in made or costly.get(v))):
+            return False
+        if slots * (len(registers) + 1) <= reg_budget:
+            registers.append(v)
+            return True
+        if v in made and shared_used + _cache_bytes(g, v, dom, rpb) <= ROW_CACHE_BUDGET:
+            shared.append(v)
+            shared_used += _cache_bytes(g, v, dom, rpb)
+            return True
+        return False
+
+    need = _pass_roots(reduces, element | set(full_inputs), io.outputs)
+    for n in reversed(ns):
+        mask = 0
+        for o in n.outputs:
+            m = need.get(o, 0)
+            mask |= (m & -m) if m and keep(o, m) else m   # kept: only its first pass
+        if mask:
+            for i in n.inputs:
+                if i in need:
+                    need[i] |= mask
+    for i in full_inputs:
+        keep(i, need[i])
+    # a kept result one cheap op away from kept (or per-row, or broadcast) values is
+    # recomputed instead: LayerNorm's h - mean once h is kept
+    for n in ns:
+        for o in n.outputs:
+            kept = registers if o in registers else shared if o in shared else None
+            if (kept is not None and o not in regional
+                    and get_op(n.op).flops < _EXPENSIVE_FLOPS
+                    and all(i in registers or i in shared or i in per_row
+                            or g.value(i).shape != dom.domain for i in n.inputs)):
+                kept.remove(o)
+                if kept is shared:
+                    shared_used -= _cache_bytes(g, o, dom, rpb)
+    if shared_used > ROW_CACHE_BUDGET:
+        v = next(x for x in shared if x in regional)
+        raise FusionRefused(f"regional {v}: shared memory {shared_used // 1024} KB > "
+                            f"{ROW_CACHE_BUDGET // 1024} KB row-cache budget "
+                            f"({dom.cols} columns x {rpb} rows x "
+                            f"{g.value(v).dtype.compute.itemsize} B per cached value)")
     order = {o: i for i, n in enumerate(ns) for o in n.outputs}
-    return tuple(sorted(cached, key=order.__getitem__))
+    order.update({i: -len(full_inputs) + k for k, i in enumerate(full_inputs)})
+    return (tuple(sorted(registers, key=order.__getitem__)),
+            tuple(sorted(shared, key=order.__getitem__)))
 
 
-def pass_needs(ns, reduces, element: set[str], outputs) -> dict[str, int]:
-    """Which passes over a row need each element value, as a bit mask: bit j for
-    reduction j's pass, the top bit for the final pass that writes the outputs. Flows
-    backward from each pass's roots, so it is linear in the group."""
+def _costly(ns, element: set[str]) -> dict[str, bool]:
+    """Whether each element value is costly to recompute: an op of OpDef.flops >=
+    _EXPENSIVE_FLOPS in what it is computed from (flows forward, linear)."""
+    costly: dict[str, bool] = {}
+    for n in ns:
+        here = get_op(n.op).flops >= _EXPENSIVE_FLOPS or any(
+            costly.get(i, False) for i in n.inputs if i in element)
+        for o in n.outputs:
+            if o in element:
+                costly[o] = here
+    return costly
+
+
+def _pass_roots(reduces, element: set[str], outputs) -> dict[str, int]:
+    """The passes each value is read by directly: bit j for reduction j's input, the
+    top bit for an output the final pass writes."""
     need: dict[str, int] = dict.fromkeys(element, 0)
     final = 1 << len(reduces)
     for j, r in enumerate(reduces):
@@ -257,44 +344,27 @@ def pass_needs(ns, reduces, element: set[str], outputs) -> dict[str, int]:
     for o in outputs:
         if o in element:
             need[o] |= final
+    return need
+
+
+def pass_needs(ns, reduces, element: set[str], outputs, kept=frozenset()
+               ) -> dict[str, int]:
+    """Which passes over a row need each element value, as a bit mask: bit j for
+    reduction j's pass, the top bit for the final pass that writes the outputs. Flows
+    backward from each pass's roots, so it is linear in the group. A ``kept`` value
+    (in registers or shared memory) needs what it is computed from only in the pass
+    that first computes it."""
+    need = _pass_roots(reduces, element, outputs)
     for n in reversed(ns):
         mask = 0
         for o in n.outputs:
-            mask |= need.get(o, 0)
+            m = need.get(o, 0)
+            mask |= (m & -m) if o in kept else m
         if mask:
             for i in n.inputs:
                 if i in element:
                     need[i] |= mask
     return need
-
-
-def _row_cache(g, ns, reduces, io, per_row, dom: _RowDomain, rpb: int = 1
-               ) -> tuple[str, ...]:
-    """Element values worth keeping on chip: needed by two or more passes over the row
-    (the reductions' passes and the final write), full-domain, and costly to recompute
-    (an exp, erf, tanh... in what they are computed from). AStitch's regional scheme.
-
-    Linear in the group: costliness flows forward through the element values, and the
-    set of passes needing each value (a bit mask) flows backward from the passes' roots.
-    """
-    made = {o: n for n in ns for o in n.outputs}
-    element = {o for o in made if o not in per_row}
-    costly: dict[str, bool] = {}
-    for n in ns:
-        here = get_op(n.op).flops >= _EXPENSIVE_FLOPS or any(
-            costly.get(i, False) for i in n.inputs if i in element)
-        for o in n.outputs:
-            costly[o] = here
-    need = pass_needs(ns, reduces, element, io.outputs)
-    chosen, budget = [], ROW_CACHE_BUDGET
-    for n in ns:
-        for v in n.outputs:
-            if (v in element and bin(need[v]).count("1") >= 2 and costly[v]
-                    and g.value(v).shape == dom.domain
-                    and _cache_bytes(g, v, dom, rpb) <= budget):
-                chosen.append(v)
-                budget -= _cache_bytes(g, v, dom, rpb)
-    return tuple(chosen)
 
 
 def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[str] = (),

@@ -50,7 +50,7 @@ from .geometry import geometry
 from .mapping import Mapping, ScheduleKind
 from .plan import Group, Plan
 from .analysis import pass_needs
-from .geometry import shared_bytes
+from .geometry import row_slots, shared_bytes
 from .schedule import Schedule, group_io
 
 # Fraction of the SM's threads that must be resident for a memory-bound kernel to keep
@@ -209,8 +209,8 @@ def _pass_counts(g: Graph, nodes: Sequence[str], s: Schedule) -> dict[str, int]:
     ns = [g.node(n) for n in nodes]
     reduces = [n for n in ns if get_op(n.op).kind is Kind.reduce]
     element = {o for n in ns for o in n.outputs if o not in s.per_row}
-    need = pass_needs(ns, reduces, element, group_io(g, tuple(nodes)).outputs)
-    cached = set(s.row_cached)
+    cached = set(s.row_cached) | set(s.row_registers)
+    need = pass_needs(ns, reduces, element, group_io(g, tuple(nodes)).outputs, cached)
     return {v: (1 if v in cached else max(1, bin(m).count("1"))) for v, m in need.items()}
 
 
@@ -259,13 +259,16 @@ def _scatter(g: Graph, s: Schedule, device: Device) -> float:
 
 def _registers(g: Graph, nodes: Sequence[str], io, s: Schedule, device: Device) -> int:
     """Registers per thread, estimated: a base, two per buffer pointer/index, two per
-    value read by more than one op inside the group (held live) and a few per
-    reduction accumulator; capped at the device's most per thread."""
+    value read by more than one op inside the group (held live), a few per reduction
+    accumulator, and a row's register copies; capped at the device's most per
+    thread."""
     members = set(nodes)
     shared = sum(1 for n in nodes for o in g.node(n).outputs
                  if sum(1 for c in g.consumers[o] if c.id in members) > 1)
     reduces = sum(1 for n in nodes if get_op(g.node(n).op).kind is Kind.reduce)
     regs = 24 + 2 * (len(io.inputs) + len(io.outputs)) + 2 * shared + 6 * reduces
+    if s.row_registers:     # each thread's columns of the values kept in registers
+        regs += len(s.row_registers) * row_slots(s.cols, s.threads, s.vector)
     return min(device.max_registers_per_thread or regs, regs)
 
 

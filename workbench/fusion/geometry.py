@@ -38,6 +38,12 @@ REDUCE_SLOT_BYTES = REDUCE_SLOT_WORDS * 8
 # co-residency with the compiled kernel's real count)
 EST_REGISTERS = 64
 CPU_ROW_TILE = 64             # rows a CPU thread walks together in a thread-per-row kernel
+# A row kept in registers: about this many elements per thread of each cached value
+# (enough loads in flight per thread, few enough registers for two blocks per SM)
+ROW_ELEMS_PER_THREAD = 16
+# registers per thread a kernel keeps for its own work besides the cached row
+REG_OVERHEAD = 32
+REG_CACHE_MAX = 64            # at most this many cached elements per thread
 
 
 def block_threads(cols: int) -> int:
@@ -47,6 +53,34 @@ def block_threads(cols: int) -> int:
     while threads < MAX_ROW_THREADS and threads * 4 < cols:
         threads *= 2
     return threads
+
+
+def row_threads(cols: int) -> int:
+    """Threads of a block that keeps one row in registers (the block mapping): about
+    ROW_ELEMS_PER_THREAD elements each, a power of two from a warp to 1024."""
+    threads = 32
+    while threads < 1024 and threads * ROW_ELEMS_PER_THREAD < cols:
+        threads *= 2
+    return threads
+
+
+def row_vector(cols: int) -> int:
+    """Elements one thread moves per access in a row kept in registers: 4 (a 16-byte
+    float4 for float32) when the row length allows, else 1."""
+    return 4 if cols % 4 == 0 else 1
+
+
+def row_slots(cols: int, threads: int, vector: int) -> int:
+    """Register slots per thread one cached value of a row takes (its K x V tile)."""
+    return -(-cols // (threads * vector)) * vector
+
+
+def register_budget(threads: int, device: Device) -> int:
+    """Cached row elements a thread may hold in registers: what the SM's register file
+    leaves a block of this size besides its own work (a CPU device is held to a GPU's
+    64K, since every kernel also renders as CUDA)."""
+    regs = device.registers_per_unit or 65536
+    return max(0, min(REG_CACHE_MAX, regs // threads - REG_OVERHEAD))
 
 
 def vector_width(n: int) -> int:
@@ -162,5 +196,5 @@ def _row_geometry(s: Schedule, device: Device) -> Geometry:
             else blocks
         return Geometry(threads, blocks, grid, 1, S, slots, shared, True, blocks)
     blocks = max(1, rows)
-    return Geometry(block_threads(cols), blocks, min(blocks, ROW_GRID_MAX), 1, 1, slots,
-                    shared, False, blocks)
+    return Geometry(s.threads or row_threads(cols), blocks, min(blocks, ROW_GRID_MAX), 1, 1,
+                    slots, shared, False, blocks)

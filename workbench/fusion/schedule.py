@@ -73,6 +73,13 @@ class Schedule:
     phases: tuple["Phase", ...] = ()       # stitched: the phases, in order
     elements: int = 1                      # elementwise: elements of the widest loop
     cache_bytes: int = 0                   # row_reduce: shared memory of the row cache
+    # row_reduce, mappings that keep a row on chip (block, warp): the threads sharing a
+    # row (a block's, or a warp's 32), the elements each moves per access, and the
+    # values (group inputs and costly results) each thread keeps in registers for its
+    # columns, so each element is read from global memory once
+    threads: int = 0
+    vector: int = 1
+    row_registers: tuple[str, ...] = ()
 
     @property
     def through_global(self) -> tuple[str, ...]:
@@ -123,6 +130,8 @@ class Schedule:
     def describe(self) -> str:
         if self.kind is ScheduleKind.row_reduce:
             cached = f", {len(self.row_cached)} cached on chip" if self.row_cached else ""
+            if self.row_registers:
+                cached += f", {len(self.row_registers)} in registers"
             how = self.mapping.info.describe(self.rows_per_block, self.splits)
             return f"row_reduce rows={self.rows} cols={self.cols} {how}{cached}"
         if self.kind is ScheduleKind.stitched:

@@ -5,9 +5,11 @@ deep graph and blames the last kernel for it. Here every kernel is fed the input
 really received, its ops are evaluated by the reference, and each output is compared
 within the dtype's bound -- so a failure names the kernel that is wrong.
 
-A reduction's result is compared against the scale of what it summed: the error of a
-float sum is bounded by eps * sum|x|, so ``sum(x)`` near zero by cancellation is held
-to ``sum(|x|)``, not to its own tiny value.
+A reduction's or a library call's result is compared against the scale of what it
+summed (its op's ``error_scale``): the error of a float sum is bounded by
+eps * sum|x|, so ``sum(x)`` near zero by cancellation is held to ``sum(|x|)``, not to
+its own tiny value; likewise a GEMM's element (a dot product, summed in whatever
+order cuBLAS or BLAS chooses) is held to ``|A| @ |B|``.
 """
 from __future__ import annotations
 
@@ -47,17 +49,18 @@ def _reference_env(g: Graph, nodes, env) -> dict:
     return local
 
 
-def _reduction_scale(g: Graph, v: str, local, env):
-    """The magnitude a reduction output v's rounding is bounded by (its op's
-    ``error_scale`` of |x|); None for other values."""
+def _error_scale(g: Graph, v: str, local, env):
+    """The magnitude output v's rounding is bounded by: its op's ``error_scale`` over
+    its inputs' magnitudes (a reduction's |x| summed, a GEMM's |A| @ |B|); None for
+    ops without one."""
     n = g.producer.get(v)
     scale = get_op(n.op).error_scale if n is not None else None
     if scale is None:
         return None
-    x = local.get(n.inputs[0], env.get(n.inputs[0]))
-    if x is None or not np.issubdtype(x.dtype, np.floating):
+    xs = [local.get(i, env.get(i)) for i in n.inputs]
+    if any(x is None or not np.issubdtype(np.asarray(x).dtype, np.floating) for x in xs):
         return None
-    return scale(np.abs(x.astype(np.float64)), n.attr_map)
+    return scale([np.abs(np.asarray(x, dtype=np.float64)) for x in xs], n.attr_map)
 
 
 def verify_kernels(program, env: dict) -> list[KernelCheck]:
@@ -71,7 +74,7 @@ def verify_kernels(program, env: dict) -> list[KernelCheck]:
         worst, ok = 0.0, True
         for b in k.outputs:
             ref = local[b.value]
-            scale = _reduction_scale(g, b.value, local, env)
+            scale = _error_scale(g, b.value, local, env)
             e = max_rel_error(env[b.value], ref, scale)
             worst = max(worst, e)
             ok &= e <= tolerance(g.value(b.value).dtype)

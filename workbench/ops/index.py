@@ -16,6 +16,7 @@ Example::
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,6 +123,24 @@ class Index:
                 out.append(mod(x, self.shape[d]) if d > lo else
                            (x if self.shape[d] != 1 else "0"))
         return out
+
+    def unit_stride(self, var: str) -> int:
+        """The run of elements over which this index steps by one as ``var`` does:
+        the extent of the innermost segment when it is exactly ``var`` and no other
+        segment depends on ``var`` (else 0). Offsets then read ``base + var`` with
+        ``base`` a multiple of that extent, so ``var``-aligned vectors of a width
+        dividing it stay inside the run and aligned.
+
+        >>> Index.from_runs((8, 64), [("row", [0]), ("col", [1])]).unit_stride("col")
+        64
+        """
+        if not self.segs or self.segs[-1][0] != var or self.segs[-1][2] != len(self.shape):
+            return 0
+        word = re.compile(rf"\b{re.escape(var)}\b")
+        if any(word.search(e) for e, _, _ in self.segs[:-1]):
+            return 0
+        _, lo, hi = self.segs[-1]
+        return _prod(self.shape[lo:hi])
 
     def offset(self) -> str:
         """Linear offset into a contiguous row-major buffer of this shape."""

@@ -17,8 +17,10 @@ from .index import Index, add
 from .registry import (Helper, Kind, OpDef, RowRole, broadcast_shapes, normalize_axes,
                        register)
 
+# (64-bit: an index into a tensor past 2^31 elements, or an int64 gather index, must
+# not wrap before it is clamped)
 CLAMPI = Helper("wb_clampi",
-                "WB_FN int wb_clampi(int x, int lo, int hi) "
+                "WB_FN long long wb_clampi(long long x, long long lo, long long hi) "
                 "{ return x < lo ? lo : (x > hi ? hi : x); }\n")
 
 
@@ -262,7 +264,8 @@ def _gather_index(ctx, node, k, idx: Index) -> str:
     i = ctx.at(node.inputs[1], Index.from_digits(d[axis:axis + r], ind))
     n = data[axis]
     # negative indices count from the end; out-of-range ones are clamped
-    sel = ctx.let(DType.int32, f"wb_clampi((int)({i} < 0 ? {i} + {n} : {i}), 0, {n - 1})")
+    sel = ctx.let(DType.int64,
+                  f"wb_clampi((long long)({i} < 0 ? {i} + {n}LL : {i}), 0, {n - 1})")
     return ctx.at(node.inputs[0], Index.from_digits(d[:axis] + [sel] + d[axis + r:], data))
 
 

@@ -55,7 +55,9 @@ def _matmul_flops(in_shapes, out_shape, attrs) -> float:
 
 register(OpDef("matmul", Kind.opaque, (2, 2), _matmul_infer, _matmul_ref, None,
                "NumPy matmul semantics (batched, broadcast)", library=_matmul_library,
-               library_flops=_matmul_flops))
+               library_flops=_matmul_flops,
+               # a dot product's rounding is bounded by the sum of |a_k b_k| it adds
+               error_scale=lambda ab, attrs: np.matmul(ab[0], ab[1])))
 
 
 def conv_out_shape(x, w, attrs):
@@ -119,4 +121,5 @@ def _conv_flops(in_shapes, out_shape, attrs) -> float:
 register(OpDef("conv2d", Kind.opaque, (2, 3), _conv_infer, conv2d_reference, None,
                "2-D convolution NCHW x KCRS (+bias); attrs strides, pads, dilations, group",
                library=lambda xp, xs, attrs: conv2d_reference(xs, attrs, xp=xp),
-               library_flops=_conv_flops))
+               library_flops=_conv_flops,
+               error_scale=lambda xs, attrs: conv2d_reference(list(xs), attrs)[0]))

@@ -58,7 +58,8 @@ def _make(name, np_fn, combiner, scale_fn, helpers=()):
             r = _int_mean(acc, axes, keep)
         return [np.asarray(r).astype(x.dtype)]
 
-    def error_scale(absx, attrs):
+    def error_scale(abs_inputs, attrs):
+        absx = abs_inputs[0]
         axes = normalize_axes(attrs.get("axes", range(absx.ndim)), absx.ndim)
         return scale_fn(absx, axis=axes, keepdims=bool(attrs.get("keepdims", True)))
 

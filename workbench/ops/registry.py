@@ -115,9 +115,10 @@ class OpDef:
     index: IndexRule | None = None          # layout: where an output element is read
     row_role: RowRole = RowRole.element     # inside a row-reduction kernel
     combiner: Combiner | None = None        # reduce: identity and combine step
-    # reduce: the magnitude its float rounding is bounded by (|x| reduced alike), given
-    # |x| in float64 and the attrs; None when there is no such bound (a product)
-    error_scale: Callable[[np.ndarray, Mapping[str, Any]], np.ndarray] | None = None
+    # reductions and library ops: the magnitude their float rounding is bounded by --
+    # the same op over the inputs' magnitudes (|x| summed, |A| @ |B|) -- given the
+    # inputs' |values| in float64 and the attrs; None when there is no such bound
+    error_scale: Callable[[Sequence[np.ndarray], Mapping[str, Any]], np.ndarray] | None = None
     # opaque: the op on an array module (NumPy on the CPU, CuPy on the GPU)
     library: Callable[[Any, Sequence, Mapping[str, Any]], list] | None = None
     # opaque: arithmetic from the input shapes, the output shape and the attrs

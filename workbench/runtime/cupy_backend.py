@@ -1,5 +1,6 @@
-"""The GPU backend: CUDA C compiled by NVRTC through CuPy's RawModule, timed with
-CUDA events. Used when CuPy imports and a GPU is present."""
+"""The GPU backend: CUDA C compiled by NVRTC (:mod:`.nvrtc`, the same call and options
+the offline check uses), loaded and launched through CuPy, timed with CUDA events.
+Used when CuPy imports and a GPU is present."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -23,6 +24,7 @@ def gpu_available() -> bool:
 
 class CompiledCudaKernel(CompiledKernel):
     grid_cap: int | None = None     # co-resident blocks of this compiled kernel
+    module = None                   # the loaded cubin (kept alive with its function)
 
 
 class EventTimer:
@@ -68,22 +70,37 @@ class CupyBackend(Backend):
         name = props["name"]
         return name.decode() if isinstance(name, bytes) else str(name)
 
+    @property
+    def arch(self) -> str:
+        """The GPU's compute capability as NVRTC spells it ("90")."""
+        return str(self.cp.cuda.Device().compute_capability)
+
+    @property
+    def cuda_major(self) -> int:
+        return self.cp.cuda.runtime.runtimeGetVersion() // 1000
+
     def compile_source(self, kernel: Kernel, source: str, origin: str = "") -> CompiledKernel:
-        fn = None
+        ck = CompiledCudaKernel(kernel, source)
         if kernel.library is None:
-            # grid barriers need cuLaunchCooperativeKernel: CuPy launches a kernel of
-            # a module built with enable_cooperative_groups that way
-            mod = self.cp.RawModule(code=source, options=("--std=c++14",),
-                                    enable_cooperative_groups=kernel.launch.cooperative)
-            fn = mod.get_function(kernel.name)
-        return CompiledCudaKernel(kernel, source, fn)
+            from .nvrtc import NvrtcError, compile_cuda
+            try:
+                cubin = compile_cuda(source, kernel.name, self.arch, major=self.cuda_major)
+            except NvrtcError as e:
+                raise NvrtcError(f"{e}\n" + (origin or "this is a workbench bug; please "
+                                             "report it with the graph")) from None
+            ck.module = self.cp.cuda.function.Module()
+            ck.module.load(cubin)
+            ck.fn = ck.module.get_function(kernel.name)
+        return ck
 
     def launch(self, ck: CompiledKernel, args) -> None:
         k = ck.kernel
         grid = k.launch.grid
         if k.launch.cooperative:
+            # grid barriers need all blocks resident: cuLaunchCooperativeKernel
             grid = min(grid, self.co_resident_grid(ck))
-        ck.fn((grid,), (k.launch.block,), tuple(args))
+        ck.fn((grid,), (k.launch.block,), tuple(args),
+              enable_cooperative_groups=k.launch.cooperative)
 
     def co_resident_grid(self, ck: CompiledKernel) -> int:
         """Blocks of this compiled kernel that fit on this GPU at once, with its real
@@ -98,8 +115,11 @@ class CupyBackend(Backend):
     def timer(self):
         return EventTimer(self.cp)
 
-    def asarray(self, a: np.ndarray):
-        return self.cp.asarray(a)
+    def asarray(self, a):
+        x = self.cp.asarray(a)
+        if x.data.ptr % 16 or not x.flags.c_contiguous:
+            x = x.copy()     # kernels move 16 bytes per access: rows must be aligned
+        return x
 
     def to_numpy(self, a) -> np.ndarray:
         return self.cp.asnumpy(a)

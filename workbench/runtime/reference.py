@@ -11,7 +11,8 @@ from ..ops import evaluate_node
 
 
 def check_inputs(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Inputs as contiguous arrays of the declared shape and dtype, or a GraphError."""
+    """Inputs as contiguous arrays of the declared shape and dtype, or a GraphError.
+    Device arrays (CuPy) are checked where they are, never copied to the host."""
     missing = [i for i in g.inputs if i not in inputs]
     if missing:
         raise GraphError(f"missing inputs {missing}; the graph takes "
@@ -19,7 +20,10 @@ def check_inputs(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.nda
                                      for i in g.inputs))
     out = {}
     for name in g.inputs:
-        v, a = g.value(name), np.asarray(inputs[name])
+        a = inputs[name]
+        if not hasattr(a, "__cuda_array_interface__"):
+            a = np.asarray(a)
+        v = g.value(name)
         if tuple(a.shape) != v.shape:
             raise GraphError(f"input {name!r} has shape {list(a.shape)}, the graph expects "
                              f"{list(v.shape)}")
