@@ -62,6 +62,8 @@ class Session:
         self._compiled: dict[Group, object] = {}     # built by the backend, per group
         self._measurements: dict[Plan, StepMeasurement] = {}
         self._baseline: StepMeasurement | None = None
+        self._tuned: list = []         # (group, seconds) of every candidate tuning timed
+        self.tuning: list = []         # the last tune()'s results (measure.tune.TuneResult)
         self._cost_model = None        # assigned by the user, or fitted to measurements
         self._device_model = None      # the device's uncalibrated model
         self.calibrate = calibrate     # refit the model after every new measurement
@@ -106,6 +108,27 @@ class Session:
         """Replace the plan with a planner's whole-graph plan."""
         plan, log = run_planner(planner, self.graph, model=self.cost_model)
         return self._push(f"auto {planner}", plan, log)
+
+    def tune(self, refs: Iterable[str] | None = None, repeats: int = 20,
+             use_cache: bool = True) -> Plan:
+        """Search each kernel's launch parameters (or those of the kernels holding
+        ``refs``) by measurement, and take the fastest correct ones as a new step
+        (see :mod:`workbench.measure.tune`). Each kernel is timed on the values it
+        really receives; ``self.tuning`` holds every candidate's time, and the cost
+        model learns from them. Results are cached per device and kernel source."""
+        from .measure.tune import tune_plan
+        groups = None if refs is None else {self.plan.group(r).id for r in refs}
+        env = self.program().run(self.inputs, keep_all=True)
+        plan, results = tune_plan(self.plan, self.backend, env, groups, repeats=repeats,
+                                  use_cache=use_cache, progress=self.progress)
+        self.tuning = results
+        self._tuned += [pair for r in results for pair in r.timed]
+        if self.calibrate and self._tuned:
+            self._recalibrate()
+        if plan == self.plan:
+            return self.plan
+        tuned = sum(1 for r in results if r.chosen.forced_launch or r.chosen.forced_mapping)
+        return self._push(f"tune ({tuned} of {len(results)} kernels retuned)", plan)
 
     def undo(self) -> Plan:
         if self.position == 0:
@@ -229,9 +252,11 @@ class Session:
         """Fit the device's model to every kernel measured so far (always from the
         uncalibrated model, so fits do not compound)."""
         from .fusion.cost import samples_from
+        from .fusion.cost import Sample
         base = self._uncalibrated()
         samples = [smp for plan, m in self._measurements.items()
                    for smp in samples_from(base, plan, m.per_kernel)]
+        samples += [Sample(base.features(self.graph, gr), t) for gr, t in self._tuned]
         try:
             self._cost_model = base.calibrate(samples)
         except ValueError:   # nothing measurable yet (e.g. only empty kernels)

@@ -295,7 +295,7 @@ class _Lowerer:
         """How a row kept on chip deals its columns to threads (threads, per_thread,
         vector), or None when a row is not kept in one block."""
         s = self.sched
-        if s.kind is not ScheduleKind.row_reduce or not s.threads:
+        if s.kind is not ScheduleKind.row_reduce or not s.mapping.info.on_chip:
             return None
         return (s.threads, -(-s.cols // (s.threads * s.vector)), s.vector)
 

@@ -22,8 +22,8 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, RowRole, get_op
 from .devices import DEFAULT_DEVICE, Device
-from .geometry import (REDUCE_SLOT_BYTES, block_threads, register_budget, row_slots,
-                       row_threads, row_vector, rows_per_block, shared_bytes, split_count)
+from .geometry import (REDUCE_SLOT_BYTES, geometry, register_budget, row_slots, row_threads,
+                       row_vector, rows_per_block, shared_bytes, split_count)
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
 from .schedule import Phase, Schedule, group_io
 
@@ -68,7 +68,8 @@ def candidate_mappings(schedule: Schedule, device: Device = DEFAULT_DEVICE
 
 def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = None,
             regional: Iterable[str] = (), local: Iterable[str] = (),
-            device: Device = DEFAULT_DEVICE) -> Schedule:
+            device: Device = DEFAULT_DEVICE, launch: Iterable[tuple[str, int]] = ()
+            ) -> Schedule:
     """The schedule for a group on ``device``, or FusionRefused with a reason a person
     can read.
 
@@ -76,9 +77,13 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
     name, or ``auto`` for :func:`~.mapping.choose_mapping` on this device); by default
     the reduced-axes-innermost rule picks ``block`` or ``thread``. ``regional`` /
     ``local`` force element values into or out of the on-chip row cache (a user's
-    stitch schemes). A schedule that needs more than the device gives (shared memory,
-    threads per block) is refused here, with the numbers.
+    stitch schemes). ``launch`` overrides the rule's launch parameters (what the tuner
+    searches: ``threads`` of a block-mapped row or a flat loop's block,
+    ``rows_per_block`` of the warp mapping, ``splits`` of the split mapping). A
+    schedule that needs more than the device gives (shared memory, threads per block)
+    is refused here, with the numbers.
     """
+    launch = dict(launch)
     auto = mapping == "auto"
     forced = None if auto else Mapping.parse(mapping)
     ns = [g.node(n) for n in nodes]
@@ -98,15 +103,39 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
         reduces = [n for n in ns if kinds[n.id] is Kind.reduce]
         if reduces:
             sched = _analyze_row_group(g, ns, reduces, io, forced, auto, set(regional),
-                                       set(local), device)
+                                       set(local), device, launch)
             check_resources(sched, device)
             return sched
         sched = Schedule(ScheduleKind.elementwise,
-                         elements=max((g.value(o).numel for o in io.outputs), default=1))
+                         elements=max((g.value(o).numel for o in io.outputs), default=1),
+                         threads=_launch_param(launch, "threads", 0, "an elementwise",
+                                               ("threads",)))
     if forced is not None or auto:
         raise FusionRefused(f"a thread mapping applies to a row-reduction kernel; this "
                             f"one is {sched.kind.value}")
+    if launch and sched.kind is ScheduleKind.opaque:
+        raise FusionRefused("a library call has no launch parameters to set")
     return sched
+
+
+def _launch_param(launch: dict, key: str, rule: int, what: str, allowed) -> int:
+    """The launch parameter ``key`` a user or the tuner set (checked), else the rule's;
+    refused when the schedule has no such parameter or the value is out of range."""
+    for k in launch:
+        if k not in allowed:
+            raise FusionRefused(f"{what} kernel has no launch parameter {k!r}; it takes "
+                                f"{', '.join(allowed) or 'none'}")
+    if key not in launch:
+        return rule
+    v = launch[key]
+    ok = {"threads": lambda x: 32 <= x <= 1024 and x & (x - 1) == 0,
+          "rows_per_block": lambda x: 1 <= x <= 32 and x & (x - 1) == 0,
+          "splits": lambda x: 2 <= x <= 1024}[key]
+    if not isinstance(v, int) or not ok(v):
+        raise FusionRefused(f"{key}={v!r} is out of range for {what} kernel (threads: a "
+                            "power of two from 32 to 1024; rows_per_block: a power of two "
+                            "up to 32; splits: 2 to 1024)")
+    return v
 
 
 def check_resources(s: Schedule, device: Device) -> None:
@@ -116,8 +145,7 @@ def check_resources(s: Schedule, device: Device) -> None:
         raise FusionRefused(f"shared memory {smem // 1024} KB > {limit // 1024} KB "
                             f"limit per block on {device.name}")
     if s.kind is ScheduleKind.row_reduce and s.mapping is not None and device.is_gpu:
-        threads = (32 * s.rows_per_block if s.mapping is Mapping.warp
-                   else block_threads(s.cols))
+        threads = geometry(s, device).threads
         if threads > device.max_threads_per_block:
             raise FusionRefused(f"{threads} threads per block > "
                                 f"{device.max_threads_per_block} on {device.name}")
@@ -137,7 +165,7 @@ class _RowDomain:
 
 
 def _analyze_row_group(g, ns, reduces, io, forced: Mapping | None, auto: bool,
-                       regional: set, local: set, device: Device) -> Schedule:
+                       regional: set, local: set, device: Device, launch: dict) -> Schedule:
     dom = _row_domain(g, reduces)
     per_row = _per_row_values(g, ns, dom)
     _check_row_outputs(g, io, per_row, dom)
@@ -145,12 +173,18 @@ def _analyze_row_group(g, ns, reduces, io, forced: Mapping | None, auto: bool,
         mapping = choose_mapping(dom.rows, dom.cols, dom.innermost, device.units)
     else:
         mapping = forced or (Mapping.block if dom.innermost else Mapping.thread)
-    rpb = rows_per_block(mapping, dom.rows, device.units)
+    what = f"a {mapping.value}-mapped row"
+    tunable = {Mapping.block: ("threads",), Mapping.warp: ("rows_per_block",),
+               Mapping.split: ("splits", "threads"), Mapping.thread: ()}[mapping]
+    rpb = _launch_param(launch, "rows_per_block", rows_per_block(mapping, dom.rows, device.units),
+                        what, tunable)
     threads, vector = _row_tiling(mapping, dom)
+    threads = _launch_param(launch, "threads", threads, what, tunable)
     registers, cached = _row_storage(g, ns, reduces, io, per_row, dom, mapping, rpb,
                                      threads, vector, device, regional, local)
     cache_bytes = sum(_cache_bytes(g, v, dom, rpb) for v in cached)
-    splits = split_count(dom.rows, dom.cols, device.units) if mapping is Mapping.split else 1
+    splits = _launch_param(launch, "splits", split_count(dom.rows, dom.cols, device.units)
+                           if mapping is Mapping.split else 1, what, tunable)
     return Schedule(ScheduleKind.row_reduce, dom.domain, dom.axes, mapping,
                     frozenset(per_row), cached, rpb, splits, len(reduces),
                     cache_bytes=cache_bytes, threads=threads, vector=vector,

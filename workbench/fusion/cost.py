@@ -246,6 +246,24 @@ def _arith(g: Graph, nodes: Sequence[str], s: Schedule, device: Device) -> float
     return total
 
 
+L2_SPEEDUP = 2.0   # L2 serves re-reads about this much faster than DRAM (H100, A100)
+
+
+def _reread_bytes(g: Graph, nodes: Sequence[str], io, s: Schedule) -> int:
+    """Bytes a row kernel reads again: each full-row input, once per further pass over
+    the row that needs it, unless it is kept in registers."""
+    if s.kind is not ScheduleKind.row_reduce or not s.reductions:
+        return 0
+    ns = [g.node(n) for n in nodes]
+    reduces = [n for n in ns if get_op(n.op).kind is Kind.reduce]
+    element = {o for n in ns for o in n.outputs if o not in s.per_row}
+    full = [i for i in io.inputs if g.value(i).shape == tuple(s.domain)]
+    kept = set(s.row_cached) | set(s.row_registers)
+    need = pass_needs(ns, reduces, element | set(full), io.outputs, kept)
+    return sum((bin(need.get(i, 0)).count("1") - 1) * g.value(i).nbytes
+               for i in full if i not in kept and need.get(i, 0))
+
+
 def _scatter(g: Graph, s: Schedule, device: Device) -> float:
     """How much more a kernel's reads cost than their bytes: neighbouring threads (GPU)
     or consecutive iterations (CPU) must touch neighbouring elements. A row kernel whose
@@ -321,8 +339,12 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
     occ, eff, bad = _efficiency(device, threads, blocks, regs, smem, barriers > 0)
     flops = _arith(g, nodes, s, device)
     util = max(eff, 1e-9) if device.is_gpu else min(1.0, blocks / device.units)
-    mem = (read + written) * _scatter(g, s, device) / (device.dram_bandwidth
-                                                      * max(eff, 1e-9))
+    # a GPU re-reads a row's input in each pass that needs it unless each thread keeps
+    # its columns in registers (a row in one block); the re-reads mostly hit L2, so they
+    # cost at L2's rate (about twice DRAM's), not DRAM's
+    reread = _reread_bytes(g, nodes, io, s) if device.is_gpu else 0
+    mem = ((read + written) * _scatter(g, s, device) + reread / L2_SPEEDUP) / (
+        device.dram_bandwidth * max(eff, 1e-9))
     comp = flops / (device.peak_flops * max(util, 1e-9))
     return KernelFeatures(memory_key(s), read, written, 0, flops, 0.0, 1, barriers,
                           threads, blocks, smem, regs, occ, eff, mem, comp, 0.0, bad)

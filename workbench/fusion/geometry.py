@@ -158,9 +158,9 @@ class Geometry:
 def geometry(s: Schedule, device: Device) -> Geometry:
     """The geometry of a schedule on a device (library calls: one item)."""
     if s.kind is ScheduleKind.elementwise:
-        n = s.elements
-        blocks = max(1, -(-n // (FLAT_BLOCK * vector_width(n))))
-        return Geometry(FLAT_BLOCK, blocks, min(MAX_GRID, blocks), cpu_items=max(1, n))
+        n, threads = s.elements, s.threads or FLAT_BLOCK
+        blocks = max(1, -(-n // (threads * vector_width(n))))
+        return Geometry(threads, blocks, min(MAX_GRID, blocks), cpu_items=max(1, n))
     if s.kind is ScheduleKind.row_reduce:
         return _row_geometry(s, device)
     if s.kind is ScheduleKind.stitched:
@@ -190,7 +190,7 @@ def _row_geometry(s: Schedule, device: Device) -> Geometry:
                         False, blocks)
     if m is Mapping.split:
         S = s.splits
-        threads = block_threads(-(-cols // S))
+        threads = s.threads or block_threads(-(-cols // S))
         blocks = max(1, rows * S)
         grid = min(blocks, co_resident_grid(threads, shared, device)) if device.is_gpu \
             else blocks

@@ -46,6 +46,7 @@ class Group:
     schemes: tuple[tuple[str, StitchScheme], ...] = ()
     forced: tuple[tuple[str, StitchScheme], ...] = ()
     forced_mapping: str = ""       # what a user asked for: a mapping's name, or "auto"
+    forced_launch: tuple[tuple[str, int], ...] = ()   # launch parameters set (tuning)
 
     def scheme(self, value: str) -> StitchScheme | None:
         return dict(self.schemes).get(value)
@@ -93,7 +94,8 @@ def _schemes(g: Graph, nodes: tuple[str, ...], sched: Schedule):
 def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
                mapping: "Mapping | str | None" = None,
                forced: Iterable[tuple[str, StitchScheme]] = (),
-               device: Device = DEFAULT_DEVICE) -> Group:
+               device: Device = DEFAULT_DEVICE,
+               launch: Iterable[tuple[str, int]] = ()) -> Group:
     """The group of these nodes on ``device``, or FusionRefused.
 
     With ``stitch=False`` one template must fit (what the ``rules`` planner uses).
@@ -108,20 +110,22 @@ def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
     order = g.position
     ns = tuple(sorted(set(nodes), key=order.__getitem__))
     forced = tuple(dict(forced).items())
+    launch = tuple(sorted(dict(launch).items()))
     want = dict(forced)
     through = {v for v, sc in forced if sc is StitchScheme.global_}
     regional = {v for v, sc in forced if sc is StitchScheme.regional}
     local = {v for v, sc in forced if sc is StitchScheme.local}
     if through:
-        if mapping is not None:
-            raise FusionRefused("a thread mapping applies to a row-reduction kernel; a "
-                                "global scheme makes this one a stitched kernel")
+        if mapping is not None or launch:
+            raise FusionRefused("a thread mapping or launch parameters apply to a "
+                                "row-reduction or elementwise kernel; a global scheme "
+                                "makes this one a stitched kernel")
         sched = analyze_stitched(g, ns, through, regional, local, device)
     else:
         try:
-            sched = analyze(g, ns, mapping, regional, local, device)
+            sched = analyze(g, ns, mapping, regional, local, device, launch)
         except FusionRefused:
-            if not stitch or mapping is not None:
+            if not stitch or mapping is not None or launch:
                 raise
             if (regional or local) and _fits(g, ns, device):
                 raise    # the user's scheme is what does not fit: say so, do not stitch
@@ -133,7 +137,7 @@ def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
     for v, sc in want.items():
         if have.get(v) is not sc:
             raise FusionRefused(_why_not(g, v, sc, have.get(v), sched))
-    return Group(f"k{order[ns[0]]}", ns, sched, schemes, forced, str(mapping or ""))
+    return Group(f"k{order[ns[0]]}", ns, sched, schemes, forced, str(mapping or ""), launch)
 
 
 def _fits(g: Graph, ns, device: Device) -> bool:
@@ -191,11 +195,11 @@ class Plan:
 
     @cached_property
     def key(self) -> tuple:
-        # user-set schemes and mappings are part of a plan's identity (caches key on it),
-        # and so is the device its schedules are sized for
+        # user-set schemes, mappings and launches are part of a plan's identity (caches
+        # key on it), and so is the device its schedules are sized for
         return (self.device.name,) + tuple(sorted(
-            (gr.nodes, gr.forced_mapping, tuple((v, sc.value) for v, sc in gr.forced))
-            for gr in self.groups))
+            (gr.nodes, gr.forced_mapping, tuple((v, sc.value) for v, sc in gr.forced),
+             gr.forced_launch) for gr in self.groups))
 
     @cached_property
     def group_of(self) -> dict[str, Group]:
@@ -268,7 +272,7 @@ class Plan:
         forced = dict(gr.forced)
         forced[value] = sc
         new = make_group(g, gr.nodes, True, gr.forced_mapping or None,
-                         tuple(forced.items()), self.device)
+                         tuple(forced.items()), self.device, gr.forced_launch)
         return self._replace({gr.id}, [new], planner)
 
     def set_mapping(self, ref: str, mapping: str, planner: str = "manual") -> "Plan":
@@ -285,6 +289,20 @@ class Plan:
             raise FusionRefused(f"{gr.id} is a {gr.schedule.kind.value} kernel; a thread "
                                 "mapping applies to a row-reduction kernel")
         new = make_group(self.graph, gr.nodes, True, mapping, gr.forced, self.device)
+        return self._replace({gr.id}, [new], planner)
+
+    def set_launch(self, ref: str, planner: str = "manual", **params: int) -> "Plan":
+        """The plan with the kernel holding ``ref`` launched with these parameters
+        (``threads``, ``rows_per_block``, ``splits``; what the tuner searches), its
+        mapping and schemes kept; refused with why when the kernel has no such
+        parameter or a value is out of range.
+
+        >>> plan.set_launch("k0", threads=128).group("k0").schedule.threads  # doctest: +SKIP
+        128
+        """
+        gr = self.group(ref)
+        new = make_group(self.graph, gr.nodes, True, gr.forced_mapping or None, gr.forced,
+                         self.device, params)
         return self._replace({gr.id}, [new], planner)
 
     def describe(self) -> str:

@@ -65,18 +65,19 @@ def _error_scale(g: Graph, v: str, local, env):
 
 def verify_kernels(program, env: dict) -> list[KernelCheck]:
     """One check per kernel; env holds every value the program produced (keep_all)."""
-    g = program.graph
-    out = []
-    for ck in program.compiled:
-        k = ck.kernel
-        nodes = program.plan.group(k.group).nodes
-        local = _reference_env(g, nodes, env)
-        worst, ok = 0.0, True
-        for b in k.outputs:
-            ref = local[b.value]
-            scale = _error_scale(g, b.value, local, env)
-            e = max_rel_error(env[b.value], ref, scale)
-            worst = max(worst, e)
-            ok &= e <= tolerance(g.value(b.value).dtype)
-        out.append(KernelCheck(k.name, worst, bool(ok)))
-    return out
+    return [check_kernel(program.graph, ck.kernel, program.plan.group(ck.kernel.group).nodes,
+                         env) for ck in program.compiled]
+
+
+def check_kernel(g: Graph, k, nodes, env: dict) -> KernelCheck:
+    """One kernel's outputs in ``env`` against the reference of its ``nodes`` evaluated
+    from the inputs it received (also in ``env``)."""
+    local = _reference_env(g, nodes, env)
+    worst, ok = 0.0, True
+    for b in k.outputs:
+        ref = local[b.value]
+        scale = _error_scale(g, b.value, local, env)
+        e = max_rel_error(env[b.value], ref, scale)
+        worst = max(worst, e)
+        ok &= e <= tolerance(g.value(b.value).dtype)
+    return KernelCheck(k.name, worst, bool(ok))

@@ -163,10 +163,19 @@ def cpu_device(refresh: bool = False) -> Device:
     return _cached_cpu_device()
 
 
-def gpu_device(cp) -> Device:
-    """The current CUDA device: the H100/A100 description when the name matches, else
-    one built from the device properties (bandwidth from memory clock and bus width,
-    FP32 peak from 128 lanes per SM at the SM clock)."""
+def gpu_device(cp, measure: bool = True) -> Device:
+    """The current CUDA device: its limits from the H100/A100 description when the name
+    matches, else from the device properties (bandwidth from memory clock and bus
+    width, FP32 peak from 128 lanes per SM at the SM clock); with ``measure``, its copy
+    bandwidth, launch cost and grid-barrier cost measured once by a probe (about a
+    second) and cached, as the CPU's are."""
+    base = _gpu_description(cp)
+    if not measure:
+        return base
+    return base.with_(**_cached_gpu_probe(cp, base))
+
+
+def _gpu_description(cp) -> Device:
     props = cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)
     name = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     known = gpu_by_name(name)
@@ -190,3 +199,98 @@ def gpu_device(cp) -> Device:
         # (not a device property; 256 since the first CUDA GPUs with 64K registers)
         register_alloc_unit=256, max_registers_per_thread=255,
         source="CUDA device properties; launch and barrier costs assumed")
+
+
+# -- the GPU probe ------------------------------------------------------------------------
+_GPU_PROBE = r"""
+extern "C" __global__ void wb_probe_empty(float* p) { if (p == 0) p[threadIdx.x] = 0.0f; }
+extern "C" __global__ void wb_probe_barriers(int n) { for (int i = 0; i < n; ++i) wb_grid_sync(); }
+"""
+GPU_PROBE_VERSION = 1
+
+
+def _gpu_key(cp, dev: Device) -> str:
+    drv = cp.cuda.runtime.driverGetVersion()
+    rt = cp.cuda.runtime.runtimeGetVersion()
+    text = "\0".join([dev.name, str(drv), str(rt), str(GPU_PROBE_VERSION)])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def measure_gpu(cp, dev: Device) -> dict:
+    """Measure what the cost model needs of this GPU, as the workbench times kernels
+    (CUDA events around each launch):
+
+    - copy bandwidth: a device-to-device copy of a large buffer (1 GiB, or a quarter
+      of free memory), bytes read + written per second, median of 10;
+    - launch cost: one empty kernel between two events, median of 200;
+    - grid-barrier cost: a cooperative kernel of 1000 ``wb_grid_sync()`` against one of
+      none, on a full wave of 256-thread blocks, per barrier.
+    """
+    from ..codegen import RENDERERS
+    from .nvrtc import compile_cuda
+    arch = str(cp.cuda.Device().compute_capability)
+    major = cp.cuda.runtime.runtimeGetVersion() // 1000
+    cubin = compile_cuda(RENDERERS["cuda"].prelude() + _GPU_PROBE, "wb_probe", arch,
+                         major=major)
+    mod = cp.cuda.function.Module()
+    mod.load(cubin)
+    empty, barriers = mod.get_function("wb_probe_empty"), mod.get_function("wb_probe_barriers")
+
+    def event_ms(fn, repeats: int) -> float:
+        fn()
+        cp.cuda.Device().synchronize()
+        ts = []
+        for _ in range(repeats):
+            e0, e1 = cp.cuda.Event(), cp.cuda.Event()
+            e0.record()
+            fn()
+            e1.record()
+            e1.synchronize()
+            ts.append(cp.cuda.get_elapsed_time(e0, e1))
+        return float(np.median(ts))
+
+    free = cp.cuda.Device().mem_info[0]
+    n = int(min(2**28, free // 16))        # floats per buffer: 1 GiB, or what fits
+    bufs = [cp.random.default_rng(0).random(n, dtype=cp.float32)]
+    bufs.append(cp.empty_like(bufs[0]))
+    t_copy = event_ms(lambda: cp.copyto(bufs[1], bufs[0]), 10) / 1e3
+    bufs.clear()
+    cp.get_default_memory_pool().free_all_blocks()
+    ptr = cp.empty(1, cp.float32)
+    t_launch = event_ms(lambda: empty((1,), (32,), (ptr,)), 200) / 1e3
+    grid = dev.units * max(1, min(dev.max_blocks_per_unit, dev.max_threads_per_unit // 256))
+    reps = 1000
+
+    def run(k):
+        return lambda: barriers((grid,), (256,), (np.int32(k),), enable_cooperative_groups=True)
+    t_bar = max(0.0, (event_ms(run(reps), 5) - event_ms(run(0), 5)) / 1e3 / reps)
+    return {"dram_bandwidth": 2 * n * 4 / t_copy, "launch_overhead": t_launch,
+            "grid_barrier": t_bar,
+            "source": (f"{dev.source}; measured {time.strftime('%Y-%m-%d %H:%M')}: "
+                       f"copy of 2 x {n * 4 / 2**20:.0f} MiB, an empty launch, "
+                       f"{reps} grid barriers over {grid} blocks")}
+
+
+_gpu_probes: dict[str, dict] = {}
+
+
+def _cached_gpu_probe(cp, dev: Device, refresh: bool = False) -> dict:
+    """The probe's numbers for this GPU, driver and runtime: in memory, else from
+    ``<cache>/devices/gpu-<key>.json``, else measured now and written there."""
+    key = _gpu_key(cp, dev)
+    path = devices_dir() / f"gpu-{key}.json"
+    if not refresh:
+        if key in _gpu_probes:
+            return _gpu_probes[key]
+        if path.exists():
+            try:
+                _gpu_probes[key] = json.loads(path.read_text())
+                return _gpu_probes[key]
+            except ValueError:
+                pass          # unreadable: measure again
+    found = measure_gpu(cp, dev)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(found, indent=1))
+    os.replace(tmp, path)
+    _gpu_probes[key] = found
+    return found

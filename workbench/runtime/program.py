@@ -100,7 +100,12 @@ class KernelSequence:
         overhead), not allocation. The GPU is timed with CUDA events. ``progress`` is
         called after each timed run (done, repeats, "timed run").
         """
-        env = self._env(inputs)
+        return self.time_env(self._env(inputs), warmup, repeats, progress)
+
+    def time_env(self, env: dict, warmup: int = 2, repeats: int = 10,
+                 progress: Progress | None = None) -> tuple[list[float], float]:
+        """:meth:`time` on an environment of backend arrays already holding every value
+        the kernels read (the tuner times one kernel on the values it really gets)."""
         for ck in self.compiled:
             self._alloc_outputs(ck, env)
         timer = self.backend.timer()
