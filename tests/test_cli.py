@@ -25,6 +25,22 @@ def test_optimize_prints_one_row_per_step(tmp_path):
     assert rows[1]["bytes_moved_MB"] * 2 < rows[0]["bytes_moved_MB"]
 
 
+def test_optimize_counters_column_is_nan_without_a_gpu(tmp_path):
+    out = tmp_path / "r.json"
+    r = run("optimize", "sample_graphs/softmax.json", "--backend", "cpu", "--repeats", "2",
+            "--counters", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    head = r.stdout.splitlines()[0]
+    assert "MB moved  DRAM MB" in head
+    lines = [l for l in r.stdout.splitlines() if l.startswith("softmax.json ")]
+    assert len(lines) == 2 and all(" nan " in l for l in lines)
+    assert "DRAM MB not measured: backend cpu" in r.stderr
+    rows = json.loads(out.read_text())
+    assert all(row["dram_source"].startswith("unavailable") for row in rows)
+    plain = run("optimize", "sample_graphs/softmax.json", "--backend", "cpu", "--repeats", "1")
+    assert "DRAM MB" not in plain.stdout and "DRAM" not in plain.stderr
+
+
 @pytest.mark.parametrize("content,match", [
     (None, "file not found"),
     ("{not json", "not valid JSON"),

@@ -46,6 +46,7 @@ def test_measure_and_table(session):
     assert m.bytes_read == m.bytes_written == 64 * 100 * 4
     t = session.table(repeats=3)
     assert list(t.columns) == STEP_COLUMNS
+    assert t.dram_MB.isna().all()            # measured DRAM bytes only with counters=True
     assert list(t.kernels) == [5, 1]
     assert t.ok.all()
     assert t.bytes_moved_MB.iloc[0] > 2 * t.bytes_moved_MB.iloc[1]

@@ -26,13 +26,15 @@ def _progress(done: int, total: int, name: str) -> None:
               file=sys.stderr, flush=True)
 
 
-def _fmt_table(rows: list[dict]) -> str:
+def _fmt_table(rows: list[dict], counters: bool = False) -> str:
     cols = [("graph", "graph", "{}"), ("step", "step", "{}"), ("planner", "planner", "{}"),
             ("kernels", "kernels", "{}"), ("bytes_moved_MB", "MB moved", "{:.1f}"),
             ("latency_ms", "latency ms", "{:.3f}"), ("predicted_ms", "predicted ms", "{:.3f}"),
             ("speedup_vs_none", "speedup", "{:.2f}x"),
             ("max_rel_error", "kernel err", "{:.1e}"),
             ("end_to_end_error", "output err", "{:.1e}"), ("ok", "ok", "{}")]
+    if counters:    # measured by the hardware counters, beside the counted bytes
+        cols.insert(5, ("dram_MB", "DRAM MB", "{:.1f}"))
     cells = [[h for _, h, _ in cols]] + [[f.format(r[k]) for k, _, f in cols] for r in rows]
     widths = [max(len(c[i]) for c in cells) for i in range(len(cols))]
     line = lambda c: "  ".join(x.ljust(w) if i < 3 else x.rjust(w)
@@ -49,19 +51,25 @@ def cmd_optimize(args) -> int:
                     progress=None if args.quiet else _progress)
         if args.planner != "none":
             s.auto(args.planner)
-        t = s.table(repeats=args.repeats, warmup=args.warmup)
+        t = s.table(repeats=args.repeats, warmup=args.warmup, counters=args.counters)
         device = s.measure().device
-        for r in t.to_dict("records"):
+        for st, r in zip(s.history, t.to_dict("records")):
             # the file's name: a JSON and an ONNX graph may share a graph name
             rows.append({"graph": Path(path).name, "device": device,
                          "backend": s.backend.name, **r})
+            if args.counters:
+                rows[-1]["dram_source"] = s.measured(st.plan).dram_source
         if not args.quiet:
             for d in s.step.decisions:
                 if args.verbose:
                     print(f"  {s.graph.name}: {d}", file=sys.stderr)
-    print(_fmt_table(rows))
+    print(_fmt_table(rows, args.counters))
     if rows:
         print(f"backend {rows[0]['backend']} on {rows[0]['device']}")
+    for why in dict.fromkeys(r["dram_source"] for r in rows if args.counters):
+        if why != "ncu":
+            print(f"DRAM MB not measured: {why.removeprefix('unavailable: ')}",
+                  file=sys.stderr)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     bad = [r for r in rows if not r["ok"]]
@@ -125,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--repeats", type=int, default=10, help="timed runs per step (median)")
     o.add_argument("--warmup", type=int, default=2)
     o.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    o.add_argument("--counters", action="store_true",
+                   help="also read each kernel's DRAM bytes from the GPU's hardware "
+                        "counters (Nsight Compute, cupy backend): a DRAM MB column")
     o.add_argument("-q", "--quiet", action="store_true")
     o.add_argument("-v", "--verbose", action="store_true", help="print planner decisions")
     o.set_defaults(fn=cmd_optimize)

@@ -27,10 +27,12 @@ from .errors import WorkbenchError
 from .fusion import Decision, Group, Plan, run_planner
 from .ir import Graph
 from .measure import StepMeasurement, measure_program
+from .measure.step import DRAM_NOT_REQUESTED
 from .runtime import Program, get_backend, random_inputs, run_reference
 
-STEP_COLUMNS = ["step", "action", "planner", "kernels", "bytes_moved_MB", "latency_ms",
-                "predicted_ms", "speedup_vs_none", "max_rel_error", "end_to_end_error", "ok"]
+STEP_COLUMNS = ["step", "action", "planner", "kernels", "bytes_moved_MB", "dram_MB",
+                "latency_ms", "predicted_ms", "speedup_vs_none", "max_rel_error",
+                "end_to_end_error", "ok"]
 
 
 @dataclass(frozen=True)
@@ -200,11 +202,14 @@ class Session:
         return self._reference
 
     def measure(self, plan: Plan | None = None, warmup: int = 2,
-                repeats: int = 10) -> StepMeasurement:
+                repeats: int = 10, counters: bool = False) -> StepMeasurement:
         """Run, check against the reference and time a plan (the current by default).
 
         Cached per plan: undoing back to a measured step costs nothing, and the first
-        call's warmup/repeats are the ones that count for that plan."""
+        call's warmup/repeats are the ones that count for that plan. ``counters=True``
+        also reads each kernel's DRAM bytes from the GPU's hardware counters (Nsight
+        Compute in a child process, once per plan; :mod:`workbench.measure.counters`);
+        where they cannot be read, NaN and ``dram_source`` says why."""
         plan = plan or self.plan
         if plan not in self._measurements:
             # predicted before the model has seen this plan's timings, so the step's
@@ -214,6 +219,10 @@ class Session:
                                                        self.cost_model, self.progress)
             if self.calibrate:
                 self._recalibrate()
+        if counters and self._measurements[plan].dram_source == DRAM_NOT_REQUESTED:
+            from .measure.counters import with_dram
+            self._measurements[plan] = with_dram(self._measurements[plan], plan,
+                                                 self.inputs, self.backend)
         return self._measurements[plan]
 
     def measured(self, plan: Plan | None = None) -> StepMeasurement | None:
@@ -284,7 +293,9 @@ class Session:
         """One row per step of the history up to the current one.
 
         ``predicted_ms`` of a measured step is the prediction made just before it was
-        measured; of an unmeasured step, the current model's."""
+        measured; of an unmeasured step, the current model's. ``dram_MB`` is the DRAM
+        traffic measured by the hardware counters (``table(counters=True)``), NaN
+        unless they were read."""
         base = (self.baseline(**kw) if measure
                 else self._measurements.get(self.history[0].plan))
         rows = []
@@ -294,6 +305,7 @@ class Session:
                 "step": i, "action": st.action, "planner": st.plan.planner,
                 "kernels": len(st.plan.groups),
                 "bytes_moved_MB": m.bytes_moved / 1e6 if m else np.nan,
+                "dram_MB": m.dram_bytes / 1e6 if m else np.nan,   # counters: NaN unless read
                 "latency_ms": m.latency_ms if m else np.nan,
                 "predicted_ms": (m.predicted_ms if m and not np.isnan(m.predicted_ms)
                                  else self.predict(st.plan).ms),

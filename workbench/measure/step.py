@@ -4,7 +4,9 @@ Bytes are counted from the kernel IR as compulsory global-memory traffic: every
 input buffer read once and every output written once. Latency is the median of
 repeated runs after warm-up (CUDA events on the GPU, wall clock on the CPU). Given a
 cost model, each kernel's predicted latency stands beside its measured one
-(``predicted_ms``), and the step's is their sum.
+(``predicted_ms``), and the step's is their sum. DRAM bytes *measured* by the
+hardware counters (``dram_read``/``dram_written``) are NaN here; ``counters.with_dram``
+fills them (``Session.measure(counters=True)``).
 """
 from __future__ import annotations
 
@@ -19,8 +21,11 @@ from .compare import check_outputs, max_rel_error
 from .verify import KernelCheck, verify_kernels
 
 KERNEL_COLUMNS = ["kernel", "group", "nodes", "schedule", "launch", "bytes_read",
-                  "bytes_written", "latency_ms", "predicted_ms", "bandwidth_GBps",
-                  "max_rel_error", "ok"]
+                  "bytes_written", "dram_read", "dram_written", "latency_ms", "predicted_ms",
+                  "bandwidth_GBps", "max_rel_error", "ok"]
+# dram_source of a measurement taken without counters (measure(counters=True) fills it:
+# "ncu", or "unavailable: <reason>"; see measure/counters.py)
+DRAM_NOT_REQUESTED = "not requested"
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,10 @@ class StepMeasurement:
     device: str
     end_to_end_error: float = float("nan")   # graph outputs vs a whole-graph reference run
     predicted_ms: float = float("nan")       # the cost model's sum over kernels
+    # DRAM bytes read + written by the kernels the hardware counters measured (NaN if
+    # none), and where they came from: "ncu", "unavailable: <reason>" (counters.py)
+    dram_bytes: float = float("nan")
+    dram_source: str = DRAM_NOT_REQUESTED
 
     @property
     def model_error(self) -> float:
@@ -75,6 +84,7 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
                      "nodes": len(prog.plan.group(k.group).nodes), "schedule": k.schedule,
                      "launch": str(k.launch) if k.library is None else "library",
                      "bytes_read": k.bytes_read, "bytes_written": k.bytes_written,
+                     "dram_read": float("nan"), "dram_written": float("nan"),
                      "latency_ms": t * 1e3, "predicted_ms": pred,
                      "bandwidth_GBps": moved / t / 1e9 if t > 0 else float("nan"),
                      "max_rel_error": chk.max_rel_error, "ok": chk.within_tolerance})
@@ -88,5 +98,5 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
                            else float("nan"))
 
 
-__all__ = ["KERNEL_COLUMNS", "KernelCheck", "StepMeasurement", "max_rel_error",
-           "measure_program", "verify_kernels"]
+__all__ = ["DRAM_NOT_REQUESTED", "KERNEL_COLUMNS", "KernelCheck", "StepMeasurement",
+           "max_rel_error", "measure_program", "verify_kernels"]
