@@ -20,10 +20,12 @@ stage() {  # stage NAME SECONDS COMMAND...
   timeout "$secs" "$@" > "$OUT/$name.log" 2>&1; echo "== $name rc=$?" | tee -a "$OUT/$name.log"
   tail -n 15 "$OUT/$name.log"
 }
-stage tests "${TESTS_S:-200}" "$PY" -m pytest -q -x -n 8 -p no:cacheprovider \
-  tests/runtime/test_gpu.py tests/measure tests/artifact/test_artifact_load.py \
-  -k "${TESTS_K:-not nothing}"
-stage main "${MAIN_S:-120}" "$PY" -m workbench.cli optimize sample_graphs/*.json \
+stage tests "${TESTS_S:-150}" "$PY" -m pytest -q -n 8 -p no:cacheprovider \
+  tests/runtime/test_gpu.py tests/measure tests/artifact/test_artifact_load.py
+stage main "${MAIN_S:-80}" "$PY" -m workbench.cli optimize sample_graphs/*.json \
   sample_graphs/*.onnx --planner stitch --backend cupy --repeats 10
+stage counters "${COUNTERS_S:-45}" "$PY" -m workbench.cli optimize \
+  sample_graphs/layernorm.json sample_graphs/softmax.json --planner rules --backend cupy \
+  --counters
 stage bench "${BENCH_S:-240}" "$PY" benchmarks/gpu.py --repeats 10 --warmup 3 \
   --out "$OUT" ${BENCH_ARGS:-}
