@@ -414,7 +414,10 @@ def bench_graph(path: Path, repeats: int, warmup: int, have_ort: bool, have_torc
 
 # -- machine -------------------------------------------------------------------------------
 def git_commit() -> str | None:
-    """HEAD's commit, read from .git (no git process), else `git rev-parse HEAD`."""
+    """HEAD's commit: $WORKBENCH_COMMIT (a copy of the tree run elsewhere, without
+    its .git), else read from .git (no git process), else `git rev-parse HEAD`."""
+    if os.environ.get("WORKBENCH_COMMIT"):
+        return os.environ["WORKBENCH_COMMIT"]
     try:
         gitdir = ROOT / ".git"
         if gitdir.is_file():  # a worktree: "gitdir: PATH"

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One batched run on a lent GPU machine (the device tool): environment, the GPU tests,
 # the main job and the GPU benchmark, each logged under $OUT (or ./gpu-out). Stages are
-# time-boxed so a slow one cannot starve the rest. Usage: bash scripts/gpu_check.sh
+# time-boxed so a slow one cannot starve the rest. Usage, with the commit recorded
+# (the copy of the tree run there has no .git of its own):
+#   WORKBENCH_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check.sh
 set -uo pipefail
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

@@ -118,7 +118,8 @@ def _row_kernel(kind: str, rows: int, cols: int, mapping: str | None = None):
 
 @pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm"])
 @pytest.mark.parametrize("rows,cols,mapping", [(32768, 4096, None), (4096, 1024, "warp"),
-                                               (8, 768, "warp"), (64, 8192, None)])
+                                               (8, 768, "warp"), (64, 8192, None),
+                                               (64, 32768, None)])
 def test_row_kernels_read_each_element_once_with_16_byte_accesses(kind, rows, cols,
                                                                   mapping, nvrtc_toolchain):
     """The row in registers: the input row is loaded once (one 16-byte ld.global.v4
@@ -137,7 +138,9 @@ def test_row_kernels_read_each_element_once_with_16_byte_accesses(kind, rows, co
     assert len(re.findall(r"st\.global\.v4\.[fub]32", ptx)) == per_thread
     assert not re.findall(r"(ld|st)\.global(\.nc)?\.f32", ptx)
     assert ".local" not in ptx
-    rep = nvrtc.ptxas_report(render_kernel(k, "cuda"), k.name)
+    src = render_kernel(k, "cuda")
+    assert f"__launch_bounds__({s.block})" in src   # ptxas keeps to the block's registers
+    rep = nvrtc.ptxas_report(src, k.name)
     assert rep.spill_bytes == 0 and rep.stack_bytes == 0
     # two blocks fit an SM: registers x threads within half the register file
     threads = s.block

@@ -263,4 +263,10 @@ def test_measured_dram_bytes_near_counted_on_layernorm():
     pk = m.per_kernel
     assert len(pk) == 1 and pk[["dram_read", "dram_written"]].notna().all().all()
     info = pk[["kernel", "bytes_read", "dram_read", "bytes_written", "dram_written"]]
-    assert abs(m.dram_bytes / m.bytes_moved - 1) < 0.25, info.to_string()
+    # reads: the row is read from DRAM once (the kernel keeps it in registers); seen on
+    # an H100: 16,794,112 read of 16,785,408 counted. Writes: the 50 MB L2 holds the
+    # 16.8 MB written and writes it back after the kernel ends, so the counters see
+    # only part of it (1.4 MB there) -- never more than was written
+    r = pk.iloc[0]
+    assert abs(r.dram_read / r.bytes_read - 1) < 0.1, info.to_string()
+    assert r.dram_written <= 1.1 * r.bytes_written, info.to_string()

@@ -71,3 +71,23 @@ def test_missing_compiler_is_a_clear_error(monkeypatch):
             cc.find_compiler()
     finally:
         cc.find_compiler.cache_clear()
+
+
+def test_a_compiler_that_cannot_link_is_named_not_blamed_on_the_kernel(tmp_path, monkeypatch):
+    """Seen on a GPU machine: gcc without a linker ("collect2: fatal error: cannot find
+    'ld'"). That is the machine's toolchain, said so, not "a workbench bug"."""
+    fake = tmp_path / "cc"
+    fake.write_text("#!/bin/sh\n[ \"$1\" = --version ] && { echo fake-cc 1.0; exit 0; }\n"
+                    "echo \"collect2: fatal error: cannot find 'ld'\" >&2; exit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("CC", str(fake))
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    for f in (cc.find_compiler, cc.cflags, cc._check_toolchain):
+        f.cache_clear()
+    try:
+        with pytest.raises(wb.errors.BackendUnavailable,
+                           match="cannot build a shared library here .*cannot find 'ld'"):
+            cc.build_library("k0_exp", "void k0_exp(void) {}\n")
+    finally:
+        for f in (cc.find_compiler, cc.cflags, cc._check_toolchain):
+            f.cache_clear()

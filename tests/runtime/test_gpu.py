@@ -116,7 +116,8 @@ def test_row_kernel_compiled_for_the_device_fits_its_registers():
     s = Session(_norm("layer_norm", 32768, 4096), backend="cupy")
     s.auto("rules")
     ck = s.program().compiled[0]
-    assert ck.fn.local_size_bytes == 0 and ck.fn.num_regs <= 128
+    attrs = s.backend.kernel_attributes(ck)
+    assert attrs["local_bytes"] == 0 and attrs["registers"] <= 128
     s.set_mapping("k0", "split")
     be = get_backend("cupy")
     ck = s.program().compiled[0]

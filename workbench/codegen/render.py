@@ -287,6 +287,13 @@ class CudaRenderer(CRenderer):
     kernel_prefix = 'extern "C" __global__ void'
     restrict = "__restrict__"
 
+    def signature(self, k: Kernel) -> str:
+        # the block size it is launched with: ptxas then keeps registers within what
+        # a block of that size may have (a 1024-thread block: 64 each), spilling rather
+        # than failing the launch
+        return super().signature(k).replace(
+            "__global__ void", f"__global__ void __launch_bounds__({k.launch.block})", 1)
+
     def prelude(self) -> str:
         return ("#include <cuda_fp16.h>\n"
                 "#define WB_FN __device__ __forceinline__\n"

@@ -280,9 +280,11 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
     thread keeps its own columns, so each element is read from global memory once),
     else, if costly, in shared memory within the row-cache budget (AStitch's regional
     scheme). A kept value is needed upstream only by the pass that first computes it,
-    so what it is computed from is not kept too. The user's ``regional`` values go to
-    shared memory; their ``local`` ones are recomputed. Refused when a user's
-    ``regional`` cannot be kept."""
+    so what it is computed from is not kept too. Inputs come first: when one that two
+    passes read finds no register left, the latest result kept in registers gives its
+    place up (recomputing is cheaper than reading the row again) and the sweep runs
+    again. The user's ``regional`` values go to shared memory; their ``local`` ones
+    are recomputed. Refused when a user's ``regional`` cannot be kept."""
     on_chip = mapping.info.on_chip
     if not on_chip:
         if regional:
@@ -297,6 +299,31 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
                    and not (i in g.constants and g.value(i).numel == 1)]
     costly = _costly(ns, element)
     slots, reg_budget = row_slots(dom.cols, threads, vector), register_budget(threads, device)
+    no_registers: set[str] = set()
+    while True:
+        registers, shared, shared_used, starved = _sweep(
+            g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, costly, slots,
+            reg_budget, regional, local, no_registers)
+        results = [v for v in registers if v in made and v not in regional]
+        if not starved or not results:
+            break
+        no_registers.add(results[-1])
+    if shared_used > ROW_CACHE_BUDGET:
+        v = next(x for x in shared if x in regional)
+        raise FusionRefused(f"regional {v}: shared memory {shared_used // 1024} KB > "
+                            f"{ROW_CACHE_BUDGET // 1024} KB row-cache budget "
+                            f"({dom.cols} columns x {rpb} rows x "
+                            f"{g.value(v).dtype.compute.itemsize} B per cached value)")
+    order = {o: i for i, n in enumerate(ns) for o in n.outputs}
+    order.update({i: -len(full_inputs) + k for k, i in enumerate(full_inputs)})
+    return (tuple(sorted(registers, key=order.__getitem__)),
+            tuple(sorted(shared, key=order.__getitem__)))
+
+
+def _sweep(g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, costly, slots,
+           reg_budget, regional, local, no_registers):
+    """One backward sweep of :func:`_row_storage`: (registers, shared, shared bytes,
+    whether a full-row input two passes read found no register)."""
     registers, shared = [], []
     shared_used = 0
 
@@ -309,7 +336,7 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
         if (v in local or bin(mask).count("1") < 2 or g.value(v).shape != dom.domain
                 or not (v not in made or costly.get(v))):
             return False
-        if slots * (len(registers) + 1) <= reg_budget:
+        if v not in no_registers and slots * (len(registers) + 1) <= reg_budget:
             registers.append(v)
             return True
         if v in made and shared_used + _cache_bytes(g, v, dom, rpb) <= ROW_CACHE_BUDGET:
@@ -328,8 +355,9 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
             for i in n.inputs:
                 if i in need:
                     need[i] |= mask
+    starved = False
     for i in full_inputs:
-        keep(i, need[i])
+        starved |= not keep(i, need[i]) and bin(need[i]).count("1") >= 2 and i not in local
     # a kept result one cheap op away from kept (or per-row, or broadcast) values is
     # recomputed instead: LayerNorm's h - mean once h is kept
     for n in ns:
@@ -342,16 +370,7 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
                 kept.remove(o)
                 if kept is shared:
                     shared_used -= _cache_bytes(g, o, dom, rpb)
-    if shared_used > ROW_CACHE_BUDGET:
-        v = next(x for x in shared if x in regional)
-        raise FusionRefused(f"regional {v}: shared memory {shared_used // 1024} KB > "
-                            f"{ROW_CACHE_BUDGET // 1024} KB row-cache budget "
-                            f"({dom.cols} columns x {rpb} rows x "
-                            f"{g.value(v).dtype.compute.itemsize} B per cached value)")
-    order = {o: i for i, n in enumerate(ns) for o in n.outputs}
-    order.update({i: -len(full_inputs) + k for k, i in enumerate(full_inputs)})
-    return (tuple(sorted(registers, key=order.__getitem__)),
-            tuple(sorted(shared, key=order.__getitem__)))
+    return registers, shared, shared_used, starved
 
 
 def _costly(ns, element: set[str]) -> dict[str, bool]:

@@ -49,6 +49,23 @@ def find_compiler() -> tuple[str, str]:
 
 
 @lru_cache(maxsize=None)
+def _check_toolchain() -> None:
+    """BackendUnavailable when the compiler cannot build even an empty shared library
+    here (no linker, no C library headers): the machine's fault, not the source's."""
+    cc, _ = find_compiler()
+    with tempfile.TemporaryDirectory() as tmp:
+        c = Path(tmp) / "empty.c"
+        c.write_text("void wb_empty(void) {}\n")
+        r = subprocess.run([cc, *BASE_CFLAGS, str(c), "-o", str(Path(tmp) / "e.so")],
+                           capture_output=True, text=True)
+    if r.returncode != 0:
+        last = (r.stderr.strip().splitlines() or ["unknown error"])[-1][:200]
+        raise BackendUnavailable(f"the C compiler {cc} cannot build a shared library here "
+                                 f"({last}): install the C toolchain (apt-get install gcc "
+                                 "binutils libc6-dev) or use --backend reference")
+
+
+@lru_cache(maxsize=None)
 def cflags() -> tuple[str, ...]:
     """Compiler flags; vector math (glibc libmvec) only when a probe builds and loads."""
     cc, _ = find_compiler()
@@ -100,6 +117,7 @@ def build_library(name: str, src: str, origin: str = "") -> Path:
             r = subprocess.run([cc, *flags, str(c_file), "-o", str(so_tmp), *link_flags()],
                                capture_output=True, text=True)
             if r.returncode != 0:
+                _check_toolchain()   # a compiler that cannot build anything: say so
                 raise WorkbenchError(
                     f"the C compiler rejected kernel {name}:\n{r.stderr[-2000:]}\n"
                     + (origin or "this is a workbench bug; please report it with the graph"))

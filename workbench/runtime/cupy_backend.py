@@ -108,9 +108,18 @@ class CupyBackend(Backend):
         over the grid, so fewer blocks stay correct; more would make the cooperative
         launch fail."""
         if ck.grid_cap is None:
-            ck.grid_cap = co_resident_grid(ck.kernel.launch.block, ck.fn.shared_size_bytes,
-                                           self.device, max(1, ck.fn.num_regs))
+            attrs = self.kernel_attributes(ck)
+            ck.grid_cap = co_resident_grid(ck.kernel.launch.block, attrs["shared_bytes"],
+                                           self.device, max(1, attrs["registers"]))
         return ck.grid_cap
+
+    def kernel_attributes(self, ck: CompiledKernel) -> dict[str, int]:
+        """What the compiled kernel uses: registers per thread, static shared memory and
+        local (spill) memory per thread, from the driver."""
+        get = self.cp.cuda.driver.funcGetAttribute
+        # CUfunction_attribute: SHARED_SIZE_BYTES 1, LOCAL_SIZE_BYTES 3, NUM_REGS 4
+        return {"registers": get(4, ck.fn.ptr), "shared_bytes": get(1, ck.fn.ptr),
+                "local_bytes": get(3, ck.fn.ptr)}
 
     def timer(self):
         return EventTimer(self.cp)
