@@ -139,7 +139,7 @@ def test_row_kernels_read_each_element_once_with_16_byte_accesses(kind, rows, co
     assert not re.findall(r"(ld|st)\.global(\.nc)?\.f32", ptx)
     assert ".local" not in ptx
     src = render_kernel(k, "cuda")
-    assert f"__launch_bounds__({s.block})" in src   # ptxas keeps to the block's registers
+    assert f"__launch_bounds__({s.block}, 1)" in src   # ptxas keeps to the block's registers
     rep = nvrtc.ptxas_report(src, k.name)
     assert rep.spill_bytes == 0 and rep.stack_bytes == 0
     # two blocks fit an SM: registers x threads within half the register file

@@ -288,11 +288,12 @@ class CudaRenderer(CRenderer):
     restrict = "__restrict__"
 
     def signature(self, k: Kernel) -> str:
-        # the block size it is launched with: ptxas then keeps registers within what
-        # a block of that size may have (a 1024-thread block: 64 each), spilling rather
-        # than failing the launch
+        # the block size it is launched with (and at least one block per SM): ptxas
+        # keeps registers within what a block of that size may have (a 1024-thread
+        # block: 64 each) rather than failing the launch, and does not squeeze them
+        # for two blocks per SM into spills
         return super().signature(k).replace(
-            "__global__ void", f"__global__ void __launch_bounds__({k.launch.block})", 1)
+            "__global__ void", f"__global__ void __launch_bounds__({k.launch.block}, 1)", 1)
 
     def prelude(self) -> str:
         return ("#include <cuda_fp16.h>\n"

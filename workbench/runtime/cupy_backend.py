@@ -9,7 +9,6 @@ import numpy as np
 
 from ..codegen.kir import Kernel
 from ..fusion.devices import Device
-from ..fusion.geometry import co_resident_grid
 from .backend import Backend, CompiledKernel
 
 
@@ -103,14 +102,15 @@ class CupyBackend(Backend):
               enable_cooperative_groups=k.launch.cooperative)
 
     def co_resident_grid(self, ck: CompiledKernel) -> int:
-        """Blocks of this compiled kernel that fit on this GPU at once, with its real
-        registers and shared memory (``geometry.co_resident_grid``). Every loop strides
-        over the grid, so fewer blocks stay correct; more would make the cooperative
-        launch fail."""
+        """Blocks of this compiled kernel that fit on this GPU at once: the driver's
+        occupancy of the compiled kernel (its real registers and shared memory) times
+        the SMs -- what the plan-time estimate (``geometry.co_resident_grid``) stands
+        in for. Every loop strides over the grid, so fewer blocks stay correct; more
+        would make the cooperative launch fail."""
         if ck.grid_cap is None:
-            attrs = self.kernel_attributes(ck)
-            ck.grid_cap = co_resident_grid(ck.kernel.launch.block, attrs["shared_bytes"],
-                                           self.device, max(1, attrs["registers"]))
+            per_sm = self.cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
+                ck.fn.ptr, ck.kernel.launch.block, 0)
+            ck.grid_cap = max(1, per_sm) * self.device.units
         return ck.grid_cap
 
     def kernel_attributes(self, ck: CompiledKernel) -> dict[str, int]:
