@@ -51,6 +51,14 @@ def cmd_optimize(args) -> int:
                     progress=None if args.quiet else _progress)
         if args.planner != "none":
             s.auto(args.planner)
+        if args.tune:
+            s.tune()
+            if args.verbose:
+                for r in s.tuning:
+                    best = r.table[r.table.chosen].candidate.tolist()
+                    print(f"  {s.graph.name}: tuned {r.group}: {', '.join(best) or 'rule'} "
+                          f"({r.rule_ms:.4g} ms -> {r.best_ms:.4g} ms"
+                          f"{', cached' if r.cached else ''})", file=sys.stderr)
         t = s.table(repeats=args.repeats, warmup=args.warmup, counters=args.counters)
         device = s.measure().device
         for st, r in zip(s.history, t.to_dict("records")):
@@ -136,8 +144,12 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--counters", action="store_true",
                    help="also read each kernel's DRAM bytes from the GPU's hardware "
                         "counters (Nsight Compute, cupy backend): a DRAM MB column")
+    o.add_argument("--tune", action="store_true",
+                   help="then search each kernel's launch parameters by measurement (a "
+                        "'tune' step; cached per device and kernel)")
     o.add_argument("-q", "--quiet", action="store_true")
-    o.add_argument("-v", "--verbose", action="store_true", help="print planner decisions")
+    o.add_argument("-v", "--verbose", action="store_true",
+                   help="print planner decisions and what tuning chose")
     o.set_defaults(fn=cmd_optimize)
     s = sub.add_parser("show", help="print a graph, its plan, or its kernels' source")
     s.add_argument("graph")

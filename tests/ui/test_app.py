@@ -120,7 +120,7 @@ def test_measure_fills_history_plots_code_and_overlay(app):
     steps = {t.name: t for t in app.plots.steps.data}
     assert steps["measured"].y[1] == pytest.approx(m.latency_ms)
     assert steps["kernels"].y == (15, len(app.session.plan.groups))
-    assert steps["bytes moved"].y[1] == pytest.approx(m.bytes_moved / 1e6)
+    assert steps["bytes counted"].y[1] == pytest.approx(m.bytes_moved / 1e6)
     kernels = {t.name: t for t in app.plots.kernels.data}
     assert list(kernels["measured"].x) == list(m.per_kernel.group)
     assert kernels["measured"].y == pytest.approx(tuple(m.per_kernel.latency_ms))
@@ -199,3 +199,28 @@ def test_import_workbench_does_not_import_widget_libraries():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_tune_button_searches_launches_and_shows_the_tuned_step(app, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))     # no earlier answers
+    app.auto("rules")
+    before = len(app.history)
+    plan = app.tune()
+    assert plan is app.session.plan and app.session.tuning
+    assert app.message.startswith(f"tuned {len(app.session.tuning)} kernels")
+    assert "wb-refused" not in app._message._dom_classes
+    assert len(app.history) in (before, before + 1)        # a step only if one changed
+    table = app.session.tuning[0].table
+    assert table.chosen.sum() == 1 and (table.ms > 0).all()
+    app.measure()
+    assert app.history.ok.iloc[-1]
+
+
+def test_steps_plot_shows_measured_dram_only_where_counters_were_read(app):
+    app.measure()
+    dram = app.plots.steps.data[3]
+    assert dram.name == "DRAM measured" and not dram.visible    # cpu: no counters
+    hist = app.history.copy()
+    hist["dram_MB"] = [1.5] * len(hist)
+    app.plots.update(hist, None)
+    assert app.plots.steps.data[3].visible and list(app.plots.steps.data[3].y) == [1.5]

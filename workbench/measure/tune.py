@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -36,6 +37,7 @@ from .verify import check_kernel
 
 # keep the rule's choice unless a candidate is this much faster (timing noise)
 MIN_GAIN = 0.03
+TUNER_VERSION = 2      # part of the cache key: a new search invalidates old answers
 TUNE_COLUMNS = ["candidate", "mapping", "threads", "rows_per_block", "splits", "ms",
                 "GBps", "ok", "chosen"]
 
@@ -115,7 +117,8 @@ def _save(path: Path, key: str, entry: dict) -> None:
 
 def tuning_key(source: str, backend_name: str) -> str:
     """A kernel's identity for the cache: its source under the rule's parameters."""
-    return hashlib.sha256(f"{backend_name}\0{source}".encode()).hexdigest()[:24]
+    return hashlib.sha256(f"{TUNER_VERSION}\0{backend_name}\0{source}".encode()
+                          ).hexdigest()[:24]
 
 
 # -- timing ------------------------------------------------------------------------------
@@ -145,12 +148,16 @@ def tune_group(plan: Plan, group: Group, backend, env: dict, warmup: int = 2,
                               pd.DataFrame(hit["table"], columns=TUNE_COLUMNS), True)
         except (FusionRefused, KeyError, TypeError, ValueError):
             pass              # a stale entry: search again
-    rows, timed = [], []
+    rows, timed, seen = [], [], set()
     for cand in candidates(group):
         try:
             gr = _make(plan, group, cand)
         except FusionRefused:
             continue
+        code = _code(lower_group(g, gr, plan.device), backend)
+        if code in seen:
+            continue          # the same code for this backend (the CPU ignores threads)
+        seen.add(code)
         k, ck, seq, dev_env, t = _time(backend, plan, gr, env, warmup, repeats)
         timed.append((t, cand, gr, seq, dev_env))
         moved = k.bytes_read + k.bytes_written
@@ -179,6 +186,12 @@ def tune_group(plan: Plan, group: Group, backend, env: dict, warmup: int = 2,
                       "rule_ms": result.rule_ms, "best_ms": result.best_ms,
                       "table": json.loads(table.to_json(orient="records"))})
     return result
+
+
+def _code(k, backend) -> str:
+    """What the backend would compile for k, without its comments (which name the
+    launch even where the target ignores it)."""
+    return re.sub(r"/\*.*?\*/", "", render_kernel(k, backend.target or "c"), flags=re.S)
 
 
 def _make(plan: Plan, group: Group, cand: Candidate) -> Group:

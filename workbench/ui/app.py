@@ -82,6 +82,8 @@ class WorkbenchApp(w.VBox):
             "Undo": _button("Undo", "go back one step"),
             "Redo": _button("Redo", "go forward one step"),
             "Measure": _button("Measure", "compile, check against NumPy and time this step"),
+            "Tune": _button("Tune", "search each kernel's launch parameters by measurement "
+                            "(a new step; cached per device and kernel)"),
             "Export": _button("Export", "write the current plan as an artifact"),
             "Set scheme": _button("Set scheme", "stitch scheme of the chosen internal edge"),
             "Set mapping": _button("Set mapping", "how the selected row-reduction kernel's "
@@ -114,7 +116,8 @@ class WorkbenchApp(w.VBox):
                                       layout=w.Layout(display="none", width="240px"))
         b = self.buttons
         toolbar = w.HBox([self.search, b["Fuse"], b["Split"], self.planner, b["Auto"],
-                          b["Undo"], b["Redo"], b["Measure"], self.export_path, b["Export"]],
+                          b["Undo"], b["Redo"], b["Measure"], b["Tune"], self.export_path,
+                          b["Export"]],
                          layout=w.Layout(flex_flow="row wrap"))
         toolbar2 = w.HBox([self.overlay, self.collapse_toggle, self.edge, self.scheme,
                            b["Set scheme"], self.mapping, b["Set mapping"]],
@@ -132,6 +135,7 @@ class WorkbenchApp(w.VBox):
         b["Undo"].on_click(lambda _: self.undo())
         b["Redo"].on_click(lambda _: self.redo())
         b["Measure"].on_click(lambda _: self.measure())
+        b["Tune"].on_click(lambda _: self.tune())
         b["Export"].on_click(lambda _: self.export(self.export_path.value))
         b["Set scheme"].on_click(lambda _: self.set_scheme(self.edge.value, self.scheme.value))
         b["Set mapping"].on_click(lambda _: self.set_mapping(None, self.mapping.value))
@@ -281,6 +285,21 @@ class WorkbenchApp(w.VBox):
                           f"{m.device}; {state} (max rel. error {m.max_rel_error:.2g})",
                           refused=not m.within_tolerance)
         return m
+
+    @_action
+    def tune(self) -> Plan | None:
+        """Search every kernel's launch parameters by measurement (progress shown) and
+        show the tuned step; ``session.tuning`` holds every candidate's time."""
+        with self._busy("tuning"):
+            before = self.session.plan
+            plan = self.session.tune()
+        self._refresh()
+        changed = [f"{r.group}: {r.rule_ms:.3g} -> {r.best_ms:.3g} ms"
+                   for r in self.session.tuning if r.chosen is not before.group(r.group)]
+        self._set_message(f"tuned {len(self.session.tuning)} kernels; "
+                          + ("; ".join(changed[:4]) + ("; ..." if len(changed) > 4 else "")
+                             if changed else "the rule's launch parameters were fastest"))
+        return plan
 
     @_action
     def export(self, path: str | os.PathLike) -> object | None:

@@ -1,7 +1,8 @@
 """Plots of the step history and of the current step's kernels (plotly FigureWidgets).
 
 - ``steps``: per step, measured latency beside predicted latency (when the session
-  predicts), bytes moved and kernel count;
+  predicts), bytes moved (counted from the kernel IR, and beside them the DRAM bytes
+  the hardware counters measured, where they were read) and kernel count;
 - ``kernels``: the current step's per-kernel latency (measured, and predicted);
 - ``bandwidth``: each kernel's achieved bandwidth against the device's DRAM bandwidth
   (when the session knows its device).
@@ -28,7 +29,8 @@ def _finite(values) -> list:
     return [None if v is None or math.isnan(v) else v for v in values]
 
 
-MEASURED, PREDICTED, BYTES, KERNELS = "#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd"
+MEASURED, PREDICTED, BYTES, KERNELS, DRAM = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
+                                             "#8c564b")
 
 
 def _layout(fig: go.FigureWidget, title: str, height: int) -> None:
@@ -46,7 +48,8 @@ class Plots(w.VBox):
             "latency per step (ms)", "bytes moved (MB)", "kernels"))
         steps.add_bar(name="measured", marker_color=MEASURED, row=1, col=1)
         steps.add_bar(name="predicted", marker_color=PREDICTED, row=1, col=1)
-        steps.add_bar(name="bytes moved", marker_color=BYTES, row=1, col=2, showlegend=False)
+        steps.add_bar(name="bytes counted", marker_color=BYTES, row=1, col=2)
+        steps.add_bar(name="DRAM measured", marker_color=DRAM, row=1, col=2, visible=False)
         steps.add_bar(name="kernels", marker_color=KERNELS, row=1, col=3, showlegend=False)
         self.steps = go.FigureWidget(steps)
         _layout(self.steps, "Steps", 300)
@@ -73,11 +76,14 @@ class Plots(w.VBox):
         col = lambda name: _finite(history[name].astype(float).tolist() if name in history
                                    else [None] * len(history))
         with self.steps.batch_update():
-            m, p, b, k = self.steps.data
+            m, p, b, dram, k = self.steps.data
             m.x, m.y = x, col("latency_ms")
             p.x, p.y = x, col("predicted_ms")
             p.visible = any(v is not None for v in col("predicted_ms"))
             b.x, b.y = x, col("bytes_moved_MB")
+            # measured DRAM bytes only where counters were read (never the counted ones)
+            dram.x, dram.y = x, col("dram_MB")
+            dram.visible = any(v is not None for v in col("dram_MB"))
             k.x, k.y = x, col("kernels")
         names = [] if per_kernel is None else per_kernel["group"].tolist()
         kcol = lambda name: _finite(per_kernel[name].astype(float).tolist()
