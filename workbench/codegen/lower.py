@@ -266,10 +266,8 @@ class _Lowerer:
                     bind: str, **loop_kw):
         """Emit reduction ``r``'s accumulator ``acc<slot>`` and its loop over the row's
         columns into scope; returns (acc, compute dtype, combiner, identity)."""
-        dt = self.g.value(r.inputs[0]).dtype.compute
-        comb = get_op(r.op).combiner
+        dt, ident, comb = self._accumulator(r)
         acc = f"acc{slot}"
-        ident = comb.identity(dt.kind, dt.value)
         col_scope = _Scope(scope, self._tile()[2] if self._tile() else 1)
         e = self.at(col_scope, r.inputs[0], dom)
         scope.stmts.append(Let(acc, dt, ident))
@@ -299,10 +297,20 @@ class _Lowerer:
             return None
         return (s.threads, -(-s.cols // (s.threads * s.vector)), s.vector)
 
+    def _accumulator(self, r):
+        """(accumulator type, identity, combiner) of reduction r: integers accumulate
+        in 64 bits (a mean of int32 must not wrap at 2^31; NumPy sums them in int64)."""
+        src = self.g.value(r.inputs[0]).dtype.compute
+        comb = get_op(r.op).combiner
+        dt = DType.int64 if src.kind == "i" else src
+        return dt, comb.identity(src.kind, src.value), comb
+
     def _finish(self, comb, acc: str, dt: DType) -> Assign:
         cols = self.sched.cols
-        return Assign(acc, f"{acc} * (1.0f / {cols}.0f)" if dt.kind == "f"
-                      else f"{acc} / {cols}")
+        if dt.kind == "f":
+            return Assign(acc, f"{acc} * (1.0f / {cols}.0f)")
+        # an integer mean over an empty axis is 0 (and no division by zero)
+        return Assign(acc, f"{acc} / {cols}LL" if cols else "0")
 
     def _row_reduce(self) -> list:
         """Mappings warp, block and thread: every row is owned by one warp, one block
@@ -382,7 +390,6 @@ class _Lowerer:
         combines its row's partials (in a fixed order, so all agree bit for bit) and
         goes on. The last pass writes the outputs."""
         s: Schedule = self.sched
-        g = self.g
         dom = self._domain()
         S, cols, rows = s.splits, s.cols, s.rows
         chunk = -(-cols // S)
@@ -399,10 +406,9 @@ class _Lowerer:
             scope.stmts.append(Let("part", self.index_dtype, f"vb % {S}"))
             for j in range(upto):
                 r = reduces[j]
-                dt = g.value(r.inputs[0]).dtype.compute
-                comb = get_op(r.op).combiner
+                dt, ident, comb = self._accumulator(r)
                 acc = f"acc{j}"
-                scope.stmts.append(Let(acc, dt, comb.identity(dt.kind, dt.value)))
+                scope.stmts.append(Let(acc, dt, ident))
                 t = self.fresh()
                 scope.stmts.append(Loop("s", S, "serial", (
                     Load(t, partials[j], f"row * {S} + s"),
@@ -413,7 +419,7 @@ class _Lowerer:
             return scope
 
         for j, r in enumerate(reduces):
-            dt = g.value(r.inputs[0]).dtype.compute
+            dt, _, _ = self._accumulator(r)
             part_buf = self.workspace(f"part{j}", dt, rows * S)
             scope = new_pass(j)
             scope.stmts.append(Comment(f"{r.op}: this block's chunk of the row"))

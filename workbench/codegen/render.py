@@ -487,19 +487,24 @@ class CudaRenderer(CRenderer):
         sh = f"wb_red{s.slot}"
         shfl = (f"for (int o = 16; o > 0; o >>= 1) "
                 f"{s.var} = {comb(s.var, f'__shfl_down_sync(0xffffffffu, {s.var}, o)')};")
+        if s.dtype.kind == "f":
+            put, get = (lambda x: f"(double){x}"), (lambda x: f"({ct}){x}")
+        else:   # integers pass through the double slots bit for bit (a 64-bit sum is exact)
+            put = lambda x: f"__longlong_as_double((long long){x})"    # noqa: E731
+            get = lambda x: f"({ct})__double_as_longlong({x})"          # noqa: E731
         return [
             p + "{ /* block-wide reduction: warp shuffles, then one warp over the partials */",
             p + "  " + shfl,
-            p + f"  if ((threadIdx.x & 31) == 0) {sh}[threadIdx.x >> 5] = (double){s.var};",
+            p + f"  if ((threadIdx.x & 31) == 0) {sh}[threadIdx.x >> 5] = {put(s.var)};",
             p + "  __syncthreads();",
             p + "  if (threadIdx.x < 32) {",
-            p + f"    {s.var} = threadIdx.x < (blockDim.x >> 5) ? ({ct}){sh}[threadIdx.x] : "
-                f"{s.identity};",
+            p + f"    {s.var} = threadIdx.x < (blockDim.x >> 5) ? {get(f'{sh}[threadIdx.x]')} "
+                f": {s.identity};",
             p + "    " + shfl,
-            p + f"    if (threadIdx.x == 0) {sh}[32] = (double){s.var};",
+            p + f"    if (threadIdx.x == 0) {sh}[32] = {put(s.var)};",
             p + "  }",
             p + "  __syncthreads();",
-            p + f"  {s.var} = ({ct}){sh}[32];",
+            p + f"  {s.var} = {get(f'{sh}[32]')};",
             p + "}",
         ]
 

@@ -25,14 +25,22 @@ FMAX = Helper("wb_fmax", r"""/* NaN-propagating max/min, as NumPy's maximum/mini
 WB_FN float wb_fmax(float a, float b) { return ((a != a) | (a > b)) ? a : b; }
 WB_FN float wb_fmin(float a, float b) { return ((a != a) | (a < b)) ? a : b; }
 """)
-IDIV = Helper("wb_idiv", r"""/* integer division truncates toward zero; x / 0 gives 0 instead of trapping */
-WB_FN long long wb_idiv(long long a, long long b) { return b == 0 ? 0 : a / b; }
+# Integer arithmetic is total, as NumPy's is: it wraps around (two's complement) where C
+# would have undefined overflow -- computed in unsigned, where overflow is defined.
+WRAP = Helper("wb_wrap", r"""/* integer arithmetic wraps around (two's complement), as NumPy's does */
+WB_FN long long wb_wadd(long long a, long long b) { return (long long)((unsigned long long)a + (unsigned long long)b); }
+WB_FN long long wb_wsub(long long a, long long b) { return (long long)((unsigned long long)a - (unsigned long long)b); }
+WB_FN long long wb_wmul(long long a, long long b) { return (long long)((unsigned long long)a * (unsigned long long)b); }
+""")
+IDIV = Helper("wb_idiv", r"""/* integer division truncates toward zero; x / 0 gives 0 and MIN / -1 wraps to MIN
+   instead of trapping */
+WB_FN long long wb_idiv(long long a, long long b) { return b == 0 ? 0 : (b == -1 ? wb_wsub(0, a) : a / b); }
 """)
 IPOW = Helper("wb_ipow", r"""WB_FN long long wb_ipow(long long a, long long b) {
-  long long r = 1;
+  unsigned long long r = 1, x = (unsigned long long)a;
   if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
-  while (b) { if (b & 1) r *= a; a *= a; b >>= 1; }
-  return r;
+  while (b) { if (b & 1) r *= x; x *= x; b >>= 1; }
+  return (long long)r;
 }
 """)
 F2I = Helper("wb_f2i", r"""/* float -> int saturates and maps NaN to 0, as NumPy does on x86 */
@@ -45,6 +53,12 @@ WB_FN long long wb_f2i_int64(float x) {
          (x <= -9.2233720e18f ? WB_MIN_int64 : (long long)x));
 }
 """)
+# A cast to float16 inside a kernel rounds there, as it would between kernels (the value
+# is then kept in float like every half value, but it is a half value)
+ROUND_F16 = Helper("wb_round_f16",
+                   "WB_FN float wb_round_f16(float x) { return (float)(_Float16)x; }\n",
+                   cuda="WB_FN float wb_round_f16(float x) "
+                        "{ return __half2float(__float2half(x)); }\n")
 # CUDA has rsqrtf; C does not
 RSQRT = Helper("rsqrtf", "/* CUDA has rsqrtf; C does not */\n"
                 "WB_FN float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n", cuda="")
@@ -58,7 +72,9 @@ def _same_dtype(op: str, values) -> DType:
     return dts.pop()
 
 
-def _unary(name, scalar_f, ref, scalar_i=None, kinds="f", flops=1, doc="", helpers=()):
+def _unary(name, scalar_f, ref, scalar_i=None, kinds="f", flops=1, doc="", helpers=(),
+           slope=lambda x, y: 1.0):
+    """slope(x, y): |dy/dx| in float64, how an error in x carries into y."""
     def infer(ins, attrs):
         dt = ins[0].dtype
         if dt.kind not in kinds:
@@ -68,40 +84,60 @@ def _unary(name, scalar_f, ref, scalar_i=None, kinds="f", flops=1, doc="", helpe
     def scalar(args, in_dt, out_dt, attrs):
         if in_dt[0].kind == "f":
             return scalar_f.format(*args)
-        return (scalar_i or scalar_f).format(*args)
+        # ({t}: the result's C type, for the wrapping helpers' casts back)
+        return (scalar_i or scalar_f).format(*args, t=out_dt.c_compute)
 
     def reference(xs, attrs):
         with np.errstate(all="ignore"):
             return [np.asarray(ref(xs[0])).astype(xs[0].dtype, copy=False)]
 
     return register(OpDef(name, Kind.elementwise, (1, 1), infer, reference, scalar, doc,
-                          flops, tuple(helpers)))
+                          flops, tuple(helpers), slopes=lambda xs, y: (slope(xs[0], y),)))
 
 
 def _int_div(a, b):
-    # C semantics: truncate toward zero; division by zero gives 0 here rather than trap
+    """The kernels' integer division, exactly: truncated toward zero, x / 0 = 0, and
+    MIN / -1 wraps to MIN (in integers: a float quotient is inexact past 2^53)."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     with np.errstate(all="ignore"):
-        q = np.where(b == 0, 0, np.trunc(np.true_divide(a, np.where(b == 0, 1, b))))
-    return q.astype(a.dtype)
+        safe = np.where((b == 0) | (b == -1), 1, b)
+        q = np.floor_divide(a, safe)
+        q = q + ((a - q * safe != 0) & ((a < 0) != (safe < 0)))   # floor -> trunc
+        return np.where(b == 0, 0, np.where(b == -1, np.negative(a), q)).astype(a.dtype)
 
 
-_unary("neg", "(-{0})", np.negative, kinds="fi", doc="-x")
-_unary("abs", "fabsf({0})", np.abs, scalar_i="({0} < 0 ? -{0} : {0})", kinds="fi")
-_unary("exp", "expf({0})", np.exp, flops=4)
-_unary("log", "logf({0})", np.log, flops=4)
-_unary("sqrt", "sqrtf({0})", np.sqrt, flops=4)
-_unary("rsqrt", "rsqrtf({0})", lambda x: 1 / np.sqrt(x), flops=4, helpers=(RSQRT,))
-_unary("reciprocal", "(1.0f / {0})", np.reciprocal, flops=2)
-_unary("tanh", "tanhf({0})", np.tanh, flops=8)
-_unary("erf", "erff({0})", lambda x: _erf(x), flops=8)
-_unary("sigmoid", "(1.0f / (1.0f + expf(-{0})))", lambda x: 1 / (1 + np.exp(-x)), flops=6)
+_unary("neg", "(-{0})", np.negative, scalar_i="(({t})wb_wsub(0, {0}))", kinds="fi",
+       doc="-x", helpers=(WRAP,))
+_unary("abs", "fabsf({0})", np.abs, scalar_i="({0} < 0 ? ({t})wb_wsub(0, {0}) : {0})",
+       kinds="fi", helpers=(WRAP,))
+_unary("exp", "expf({0})", np.exp, flops=4, slope=lambda x, y: np.abs(y))
+_unary("log", "logf({0})", np.log, flops=4, slope=lambda x, y: 1 / np.abs(x))
+_unary("sqrt", "sqrtf({0})", np.sqrt, flops=4, slope=lambda x, y: 0.5 / np.abs(y))
+_unary("rsqrt", "rsqrtf({0})", lambda x: 1 / np.sqrt(x), flops=4, helpers=(RSQRT,),
+       slope=lambda x, y: 0.5 * np.abs(y / x))
+_unary("reciprocal", "(1.0f / {0})", np.reciprocal, flops=2, slope=lambda x, y: y * y)
+_unary("tanh", "tanhf({0})", np.tanh, flops=8, slope=lambda x, y: 1 - y * y)
+_unary("erf", "erff({0})", lambda x: _erf(x), flops=8,
+       slope=lambda x, y: 1.1283791670955126 * np.exp(-x * x))
+_unary("sigmoid", "(1.0f / (1.0f + expf(-{0})))", lambda x: 1 / (1 + np.exp(-x)), flops=6,
+       slope=lambda x, y: np.abs(y * (1 - y)))
 _unary("relu", "({0} > 0.0f ? {0} : 0.0f)", lambda x: np.maximum(x, 0),
        scalar_i="({0} > 0 ? {0} : 0)", kinds="fi")
 _unary("sin", "sinf({0})", np.sin, flops=8)
 _unary("cos", "cosf({0})", np.cos, flops=8)
 _unary("floor", "floorf({0})", np.floor)
 _unary("ceil", "ceilf({0})", np.ceil)
-_unary("not", "(!{0})", np.logical_not, kinds="b")
+_unary("not", "(!{0})", np.logical_not, kinds="b", slope=lambda x, y: 0.0)
+
+
+def _int_pow(a, b):
+    """The kernels' integer power: wraps around like NumPy's; a negative exponent gives
+    1 for base 1, +-1 for base -1 and 0 otherwise (NumPy raises instead)."""
+    a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+    with np.errstate(all="ignore"):
+        pos = np.power(a, np.where(b < 0, 0, b))
+        neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 1, -1, 1), 0))
+        return np.where(b < 0, neg, pos).astype(a.dtype)
 
 
 def _erf(x):
@@ -111,7 +147,8 @@ def _erf(x):
 
 
 def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, doc="",
-            helpers=()):
+            helpers=(), slopes=lambda a, b, y: (1.0, 1.0)):
+    """slopes(a, b, y): (|dy/da|, |dy/db|) in float64."""
     def infer(ins, attrs):
         dt = _same_dtype(name, ins)
         if dt.kind not in kinds:
@@ -119,7 +156,8 @@ def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, d
         return [(broadcast_shapes(ins[0].shape, ins[1].shape), out or dt)]
 
     def scalar(args, in_dt, out_dt, attrs):
-        return (scalar_f if in_dt[0].kind == "f" else (scalar_i or scalar_f)).format(*args)
+        return (scalar_f if in_dt[0].kind == "f" else (scalar_i or scalar_f)).format(
+            *args, t=out_dt.c_compute)
 
     def reference(xs, attrs):
         a, b = xs
@@ -128,17 +166,21 @@ def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, d
         return [np.asarray(r).astype((out or DType.of(a.dtype)).np, copy=False)]
 
     return register(OpDef(name, Kind.elementwise, (2, 2), infer, reference, scalar, doc,
-                          flops, tuple(helpers)))
+                          flops, tuple(helpers), slopes=lambda xs, y: slopes(*xs, y)))
 
 
-_binary("add", "({0} + {1})", np.add)
-_binary("sub", "({0} - {1})", np.subtract)
-_binary("mul", "({0} * {1})", np.multiply)
+_binary("add", "({0} + {1})", np.add, scalar_i="(({t})wb_wadd({0}, {1}))", helpers=(WRAP,))
+_binary("sub", "({0} - {1})", np.subtract, scalar_i="(({t})wb_wsub({0}, {1}))",
+        helpers=(WRAP,))
+_binary("mul", "({0} * {1})", np.multiply, scalar_i="(({t})wb_wmul({0}, {1}))",
+        helpers=(WRAP,), slopes=lambda a, b, y: (np.abs(b), np.abs(a)))
 _binary("div", "({0} / {1})",
         lambda a, b: np.true_divide(a, b) if a.dtype.kind == "f" else _int_div(a, b),
-        scalar_i="wb_idiv({0}, {1})", helpers=(IDIV,))
-_binary("pow", "powf({0}, {1})", np.power,
-        scalar_i="wb_ipow({0}, {1})", flops=8, helpers=(IPOW,))
+        scalar_i="(({t})wb_idiv({0}, {1}))", helpers=(WRAP, IDIV),
+        slopes=lambda a, b, y: (1 / np.abs(b), np.abs(y / b)))
+_binary("pow", "powf({0}, {1})", lambda a, b: _int_pow(a, b) if a.dtype.kind in "iu"
+        else np.power(a, b), scalar_i="(({t})wb_ipow({0}, {1}))", flops=8, helpers=(IPOW,),
+        slopes=lambda a, b, y: (np.abs(b * y / a), np.abs(y * np.log(np.abs(a)))))
 # NaN-propagating like NumPy (fmaxf would drop the NaN)
 _binary("max", "wb_fmax({0}, {1})", np.maximum, scalar_i="({0} > {1} ? {0} : {1})",
         helpers=(FMAX,))
@@ -147,9 +189,10 @@ _binary("min", "wb_fmin({0}, {1})", np.minimum, scalar_i="({0} < {1} ? {0} : {1}
 for _n, _c, _f in [("eq", "==", np.equal), ("ne", "!=", np.not_equal), ("lt", "<", np.less),
                    ("le", "<=", np.less_equal), ("gt", ">", np.greater),
                    ("ge", ">=", np.greater_equal)]:
-    _binary(_n, "({0} %s {1})" % _c, _f, kinds="fib", out=DType.bool)
-_binary("and", "({0} && {1})", np.logical_and, kinds="b")
-_binary("or", "({0} || {1})", np.logical_or, kinds="b")
+    _binary(_n, "({0} %s {1})" % _c, _f, kinds="fib", out=DType.bool,
+            slopes=lambda a, b, y: (0.0, 0.0))
+_binary("and", "({0} && {1})", np.logical_and, kinds="b", slopes=lambda a, b, y: (0.0, 0.0))
+_binary("or", "({0} || {1})", np.logical_or, kinds="b", slopes=lambda a, b, y: (0.0, 0.0))
 
 
 def _where_infer(ins, attrs):
@@ -162,7 +205,8 @@ def _where_infer(ins, attrs):
 
 register(OpDef("where", Kind.elementwise, (3, 3), _where_infer,
                lambda xs, at: [np.where(xs[0], xs[1], xs[2])],
-               lambda a, i, o, at: "({0} ? {1} : {2})".format(*a), "cond ? a : b"))
+               lambda a, i, o, at: "({0} ? {1} : {2})".format(*a), "cond ? a : b",
+               slopes=lambda xs, y: (0.0, xs[0] != 0, xs[0] == 0)))
 
 
 def _cast_infer(ins, attrs):
@@ -176,6 +220,8 @@ def _cast_scalar(args, in_dt, out_dt, attrs):
     if src == "f" and dst == "i":
         # out-of-range float->int is undefined in C; NumPy saturates on x86, so clamp
         return f"wb_f2i_{out_dt.value}({args[0]})"
+    if out_dt is DType.float16:
+        return f"wb_round_f16((float){args[0]})"
     return f"(({out_dt.c_compute}){args[0]})"
 
 
@@ -195,4 +241,5 @@ def _cast_ref(xs, attrs):
 
 
 register(OpDef("cast", Kind.elementwise, (1, 1), _cast_infer, _cast_ref, _cast_scalar,
-               "convert element type (attr to)", helpers=(LIMITS, F2I)))
+               "convert element type (attr to)", helpers=(LIMITS, F2I, ROUND_F16),
+               slopes=lambda xs, y: (1.0,)))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from .elementwise import FMAX, LIMITS
+from .elementwise import FMAX, LIMITS, WRAP, _int_div
 from .registry import Combiner, Helper, Kind, OpDef, normalize_axes, register
 
 
@@ -22,10 +22,11 @@ OMP_MINMAX = Helper("wbmax/wbmin", r"""/* SIMD reductions with NumPy's max/min s
 #pragma omp declare reduction(wbmin : float : omp_out = wb_fmin(omp_out, omp_in)) initializer(omp_priv = INFINITY)
 """, cuda="")
 
-SUM = Combiner("0.0f", "0", "({0} + {1})", "({0} + {1})", simd_op=("+", "+"))
-MEAN = Combiner("0.0f", "0", "({0} + {1})", "({0} + {1})", finish_mean=True,
-                simd_op=("+", "+"))
-PROD = Combiner("1.0f", "1", "({0} * {1})", "({0} * {1})", simd_op=("*", "*"))
+# (integer sums and products accumulate in 64 bits, wrapping as NumPy's do)
+SUM = Combiner("0.0f", "0", "({0} + {1})", "wb_wadd({0}, {1})", simd_op=("+", ""))
+MEAN = Combiner("0.0f", "0", "({0} + {1})", "wb_wadd({0}, {1})", finish_mean=True,
+                simd_op=("+", ""))
+PROD = Combiner("1.0f", "1", "({0} * {1})", "wb_wmul({0}, {1})", simd_op=("*", ""))
 MAX = Combiner("(-INFINITY)", "WB_MIN_ITYPE", "wb_fmax({0}, {1})",
                "({0} > {1} ? {0} : {1})", simd_op=("wbmax", "max"))
 MIN = Combiner("INFINITY", "WB_MAX_ITYPE", "wb_fmin({0}, {1})",
@@ -52,32 +53,37 @@ def _make(name, np_fn, combiner, scale_fn, helpers=()):
         keep = bool(attrs.get("keepdims", True))
         # accumulate half precision in float32, as the kernels do
         acc = x.astype(np.float32) if x.dtype == np.float16 else x
+        if np_fn is np.mean and x.dtype.kind == "i":
+            return [_int_mean(acc, axes, keep).astype(x.dtype)]
         with np.errstate(all="ignore"):
             r = np_fn(acc, axis=axes, keepdims=keep)
-        if np_fn is np.mean and x.dtype.kind == "i":
-            r = _int_mean(acc, axes, keep)
         return [np.asarray(r).astype(x.dtype)]
 
-    def error_scale(abs_inputs, attrs):
-        absx = abs_inputs[0]
+    def error_scale(magnitudes, attrs):
+        absx = magnitudes[0]
         axes = normalize_axes(attrs.get("axes", range(absx.ndim)), absx.ndim)
         return scale_fn(absx, axis=axes, keepdims=bool(attrs.get("keepdims", True)))
 
     return register(OpDef(name, Kind.reduce, (1, 1), infer, reference, None,
                           f"{name[7:]} over attr axes (keepdims attr, default true)",
-                          helpers=tuple(helpers), combiner=combiner,
-                          error_scale=error_scale if scale_fn is not None else None))
+                          helpers=tuple(helpers), combiner=combiner, error_scale=error_scale))
 
 
 def _int_mean(x, axes, keep):
+    """An integer mean as the kernels take it: the sum in 64 bits, divided exactly
+    (truncated); over an empty axis 0 (NumPy would give NaN, which no integer holds)."""
     n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
-    s = np.sum(x, axis=axes, keepdims=keep)
-    return np.trunc(s / n)
+    s = np.sum(x.astype(np.int64), axis=axes, keepdims=keep)
+    if n == 0:
+        return np.zeros_like(s)
+    return _int_div(s, np.int64(n))
 
 
-# error scales: a sum or mean of |x|; the largest |x| for max/min; none for a product
-_make("reduce_sum", np.sum, SUM, np.sum)
-_make("reduce_mean", np.mean, MEAN, np.mean)
-_make("reduce_prod", np.prod, PROD, None)
+# error scales (over the inputs' magnitudes, ops.magnitude): a sum or mean of them; the
+# largest for max/min; their product for a product (first order: each factor's relative
+# error adds up, and the product of the magnitudes bounds every partial product)
+_make("reduce_sum", np.sum, SUM, np.sum, (WRAP,))
+_make("reduce_mean", np.mean, MEAN, np.mean, (WRAP,))
+_make("reduce_prod", np.prod, PROD, np.prod, (WRAP,))
 _make("reduce_max", np.max, MAX, np.max, (FMAX, LIMITS, OMP_MINMAX))
 _make("reduce_min", np.min, MIN, np.max, (FMAX, LIMITS, OMP_MINMAX))
