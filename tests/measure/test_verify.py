@@ -73,3 +73,34 @@ def test_gemm_rounding_is_bounded_by_the_magnitudes_summed():
     magnitudes = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
     env["y"] = (other_order + 1e-3 * magnitudes).astype(np.float32)   # a real error
     assert not any(c.within_tolerance for c in verify_kernels(prog, env))
+
+
+def _sum_plus_max(planner):
+    b = wb.GraphBuilder("summax")
+    x = b.input("x", (2, 1023, 1024))
+    s = b.op("reduce_sum", x, axes=[2], keepdims=False)
+    m = b.op("reduce_max", b.op("mul", x, x), axes=[2], keepdims=False)
+    b.output(b.op("add", s, m), "y")
+    g = b.build()
+    return g, Program(run_planner(planner, g)[0], get_backend("cpu"))
+
+
+def test_a_sums_error_bound_follows_it_through_the_fused_kernel():
+    """sum(x) + max(x*x) in one kernel (stitch): the sum's rounding (~eps * sum|x|)
+    reaches the add, where |y| alone would call a correct kernel wrong (1.2e-4 before
+    bounds were propagated). Held to sum|x| + max(x*x), it passes; a real error of
+    1e-3 of that bound still fails."""
+    g, prog = _sum_plus_max("stitch")
+    assert len(prog.compiled) == 1
+    x = random_inputs(g, 0)["x"]
+    env = prog.run({"x": x}, keep_all=True)
+    assert all(c.within_tolerance for c in verify_kernels(prog, env))
+    x64 = x.astype(np.float64)
+    exact = x64.sum(axis=2) + (x64 * x64).max(axis=2)
+    bound = np.abs(x64).sum(axis=2) + (x64 * x64).max(axis=2)
+    # another correct summation order (float64, rounded once) is also accepted ...
+    env["y"] = exact.astype(np.float32)
+    assert all(c.within_tolerance for c in verify_kernels(prog, env))
+    # ... and a wrong element is not
+    env["y"] = (exact + 1e-3 * bound).astype(np.float32)
+    assert not any(c.within_tolerance for c in verify_kernels(prog, env))

@@ -4,7 +4,8 @@ An :class:`OpDef` carries everything any stage needs about an op: its shape rule
 NumPy reference and codegen kind; for elementwise ops a scalar expression every
 renderer prints (and the prelude helpers it calls); for layout ops the index rule
 lowering follows and whether a row kernel may hold it; for reductions the combiner and
-the error bound the checker uses; for library ops their implementation and flops.
+the error bound the checker uses (and for elementwise ops the slopes it propagates
+errors by); for library ops their implementation and flops.
 Adding an op means adding one definition; no stage has a switch over op names.
 """
 from __future__ import annotations
@@ -99,9 +100,10 @@ class Combiner:
 class OpDef:
     """Everything about one primitive, for every stage (see the module docstring).
 
-    Per kind: elementwise ops have ``scalar`` (and the ``helpers`` it calls); layout
-    ops an ``index`` rule and a ``row_role``; reductions a ``combiner`` and an
-    ``error_scale``; opaque ops a ``library`` implementation and ``library_flops``.
+    Per kind: elementwise ops have ``scalar`` (and the ``helpers`` it calls) and
+    ``slopes``; layout ops an ``index`` rule and a ``row_role``; reductions a
+    ``combiner`` and an ``error_scale``; opaque ops a ``library`` implementation,
+    ``library_flops`` and an ``error_scale``.
     """
     name: str
     kind: Kind
@@ -117,8 +119,11 @@ class OpDef:
     combiner: Combiner | None = None        # reduce: identity and combine step
     # reductions and library ops: the magnitude their float rounding is bounded by --
     # the same op over the inputs' magnitudes (|x| summed, |A| @ |B|) -- given the
-    # inputs' |values| in float64 and the attrs; None when there is no such bound
+    # inputs' error magnitudes in float64 (|x| for exact inputs; see ops.magnitude)
     error_scale: Callable[[Sequence[np.ndarray], Mapping[str, Any]], np.ndarray] | None = None
+    # elementwise: |dy/dx_i| for each input, from the inputs and the output in float64 --
+    # how far an input's rounding error carries into the result (see ops.magnitude)
+    slopes: Callable[[Sequence[np.ndarray], np.ndarray], Sequence] | None = None
     # opaque: the op on an array module (NumPy on the CPU, CuPy on the GPU)
     library: Callable[[Any, Sequence, Mapping[str, Any]], list] | None = None
     # opaque: arithmetic from the input shapes, the output shape and the attrs
