@@ -49,7 +49,11 @@ def app_notebook(server, name: str, measure: bool) -> str:
 
 def plot_data(page) -> list:
     """x/y of every trace of every plotly figure in the app (plotly keeps them on the
-    plot element as ``.data``)."""
+    plot element as ``.data``), once the step plots are drawn: the widget's view draws
+    them after the cell's output appears, which on a loaded 2-core machine is later."""
+    page.wait_for_function("""() => {
+        const p = document.querySelectorAll('.wb-app .js-plotly-plot');
+        return p.length > 0 && (p[0].data || []).length > 0; }""", timeout=60_000)
     return page.evaluate("""() => [...document.querySelectorAll('.wb-app .js-plotly-plot')]
         .map(gd => (gd.data || []).map(t => [t.name, Array.from(t.x || []).map(String),
                                               Array.from(t.y || []).map(String)]))""")

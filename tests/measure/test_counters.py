@@ -150,11 +150,12 @@ def _fake_cuda():
 
 
 def test_no_ncu_found(mm_session, tmp_path, monkeypatch):
+    # measured first: compiling needs the real PATH (the C compiler's assembler and linker)
+    measured = mm_session.measure(repeats=1)
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(counters, "NCU_LOCATIONS", (str(tmp_path / "nowhere" / "ncu"),))
     assert find_ncu() is None
-    m = with_dram(mm_session.measure(repeats=1), mm_session.plan, mm_session.inputs,
-                  _fake_cuda())
+    m = with_dram(measured, mm_session.plan, mm_session.inputs, _fake_cuda())
     assert m.dram_source.startswith("unavailable: ncu (Nsight Compute) not found")
     assert m.per_kernel.dram_read.isna().all() and math.isnan(m.dram_bytes)
 
