@@ -11,6 +11,9 @@ are the only global-memory traffic.
 from __future__ import annotations
 
 import re
+import sys
+import threading
+from contextlib import contextmanager
 from dataclasses import replace
 
 import numpy as np
@@ -528,6 +531,36 @@ def lower_group(g: Graph, group: Group, device: Device = DEFAULT_DEVICE) -> Kern
         if op not in ops:
             ops.append(op)
     name = identifier(f"{group.id}_{'_'.join(ops[:3])}" + ("_etc" if len(ops) > 3 else ""))
-    if group.schedule.kind is ScheduleKind.stitched:
-        return _lower_stitched(g, group, name, device)
-    return _Lowerer(g, group, device).lower(name)
+    with _recursion_room(len(group.nodes)):
+        if group.schedule.kind is ScheduleKind.stitched:
+            return _lower_stitched(g, group, name, device)
+        return _Lowerer(g, group, device).lower(name)
+
+
+# Lowering is demand-driven: an op's expression asks for its inputs' (``_Lowerer.at``),
+# so a chain of n fused ops recurses a few frames per op -- past Python's default limit
+# of 1000 at ~330 ops. The limit is raised for as long as any lowering runs (and put
+# back by the last one out: other threads may be lowering too).
+FRAMES_PER_OP = 6
+_room_lock = threading.Lock()
+_room_users = 0
+_room_saved = 0
+
+
+@contextmanager
+def _recursion_room(ops: int):
+    global _room_users, _room_saved
+    need = 1000 + FRAMES_PER_OP * ops
+    with _room_lock:
+        if _room_users == 0:
+            _room_saved = sys.getrecursionlimit()
+        _room_users += 1
+        if need > sys.getrecursionlimit():
+            sys.setrecursionlimit(need)
+    try:
+        yield
+    finally:
+        with _room_lock:
+            _room_users -= 1
+            if _room_users == 0:
+                sys.setrecursionlimit(_room_saved)
