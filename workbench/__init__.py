@@ -12,11 +12,13 @@ from .session import Session
 __version__ = "0.1.0"
 
 
-def load_artifact(path, backend: str = "auto"):
+def load_artifact(path, backend: str = "auto", *, trusted_keys=None, require_signature=None):
     """Verify an exported artifact (directory or .zip) and return a callable model
-    (imported on first use; see :func:`workbench.artifact.load_artifact`)."""
+    (imported on first use; see :func:`workbench.artifact.load_artifact`). Loading runs
+    the artifact's compiled code: pass ``trusted_keys`` to accept only signed ones."""
     from .artifact import load_artifact as load_verified
-    return load_verified(path, backend)
+    return load_verified(path, backend, trusted_keys=trusted_keys,
+                         require_signature=require_signature)
 
 
 def open(source, backend: str = "auto", seed: int = 0, display: bool = True):

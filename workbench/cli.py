@@ -1,5 +1,6 @@
 """The command line: ``workbench optimize GRAPH... [--planner P] [--backend B] [--json F]``,
-``workbench show GRAPH WHAT`` and ``workbench export GRAPH -o PATH [--measure]``.
+``workbench show GRAPH WHAT`` and ``workbench export GRAPH -o PATH [--measure]
+[--sign-key FILE]``.
 
 Prints, per graph, one row per planner step (the ``none`` baseline, then the chosen
 planner): kernels, bytes moved, latency, speedup over ``none`` and the worst relative
@@ -115,12 +116,14 @@ def cmd_show(args) -> int:
 
 
 def cmd_export(args) -> int:
+    from .artifact import load_key
     from .session import Session
+    key = load_key(args.sign_key) if args.sign_key else None     # before the work
     s = Session(args.graph, backend=args.backend, seed=args.seed,
                 progress=None if args.quiet else _progress)
     if args.planner != "none":
         s.auto(args.planner)
-    out = s.export(args.output, measure=args.measure, force=args.force)
+    out = s.export(args.output, measure=args.measure, force=args.force, sign_with=key)
     if not args.quiet:
         m = s.measure() if args.measure else None     # cached by the export
         timing = f", {m.latency_ms:.3f} ms on {m.device}" if m else ""
@@ -170,7 +173,11 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--backend", default="auto", choices=backend_names())
     e.add_argument("--measure", action="store_true",
                    help="measure the plan first and record it in the manifest")
-    e.add_argument("--force", action="store_true", help="replace an existing PATH")
+    e.add_argument("--force", action="store_true",
+                   help="replace an existing artifact at PATH (never anything else)")
+    e.add_argument("--sign-key", metavar="FILE",
+                   help="sign the artifact with this key: a PEM Ed25519 private key, or a "
+                        "file holding a shared secret (HMAC-SHA256)")
     e.add_argument("--seed", type=int, default=0, help="seed of the measurement's inputs")
     e.add_argument("-q", "--quiet", action="store_true")
     e.set_defaults(fn=cmd_export)

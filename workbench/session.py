@@ -276,14 +276,17 @@ class Session:
         and in total (``.ms``), without running anything."""
         return self.cost_model.predict(plan or self.plan)
 
-    def export(self, path, measure: bool = False, force: bool = False):
+    def export(self, path, measure: bool = False, force: bool = False, sign_with=None):
         """Write the current plan as an artifact: a directory, or a zip if path ends in
         .zip (see :mod:`workbench.artifact`). Its manifest carries this plan's
         measurement when one is cached (``measure=True`` measures first). Refuses a
-        non-empty existing path unless ``force``. Returns the path written."""
+        non-empty existing path unless ``force`` (which replaces only an artifact).
+        ``sign_with``: a key that signs it (``wb.artifact.HmacKey``, ``Ed25519Key``, a
+        bytes secret or a key file's Path). Returns the path written."""
         from .artifact import export_plan
         m = self.measure() if measure else self._measurements.get(self.plan)
-        return export_plan(self.plan, path, backend=self.backend, measurement=m, force=force)
+        return export_plan(self.plan, path, backend=self.backend, measurement=m, force=force,
+                           sign_with=sign_with)
 
     def baseline(self, **kw) -> StepMeasurement:
         """The measurement of one kernel per op, which speedups are relative to."""

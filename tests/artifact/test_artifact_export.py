@@ -116,11 +116,20 @@ def test_refuses_to_overwrite_unless_forced(session, tmp_path):
     with pytest.raises(ArtifactError, match="already exists and is a file"):
         session.export(zpath)
     assert zpath.read_bytes() == b"not yours"
-    # an empty directory is free; force replaces the rest
+    # an empty directory is free; force replaces an artifact, and nothing else
     (tmp_path / "empty").mkdir()
     session.export(tmp_path / "empty")
+    with pytest.raises(ArtifactError, match="not a Fusion Workbench artifact"):
+        session.export(taken, force=True)
+    with pytest.raises(ArtifactError, match="not a Fusion Workbench artifact"):
+        session.export(zpath, force=True)
+    assert (taken / "keep.txt").exists() and zpath.read_bytes() == b"not yours"
+    (taken / "keep.txt").unlink()
+    zpath.unlink()
+    session.export(taken)
+    session.export(zpath)
     session.export(taken, force=True)
-    assert not (taken / "keep.txt").exists() and (taken / "manifest.json").exists()
+    assert (taken / "manifest.json").exists()
     session.export(zpath, force=True)
     assert zipfile.is_zipfile(zpath)
     # a zip over an existing artifact directory, and a directory over a zip

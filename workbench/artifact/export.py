@@ -9,10 +9,15 @@ Layout::
     constants.npz        the constants (np.savez; read back with allow_pickle=False)
     kernels/<name>.c     C + OpenMP source of each generated kernel (CPU)
     kernels/<name>.cu    CUDA C source of each generated kernel (GPU)
+    signature.json       (when signed: ``sign_with``) a signature of the manifest's
+                         digest, outside the digest by design (see :mod:`.sign`)
 
 Every file is built in memory first, then written to a temporary sibling of the
 target and renamed into place, so a failure leaves nothing half-written. An existing
-non-empty target is refused unless ``force``.
+non-empty target is refused unless ``force``, and ``force`` replaces only an existing
+artifact: a directory holding a ``manifest.json`` of this format and nothing but its
+files, or a zip holding one. Anything else -- a home directory, a document, a link --
+is refused, naming the path.
 
 Example::
 
@@ -40,8 +45,10 @@ from ..fusion import Plan
 from ..ir import Graph
 from ..ir.serialize import to_json
 from .manifest import (CONSTANTS_FILE, FORMAT, GRAPH_FILE, KERNEL_DIR, MANIFEST,
-                       SOURCE_SUFFIX, VERSION, FileEntry, GroupSpec, KernelSpec, LibrarySpec,
-                       Manifest, TensorSpec, graph_hash, json_safe, sha256)
+                       MAX_MANIFEST_BYTES, SOURCE_SUFFIX, VERSION, FileEntry, GroupSpec,
+                       KernelSpec, LibrarySpec, Manifest, TensorSpec, graph_hash, json_safe,
+                       sha256)
+from .sign import SIGNATURE_FILE, signature_file, signing_key
 
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)   # fixed entry times: the archive's bytes follow its files
 
@@ -130,14 +137,68 @@ def _taken(target: Path) -> bool:
     return target.exists() or target.is_symlink()
 
 
+def _manifest_format(data: bytes) -> bool:
+    try:
+        d = json.loads(data)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(d, dict) and d.get("format") == FORMAT
+
+
+def _not_an_artifact(target: Path) -> str | None:
+    """Why ``force`` may not replace what is at target (None: it is an artifact)."""
+    if target.is_symlink():
+        return "it is a symbolic link"
+    if target.is_dir():
+        m = target / MANIFEST
+        if m.is_symlink() or not m.is_file():
+            return f"it has no {MANIFEST}"
+        if m.stat().st_size > MAX_MANIFEST_BYTES or not _manifest_format(m.read_bytes()):
+            return f"its {MANIFEST} is not of format {FORMAT}"
+        listed = json.loads(m.read_bytes()).get("files")
+        allowed = {MANIFEST, SIGNATURE_FILE} | (set(listed) if isinstance(listed, dict)
+                                               else set())
+        for dirpath, dirnames, filenames in os.walk(target):
+            for n in sorted(filenames) + sorted(d for d in dirnames
+                                                if (Path(dirpath) / d).is_symlink()):
+                rel = (Path(dirpath) / n).relative_to(target).as_posix()
+                if rel not in allowed:
+                    return f"holds {rel}, which is not part of the artifact"
+        return None
+    if target.is_file():
+        try:
+            with zipfile.ZipFile(target) as z:
+                names = z.namelist()
+                info = z.getinfo(MANIFEST) if MANIFEST in names else None
+                if info is None:
+                    return f"it is not a zip holding a {MANIFEST}"
+                if info.file_size > MAX_MANIFEST_BYTES or not _manifest_format(
+                        z.read(info)):
+                    return f"its {MANIFEST} is not of format {FORMAT}"
+        except (zipfile.BadZipFile, OSError, EOFError, ValueError, RuntimeError,
+                NotImplementedError):
+            return "it is not a zip file"
+        return None
+    return "it is not a regular file or a directory"
+
+
 def write_files(files: dict[str, bytes], path: str | Path, force: bool = False) -> Path:
-    """Write the files as a directory, or a zip when path ends in .zip, atomically."""
+    """Write the files as a directory, or a zip when path ends in .zip, atomically.
+
+    ``force`` replaces an existing artifact (directory or zip) and nothing else."""
     target = Path(path)
     as_zip = target.suffix.lower() == ".zip"
     if _taken(target) and not force:
         what = "a non-empty directory" if target.is_dir() else "a file"
         raise ArtifactError(f"{target} already exists and is {what}; choose another path "
                             "or pass force=True (--force) to replace it")
+    if _taken(target) and force:
+        why = _not_an_artifact(target)
+        if why is not None:
+            reason = why if why.startswith("it ") else f"it {why}"
+            raise ArtifactError(f"{target} is not a Fusion Workbench artifact ({reason}); "
+                                "force=True (--force) replaces only an existing artifact -- "
+                                "choose another path, or remove it yourself")
     parent = target.parent
     if not parent.is_dir():
         raise ArtifactError(f"cannot write {target}: the directory {parent} does not exist; "
@@ -181,14 +242,21 @@ def _replace(staged: Path, target: Path) -> None:
 
 
 def export_plan(plan: Plan, path: str | Path, backend=None, measurement=None,
-                force: bool = False) -> Path:
+                force: bool = False, sign_with=None) -> Path:
     """Write ``plan`` as an artifact at ``path`` (a ``.zip``, or a directory).
 
     ``backend`` is the backend the plan ran on (its name and device go in the manifest);
     ``measurement`` a :class:`~workbench.measure.StepMeasurement` of this plan, or None.
-    Returns the path written; raises :class:`ArtifactError` when the target is taken
-    (unless ``force``) or cannot be written.
+    ``sign_with``: a key that signs the artifact (``signature.json``): an
+    :class:`~workbench.artifact.HmacKey` or ``bytes`` shared secret, an
+    :class:`~workbench.artifact.Ed25519Key` private key, or a ``pathlib.Path`` to a key
+    file. Returns the path written; raises :class:`ArtifactError` when the target is
+    taken (unless ``force``, and then unless it is an artifact) or cannot be written.
     """
+    key = signing_key(sign_with) if sign_with is not None else None   # before any work
     name = backend.name if backend is not None else "none"
     device = backend.device_name() if backend is not None else "unknown"
-    return write_files(build_files(plan, name, device, measurement), path, force)
+    files = build_files(plan, name, device, measurement)
+    if key is not None:
+        files[SIGNATURE_FILE] = signature_file(json.loads(files[MANIFEST])["digest"], key)
+    return write_files(files, path, force)

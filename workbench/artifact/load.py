@@ -25,36 +25,74 @@ from typing import Any, Mapping
 import numpy as np
 
 from ..codegen.kir import Buffer, Kernel, Launch, LibraryCall, Scratch
-from ..errors import ArtifactError, GraphError, WorkbenchError
+from ..errors import ArtifactError, BackendUnavailable, GraphError, WorkbenchError
 from ..ir import DType, Graph
 from ..ir.graph import freeze_attr
 from ..runtime.backends import backend_names
 from ..runtime.program import KernelSequence
-from .manifest import KernelSpec, Manifest, TensorSpec
+from .manifest import KernelSpec, Manifest, TensorSpec, one_line
+from .sign import trusted
 from .verify import Artifact, read_artifact
 
 
-
-def load_artifact(path: str | Path, backend: str = "auto") -> "ArtifactModel":
+def load_artifact(path: str | Path, backend: str = "auto", *, trusted_keys=None,
+                  require_signature: bool | None = None) -> "ArtifactModel":
     """Verify the artifact at ``path`` (directory or .zip) and return a callable model.
+
+    Loading an artifact runs its code: its kernel sources are compiled and loaded
+    (``backend="cpu"`` here, ``"auto"`` at the first call), and compiled code can do
+    anything the process can. Load only artifacts you trust, as you would a pickle --
+    or ask for a signature:
+
+    ``trusted_keys``: keys (:class:`~workbench.artifact.HmacKey`,
+    :class:`~workbench.artifact.Ed25519Key`, ``bytes`` shared secrets, or
+    ``pathlib.Path`` key files) one of which must have signed the artifact; checked
+    before anything else of it is read. ``require_signature``: refuse an unsigned
+    artifact; implied (True) when ``trusted_keys`` is given (even an empty list: then
+    nothing loads), and needs at least one key. ``require_signature=False`` with keys
+    verifies a signed artifact and accepts an unsigned one.
 
     ``backend``: ``"auto"`` runs NumPy inputs on the CPU and CuPy inputs on the GPU,
     compiling each target's sources on its first call; ``"cpu"`` / ``"cupy"`` compile
     that target now; ``"reference"`` runs each kernel's ops with NumPy. A changed,
-    truncated, foreign or newer artifact raises :class:`ArtifactError` before anything
-    is compiled.
+    truncated, foreign, newer, malformed or (when asked) unsigned artifact raises
+    :class:`ArtifactError` (one line) before anything is compiled.
     """
     if backend not in backend_names():
         raise WorkbenchError(f"unknown backend {backend!r}; choose one of "
                              f"{', '.join(backend_names())}")
-    model = ArtifactModel(read_artifact(path), backend)
-    if backend != "auto":
-        model.runner(backend)
+    keys = trusted(trusted_keys)
+    # trusted_keys given (even an empty list) asks for a signature: fail closed
+    required = (trusted_keys is not None) if require_signature is None \
+        else bool(require_signature)
+    if required and not keys:
+        raise ArtifactError("require_signature=True needs trusted_keys=[...] with at least "
+                            "one key: the keys (or shared secrets) whose signatures you trust")
+    try:
+        model = ArtifactModel(read_artifact(path, keys, required), backend)
+        if backend != "auto":
+            model.runner(backend)
+    except (ArtifactError, BackendUnavailable):
+        raise
+    except WorkbenchError as e:
+        raise ArtifactError(f"artifact {path}: {one_line(str(e))}; re-export the "
+                            "artifact") from None
+    except Exception as e:  # noqa: BLE001 -- the last line (RecursionError, MemoryError...)
+        # of defence: whatever a malformed artifact trips on is reported, not raised
+        raise ArtifactError(f"artifact {path} is malformed ({type(e).__name__}: "
+                            f"{one_line(str(e), 200)}); re-export the artifact") from None
     return model
 
 
 def _with_dtype(d: Mapping[str, Any]) -> dict:
     return {**d, "dtype": DType.of(d["dtype"])}
+
+
+def _scratch(d: Mapping[str, Any]) -> Scratch:
+    d = _with_dtype(d)
+    if d.get("source") is not None:
+        d["source"] = Buffer(**_with_dtype(d["source"]))
+    return Scratch(**d)
 
 
 def rebuild_kernel(spec: KernelSpec, g: Graph, where: str) -> Kernel:
@@ -84,7 +122,7 @@ def rebuild_kernel(spec: KernelSpec, g: Graph, where: str) -> Kernel:
                               tuple(by_value[x] for x in c.outputs))
         k = Kernel(name=spec.name, group=spec.group, schedule=spec.schedule, params=bufs,
                    body=(), launch=Launch.from_json(spec.launch), library=lib,
-                   scratch=tuple(Scratch(**_with_dtype(x)) for x in spec.scratch),
+                   scratch=tuple(_scratch(x) for x in spec.scratch),
                    **spec.fields)
     except ArtifactError:
         raise
@@ -181,10 +219,11 @@ class ArtifactModel:
             sources = self.sources(be.target) if be.target else {}
             try:
                 compiled = be.compile_sources(self.kernels, sources, origin=_SHIPPED)
-            except ArtifactError:
+            except (ArtifactError, BackendUnavailable):
                 raise
-            except WorkbenchError as e:
-                raise ArtifactError(f"artifact {self.artifact.where}: shipped {e}") from None
+            except WorkbenchError as e:     # a compiler's message: its first error line
+                raise ArtifactError(f"artifact {self.artifact.where}: shipped "
+                                    f"{one_line(str(e))}; {_SHIPPED}") from None
             self._runners[backend] = _Runner(self.graph, be, compiled, self._group_nodes,
                                              self.inputs)
         return self._runners[backend]

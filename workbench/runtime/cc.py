@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +24,9 @@ from ..errors import BackendUnavailable, WorkbenchError
 # next library call (matmul): measured 324 ms -> 128 ms on bert_chain.onnx. libgomp
 # reads this once, when the first kernel library loads it.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+# a kernel name becomes a file name in the cache and the symbol looked up: an identifier
+_KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 BASE_CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
                "-fopenmp"]
@@ -105,7 +109,12 @@ def cpu_model() -> str:
 def build_library(name: str, src: str, origin: str = "") -> Path:
     """Compile C source to a shared library in the kernel cache (keyed by source,
     flags and compiler version; installed atomically, so concurrent compilers race
-    harmlessly). ``origin`` says where a rejected source came from, for the message."""
+    harmlessly). ``origin`` says where a rejected source came from, for the message.
+    ``name`` must be a C identifier (it names files in the cache and the symbol)."""
+    if not isinstance(name, str) or not _KERNEL_NAME.fullmatch(name):
+        raise WorkbenchError(f"kernel name {str(name)[:80]!r} is not a C identifier of at most "
+                             "128 characters; refusing to build it (it would name files "
+                             "outside the kernel cache)")
     cc, version = find_compiler()
     flags = cflags()
     key = hashlib.sha256("\0".join([src, " ".join(flags), version]).encode()).hexdigest()[:24]
