@@ -138,6 +138,13 @@ def test_max_min_propagate_nan(check_graph, op):
     check_graph(g, "none", inputs={"x0_0": a, "x0_1": c})
 
 
+def test_relu_propagates_nan(check_graph):
+    # NumPy's maximum(NaN, 0) and torch's relu(NaN) are NaN; `x > 0 ? x : 0` gave 0
+    g = _many("relu", "relu", [((5,),)], [[F32]])
+    x = np.array([np.nan, -1.0, 2.0, -np.inf, np.inf], np.float32)
+    check_graph(g, "none", inputs={"x0_0": x})
+
+
 @pytest.mark.parametrize("op", ["reduce_max", "reduce_min"])
 def test_reduce_max_min_propagate_nan(check_graph, op):
     b = GraphBuilder(op)

@@ -229,9 +229,13 @@ class _Lowerer:
 
     def _opaque(self, name: str) -> Kernel:
         node = self.g.node(self.group.nodes[0])
+        # a result nobody reads (a dead node) still needs somewhere to go
+        outs = tuple(self.buffers.get(o) or self.workspace(o, self.g.value(o).dtype,
+                                                           self.g.value(o).numel)
+                     for o in node.outputs)
         # positional for the call (matmul(x, x) names x twice); params hold each once
         call = LibraryCall(node.op, node.attrs, tuple(self.buffers[i] for i in node.inputs),
-                           tuple(self.buffers[o] for o in node.outputs))
+                           outs)
         flops = get_op(node.op).library_flops([self.g.value(i).shape for i in node.inputs],
                                               self.g.value(node.outputs[0]).shape,
                                               node.attr_map)

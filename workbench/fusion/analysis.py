@@ -264,6 +264,12 @@ def _check_row_outputs(g, io, per_row, dom: _RowDomain) -> None:
         if o not in per_row and shape != dom.domain:
             raise FusionRefused(f"output {o} of shape {list(shape)} is neither one value per "
                                 f"element nor one per row of {list(dom.domain)}")
+        if o in per_row and g.value(o).numel != dom.rows:
+            # a row kernel stores a per-row result once per row: out[row]
+            raise FusionRefused(f"output {o} of shape {list(shape)} holds "
+                                f"{g.value(o).numel} values, not one per row of the "
+                                f"{dom.rows} rows of {list(dom.domain)}; compute it in a "
+                                "kernel of its own")
 
 
 def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping, rpb: int,

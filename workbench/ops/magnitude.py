@@ -38,10 +38,7 @@ def propagate(op: str, attrs: Mapping[str, Any], ms: Sequence[np.ndarray],
     absy = [exact(y) for y in ys]
     with np.errstate(all="ignore"):
         if od.kind is Kind.layout:
-            # the index inputs (gather's) stay what they are; the data's magnitudes move
-            moved = od.reference([m if np.asarray(x).dtype.kind == "f" else x
-                                  for m, x in zip(ms, xs)], attrs)
-            out = [np.maximum(np.asarray(m, np.float64), a) for m, a in zip(moved, absy)]
+            out = _moved(od, attrs, ms, xs, absy)
         elif od.error_scale is not None:
             out = [np.maximum(np.asarray(od.error_scale(list(ms), attrs), np.float64), absy[0])]
         elif od.slopes is not None:
@@ -57,3 +54,23 @@ def propagate(op: str, attrs: Mapping[str, Any], ms: Sequence[np.ndarray],
         m = np.broadcast_to(m, a.shape)
         res.append(np.where(np.isnan(m), a, m))
     return res
+
+
+def _moved(od, attrs, ms, xs, absy) -> list[np.ndarray]:
+    """A layout op's output magnitudes: the op run on element positions (int64, which
+    every layout op moves like data) picks each output element's source magnitude.
+    Float inputs are data; the rest (gather's indices) pass as the values they are."""
+    flat, args, off = [], [], 0
+    for m, x in zip(ms, xs):
+        x = np.asarray(x)
+        if x.dtype.kind == "f":
+            flat.append(np.broadcast_to(np.asarray(m, np.float64), x.shape).ravel())
+            args.append(np.arange(off, off + x.size, dtype=np.int64).reshape(x.shape))
+            off += x.size
+        else:
+            args.append(x)
+    if not flat:
+        return absy
+    pool = np.concatenate(flat)
+    return [pool[np.asarray(p)] if p.dtype == np.int64 and p.size and pool.size else a
+            for p, a in zip(od.reference(args, attrs), absy)]

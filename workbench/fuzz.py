@@ -1,0 +1,500 @@
+"""A differential fuzzer: random graphs and random plans, every kernel against NumPy.
+
+Each case is drawn from one seed: a graph of mixed dtypes (float32, float16, int32,
+int64, bool) with empty and size-1 axes, layout ops, casts, gathers and matmuls; inputs
+holding boundary values (integer extremes, 0 and -1 divisors, inf, NaN, huge and negative
+gather indices); and a sequence of plan edits a user or a planner might make -- fusing
+neighbours or any two kernels, splitting, stitch schemes, all four thread mappings,
+every planner. After every accepted edit the plan is compiled for the cpu backend and
+run; each kernel is checked against the NumPy reference on the inputs it received
+(:mod:`workbench.measure.verify`), and integer and bool outputs must equal the
+op-by-op reference exactly.
+
+What the generator leaves out, and why: comparisons, ``floor``/``ceil`` and
+float-to-int casts read only values that no kernel computed (graph inputs and their
+layout moves) -- a last-ulp difference in a computed float flips them, and no bound
+holds a flipped bit.
+
+``python -m workbench.fuzz --seconds 600`` runs cases until the time is spent and
+prints (or ``--out`` writes) a report; the test suite runs a fixed, bounded set of
+seeds (tests/test_fuzz.py).
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .errors import FusionRefused, GraphError
+from .ir import DType, Graph, GraphBuilder
+
+F32, F16, I32, I64, B = DType.float32, DType.float16, DType.int32, DType.int64, DType.bool
+FLOAT_UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "sin", "cos", "erf"]
+POSITIVE_UNARY = ["log", "sqrt", "rsqrt", "reciprocal"]
+FLOAT_BINARY = ["add", "sub", "mul", "max", "min", "div", "pow"]
+INT_UNARY = ["neg", "abs"]
+INT_BINARY = ["add", "sub", "mul", "div", "max", "min", "pow"]
+COMPARE = ["eq", "ne", "lt", "le", "gt", "ge"]
+REDUCE = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "reduce_prod"]
+DIMS = [0, 1, 1, 2, 3, 4, 5, 7, 16, 33]
+LONG_DIMS = [128, 257, 1024, 4099]     # now and then: vector tiles, long and split rows
+SCHEMES = ["local", "regional", "global"]
+MAPPINGS = ["warp", "block", "split", "thread", "auto"]
+PLANNERS = ["none", "xla", "rules", "stitch"]
+
+
+@dataclass
+class Case:
+    """One drawn graph, its inputs and what the plan edits did."""
+    seed: int
+    graph: Graph
+    inputs: dict
+    actions: list[str] = field(default_factory=list)
+    plans_checked: int = 0
+
+
+@dataclass(frozen=True)
+class Failure:
+    seed: int
+    action: str
+    message: str
+
+
+class _Drawer:
+    """Draws one graph from a seed (see the module docstring)."""
+
+    def __init__(self, seed: int):
+        self.rng = np.random.default_rng(seed)
+        self.b = GraphBuilder(f"fuzz{seed}")
+        self.tensors: list = []
+        self.exact: set[str] = set()      # values no kernel computed (inputs, moved)
+        self.n_inputs = 0
+
+    def pick(self, xs):
+        return xs[int(self.rng.integers(len(xs)))]
+
+    def shape(self, rank=None) -> tuple[int, ...]:
+        rank = int(self.rng.integers(1, 4)) if rank is None else rank
+        dims = [int(self.pick(DIMS)) for _ in range(rank)]
+        if self.rng.random() < 0.25:
+            dims[-1] = int(self.pick(LONG_DIMS))
+        if 0 in dims and self.rng.random() < 0.7:   # empty tensors, now and then
+            dims = [d or 1 for d in dims]
+        return tuple(dims)
+
+    def input(self, shape, dtype):
+        t = self.b.input(f"x{self.n_inputs}", shape, dtype)
+        self.n_inputs += 1
+        self.tensors.append(t)
+        self.exact.add(t.name)
+        return t
+
+    def of(self, kinds: str, exact: bool = False):
+        pool = [t for t in self.tensors if t.dtype.kind in kinds
+                and (not exact or t.name in self.exact)]
+        if not pool:
+            return None
+        # mostly the latest, so chains grow long and fusible
+        return pool[-1] if self.rng.random() < 0.5 else self.pick(pool)
+
+    def partner(self, t):
+        """A tensor of t's dtype broadcasting with it: an earlier one, or a fresh input."""
+        ok = [o for o in self.tensors if o.dtype is t.dtype and o is not t
+              and _broadcasts(o.shape, t.shape)]
+        if ok and self.rng.random() < 0.6:
+            return self.pick(ok)
+        rank = int(self.rng.integers(0, len(t.shape) + 1))
+        tail = t.shape[len(t.shape) - rank:]
+        return self.input(tuple(1 if self.rng.random() < 0.4 else d for d in tail) or (1,),
+                          t.dtype)
+
+    def step(self):
+        kind = self.pick(["float_unary", "float_unary", "positive", "float_binary",
+                          "float_binary", "int", "int", "compare", "where", "reduce",
+                          "reduce", "cast", "layout", "layout", "gather", "matmul",
+                          "floor"])
+        return getattr(self, "_" + kind)()
+
+    # -- one op each -------------------------------------------------------------------
+    def _float_unary(self):
+        x = self.of("f")
+        return x and self.b.op(self.pick(FLOAT_UNARY), x)
+
+    def _positive(self):
+        x = self.of("f")
+        return x and self.b.op(self.pick(POSITIVE_UNARY), self.b.op("abs", x) + 1.0)
+
+    def _float_binary(self):
+        x = self.of("f")
+        if x is None:
+            return None
+        op = self.pick(FLOAT_BINARY)
+        y = self.partner(x)
+        if op == "pow":        # a positive base; a small exponent
+            x = self.b.op("abs", x) + 0.5
+            y = self.b.op("tanh", y) * 2.0
+        elif op == "div":
+            y = self.b.op("abs", y) + 0.25
+        a, c = (y, x) if self.rng.random() < 0.3 else (x, y)
+        return self.b.op(op, a, c)
+
+    def _int(self):
+        x = self.of("i")
+        if x is None:
+            return None
+        if self.rng.random() < 0.3:
+            return self.b.op(self.pick(INT_UNARY), x)
+        return self.b.op(self.pick(INT_BINARY), x, self.partner(x))
+
+    def _compare(self):
+        x = self.of("fi", exact=True)
+        return x and self.b.op(self.pick(COMPARE), x, self.partner(x))
+
+    def _where(self):
+        c = self.of("b")
+        x = self.of("fi")
+        if c is None or x is None or not _broadcasts(c.shape, x.shape):
+            return None
+        return self.b.op("where", c, x, self.partner(x))
+
+    def _floor(self):
+        x = self.of("f", exact=True)
+        return x and self.b.op(self.pick(["floor", "ceil"]), x)
+
+    def _reduce(self):
+        x = self.of("fi")
+        if x is None or not x.shape:
+            return None
+        k = int(self.rng.integers(1, len(x.shape) + 1))
+        axes = sorted(int(a) for a in self.rng.choice(len(x.shape), k, replace=False))
+        op = self.pick(REDUCE)
+        if op == "reduce_prod" and x.dtype.kind == "f":
+            x = self.b.op("tanh", x) + 1.0      # a product of many values stays finite
+        return self.b.op(op, x, axes=axes, keepdims=bool(self.rng.random() < 0.5))
+
+    def _cast(self):
+        x = self.of("fib")
+        if x is None:
+            return None
+        to = self.pick([F32, F16, I32, I64, B])
+        if x.dtype.kind == "f" and to.kind == "i" and x.name not in self.exact:
+            to = F32 if x.dtype is F16 else F16
+        return self.b.op("cast", x, to=to.value)
+
+    def _layout(self):
+        x = self.of("fib")
+        if x is None:
+            return None
+        s, r = x.shape, len(x.shape)
+        if r == 0:
+            return self.b.op("reshape", x, shape=[1])
+        how = self.pick(["transpose", "reshape", "slice", "expand", "concat", "split",
+                         "squeeze"])
+        if how == "transpose" and r >= 2:
+            t = self.b.op("transpose", x, perm=[int(p) for p in self.rng.permutation(r)])
+        elif how == "reshape":
+            n = int(np.prod(s))
+            t = self.b.op("reshape", x, shape=self.pick([[n], [1, n], [n, 1]]
+                                                         + [[d, n // d] for d in (2, 3, 4)
+                                                            if n and n % d == 0]))
+        elif how == "slice":
+            a = int(self.rng.integers(r))
+            step = int(self.pick([1, 2, -1, -3]))
+            start = int(self.rng.integers(-s[a] - 1, s[a] + 2))
+            end = int(self.rng.integers(-s[a] - 1, s[a] + 2))
+            t = self.b.op("slice", x, starts=[start], ends=[end], axes=[a], steps=[step])
+        elif how == "expand" and r < 4:
+            new = [int(self.rng.integers(1, 4))] + [int(self.rng.integers(1, 4)) if d == 1
+                                                    else d for d in s]
+            t = self.b.op("expand", x, shape=new)
+        elif how == "concat":
+            a = int(self.rng.integers(r))
+            other = self.input(tuple(int(self.pick([0, 1, 3])) if i == a else d
+                                     for i, d in enumerate(s)), x.dtype)
+            t = self.b.op("concat", x, other, axis=a)
+        elif how == "split" and s:
+            a = int(self.rng.integers(r))
+            cut = int(self.rng.integers(0, s[a] + 1))
+            t = self.pick(self.b.op("split", x, axis=a, sizes=[cut, s[a] - cut]))
+        else:
+            t = self.b.op("unsqueeze", x, axes=[int(self.rng.integers(r + 1))])
+        if x.name in self.exact:
+            self.exact.add(t.name)
+        return t
+
+    def _gather(self):
+        x = self.of("fib")
+        if x is None or not x.shape:
+            return None
+        a = int(self.rng.integers(len(x.shape)))
+        if x.shape[a] == 0:
+            return None
+        idx = self.input((int(self.pick([1, 3, 8])),), self.pick([I32, I64]))
+        t = self.b.op("gather", x, idx, axis=a)
+        if x.name in self.exact:
+            self.exact.add(t.name)
+        return t
+
+    def _matmul(self):
+        x = self.of("f")
+        if x is None or not x.shape:
+            return None
+        if len(x.shape) == 1:
+            x = self.b.op("unsqueeze", x, axes=[0])
+        w = self.input((x.shape[-1], int(self.pick([1, 3, 8]))), x.dtype)
+        return self.b.op("matmul", x, w)
+
+
+def _broadcasts(small, big) -> bool:
+    if len(small) > len(big):
+        return False
+    return all(s in (d, 1) for s, d in zip(small[::-1], big[::-1]))
+
+
+def draw_graph(seed: int, max_ops: int = 10) -> Graph:
+    """One random graph (see the module docstring); ops the verifier refuses for the
+    drawn shapes (an empty reduction for max, say) are simply not drawn."""
+    d = _Drawer(seed)
+    dt = d.pick([F32, F32, F32, F16])
+    d.input(d.shape(), dt)
+    if d.rng.random() < 0.5:
+        d.input(d.shape(), d.pick([I32, I64]))
+    if d.rng.random() < 0.3:
+        d.input(d.shape(), B)
+    made = []
+    for _ in range(int(d.rng.integers(2, max_ops + 1))):
+        try:
+            t = d.step()
+        except GraphError:
+            continue
+        if t is not None:
+            d.tensors.append(t)
+            made.append(t)
+    if not made:
+        made.append(d.b.op("neg", d.tensors[0]) if d.tensors[0].dtype.kind != "b"
+                    else d.b.op("not", d.tensors[0]))
+    outs = [t for t in made[:-1] if d.rng.random() < 0.3] + [made[-1]]
+    for k, t in enumerate(dict.fromkeys(outs)):
+        d.b.output(t, f"y{k}")
+    return d.b.build()
+
+
+def draw_inputs(g: Graph, seed: int) -> dict[str, np.ndarray]:
+    """Inputs with boundary values mixed in: integer extremes, 0, -1; inf, NaN, signed
+    zeros and large floats; gather indices past either end (by up to 2^33)."""
+    rng = np.random.default_rng(seed + 7919)
+    idx_of = {n.inputs[1] for n in g.nodes if n.op == "gather"}
+    out = {}
+    for name in g.inputs:
+        v = g.value(name)
+        n = v.numel
+        if v.dtype.kind == "b":
+            out[name] = rng.random(v.shape) < 0.5
+            continue
+        if name in idx_of:
+            info = np.iinfo(v.dtype.np)
+            edges = np.array([0, -1, 1, 2 ** 31 - 1, -(2 ** 31), info.max, info.min,
+                              2 ** 32 + 1, -(2 ** 32) + 3], np.int64)
+            edges = edges[(edges >= info.min) & (edges <= info.max)]
+            a = rng.integers(-10, 10, n)
+        elif v.dtype.kind == "i":
+            info = np.iinfo(v.dtype.np)
+            edges = np.array([info.min, info.max, 0, -1, 1, info.min + 1], np.int64)
+            a = rng.integers(-100, 100, n)
+        else:
+            big = 60000.0 if v.dtype is F16 else 1e30
+            edges = np.array([0.0, -0.0, 1.0, -1.0, big, -big, np.inf, -np.inf, np.nan])
+            a = rng.uniform(-2, 2, n)
+        special = rng.random(n) < 0.08
+        a = np.where(special, edges[rng.integers(len(edges), size=n)], a)
+        with np.errstate(all="ignore"):
+            out[name] = a.astype(v.dtype.np).reshape(v.shape)
+    return out
+
+
+def _neighbours(g: Graph, nid: str) -> list[str]:
+    n = g.node(nid)
+    out = [g.producer[i].id for i in n.inputs if i in g.producer]
+    out += [c.id for o in n.outputs for c in g.consumers[o]]
+    return list(dict.fromkeys(out))
+
+
+def _edit(s, rng) -> str | None:
+    """Apply one random plan edit to session s; its description, or None when refused."""
+    g = s.graph
+    ids = [n.id for n in g.nodes]
+    pick = lambda xs: xs[int(rng.integers(len(xs)))]     # noqa: E731
+    what = pick(["fuse_edge", "fuse_edge", "fuse_any", "split", "scheme", "mapping",
+                 "mapping", "auto"])
+    a = pick(ids)
+    try:
+        if what == "fuse_edge" and _neighbours(g, a):
+            c = pick(_neighbours(g, a))
+            s.fuse([a, c])
+            return f"fuse {a} {c}"
+        if what.startswith("fuse"):
+            c = pick(ids)
+            s.fuse([a, c])
+            return f"fuse {a} {c}"
+        if what == "split":
+            s.split(a)
+            return f"split {a}"
+        if what == "scheme":
+            inner = [v for gr in s.plan.groups if len(gr.nodes) > 1 for n in gr.nodes
+                     for v in g.node(n).outputs if any(c.id in gr.nodes
+                                                       for c in g.consumers[v])]
+            if not inner:
+                return None
+            v, sc = pick(inner), pick(SCHEMES)
+            s.set_scheme(v, sc)
+            return f"set_scheme {v} {sc}"
+        if what == "mapping":
+            m = pick(MAPPINGS)
+            s.set_mapping(a, m)
+            return f"set_mapping {a} {m}"
+        p = pick(PLANNERS)
+        s.auto(p)
+        return f"auto {p}"
+    except FusionRefused:
+        return None
+
+
+def check_plan(s, inputs, refs, cuda: bool = False) -> str | None:
+    """None when every kernel of s's plan matches the reference on the inputs it got and
+    integer/bool outputs equal the op-by-op reference (and, with ``cuda``, its CUDA
+    source compiles with NVRTC as the GPU runtime would compile it); else what went
+    wrong."""
+    from .measure.compare import max_rel_error
+    from .measure.verify import verify_kernels
+    if cuda:
+        from .runtime import nvrtc
+        for gr in s.plan.groups:
+            k = s.kernel(gr.id)
+            if k.library is None:       # library calls are cuBLAS/cuDNN's, not ours
+                try:
+                    nvrtc.compile_cuda(s.source(gr.id, "cuda"), k.name, "90", ptx=True)
+                except nvrtc.NvrtcError as e:
+                    return f"NVRTC refused {k.name}: {str(e)[:300]}"
+    prog = s.program()
+    env = prog.run(inputs, keep_all=True)
+    bad = [c for c in verify_kernels(prog, env) if not c.within_tolerance]
+    if bad:
+        return "; ".join(f"kernel {c.kernel} error {c.max_rel_error:.3g}" for c in bad)
+    for name in s.graph.outputs:
+        if s.graph.value(name).dtype.kind in "ib" and \
+                max_rel_error(env[name], refs[name]) != 0:
+            return f"output {name} differs from the op-by-op reference"
+    return None
+
+
+def run_case(seed: int, edits: int = 4, max_ops: int = 10, cuda: bool = False
+             ) -> tuple[Case, list[Failure]]:
+    """Draw case ``seed``, check the unfused plan, then each accepted random edit."""
+    from .runtime import run_reference
+    from .session import Session
+    g = draw_graph(seed, max_ops)
+    inputs = draw_inputs(g, seed)
+    case = Case(seed, g, inputs)
+    fails: list[Failure] = []
+    try:
+        refs = run_reference(g, inputs)
+        s = Session(g, backend="cpu", seed=seed)
+        rng = np.random.default_rng(seed + 104729)
+        todo = ["none"] + [None] * edits
+        for step in todo:
+            action = step or _edit(s, rng)
+            if action is None:
+                continue
+            case.actions.append(action)
+            msg = check_plan(s, inputs, refs, cuda)
+            case.plans_checked += 1
+            if msg:
+                fails.append(Failure(seed, action, msg))
+                break
+    except Exception as e:     # noqa: BLE001 -- a crash is the finding
+        tb = traceback.extract_tb(e.__traceback__)[-1]
+        fails.append(Failure(seed, case.actions[-1] if case.actions else "build",
+                             f"{type(e).__name__}: {e} ({tb.filename}:{tb.lineno})"))
+    return case, fails
+
+
+@dataclass
+class Report:
+    cases: int = 0
+    plans: int = 0
+    ops: int = 0
+    failures: list[Failure] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def fuzz(seeds, seconds: float | None = None, edits: int = 4, max_ops: int = 10,
+         progress=None, cuda: bool = False) -> Report:
+    """Run cases for ``seeds`` in order, stopping early once ``seconds`` have passed."""
+    rep, t0 = Report(), time.perf_counter()
+    for seed in seeds:
+        if seconds is not None and time.perf_counter() - t0 > seconds:
+            break
+        case, fails = run_case(int(seed), edits, max_ops, cuda)
+        rep.cases += 1
+        rep.plans += case.plans_checked
+        rep.ops += len(case.graph.nodes)
+        rep.failures += fails
+        if progress:
+            progress(case, fails)
+    rep.seconds = time.perf_counter() - t0
+    return rep
+
+
+def _markdown(rep: Report, args) -> str:
+    import numpy
+    from . import __version__
+    lines = [f"# Differential fuzz run, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
+             "",
+             f"- machine: {platform.machine()} {platform.processor() or ''}, "
+             f"{platform.platform()}; Python {sys.version.split()[0]}, NumPy {numpy.__version__}, "
+             f"workbench {__version__}",
+             f"- command: `python -m workbench.fuzz --seconds {args.seconds} --start "
+             f"{args.start} --edits {args.edits} --max-ops {args.max_ops}"
+             f"{' --cuda' if args.cuda else ''}`",
+             f"- {rep.cases} graphs ({rep.ops} ops), {rep.plans} plans compiled, run and "
+             f"checked kernel by kernel, in {rep.seconds:.0f} s",
+             f"- failures: {len(rep.failures)}", ""]
+    for f in rep.failures:
+        lines.append(f"  - seed {f.seed}, after `{f.action}`: {f.message}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m workbench.fuzz", description=__doc__.split(
+        "\n")[0])
+    p.add_argument("--seconds", type=float, default=300.0, help="time budget (default 300)")
+    p.add_argument("--start", type=int, default=0, help="first seed (default 0)")
+    p.add_argument("--edits", type=int, default=4, help="random plan edits per graph")
+    p.add_argument("--max-ops", type=int, default=10, help="ops per graph, at most")
+    p.add_argument("--cuda", action="store_true",
+                   help="also compile every plan's CUDA kernels with NVRTC (no GPU needed)")
+    p.add_argument("--out", help="write a markdown report here")
+    a = p.parse_args(argv)
+
+    def progress(case, fails):
+        mark = "FAIL" if fails else "ok"
+        print(f"seed {case.seed}: {len(case.graph.nodes)} ops, {case.plans_checked} plans "
+              f"{mark}" + "".join(f"\n  after {f.action}: {f.message}" for f in fails),
+              flush=True)
+
+    rep = fuzz(range(a.start, 2 ** 31), a.seconds, a.edits, a.max_ops, progress, a.cuda)
+    text = _markdown(rep, a)
+    print(text)
+    if a.out:
+        with open(a.out, "w") as f:
+            f.write(text)
+    return 1 if rep.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
