@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
 from . import __version__
-from .errors import WorkbenchError
+from .errors import WorkbenchError, shown
 from .fusion.planners import PLANNERS
 from .runtime.backends import backend_names
 
@@ -132,7 +133,7 @@ def cmd_export(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="workbench", description="Fusion Workbench: plan "
+    p = _Parser(prog="workbench", description="Fusion Workbench: plan "
                                 "operator fusion, generate kernels, measure them.")
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -184,16 +185,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments are one ``error:`` line and exit 2, like every other user error."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"error: {shown(message)}; see {self.prog} --help\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
     except WorkbenchError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"error: {shown(e)}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except MemoryError:
+        print("error: out of memory: the graph's values do not fit in this machine's "
+              "memory; use smaller shapes", file=sys.stderr)
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except Exception as e:   # a bug, not the input: one line, exit 1 (as a wrong result)
+        if os.environ.get("WORKBENCH_TRACEBACK"):
+            raise
+        print(f"error: internal error ({type(e).__name__}: {shown(str(e))[:300]}); this is "
+              "a workbench bug, please report it (WORKBENCH_TRACEBACK=1 shows the "
+              "traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ class UnsupportedOpError(WorkbenchError):
     def __init__(self, unsupported: dict[str, list[str]]):
         # unsupported: op type -> node names that use it
         self.unsupported = dict(sorted(unsupported.items()))
-        parts = [f"{op} (nodes: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+        parts = [f"{shown(op)} (nodes: {', '.join(map(shown, names[:5]))}"
+                 f"{', ...' if len(names) > 5 else ''})"
                  for op, names in self.unsupported.items()]
         super().__init__(
             f"unsupported op types: {'; '.join(parts)} -- the workbench cannot import this "
@@ -39,3 +40,11 @@ class BackendUnavailable(WorkbenchError):
 class ArtifactError(WorkbenchError):
     """An exported artifact cannot be written or loaded: changed, truncated, foreign,
     made by a newer workbench, or its target path is taken."""
+
+
+def shown(text: object) -> str:
+    """Text from a user (a path, a name) as it may appear in a one-line message: every
+    non-printable character (a newline, an escape) spelled as its escape sequence."""
+    s = str(text)
+    return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1]
+                                             for c in s)

@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupledict
 
-from .errors import BackendUnavailable, GraphError
+from .errors import BackendUnavailable, GraphError, WorkbenchError
 from .frontends import load_onnx
 from .ir import Graph
 
@@ -77,8 +77,11 @@ class WorkbenchBackend(Backend):
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
                 **kwargs: Any) -> WorkbenchRep:
         """Import, plan and compile ``model``; raises a WorkbenchError naming the cause."""
+        for what, v in (("planner", planner), ("backend", backend)):
+            if not isinstance(v, str):
+                raise WorkbenchError(f"{what} must be a name, got {type(v).__name__}")
         if not cls.supports_device(device):
-            raise BackendUnavailable(f"device {device!r} is not available here; use 'CPU'")
+            raise BackendUnavailable(f"device {device!r:.40} is not available here; use 'CPU'")
         graph = load_onnx(model, input_shapes=input_shapes)
         run, session = _runner(graph, planner, _resolve_backend(device, backend))
         return WorkbenchRep(graph, run, session)

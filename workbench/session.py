@@ -43,6 +43,20 @@ class Step:
     decisions: tuple[Decision, ...] = field(default=())
 
 
+def _check_args(backend, seed, progress) -> None:
+    """Session's arguments of the wrong type, refused before anything is loaded."""
+    from .runtime.backends import backend_names
+    if not isinstance(backend, str):
+        raise WorkbenchError(f"backend must be a name ({', '.join(backend_names())}), got "
+                             f"{type(backend).__name__}")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
+            or seed < 0:
+        raise WorkbenchError(f"seed must be an integer >= 0, got {seed!r:.40}")
+    if progress is not None and not callable(progress):
+        raise WorkbenchError(f"progress must be a function (done, total, name) or None, "
+                             f"got {type(progress).__name__}")
+
+
 class Session:
     """One graph, a plan history with undo/redo, and a backend to run plans on."""
 
@@ -50,6 +64,7 @@ class Session:
                  progress: Callable[[int, int, str], None] | None = None,
                  calibrate: bool = True):
         from .frontends import load
+        _check_args(backend, seed, progress)
         self.graph = load(graph)
         self.backend = get_backend(backend)
         self.progress = progress

@@ -9,36 +9,59 @@ path ending ``.onnx`` or ``.json``; keyword arguments go to the format's loader
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import WorkbenchError
+from ..errors import WorkbenchError, shown
 from ..ir import Graph, load_json
 from .onnx import load_onnx
 
 
 def load(source: Any, **kw: Any) -> Graph:
-    """A Graph from a Graph, an ONNX ModelProto, or a .onnx / .json file."""
+    """A Graph from a Graph, an ONNX ModelProto, or a .onnx / .json file.
+
+    Keyword arguments go to the ONNX importer (``input_shapes=``); a JSON graph takes
+    none. Every fault is one WorkbenchError naming the cause."""
     if isinstance(source, Graph):
-        return source
+        return source.verify()     # (made by hand, it may never have been verified)
     try:
         import onnx
         if isinstance(source, onnx.ModelProto):
-            return load_onnx(source, **kw)
+            return load_onnx(source, **_onnx_kw(kw))
     except ImportError:  # onnx is a dependency, but a Graph or JSON needs none of it
         pass
-    if not isinstance(source, (str, Path)):
+    if not isinstance(source, (str, os.PathLike)):
         raise WorkbenchError(f"cannot load a {type(source).__name__}; pass a Graph, an "
                              "onnx.ModelProto or a path to a .onnx or .json file")
     path = Path(source)
-    if not path.is_file():
-        raise WorkbenchError(f"file not found: {path}; check the path")
+    label = shown(path)
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except (OSError, ValueError):    # a NUL byte, a name too long
+        is_dir = is_file = False
+    if is_dir:
+        raise WorkbenchError(f"{label} is a directory, not a graph file; pass a .onnx or "
+                             ".json file")
+    if not is_file:
+        raise WorkbenchError(f"file not found: {label}; check the path")
     suffix = path.suffix.lower()
     if suffix not in (".onnx", ".json"):
-        raise WorkbenchError(f"unknown graph format {path.name!r}; use .onnx or .json")
+        raise WorkbenchError(f"unknown graph format {shown(path.name)!r}; use .onnx or .json")
     if suffix == ".onnx":
-        return load_onnx(path, **kw)
-    return load_json(path, **kw)
+        return load_onnx(path, **_onnx_kw(kw))
+    if kw:
+        raise WorkbenchError(f"a JSON graph takes no load options (got "
+                             f"{', '.join(map(str, kw))}); its shapes are in the file")
+    return load_json(path)
+
+
+def _onnx_kw(kw: dict) -> dict:
+    unknown = sorted(set(kw) - {"input_shapes"})
+    if unknown:
+        raise WorkbenchError(f"unknown load option(s) {', '.join(unknown)}; ONNX models "
+                             "take input_shapes=")
+    return kw
 
 
 def from_torch(module, example_inputs=(), **kw) -> Graph:

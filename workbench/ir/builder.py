@@ -24,7 +24,7 @@ import numpy as np
 
 from ..errors import GraphError
 from .dtypes import DType
-from .graph import Graph, Node, Origin, Value
+from .graph import Graph, Node, Origin, Value, check_shape, freeze_attr, infer_node
 
 
 class Tensor:
@@ -96,20 +96,28 @@ class GraphBuilder:
 
     def _define(self, name: str | None, shape, dtype, prefix="t") -> str:
         name = name or self._fresh(prefix)
+        if not isinstance(name, str):
+            raise GraphError(f"value names are strings, got {name!r:.40}")
         if name in self._values:
             raise GraphError(f"value name {name!r} is used twice")
-        self._values[name] = Value(name, tuple(int(d) for d in shape), DType.of(dtype))
+        self._values[name] = Value(name, check_shape(shape, f"value {name!r}"),
+                                   DType.of(dtype))
         return name
 
     # -- leaves ----------------------------------------------------------------
     def input(self, name: str, shape: Sequence[int], dtype: Any = "float32",
               range: tuple[float, float] | None = None) -> Tensor:
         """A graph input; ``range=(low, high)`` is where random test inputs are drawn."""
-        if any(int(d) < 0 for d in shape):
-            raise GraphError(f"input {name!r} has a negative dimension in {list(shape)}")
+        check_shape(shape, f"input {name!r}")
+        if range is not None:
+            try:
+                lo, hi = (float(r) for r in range)
+            except (TypeError, ValueError):
+                raise GraphError(f"input {name!r}: range must be two numbers (low, high), "
+                                 f"got {range!r:.60}") from None
         self._inputs.append(self._define(name, shape, dtype))
         if range is not None:
-            self._ranges[name] = (float(range[0]), float(range[1]))
+            self._ranges[name] = (lo, hi)
         return Tensor(self, name)
 
     def constant(self, data: Any, name: str | None = None, dtype: Any = None) -> Tensor:
@@ -134,6 +142,8 @@ class GraphBuilder:
            **attrs: Any) -> Any:
         """Apply a registered op; returns a Tensor, or a list for multi-output ops."""
         from ..ops import Kind, get_op, normalize_axes
+        from ..ops.elementwise import cast_target
+        from ..ops.registry import attr_bool
         od = get_op(op)
         # a Python number takes the dtype of the data operands (not where's condition)
         tensors = [t for t in inputs if isinstance(t, Tensor)]
@@ -142,14 +152,17 @@ class GraphBuilder:
         ts = [self.as_tensor(t, like) for t in inputs]
         od.check_arity(len(ts))
         ins = [t.value for t in ts]
+        # attributes as they will be stored (NumPy values as Python ones), validated by
+        # the op's shape rule before anything is added
+        attrs = {k: freeze_attr(v) for k, v in attrs.items()}
+        specs = infer_node(od, ins, attrs)
         if od.kind is Kind.reduce:
             axes = attrs.get("axes")
             attrs["axes"] = normalize_axes(range(len(ins[0].shape)) if axes is None else axes,
                                            len(ins[0].shape))
-            attrs["keepdims"] = bool(attrs.get("keepdims", True))
+            attrs["keepdims"] = attr_bool(attrs, "keepdims", True)
         if op == "cast":
-            attrs["to"] = DType.of(attrs["to"]).value
-        specs = od.infer(ins, attrs)
+            attrs["to"] = cast_target(attrs).value
         names = list(out_names or [])
         if name is not None and len(specs) == 1:
             names = [name]
@@ -207,6 +220,8 @@ class GraphBuilder:
     # -- outputs ---------------------------------------------------------------
     def output(self, t: Tensor, name: str | None = None) -> Tensor:
         """Mark t as a graph output, renaming its value to name if given."""
+        if not isinstance(t, Tensor) or t.b is not self:
+            raise GraphError(f"b.output() takes a tensor this builder made, got {t!r:.60}")
         if name and name != t.name:
             self._rename(t.name, name)
             t = Tensor(self, name)

@@ -21,8 +21,11 @@ __all__ = ["layer_norm", "rms_norm", "softmax", "log_softmax", "reduce_log_sum_e
 
 def _axes_from(x, axis):
     rank = len(x.shape)
-    axis = axis % rank
-    return list(range(axis, rank))
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)) \
+            or not -rank <= axis < rank:
+        raise GraphError(f"axis {axis!r:.40} is out of range for rank {rank} "
+                         f"(valid: {-rank} to {rank - 1})")
+    return list(range(int(axis) % rank, rank))
 
 
 def layer_norm(b, x, scale=None, bias=None, axis: int = -1, eps: float = 1e-5,

@@ -11,6 +11,13 @@ import enum
 
 import numpy as np
 
+from ..errors import GraphError
+
+
+class UnsupportedDType(GraphError, ValueError):
+    """A dtype the IR does not support (a GraphError, and a ValueError for callers that
+    test for that)."""
+
 
 class DType(enum.Enum):
     float32 = "float32"
@@ -58,9 +65,9 @@ class DType(enum.Enum):
             return x
         try:
             return DType(np.dtype(x).name)
-        except (TypeError, ValueError):
-            raise ValueError(f"unsupported dtype {x!r}; supported: "
-                             f"{', '.join(d.value for d in DType)}") from None
+        except Exception:   # noqa: BLE001 -- np.dtype raises TypeError, ValueError...
+            raise UnsupportedDType(f"unsupported dtype {x!r:.60}; supported: "
+                                   f"{', '.join(d.value for d in DType)}") from None
 
 
 SHORT_NAMES = {

@@ -18,14 +18,49 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import numpy as np
 
-from ..errors import GraphError
+from ..errors import GraphError, shown
 from .dtypes import DType
 
 Shape = tuple[int, ...]
+
+# The most elements one value may hold: 2^35 (128 GiB of float32), more than any GPU
+# holds. A shape past it is a typo or an attack; it is refused before anything is
+# allocated, so loading or printing a graph can never run out of memory.
+MAX_ELEMENTS = 2 ** 35
+# The most axes one value may have (NumPy 1 allows 32; models use fewer than 8).
+MAX_RANK = 32
+
+
+def is_int(v: Any) -> bool:
+    """A Python or NumPy integer, not a bool (True is an int to Python, not to us)."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def check_shape(shape: Any, what: str) -> Shape:
+    """``shape`` as a tuple of non-negative ints holding at most MAX_ELEMENTS elements,
+    or a one-line GraphError naming ``what`` and the bad dimension."""
+    if isinstance(shape, (str, bytes)) or not isinstance(shape, (list, tuple, np.ndarray)):
+        raise GraphError(f"{what}: shape must be a list of integers, got {shape!r:.80}")
+    dims = list(shape.tolist() if isinstance(shape, np.ndarray) else shape)
+    if len(dims) > MAX_RANK:
+        raise GraphError(f"{what}: shape has {len(dims)} axes, more than the {MAX_RANK} a "
+                         "value may have")
+    for d in dims:
+        if not is_int(d):
+            raise GraphError(f"{what}: dimension {d!r:.40} in shape {dims!r:.120} is not an "
+                             "integer; dimensions are whole numbers >= 0")
+        if d < 0:
+            raise GraphError(f"{what}: negative dimension {d} in shape {dims!r:.120}; "
+                             "dimensions are whole numbers >= 0")
+    numel = math.prod(int(d) for d in dims)
+    if numel > MAX_ELEMENTS:
+        raise GraphError(f"{what}: shape {dims!r:.120} has {numel} elements, more than the "
+                         f"{MAX_ELEMENTS} (2^35) one value may hold; check the shape")
+    return tuple(int(d) for d in dims)
 
 
 def freeze_attr(v: Any) -> Any:
@@ -37,6 +72,54 @@ def freeze_attr(v: Any) -> Any:
     if isinstance(v, np.ndarray):
         return tuple(freeze_attr(x) for x in v.tolist())
     return v
+
+
+class LazyConstants(Mapping):
+    """Constant data made on first use: ``makers`` maps a name to (shape, numpy dtype,
+    make), ``make()`` returning the array. The JSON format's ``fill`` and ``random``
+    constants are held this way, so loading, verifying and printing a graph allocate
+    nothing; reading ``g.constants[name]`` makes the array once."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray] | None = None,
+                 makers: Mapping[str, tuple[Shape, np.dtype, Callable[[], np.ndarray]]]
+                 | None = None, order: Iterable[str] | None = None):
+        self._arrays = dict(arrays or {})
+        self._makers = dict(makers or {})
+        names = list(order) if order is not None else [*self._arrays, *self._makers]
+        self._order = [n for n in names if n in self._arrays or n in self._makers]
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        a = self._arrays.get(name)
+        if a is None:
+            make = self._makers[name][2]
+            a = self._arrays[name] = make()
+        return a
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._arrays or name in self._makers
+
+    def spec(self, name: str) -> tuple[Shape, np.dtype]:
+        """Shape and dtype of a constant, without making it."""
+        if name in self._makers:
+            shape, dt, _ = self._makers[name]
+            return tuple(shape), np.dtype(dt)
+        a = self._arrays[name]
+        return tuple(a.shape), a.dtype
+
+
+def constant_spec(constants: Mapping[str, np.ndarray], name: str) -> tuple[Shape, np.dtype]:
+    """A constant's (shape, numpy dtype), without making lazy data."""
+    if isinstance(constants, LazyConstants):
+        return constants.spec(name)
+    a = constants[name]
+    dt = a.dtype if isinstance(a, np.ndarray) else np.asarray(a).dtype
+    return tuple(np.shape(a)), dt
 
 
 @dataclass(frozen=True)
@@ -166,26 +249,66 @@ class Graph:
     def verify(self) -> "Graph":
         """Check the graph is well formed; raise :class:`GraphError` naming the fault.
 
-        Checks: unique names, every input defined before use, topological order,
-        constant data matching declared shape and dtype, and every node's output
-        shapes and dtypes agreeing with its op's shape rule.
+        Checks: the parts' types, every shape (integers >= 0, at most MAX_ELEMENTS
+        elements), unique names, at least one node and one output, every input defined
+        before use, topological order, constant data matching declared shape and dtype,
+        every node's arity and attributes (its op's shape rule validates them, so no
+        kernel can read or write out of bounds) and its output shapes and dtypes
+        agreeing with the rule, and outputs that are computed, listed once and are
+        neither inputs nor constants. Iterative: a graph of any depth verifies.
         """
+        if self.__dict__.get("_verified"):     # a Graph is immutable: once is enough
+            return self
         from ..ops import get_op
+        for v in self.values:
+            if not isinstance(v, Value) or not isinstance(v.name, str):
+                raise GraphError(f"graph {self.name!r}: values must be Values named by "
+                                 f"strings, got {v!r:.80}")
+            if not isinstance(v.dtype, DType):
+                raise GraphError(f"value {v.name!r} has dtype {v.dtype!r:.40}, not a DType")
+            if not isinstance(v.shape, tuple):
+                raise GraphError(f"value {v.name!r}: shape must be a tuple, got "
+                                 f"{v.shape!r:.80}")
+            check_shape(v.shape, f"value {v.name!r}")
         names = [v.name for v in self.values]
         if len(set(names)) != len(names):
-            dup = sorted({n for n in names if names.count(n) > 1})
+            seen: set[str] = set()
+            dup = sorted({n for n in names if n in seen or seen.add(n)})
             raise GraphError(f"value names defined twice: {dup}")
+        for what, group in (("node", self.nodes), ("input", self.inputs),
+                            ("output", self.outputs)):
+            for x in group:
+                if what == "node" and not isinstance(x, Node) or \
+                        what != "node" and not isinstance(x, str):
+                    raise GraphError(f"graph {self.name!r}: {what}s must be "
+                                     f"{'Nodes' if what == 'node' else 'value names'}, "
+                                     f"got {x!r:.80}")
         ids = [n.id for n in self.nodes]
         if len(set(ids)) != len(ids):
             raise GraphError("node ids are not unique")
+        if not self.nodes:
+            raise GraphError(f"graph {self.name!r} has no nodes: there is nothing to compute; "
+                             "add at least one op")
+        if not self.outputs:
+            raise GraphError(f"graph {self.name!r} has no outputs; name at least one "
+                             "computed value as an output")
+        both = sorted(set(self.inputs) & set(self.constants))
+        if both or len(set(self.inputs)) != len(self.inputs):
+            raise GraphError(f"graph {self.name!r}: {both or 'an input'} is defined twice "
+                             "(an input and a constant, or two inputs)")
         defined = set(self.inputs) | set(self.constants)
         for name in defined:
             if name not in self.value_map:
                 raise GraphError(f"input or constant {name!r} has no value entry")
-        for name, data in self.constants.items():
+        for name in self.constants:
             v = self.value_map[name]
-            if tuple(data.shape) != v.shape or DType.of(data.dtype) is not v.dtype:
-                raise GraphError(f"constant {name!r} data is {data.dtype}{list(data.shape)}"
+            shape, dt = constant_spec(self.constants, name)
+            try:
+                cdt = DType.of(dt)
+            except ValueError:
+                cdt = None
+            if shape != v.shape or cdt is not v.dtype:
+                raise GraphError(f"constant {name!r} data is {dt}{list(shape)}"
                                  f" but declared {v.dtype.value}{list(v.shape)}")
         for n in self.nodes:
             op = get_op(n.op)  # raises for unknown ops
@@ -195,10 +318,7 @@ class Graph:
                                      "defined: the nodes are not in topological order or "
                                      "the value does not exist")
             ins = [self.value_map[i] for i in n.inputs]
-            try:
-                expect = op.infer(ins, n.attr_map)
-            except GraphError as e:
-                raise GraphError(f"node {n.name!r} ({n.op}): {e}") from None
+            expect = infer_node(op, ins, n.attr_map, f"node {n.name!r} ({n.op})")
             if len(expect) != len(n.outputs):
                 raise GraphError(f"node {n.name!r} ({n.op}) has {len(n.outputs)} outputs, "
                                  f"its op defines {len(expect)}")
@@ -214,11 +334,49 @@ class Graph:
                 if o in defined:
                     raise GraphError(f"value {o!r} is defined twice")
                 defined.add(o)
-        for name, (lo, hi) in self.input_ranges.items():
-            if name not in self.inputs or not lo < hi:
-                raise GraphError(f"input range for {name!r} must name an input and have "
-                                 f"low < high, got [{lo}, {hi}]")
+        for name, rng in self.input_ranges.items():
+            ok = (isinstance(rng, tuple) and len(rng) == 2
+                  and all(isinstance(r, (int, float)) and math.isfinite(r) for r in rng))
+            if name not in self.inputs or not ok or not rng[0] < rng[1]:
+                raise GraphError(f"input range for {name!r} must name an input and be two "
+                                 f"finite numbers low < high, got {rng!r:.80}")
+        listed: set[str] = set()
         for o in self.outputs:
+            if o in listed:
+                raise GraphError(f"graph output {o!r} is listed twice; list it once, or "
+                                 "output a copy (an identity reshape) under another name")
+            listed.add(o)
+            for kind, names_ in (("an input", self.inputs), ("a constant", self.constants)):
+                if o in names_:
+                    raise GraphError(f"graph output {o!r} is {kind}: outputs are computed "
+                                     "by ops; drop it, or output a copy (an identity "
+                                     "reshape) under another name")
             if o not in defined:
                 raise GraphError(f"graph output {o!r} is never computed")
+        self.__dict__["_verified"] = True
         return self
+
+
+# what a shape rule may raise on attributes it did not expect (the rules validate their
+# attributes with GraphErrors; this is the net under them)
+_ATTR_FAULTS = (KeyError, TypeError, ValueError, IndexError, OverflowError, ZeroDivisionError,
+                AttributeError)
+
+
+def infer_node(op, ins, attrs: Mapping[str, Any], where: str | None = None) -> list:
+    """``op.infer(ins, attrs)`` with arity checked and any fault as one GraphError
+    prefixed by ``where`` (the node; None: the op's name, unless the message starts
+    with it): the verifier, the JSON loader and the builder all pass every node
+    through here."""
+    try:
+        op.check_arity(len(ins))
+        return op.infer(ins, attrs)
+    except GraphError as e:
+        if where is None and str(e).startswith((op.name, f"op {op.name}")):
+            raise GraphError(str(e)) from None
+        raise GraphError(f"{where or op.name}: {e}") from None
+    except _ATTR_FAULTS as e:
+        text = shown(str(e).strip().splitlines()[0][:160]) if str(e).strip() else ""
+        raise GraphError(f"{where or op.name}: bad attributes {dict(attrs)!r:.160} "
+                         f"({type(e).__name__}{': ' + text if text else ''}); see the op's "
+                         "doc (workbench.ops.get_op(name).doc)") from None

@@ -181,7 +181,10 @@ _binary("div", "({0} / {1})",
         slopes=lambda a, b, y: (1 / np.abs(b), np.abs(y / b)))
 _binary("pow", "powf({0}, {1})", lambda a, b: _int_pow(a, b) if a.dtype.kind in "iu"
         else np.power(a, b), scalar_i="(({t})wb_ipow({0}, {1}))", flops=8, helpers=(IPOW,),
-        slopes=lambda a, b, y: (np.abs(b * y / a), np.abs(y * np.log(np.abs(a)))))
+        slopes=lambda a, b, y: (np.abs(b * y / a), np.abs(y * np.log(np.abs(a)))),
+        doc="a ** b; for integers it wraps around, and a negative exponent gives 1 for "
+            "base 1, +-1 for base -1 (by the exponent's parity) and 0 otherwise (base 0 "
+            "too), as the kernels' wb_ipow does -- NumPy would raise")
 # NaN-propagating like NumPy (fmaxf would drop the NaN)
 _binary("max", "wb_fmax({0}, {1})", np.maximum, scalar_i="({0} > {1} ? {0} : {1})",
         helpers=(FMAX,))
@@ -210,8 +213,20 @@ register(OpDef("where", Kind.elementwise, (3, 3), _where_infer,
                slopes=lambda xs, y: (0.0, xs[0] != 0, xs[0] == 0)))
 
 
+def cast_target(attrs) -> DType:
+    """attr to: a dtype name (float32, float16, int32, int64, bool) or a DType."""
+    if "to" not in attrs:
+        raise GraphError("attr to is required: the dtype to convert to (float32, float16, "
+                         "int32, int64 or bool)")
+    to = attrs["to"]
+    if isinstance(to, (bool, np.bool_)) or not isinstance(to, (str, DType, type, np.dtype)):
+        raise GraphError(f"unsupported dtype {to!r:.40} in attr to; supported: "
+                         f"{', '.join(d.value for d in DType)}")
+    return DType.of(to)
+
+
 def _cast_infer(ins, attrs):
-    return [(ins[0].shape, DType.of(attrs["to"]))]
+    return [(ins[0].shape, cast_target(attrs))]
 
 
 def _cast_scalar(args, in_dt, out_dt, attrs):

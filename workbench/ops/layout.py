@@ -14,8 +14,9 @@ import numpy as np
 from ..errors import GraphError
 from ..ir.dtypes import DType
 from .index import Index, add
-from .registry import (Helper, Kind, OpDef, RowRole, broadcast_shapes, normalize_axes,
-                       register)
+from ..ir.graph import check_shape
+from .registry import (Helper, Kind, OpDef, RowRole, attr_int, attr_ints, broadcast_shapes,
+                       check_axis, normalize_axes, register)
 
 # (64-bit: an index into a tensor past 2^31 elements, or an int64 gather index, must
 # not wrap before it is clamped)
@@ -39,10 +40,16 @@ def _numel(shape):
     return int(np.prod(shape, dtype=np.int64)) if shape else 1
 
 
+def _target_shape(attrs, what: str) -> tuple[int, ...]:
+    # a static shape attribute: integers >= 0 (no -1: shapes are resolved at import)
+    return check_shape(attr_ints(attrs, "shape"), what)
+
+
 def _reshape_infer(ins, attrs):
-    shape = tuple(int(d) for d in attrs["shape"])
-    if _numel(shape) != ins[0].numel or any(d < 0 for d in shape):
-        raise GraphError(f"cannot reshape {list(ins[0].shape)} to {list(shape)}")
+    shape = _target_shape(attrs, "reshape attr shape")
+    if _numel(shape) != ins[0].numel:
+        raise GraphError(f"cannot reshape {list(ins[0].shape)} to {list(shape)}: "
+                         f"{ins[0].numel} elements, not {_numel(shape)}")
     return [(shape, ins[0].dtype)]
 
 
@@ -54,7 +61,7 @@ register(OpDef("reshape", Kind.layout, (1, 1), _reshape_infer,
 
 def _squeeze_infer(ins, attrs):
     x = ins[0]
-    axes = normalize_axes(attrs["axes"], len(x.shape))
+    axes = normalize_axes(attr_ints(attrs, "axes"), len(x.shape))
     if any(x.shape[a] != 1 for a in axes):
         raise GraphError(f"squeeze axes {list(axes)} of {list(x.shape)} are not all 1")
     return [(tuple(d for i, d in enumerate(x.shape) if i not in axes), x.dtype)]
@@ -68,8 +75,9 @@ register(OpDef("squeeze", Kind.layout, (1, 1), _squeeze_infer,
 
 def _unsqueeze_infer(ins, attrs):
     x = ins[0]
-    rank = len(x.shape) + len(attrs["axes"])
-    axes = normalize_axes(attrs["axes"], rank)
+    axes = attr_ints(attrs, "axes")
+    rank = len(x.shape) + len(axes)
+    axes = normalize_axes(axes, rank)
     it = iter(x.shape)
     return [(tuple(1 if i in axes else next(it) for i in range(rank)), x.dtype)]
 
@@ -88,9 +96,10 @@ class _V:
 
 def _transpose_infer(ins, attrs):
     x = ins[0]
-    perm = tuple(attrs.get("perm") or reversed(range(len(x.shape))))
+    perm = attr_ints(attrs, "perm", None) or tuple(reversed(range(len(x.shape))))
     if sorted(perm) != list(range(len(x.shape))):
-        raise GraphError(f"perm {list(perm)} is not a permutation of rank {len(x.shape)}")
+        raise GraphError(f"perm {list(perm)!r:.80} is not a permutation of the axes "
+                         f"0..{len(x.shape) - 1} (the input has rank {len(x.shape)})")
     return [(tuple(x.shape[p] for p in perm), x.dtype)]
 
 
@@ -101,14 +110,15 @@ def _transpose_index(ctx, node, k, idx: Index) -> str:
 
 
 register(OpDef("transpose", Kind.layout, (1, 1), _transpose_infer,
-               lambda xs, a: [_contig(np.transpose(xs[0], a.get("perm")))],
+               lambda xs, a: [_contig(np.transpose(xs[0], a.get("perm") or None))],
                None, "permute axes (attr perm)", index=_transpose_index,
                row_role=RowRole.never))
 
 
 def _expand_infer(ins, attrs):
-    shape = broadcast_shapes(ins[0].shape, tuple(attrs["shape"]))
-    return [(shape, ins[0].dtype)]
+    target = _target_shape(attrs, "expand attr shape")
+    shape = broadcast_shapes(ins[0].shape, target)
+    return [(check_shape(shape, "expand result"), ins[0].dtype)]
 
 
 def _expand_index(ctx, node, k, idx: Index) -> str:
@@ -125,19 +135,28 @@ register(OpDef("expand", Kind.layout, (1, 1), _expand_infer,
 
 
 def slice_params(shape, attrs):
-    """Per-axis (start, step, length) of a slice, all static and normalized."""
+    """Per-axis (start, step, length) of a slice, all static and normalized.
+
+    starts and ends clamp as Python's slices do (any integer is fine); axes must be in
+    range and not repeated, steps non-zero, and axes/steps (when given) have one entry
+    per start, as ends do."""
     rank = len(shape)
-    starts, ends = attrs["starts"], attrs["ends"]
-    axes = attrs.get("axes") or tuple(range(len(starts)))
-    steps = attrs.get("steps") or (1,) * len(starts)
+    starts, ends = attr_ints(attrs, "starts"), attr_ints(attrs, "ends")
+    axes = attr_ints(attrs, "axes", None) or tuple(range(len(starts)))
+    steps = attr_ints(attrs, "steps", None) or (1,) * len(starts)
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise GraphError(f"slice needs one entry per sliced axis in starts, ends, axes and "
+                         f"steps, got {len(starts)}, {len(ends)}, {len(axes)}, {len(steps)}")
+    norm = [check_axis(a, rank, "slice axis") for a in axes]
+    if len(set(norm)) != len(norm):
+        raise GraphError(f"repeated axis in slice axes {list(axes)}")
     out = [(0, 1, d) for d in shape]
-    for s, e, a, st in zip(starts, ends, axes, steps):
-        a = int(a) % rank
+    for s, e, a, st in zip(starts, ends, norm, steps):
         d = shape[a]
         if st == 0:
             raise GraphError("slice step 0 is not allowed")
-        idx = range(*slice(int(s), int(e), int(st)).indices(d))
-        out[a] = (idx.start if len(idx) else 0, int(st), len(idx))
+        idx = range(*slice(s, e, st).indices(d))
+        out[a] = (idx.start if len(idx) else 0, st, len(idx))
     return tuple(out)
 
 
@@ -168,7 +187,7 @@ register(OpDef("slice", Kind.layout, (1, 1), _slice_infer, _slice_ref,
 
 def _concat_infer(ins, attrs):
     rank = len(ins[0].shape)
-    axis = int(attrs["axis"]) % rank
+    axis = check_axis(attr_int(attrs, "axis"), rank)
     base = ins[0].shape
     for v in ins:
         if len(v.shape) != rank or any(d != b for i, (d, b) in enumerate(zip(v.shape, base))
@@ -180,6 +199,12 @@ def _concat_infer(ins, attrs):
         raise GraphError("concat needs inputs of one dtype")
     shape = tuple(sum(v.shape[axis] for v in ins) if i == axis else d
                   for i, d in enumerate(base))
+    # the kernels read every part (branch-free, at a clamped index): a part with no
+    # elements would be read at index -1
+    empty = [k for k, v in enumerate(ins) if v.shape[axis] == 0]
+    if empty and _numel(shape):
+        raise GraphError(f"concat input {empty[0]} has length 0 along axis {axis}; drop "
+                         "inputs with no elements (they add nothing)")
     return [(shape, ins[0].dtype)]
 
 
@@ -209,10 +234,16 @@ register(OpDef("concat", Kind.layout, (1, 64), _concat_infer,
 
 def _split_infer(ins, attrs):
     x = ins[0]
-    axis = int(attrs["axis"]) % len(x.shape)
-    sizes = tuple(int(s) for s in attrs["sizes"])
-    if sum(sizes) != x.shape[axis]:
-        raise GraphError(f"split sizes {list(sizes)} do not add up to {x.shape[axis]}")
+    axis = check_axis(attr_int(attrs, "axis"), len(x.shape))
+    sizes = attr_ints(attrs, "sizes")
+    d = x.shape[axis]
+    if not sizes:
+        raise GraphError("split needs at least one size (attr sizes)")
+    if any(not 0 <= s <= d for s in sizes):
+        raise GraphError(f"split sizes {list(sizes)!r:.120} must each be in [0, {d}] (the "
+                         f"length of axis {axis})")
+    if sum(sizes) != d:
+        raise GraphError(f"split sizes {list(sizes)} do not add up to {d}")
     return [(tuple(s if i == axis else d for i, d in enumerate(x.shape)), x.dtype)
             for s in sizes]
 
@@ -242,9 +273,13 @@ def _gather_infer(ins, attrs):
     data, idx = ins
     if idx.dtype not in (DType.int32, DType.int64):
         raise GraphError(f"gather indices must be int32 or int64, got {idx.dtype.value}")
-    axis = int(attrs.get("axis", 0)) % len(data.shape)
+    axis = check_axis(attr_int(attrs, "axis", 0), len(data.shape))
     shape = data.shape[:axis] + idx.shape + data.shape[axis + 1:]
-    return [(shape, data.dtype)]
+    if data.shape[axis] == 0 and _numel(shape):
+        # nothing to take: the kernels' clamped index would be -1
+        raise GraphError(f"gather from axis {axis} of length 0 (data {list(data.shape)}) "
+                         "has nothing to take")
+    return [(check_shape(shape, "gather result"), data.dtype)]
 
 
 def _gather_ref(xs, attrs):

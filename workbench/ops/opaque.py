@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from ..errors import GraphError
-from .registry import Kind, OpDef, broadcast_shapes, register
+from .registry import Kind, OpDef, attr_int, attr_ints, broadcast_shapes, register
 
 
 def _matmul_infer(ins, attrs):
@@ -60,13 +60,27 @@ register(OpDef("matmul", Kind.opaque, (2, 2), _matmul_infer, _matmul_ref, None,
                error_scale=lambda ab, attrs: np.matmul(ab[0], ab[1])))
 
 
+def _conv_attr(attrs, key, default, n, lo):
+    v = attr_ints(attrs, key, default)
+    if len(v) != n or any(x < lo for x in v):
+        raise GraphError(f"conv2d attr {key} must be {n} integers >= {lo}, got {list(v)}")
+    return v
+
+
+def conv_attrs(attrs):
+    """(group, strides, dilations, pads) of a conv2d, validated."""
+    group = attr_int(attrs, "group", 1)
+    if group < 1:
+        raise GraphError(f"conv2d attr group must be >= 1, got {group}")
+    return (group, _conv_attr(attrs, "strides", (1, 1), 2, 1),
+            _conv_attr(attrs, "dilations", (1, 1), 2, 1),
+            _conv_attr(attrs, "pads", (0, 0, 0, 0), 4, 0))
+
+
 def conv_out_shape(x, w, attrs):
     n, c, h, wd = x
     k, cg, r, s = w
-    group = int(attrs.get("group", 1))
-    sh, sw = attrs.get("strides", (1, 1))
-    dh, dw = attrs.get("dilations", (1, 1))
-    pt, pl, pb, pr = attrs.get("pads", (0, 0, 0, 0))
+    group, (sh, sw), (dh, dw), (pt, pl, pb, pr) = conv_attrs(attrs)
     if c != cg * group or k % group:
         raise GraphError(f"conv2d channels {c} do not match weight {list(w)} with group {group}")
     oh = (h + pt + pb - dh * (r - 1) - 1) // sh + 1
@@ -80,6 +94,9 @@ def _conv_infer(ins, attrs):
     x, w = ins[0], ins[1]
     if len(x.shape) != 4 or len(w.shape) != 4:
         raise GraphError("conv2d needs NCHW input and KCRS weight")
+    if any(v.dtype is not x.dtype for v in ins) or x.dtype.kind != "f":
+        raise GraphError("conv2d needs float inputs of one dtype (input, weight and bias), "
+                         f"got {', '.join(v.dtype.value for v in ins)}")
     shape = conv_out_shape(x.shape, w.shape, attrs)
     if len(ins) == 3 and ins[2].shape != (shape[1],):
         raise GraphError(f"conv2d bias must have shape [{shape[1]}]")
@@ -91,10 +108,7 @@ def conv2d_reference(xs, attrs, xp=np):
     x, w = xs[0], xs[1]
     n, c, h, wd = x.shape
     k, cg, r, s = w.shape
-    group = int(attrs.get("group", 1))
-    sh, sw = attrs.get("strides", (1, 1))
-    dh, dw = attrs.get("dilations", (1, 1))
-    pt, pl, pb, pr = attrs.get("pads", (0, 0, 0, 0))
+    group, (sh, sw), (dh, dw), (pt, pl, pb, pr) = conv_attrs(attrs)
     _, _, oh, ow = conv_out_shape(x.shape, w.shape, attrs)
     acc = xp.float32 if x.dtype == xp.float16 else x.dtype
     xpad = xp.pad(x.astype(acc), ((0, 0), (0, 0), (pt, pb), (pl, pr)))

@@ -8,11 +8,14 @@ eps * sum|x|, so a sum near zero by cancellation is checked against sum|x|.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import GraphError
 from .elementwise import FMAX, LIMITS, WRAP, _int_div
-from .registry import Combiner, Helper, Kind, OpDef, normalize_axes, register
+from .registry import (Combiner, Helper, Kind, OpDef, attr_bool, normalize_axes,
+                       register)
 
 
 # float max/min use the C renderer's own declared reductions (wbmax/wbmin): OpenMP's
@@ -39,18 +42,31 @@ def reduced_shape(shape, axes, keepdims):
     return tuple(d for i, d in enumerate(shape) if i not in axes)
 
 
-def _make(name, np_fn, combiner, scale_fn, helpers=()):
+def reduce_axes(attrs, rank: int) -> tuple[int, ...]:
+    """The reduced axes: attr axes (absent or null: every axis), validated."""
+    axes = attrs.get("axes")
+    return normalize_axes(range(rank) if axes is None else axes, rank)
+
+
+def _make(name, np_fn, combiner, scale_fn, helpers=(), empty=None):
+    # empty: why the op is refused over an empty axis (None: its identity is the answer)
     def infer(ins, attrs):
         x = ins[0]
         if x.dtype.kind == "b":
             raise GraphError(f"{name} is not defined for bool; cast first")
-        axes = normalize_axes(attrs.get("axes", range(len(x.shape))), len(x.shape))
-        return [(reduced_shape(x.shape, axes, bool(attrs.get("keepdims", True))), x.dtype)]
+        axes = reduce_axes(attrs, len(x.shape))
+        keep = attr_bool(attrs, "keepdims", True)
+        out = reduced_shape(x.shape, axes, keep)
+        if empty and any(x.shape[a] == 0 for a in axes) and math.prod(out):
+            raise GraphError(f"{name} over an empty axis (input {list(x.shape)}, axes "
+                             f"{list(axes)}) is undefined: {empty}; drop the reduction or "
+                             "reduce a non-empty axis")
+        return [(out, x.dtype)]
 
     def reference(xs, attrs):
         x = xs[0]
-        axes = normalize_axes(attrs.get("axes", range(x.ndim)), x.ndim)
-        keep = bool(attrs.get("keepdims", True))
+        axes = reduce_axes(attrs, x.ndim)
+        keep = attr_bool(attrs, "keepdims", True)
         # accumulate half precision in float32, as the kernels do
         acc = x.astype(np.float32) if x.dtype == np.float16 else x
         if np_fn is np.mean and x.dtype.kind == "i":
@@ -61,11 +77,13 @@ def _make(name, np_fn, combiner, scale_fn, helpers=()):
 
     def error_scale(magnitudes, attrs):
         absx = magnitudes[0]
-        axes = normalize_axes(attrs.get("axes", range(absx.ndim)), absx.ndim)
-        return scale_fn(absx, axis=axes, keepdims=bool(attrs.get("keepdims", True)))
+        axes = reduce_axes(attrs, absx.ndim)
+        return scale_fn(absx, axis=axes, keepdims=attr_bool(attrs, "keepdims", True))
 
-    return register(OpDef(name, Kind.reduce, (1, 1), infer, reference, None,
-                          f"{name[7:]} over attr axes (keepdims attr, default true)",
+    doc = f"{name[7:]} over attr axes (keepdims attr, default true)"
+    if empty:
+        doc += f"; refused over an empty axis ({empty})"
+    return register(OpDef(name, Kind.reduce, (1, 1), infer, reference, None, doc,
                           helpers=tuple(helpers), combiner=combiner, error_scale=error_scale))
 
 
@@ -85,5 +103,9 @@ def _int_mean(x, axes, keep):
 _make("reduce_sum", np.sum, SUM, np.sum, (WRAP,))
 _make("reduce_mean", np.mean, MEAN, np.mean, (WRAP,))
 _make("reduce_prod", np.prod, PROD, np.prod, (WRAP,))
-_make("reduce_max", np.max, MAX, np.max, (FMAX, LIMITS, OMP_MINMAX))
-_make("reduce_min", np.min, MIN, np.max, (FMAX, LIMITS, OMP_MINMAX))
+# max and min have no identity (the kernels would give -inf/+inf or the integer limit;
+# NumPy raises): refused over an empty axis when the result has elements
+_make("reduce_max", np.max, MAX, np.max, (FMAX, LIMITS, OMP_MINMAX),
+      empty="max has no identity")
+_make("reduce_min", np.min, MIN, np.max, (FMAX, LIMITS, OMP_MINMAX),
+      empty="min has no identity")

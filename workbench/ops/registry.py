@@ -195,13 +195,82 @@ def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
                          + " do not broadcast") from None
 
 
-def normalize_axes(axes, rank: int) -> tuple[int, ...]:
+# -- attribute validation: every shape rule checks its attributes with these, so a
+# node with an attribute its kernels cannot honour (an axis out of range, a negative
+# size, a float where an integer belongs) is refused wherever it is made
+
+_REQUIRED = object()
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def attr_int(attrs: Mapping[str, Any], key: str, default: Any = _REQUIRED) -> int:
+    """An integer attribute (not a bool, not 1.0); GraphError naming it otherwise."""
+    v = attrs.get(key, default)
+    if v is None and default is not _REQUIRED:     # null: the default
+        v = default
+    if v is _REQUIRED:
+        raise GraphError(f"attr {key} is required (an integer)")
+    if not _is_int(v):
+        raise GraphError(f"attr {key} must be an integer, got {v!r:.60}")
+    return int(v)
+
+
+def attr_ints(attrs: Mapping[str, Any], key: str, default: Any = _REQUIRED
+              ) -> tuple[int, ...]:
+    """A list-of-integers attribute, as a tuple of ints."""
+    v = attrs.get(key, default)
+    if v is None and default is not _REQUIRED:     # null: the default
+        return default
+    if v is _REQUIRED:
+        raise GraphError(f"attr {key} is required (a list of integers)")
+    if isinstance(v, np.ndarray):
+        v = v.tolist()
+    if not isinstance(v, (list, tuple)):
+        raise GraphError(f"attr {key} must be a list of integers, got {v!r:.60}")
+    bad = [x for x in v if not _is_int(x)]
+    if bad:
+        raise GraphError(f"attr {key} must be a list of integers, got {list(v)!r:.80} "
+                         f"({bad[0]!r:.30} is not an integer)")
+    return tuple(int(x) for x in v)
+
+
+def attr_bool(attrs: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A boolean attribute: true/false, or the integers 1/0 (ONNX's spelling)."""
+    v = attrs.get(key, default)
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if _is_int(v) and int(v) in (0, 1):
+        return bool(v)
+    raise GraphError(f"attr {key} must be true or false (or 1 or 0), got {v!r:.60}")
+
+
+def check_axis(axis: int, rank: int, key: str = "axis") -> int:
+    """An axis in [-rank, rank) as its index in [0, rank)."""
+    if not -rank <= axis < rank:
+        raise GraphError(f"{key} {axis} is out of range for rank {rank} "
+                         f"(valid: {-rank} to {rank - 1})" if rank else
+                         f"{key} {axis} is out of range: the input is a scalar (rank 0)")
+    return axis % rank
+
+
+def normalize_axes(axes, rank: int, key: str = "axes") -> tuple[int, ...]:
+    """Axes (integers in [-rank, rank), none repeated) as sorted indices in [0, rank).
+
+    A rank-0 value has no axes to name; ``axes=[0]`` on it is accepted as "every
+    axis" (the ONNX importer's habit), meaning none."""
+    if isinstance(axes, range):
+        axes = tuple(axes)
+    vals = attr_ints({key: axes}, key)
     out = []
-    for a in axes:
-        a = int(a)
+    for a in vals:
         if not -rank <= a < max(rank, 1):
-            raise GraphError(f"axis {a} is out of range for rank {rank}")
+            raise GraphError(f"axis {a} in {key} {list(vals)} is out of range for rank "
+                             f"{rank} (valid: {-rank} to {rank - 1})" if rank else
+                             f"axis {a} in {key} {list(vals)} is out of range for rank 0")
         out.append(a % rank if rank else 0)
     if len(set(out)) != len(out):
-        raise GraphError(f"repeated axis in {list(axes)}")
-    return tuple(sorted(out))
+        raise GraphError(f"repeated axis in {key} {list(vals)}")
+    return tuple(sorted(out)) if rank else ()

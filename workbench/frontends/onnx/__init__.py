@@ -2,8 +2,9 @@
 
 Contract:
 
-- Default-domain opsets 13 and newer (13-21 reviewed; 22-28 only added element types
-  to the ops mapped here). Attribute-vs-input changes between versions (Reduce* axes,
+- Default-domain opsets 13 to 28 (``MIN_OPSET``, ``MAX_OPSET``; 13-21 reviewed; 22-28
+  only added element types to the ops mapped here); older and newer ones are refused
+  naming the range. Attribute-vs-input changes between versions (Reduce* axes,
   Split sizes, Squeeze/Unsqueeze axes) are resolved by looking at what the node has.
 - Graph inputs need static shapes; ``input_shapes`` fixes dynamic ones. Initializers
   (also those listed as graph inputs) and ``Constant`` nodes become constants.
@@ -15,7 +16,12 @@ Contract:
   tagged ``Origin(onnx_op_type, onnx_node_name)``.
 - Every error is a :class:`WorkbenchError`: one :class:`UnsupportedOpError` listing
   every unsupported op type (or unsupported use of an op) with its nodes, or a
-  :class:`GraphError` naming the file, value or node and the fix.
+  :class:`GraphError` naming the file, value or node and the fix. A malformed model
+  (an axis out of range, a Transpose perm that is no permutation, a negative Split
+  size) is the model's fault and says so; only a disagreement with ONNX's own shape
+  inference on a well-formed model is reported as an importer bug. Nothing else
+  escapes: whatever a corrupt protobuf makes onnx or NumPy raise becomes a
+  GraphError naming the model.
 - Each node's output shape and dtype is checked against ONNX's own shape inference
   where that is static, so an importer mistake fails loudly instead of computing
   something else.
@@ -39,7 +45,7 @@ Modules:
 """
 from __future__ import annotations
 
-from .common import MIN_OPSET, supported_op_types
+from .common import MAX_OPSET, MIN_OPSET, supported_op_types
 from .importer import load_onnx
 
-__all__ = ["MIN_OPSET", "load_onnx", "supported_op_types"]
+__all__ = ["MAX_OPSET", "MIN_OPSET", "load_onnx", "supported_op_types"]

@@ -16,6 +16,10 @@ from ..importing import ImportBuilder as _Builder  # noqa: F401 (used by the imp
 from ..importing import Unsupported as _Unsupported
 
 MIN_OPSET = 13
+# the newest default-domain opset reviewed (13-21 in full; 22-28 only added element
+# types to the ops mapped here): a newer model may use semantics the importer does not
+# know, so it is refused rather than guessed at
+MAX_OPSET = 28
 
 # ONNX element type -> workbench dtype; anything else is refused with the value's name.
 _DTYPES = {TensorProto.FLOAT: DType.float32, TensorProto.FLOAT16: DType.float16,

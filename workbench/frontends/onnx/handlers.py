@@ -24,6 +24,21 @@ _UNARY = {"Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal"
           "Cos": "cos", "Floor": "floor", "Ceil": "ceil", "Neg": "neg", "Not": "not"}
 
 
+def _malformed(c: _Ctx, why: str) -> GraphError:
+    """The model's own fault (not the importer's): one line naming the node."""
+    return GraphError(f"{c.node.op_type} {c.display!r}: {why} -- the model is malformed; "
+                      "fix it or re-export it")
+
+
+def _axis(c: _Ctx, a, rank: int, what: str = "axis", upto: int = 0) -> int:
+    """An ONNX axis in [-rank, rank + upto) as an index (upto=1: Flatten's axis may be
+    rank itself)."""
+    a = int(a)
+    if not -rank <= a < rank + upto:
+        raise _malformed(c, f"{what} {a} is out of range for rank {rank}")
+    return a + rank if a < 0 else a
+
+
 @_handles(*_BINARY)
 def _binary(c: _Ctx):
     return [c.b.op(_BINARY[c.node.op_type], c.x(0), c.x(1))]
@@ -272,7 +287,7 @@ def _reduce(c: _Ctx):
         if c.attr("noop_with_empty_axes", 0):
             return [x]
         axes = list(range(rank))
-    axes = sorted({int(a) % max(rank, 1) for a in axes})
+    axes = sorted({_axis(c, a, rank) for a in axes}) if rank else []
     if any(x.shape[a] == 0 for a in axes):
         return [_empty_reduce(c, x, axes, keep)]
     op = _REDUCE[c.node.op_type]
@@ -319,8 +334,7 @@ def _reshape_target(src, target, allowzero, display) -> tuple[int, ...]:
 def _flatten(c: _Ctx):
     x = c.x(0)
     rank = len(x.shape)
-    axis = int(c.attr("axis", 1))
-    axis = axis + rank if axis < 0 else axis
+    axis = _axis(c, c.attr("axis", 1), rank, upto=1)
     shape = (int(np.prod(x.shape[:axis], dtype=np.int64)),
              int(np.prod(x.shape[axis:], dtype=np.int64)))
     return [x if shape == x.shape else c.b.reshape(x, shape=shape)]
@@ -331,6 +345,9 @@ def _transpose(c: _Ctx):
     x = c.x(0)
     perm = c.attr("perm") or list(reversed(range(len(x.shape))))
     perm = [int(p) for p in perm]
+    if sorted(perm) != list(range(len(x.shape))):
+        raise _malformed(c, f"perm {perm} is not a permutation of the axes "
+                            f"0..{len(x.shape) - 1} of its rank-{len(x.shape)} input")
     return [x if perm == sorted(perm) else c.b.transpose(x, perm=perm)]
 
 
@@ -359,10 +376,13 @@ def _slice(c: _Ctx):
     axes = c.ints(3, "axes") or list(range(len(starts)))
     steps = c.ints(4, "steps") or [1] * len(starts)
     s_out, e_out, a_out, st_out = [], [], [], []
+    if not len(starts) == len(ends) == len(axes) == len(steps):
+        raise _malformed(c, f"starts, ends, axes and steps differ in length ({len(starts)}, "
+                            f"{len(ends)}, {len(axes)}, {len(steps)})")
     for s, e, a, st in zip(starts, ends, axes, steps):
         if st == 0:
-            raise GraphError(f"Slice {c.display!r}: step 0")
-        a = a % rank
+            raise _malformed(c, "step 0")
+        a = _axis(c, a, rank)
         d = x.shape[a]
         # ONNX clamps like NumPy; clamp the huge sentinels (INT64_MAX) into range so
         # the attributes stay small and keep their meaning
@@ -380,14 +400,22 @@ def _slice(c: _Ctx):
 @_handles("Concat")
 def _concat(c: _Ctx):
     xs = c.xs()
-    return [xs[0] if len(xs) == 1 else c.b.concat(*xs, axis=int(c.attr("axis")))]
+    if c.attr("axis") is None:
+        raise _malformed(c, "no axis attribute")
+    axis = _axis(c, c.attr("axis"), len(xs[0].shape))
+    # parts with no elements add nothing (a KV cache with no past); the kernels read
+    # every part, so they are dropped -- unless the result itself is empty
+    full = [t for t in xs if math.prod(t.shape)]
+    if full and len(full) < len(xs) and all(len(t.shape) == len(xs[0].shape) for t in xs):
+        xs = full
+    return [xs[0] if len(xs) == 1 else c.b.concat(*xs, axis=axis)]
 
 
 @_handles("Split")
 def _split(c: _Ctx):
     x = c.x(0)
     rank = len(x.shape)
-    axis = int(c.attr("axis", 0)) % rank
+    axis = _axis(c, c.attr("axis", 0), rank)
     d = x.shape[axis]
     n = len(c.node.output)
     sizes = c.ints(1, "split") if c.has(1) else c.attr("split")
@@ -426,7 +454,7 @@ def _unsqueeze(c: _Ctx):
 @_handles("Gather")
 def _gather(c: _Ctx):
     data = c.x(0)
-    axis = int(c.attr("axis", 0)) % max(len(data.shape), 1)
+    axis = _axis(c, c.attr("axis", 0), len(data.shape))
     idx = c.scope.const(c.node.input[1])
     if idx is not None:  # constant indices: check the range ONNX requires
         n = data.shape[axis]

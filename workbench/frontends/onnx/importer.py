@@ -3,6 +3,7 @@
 (``_fold``) and handing the others to the registered op handlers."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -10,14 +11,16 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...errors import GraphError, UnsupportedOpError, WorkbenchError
+from ...errors import GraphError, UnsupportedOpError, WorkbenchError, shown
 from ...ir import Graph, GraphBuilder, Tensor
 from ...ir.dtypes import DType
+from ...ir.graph import check_shape
 from . import handlers  # noqa: F401  (importing it registers the op handlers)
 from .common import (
     _DTYPES,
     _HANDLERS,
     _NONDETERMINISTIC,
+    MAX_OPSET,
     MIN_OPSET,
     _Builder,
     _check_array_dtype,
@@ -40,22 +43,59 @@ def load_onnx(model: "str | Path | onnx.ModelProto",
 
         >>> g = load_onnx("model.onnx", input_shapes={"x": [8, 128]})  # doctest: +SKIP
     """
+    shapes = _input_shapes(input_shapes)
     proto, label = _read_model(model)
     opset = _default_opset(proto, label)
-    if proto.functions:  # model-local functions: inline them so their nodes import
-        proto = onnx.inliner.inline_local_functions(proto)
-    return _Importer(proto, label, opset, dict(input_shapes or {})).run()
+    try:
+        if proto.functions:  # model-local functions: inline them so their nodes import
+            proto = onnx.inliner.inline_local_functions(proto)
+        return _Importer(proto, label, opset, shapes).run()
+    except WorkbenchError:
+        raise
+    except MemoryError:
+        raise GraphError(f"{label}: out of memory importing the model (a constant or a "
+                         "folded shape computation is too large for this machine)") from None
+    except Exception as e:  # noqa: BLE001 -- a corrupt model makes onnx or NumPy raise anything
+        raise GraphError(f"{label}: cannot import the model ({type(e).__name__}: "
+                         f"{_first_line(e)}); it may be malformed -- check it with "
+                         "onnx.checker.check_model(model, full_check=True) or re-export "
+                         "it") from None
+
+
+def _input_shapes(input_shapes) -> dict[str, tuple[int, ...]]:
+    """input_shapes validated: input name -> a static shape of integers >= 0."""
+    if input_shapes is None:
+        return {}
+    if not isinstance(input_shapes, Mapping):
+        raise GraphError(f"input_shapes must map input names to shapes, e.g. "
+                         f"{{'x': [8, 128]}}; got {type(input_shapes).__name__}")
+    out = {}
+    for name, shape in input_shapes.items():
+        if not isinstance(name, str):
+            raise GraphError(f"input_shapes keys are input names (strings), got {name!r:.40}")
+        out[name] = check_shape(shape, f"input_shapes[{shown(name)!r}]")
+    return out
 
 
 def _read_model(model) -> tuple[onnx.ModelProto, str]:
     """Parse and check the model; one-line GraphError naming the file if it is bad."""
     if isinstance(model, onnx.ModelProto):
-        label, proto = f"model {model.graph.name or '<unnamed>'!r}", model
+        label, proto = f"model {shown(model.graph.name or '<unnamed>')!r}", model
     else:
+        if not isinstance(model, (str, os.PathLike)):
+            raise WorkbenchError(f"load_onnx takes an onnx.ModelProto or a path to a .onnx "
+                                 f"file, got {type(model).__name__}")
         path = Path(model)
-        label = str(path)
-        if not path.is_file():
-            raise WorkbenchError(f"file not found: {path}; check the path")
+        label = shown(path)
+        try:
+            is_dir, is_file = path.is_dir(), path.is_file()
+        except (OSError, ValueError):
+            is_dir = is_file = False
+        if is_dir:
+            raise WorkbenchError(f"{label} is a directory, not an ONNX model; pass the "
+                                 ".onnx file")
+        if not is_file:
+            raise WorkbenchError(f"file not found: {label}; check the path")
         try:
             proto = onnx.load(str(path))
         except Exception as e:  # protobuf raises DecodeError, RuntimeWarning...
@@ -73,21 +113,29 @@ def _read_model(model) -> tuple[onnx.ModelProto, str]:
     except onnx.checker.ValidationError as e:
         raise GraphError(f"{label} fails the ONNX checker ({_first_line(e)}); "
                          "re-export the model") from None
+    except Exception as e:  # noqa: BLE001 -- the checker on a corrupt proto: anything
+        raise GraphError(f"{label} fails the ONNX checker ({type(e).__name__}: "
+                         f"{_first_line(e)}); re-export the model") from None
     return proto, label
 
 
 def _first_line(e: Exception) -> str:
     text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0][:200]
+    return shown(text.splitlines()[0][:200])
 
 
 def _default_opset(proto: onnx.ModelProto, label: str) -> int:
     versions = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
     opset = versions[0] if versions else 1
     if opset < MIN_OPSET:
-        raise GraphError(f"{label} uses opset {opset}; the importer reads opset "
-                         f"{MIN_OPSET} and newer -- upgrade it with "
+        raise GraphError(f"{label} uses opset {opset}; the importer reads opsets "
+                         f"{MIN_OPSET} to {MAX_OPSET} -- upgrade it with "
                          f"onnx.version_converter.convert_version(model, {MIN_OPSET})")
+    if opset > MAX_OPSET:
+        raise GraphError(f"{label} uses opset {opset}, newer than the importer knows; it "
+                         f"reads opsets {MIN_OPSET} to {MAX_OPSET} -- convert the model with "
+                         f"onnx.version_converter.convert_version(model, {MAX_OPSET}) or "
+                         "export it for an older opset")
     return opset
 
 
@@ -105,6 +153,7 @@ class _Importer(_Scope):
         reserved = {v for n in self.g.node for v in list(n.input) + list(n.output)}
         reserved |= {v.name for v in self.g.input} | {t.name for t in self.g.initializer}
         self.onnx_names = reserved
+        self.output_names = {v.name for v in self.g.output}
         self.b = _Builder(self.g.name or "onnx_model", self._description(), reserved)
         self.env: dict[str, Tensor | np.ndarray] = {}
         self.materialized: dict[str, Tensor] = {}
@@ -125,7 +174,9 @@ class _Importer(_Scope):
         t = self.materialized.get(name)
         if t is None:
             _check_array_dtype(v, f"constant {name!r}")
-            t = self.materialized[name] = self.b.constant(v, name=name)
+            # a folded graph output keeps its name for the copy _outputs makes of it
+            keep = name not in self.output_names
+            t = self.materialized[name] = self.b.constant(v, name=name if keep else None)
         return t
 
     def const(self, name: str) -> np.ndarray | None:
@@ -187,10 +238,10 @@ class _Importer(_Scope):
         if not tt.HasField("shape"):
             if override is None:
                 return [], [f"input {v.name!r} has unknown rank"]
-            return [int(d) for d in override], []
+            return list(override), []
         dims = list(tt.shape.dim)
         if override is not None:
-            override = [int(d) for d in override]
+            override = list(override)
             fixed = [(i, d.dim_value) for i, d in enumerate(dims) if d.HasField("dim_value")]
             if len(override) != len(dims) or any(override[i] != d for i, d in fixed):
                 raise GraphError(f"input_shapes[{v.name!r}] = {override} does not fit the "
@@ -304,8 +355,12 @@ class _Importer(_Scope):
         for v in self.g.output:
             if v.name not in self.env:
                 raise GraphError(f"{self.label}: graph output {v.name!r} is never computed")
+            if v.name in self.b._inputs:
+                raise GraphError(f"{self.label}: graph output {v.name!r} is the graph input "
+                                 "of that name; the workbench computes every output -- give "
+                                 "the output its own name (an Identity node)")
             t = self.tensor(v.name)
-            if t.name != v.name or t.name in done:
+            if t.name != v.name or t.name in done or t.name in self.b._constants:
                 with self.b.composite("Identity", v.name):
                     t = self.b.reshape(t, shape=list(t.shape), name=v.name)
             self.b.output(t)

@@ -334,6 +334,11 @@ def _select(c: _Ctx):
 def _cat(c: _Ctx):
     dt = c.out_dtype
     xs = [cast(c.b, t, dt) for t in c.xs("tensors")]
+    # parts with no elements add nothing (torch also takes legacy 1-d empties); the
+    # kernels read every part of a concat, so they are dropped
+    full = [t for t in xs if int(np.prod(t.shape))]
+    if full and len(full) < len(xs):
+        xs = full
     if len(xs) == 1:
         return xs[0]
     return c.b.concat(*xs, axis=_dim(c.v("dim", 0), len(c.out_shape)))
