@@ -283,6 +283,7 @@ def test_wrong_types_everywhere(tmp_path):
     _expect_one_line(s.source, "n0", "fortran")
     _expect_one_line(s.source, "n0", 5)
     _expect_one_line(s.auto, "nope")
+    _expect_one_line(s.auto, ["rules"])
 
 
 def test_a_graph_made_by_hand_is_verified_on_the_way_in():

@@ -27,7 +27,7 @@ def run_planner(name: str, g: Graph, model=None, device: Device | None = None
     score with; the others ignore it."""
     try:
         fn = PLANNERS[name]
-    except KeyError:
+    except (KeyError, TypeError):      # (a list or None is no planner name either)
         raise WorkbenchError(f"unknown planner {name!r}; choose one of "
                              f"{', '.join(PLANNERS)}") from None
     device = device or (model.device if model is not None else DEFAULT_DEVICE)
