@@ -97,3 +97,21 @@ def test_magnitudes_move_through_layout_ops_inside_a_kernel():
     s.auto("stitch")
     ins = fuzz.draw_inputs(g, 2)
     assert fuzz.check_plan(s, ins, run_reference(g, ins)) is None
+
+
+def test_a_row_kernel_over_empty_rows_compiles_for_cuda(compile_cuda):
+    """Found by the fuzzer: rows of 0 columns kept "in registers" declared a
+    zero-length register array, which NVRTC refuses."""
+    b = GraphBuilder("empty_rows")
+    x = b.input("x", (0, 0, 1024))
+    m = b.op("reduce_mean", x, axes=[0, 2], keepdims=False)
+    b.output(m, "m")
+    b.output(b.op("exp", x), "y")
+    g = b.build()
+    s = Session(g, backend="cpu")
+    s.fuse(["n0", "n1"])        # x read by two passes: kept in registers, if it had columns
+    for gr in s.plan.groups:
+        k = s.kernel(gr.id)
+        compile_cuda(s.source(gr.id, "cuda"), [k.name])
+    ins = fuzz.draw_inputs(g, 3)
+    assert fuzz.check_plan(s, ins, run_reference(g, ins)) is None

@@ -292,8 +292,8 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
     again. The user's ``regional`` values go to shared memory; their ``local`` ones
     are recomputed. Refused when a user's ``regional`` cannot be kept."""
     on_chip = mapping.info.on_chip
-    if not on_chip:
-        if regional:
+    if not on_chip or dom.cols == 0:      # (an empty row has nothing to keep)
+        if regional and dom.cols:
             raise FusionRefused(f"regional {sorted(regional)[0]}: the {mapping.value} "
                                 "mapping does not keep a row in one block, so there is no "
                                 "block-shared memory to keep it in; use mapping block or "
