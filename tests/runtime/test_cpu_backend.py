@@ -91,3 +91,23 @@ def test_a_compiler_that_cannot_link_is_named_not_blamed_on_the_kernel(tmp_path,
     finally:
         for f in (cc.find_compiler, cc.cflags, cc._check_toolchain):
             f.cache_clear()
+
+
+@pytest.mark.parametrize("damage", [b"", b"\x7fELF\x02\x01\x01"], ids=["empty", "truncated"])
+def test_a_damaged_cached_library_is_rebuilt(tmp_path, monkeypatch, damage):
+    """A zero-length or truncated .so in the cache (a full disk, a killed compile) is
+    built again instead of failing with 'file too short'."""
+    from workbench.codegen import lower_group, render_kernel
+    from workbench.runtime.cpu import compile_kernel
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    cols = 41 + len(damage)                  # a source this process has not loaded yet
+    p = Plan.singletons(_graph(cols))
+    k = lower_group(p.graph, p.groups[0])
+    src = render_kernel(k, "c")
+    path = cc.build_library(k.name, src)     # built, never loaded, then damaged
+    path.write_bytes(damage)
+    ck = compile_kernel(k, src)
+    assert ck.path == path and path.stat().st_size > 1000
+    x = np.random.default_rng(0).uniform(-1, 1, (5, cols)).astype(np.float32)
+    out = Program(p, get_backend("cpu")).run({"x": x})["y"]
+    np.testing.assert_allclose(out, 3.0 / (1.0 + np.exp(-x)), rtol=1e-5)

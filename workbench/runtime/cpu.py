@@ -34,10 +34,17 @@ class CompiledCpuKernel(CompiledKernel):
 
 
 def compile_kernel(k: Kernel, src: str, origin: str = "") -> CompiledCpuKernel:
-    """Compile one kernel from its C source (library calls need none)."""
+    """Compile one kernel from its C source (library calls need none). A cached
+    library that does not load (truncated by a full disk or a killed process, say) is
+    removed and built again, once."""
     if k.library is not None:
         return CompiledCpuKernel(k, None, src)
-    return CompiledCpuKernel(k, build_library(k.name, src, origin), src, origin)
+    path = build_library(k.name, src, origin)
+    try:
+        return CompiledCpuKernel(k, path, src, origin)
+    except WorkbenchError:
+        path.unlink(missing_ok=True)
+        return CompiledCpuKernel(k, build_library(k.name, src, origin), src, origin)
 
 
 class CpuBackend(Backend):
