@@ -104,3 +104,22 @@ def test_a_sums_error_bound_follows_it_through_the_fused_kernel():
     # ... and a wrong element is not
     env["y"] = (exact + 1e-3 * bound).astype(np.float32)
     assert not any(c.within_tolerance for c in verify_kernels(prog, env))
+
+
+def test_a_float16_kernel_is_checked_against_the_reference_rounded_to_float16():
+    """x / y in float16 overflowing to inf (or flushing to 0) in half precision, as
+    NumPy's float16 does: the float32 reference must be rounded as the kernel stores,
+    or a bitwise-equal output reads as error inf (or 1.0)."""
+    b = wb.GraphBuilder("h")
+    x, y = b.input("x", (4,), "float16"), b.input("y", (4,), "float16")
+    b.output(b.op("div", x, y), "q")
+    g = b.build()
+    prog = Program(run_planner("none", g)[0], get_backend("cpu"))
+    xs = np.array([60000, 1e-5, 3, -60000], np.float16)
+    ys = np.array([0.5, 6000, 7, 0.25], np.float16)
+    env = prog.run({"x": xs, "y": ys}, keep_all=True)
+    want = xs / ys                                      # NumPy in float16
+    assert np.isinf(want[0]) and want[1] == 0
+    np.testing.assert_array_equal(env["q"], want)
+    assert all(c.within_tolerance and c.max_rel_error == 0
+               for c in verify_kernels(prog, env))
