@@ -48,3 +48,20 @@ def shown(text: object) -> str:
     s = str(text)
     return s if s.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1]
                                              for c in s)
+
+
+def existing_file(path, expect: str) -> str:
+    """The label (``shown``) of ``path`` once it is known to be a regular file; else one
+    WorkbenchError: a directory where ``expect`` (".onnx file") was due, or not found."""
+    from pathlib import Path
+    path = Path(path)
+    label = shown(path)
+    try:
+        is_dir, is_file = path.is_dir(), path.is_file()
+    except (OSError, ValueError):    # a NUL byte, a name too long
+        is_dir = is_file = False
+    if is_dir:
+        raise WorkbenchError(f"{label} is a directory, not a graph file; pass the {expect}")
+    if not is_file:
+        raise WorkbenchError(f"file not found: {label}; check the path")
+    return label

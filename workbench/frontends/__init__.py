@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import WorkbenchError, shown
+from ..errors import WorkbenchError, existing_file, shown
 from ..ir import Graph, load_json
 from .onnx import load_onnx
 
@@ -35,16 +35,7 @@ def load(source: Any, **kw: Any) -> Graph:
         raise WorkbenchError(f"cannot load a {type(source).__name__}; pass a Graph, an "
                              "onnx.ModelProto or a path to a .onnx or .json file")
     path = Path(source)
-    label = shown(path)
-    try:
-        is_dir, is_file = path.is_dir(), path.is_file()
-    except (OSError, ValueError):    # a NUL byte, a name too long
-        is_dir = is_file = False
-    if is_dir:
-        raise WorkbenchError(f"{label} is a directory, not a graph file; pass a .onnx or "
-                             ".json file")
-    if not is_file:
-        raise WorkbenchError(f"file not found: {label}; check the path")
+    existing_file(path, ".onnx or .json file")
     suffix = path.suffix.lower()
     if suffix not in (".onnx", ".json"):
         raise WorkbenchError(f"unknown graph format {shown(path.name)!r}; use .onnx or .json")

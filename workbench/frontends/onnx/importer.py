@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ...errors import GraphError, UnsupportedOpError, WorkbenchError, shown
+from ...errors import GraphError, UnsupportedOpError, WorkbenchError, existing_file, shown
 from ...ir import Graph, GraphBuilder, Tensor
 from ...ir.dtypes import DType
 from ...ir.graph import check_shape
@@ -86,16 +86,7 @@ def _read_model(model) -> tuple[onnx.ModelProto, str]:
             raise WorkbenchError(f"load_onnx takes an onnx.ModelProto or a path to a .onnx "
                                  f"file, got {type(model).__name__}")
         path = Path(model)
-        label = shown(path)
-        try:
-            is_dir, is_file = path.is_dir(), path.is_file()
-        except (OSError, ValueError):
-            is_dir = is_file = False
-        if is_dir:
-            raise WorkbenchError(f"{label} is a directory, not an ONNX model; pass the "
-                                 ".onnx file")
-        if not is_file:
-            raise WorkbenchError(f"file not found: {label}; check the path")
+        label = existing_file(path, ".onnx file")
         try:
             proto = onnx.load(str(path))
         except Exception as e:  # protobuf raises DecodeError, RuntimeWarning...
