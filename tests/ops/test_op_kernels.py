@@ -138,11 +138,18 @@ def test_max_min_propagate_nan(check_graph, op):
     check_graph(g, "none", inputs={"x0_0": a, "x0_1": c})
 
 
-def test_relu_propagates_nan(check_graph):
-    # NumPy's maximum(NaN, 0) and torch's relu(NaN) are NaN; `x > 0 ? x : 0` gave 0
-    g = _many("relu", "relu", [((5,),)], [[F32]])
-    x = np.array([np.nan, -1.0, 2.0, -np.inf, np.inf], np.float32)
-    check_graph(g, "none", inputs={"x0_0": x})
+def test_relu_propagates_nan_and_gives_positive_zero(check_graph):
+    # NumPy's maximum(NaN, 0) and torch's relu(NaN) are NaN (`x > 0 ? x : 0` gave 0);
+    # relu(-0.0) is +0.0 (`x < 0 ? 0 : x` kept -0, and 1 / relu(x) became -inf)
+    b = GraphBuilder("relu")
+    x = b.input("x", (6,))
+    b.output(b.op("reciprocal", b.op("relu", x)), "y")
+    g = b.build()
+    xs = np.array([np.nan, -1.0, 2.0, -np.inf, np.inf, -0.0], np.float32)
+    for planner in ("none", "rules"):
+        s = check_graph(g, planner, inputs={"x": xs})
+        y = s.run({"x": xs})["y"]
+        assert np.isnan(y[0]) and y[1] == np.inf and y[5] == np.inf, y
 
 
 @pytest.mark.parametrize("op", ["reduce_max", "reduce_min"])

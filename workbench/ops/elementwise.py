@@ -121,9 +121,9 @@ _unary("erf", "erff({0})", lambda x: _erf(x), flops=8,
        slope=lambda x, y: 1.1283791670955126 * np.exp(-x * x))
 _unary("sigmoid", "(1.0f / (1.0f + expf(-{0})))", lambda x: 1 / (1 + np.exp(-x)), flops=6,
        slope=lambda x, y: np.abs(y * (1 - y)))
-# (NaN stays NaN, as in NumPy's maximum and torch's relu: NaN < 0 is false)
-_unary("relu", "({0} < 0.0f ? 0.0f : {0})", lambda x: np.maximum(x, 0),
-       scalar_i="({0} > 0 ? {0} : 0)", kinds="fi")
+# NumPy's maximum(x, 0): NaN stays NaN (as torch's relu), and -0 becomes +0
+_unary("relu", "wb_fmax({0}, 0.0f)", lambda x: np.maximum(x, 0),
+       scalar_i="({0} > 0 ? {0} : 0)", kinds="fi", helpers=(FMAX,))
 _unary("sin", "sinf({0})", np.sin, flops=8)
 _unary("cos", "cosf({0})", np.cos, flops=8)
 _unary("floor", "floorf({0})", np.floor)
