@@ -115,3 +115,18 @@ def test_a_row_kernel_over_empty_rows_compiles_for_cuda(compile_cuda):
         compile_cuda(s.source(gr.id, "cuda"), [k.name])
     ins = fuzz.draw_inputs(g, 3)
     assert fuzz.check_plan(s, ins, run_reference(g, ins)) is None
+
+
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_min", "reduce_prod"])
+def test_a_reduction_with_no_results_is_empty_not_an_error(op):
+    """Found by the fuzzer: max over an empty axis of a [0, 0] input has nothing to
+    compute (its result is empty, so the verifier allows it), but the reference raised
+    NumPy's 'zero-size array to reduction operation maximum'."""
+    b = GraphBuilder("nothing")
+    x = b.input("x", (0, 0))
+    b.output(b.op(op, x, axes=[1], keepdims=False), "y")
+    g = b.build()
+    assert run_reference(g, {"x": np.zeros((0, 0), np.float32)})["y"].shape == (0,)
+    s = Session(g, backend="cpu")
+    ins = {"x": np.zeros((0, 0), np.float32)}
+    assert fuzz.check_plan(s, ins, run_reference(g, ins)) is None

@@ -69,6 +69,9 @@ def _make(name, np_fn, combiner, scale_fn, helpers=(), empty=None):
         keep = attr_bool(attrs, "keepdims", True)
         # accumulate half precision in float32, as the kernels do
         acc = x.astype(np.float32) if x.dtype == np.float16 else x
+        out = reduced_shape(x.shape, axes, keep)
+        if math.prod(out) == 0:      # nothing to compute (NumPy's max would raise)
+            return [np.zeros(out, x.dtype)]
         if np_fn is np.mean and x.dtype.kind == "i":
             return [_int_mean(acc, axes, keep).astype(x.dtype)]
         with np.errstate(all="ignore"):
@@ -78,7 +81,10 @@ def _make(name, np_fn, combiner, scale_fn, helpers=(), empty=None):
     def error_scale(magnitudes, attrs):
         absx = magnitudes[0]
         axes = reduce_axes(attrs, absx.ndim)
-        return scale_fn(absx, axis=axes, keepdims=attr_bool(attrs, "keepdims", True))
+        keep = attr_bool(attrs, "keepdims", True)
+        if math.prod(reduced_shape(absx.shape, axes, keep)) == 0:
+            return np.zeros(reduced_shape(absx.shape, axes, keep))
+        return scale_fn(absx, axis=axes, keepdims=keep)
 
     doc = f"{name[7:]} over attr axes (keepdims attr, default true)"
     if empty:
