@@ -23,6 +23,7 @@ seeds (tests/test_fuzz.py).
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -454,11 +455,13 @@ def fuzz(seeds, seconds: float | None = None, edits: int = 4, max_ops: int = 10,
 
 def _markdown(rep: Report, args) -> str:
     import numpy
+
     from . import __version__
+    from .runtime.cc import cpu_model
     lines = [f"# Differential fuzz run, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}",
              "",
-             f"- machine: {platform.machine()} {platform.processor() or ''}, "
-             f"{platform.platform()}; Python {sys.version.split()[0]}, NumPy {numpy.__version__}, "
+             f"- machine: {cpu_model()} ({os.cpu_count()} threads), {platform.platform()}; "
+             f"Python {sys.version.split()[0]}, NumPy {numpy.__version__}, "
              f"workbench {__version__}",
              f"- command: `python -m workbench.fuzz --seconds {args.seconds} --start "
              f"{args.start} --edits {args.edits} --max-ops {args.max_ops}"
