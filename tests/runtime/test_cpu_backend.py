@@ -82,14 +82,14 @@ def test_a_compiler_that_cannot_link_is_named_not_blamed_on_the_kernel(tmp_path,
     fake.chmod(0o755)
     monkeypatch.setenv("CC", str(fake))
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
-    for f in (cc.find_compiler, cc.cflags, cc._check_toolchain):
+    for f in (cc.find_compiler, cc.machine_cflags, cc._check_toolchain):
         f.cache_clear()
     try:
         with pytest.raises(wb.errors.BackendUnavailable,
                            match="cannot build a shared library here .*cannot find 'ld'"):
             cc.build_library("k0_exp", "void k0_exp(void) {}\n")
     finally:
-        for f in (cc.find_compiler, cc.cflags, cc._check_toolchain):
+        for f in (cc.find_compiler, cc.machine_cflags, cc._check_toolchain):
             f.cache_clear()
 
 

@@ -116,7 +116,12 @@ def _save(path: Path, key: str, entry: dict) -> None:
 
 
 def tuning_key(source: str, backend_name: str) -> str:
-    """A kernel's identity for the cache: its source under the rule's parameters."""
+    """A kernel's identity for the cache: its source under the rule's parameters (on
+    the CPU with $WB_EXTRA_CFLAGS, which change its timings: sanitizers)."""
+    if backend_name == "cpu":
+        from ..runtime.cc import extra_cflags
+        if extra_cflags():
+            backend_name += "\0" + " ".join(extra_cflags())
     return hashlib.sha256(f"{TUNER_VERSION}\0{backend_name}\0{source}".encode()
                           ).hexdigest()[:24]
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 
 from ..fusion.devices import ASSUMED_GPU_LAUNCH, ASSUMED_GRID_BARRIER, Device, gpu_by_name
-from .cc import build_library, cache_dir, cflags, cpu_model, find_compiler
+from .cc import build_library, cache_dir, cpu_model, find_compiler, machine_cflags
 
 _PROBE = r"""
 #include <stddef.h>
@@ -88,14 +88,16 @@ def _llc_bytes() -> int:
 
 def _machine_key() -> str:
     cc, version = find_compiler()
-    text = "\0".join([cpu_model(), str(os.cpu_count()), version, " ".join(cflags())])
+    text = "\0".join([cpu_model(), str(os.cpu_count()), version, " ".join(machine_cflags())])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _build_probe() -> ctypes.CDLL:
-    # built and cached like a kernel: the same compiler, flags and cache
+    # built and cached like a kernel: the same compiler, flags and cache -- but not
+    # $WB_EXTRA_CFLAGS (sanitizers): plans are made for this machine as it runs kernels
     return ctypes.CDLL(str(build_library(
-        "wb_probe", _PROBE, "check the compiler ($CC) or use --backend reference")))
+        "wb_probe", _PROBE, "check the compiler ($CC) or use --backend reference",
+        extra=False)))
 
 
 def _median_time(fn, repeats: int, warmup: int = 2) -> float:

@@ -5,6 +5,13 @@ source, flags and compiler in a user cache directory (``$WORKBENCH_CACHE`` or
 ``~/.cache/fusion-workbench``). A library is written to a temporary name and moved
 into place atomically, so processes compiling the same kernel at once never see a
 partial file. The CPU backend and the CPU probe (``calibrate``) build with it.
+
+``$WB_EXTRA_CFLAGS`` (split as a shell would) is appended to the flags of every kernel,
+for checking builds such as ``-fsanitize=address,undefined`` (``scripts/sanitize.py``).
+The extra flags are part of the cache key, so a library built with them is never
+served to a build without them, or the other way round. The CPU probe is built
+without them: the device a plan is made for is this machine's, whatever the kernels
+are checked with.
 """
 from __future__ import annotations
 
@@ -12,6 +19,7 @@ import ctypes
 import hashlib
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -30,6 +38,8 @@ _KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
 BASE_CFLAGS = ["-O3", "-march=native", "-fPIC", "-shared", "-std=gnu11", "-fno-math-errno",
                "-fopenmp"]
+# extra compiler flags for every kernel (after the machine's), e.g. sanitizers
+EXTRA_CFLAGS_ENV = "WB_EXTRA_CFLAGS"
 
 
 def cache_dir() -> Path:
@@ -69,9 +79,26 @@ def _check_toolchain() -> None:
                                  "binutils libc6-dev) or use --backend reference")
 
 
-@lru_cache(maxsize=None)
+def extra_cflags() -> tuple[str, ...]:
+    """The flags in ``$WB_EXTRA_CFLAGS``, split as a shell would (read at every build)."""
+    text = os.environ.get(EXTRA_CFLAGS_ENV, "")
+    try:
+        return tuple(shlex.split(text))
+    except ValueError as e:
+        raise WorkbenchError(f"${EXTRA_CFLAGS_ENV} is not a valid list of flags ({e}): "
+                             f"{text[:200]!r}") from None
+
+
 def cflags() -> tuple[str, ...]:
-    """Compiler flags; vector math (glibc libmvec) only when a probe builds and loads."""
+    """The flags every kernel is compiled with: :func:`machine_cflags`, then
+    ``$WB_EXTRA_CFLAGS``."""
+    return (*machine_cflags(), *extra_cflags())
+
+
+@lru_cache(maxsize=None)
+def machine_cflags() -> tuple[str, ...]:
+    """The backend's own compiler flags; vector math (glibc libmvec) only when a probe
+    builds and loads."""
     cc, _ = find_compiler()
     probe = ("#include <math.h>\n#pragma omp declare simd notinbranch\nfloat expf(float);\n"
              "void p(float* x, int n) {\n#pragma omp simd\n"
@@ -91,7 +118,7 @@ def cflags() -> tuple[str, ...]:
 
 
 def link_flags() -> list[str]:
-    return (["-lmvec"] if "-DWB_VECTOR_MATH" in cflags() else []) + ["-lm"]
+    return (["-lmvec"] if "-DWB_VECTOR_MATH" in machine_cflags() else []) + ["-lm"]
 
 
 def cpu_model() -> str:
@@ -106,18 +133,22 @@ def cpu_model() -> str:
     return platform.processor() or "CPU"
 
 
-def build_library(name: str, src: str, origin: str = "") -> Path:
+def build_library(name: str, src: str, origin: str = "", extra: bool = True) -> Path:
     """Compile C source to a shared library in the kernel cache (keyed by source,
     flags and compiler version; installed atomically, so concurrent compilers race
     harmlessly). ``origin`` says where a rejected source came from, for the message.
-    ``name`` must be a C identifier (it names files in the cache and the symbol)."""
+    ``name`` must be a C identifier (it names files in the cache and the symbol).
+    ``extra=False`` leaves out ``$WB_EXTRA_CFLAGS`` (the CPU probe)."""
     if not isinstance(name, str) or not _KERNEL_NAME.fullmatch(name):
         raise WorkbenchError(f"kernel name {str(name)[:80]!r} is not a C identifier of at most "
                              "128 characters; refusing to build it (it would name files "
                              "outside the kernel cache)")
     cc, version = find_compiler()
-    flags = cflags()
-    key = hashlib.sha256("\0".join([src, " ".join(flags), version]).encode()).hexdigest()[:24]
+    flags = cflags() if extra else machine_cflags()
+    # every flag, quoted (unchanged for plain flags), so that no two lists of flags --
+    # with the extra ones or without -- share a key
+    key = hashlib.sha256("\0".join([src, " ".join(map(shlex.quote, flags)), version]
+                                   ).encode()).hexdigest()[:24]
     out = cache_dir() / f"{name}-{key}.so"
     if not out.exists():
         with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
