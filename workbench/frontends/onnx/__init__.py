@@ -40,12 +40,15 @@ Modules:
   the handler registry (``_handles``, ``supported_op_types``).
 - :mod:`.handlers` -- one function per ONNX op type (or family), mapping a node to
   workbench primitives or composites; importing it fills the registry.
+- :mod:`.handlers_index` -- the indexing family (GatherElements, GatherND, Scatter*,
+  ArgMax/ArgMin, TopK, CumSum, Trilu, OneHot).
 - :mod:`.importer` -- :func:`load_onnx`: reading and checking the model, walking its
   nodes (``_Importer``) and constant folding (``_fold``, ``_Scratch``).
 """
 from __future__ import annotations
 
 from .common import MAX_OPSET, MIN_OPSET, supported_op_types
+from . import handlers_index  # noqa: F401  (registers the indexing handlers)
 from .importer import load_onnx
 
 __all__ = ["MAX_OPSET", "MIN_OPSET", "load_onnx", "supported_op_types"]

@@ -400,12 +400,22 @@ class _Scratch(_Scope):
 
 def _fold(node, display, handler, arrays, opset) -> list:
     """Evaluate a node on constant inputs: by the workbench's own definitions where it
-    has them (so folding agrees with what the graph would compute), else by ONNX's."""
+    has them (so folding agrees with what the graph would compute), else by ONNX's.
+
+    A folding failure is never reported as an unsupported op: where the workbench has
+    the op, its own error (a malformed node) is the one raised, and ONNX's evaluator is
+    only asked about what the workbench cannot fold (a float64 shape computation); an op
+    only ONNX's evaluator knows is reported with the evaluator's reason."""
     if handler is not None:
         try:
             return _fold_with_workbench(node, display, handler, arrays)
-        except (WorkbenchError, _Unsupported):
+        except _Unsupported:
             pass  # e.g. a float64 step in a shape computation: ONNX's evaluator takes it
+        except WorkbenchError as e:
+            try:
+                return _fold_with_onnx(node, arrays, opset)
+            except _Unsupported:
+                raise GraphError(f"constant folding failed: {e}") from None
     return _fold_with_onnx(node, arrays, opset)
 
 
@@ -428,5 +438,9 @@ def _fold_with_onnx(node, arrays, opset) -> list:
         ev = ReferenceEvaluator(node, opsets={"": opset})
         outs = ev.run(None, arrays)
     except Exception as e:  # the evaluator lacks the op, or the op needs something else
-        raise _Unsupported(None) from e
+        # (NotImplementedError, or a "no implementation" lookup: the op is unknown; any
+        # other failure is the evaluator's, named so it is not taken for a missing op)
+        known = not isinstance(e, NotImplementedError) and "implement" not in str(e)
+        raise _Unsupported(f"constant inputs; onnx.reference could not fold it: "
+                           f"{_first_line(e)[:120]}" if known else None) from e
     return [None if o is None else np.asarray(o) for o in outs]

@@ -34,10 +34,13 @@ Modules:
 - :mod:`.common` -- the dtype table, ``_Unsupported``, the builder, the per-node context
   handed to handlers (``_Ctx``) and the handler registry (``_handles``).
 - :mod:`.handlers` -- one function per core ATen op (or family).
+- :mod:`.handlers_index` -- advanced indexing, gather/scatter, argmax/topk/cumsum,
+  triu/tril and the no-op views (alias, detach, lift_fresh_copy...).
 - :mod:`.importer` -- :func:`from_torch`: export, walk, fold, check, name outputs.
 """
 from __future__ import annotations
 
+from . import handlers_index  # noqa: F401  (registers the indexing handlers)
 from .common import supported_aten_ops
 from .importer import from_torch
 
