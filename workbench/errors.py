@@ -16,17 +16,38 @@ class GraphError(WorkbenchError):
 
 
 class UnsupportedOpError(WorkbenchError):
-    """The model uses op types the workbench does not implement."""
+    """The model uses op types the workbench does not implement.
 
-    def __init__(self, unsupported: dict[str, list[str]]):
+    ``unsupported`` maps each op type (with the reason, for an unsupported use of an op)
+    to the names of every node that uses it. ``locations`` (optional, same keys and
+    order) says where each node sits in the model -- ``index in encoder.layer.0.attention``
+    (torch: the module path) or ``node_GatherND_47 (after /encoder/Unsqueeze_1)`` (ONNX:
+    the nearest named producer); ``hints`` maps an op type to the way around it, where
+    one exists. The message lists the first ``SHOWN`` nodes of each type and how many
+    more there are, in one line.
+    """
+
+    SHOWN = 5
+
+    def __init__(self, unsupported: dict[str, list[str]],
+                 locations: dict[str, list[str]] | None = None,
+                 hints: dict[str, str] | None = None):
         # unsupported: op type -> node names that use it
         self.unsupported = dict(sorted(unsupported.items()))
-        parts = [f"{shown(op)} (nodes: {', '.join(map(shown, names[:5]))}"
-                 f"{', ...' if len(names) > 5 else ''})"
-                 for op, names in self.unsupported.items()]
+        self.locations = {k: list((locations or {}).get(k) or v)
+                          for k, v in self.unsupported.items()}
+        self.hints = {k: h for k, h in (hints or {}).items() if h and k in self.unsupported}
+        parts = []
+        for op, where in self.locations.items():
+            more = len(where) - self.SHOWN
+            nodes = ", ".join(map(shown, where[:self.SHOWN])) + \
+                (f" and {more} more" if more > 0 else "")
+            count = f"{len(where)} nodes" if len(where) > 1 else "node"
+            parts.append(f"{shown(op)} ({count}: {nodes})")
+        hints_text = "".join(f"; for {shown(op)}: {h}" for op, h in self.hints.items())
         super().__init__(
             f"unsupported op types: {'; '.join(parts)} -- the workbench cannot import this "
-            "model; replace these ops or add their definitions to workbench.ops")
+            f"model; replace these ops or add their definitions to workbench.ops{hints_text}")
 
 
 class FusionRefused(WorkbenchError):

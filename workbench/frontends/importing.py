@@ -53,3 +53,68 @@ class ImportBuilder(GraphBuilder):
         for i in range(since, len(self._nodes)):
             n = self._nodes[i]
             self._nodes[i] = Node(n.id, n.op, n.inputs, n.outputs, n.attrs, label, n.origin)
+
+
+# ---------------------------------------------------------------------------------
+# what both importers say about a node they cannot import: where it is, and the way
+# around it -- worded once here, so one limit reads the same from ONNX and from torch
+
+def data_dependent(what: str) -> str:
+    """The reason for a value that must be known at import but is computed."""
+    return (f"data-dependent {what} (the workbench compiles for static shapes and "
+            "values; make it a constant)")
+
+
+def frame_of(stack_trace: str | None) -> str:
+    """``file.py:123`` of the innermost frame of a torch stack trace ('' if none)."""
+    import re
+    frames = re.findall(r'File "([^"]+)", line (\d+)', stack_trace or "")
+    if not frames:
+        return ""
+    path, line = frames[-1]
+    return f"{path.replace(chr(92), '/').rsplit('/', 1)[-1]}:{line}"
+
+
+def located(name: str, module_path: str | None, stack_trace: str | None = None) -> str:
+    """A node as an error names it: ``index in encoder.layer.0.attention.self``, with
+    the source line when torch recorded one (``(modeling_bert.py:661)``)."""
+    where = f"{name} in {module_path}" if module_path else f"{name} at the top level"
+    frame = frame_of(stack_trace)
+    return f"{where} ({frame})" if frame else where
+
+
+# Ways around a missing op, by ONNX op type or ATen op (overload packet) name.
+_SDPA = ('load the transformers model with attn_implementation="eager" (plain matmul '
+         'and softmax attention)')
+_DATA_SHAPE = ("its result's shape depends on the data; keep shapes static, e.g. "
+               "torch.where(mask, x, 0) instead of x[mask]")
+_TRAINING = "import the model in inference mode (model.eval())"
+WORKAROUNDS = {
+    "scaled_dot_product_attention": _SDPA,
+    "_scaled_dot_product_flash_attention": _SDPA,
+    "_scaled_dot_product_flash_attention_for_cpu": _SDPA,
+    "_scaled_dot_product_efficient_attention": _SDPA,
+    "_scaled_dot_product_cudnn_attention": _SDPA,
+    "Attention": _SDPA,
+    "NonZero": _DATA_SHAPE, "nonzero": _DATA_SHAPE, "masked_select": _DATA_SHAPE,
+    "Unique": _DATA_SHAPE, "unique": _DATA_SHAPE, "_unique2": _DATA_SHAPE,
+    "Compress": _DATA_SHAPE,
+    "Loop": "export with static control flow: Python loops over fixed ranges unroll "
+            "under torch.onnx.export",
+    "If": "export with static control flow (no branches on tensor values)",
+    "Scan": "export with static control flow: Python loops over fixed ranges unroll "
+            "under torch.onnx.export",
+    "native_dropout": _TRAINING, "_native_batch_norm_legit": _TRAINING,
+    "_native_batch_norm_legit_functional": _TRAINING,
+    "Upsample": "re-export at opset 13 or newer (Resize replaces it)",
+    "Scatter": "re-export at opset 13 or newer (ScatterElements replaces it)",
+}
+_DOMAIN_HINT = ("export with the standard ONNX opset only (skip onnxruntime's "
+                "transformer optimizer and custom-domain fusions)")
+
+
+def workaround(op: str, domain: str = "") -> str | None:
+    """The way around a missing op (ONNX op type or ATen name), or None."""
+    if domain not in ("", "ai.onnx"):
+        return _DOMAIN_HINT
+    return WORKAROUNDS.get(op)

@@ -14,6 +14,7 @@ from ...ir import GraphBuilder, Tensor
 from ...ir.dtypes import DType
 from ..importing import ImportBuilder as _Builder  # noqa: F401 (used by the importer)
 from ..importing import Unsupported as _Unsupported
+from ..importing import data_dependent
 
 MIN_OPSET = 13
 # the newest default-domain opset reviewed (13-21 in full; 22-28 only added element
@@ -90,8 +91,7 @@ class _Ctx:
         """Input i as a NumPy array; it must be constant (after folding)."""
         arr = self.scope.const(self.node.input[i])
         if arr is None:
-            raise _Unsupported(f"non-constant {what} input (data-dependent shapes are "
-                               "not supported)")
+            raise _Unsupported(data_dependent(f"{what} input"))
         return arr
 
     def ints(self, i: int, what: str) -> list[int] | None:

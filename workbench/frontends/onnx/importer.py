@@ -3,6 +3,7 @@
 (``_fold``) and handing the others to the registered op handlers."""
 from __future__ import annotations
 
+import ast
 import os
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -15,6 +16,7 @@ from ...errors import GraphError, UnsupportedOpError, WorkbenchError, existing_f
 from ...ir import Graph, GraphBuilder, Tensor
 from ...ir.dtypes import DType
 from ...ir.graph import check_shape
+from ..importing import located, workaround
 from . import handlers  # noqa: F401  (importing it registers the op handlers)
 from .common import (
     _DTYPES,
@@ -150,6 +152,9 @@ class _Importer(_Scope):
         self.materialized: dict[str, Tensor] = {}
         self.poisoned: set[str] = set()
         self.unsupported: dict[str, list[str]] = {}
+        self.locations: dict[str, list[str]] = {}
+        self.hints: dict[str, str] = {}
+        self._producers: dict[str, onnx.NodeProto] | None = None
         self.expected: dict[str, tuple[tuple[int, ...], DType]] = {}
         self._start = 0  # index of the first builder node the current ONNX node made
 
@@ -189,7 +194,7 @@ class _Importer(_Scope):
         for i, node in enumerate(self.g.node):
             self._node(node, node.name or f"{node.op_type}_{i}")
         if self.unsupported:
-            raise UnsupportedOpError(self.unsupported)
+            raise self._unsupported_error()
         self._outputs()
         try:
             return self.b.build()
@@ -281,7 +286,7 @@ class _Importer(_Scope):
             return
         except GraphError as e:
             if self.unsupported:  # the more basic problem: report that first
-                raise UnsupportedOpError(self.unsupported) from e
+                raise self._unsupported_error() from e
             raise GraphError(f"ONNX node {display!r} ({node.op_type}): {e}") from None
         for name, r in zip(node.output, results):
             if name and r is not None:
@@ -297,6 +302,60 @@ class _Importer(_Scope):
         if reason:
             key = f"{key} [{reason}]"
         self.unsupported.setdefault(key, []).append(display)
+        self.locations.setdefault(key, []).append(self._located(node, display))
+        hint = workaround(node.op_type, node.domain)
+        if hint:
+            self.hints[key] = hint
+
+    def _unsupported_error(self) -> UnsupportedOpError:
+        return UnsupportedOpError(self.unsupported, self.locations, self.hints)
+
+    def _located(self, node: onnx.NodeProto, display: str) -> str:
+        """Where a node sits: the module path torch.onnx.export recorded (the same
+        words from_torch uses), a scoped name (``/encoder/layer.0/...``) as it is, or
+        else the node with its nearest named producer (an initializer, an input or a
+        scoped node) -- or consumer, when nothing named feeds it."""
+        meta = {p.key: p.value for p in node.metadata_props}
+        scopes = meta.get("pkg.torch.onnx.name_scopes")
+        if scopes:
+            try:
+                path = [str(x) for x in ast.literal_eval(scopes)][1:-1]
+            except (ValueError, SyntaxError):
+                path = []
+            return located(display, path[-1] if path else "",
+                           meta.get("pkg.torch.onnx.stack_trace"))
+        if "/" in display.strip("/"):
+            return display
+        near = self._named_near(node)
+        return f"{display} ({near})" if near else display
+
+    def _named_near(self, node: onnx.NodeProto) -> str:
+        if self._producers is None:
+            self._producers = {o: n for n in self.g.node for o in n.output}
+        named = lambda n: bool(n.name) and "/" in n.name.strip("/")  # noqa: E731
+        leaves = {v.name for v in self.g.input} | {t.name for t in self.g.initializer}
+        seen, frontier = set(), [i for i in node.input if i]
+        for _ in range(32):      # breadth first, a bounded walk
+            nxt = []
+            for v in frontier:
+                if v in seen:
+                    continue
+                seen.add(v)
+                if v in leaves:
+                    return f"after {v}"
+                p = self._producers.get(v)
+                if p is None:
+                    continue
+                if named(p):
+                    return f"after {p.name}"
+                nxt += [i for i in p.input if i]
+            if not nxt:
+                break
+            frontier = nxt
+        for n in self.g.node:     # nothing named feeds it: its first named consumer
+            if named(n) and set(node.output) & set(n.input):
+                return f"before {n.name}"
+        return ""
 
     def _results(self, node: onnx.NodeProto, display: str) -> list:
         """The node's outputs: folded to constants when its inputs are all constant."""

@@ -15,6 +15,7 @@ from ...ir import GraphBuilder, Tensor
 from ...ir.dtypes import DType
 from ..importing import ImportBuilder as _Builder  # noqa: F401 (used by the importer)
 from ..importing import Unsupported as _Unsupported
+from ..importing import data_dependent
 
 # torch dtype -> workbench dtype; anything else is refused with the value's name.
 _DTYPES = {torch.float32: DType.float32, torch.float16: DType.float16,
@@ -81,8 +82,7 @@ class _Ctx:
         if isinstance(a, torch.fx.Node):
             val = self.scope.value(a.name)
             if isinstance(val, (Tensor, np.ndarray)):
-                raise _Unsupported(f"tensor-valued {key!r} (only static values are "
-                                   "supported)")
+                raise _Unsupported(data_dependent(f"{key!r} argument"))
             return val
         return default if a is None else a
 

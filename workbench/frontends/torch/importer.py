@@ -16,6 +16,7 @@ from torch.utils import _pytree as pytree
 from ...errors import GraphError, UnsupportedOpError, WorkbenchError
 from ...ir import Graph, GraphBuilder, Tensor
 from ...ir.dtypes import DType
+from ..importing import located, workaround
 from . import handlers  # noqa: F401  (registers the handlers)
 from .common import (
     _HANDLERS,
@@ -132,6 +133,8 @@ class _Importer(_Scope):
         self.materialized: dict[str, Tensor] = {}
         self.poisoned: set[str] = set()
         self.unsupported: dict[str, list[str]] = {}
+        self.locations: dict[str, list[str]] = {}
+        self.hints: dict[str, str] = {}
 
     # -- scope ----------------------------------------------------------------------
     def value(self, name: str) -> Any:
@@ -163,7 +166,7 @@ class _Importer(_Scope):
             elif node.op != "placeholder":
                 self._refuse(node, f"FX {node.op}")
         if self.unsupported:
-            raise UnsupportedOpError(self.unsupported)
+            raise self._unsupported_error()
         self._outputs(out_node)
         try:
             return self.b.build()
@@ -219,7 +222,7 @@ class _Importer(_Scope):
             return
         except GraphError as e:
             if self.unsupported:  # the more basic problem: report that first
-                raise UnsupportedOpError(self.unsupported) from e
+                raise self._unsupported_error() from e
             raise GraphError(f"{self.label}: FX node {node.name!r} ({node.target}): "
                              f"{e}") from None
         self._bind(node, result)
@@ -227,6 +230,15 @@ class _Importer(_Scope):
     def _refuse(self, node: torch.fx.Node, reason: str | None) -> None:
         key = str(node.target) if reason is None else f"{node.target} [{reason}]"
         self.unsupported.setdefault(key, []).append(node.name)
+        _, path = _namespace(node, "")
+        self.locations.setdefault(key, []).append(
+            located(node.name, path, node.meta.get("stack_trace")))
+        hint = workaround(op_name(node.target)) if node.op == "call_function" else None
+        if hint:
+            self.hints[key] = hint
+
+    def _unsupported_error(self) -> UnsupportedOpError:
+        return UnsupportedOpError(self.unsupported, self.locations, self.hints)
 
     def _result(self, node: torch.fx.Node, name: str) -> Any:
         """The node's result: folded to constants when no input is a graph tensor."""
