@@ -219,16 +219,22 @@ def test_unsupported_lists_every_op_type_and_node(tmp_path):
              helper.make_node("Round", ["r"], ["y"], name="round1"),
              helper.make_node("Round", ["x"], ["z"], name="round2"),
              helper.make_node("Conv", ["x3", "w"], ["c"], name="conv1d")]
-    path = make(tmp_path, nodes, [("x", F32, [4, 8]), ("x3", F32, [1, 2, 9])],
+    # (TopK's K a graph input: a data-dependent count)
+    path = make(tmp_path, nodes, [("x", F32, [4, 8]), ("x3", F32, [1, 2, 9]),
+                                  ("k", I64, [1])],
                 [("y", F32, [4, 3]), ("z", F32, [4, 8]), ("i", I64, [4, 3]),
                  ("c", F32, [1, 2, 7])],
-                [("k", np.array([3], np.int64)), ("w", np.ones((2, 2, 3), np.float32))])
+                [("w", np.ones((2, 2, 3), np.float32))])
     with pytest.raises(UnsupportedOpError) as e:
         load_onnx(path)
+    topk = ("TopK [data-dependent K input (the workbench compiles for static shapes and "
+            "values; make it a constant)]")
     assert e.value.unsupported == {
         "Conv [1-D convolution (only 2-D is supported)]": ["conv1d"],
-        "Round": ["round1", "round2"], "TopK": ["top"]}
+        "Round": ["round1", "round2"], topk: ["top"]}
     assert "TopK" in str(e.value) and "round2" in str(e.value)
+    # unnamed scopes: each node with its nearest named producer (here a graph input)
+    assert "Round (2 nodes: round1 (after x), round2 (after x))" in str(e.value)
 
 
 @pytest.mark.parametrize("content", [b"not a protobuf at all \x00\xff\x13", b""])

@@ -4,6 +4,8 @@ covering the handlers) exported with torch.export, imported, run on the cpu back
 under the planners none and rules, and compared with torch's own outputs."""
 from __future__ import annotations
 
+import re
+
 import subprocess
 import sys
 
@@ -374,15 +376,43 @@ def test_exported_program_is_accepted():
 
 class Unsupported(nn.Module):
     def forward(self, x):
-        return torch.cumsum(x, 0) + x.argmax(-1, keepdim=True) + torch.cumsum(x, 1)
+        return torch.sort(x, 0).values + torch.nonzero(x).sum() + torch.sort(x, 1).values
+
+
+class Outer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inner = Unsupported()
+
+    def forward(self, x):
+        return self.inner(x)
 
 
 def test_unsupported_ops_are_listed_in_one_error():
     with pytest.raises(UnsupportedOpError) as e:
-        wb.from_torch(Unsupported(), (_rand(3, 4),))
-    assert set(e.value.unsupported) == {"aten.cumsum.default", "aten.argmax.default"}
-    assert e.value.unsupported["aten.cumsum.default"] == ["cumsum", "cumsum_1"]
-    assert "aten.argmax.default (nodes: argmax)" in str(e.value)
+        wb.from_torch(Outer(), (_rand(3, 4),))
+    assert {"aten.sort.default", "aten.nonzero.default"} <= set(e.value.unsupported)
+    assert e.value.unsupported["aten.sort.default"] == ["sort", "sort_1"]
+    msg = str(e.value)
+    assert "\n" not in msg
+    # every node with its module path and source line, and the way around nonzero
+    assert re.search(r"aten.sort.default \(2 nodes: sort in inner \(test_torch.py:\d+\), "
+                     r"sort_1 in inner \(test_torch.py:\d+\)\)", msg), msg
+    assert "for aten.nonzero.default: its result's shape depends on the data" in msg
+
+
+def test_unsupported_lists_are_capped():
+    class Many(nn.Module):
+        def forward(self, x):
+            for _ in range(8):
+                x = torch.sort(x, 0).values
+            return x
+    with pytest.raises(UnsupportedOpError) as e:
+        wb.from_torch(Many(), (_rand(3, 4),))
+    assert len(e.value.unsupported["aten.sort.default"]) == 8
+    assert "(8 nodes: sort at the top level" in str(e.value)
+    assert "sort_4 at the top level (test_torch.py" in str(e.value)
+    assert "and 3 more)" in str(e.value) and "sort_5" not in str(e.value)
 
 
 def test_dynamic_shapes_are_refused():

@@ -36,7 +36,11 @@ REDUCE = ["reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min"
 LAYOUT = ["reshape", "squeeze", "unsqueeze", "transpose", "expand", "slice", "concat", "split",
           "gather"]
 OPAQUE = ["matmul", "conv2d"]
+# the indexing family: kernels and references in tests/ops/test_indexing_ops.py
+INDEXING_LAYOUT = ["gather_elements", "gather_nd", "trilu"]
+INDEXING_LIBRARY = ["argmax", "argmin", "topk", "cumsum", "scatter_elements", "scatter_nd"]
 COVERED = UNARY + BINARY + SPECIAL_ELEMENTWISE + REDUCE + LAYOUT + OPAQUE
+COVERED += INDEXING_LAYOUT + INDEXING_LIBRARY
 
 
 def test_every_registered_op_is_covered():
@@ -55,6 +59,10 @@ def test_op_kinds_match_the_inventory():
     for name in LAYOUT:
         assert get_op(name).kind is Kind.layout, name
     for name in OPAQUE:
+        assert get_op(name).kind is Kind.opaque, name
+    for name in INDEXING_LAYOUT:
+        assert get_op(name).kind is Kind.layout, name
+    for name in INDEXING_LIBRARY:
         assert get_op(name).kind is Kind.opaque, name
 
 

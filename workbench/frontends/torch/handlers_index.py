@@ -39,7 +39,7 @@ def _index_put(c: _Ctx):
 
 @_handles("alias", "alias_copy", "detach", "detach_copy", "lift_fresh", "lift_fresh_copy",
           "contiguous", "_unsafe_view", "view_copy", "_reshape_alias", "reshape", "view_as",
-          "expand_as", "expand_copy", "_unsafe_view_copy")
+          "expand_as", "expand_copy")
 def _same_data(c: _Ctx):
     # the value itself, under the shape torch recorded (view_as, _unsafe_view, expand_as
     # may change it; alias and friends never do)
