@@ -205,7 +205,8 @@ def test_bert_with_attention_mask_imports_through_both_paths():
     with torch.no_grad():
         want = model(input_ids=ids, attention_mask=mask).last_hidden_state.numpy()
     feeds = [ids.numpy(), mask.numpy()]
-    g = wb.from_torch(model, (ids, mask))
+    ep = torch.export.export(model, (ids, mask))     # exported once, for both paths
+    g = wb.from_torch(ep)
     s = Session(g, backend="cpu")
     s.auto("rules")
     got = s.run(dict(zip(g.inputs, feeds)))["last_hidden_state"]
@@ -213,8 +214,47 @@ def test_bert_with_attention_mask_imports_through_both_paths():
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch.onnx.export(model, (ids, mask), f, input_names=["input_ids", "attention_mask"],
+        torch.onnx.export(ep, (ids, mask), f, input_names=["input_ids", "attention_mask"],
                           output_names=["last_hidden_state", "pooler_output"])
     rep = onnx_backend.prepare(onnx.load_from_string(f.getvalue()), planner="rules",
                                backend="cpu")
     np.testing.assert_allclose(rep.run(feeds)[0], want, rtol=1e-4, atol=1e-5)
+
+
+class _LogitsOf(torch.nn.Module):
+    """The LM's logits from (input_ids, attention_mask), passed by name (GPT-2's second
+    positional argument is the KV cache)."""
+
+    def __init__(self, lm):
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, ids, mask):
+        return self.lm(input_ids=ids, attention_mask=mask).logits
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_causal_lm_with_attention_mask_imports_through_from_torch(arch):
+    # LLaMA's head slices logits_to_keep (aten.alias); GPT-2's Conv1D views a value
+    # torch's decomposition re-trace lays out non-contiguously (retried as reshapes)
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    if arch == "gpt2":
+        model = transformers.GPT2LMHeadModel(transformers.GPT2Config(
+            n_embd=64, n_layer=1, n_head=2, vocab_size=100, n_positions=16, use_cache=False))
+    else:
+        model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+            hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=2,
+            num_key_value_heads=1, vocab_size=100, max_position_embeddings=16,
+            use_cache=False))
+    model.eval()
+    ids = torch.randint(0, 100, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.int64)
+    mask[1, :3] = 0                                   # left padding
+    with torch.no_grad():
+        want = model(input_ids=ids, attention_mask=mask).logits.numpy()
+    g = wb.from_torch(_LogitsOf(model), (ids, mask))
+    s = Session(g, backend="cpu")
+    s.auto("rules")
+    got = s.run(dict(zip(g.inputs, [ids.numpy(), mask.numpy()])))["output"]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -72,14 +72,32 @@ def from_torch(module: Any, example_inputs: Any = (), *, name: str | None = None
     else:
         raise WorkbenchError(f"from_torch needs a torch.nn.Module or an ExportedProgram, "
                              f"got {type(module).__name__}")
-    try:
-        ep = ep.run_decompositions()
-    except Exception as e:
-        raise GraphError(f"{label}: decomposing to core ATen failed "
-                         f"({_first_line(e)}); simplify the module") from e
+    ep = _decomposed(ep, label)
     graph_name = name or (type(module).__name__ if isinstance(module, torch.nn.Module)
                           else "exported_program")
     return _Importer(ep, graph_name, label).run()
+
+
+def _decomposed(ep: ExportedProgram, label: str) -> ExportedProgram:
+    """``ep.run_decompositions()``; where torch's re-trace refuses a ``view`` of a value
+    it now lays out non-contiguously (GPT-2's ``Conv1D`` views the output of a
+    transposed merge of heads), once more on a copy with every ``view`` a ``reshape``
+    -- the same values in a functional graph, which reshape copies where it must."""
+    try:
+        return ep.run_decompositions()
+    except Exception as e:  # noqa: BLE001 -- torch's tracer raises anything
+        first = e
+    try:
+        import copy
+        ep = copy.deepcopy(ep)
+        for n in ep.graph.nodes:
+            if n.target is torch.ops.aten.view.default:
+                n.target = torch.ops.aten.reshape.default
+        ep.graph_module.recompile()
+        return ep.run_decompositions()
+    except Exception:  # noqa: BLE001 -- report the first failure, the user's
+        raise GraphError(f"{label}: decomposing to core ATen failed "
+                         f"({_first_line(first)}); simplify the module") from first
 
 
 def _as_args(example_inputs: Any) -> tuple:
