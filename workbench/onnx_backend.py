@@ -32,26 +32,54 @@ class WorkbenchRep(BackendRep):
     """A prepared model: ``run(inputs)`` takes a list (graph-input order) or a dict
     and returns the outputs in graph order as a namedtuple-like (index or name)."""
 
-    def __init__(self, graph: Graph, runner: Runner, session: Any = None):
+    def __init__(self, graph: Graph, runner: Runner, session: Any = None,
+                 bf16_outputs: frozenset = frozenset()):
         self.graph, self._runner, self.session = graph, runner, session
         self._outputs_type = namedtupledict("Outputs", list(graph.outputs))
+        # outputs the model declares bfloat16: held in float32 (already rounded), handed
+        # back as ml_dtypes.bfloat16, as the model's caller expects
+        self._bf16 = bf16_outputs
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         feeds = self._feeds(inputs)
         out = self._runner(feeds)
-        return self._outputs_type(*[np.asarray(out[o]) for o in self.graph.outputs])
+        return self._outputs_type(*[self._as_declared(o, np.asarray(out[o]))
+                                    for o in self.graph.outputs])
+
+    def _as_declared(self, name: str, a: np.ndarray) -> np.ndarray:
+        if name in self._bf16:
+            import ml_dtypes
+            return a.astype(ml_dtypes.bfloat16)
+        return a
 
     def _feeds(self, inputs: Any) -> dict[str, np.ndarray]:
         names = list(self.graph.inputs)
         if isinstance(inputs, Mapping):
-            return {k: np.asarray(v) for k, v in inputs.items()}
+            return {k: _held(v) for k, v in inputs.items()}
         if isinstance(inputs, np.ndarray):
             inputs = [inputs]
         inputs = list(inputs)
         if len(inputs) != len(names):
             raise GraphError(f"the model takes {len(names)} inputs ({', '.join(names)}), "
                              f"got {len(inputs)}; pass them in this order or as a dict")
-        return {n: np.asarray(a) for n, a in zip(names, inputs)}
+        return {n: _held(a) for n, a in zip(names, inputs)}
+
+
+def _held(a: Any) -> np.ndarray:
+    """An input as the workbench holds it: bfloat16 (ml_dtypes) widened to float32."""
+    a = np.asarray(a)
+    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+
+
+def _bf16_outputs(model: Any) -> frozenset:
+    """The names of the outputs a model declares bfloat16."""
+    try:
+        proto = model if isinstance(model, onnx.ModelProto) else \
+            onnx.load(str(model), load_external_data=False)
+    except Exception:  # noqa: BLE001 -- load_onnx has already read it; nothing to add
+        return frozenset()
+    return frozenset(v.name for v in proto.graph.output
+                     if v.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16)
 
 
 def _resolve_backend(device: str, backend: str) -> str:
@@ -84,7 +112,7 @@ class WorkbenchBackend(Backend):
             raise BackendUnavailable(f"device {device!r:.40} is not available here; use 'CPU'")
         graph = load_onnx(model, input_shapes=input_shapes)
         run, session = _runner(graph, planner, _resolve_backend(device, backend))
-        return WorkbenchRep(graph, run, session)
+        return WorkbenchRep(graph, run, session, _bf16_outputs(model))
 
     @classmethod
     def run_model(cls, model: "onnx.ModelProto | str | Path", inputs: Any,

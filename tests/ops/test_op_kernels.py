@@ -28,7 +28,7 @@ ALL_DTYPES = [F32, F16, I32, I64, B]
 
 # -- the op inventory: adding an op to the registry without adding it here fails --------
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
-         "relu", "sin", "cos", "floor", "ceil", "not"]
+         "relu", "sin", "cos", "floor", "ceil", "not", "round_bf16"]
 BINARY = ["add", "sub", "mul", "div", "pow", "max", "min", "eq", "ne", "lt", "le", "gt", "ge",
           "and", "or"]
 SPECIAL_ELEMENTWISE = ["where", "cast"]

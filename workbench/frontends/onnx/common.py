@@ -23,9 +23,10 @@ MIN_OPSET = 13
 MAX_OPSET = 28
 
 # ONNX element type -> workbench dtype; anything else is refused with the value's name.
+# bfloat16 is held in float32 (exactly; see workbench.ops.bfloat16): a Cast to it rounds.
 _DTYPES = {TensorProto.FLOAT: DType.float32, TensorProto.FLOAT16: DType.float16,
            TensorProto.INT32: DType.int32, TensorProto.INT64: DType.int64,
-           TensorProto.BOOL: DType.bool}
+           TensorProto.BOOL: DType.bool, TensorProto.BFLOAT16: DType.float32}
 
 # Never folded even with constant inputs: folding would freeze one random draw.
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
@@ -34,6 +35,17 @@ _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
 
 # ---------------------------------------------------------------------------------
 # dtype checks
+
+def widened(arr: np.ndarray) -> np.ndarray:
+    """An ONNX array as the workbench holds it: bfloat16 (ml_dtypes) as float32."""
+    return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
+
+
+def to_array(t: onnx.TensorProto) -> np.ndarray:
+    """A TensorProto's values (bfloat16 widened to float32)."""
+    from onnx import numpy_helper
+    return widened(numpy_helper.to_array(t))
+
 
 def _dtype_of_elem(elem: int, what: str) -> DType:
     dt = _DTYPES.get(elem)

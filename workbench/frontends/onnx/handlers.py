@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import numpy_helper
+from onnx import TensorProto
 
 from ...errors import GraphError
 from ...ir import Tensor, composites
 from ...ir.dtypes import DType
-from .common import _Ctx, _dtype_of_elem, _handles, _Unsupported
+from .common import _Ctx, _dtype_of_elem, _handles, _Unsupported, to_array
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq",
            "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge",
@@ -87,7 +87,10 @@ def _cast(c: _Ctx):
         to = _dtype_of_elem(c.attr("to"), f"Cast {c.display!r} target type")
     else:
         to = c.scope.dtype(c.node.input[1])
-    return [x if to is x.dtype else c.b.cast(x, to=to)]
+    y = x if to is x.dtype else c.b.cast(x, to=to)
+    if c.node.op_type == "Cast" and c.attr("to") == TensorProto.BFLOAT16:
+        y = c.b.round_bf16(y)   # held in float32, rounded as bfloat16 rounds
+    return [y]
 
 
 @_handles("Identity")
@@ -481,7 +484,7 @@ def _size(c: _Ctx):
 def _constant(c: _Ctx):
     (key, val), = c.attrs.items()
     if key == "value":
-        return [numpy_helper.to_array(val)]
+        return [to_array(val)]
     simple = {"value_float": np.float32, "value_floats": np.float32,
               "value_int": np.int64, "value_ints": np.int64}
     if key in simple:
@@ -493,7 +496,7 @@ def _constant(c: _Ctx):
 def _constant_of_shape(c: _Ctx):
     shape = [int(d) for d in c.const(0, "shape").reshape(-1)]
     val = c.attrs.get("value")
-    fill = numpy_helper.to_array(val).reshape(-1)[0] if val is not None else np.float32(0)
+    fill = to_array(val).reshape(-1)[0] if val is not None else np.float32(0)
     return [np.full(shape, fill, dtype=fill.dtype)]
 
 

@@ -10,7 +10,6 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from ...errors import GraphError, UnsupportedOpError, WorkbenchError, existing_file, shown
 from ...ir import Graph, GraphBuilder, Tensor
@@ -28,6 +27,8 @@ from .common import (
     _check_array_dtype,
     _Ctx,
     _dtype_of_elem,
+    to_array,
+    widened,
     _Scope,
     _Unsupported,
 )
@@ -205,7 +206,7 @@ class _Importer(_Scope):
         """Initializers become constants; the other graph inputs need static shapes."""
         inits = {t.name: t for t in self.g.initializer}
         for name, t in inits.items():
-            self.env[name] = numpy_helper.to_array(t)
+            self.env[name] = to_array(t)
         inputs = [v for v in self.g.input if v.name not in inits]
         unknown = sorted(set(self.input_shapes) - {v.name for v in inputs})
         if unknown:
@@ -502,4 +503,4 @@ def _fold_with_onnx(node, arrays, opset) -> list:
         known = not isinstance(e, NotImplementedError) and "implement" not in str(e)
         raise _Unsupported(f"constant inputs; onnx.reference could not fold it: "
                            f"{_first_line(e)[:120]}" if known else None) from e
-    return [None if o is None else np.asarray(o) for o in outs]
+    return [None if o is None else widened(np.asarray(o)) for o in outs]

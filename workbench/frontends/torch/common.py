@@ -18,8 +18,10 @@ from ..importing import Unsupported as _Unsupported
 from ..importing import data_dependent
 
 # torch dtype -> workbench dtype; anything else is refused with the value's name.
+# bfloat16 is held in float32 (exactly; see workbench.ops.bfloat16): a cast to it rounds.
 _DTYPES = {torch.float32: DType.float32, torch.float16: DType.float16,
-           torch.int32: DType.int32, torch.int64: DType.int64, torch.bool: DType.bool}
+           torch.int32: DType.int32, torch.int64: DType.int64, torch.bool: DType.bool,
+           torch.bfloat16: DType.float32}
 
 # Never folded even with constant inputs: folding would freeze one random draw, or read
 # uninitialized memory.

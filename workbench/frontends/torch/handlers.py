@@ -12,6 +12,7 @@ Importing this module registers every handler with :func:`_handles`.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ...ir import composites
 from ...ir.dtypes import DType
@@ -137,7 +138,11 @@ def _hardtanh(c: _Ctx):
 
 @_handles("_to_copy")
 def _to_copy(c: _Ctx):
-    return cast(c.b, c.x(), c.out_dtype)
+    y = cast(c.b, c.x(), c.out_dtype)
+    src = c.meta("self")
+    if c.out.dtype is torch.bfloat16 and getattr(src, "dtype", None) is not torch.bfloat16:
+        y = c.b.round_bf16(y)   # held in float32, rounded as bfloat16 rounds
+    return y
 
 
 @_handles("clone")

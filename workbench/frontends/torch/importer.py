@@ -128,6 +128,8 @@ def _first_line(e: Exception) -> str:
 
 def _to_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     dtype_of(t.dtype, what)
+    if t.dtype is torch.bfloat16:   # held in float32 (NumPy has no bfloat16)
+        t = t.float()
     return t.detach().cpu().contiguous().numpy().copy()
 
 
@@ -450,6 +452,7 @@ def _fold_with_torch(node: torch.fx.Node, env: dict[str, Any]) -> Any:
         if isinstance(a, torch.fx.Node):
             v = env[a.name]
             return torch.from_numpy(v.copy()) if isinstance(v, np.ndarray) else v
+        # (a bfloat16 value held in float32 folds in float32, rounded where cast)
         return a
     args = torch.fx.node.map_aggregate(node.args, arg)
     kwargs = torch.fx.node.map_aggregate(node.kwargs, arg)
