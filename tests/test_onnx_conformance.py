@@ -89,7 +89,10 @@ def _assert_close(name, expected, got):
     got = np.asarray(got)
     assert got.shape == expected.shape, f"{name}: shape {got.shape} != {expected.shape}"
     assert got.dtype == expected.dtype, f"{name}: dtype {got.dtype} != {expected.dtype}"
-    if expected.dtype in TOLERANCE:
+    if expected.dtype.name == "bfloat16":   # exact, NaN equal to NaN (as float32)
+        np.testing.assert_array_equal(got.astype(np.float32), expected.astype(np.float32),
+                                      err_msg=name)
+    elif expected.dtype in TOLERANCE:
         rtol, atol = TOLERANCE[expected.dtype]
         np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64),
                                    rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
