@@ -258,3 +258,33 @@ def test_causal_lm_with_attention_mask_imports_through_from_torch(arch):
     s.auto("rules")
     got = s.run(dict(zip(g.inputs, [ids.numpy(), mask.numpy()])))["output"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+# -- where an unsupported node is, and the way around it -------------------------------
+
+def test_onnx_unsupported_nodes_are_located_as_torch_locates_them():
+    # torch.onnx.export records each node's module path and stack trace as metadata;
+    # the message reads as from_torch's does
+    nz = helper.make_node("NonZero", ["x"], ["nz"], name="node_NonZero_3")
+    for k, v in (("pkg.torch.onnx.name_scopes", "['', 'encoder', 'encoder.layer.0', 'nz']"),
+                 ("pkg.torch.onnx.stack_trace",
+                  'File "/m/model.py", line 12, in forward\n    y = self.layer(x)\n'
+                  '  File "/m/layer.py", line 40, in forward\n    i = torch.nonzero(x)')):
+        p = nz.metadata_props.add()
+        p.key, p.value = k, v
+    att = helper.make_node("Attention", ["x", "x", "x"], ["a"], name="att",
+                           domain="com.microsoft")
+    g = helper.make_graph([nz, att], "where", [helper.make_tensor_value_info("x", F, [2, 3])],
+                          [helper.make_tensor_value_info("nz", I64, [2, 6]),
+                           helper.make_tensor_value_info("a", F, [2, 3])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    from workbench.errors import UnsupportedOpError
+    with pytest.raises(UnsupportedOpError) as e:
+        load_onnx(model)
+    msg = str(e.value)
+    assert "NonZero (node: node_NonZero_3 in encoder.layer.0 (layer.py:40))" in msg
+    assert "com.microsoft.Attention (node: att (after x))" in msg
+    assert "for NonZero: its result's shape depends on the data" in msg
+    assert "for com.microsoft.Attention: export with the standard ONNX opset" in msg
+    assert "\n" not in msg

@@ -429,8 +429,13 @@ def _fold(node: torch.fx.Node, handler, imp: _Importer) -> Any:
     if handler is not None:
         try:
             return _fold_with_workbench(node, handler, imp.env)
-        except (WorkbenchError, _Unsupported):
+        except _Unsupported:
             pass  # e.g. a float64 step in a shape computation: torch takes it
+        except WorkbenchError as e:
+            try:
+                return _fold_with_torch(node, imp.env)
+            except _Unsupported:   # torch cannot run it either: the node is at fault
+                raise GraphError(f"constant folding failed: {e}") from None
     return _fold_with_torch(node, imp.env)
 
 
