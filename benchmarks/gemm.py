@@ -33,6 +33,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from fusion_cpu import time_fn  # noqa: E402  (one timing loop for every CPU benchmark)
 
 HIDDEN, HEADS, TOKENS = 768, 12, 128        # BERT-base / GPT-2 small, batch 1 x 128
 
@@ -100,17 +103,6 @@ def export(module, inputs, path: Path) -> None:
     args = tuple(torch.from_numpy(a) for a in inputs)
     names = [f"in{i}" for i in range(len(inputs))]
     torch.onnx.export(module, args, str(path), input_names=names, output_names=["out"])
-
-
-def time_fn(fn, warmup: int, repeats: int) -> list[float]:
-    for _ in range(max(1, warmup)):
-        fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def median_ms(samples) -> float:
