@@ -26,7 +26,6 @@ import os
 import platform
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from workbench.errors import FusionRefused, WorkbenchError
-from workbench.fusion.actions import applicable_actions, effect, internal_edges
+from workbench.fusion.actions import effect, internal_edges
 from workbench.session import Session
 
 SAMPLES = Path(__file__).resolve().parents[2] / "sample_graphs"
