@@ -81,7 +81,7 @@ class WorkbenchApp(w.VBox):
 
         # -- controls --------------------------------------------------------------
         self.search = w.Text(placeholder="select by name or op", continuous_update=False,
-                             layout=w.Layout(width="180px"))
+                             layout=w.Layout(width="160px"))
         self.buttons = {
             "Fuse": _button("Fuse", "fuse the selected nodes into one kernel"),
             "Split": _button("Split", "split the selected node's kernel into one per op"),
@@ -110,7 +110,7 @@ class WorkbenchApp(w.VBox):
                                   layout=w.Layout(width="150px"),
                                   style={"description_width": "40px"})
         self.export_path = w.Text(value=f"{_safe_name(session.graph.name)}_artifact",
-                                  layout=w.Layout(width="180px"))
+                                  layout=w.Layout(width="160px"))
         # internal edges of the selected kernel, named as the drawing shows them
         self.edge = w.Dropdown(options=[], description="edge", layout=w.Layout(width="300px"),
                                style={"description_width": "36px"}, disabled=True)
@@ -126,18 +126,25 @@ class WorkbenchApp(w.VBox):
             value=bool(self.view.collapsed), description="Collapse composites",
             tooltip="draw each LayerNorm, GELU... as one box (double-click a box to toggle it)",
             layout=w.Layout(width="auto"), disabled=not self.view.composites)
+        for c, cls in ((self.planner, "wb-planner"), (self.overlay, "wb-overlay"),
+                       (self.edge, "wb-edge-choice"), (self.scheme, "wb-scheme"),
+                       (self.mapping, "wb-mapping")):
+            c.add_class(cls)          # (stable selectors for the browser tests)
         self._message = w.HTML()
         self._message.add_class("wb-message")
         self.progress = w.IntProgress(min=0, max=1, value=0, bar_style="info",
+                                      style={"description_width": "initial"},
                                       layout=w.Layout(display="none", width="240px"))
+        self.progress.add_class("wb-progress")
         b = self.buttons
-        toolbar = w.HBox([self.search, b["Fuse"], b["Split"], self.planner, b["Auto"],
-                          b["Undo"], b["Redo"], b["Measure"], b["Tune"], b["Cancel"],
-                          self.export_path, b["Export"]],
-                         layout=w.Layout(flex_flow="row wrap"))
         # a control and its button wrap together (a lone "Set mapping" took a row)
         together = lambda *cs: w.HBox(list(cs), layout=w.Layout(flex_flow="row nowrap",
                                                                  flex="0 0 auto"))
+        toolbar = w.HBox([together(self.search, b["Fuse"], b["Split"]),
+                          together(self.planner, b["Auto"], b["Undo"], b["Redo"]),
+                          together(b["Measure"], b["Tune"], b["Cancel"]),
+                          together(self.export_path, b["Export"])],
+                         layout=w.Layout(flex_flow="row wrap"))
         toolbar2 = w.HBox([together(self.overlay, self.collapse_toggle),
                            together(self.edge, self.scheme, b["Set scheme"]),
                            together(self.mapping, b["Set mapping"])],
@@ -309,7 +316,7 @@ class WorkbenchApp(w.VBox):
                               f"({gr.schedule.describe()}); no new step")
             return plan
         self._refresh()
-        self._set_message(f"{gr.id}: {gr.schedule.describe()} ({launch})")
+        self._set_message(f"{gr.id}: mapped {mapping}, {gr.schedule.describe()} ({launch})")
         return plan
 
     @_action
