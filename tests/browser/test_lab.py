@@ -380,8 +380,8 @@ def test_measure_runs_in_the_background_with_cancel(lab_factory, page):
         page.wait_for_function("() => [...document.querySelectorAll('.wb-app button')]"
                                ".some(b => /^\\s*Fuse\\s*$/.test(b.textContent) && !b.disabled)",
                                timeout=15_000)
-        assert not cancel.is_visible()
-        assert not page.locator(".wb-app .wb-progress").is_visible()
+        cancel.wait_for(state="hidden", timeout=15_000)
+        page.locator(".wb-app .wb-progress").wait_for(state="hidden", timeout=15_000)
         assert not app_button(page, "Measure").is_disabled()
         # nothing was recorded: the steps chart has no measured bar
         steps = {t[0]: t for t in plot_data(page)[0]}
