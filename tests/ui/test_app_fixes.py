@@ -143,6 +143,11 @@ def test_a_session_adds_no_identical_step(small_graph):
     s.set_mapping("n0", "warp")
     s.set_mapping("n0", "warp")
     assert len(s.history) == 3
+    # the same kernels from another planner are a step: notebook 02 compares them
+    ln = Session(LAYERNORM, backend="cpu")
+    manual = ln.fuse([f"n{i}" for i in range(9)])
+    assert ln.auto("rules") == manual and len(ln.history) == 3
+    assert ln.auto("rules") is ln.plan and len(ln.history) == 3
 
 
 # -- (5) wb.open on a bad file: one line ------------------------------------------------
