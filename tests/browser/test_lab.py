@@ -333,6 +333,25 @@ def test_plots_scheme_and_mapping_labels_on_the_default_path(lab_factory, page):
         shown = edge.evaluate("s => s.selectedIndex >= 0 ? s.options[s.selectedIndex]"
                               ".textContent : ''")
         assert "→" in shown and "n5" in shown, shown
+        # with the code panel filled: the graph is not pushed out of view, no blank block
+        # sits under it, source lines scroll instead of breaking, and the one kernel's
+        # DRAM-bandwidth line is drawn
+        page.wait_for_function("() => /k0/.test(document.querySelector("
+                               "'.wb-app .wb-kernel-info').textContent)")
+        box = page.evaluate("""() => {
+            const r = s => document.querySelector(s).getBoundingClientRect();
+            const pre = document.querySelector('.wb-app .wb-code pre');
+            return {app: r('.wb-app'), graph: r('.wb-app .wb-graph'),
+                    code: r('.wb-app .wb-code-panel'),
+                    white: pre ? getComputedStyle(pre).whiteSpace : null,
+                    lines: document.querySelectorAll(
+                        '.wb-app .js-plotly-plot')[1].querySelectorAll('.shapelayer path').length};
+        }""")
+        assert box["graph"]["right"] <= box["code"]["left"] + 1, box
+        assert box["code"]["right"] <= box["app"]["right"] + 1, box
+        assert box["graph"]["bottom"] >= box["code"]["bottom"] - 30, box
+        assert box["white"] == "pre", box
+        assert box["lines"] >= 1, box
         page.locator(".wb-app .wb-scheme select").select_option(label="global")
         app_button(page, "Set scheme").click()
         text = wait_message(page, "global stitching|no value|refused|cannot")
