@@ -67,12 +67,14 @@ def test_set_scheme_refuses_clearly_without_an_internal_edge(ln_app):
     app = ln_app
     app.selected = ["n5"]                      # one op per kernel: no edge inside
     assert app.edge.disabled and app.edge.value is None
+    assert app.edge.label == "no edge inside this kernel"     # said, not a blank box
     assert not app.buttons["Set scheme"].disabled
     plan = app.session.plan
     assert app.set_scheme(app.edge.value, app.scheme.value) is None
     assert "has no edge inside it" in app.message and "None" not in app.message
     assert "wb-refused" in app._message._dom_classes and app.session.plan is plan
     app.selected = []
+    assert app.edge.label == "select a kernel"
     assert app.set_scheme(None, "global") is None and "select a kernel" in app.message
 
 

@@ -591,7 +591,10 @@ class WorkbenchApp(w.VBox):
         keep = self._edge_choice if self._edge_choice in values else None
         # the edge chosen before if it touches the selection, else one that does
         order = ([keep] if keep in touching else []) + touching + ([keep] if keep else [])
-        self.edge.value = (order + values + [None])[0]
+        if values:
+            self.edge.value = (order + values)[0]
+        else:   # the placeholder shown, not a blank box (its value is None)
+            self.edge.index = 0
         for c in (self.edge, self.scheme):
             c.disabled = not choices
         # enabled with any kernel selected: with no internal edge it says why
