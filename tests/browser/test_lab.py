@@ -433,3 +433,34 @@ def test_wb_open_on_a_bad_file_shows_one_line(lab_factory, page):
         raise
     finally:
         server.shutdown_kernels()
+
+
+def test_bert_graph_stays_in_view_beside_a_full_code_panel(lab_factory, page):
+    """Notebook 03's case: BERT from ONNX with an exp node selected (long CUDA lines in
+    the code panel): the graph keeps its place, the panel stays inside the app."""
+    server = lab_factory("light")
+    bert = REPO / "sample_graphs" / "bert_chain.onnx"
+    name = lab_notebook(server, "bert_layout.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(bert))}, backend='cpu')\n"
+        "app.selected = [next(n.id for n in app.session.graph.nodes if n.op == 'exp')]"])
+    try:
+        open_app(page, server, name)
+        page.wait_for_function("() => document.querySelector('.wb-app .wb-code pre')")
+        box = page.evaluate("""() => {
+            const r = s => document.querySelector(s).getBoundingClientRect();
+            const pre = document.querySelector('.wb-app .wb-code pre');
+            return {app: r('.wb-app'), graph: r('.wb-app .wb-graph'),
+                    code: r('.wb-app .wb-code-panel'), pre_scrolls:
+                    pre.scrollWidth > pre.clientWidth, white: getComputedStyle(pre).whiteSpace};
+        }""")
+        assert box["graph"]["width"] > 0.45 * box["app"]["width"], box
+        assert box["graph"]["right"] <= box["code"]["left"] + 1, box
+        assert box["code"]["right"] <= box["app"]["right"] + 1, box
+        assert box["white"] == "pre", box
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_bert_layout.png")
+    except Exception:
+        failing_shot(page, server, "lab_bert_layout_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()

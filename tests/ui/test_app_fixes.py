@@ -231,7 +231,7 @@ def test_per_kernel_chart_shows_the_top_kernels_and_sums_the_rest():
     assert shown[-1].latency_ms == pytest.approx(sum(r.latency_ms for r in rest))
     assert shown[-1].bytes_moved == pytest.approx(sum(r.bytes_moved for r in rest))
     fig = kernels_figure(rows, 900.0, "H100")
-    assert len(fig["data"][0]["x"]) == TOP_KERNELS and "121" in fig["layout"]["title"]["text"]
+    assert len(fig["data"][0]["x"]) == TOP_KERNELS and "top 11 of 121" in fig["layout"]["title"]["text"]
 
 
 def test_roofline_places_kernels_under_the_device_roofs():
@@ -318,3 +318,23 @@ def test_tune_runs_in_the_background(ln_app, tmp_path, monkeypatch):
     assert not app.buttons["Tune"].disabled
     with pytest.raises(WorkbenchError, match="measure or tune"):
         app.start("export")
+
+
+def test_planner_status_on_a_1020_op_graph():
+    """The issue's case: the stitch planner fused 1,020 ops into ~121 kernels and the
+    status said "0 fusion decisions"."""
+    sys.path.insert(0, "sample_graphs")
+    from make_samples import transformer_stack
+    app = wb.open(transformer_stack(1020), backend="cpu", display=False)
+    plan = app.auto("stitch")
+    assert plan is not None, app.message
+    fused = [gr for gr in plan.groups if len(gr.nodes) > 1]
+    assert app.message.startswith(
+        f"auto stitch: 1,020 ops in {plural(len(plan.groups), 'kernel')} "
+        f"({plural(sum(len(gr.nodes) for gr in fused), 'op')} fused into "
+        f"{plural(len(fused), 'kernel')}); "
+        f"{plural(len(app.session.step.decisions), 'planner decision')}: "), app.message
+    assert "0 fusion decisions" not in app.message
+    # its per-kernel chart: the top kernels and the rest as one bar
+    x = app.plots.trace("kernels", "predicted")["x"]
+    assert len(x) == TOP_KERNELS and x[-1] == f"+{len(plan.groups) - TOP_KERNELS + 1} others"

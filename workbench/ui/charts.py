@@ -188,9 +188,9 @@ def kernels_figure(rows: Sequence[KernelRow], device_GBps: float | None = None,
          "y": finite([_gbps(r.bytes_moved, r.predicted_ms) for r in shown]),
          "marker": {"color": PREDICTED}, "xaxis": "x2", "yaxis": "y2",
          "showlegend": False, "legendgroup": "predicted"}]
-    more = f", top {TOP_KERNELS - 1} of {len(rows)} + the rest" if len(rows) > len(shown) \
-        else ""
-    title = (f"Kernels of the current step ({len(rows)}{more})"
+    title = ((f"Kernels of the current step: top {TOP_KERNELS - 1} of {len(rows)}, the "
+              "rest summed" if len(rows) > len(shown) else
+              f"Kernels of the current step ({len(rows)})")
              + ("" if is_measured else ": predicted; Measure times them"))
     layout = _base_layout(title, 320)
     _subplots(layout, ("latency (ms)", "bandwidth (GB/s)"), ("category", "category"))
