@@ -1,6 +1,7 @@
 """A session ties one graph, a history of plans and a backend; every face uses it.
 
-Each transformation (fuse, split, auto) appends a step; undo and redo move along the
+Each transformation (fuse, split, auto) appends a step (none when the plan and its
+planner come out unchanged); undo and redo move along the
 history without losing it (a new step after an undo drops the undone future, as in
 an editor). A refused transformation raises :class:`FusionRefused` and changes
 nothing. Compiled programs and measurements are cached per plan, so undoing back to a
@@ -95,6 +96,12 @@ class Session:
         return self.history[self.position]
 
     def _push(self, action: str, plan: Plan, decisions: Iterable[Decision] = ()) -> Plan:
+        # an action that leaves the plan as it is (Auto again, the same mapping or
+        # scheme set twice) adds no step: the history would hold identical steps. The
+        # same kernels from another planner are a step (a planner reaching the manual
+        # plan is worth comparing)
+        if plan == self.plan and plan.planner == self.plan.planner:
+            return self.plan
         del self.history[self.position + 1:]
         self.history.append(Step(action, plan, tuple(decisions)))
         self.position += 1

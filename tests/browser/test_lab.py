@@ -233,3 +233,234 @@ def test_quickstart_notebook_runs_in_lab(lab_factory, page):
         raise
     finally:
         server.shutdown_kernels()
+
+
+# -- issue 14: the default Set-scheme path, labels after every mapping, plots before
+#    Measure, Measure with Cancel while the app answers, a bad file in one line ------
+def lab_notebook(server, name: str, cells: list[str]) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, server.root / name)
+    return name
+
+
+def wait_message(page, pattern: str, timeout: float = 60_000) -> str:
+    """Wait until the app's status line matches the regex; return its text."""
+    page.wait_for_function(
+        "re => new RegExp(re).test(document.querySelector('.wb-app .wb-message').textContent)",
+        arg=pattern, timeout=timeout)
+    return page.locator(".wb-app .wb-message").inner_text()
+
+
+def app_button(page, text: str):
+    return page.locator(".wb-app button", has_text=re.compile(rf"^\s*{text}\s*$"))
+
+
+def failing_shot(page, server, name: str) -> None:
+    path = artifacts_dir() / name
+    page.screenshot(path=str(path))
+    print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+
+
+def test_plots_scheme_and_mapping_labels_on_the_default_path(lab_factory, page):
+    """Before Measure the charts show counted bytes and predicted latency at full
+    width; colour by latency says it is predicted; after Auto, every mapping set with
+    the rows drop-down shows in the kernel's cluster label; then Auto stitch, click n5,
+    pick global, Set scheme (the edge box starts filled, never blank)."""
+    server = lab_factory("light")
+    name = lab_notebook(server, "default_path.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')"])
+    try:
+        open_app(page, server, name)
+        figs = plot_data(page)
+        assert len(figs) == 3, figs
+        steps = {t[0]: t for t in figs[0]}
+        assert steps["bytes counted"][2][0] not in ("null", ""), steps
+        assert float(steps["predicted"][2][0]) > 0, steps
+        widths = page.evaluate("""() => [document.querySelector('.wb-app').clientWidth,
+            ...[...document.querySelectorAll('.wb-app .js-plotly-plot')].map(
+                gd => gd.getBoundingClientRect().width)]""")
+        assert all(w >= 0.9 * widths[0] for w in widths[1:]), widths
+        # the toolbar's second row: every control and its button on one line
+        # the toolbars: a button never sits alone on a row ("Set mapping", "Export")
+        lonely = page.evaluate("""() => {
+            const rows = new Map();
+            for (const bar of document.querySelectorAll('.wb-app .wb-toolbar'))
+                for (const c of bar.querySelectorAll('button, select, input'))
+                    if (c.offsetParent !== null) {
+                        const top = Math.round(c.getBoundingClientRect().top);
+                        rows.set(top, (rows.get(top) || []).concat([c.textContent
+                                                                   || c.tagName]));
+                    }
+            return [...rows.values()].filter(r => r.length === 1); }""")
+        assert not lonely, f"controls alone on a toolbar row: {lonely}"
+
+        page.locator(".wb-app .wb-overlay select").select_option(label="latency")
+        wait_message(page, "coloured by predicted latency")
+        page.locator(".wb-app .wb-legend").wait_for()
+
+        app_button(page, "Auto").click()
+        wait_message(page, r"auto rules: 9 ops in 1 kernel \(")
+        graph = page.locator(".wb-app .wb-graph")
+        graph.locator("g.node[id='n0']").click()
+        graph.locator("g.node.wb-selected[id='n0']").wait_for()
+        mapping = page.locator(".wb-app .wb-mapping select")
+        page.wait_for_function("() => !document.querySelector('.wb-app .wb-mapping select')"
+                               ".disabled")
+        labels = {"warp": "warp/row", "block": "block/row", "split": "split/row",
+                  "thread": "thread/row"}
+        for m, label in labels.items():
+            mapping.select_option(label=m)
+            app_button(page, "Set mapping").click()
+            wait_message(page, f"k0: mapped {m},")
+            page.wait_for_function(
+                """l => [...document.querySelectorAll('.wb-app .wb-graph g.cluster text')]
+                       .some(t => t.textContent.includes('(' + l + ')'))""",
+                arg=label, timeout=60_000)
+            # the drop-down still shows what the kernel now has
+            assert mapping.evaluate("s => s.options[s.selectedIndex].textContent") == m
+
+        page.locator(".wb-app .wb-planner select").select_option(label="stitch")
+        app_button(page, "Auto").click()
+        wait_message(page, "auto stitch: 9 ops in 1 kernel")
+        graph.locator("g.node[id='n5']").click()
+        graph.locator("g.node.wb-selected[id='n5']").wait_for()
+        # the edge box is filled (never blank) with an edge touching n5, as drawn
+        page.wait_for_function("""() => {
+            const s = document.querySelector('.wb-app .wb-edge-choice select');
+            const t = s && !s.disabled && s.selectedIndex >= 0
+                      ? s.options[s.selectedIndex].textContent : '';
+            return t.includes('→') && /n5\\b/.test(t); }""", timeout=30_000)
+        # with the code panel filled: the graph is not pushed out of view, no blank block
+        # sits under it, source lines scroll instead of breaking, and the one kernel's
+        # DRAM-bandwidth line is drawn
+        page.wait_for_function("() => /k0/.test(document.querySelector("
+                               "'.wb-app .wb-kernel-info').textContent)")
+        box = page.evaluate("""() => {
+            const r = s => document.querySelector(s).getBoundingClientRect();
+            const pre = document.querySelector('.wb-app .wb-code pre');
+            return {app: r('.wb-app'), graph: r('.wb-app .wb-graph'),
+                    code: r('.wb-app .wb-code-panel'),
+                    white: pre ? getComputedStyle(pre).whiteSpace : null,
+                    lines: document.querySelectorAll(
+                        '.wb-app .js-plotly-plot')[1].querySelectorAll('.shapelayer path').length};
+        }""")
+        assert box["graph"]["right"] <= box["code"]["left"] + 1, box
+        assert box["code"]["right"] <= box["app"]["right"] + 1, box
+        assert box["graph"]["bottom"] >= box["code"]["bottom"] - 30, box
+        assert box["white"] == "pre", box
+        assert box["lines"] >= 1, box
+        page.locator(".wb-app .wb-scheme select").select_option(label="global")
+        app_button(page, "Set scheme").click()
+        text = wait_message(page, "global stitching|no value|refused|cannot")
+        assert "global stitching" in text and "None" not in text, text
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.wb-app .wb-graph g.cluster text')]
+                   .some(t => t.textContent.includes('stitched'))""", timeout=30_000)
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_default_path.png")
+    except Exception:
+        failing_shot(page, server, "lab_default_path_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_measure_runs_in_the_background_with_cancel(lab_factory, page):
+    """Measure with a very long run: while it runs the controls are disabled, a click on
+    a node still reaches Python (the code panel follows), Cancel stops it and
+    re-enables them."""
+    server = lab_factory("light")
+    name = lab_notebook(server, "cancel.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')\n"
+        "app.repeats = 1_000_000   # a Measure that runs until cancelled"])
+    try:
+        open_app(page, server, name)
+        app_button(page, "Measure").click()
+        cancel = app_button(page, "Cancel")
+        cancel.wait_for(state="visible")
+        wait_message(page, "measuring step 0")
+        # the progress bar counts the timed runs
+        page.locator(".wb-app .wb-progress").wait_for(state="visible")
+        assert app_button(page, "Fuse").is_disabled()
+        assert app_button(page, "Auto").is_disabled()
+        # the kernel answers while measuring: a click reaches Python, the panel follows
+        graph = page.locator(".wb-app .wb-graph")
+        graph.locator("g.node[id='n3']").click()
+        graph.locator("g.node.wb-selected[id='n3']").wait_for()
+        page.wait_for_function(
+            "() => /k3/.test(document.querySelector('.wb-app .wb-kernel-info').textContent)",
+            timeout=15_000)
+        assert app_button(page, "Measure").is_disabled()
+        cancel.click()
+        wait_message(page, "measuring cancelled", timeout=30_000)
+        page.wait_for_function("() => [...document.querySelectorAll('.wb-app button')]"
+                               ".some(b => /^\\s*Fuse\\s*$/.test(b.textContent) && !b.disabled)",
+                               timeout=15_000)
+        cancel.wait_for(state="hidden", timeout=15_000)
+        page.locator(".wb-app .wb-progress").wait_for(state="hidden", timeout=15_000)
+        assert not app_button(page, "Measure").is_disabled()
+        # nothing was recorded: the steps chart has no measured bar
+        steps = {t[0]: t for t in plot_data(page)[0]}
+        assert steps["measured"][2] == ["null"], steps["measured"]
+        assert not page.js_errors, page.js_errors
+    except Exception:
+        failing_shot(page, server, "lab_cancel_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_wb_open_on_a_bad_file_shows_one_line(lab_factory, page):
+    server = lab_factory("light")
+    (server.root / "broken.json").write_text('{"name": "x", "nodes": "unterminated')
+    name = lab_notebook(server, "bad_file.ipynb",
+                        ["import workbench as wb\napp = wb.open('broken.json')"])
+    try:
+        open_notebook(page, server, name)
+        run_all(page)
+        wait_idle(page)
+        errors = error_outputs(page)
+        assert len(errors) == 1, errors
+        lines = [ln for ln in errors[0].splitlines() if ln.strip()]
+        assert len(lines) == 1, errors[0]
+        assert lines[0].startswith("GraphError: broken.json: not valid JSON"), lines
+        assert "at at" not in lines[0] and "Traceback" not in errors[0]
+    except Exception:
+        failing_shot(page, server, "lab_bad_file_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_bert_graph_stays_in_view_beside_a_full_code_panel(lab_factory, page):
+    """Notebook 03's case: BERT from ONNX with an exp node selected (long CUDA lines in
+    the code panel): the graph keeps its place, the panel stays inside the app."""
+    server = lab_factory("light")
+    bert = REPO / "sample_graphs" / "bert_chain.onnx"
+    name = lab_notebook(server, "bert_layout.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(bert))}, backend='cpu')\n"
+        "app.selected = [next(n.id for n in app.session.graph.nodes if n.op == 'exp')]"])
+    try:
+        open_app(page, server, name)
+        page.wait_for_function("() => document.querySelector('.wb-app .wb-code pre')")
+        box = page.evaluate("""() => {
+            const r = s => document.querySelector(s).getBoundingClientRect();
+            const pre = document.querySelector('.wb-app .wb-code pre');
+            return {app: r('.wb-app'), graph: r('.wb-app .wb-graph'),
+                    code: r('.wb-app .wb-code-panel'), pre_scrolls:
+                    pre.scrollWidth > pre.clientWidth, white: getComputedStyle(pre).whiteSpace};
+        }""")
+        assert box["graph"]["width"] > 0.45 * box["app"]["width"], box
+        assert box["graph"]["right"] <= box["code"]["left"] + 1, box
+        assert box["code"]["right"] <= box["app"]["right"] + 1, box
+        assert box["white"] == "pre", box
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_bert_layout.png")
+    except Exception:
+        failing_shot(page, server, "lab_bert_layout_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()

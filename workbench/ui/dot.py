@@ -34,7 +34,7 @@ HEAT = ("#ffffb2", "#fed976", "#feb24c", "#fd8d3c", "#f03b20", "#bd0026")
 HEAT_TEXT = ("#000000", "#000000", "#000000", "#000000", "#ffffff", "#ffffff")
 REGIONAL_EDGE = "#d62728"
 
-OVERLAY_UNITS = {"latency": "ms", "bytes": "MB"}
+OVERLAY_UNITS = {"latency": "ms", "predicted latency": "ms", "bytes": "MB"}
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class LegendEntry:
 @dataclass(frozen=True)
 class Overlay:
     """A number per kernel (group id -> value) to colour the drawing by."""
-    metric: str                     # "latency" (ms) or "bytes" (MB moved)
+    metric: str                     # "latency", "predicted latency" (ms) or "bytes" (MB)
     values: Mapping[str, float]
 
 
