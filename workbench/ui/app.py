@@ -32,6 +32,7 @@ from .code_panel import CodePanel
 from .dot import Overlay
 from .graph_view import GraphView
 from .plots import Plots
+from .properties import empty_html, node_properties
 
 OVERLAYS = ("none", "latency", "bytes")
 
@@ -70,6 +71,8 @@ class WorkbenchApp(w.VBox):
         # the panel shows the session's own kernels: what Measure runs
         self.code = CodePanel(lambda plan, gr: session.kernel(gr.id, plan), self._kernel_info)
         self.plots = Plots()
+        self.props = w.HTML(empty_html())      # the selected node's properties (Netron's)
+        self.props.add_class("wb-props-panel")
         self._last_group: str | None = None     # what the code panel shows with no selection
 
         # -- controls --------------------------------------------------------------
@@ -124,8 +127,8 @@ class WorkbenchApp(w.VBox):
                           layout=w.Layout(flex_flow="row wrap"))
         status = w.HBox([self.progress, self._message])
         self.view.layout = w.Layout(flex="3 1 0%", min_width="0")
-        self.code.layout = w.Layout(flex="2 1 0%", min_width="0")
-        super().__init__([toolbar, toolbar2, status, w.HBox([self.view, self.code]),
+        side = w.VBox([self.props, self.code], layout=w.Layout(flex="2 1 0%", min_width="0"))
+        super().__init__([toolbar, toolbar2, status, w.HBox([self.view, side]),
                           self.plots])
         self.add_class("wb-app")
 
@@ -173,8 +176,12 @@ class WorkbenchApp(w.VBox):
                           or (n.origin is not None and (q in n.origin.composite.lower()
                                                         or q in n.origin.source.lower())))]
         self.view.selected = hits
+        shown = ""
+        if hits:   # like Model Explorer: open the boxes hiding the first match, centre it
+            self.view.focus_on(hits[0])
+            shown = f"; showing {hits[0]} (kernel {self.session.plan.group(hits[0]).id})"
         self._set_message(f"selected {len(hits)} node{'s' * (len(hits) != 1)} matching "
-                          f"{query!r}" if hits else f"no node matches {query!r}",
+                          f"{query!r}{shown}" if hits else f"no node matches {query!r}",
                           refused=not hits)
         return hits
 
@@ -186,6 +193,7 @@ class WorkbenchApp(w.VBox):
             return
         try:
             self._show_code()
+            self._show_properties()
             self._update_scheme_controls()
         except WorkbenchError as e:   # (an observer: report, do not raise into the comm)
             self._set_message(str(e), refused=True)
@@ -309,6 +317,14 @@ class WorkbenchApp(w.VBox):
         self._set_message(f"exported step {self.session.position} to {os.fspath(path)}")
         return result if result is not None else os.fspath(path)
 
+    @_action
+    def save_graph(self, path: str | os.PathLike) -> str | None:
+        """Write the graph as drawn now (collapsed boxes, kernels, colours) to ``path``:
+        ``.svg`` or ``.png``. The view's "SVG"/"PNG" buttons download the same."""
+        out = self.view.save(path)
+        self._set_message(f"saved the graph of step {self.session.position} to {out}")
+        return out
+
     # -- state shown -----------------------------------------------------------------
     @property
     def history(self) -> pd.DataFrame:
@@ -385,6 +401,7 @@ class WorkbenchApp(w.VBox):
         if redraw:
             self._redraw()
         self._show_code()
+        self._show_properties()
         self._update_scheme_controls()
         m = self.session.measured()
         dev = getattr(self.session, "device", None) if m is not None else None
@@ -408,6 +425,17 @@ class WorkbenchApp(w.VBox):
         s = self.session
         prev = s.history[s.position - 1].plan if s.position > 0 else None
         self.code.show(gr.id, s.plan, prev)
+
+    def _show_properties(self) -> None:
+        sel = self.selected
+        if not sel:
+            self.props.value = empty_html()
+            return
+        plan = self.session.plan
+        k = self.session.kernel(plan.group(sel[0]).id, plan)
+        launch = f"library call ({k.library.op})" if k.library is not None else str(k.launch)
+        self.props.value = node_properties(plan, sel[0], self.view.namespaces, launch,
+                                           selected=len(sel)).to_html()
 
     def _update_scheme_controls(self) -> None:
         gr = self._current_group() if self.selected else None

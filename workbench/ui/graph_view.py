@@ -52,6 +52,7 @@ class GraphView(anywidget.AnyWidget):
     # overlay legend: [{"color": "#fed976", "label": "0.1–0.2 ms"}, ...] and its title
     legend = traitlets.List(traitlets.Dict(), default_value=[]).tag(sync=True)
     legend_title = traitlets.Unicode("").tag(sync=True)
+    name = traitlets.Unicode("graph").tag(sync=True)   # file name of downloads
     # [box id, counter]: centre that box (a new counter re-centres the same box)
     focus = traitlets.List(default_value=[]).tag(sync=True)
 
@@ -59,6 +60,8 @@ class GraphView(anywidget.AnyWidget):
         super().__init__(**kw)
         self.plan = plan
         self.graph = plan.graph
+        self.name = "".join(c if c.isalnum() or c in "_-" else "_"
+                            for c in self.graph.name)[:60] or "graph"
         self.namespaces = namespaces(self.graph)
         # every collapsible container (composites c0..., scopes s0...) -> its nodes
         self.composites = {c: self.namespaces[c].nodes for c in self.namespaces}
