@@ -288,6 +288,7 @@ def test_ids_properties_source_map_and_export_in_lab(lab_factory, page, tmp_path
         assert "float32[" in text and "inputs" in text and "kernel" in text, text
         # node -> lines: hovering the node marks the lines computing it
         page.locator(".wb-app .wb-line[data-nodes='n1']").first.wait_for(state="attached")
+        page.mouse.move(5, 5)            # (the click left the pointer on n1)
         graph.locator("g.node[id='n1']").hover()
         page.wait_for_function(
             "() => document.querySelectorAll('.wb-app .wb-line.wb-line-hot').length > 0")

@@ -158,9 +158,10 @@ function render({ model, el }) {
     miniUrl = null;
     if (!s || !s.w || !s.h) { minimap.style.display = "none"; mini = null; return; }
     const vh = viewport.clientHeight || 520;
-    const k = Math.min(160 / s.w, Math.max(40, vh - 70) / s.h);
+    const maxH = Math.max(40, Math.min(360, vh - 70));
+    const k = Math.min(160 / s.w, maxH / s.h);
     // very long or very wide drawings: each axis clamped to a usable size (stretched)
-    const w = Math.min(160, Math.max(40, s.w * k)), h = Math.min(Math.max(40, vh - 70), Math.max(40, s.h * k));
+    const w = Math.min(160, Math.max(40, s.w * k)), h = Math.min(maxH, Math.max(40, s.h * k));
     mini = { w, h, sx: w / s.w, sy: h / s.h };
     minimap.style.display = "";
     minimap.style.width = `${w}px`;
@@ -176,6 +177,9 @@ function render({ model, el }) {
     const x0 = -tx / scale, y0 = -ty / scale;
     const x1 = x0 + viewport.clientWidth / scale, y1 = y0 + viewport.clientHeight / scale;
     const cl = (v, hi) => Math.min(Math.max(v, 0), hi);
+    // nothing to navigate while the whole drawing is in view: the minimap steps aside
+    const whole = x0 <= 1 && y0 <= 1 && x1 >= mini.w / mini.sx - 1 && y1 >= mini.h / mini.sy - 1;
+    minimap.style.visibility = whole && !miniDown ? "hidden" : "";
     const l = cl(x0 * mini.sx, mini.w), r = cl(x1 * mini.sx, mini.w);
     const t = cl(y0 * mini.sy, mini.h), b = cl(y1 * mini.sy, mini.h);
     miniView.style.left = `${l}px`;
