@@ -295,7 +295,14 @@ def test_ids_properties_source_map_and_export_in_lab(lab_factory, page, tmp_path
         hot = page.evaluate("""() => [...document.querySelectorAll(
             '.wb-app .wb-line.wb-line-hot')].map(e => e.textContent)""")
         assert hot and all("/* n1 */" in t for t in hot), hot
+        # a click on another node shows its kernel while the pointer stays on it: its
+        # lines are marked as soon as the code panel shows them
+        graph.locator("g.node[id='n2']").click()
+        page.wait_for_function("""() => {
+            const hot = [...document.querySelectorAll('.wb-app .wb-line.wb-line-hot')];
+            return hot.length > 0 && hot.every(e => e.textContent.includes('/* n2 */')); }""")
         # line -> node
+        graph.locator("g.node[id='n1']").click()
         line = page.locator(".wb-app .wb-line[data-nodes='n1']:visible").first
         line.hover()
         graph.locator("g.node.wb-source-hot[id='n1']").wait_for()

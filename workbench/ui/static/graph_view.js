@@ -326,18 +326,33 @@ function render({ model, el }) {
     const root = appRoot();
     if (root) for (const x of root.querySelectorAll(sel)) x.classList.remove(cls);
   };
+  let hovered = null;        // ids of the node (box) under the pointer
+  let codeWatch = null;      // re-marks lines when the code panel shows another kernel
+  const markLines = () => {
+    const root = appRoot();
+    if (!root) return;
+    clearHot(".wb-line.wb-line-hot", "wb-line-hot");
+    if (!hovered) return;
+    for (const line of root.querySelectorAll(".wb-line[data-nodes]")) {
+      if (line.dataset.nodes.split(" ").some((i) => hovered.has(i))) line.classList.add("wb-line-hot");
+    }
+  };
   stage.addEventListener("mouseover", (e) => {
     const g = nodeOf(e.target);
     const root = appRoot();
     if (!g || !root) return;
-    const ids = new Set((model.get("members") || {})[g.id] || [g.id]);
-    clearHot(".wb-line.wb-line-hot", "wb-line-hot");
-    for (const line of root.querySelectorAll(".wb-line[data-nodes]")) {
-      if (line.dataset.nodes.split(" ").some((i) => ids.has(i))) line.classList.add("wb-line-hot");
+    hovered = new Set((model.get("members") || {})[g.id] || [g.id]);
+    markLines();
+    if (!codeWatch) {   // (a click on the node shows its kernel while the pointer stays)
+      codeWatch = new MutationObserver((records) => {
+        if (hovered && records.some((r) => r.target.closest && r.target.closest(".wb-code-panel"))) markLines();
+      });
+      codeWatch.observe(root, { childList: true, subtree: true });
     }
   });
   stage.addEventListener("mouseout", (e) => {
     if (nodeOf(e.target) && !nodeOf(e.relatedTarget || document.body)) {
+      hovered = null;
       clearHot(".wb-line.wb-line-hot", "wb-line-hot");
     }
   });
@@ -431,6 +446,7 @@ function render({ model, el }) {
     document.removeEventListener("mouseout", onLineOut);
     document.removeEventListener("click", onLineClick);
     if (miniUrl) URL.revokeObjectURL(miniUrl);
+    if (codeWatch) codeWatch.disconnect();
     ro.disconnect();
   };
 }
