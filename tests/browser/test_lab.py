@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 
 import nbformat
 import pytest
@@ -313,6 +314,14 @@ def test_ids_properties_source_map_and_export_in_lab(lab_factory, page, tmp_path
         dl.value.save_as(str(path))
         svg = path.read_text()
         assert svg.startswith("<?xml") and "<svg" in svg and 'id="n1"' in svg
+        with page.expect_download() as dl:
+            graph.locator(".wb-graph-tools button", has_text="PNG").click()
+        png = tmp_path / "graph.png"
+        dl.value.save_as(str(png))
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+        width, height = struct.unpack(">II", data[16:24])
+        assert width > 100 and height > 300, (width, height)   # the drawing, twice its size
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_navigate_small.png")
     except Exception:
