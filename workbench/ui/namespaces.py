@@ -30,7 +30,6 @@ Example::
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable, Mapping
@@ -43,7 +42,7 @@ class Container:
     """One collapsible box: a scope (``s3``) or a composite (``c0``)."""
     id: str
     kind: str                 # "scope" | "composite"
-    label: str                # model text (escaped where it is drawn): "layer.0", "LayerNormalization"
+    label: str                # model text, escaped where drawn: "layer.0", "Softmax"
     path: str                 # the full namespace path / the composite's source
     nodes: tuple[str, ...]    # node ids, in graph order
     parent: str | None = None
@@ -185,10 +184,3 @@ def namespaces(g: Graph) -> Namespaces:
             anc[n.id] = tuple(chain)
     return Namespaces(containers, anc)
 
-
-_SAFE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def safe_id(text: str) -> bool:
-    """An id that can go into generated code, DOT and HTML attributes as it is."""
-    return bool(_SAFE_ID.match(text))
