@@ -96,6 +96,27 @@ def test_torch_module_paths_nest_to_any_depth():
     assert l0 in view.members
 
 
+def test_a_real_bert_nests_six_deep():
+    """transformers' BertModel through the torch importer: embeddings / encoder /
+    layer.N / attention / self / query, as Model Explorer shows it."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    import workbench as wb
+    cfg = transformers.BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=2, intermediate_size=64,
+                                  max_position_embeddings=16)
+    torch.manual_seed(0)
+    g = wb.from_torch(transformers.BertModel(cfg).eval(), (torch.randint(0, 100, (1, 8)),))
+    ns = namespaces(g)
+    paths = {ns[c].path for c in ns if ns[c].kind == "scope"}
+    assert {"embeddings", "encoder", "encoder/layer.0", "encoder/layer.1/attention/self",
+            "encoder/layer.1/attention/self/query", "pooler"} <= paths
+    assert ns.depth() >= 5
+    view = GraphView(Plan.singletons(g), collapse=True)
+    top = {ns[b].label for b in view.members if ns[b].kind == "scope"}
+    assert top == {"embeddings", "encoder", "pooler"}
+
+
 def _onnx_scoped_model(path):
     onnx = pytest.importorskip("onnx")
     from onnx import TensorProto, helper
