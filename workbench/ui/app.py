@@ -2,9 +2,9 @@
 
 Every control has a Python method with the same effect, so a notebook can replay a
 session (``app.fuse([...])``, ``app.split(...)``, ``app.auto("rules")``,
-``app.undo()``, ``app.measure()``, ``app.export(path)``, ``app.save_graph("g.svg")``).
-A refused action sets ``app.message`` to the reason (shown inline), returns ``None``
-and changes nothing: not the plan, not the drawing.
+``app.undo()``, ``app.measure()``, ``app.export(path)``). A refused action sets
+``app.message`` to the reason (shown inline), returns ``None`` and changes nothing:
+not the plan, not the drawing.
 
 Example::
 
