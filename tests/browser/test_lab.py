@@ -206,36 +206,6 @@ def test_dark_theme_is_followed(lab_factory, page):
         server.shutdown_kernels()
 
 
-def test_quickstart_notebook_runs_in_lab(lab_factory, page):
-    """notebooks/01_quickstart.ipynb as a user runs it: Run All in Lab, no error, one
-    app showing the fused step, the history plotted."""
-    server = lab_factory("light")
-    (server.root / "notebooks").mkdir(exist_ok=True)
-    (server.root / "notebooks" / "01_quickstart.ipynb").write_bytes(
-        (REPO / "notebooks" / "01_quickstart.ipynb").read_bytes())
-    if not (server.root / "sample_graphs").exists():   # the notebook reads ../sample_graphs
-        (server.root / "sample_graphs").symlink_to(REPO / "sample_graphs")
-    try:
-        open_app(page, server, "notebooks/01_quickstart.ipynb")
-        assert page.locator(".wb-app").count() == 1, "the app should be displayed once"
-        page.locator(".wb-app").scroll_into_view_if_needed()
-        message = page.locator(".wb-app .wb-message").inner_text()
-        assert message.startswith("redo: step 1"), message
-        # the last step is the rules plan: all 16 ops in one kernel, drawn as one cluster
-        assert page.locator(".wb-app .wb-graph g.cluster").count() == 1
-        steps = plot_data(page)[0]
-        assert max(len(t[1]) for t in steps) == 2, steps   # load, auto rules
-        assert not page.js_errors, page.js_errors
-        shoot(page, "lab_quickstart.png")
-    except Exception:
-        path = artifacts_dir() / "lab_quickstart_FAILED.png"
-        page.screenshot(path=str(path))
-        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
-        raise
-    finally:
-        server.shutdown_kernels()
-
-
 # -- navigation, property panel, source map (issue 14) -------------------------------------
 def _notebook(server, name: str, cells: list[str]) -> str:
     nb = nbformat.v4.new_notebook()
@@ -392,6 +362,36 @@ def test_large_graph_fit_minimap_and_search_in_lab(lab_factory, page):
         shoot(page, "lab_navigate_large.png")
     except Exception:
         path = artifacts_dir() / "lab_navigate_large_FAILED.png"
+        page.screenshot(path=str(path))
+        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_quickstart_notebook_runs_in_lab(lab_factory, page):
+    """notebooks/01_quickstart.ipynb as a user runs it: Run All in Lab, no error, one
+    app showing the fused step, the history plotted."""
+    server = lab_factory("light")
+    (server.root / "notebooks").mkdir(exist_ok=True)
+    (server.root / "notebooks" / "01_quickstart.ipynb").write_bytes(
+        (REPO / "notebooks" / "01_quickstart.ipynb").read_bytes())
+    if not (server.root / "sample_graphs").exists():   # the notebook reads ../sample_graphs
+        (server.root / "sample_graphs").symlink_to(REPO / "sample_graphs")
+    try:
+        open_app(page, server, "notebooks/01_quickstart.ipynb")
+        assert page.locator(".wb-app").count() == 1, "the app should be displayed once"
+        page.locator(".wb-app").scroll_into_view_if_needed()
+        message = page.locator(".wb-app .wb-message").inner_text()
+        assert message.startswith("redo: step 1"), message
+        # the last step is the rules plan: all 16 ops in one kernel, drawn as one cluster
+        assert page.locator(".wb-app .wb-graph g.cluster").count() == 1
+        steps = plot_data(page)[0]
+        assert max(len(t[1]) for t in steps) == 2, steps   # load, auto rules
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_quickstart.png")
+    except Exception:
+        path = artifacts_dir() / "lab_quickstart_FAILED.png"
         page.screenshot(path=str(path))
         print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
         raise

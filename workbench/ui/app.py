@@ -73,6 +73,7 @@ class WorkbenchApp(w.VBox):
         self.plots = Plots()
         self.props = w.HTML(empty_html())      # the selected node's properties (Netron's)
         self.props.add_class("wb-props-panel")
+        self.code.children = (self.props, *self.code.children)   # above the kernel header
         self._last_group: str | None = None     # what the code panel shows with no selection
 
         # -- controls --------------------------------------------------------------
@@ -127,8 +128,8 @@ class WorkbenchApp(w.VBox):
                           layout=w.Layout(flex_flow="row wrap"))
         status = w.HBox([self.progress, self._message])
         self.view.layout = w.Layout(flex="3 1 0%", min_width="0")
-        side = w.VBox([self.props, self.code], layout=w.Layout(flex="2 1 0%", min_width="0"))
-        super().__init__([toolbar, toolbar2, status, w.HBox([self.view, side]),
+        self.code.layout = w.Layout(flex="2 1 0%", min_width="0")
+        super().__init__([toolbar, toolbar2, status, w.HBox([self.view, self.code]),
                           self.plots])
         self.add_class("wb-app")
 
