@@ -292,6 +292,11 @@ def test_ids_properties_source_map_and_export_in_lab(lab_factory, page, tmp_path
         assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
         width, height = struct.unpack(">II", data[16:24])
         assert width > 100 and height > 300, (width, height)   # the drawing, twice its size
+        # breadcrumb: n1 sits in the LayerNorm composite; a click on it closes the box
+        crumb = graph.locator(".wb-crumbs button.wb-crumb", has_text="LayerNormalization")
+        crumb.click()
+        graph.locator("g.node[id='c0']").wait_for()
+        assert graph.locator("g.node[id='n1']").count() == 0
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_navigate_small.png")
     except Exception:

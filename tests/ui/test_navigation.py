@@ -96,6 +96,23 @@ def test_torch_module_paths_nest_to_any_depth():
     assert l0 in view.members
 
 
+def test_breadcrumb_names_the_containers_and_collapses_one():
+    g = _nested_torch_graph()
+    view = GraphView(Plan.singletons(g))
+    ns = view.namespaces
+    matmul = next(n.id for n in g.nodes if n.op == "matmul")
+    view.selected = [matmul]
+    assert [label for _, label in view.crumbs][:3] == ["encoder", "layer.0", "attention"]
+    layer = view.crumbs[1][0]
+    view._handle_custom_msg({"type": "collapse", "id": layer}, [])   # a click on it
+    assert layer in view.collapsed and view.box_of(matmul) == layer
+    assert view.focus[0] == layer
+    view._handle_custom_msg({"type": "collapse", "id": "s999"}, [])  # unknown: ignored
+    assert ns[layer].label == "layer.0"
+    view.selected = []
+    assert view.crumbs == []
+
+
 def test_a_real_bert_nests_six_deep():
     """transformers' BertModel through the torch importer: embeddings / encoder /
     layer.N / attention / self / query, as Model Explorer shows it."""

@@ -53,6 +53,9 @@ class GraphView(anywidget.AnyWidget):
     legend = traitlets.List(traitlets.Dict(), default_value=[]).tag(sync=True)
     legend_title = traitlets.Unicode("").tag(sync=True)
     name = traitlets.Unicode("graph").tag(sync=True)   # file name of downloads
+    # the containers around the first selected node, outermost first: [[id, label], ...]
+    # (a breadcrumb; clicking one sends {"type": "collapse", "id": id})
+    crumbs = traitlets.List(default_value=[]).tag(sync=True)
     # [box id, counter]: centre that box (a new counter re-centres the same box)
     focus = traitlets.List(default_value=[]).tag(sync=True)
 
@@ -71,6 +74,7 @@ class GraphView(anywidget.AnyWidget):
         self._focus_count = 0
         self._overlay: Overlay | None = None
         self.on_msg(self._on_front_msg)
+        self.observe(lambda _: self._update_crumbs(), "selected")
         self.redraw()
 
     # -- drawing ---------------------------------------------------------------
@@ -149,10 +153,23 @@ class GraphView(anywidget.AnyWidget):
         self.focus = [box, self._focus_count]
         return box
 
+    def _update_crumbs(self) -> None:
+        sel = [i for i in self.selected if i in self.graph.node_map]
+        ns = self.namespaces
+        self.crumbs = ([[c, ns[c].label[:40]] for c in ns.ancestors(sel[0])] if sel else [])
+
     def _on_front_msg(self, _widget, content, _buffers) -> None:
-        if not (isinstance(content, dict) and content.get("type") == "toggle"):
+        if not isinstance(content, dict):
             return
         ref = str(content.get("id", ""))
+        if content.get("type") == "collapse" and ref in self.composites:
+            # a breadcrumb: close that container and show where it is
+            self.collapse(ref)
+            self._focus_count += 1
+            self.focus = [self.box_of(self.composites[ref][0]), self._focus_count]
+            return
+        if content.get("type") != "toggle":
+            return
         if content.get("outer"):
             # the container around this box (a box inside an open scope)
             inner = (self.namespaces[ref].parent if ref in self.composites

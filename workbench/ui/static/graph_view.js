@@ -10,6 +10,8 @@
 //     in it to move there
 //   `focus` ([box id, n]) from Python (search): centre that box at a readable zoom
 //   SVG / PNG: download the drawing
+//   breadcrumb (top left, under the buttons): the scopes and composite around the
+//     selected node; clicking one collapses it into one box
 //   source map: hovering a node highlights the code panel's lines computing it (lines
 //     carry data-nodes, see source_map.py); hovering a line highlights its nodes,
 //     clicking it centres them
@@ -54,7 +56,9 @@ function render({ model, el }) {
   const miniView = document.createElement("div");
   miniView.className = "wb-minimap-view";
   minimap.append(miniImg, miniView);
-  viewport.append(stage, legend, tools, minimap);
+  const crumbs = document.createElement("div");
+  crumbs.className = "wb-crumbs";
+  viewport.append(stage, legend, tools, crumbs, minimap);
   el.appendChild(viewport);
 
   let scale = 1, tx = 0, ty = 0, fitted = false;
@@ -235,6 +239,23 @@ function render({ model, el }) {
     }
   };
 
+  // -- breadcrumb: the containers around the selected node; a click closes one ------
+  const drawCrumbs = () => {
+    const list = model.get("crumbs") || [];
+    crumbs.replaceChildren();
+    crumbs.style.display = list.length ? "" : "none";
+    list.forEach(([id, label], i) => {
+      if (i) crumbs.append(" › ");
+      const b = document.createElement("button");
+      b.className = "wb-crumb";
+      b.textContent = label;          // model text: as text, never markup
+      b.title = `${id}: collapse ${label} into one box`;
+      b.dataset.id = id;
+      b.addEventListener("click", () => model.send({ type: "collapse", id }));
+      crumbs.append(b);
+    });
+  };
+
   // -- focus (search) ------------------------------------------------------------
   // the drawn box of a node id: itself, or the collapsed box holding it
   const boxOf = (id) => {
@@ -393,7 +414,7 @@ function render({ model, el }) {
   }, { passive: false });
   let down = null;
   viewport.addEventListener("pointerdown", (e) => {
-    if (e.button !== 0 || e.target.closest(".wb-graph-tools, .wb-legend, .wb-minimap")) return;
+    if (e.button !== 0 || e.target.closest(".wb-graph-tools, .wb-legend, .wb-minimap, .wb-crumbs")) return;
     down = { x: e.clientX, y: e.clientY, tx, ty };
     dragged = false;
   });
@@ -436,8 +457,10 @@ function render({ model, el }) {
   model.on("change:legend", drawLegend);
   model.on("change:legend_title", drawLegend);
   model.on("change:focus", onFocus);
+  model.on("change:crumbs", drawCrumbs);
   draw();
   drawLegend();
+  drawCrumbs();
   onFocus();
   return () => {
     window.removeEventListener("pointermove", onMove);
