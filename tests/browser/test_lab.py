@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 
 import nbformat
 import pytest
@@ -198,6 +199,174 @@ def test_dark_theme_is_followed(lab_factory, page):
         shoot(page, "lab_app_dark.png")
     except Exception:
         path = artifacts_dir() / "lab_app_dark_FAILED.png"
+        page.screenshot(path=str(path))
+        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+# -- navigation, property panel, source map (issue 14) -------------------------------------
+def _notebook(server, name: str, cells: list[str]) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, server.root / name)
+    return name
+
+
+def _view_state(page) -> dict:
+    """The graph view's zoom (data-scale), its rectangle and the minimap's view box."""
+    return page.evaluate("""() => {
+        const v = document.querySelector('.wb-app .wb-graph');
+        const r = v.getBoundingClientRect();
+        const m = v.querySelector('.wb-minimap-view');
+        return {scale: parseFloat(v.dataset.scale), left: r.left, top: r.top,
+                right: r.right, bottom: r.bottom,
+                transform: v.querySelector('.wb-stage').style.transform,
+                mini_top: m ? parseFloat(m.style.top) : null};
+    }""")
+
+
+def _centre_in_view(page, node: str) -> bool:
+    return page.evaluate("""(id) => {
+        const v = document.querySelector('.wb-app .wb-graph').getBoundingClientRect();
+        const g = document.querySelector(`.wb-app .wb-graph g.node[id="${id}"]`);
+        if (!g) return false;
+        const r = g.getBoundingClientRect();
+        const x = (r.left + r.right) / 2, y = (r.top + r.bottom) / 2;
+        return x > v.left + v.width * 0.2 && x < v.right - v.width * 0.2
+            && y > v.top + v.height * 0.2 && y < v.bottom - v.height * 0.2;
+    }""", node)
+
+
+def test_ids_properties_source_map_and_export_in_lab(lab_factory, page, tmp_path):
+    """layernorm: boxes show their ids; clicking one fills the property panel with its
+    shapes; hovering it highlights its kernel's source lines, hovering a line
+    highlights its node; the SVG button downloads the drawing."""
+    server = lab_factory("light")
+    name = app_notebook(server, "navigate_small.ipynb", measure=False)
+    try:
+        open_app(page, server, name)
+        graph = page.locator(".wb-app .wb-graph")
+        # defect 2: the id messages use is on the box
+        assert graph.locator("g.node[id='n1'] text").first.text_content().startswith("n1 ")
+        graph.locator("g.node[id='n1']").click()
+        props = page.locator(".wb-app .wb-props")
+        props.filter(has_text="n1 · sub").wait_for()
+        text = props.inner_text()
+        assert "float32[" in text and "inputs" in text and "kernel" in text, text
+        # node -> lines: hovering the node marks the lines computing it
+        page.locator(".wb-app .wb-line[data-nodes='n1']").first.wait_for(state="attached")
+        page.mouse.move(5, 5)            # (the click left the pointer on n1)
+        graph.locator("g.node[id='n1']").hover()
+        page.wait_for_function(
+            "() => document.querySelectorAll('.wb-app .wb-line.wb-line-hot').length > 0")
+        hot = page.evaluate("""() => [...document.querySelectorAll(
+            '.wb-app .wb-line.wb-line-hot')].map(e => e.textContent)""")
+        assert hot and all("/* n1 */" in t for t in hot), hot
+        # a click on another node shows its kernel while the pointer stays on it: its
+        # lines are marked as soon as the code panel shows them
+        graph.locator("g.node[id='n2']").click()
+        page.wait_for_function("""() => {
+            const hot = [...document.querySelectorAll('.wb-app .wb-line.wb-line-hot')];
+            return hot.length > 0 && hot.every(e => e.textContent.includes('/* n2 */')); }""")
+        # line -> node
+        graph.locator("g.node[id='n1']").click()
+        line = page.locator(".wb-app .wb-line[data-nodes='n1']:visible").first
+        line.hover()
+        graph.locator("g.node.wb-source-hot[id='n1']").wait_for()
+        # export: the SVG button downloads the drawing
+        with page.expect_download() as dl:
+            graph.locator(".wb-graph-tools button", has_text="SVG").click()
+        path = tmp_path / "graph.svg"
+        dl.value.save_as(str(path))
+        svg = path.read_text()
+        assert svg.startswith("<?xml") and "<svg" in svg and 'id="n1"' in svg
+        with page.expect_download() as dl:
+            graph.locator(".wb-graph-tools button", has_text="PNG").click()
+        png = tmp_path / "graph.png"
+        dl.value.save_as(str(png))
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+        width, height = struct.unpack(">II", data[16:24])
+        assert width > 100 and height > 300, (width, height)   # the drawing, twice its size
+        # breadcrumb: n1 sits in the LayerNorm composite; a click on it closes the box
+        crumb = graph.locator(".wb-crumbs button.wb-crumb", has_text="LayerNormalization")
+        crumb.click()
+        graph.locator("g.node[id='c0']").wait_for()
+        assert graph.locator("g.node[id='n1']").count() == 0
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_navigate_small.png")
+    except Exception:
+        path = artifacts_dir() / "lab_navigate_small_FAILED.png"
+        page.screenshot(path=str(path))
+        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_large_graph_fit_minimap_and_search_in_lab(lab_factory, page):
+    """The 1,020-op transformer_stack: the first view and "fit" are readable (not 3%),
+    the minimap moves the view, and searching n1000 opens the collapsed box holding
+    it and centres it."""
+    server = lab_factory("light")
+    name = _notebook(server, "navigate_large.ipynb", [
+        f"import sys\nsys.path.insert(0, {json.dumps(str(REPO / 'sample_graphs'))})\n"
+        "from make_samples import transformer_stack\nimport workbench as wb\n"
+        "app = wb.open(transformer_stack(1020), backend='cpu')"])
+    try:
+        open_app(page, server, name)
+        graph = page.locator(".wb-app .wb-graph")
+        assert graph.locator("g.node[id='n1000']").count() == 0    # inside a collapsed box
+        s = _view_state(page)
+        assert s["scale"] >= 0.3, s
+        graph.locator(".wb-graph-tools button", has_text="fit").click()
+        s = _view_state(page)
+        assert s["scale"] >= 0.3, f"fit zoomed to {s['scale']:.0%}"
+        assert page.evaluate("""() => {
+            const v = document.querySelector('.wb-app .wb-graph').getBoundingClientRect();
+            return [...document.querySelectorAll('.wb-app .wb-graph g.node')].filter(g => {
+                const r = g.getBoundingClientRect();
+                return r.bottom > v.top && r.top < v.bottom && r.right > v.left
+                       && r.left < v.right; }).length; }""") >= 5, "fit shows no boxes"
+        # minimap: present; a click near its bottom moves the view to the graph's end
+        mini = graph.locator(".wb-minimap")
+        assert mini.is_visible()
+        box = mini.bounding_box()
+        before = _view_state(page)
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] - 3)
+        after = _view_state(page)
+        assert after["transform"] != before["transform"]
+        assert after["mini_top"] > before["mini_top"] + box["height"] / 2, (before, after)
+        assert graph.locator("g.node[id='out0']").count() == 1
+        assert _centre_in_view(page, "out0") or page.evaluate("""() => {
+            const v = document.querySelector('.wb-app .wb-graph').getBoundingClientRect();
+            const r = document.querySelector('.wb-app .wb-graph g.node[id="out0"]')
+                .getBoundingClientRect();
+            return r.top < v.bottom && r.bottom > v.top; }""")
+        # search: the match is revealed (its composite expanded) and centred
+        search = page.locator(".wb-app input[placeholder='select by name or op']")
+        search.fill("n1000")
+        search.press("Enter")
+        graph.locator("g.node.wb-selected[id='n1000']").wait_for(timeout=60_000)
+        page.wait_for_function("""(id) => {
+            const v = document.querySelector('.wb-app .wb-graph').getBoundingClientRect();
+            const g = document.querySelector(`.wb-app .wb-graph g.node[id="${id}"]`);
+            if (!g) return false;
+            const r = g.getBoundingClientRect();
+            const x = (r.left + r.right) / 2, y = (r.top + r.bottom) / 2;
+            return x > v.left + v.width * 0.2 && x < v.right - v.width * 0.2
+                && y > v.top + v.height * 0.2 && y < v.bottom - v.height * 0.2; }""",
+            arg="n1000", timeout=30_000)
+        assert _view_state(page)["scale"] >= 1.0
+        assert "showing n1000" in page.locator(".wb-app .wb-message").inner_text()
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_navigate_large.png")
+    except Exception:
+        path = artifacts_dir() / "lab_navigate_large_FAILED.png"
         page.screenshot(path=str(path))
         print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
         raise

@@ -149,7 +149,7 @@ def test_bytes_overlay_needs_no_measurement(app):
 
 def test_collapse_toggle(app):
     app.collapse_toggle.value = True
-    assert app.view.collapsed == {"c0", "c1"}
+    assert app.view.collapsed == {"c0", "c1", "s0"}
     app.collapse_toggle.value = False
     assert app.view.collapsed == frozenset()
 

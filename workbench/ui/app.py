@@ -37,6 +37,7 @@ from .dot import Overlay
 from .graph_view import GraphView
 from .jobs import Job
 from .plots import Plots
+from .properties import empty_html, node_properties
 
 OVERLAYS = ("none", "latency", "bytes")
 
@@ -76,6 +77,9 @@ class WorkbenchApp(w.VBox):
         # the panel shows the session's own kernels: what Measure runs
         self.code = CodePanel(lambda plan, gr: session.kernel(gr.id, plan), self._kernel_info)
         self.plots = Plots()
+        self.props = w.HTML(empty_html())      # the selected node's properties (Netron's)
+        self.props.add_class("wb-props-panel")
+        self.code.children = (self.props, *self.code.children)   # above the kernel header
         self._last_group: str | None = None     # what the code panel shows with no selection
         self._edge_choice: str | None = None    # the edge last chosen in the drop-down
 
@@ -206,8 +210,12 @@ class WorkbenchApp(w.VBox):
                           or (n.origin is not None and (q in n.origin.composite.lower()
                                                         or q in n.origin.source.lower())))]
         self.view.selected = hits
+        shown = ""
+        if hits:   # like Model Explorer: open the boxes hiding the first match, centre it
+            self.view.focus_on(hits[0])
+            shown = f"; showing {hits[0]} (kernel {self.session.plan.group(hits[0]).id})"
         self._set_message(f"selected {len(hits)} node{'s' * (len(hits) != 1)} matching "
-                          f"{query!r}" if hits else f"no node matches {query!r}",
+                          f"{query!r}{shown}" if hits else f"no node matches {query!r}",
                           refused=not hits)
         return hits
 
@@ -219,6 +227,7 @@ class WorkbenchApp(w.VBox):
             return
         try:
             self._show_code()
+            self._show_properties()
             self._update_scheme_controls()
         except WorkbenchError as e:   # (an observer: report, do not raise into the comm)
             self._set_message(str(e), refused=True)
@@ -371,6 +380,14 @@ class WorkbenchApp(w.VBox):
         self._set_message(f"exported step {self.session.position} to {os.fspath(path)}")
         return result if result is not None else os.fspath(path)
 
+    @_action
+    def save_graph(self, path: str | os.PathLike) -> str | None:
+        """Write the graph as drawn now (collapsed boxes, kernels, colours) to ``path``:
+        ``.svg`` or ``.png``. The view's "SVG"/"PNG" buttons download the same."""
+        out = self.view.save(path)
+        self._set_message(f"saved the graph of step {self.session.position} to {out}")
+        return out
+
     # -- state shown -----------------------------------------------------------------
     @property
     def history(self) -> pd.DataFrame:
@@ -519,6 +536,7 @@ class WorkbenchApp(w.VBox):
         if redraw:
             self._redraw()
         self._show_code()
+        self._show_properties()
         self._update_scheme_controls()
         self.plots.update(self._plotted_history(), self._kernel_rows(),
                           getattr(self.session, "device", None))
@@ -574,6 +592,17 @@ class WorkbenchApp(w.VBox):
         s = self.session
         prev = s.history[s.position - 1].plan if s.position > 0 else None
         self.code.show(gr.id, s.plan, prev)
+
+    def _show_properties(self) -> None:
+        sel = self.selected
+        if not sel:
+            self.props.value = empty_html()
+            return
+        plan = self.session.plan
+        k = self.session.kernel(plan.group(sel[0]).id, plan)
+        launch = f"library call ({k.library.op})" if k.library is not None else str(k.launch)
+        self.props.value = node_properties(plan, sel[0], self.view.namespaces, launch,
+                                           selected=len(sel)).to_html()
 
     def _update_scheme_controls(self) -> None:
         if getattr(self, "_enabled_before", None):   # a job runs: controls stay locked
