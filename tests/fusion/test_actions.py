@@ -74,7 +74,7 @@ def test_layernorm_offers_every_scheme_and_mapping_with_reasons(session):
     for v in edges:
         assert sum(lab.startswith(f"scheme {v} (") for lab in labels) == 2
     maker = session.graph.producer[edges[0]]
-    assert any(f"({maker.id} {maker.op} -> " in lab for lab in labels)
+    assert any(f"({maker.op} {maker.id} → " in lab for lab in labels)
     # the mappings other than the current one, and tuning
     current = k.schedule.mapping.value
     mapped = {lab.split(" -> ")[1] for lab in labels if lab.startswith("mapping ")}

@@ -85,3 +85,31 @@ def test_decisions_are_escaped_and_bounded():
     out = decision_html(ds)
     assert "<img" not in out and "&lt;img src=x&gt;" in out and "&lt;b&gt;" in out
     assert "250 decisions" in out and "and 50 more" in out
+
+
+def test_the_app_lists_previews_applies_and_jumps(app):
+    """In the app: the preview redraws the graph with the plan it would make (the
+    session unchanged), Apply adds the step and compiles it, Cancel draws the current
+    plan again, the history list jumps."""
+    s = app.session
+    drawn = app.view.svg
+    acts = app.actions(["n0", "n1"])
+    assert app.transforms_box.selected_index == 0 and app.transforms.actions == acts
+    i = next(i for i, a in enumerate(acts) if a.label == "fuse n0 n1")
+    app.preview(i)
+    assert app.view.plan == acts[i].plan and app.view.svg != drawn
+    assert len(s.history) == 1 and "preview" in app.message
+    app.cancel_preview()
+    assert app.view.plan == s.plan and app.view.svg == drawn
+    app.preview(acts[i])
+    plan = app.apply()
+    assert plan == acts[i].plan and s.plan == plan and len(s.history) == 2
+    assert app.message.startswith("applied fuse n0 n1")
+    assert s.program(plan) is not None            # compiled: Measure only loads it
+    assert [v for _, v in app.transforms.steps.options] == [0, 1]
+    app.goto(0)
+    assert s.position == 0 and app.view.plan == s.history[0].plan
+    assert app.transforms.steps.value == 0
+    assert app.goto(5) is None and "no step 5" in app.message
+    df = app.compare(0, 1)
+    assert df.loc["kernels", "change"] == -1

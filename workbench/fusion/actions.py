@@ -76,14 +76,15 @@ def internal_edges(plan: Plan, gid: str) -> list[str]:
     return out
 
 
-def edge_text(plan: Plan, value: str) -> str:
-    """An internal edge as the drawing shows it: "t2 (n1 reduce_mean -> n2 sub)"."""
-    g, members = plan.graph, set(plan.group_of[plan.graph.producer[value].id].nodes)
+def edge_text(g, group, value: str) -> str:
+    """An edge inside ``group`` as the drawing shows it: ``reduce_mean n0 → sub n1``
+    (its other readers inside the kernel counted: ``+1``)."""
     maker = g.producer[value]
-    readers = [c for c in g.consumers.get(value, ()) if c.id in members]
-    to = ", ".join(f"{c.id} {c.op}" for c in readers[:2]) + (", ..." if len(readers) > 2
-                                                              else "")
-    return f"{value} ({maker.id} {maker.op} -> {to})"
+    readers = list(dict.fromkeys(c.id for c in g.consumers.get(value, ())
+                                 if c.id in group.nodes))
+    more = f" +{len(readers) - 1}" if len(readers) > 1 else ""
+    first = f"{g.node(readers[0]).op} {readers[0]}" if readers else "?"
+    return f"{maker.op} {maker.id} → {first}{more}"
 
 
 def neighbours(plan: Plan, gid: str) -> list[str]:
@@ -124,7 +125,7 @@ def candidates(plan: Plan, refs: Iterable[str]) -> list[tuple[str, tuple[str, tu
             now = gr.scheme(v)
             for sc in EDGE_SCHEMES:
                 if sc is not now:
-                    out.append((f"scheme {edge_text(plan, v)} -> {sc.value}",
+                    out.append((f"scheme {v} ({edge_text(plan.graph, gr, v)}) -> {sc.value}",
                                 ("set_scheme", (v, sc.value)),
                                 lambda v=v, sc=sc: plan.set_scheme(v, sc)))
         if gr.schedule.kind is ScheduleKind.row_reduce:

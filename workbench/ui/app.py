@@ -28,6 +28,7 @@ import pandas as pd
 
 from ..errors import WorkbenchError
 from ..fusion import MAPPINGS, PLANNERS, Plan, ScheduleKind, StitchScheme
+from ..fusion.actions import Action
 from ..measure import StepMeasurement
 from ..session import Session
 from .charts import KernelRow
@@ -37,6 +38,7 @@ from .dot import Overlay
 from .graph_view import GraphView
 from .jobs import Job
 from .plots import Plots
+from .transform_panel import TransformPanel
 from .properties import empty_html, node_properties
 
 OVERLAYS = ("none", "latency", "bytes")
@@ -160,7 +162,13 @@ class WorkbenchApp(w.VBox):
         self.code.layout = w.Layout(flex="2 1 0%", min_width="0")
         main = w.HBox([self.view, self.code])
         main.add_class("wb-main")   # (CSS: the two panels share one height)
-        super().__init__([toolbar, toolbar2, status, main, self.plots])
+        # what applies to the selection (preview, apply), the clickable history and the
+        # planner's decisions, folded away until opened
+        self.transforms = TransformPanel(session, lambda: self.selected, self._on_preview,
+                                         self._apply_action, self.goto)
+        self.transforms_box = w.Accordion(children=[self.transforms], selected_index=None)
+        self.transforms_box.set_title(0, "Transformations · History · Decisions")
+        super().__init__([toolbar, toolbar2, status, main, self.transforms_box, self.plots])
         self.add_class("wb-app")
 
         b["Fuse"].on_click(lambda _: self.fuse())
@@ -327,6 +335,58 @@ class WorkbenchApp(w.VBox):
         self._refresh()
         self._set_message(f"{gr.id}: mapped {mapping}, {gr.schedule.describe()} ({launch})")
         return plan
+
+    # -- transformations of the selection, history ------------------------------------
+    def actions(self, nodes: Iterable[str] | None = None) -> list:
+        """Every transformation of the given (default: selected) nodes' kernels with
+        its predicted effect, or its refusal; listed in the Transformations panel."""
+        if nodes is not None:
+            self.selected = nodes
+        acts = self.transforms.refresh_actions()
+        self.transforms_box.selected_index = 0
+        return acts
+
+    def preview(self, action) -> None:
+        """Draw the plan ``action`` (or the index of one in :meth:`actions`' list)
+        would make, with its numbers; :meth:`apply` or :meth:`cancel_preview` next."""
+        if not isinstance(action, Action):
+            action = self.transforms.actions[action]
+        self.transforms.preview(action)
+
+    def apply(self) -> Plan | None:
+        """Apply the previewed transformation as a step."""
+        return self.transforms.apply()
+
+    def cancel_preview(self) -> None:
+        self.transforms.cancel()
+
+    def _on_preview(self, plan: Plan | None) -> None:
+        if plan is None:
+            self._redraw()
+            self._set_message(f"step {self.session.position}: "
+                              f"{plural(len(self.session.plan.groups), 'kernel')}")
+            return
+        self.view.redraw(plan, overlay=None)
+        self._set_message(f"preview: {plural(len(plan.groups), 'kernel')} (not applied: "
+                          "Apply or Cancel in the Transformations panel)")
+
+    @_action
+    def _apply_action(self, action) -> Plan | None:
+        before = set(self.session.plan.groups)
+        plan = self.session.apply(action)
+        self.session.compile([gr for gr in plan.groups if gr not in before])
+        self._refresh()
+        self._set_message(f"applied {action.label}; {plural(len(plan.groups), 'kernel')}")
+        return plan
+
+    @_action
+    def goto(self, index: int) -> Plan | None:
+        """Jump to step ``index`` of the history (nothing is dropped)."""
+        return self._moved("went to", self.session.goto(index))
+
+    def compare(self, a: int, b: int) -> pd.DataFrame:
+        """Two steps side by side (kernels, bytes, predicted and measured ms)."""
+        return self.session.compare(a, b)
 
     @_action
     def undo(self) -> Plan | None:
@@ -538,6 +598,8 @@ class WorkbenchApp(w.VBox):
         self._show_code()
         self._show_properties()
         self._update_scheme_controls()
+        self.transforms.cancel()
+        self.transforms.refresh_history()
         self.plots.update(self._plotted_history(), self._kernel_rows(),
                           getattr(self.session, "device", None))
 

@@ -14,6 +14,7 @@ from collections import Counter
 from typing import Iterable
 
 from ..fusion import Decision, Group, Plan
+from ..fusion.actions import edge_text
 from ..ir import Graph
 
 
@@ -22,19 +23,11 @@ def plural(n: int, word: str, many: str | None = None) -> str:
     return f"{n:,} {word if n == 1 else many or word + 's'}"
 
 
-def _op(g: Graph, nid: str) -> str:
-    return f"{g.node(nid).op} {nid}"
-
-
 def edge_label(g: Graph, group: Group, value: str) -> str:
     """An edge inside ``group`` as the drawing shows it: ``reduce_mean n0 → sub n1``
     (its other readers inside the kernel counted), with its current scheme."""
-    maker = g.producer[value]
-    readers = list(dict.fromkeys(c.id for c in g.consumers[value] if c.id in group.nodes))
-    more = f" +{len(readers) - 1}" if len(readers) > 1 else ""
     sc = group.scheme(value)
-    return (f"{_op(g, maker.id)} → {_op(g, readers[0]) if readers else '?'}{more}"
-            + (f" ({sc.value})" if sc is not None else ""))
+    return edge_text(g, group, value) + (f" ({sc.value})" if sc is not None else "")
 
 
 def edge_choices(g: Graph, group: Group | None) -> list[tuple[str, str]]:
