@@ -633,3 +633,54 @@ def test_bert_graph_stays_in_view_beside_a_full_code_panel(lab_factory, page):
         raise
     finally:
         server.shutdown_kernels()
+
+
+def test_transformations_preview_apply_and_history_in_lab(lab_factory, page):
+    """DaCe's optimizer view in the app: select two nodes, list the transformations,
+    pick "fuse" (the drawing shows the fused kernel before anything is applied), Apply
+    (a step), then jump back to step 0 from the History tab."""
+    server = lab_factory("light")
+    name = lab_notebook(server, "transforms.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')"])
+    try:
+        open_app(page, server, name)
+        page.get_by_text("Transformations · History · Decisions").click()
+        graph = page.locator(".wb-app .wb-graph")
+        graph.locator(f"g.node[id='{FIRST}']").click()
+        graph.locator(f"g.node[id='{SECOND}']").click(modifiers=["Shift"])
+        graph.locator(f"g.node.wb-selected[id='{SECOND}']").wait_for()
+        page.locator(".wb-app .wb-transforms button",
+                     has_text=re.compile(r"^\s*Transformations\s*$")).click()
+        choices = page.locator(".wb-app .wb-transforms select").first
+        label = f"fuse {FIRST} {SECOND}: -1 kernel"
+        # (ipywidgets writes an option's spaces as no-break spaces)
+        page.wait_for_function(
+            """l => [...document.querySelectorAll('.wb-app .wb-transforms select option')]
+                   .some(o => o.textContent.replace(/\u00a0/g, ' ').startsWith(l))""",
+            arg=label, timeout=60_000)
+        index = choices.evaluate("(s, l) => [...s.options].findIndex(o => o.textContent"
+                                 ".replace(/\u00a0/g, ' ').startsWith(l))", label)
+        assert graph.locator("g.cluster").count() == 0
+        choices.select_option(index=index)
+        wait_message(page, "preview: 8 kernels")
+        graph.locator("g.cluster").first.wait_for()           # the fused kernel, drawn
+        app_button(page, "Apply").click()
+        wait_message(page, f"applied fuse {FIRST} {SECOND}; 8 kernels")
+        page.locator(".wb-app .lm-TabBar-tab", has_text="History").click()
+        steps = page.locator(".wb-app .wb-transforms select").nth(1)
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.wb-app .wb-transforms select')][1]
+                   .options.length === 2""", timeout=30_000)
+        steps.select_option(index=0)
+        app_button(page, "Go to step").click()
+        wait_message(page, r"went to: step 0 \(load\), 9 kernels")
+        page.wait_for_function("() => document.querySelectorAll("
+                               "'.wb-app .wb-graph g.cluster').length === 0")
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_transformations.png")
+    except Exception:
+        page.locator(".wb-app .wb-transforms").first.scroll_into_view_if_needed()
+        failing_shot(page, server, "lab_transformations_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()
