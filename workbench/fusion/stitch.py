@@ -47,6 +47,7 @@ from .mapping import ScheduleKind
 from .partition import Decision, Partition
 from .plan import Group, Plan, make_group, toposort_groups
 from .analysis import analyze, analyze_stitched, candidate_mappings
+from .regions import Region, find_regions
 
 DOMINANT_FLOPS = 4        # an elementwise op this costly anchors a kernel
 BEAM = 3                  # plans kept per step
@@ -101,6 +102,9 @@ class _Search:
         self.single_refusal: dict[frozenset, str] = {}   # why no one template fits
         self._costs: dict[frozenset, float] = {}
         self.dominant = set(dominant_ops(g))
+        self.region: set[str] | None = None     # the ops of the region being searched
+        self.region_nodes: tuple[str, ...] = ()
+        self.analyses = 0                       # node sets analysed (a work count)
         # values read by more than one kernel-to-be: sibling candidates
         self.readers: dict[str, list[str]] = {}
         for n in g.nodes:
@@ -117,6 +121,7 @@ class _Search:
         of the whole graph per call, which dominated planning time on 1000 ops.)"""
         hit = self._groups.get(nodes)
         if hit is None:
+            self.analyses += 1
             ns = tuple(sorted(nodes, key=self.index.__getitem__))
             try:
                 hit = Group(f"k{self.index[ns[0]]}", ns,
@@ -171,7 +176,9 @@ class _Search:
                 for r in self.readers.get(i, ()):
                     out.add(part.owner[r])
         out.discard(gid)
-        return {x for x in out if not self._opaque(part, x)}
+        region = self.region
+        return {x for x in out if not self._opaque(part, x)
+                and (region is None or part.members[x][0] in region)}
 
     def _opaque(self, part: Partition, gid: str) -> bool:
         m = part.members[gid]
@@ -255,8 +262,20 @@ class _State:
     log: tuple[Decision, ...]
 
 
-def _score(search: _Search, part: Partition) -> float:
-    return sum(search.cost(frozenset(m)) for m in part.members.values())
+def _score(search: _Search, part: Partition, gids) -> float:
+    """The predicted latency of these kernels of the plan (a region's: the rest of the
+    plan is the same in every state of its search)."""
+    return sum(search.cost(frozenset(part.members[x])) for x in gids)
+
+
+def _gids(part: Partition, nodes) -> list[str]:
+    """The kernels holding these ops, in order of first appearance."""
+    return list(dict.fromkeys(part.owner[n] for n in nodes))
+
+
+def _key(search: _Search, part: Partition) -> frozenset:
+    """A plan's identity within the search: the kernels of the region being searched."""
+    return frozenset(frozenset(part.members[x]) for x in _gids(part, search.region_nodes))
 
 
 def _apply(search: _Search, st: _State, mv: _Move) -> _State | None:
@@ -327,7 +346,7 @@ def _decision(search: _Search, mv: _Move) -> Decision:
 
 
 def _search(search: _Search, seeds: list[_State], beam: int, branch: int) -> _State:
-    states = {s.part.key(): s for s in seeds}
+    states = {_key(search, s.part): s for s in seeds}
     frontier = sorted(states.values(), key=lambda s: s.score)[:beam]
     best = frontier[0]
     while frontier:
@@ -344,29 +363,69 @@ def _search(search: _Search, seeds: list[_State], beam: int, branch: int) -> _St
                     cyclic.add(mv)
                     continue
                 made += 1
-                key = child.part.key()
+                key = _key(search, child.part)
                 if key not in states and key not in children:
                     children[key] = child
             if cyclic:                # not retried from this plan
                 st.moves = {k: [m for m in v if m not in cyclic]
                             for k, v in st.moves.items()}
         frontier = sorted(children.values(), key=lambda s: s.score)[:beam]
-        states.update((s.part.key(), s) for s in frontier)
+        states.update((_key(search, s.part), s) for s in frontier)
         if frontier and frontier[0].score < best.score - EPS:
             best = frontier[0]
     return best
 
 
-def _grow(search: _Search) -> _State:
-    """The dominant-op seed: one kernel per op, then greedy improving merges around the
-    dominant ops first, then anywhere."""
-    part = Partition(search.g)
-    st = _State(part, _score(search, part), {}, (Decision(
-        "seed", (), "one kernel per op, grown around the dominant ops"),))
+def _grow(search: _Search, base: Partition) -> _State:
+    """The dominant-op seed of the region being searched: one kernel per op, then greedy
+    improving merges around the dominant ops first, then anywhere."""
+    part = base.copy()
+    nodes = search.region_nodes
+    part.replace(_gids(part, nodes), [[n] for n in nodes])
+    st = _State(part, _score(search, part, _gids(part, nodes)), {}, (Decision(
+        "seed", nodes[:1] + nodes[-1:],
+        "one kernel per op, grown around the dominant ops"),))
     for only_dom in (True, False):
-        st.moves = search.moves_for(st.part, list(st.part.members), only_dominant=only_dom)
+        st.moves = search.moves_for(st.part, _gids(st.part, nodes), only_dominant=only_dom)
         st = _search(search, [st], beam=1, branch=1)
     return st
+
+
+def _search_region(search: _Search, part: Partition, region: Region, beam: int,
+                   branch: int) -> tuple[Partition, list[Decision]]:
+    """The best plan of one region the search finds from the plan ``part`` (the rules
+    plan's kernels there, earlier regions already planned), and its decisions; ``part``
+    itself (no decisions) when nothing is predicted faster."""
+    search.region, search.region_nodes = set(region.nodes), region.nodes
+    gids = _gids(part, region.nodes)
+    seed = _State(part, _score(search, part, gids), {}, ())
+    seed.moves = search.moves_for(part, gids)
+    # each seed searched on its own: one beam over both would let the seed that starts
+    # lower crowd out the other's lineage, which may end lower still; on a tie the
+    # rules lineage wins: its log is the shorter story
+    best = _search(search, [seed], beam, branch)
+    if 1 < len(region.nodes) <= GROW_MAX_NODES:
+        grown = _grow(search, part)
+        grown.moves = search.moves_for(grown.part, _gids(grown.part, region.nodes))
+        other = _search(search, [grown], beam, branch)
+        if other.score < best.score - EPS:
+            best = other
+    if best.score >= seed.score - EPS:
+        return part, []
+    return best.part, list(best.log)
+
+
+def _copy_plan(part: Partition, src: Region, sets: list[tuple[int, ...]],
+               region: Region) -> Partition | None:
+    """``part`` with the region's ops grouped as the kernels ``sets`` (positions in
+    ``src``, a region of the same key), or None when that makes kernels wait on each
+    other in a cycle (through kernels elsewhere in the plan)."""
+    out = part.copy()
+    added = out.replace(_gids(out, region.nodes),
+                        [[region.nodes[k] for k in ks] for ks in sets])
+    if any(out.cycle({gid}) is not None for gid in added):
+        return None
+    return out
 
 
 def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]:
@@ -426,43 +485,60 @@ def _not_fused(search: _Search, part: Partition) -> list[Decision]:
 
 
 def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None = None,
-                beam: int = BEAM, branch: int = BRANCH) -> tuple[Plan, list[Decision]]:
+                beam: int = BEAM, branch: int = BRANCH, stats: dict | None = None
+                ) -> tuple[Plan, list[Decision]]:
     """The stitch planner's plan of g and its decisions (see the module docstring).
 
     ``model`` scores plans and its device is the one planned for; without one, the
-    uncalibrated model of ``device`` (default: the GPU schedules are sized for)."""
+    uncalibrated model of ``device`` (default: the GPU schedules are sized for).
+    ``stats``, if given, receives the search's work counts: ``analyses`` (node sets
+    analysed and priced), ``regions`` and ``searched`` (regions, and those searched
+    rather than copied)."""
     if model is None or (device is not None and device != model.device):
         model = CostModel.for_device(device or DEFAULT_DEVICE)
     search = _Search(g, model, stitch=True)
     rules, _ = rules_partition(g, device=search.device)
-    seed = _State(rules, _score(search, rules), {}, (Decision(
-        "seed", (), f"the rules plan, {len(rules.members)} kernels"),))
-    seed.moves = search.moves_for(rules, list(rules.members))
-    seeds = [seed]
-    if len(g.nodes) <= GROW_MAX_NODES:
-        grown = _grow(search)
-        grown.moves = search.moves_for(grown.part, list(grown.part.members))
-        seeds.append(grown)
-    # each seed searched on its own: one beam over both would let the seed that starts
-    # lower crowd out the other's lineage, which may end lower still; on a tie the
-    # rules lineage wins: its log is the shorter story
-    best = _search(search, [seeds[0]], beam, branch)
-    for sd in seeds[1:]:
-        other = _search(search, [sd], beam, branch)
-        if other.score < best.score - EPS:
-            best = other
-    if best.score >= seed.score - EPS:
-        best = seed
+    rules_score = _score(search, rules, rules.members)
+    part, log = rules, []
+    regions = find_regions(g, search.readers)
+    searched: dict[tuple, tuple[Region, list[tuple[int, ...]]]] = {}
+    copies: dict[tuple, int] = {}
+    for region in regions:
+        if region.key in searched:
+            src, sets = searched[region.key]
+            copied = _copy_plan(part, src, sets, region)
+            if copied is not None:
+                part = copied
+                copies[region.key] = copies.get(region.key, 0) + 1
+                continue
+        part, decided = _search_region(search, part, region, beam, branch)
+        log.extend(decided)
+        at = {n: k for k, n in enumerate(region.nodes)}
+        searched.setdefault(region.key, (region, [
+            tuple(at[n] for n in sorted(part.members[x], key=search.index.__getitem__))
+            for x in _gids(part, region.nodes)]))
+    search.region = None
+    score = _score(search, part, part.members)
+    if score >= rules_score - EPS:
+        part = rules
         log = [Decision("kept", (), f"the rules plan: no plan the search found is "
-                        f"predicted faster ({_ms(seed.score)})")]
+                        f"predicted faster ({_ms(rules_score)})")]
     else:
-        log = list(best.log)
-    plan = Plan(g, toposort_groups(g, [search.final(m) for m in best.part.members.values()]),
+        for key, n in copies.items():
+            src = searched[key][0]
+            log.append(Decision("copied", src.nodes[:1] + src.nodes[-1:],
+                                f"the plan of this region ({len(src.nodes)} ops) to its "
+                                f"{n} identical copies (same ops, shapes and wiring: "
+                                f"priced alike)"))
+    if stats is not None:
+        stats.update(analyses=search.analyses, regions=len(regions),
+                     searched=len(regions) - sum(copies.values()))
+    plan = Plan(g, toposort_groups(g, [search.final(m) for m in part.members.values()]),
                 "stitch", search.device)
     plan, mapped = _choose_mappings(search, plan)
     dom = dominant_ops(g)
     head = Decision("dominant", tuple(dom[:8]),
                     f"{len(dom)} dominant ops (reductions, exp/erf/tanh...) anchor kernels; "
-                    f"rules plan predicted {_ms(seed.score)}, stitch plan "
+                    f"rules plan predicted {_ms(rules_score)}, stitch plan "
                     f"{_ms(model.plan_seconds(plan))} on {model.device.name}")
-    return plan, [head] + log + mapped + _not_fused(search, best.part)
+    return plan, [head] + log + mapped + _not_fused(search, part)
