@@ -41,10 +41,11 @@ class Region:
     key: tuple
 
 
-def _apart(g: Graph, opaque: set[str]) -> dict[str, int]:
+def kept_apart(g: Graph) -> dict[str, int]:
     """Per node, the bit set (node positions) of the nodes reachable from it along a path
     through a library call: none of them may ever share its kernel."""
     pos = g.position
+    opaque = {n.id for n in g.nodes if get_op(n.op).kind is Kind.opaque}
     reach: dict[str, int] = {}     # reachable, the node itself included
     apart: dict[str, int] = {}
     for n in reversed(g.nodes):
@@ -58,14 +59,15 @@ def _apart(g: Graph, opaque: set[str]) -> dict[str, int]:
     return apart
 
 
-def find_regions(g: Graph, readers: dict[str, list[str]]) -> list[Region]:
+def find_regions(g: Graph, readers: dict[str, list[str]],
+                 apart: dict[str, int] | None = None) -> list[Region]:
     """The graph's regions in order of their first op. ``readers``: per tensor, the
     non-library ops reading it that the search may make siblings (the search's own
     table, so regions and moves agree on who is joined)."""
     pos = g.position
     kind = {n.id: get_op(n.op).kind for n in g.nodes}
     opaque = {n for n, k in kind.items() if k is Kind.opaque}
-    apart = _apart(g, opaque)
+    apart = kept_apart(g) if apart is None else apart
     parent = {n.id: n.id for n in g.nodes if n.id not in opaque}
 
     def find(x):
@@ -88,9 +90,10 @@ def find_regions(g: Graph, readers: dict[str, list[str]]) -> list[Region]:
             p = g.producer.get(i)
             if p is not None and p.id not in opaque:
                 join(p.id, n.id)
-    for rs in readers.values():
-        for r in rs[1:]:
-            join(rs[0], r)
+    for rs in readers.values():     # every pair: the first reader may be kept apart
+        for k, r in enumerate(rs):     # from the rest (a shape tensor every layer reads)
+            for q in rs[k + 1:]:
+                join(r, q)
     groups: dict[str, list[str]] = {}
     for n in g.nodes:
         if n.id not in opaque:
@@ -99,9 +102,10 @@ def find_regions(g: Graph, readers: dict[str, list[str]]) -> list[Region]:
             for ns in sorted(groups.values(), key=lambda ns: pos[ns[0]])]
 
 
-def region_key(g: Graph, nodes, apart: dict[str, int]) -> tuple:
+def region_key(g: Graph, nodes, apart: dict[str, int] | None = None) -> tuple:
     """What the cost model and analysis can see of a region (module docstring), with
-    every name replaced by its place in the region."""
+    every name replaced by its place in the region; of a kernel's ops (``nodes`` in
+    topological order), without ``apart``: what its price depends on."""
     pos = g.position
     local = {n: k for k, n in enumerate(nodes)}
     made = {o: (local[n], j) for n in nodes for j, o in enumerate(g.node(n).outputs)}
@@ -122,7 +126,7 @@ def region_key(g: Graph, nodes, apart: dict[str, int]) -> tuple:
         outs = tuple((g.value(o).shape, str(g.value(o).dtype),
                       o in graph_out or any(c.id not in local for c in g.consumers[o]))
                      for o in node.outputs)
-        far = apart[n]
-        kept_apart = tuple(local[m] for m in nodes if (far >> pos[m]) & 1)
+        far = apart[n] if apart is not None else 0
+        kept_apart = tuple(local[m] for m in nodes if (far >> pos[m]) & 1) if far else ()
         ops.append((node.op, repr(node.attrs), tuple(ins), outs, kept_apart))
     return tuple(ops)

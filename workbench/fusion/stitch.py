@@ -47,7 +47,7 @@ from .mapping import ScheduleKind
 from .partition import Decision, Partition
 from .plan import Group, Plan, make_group, toposort_groups
 from .analysis import analyze, analyze_stitched, candidate_mappings
-from .regions import Region, find_regions
+from .regions import Region, find_regions, region_key
 
 DOMINANT_FLOPS = 4        # an elementwise op this costly anchors a kernel
 BEAM = 3                  # plans kept per step
@@ -392,10 +392,11 @@ def _grow(search: _Search, base: Partition) -> _State:
 
 
 def _search_region(search: _Search, part: Partition, region: Region, beam: int,
-                   branch: int) -> tuple[Partition, list[Decision]]:
+                   branch: int) -> tuple[Partition, list[Decision], float]:
     """The best plan of one region the search finds from the plan ``part`` (the rules
-    plan's kernels there, earlier regions already planned), and its decisions; ``part``
-    itself (no decisions) when nothing is predicted faster."""
+    plan's kernels there, earlier regions already planned), its decisions and the
+    seconds it saves; ``part`` itself (no decisions) when nothing is predicted
+    faster."""
     search.region, search.region_nodes = set(region.nodes), region.nodes
     gids = _gids(part, region.nodes)
     seed = _State(part, _score(search, part, gids), {}, ())
@@ -404,15 +405,15 @@ def _search_region(search: _Search, part: Partition, region: Region, beam: int,
     # lower crowd out the other's lineage, which may end lower still; on a tie the
     # rules lineage wins: its log is the shorter story
     best = _search(search, [seed], beam, branch)
-    if 1 < len(region.nodes) <= GROW_MAX_NODES:
+    if 1 < len(region.nodes) and len(search.g.nodes) <= GROW_MAX_NODES:
         grown = _grow(search, part)
         grown.moves = search.moves_for(grown.part, _gids(grown.part, region.nodes))
         other = _search(search, [grown], beam, branch)
         if other.score < best.score - EPS:
             best = other
     if best.score >= seed.score - EPS:
-        return part, []
-    return best.part, list(best.log)
+        return part, [], 0.0
+    return best.part, list(best.log), seed.score - best.score
 
 
 def _copy_plan(part: Partition, src: Region, sets: list[tuple[int, ...]],
@@ -429,10 +430,22 @@ def _copy_plan(part: Partition, src: Region, sets: list[tuple[int, ...]],
 
 
 def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]:
-    """Each row kernel mapped to threads the way the model predicts fastest."""
+    """Each row kernel mapped to threads the way the model predicts fastest (decided
+    once per kernel shape: copies of a kernel, by :func:`.regions.region_key`, are
+    priced alike, so they take the same mapping)."""
     g, model = plan.graph, search.model
     groups, log = [], []
+    chosen: dict[tuple, object] = {}
     for gr in plan.groups:
+        if not candidate_mappings(gr.schedule, search.device)[1:]:
+            groups.append(gr)
+            continue
+        key = region_key(g, gr.nodes)
+        if key in chosen:
+            m = chosen[key]
+            groups.append(gr if m is None else
+                          make_group(g, gr.nodes, mapping=m, device=search.device))
+            continue
         best, best_t = gr, model.estimate(g, gr).seconds
         for m in candidate_mappings(gr.schedule, search.device):
             if m is gr.schedule.mapping:
@@ -444,6 +457,7 @@ def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]
             t = model.estimate(g, cand).seconds
             if t < best_t * (1 - MAPPING_MIN_GAIN):
                 best, best_t = cand, t
+        chosen[key] = None if best is gr else best.schedule.mapping
         if best is not gr:
             log.append(Decision(
                 "mapped", gr.nodes[:1] + gr.nodes[-1:] if len(gr.nodes) > 1 else gr.nodes,
@@ -453,11 +467,12 @@ def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]
     return Plan(g, toposort_groups(g, groups), plan.planner, plan.device), log
 
 
-def _not_fused(search: _Search, part: Partition) -> list[Decision]:
-    """Why neighbouring kernels of the final plan stay apart."""
+def _not_fused(search: _Search, part: Partition, copied: set[str]) -> list[Decision]:
+    """Why neighbouring kernels of the final plan stay apart (but for the kernels of
+    ``copied`` ops: a copied region's reasons are its original's)."""
     out, seen = [], set()
     for gid in part.members:
-        if search._opaque(part, gid):
+        if search._opaque(part, gid) or part.members[gid][0] in copied:
             continue
         a = frozenset(part.members[gid])
         for nb in sorted(part.successors(gid) - {gid}):
@@ -501,25 +516,30 @@ def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None 
     rules_score = _score(search, rules, rules.members)
     part, log = rules, []
     regions = find_regions(g, search.readers)
-    searched: dict[tuple, tuple[Region, list[tuple[int, ...]]]] = {}
+    # per distinct region: the region searched, its plan (kernels as positions in it)
+    # and the seconds that plan saves against the rules plan's kernels there
+    searched: dict[tuple, tuple[Region, list[tuple[int, ...]], float]] = {}
     copies: dict[tuple, int] = {}
+    copied: set[str] = set()
+    saved = 0.0
     for region in regions:
         if region.key in searched:
-            src, sets = searched[region.key]
-            copied = _copy_plan(part, src, sets, region)
-            if copied is not None:
-                part = copied
+            src, sets, gain = searched[region.key]
+            plan_copy = _copy_plan(part, src, sets, region)
+            if plan_copy is not None:
+                part, saved = plan_copy, saved + gain
                 copies[region.key] = copies.get(region.key, 0) + 1
+                copied.update(region.nodes)
                 continue
-        part, decided = _search_region(search, part, region, beam, branch)
+        part, decided, gain = _search_region(search, part, region, beam, branch)
         log.extend(decided)
+        saved += gain
         at = {n: k for k, n in enumerate(region.nodes)}
         searched.setdefault(region.key, (region, [
             tuple(at[n] for n in sorted(part.members[x], key=search.index.__getitem__))
-            for x in _gids(part, region.nodes)]))
+            for x in _gids(part, region.nodes)], gain))
     search.region = None
-    score = _score(search, part, part.members)
-    if score >= rules_score - EPS:
+    if saved <= EPS:
         part = rules
         log = [Decision("kept", (), f"the rules plan: no plan the search found is "
                         f"predicted faster ({_ms(rules_score)})")]
@@ -541,4 +561,4 @@ def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None 
                     f"{len(dom)} dominant ops (reductions, exp/erf/tanh...) anchor kernels; "
                     f"rules plan predicted {_ms(rules_score)}, stitch plan "
                     f"{_ms(model.plan_seconds(plan))} on {model.device.name}")
-    return plan, [head] + log + mapped + _not_fused(search, part)
+    return plan, [head] + log + mapped + _not_fused(search, part, copied)
