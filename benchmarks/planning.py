@@ -161,7 +161,7 @@ def markdown(res: dict) -> str:
                      f"{h['analyses']} | {h['regions']} ({h['searched']}) | {q(h)} | {q(c)} |")
     gp = res.get("gpt2")
     if gp:
-        lines += ["", f"## `stitch` vs `rules` on the GPT-2 block, CPU backend", "",
+        lines += ["", "## `stitch` vs `rules` on the GPT-2 block, CPU backend", "",
                   f"{gp['graph']}; {gp['device']}; {gp['rounds']} rounds, one timed run of "
                   "each plan per round, alternated; medians.", "",
                   "| plan | kernels | median ms (min-max) | vs rules | kernels not in rules, "

@@ -3,11 +3,12 @@
 1. **Dominant ops.** Reductions and costly elementwise ops (``OpDef.flops`` >= 4: exp,
    erf, tanh...) anchor kernels; library calls (matmul, conv) are boundaries.
 2. **Seeds.** The ``rules`` plan, and (graphs up to ``GROW_MAX_NODES`` ops) a plan
-   grown around the dominant ops: starting from one kernel per op, each dominant op's
-   kernel absorbs neighbouring kernels while the model says the merge is faster, then
-   the remaining ops merge likewise.
-3. **Beam search** over whole-graph plans. A move is *merge* (two kernels joined by an
-   edge, or siblings reading the same tensor -- LayerNorm's dgamma and dbeta), stitched
+   of each region grown around the dominant ops: starting from one kernel per op,
+   each dominant op's kernel absorbs neighbouring kernels while the model says the
+   merge is faster, then the remaining ops merge likewise.
+3. **Beam search**, region by region (:mod:`.regions`). A move is *merge* (two
+   kernels joined by an edge, or siblings reading the same tensor -- LayerNorm's
+   dgamma and dbeta), stitched
    into phases behind grid barriers when no single template fits (AStitch's *global*
    and *independent* schemes), or *peel-merge* (a merge that no template allows once
    one op leaves the first kernel: cross-entropy's label ``unsqueeze`` blocks joining
@@ -17,7 +18,15 @@
    moves the model predicts faster are taken; the ``beam`` best plans are kept per
    step and the search ends when none improves. Legality and cost are cached per node
    set, and a state's moves are inherited by its children except around the kernels a
-   move changed, so a step costs what changed, not the whole graph.
+   move changed, so a step costs what changed, not the whole graph. A move never
+   joins ops of two regions (ops with a library call between them, or not joined at
+   all) and the score is a sum, so each region is searched on its own (with the plan
+   of the regions before it in place, so cycle checks see the real kernels), and a
+   region identical to one already searched -- a model's repeated layers -- takes its
+   plan as a copy: BERT-base from ONNX (733 ops, 73 regions, 6 distinct) plans in
+   about a second instead of 40 (566 s on a loaded 2-core machine). Within a region
+   the search is the one it always was; its plans are predicted as fast as the
+   whole-graph beam's on every case measured (tests/fusion/test_stitch_speed.py).
 4. **Thread mapping.** Each row-reduction kernel gets the candidate mapping (warp,
    block, split, thread) the model predicts fastest.
 
