@@ -401,11 +401,11 @@ def _grow(search: _Search, base: Partition) -> _State:
 
 
 def _search_region(search: _Search, part: Partition, region: Region, beam: int,
-                   branch: int) -> tuple[Partition, list[Decision], float]:
+                   branch: int) -> tuple[Partition, list[Decision], float, float]:
     """The best plan of one region the search finds from the plan ``part`` (the rules
-    plan's kernels there, earlier regions already planned), its decisions and the
-    seconds it saves; ``part`` itself (no decisions) when nothing is predicted
-    faster."""
+    plan's kernels there, earlier regions already planned), its decisions, the
+    predicted seconds of the rules plan's kernels there and what the plan saves on
+    them; ``part`` itself (no decisions) when nothing is predicted faster."""
     search.region, search.region_nodes = set(region.nodes), region.nodes
     gids = _gids(part, region.nodes)
     seed = _State(part, _score(search, part, gids), {}, ())
@@ -421,8 +421,8 @@ def _search_region(search: _Search, part: Partition, region: Region, beam: int,
         if other.score < best.score - EPS:
             best = other
     if best.score >= seed.score - EPS:
-        return part, [], 0.0
-    return best.part, list(best.log), seed.score - best.score
+        return part, [], seed.score, 0.0
+    return best.part, list(best.log), seed.score, seed.score - best.score
 
 
 def _copy_plan(part: Partition, src: Region, sets: list[tuple[int, ...]],
@@ -430,9 +430,12 @@ def _copy_plan(part: Partition, src: Region, sets: list[tuple[int, ...]],
     """``part`` with the region's ops grouped as the kernels ``sets`` (positions in
     ``src``, a region of the same key), or None when that makes kernels wait on each
     other in a cycle (through kernels elsewhere in the plan)."""
+    want = [[region.nodes[k] for k in ks] for ks in sets]
+    gids = _gids(part, region.nodes)
+    if {frozenset(w) for w in want} == {frozenset(part.members[x]) for x in gids}:
+        return part          # the plan there already (the rules plan was kept)
     out = part.copy()
-    added = out.replace(_gids(out, region.nodes),
-                        [[region.nodes[k] for k in ks] for ks in sets])
+    added = out.replace(gids, want)
     if any(out.cycle({gid}) is not None for gid in added):
         return None
     return out
@@ -522,31 +525,33 @@ def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None 
         model = CostModel.for_device(device or DEFAULT_DEVICE)
     search = _Search(g, model, stitch=True)
     rules, _ = rules_partition(g, device=search.device)
-    rules_score = _score(search, rules, rules.members)
+    # the rules plan's predicted time: its library calls here, each region's kernels
+    # as the region is searched (a copy's are its original's)
+    rules_score = _score(search, rules, [x for x in rules.members if search._opaque(rules, x)])
     part, log = rules, []
     regions = find_regions(g, search.readers)
     # per distinct region: the region searched, its plan (kernels as positions in it)
     # and the seconds that plan saves against the rules plan's kernels there
-    searched: dict[tuple, tuple[Region, list[tuple[int, ...]], float]] = {}
+    searched: dict[tuple, tuple[Region, list[tuple[int, ...]], float, float]] = {}
     copies: dict[tuple, int] = {}
     copied: set[str] = set()
     saved = 0.0
     for region in regions:
         if region.key in searched:
-            src, sets, gain = searched[region.key]
+            src, sets, before, gain = searched[region.key]
             plan_copy = _copy_plan(part, src, sets, region)
             if plan_copy is not None:
-                part, saved = plan_copy, saved + gain
+                part, saved, rules_score = plan_copy, saved + gain, rules_score + before
                 copies[region.key] = copies.get(region.key, 0) + 1
                 copied.update(region.nodes)
                 continue
-        part, decided, gain = _search_region(search, part, region, beam, branch)
+        part, decided, before, gain = _search_region(search, part, region, beam, branch)
         log.extend(decided)
-        saved += gain
+        saved, rules_score = saved + gain, rules_score + before
         at = {n: k for k, n in enumerate(region.nodes)}
         searched.setdefault(region.key, (region, [
             tuple(at[n] for n in sorted(part.members[x], key=search.index.__getitem__))
-            for x in _gids(part, region.nodes)], gain))
+            for x in _gids(part, region.nodes)], before, gain))
     search.region = None
     if saved <= EPS:
         part = rules
