@@ -52,6 +52,8 @@ def main() -> None:
     ap.add_argument("--bert", type=Path, help="directory for the BERT-base ONNX exports")
     ap.add_argument("--only", nargs="*", help="case names")
     ap.add_argument("--label", help="what was recorded (default: the git commit)")
+    ap.add_argument("--devices", nargs="*", choices=sorted(DEVICES),
+                    help="record these devices only (others' numbers are kept)")
     args = ap.parse_args()
     cases = all_cases()
     res = json.loads(args.out.read_text()) if args.out.exists() else {}
@@ -64,7 +66,8 @@ def main() -> None:
             todo.append((name, lambda d=dyn, n=name: bert_base_onnx(args.bert / f"{n}.onnx", d)))
     for name, make in todo:
         g = make()
-        res.setdefault("cases", {})[name] = record(g)
+        devices = {k: v for k, v in DEVICES.items() if not args.devices or k in args.devices}
+        res.setdefault("cases", {}).setdefault(name, {}).update(record(g, devices))
         print(name, json.dumps(res["cases"][name]), flush=True)
         res["recorded_with"] = args.label or commit
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,8 @@
    attention mask's cast and scale is otherwise recomputed at every element). Only
    moves the model predicts faster are taken; the ``beam`` best plans are kept per
    step and the search ends when none improves. Legality and cost are cached per node
-   set, and a state's moves are inherited by its children except around the kernels a
+   set (and priced once per kernel shape, :func:`.regions.region_key`), and a
+   state's moves are inherited by its children except around the kernels a
    move changed, so a step costs what changed, not the whole graph. A move never
    joins ops of two regions (ops with a library call between them, or not joined at
    all) and the score is a sum, so each region is searched on its own (with the plan
@@ -109,7 +110,8 @@ class _Search:
         self.kind = {n.id: get_op(n.op).kind for n in g.nodes}
         self._groups: dict[frozenset, Group | str] = {}
         self.single_refusal: dict[frozenset, str] = {}   # why no one template fits
-        self._costs: dict[frozenset, float] = {}
+        self._costs: dict[frozenset, tuple[float, bool]] = {}
+        self._by_shape: dict[tuple, tuple[float, bool]] = {}
         self.dominant = set(dominant_ops(g))
         self.region: set[str] | None = None     # the ops of the region being searched
         self.region_nodes: tuple[str, ...] = ()
@@ -155,14 +157,26 @@ class _Search:
         return make_group(self.g, gr.nodes, stitch=gr.schedule.kind is ScheduleKind.stitched,
                           device=self.device)
 
+    def _priced(self, nodes: frozenset) -> tuple[float, bool]:
+        """(predicted seconds, whether one template fits) of a kernel of these nodes,
+        shared by kernels of the same shape (:func:`.regions.region_key`: the model and
+        analysis see nothing else), so a layer repeated inside one region -- a chain of
+        identical blocks with no library call between them -- is analysed once."""
+        hit = self._costs.get(nodes)
+        if hit is None:
+            key = region_key(self.g, sorted(nodes, key=self.index.__getitem__))
+            hit = self._by_shape.get(key)
+            if hit is None:
+                gr = self.group(nodes)
+                hit = self._by_shape[key] = (
+                    (math.inf, False) if isinstance(gr, str) else
+                    (self.model.estimate(self.g, gr).seconds,
+                     gr.schedule.kind is not ScheduleKind.stitched))
+            self._costs[nodes] = hit
+        return hit
+
     def cost(self, nodes: frozenset) -> float:
-        c = self._costs.get(nodes)
-        if c is None:
-            gr = self.group(nodes)
-            c = math.inf if isinstance(gr, str) else \
-                self.model.estimate(self.g, gr).seconds
-            self._costs[nodes] = c
-        return c
+        return self._priced(nodes)[0]
 
     def bytes_moved(self, nodes: frozenset) -> int:
         gr = self.group(nodes)
@@ -198,9 +212,7 @@ class _Search:
         u = a | b
         gain = base - self.cost(u)
         out = [_Move("merge", a, b, "", gain)] if gain > EPS else []
-        single = self.group(u)
-        if not peel or (isinstance(single, Group)
-                        and single.schedule.kind is not ScheduleKind.stitched):
+        if not peel or self._priced(u)[1]:
             return out
         # no single template fits both: maybe one fits once an op leaves
         for side, other in ((a, b), (b, a)):
@@ -519,8 +531,9 @@ def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None 
     ``model`` scores plans and its device is the one planned for; without one, the
     uncalibrated model of ``device`` (default: the GPU schedules are sized for).
     ``stats``, if given, receives the search's work counts: ``analyses`` (node sets
-    analysed and priced), ``regions`` and ``searched`` (regions, and those searched
-    rather than copied)."""
+    the search analysed and priced, kernels of one shape once; the final plan's
+    groups are built after), ``regions`` and ``searched`` (regions, and those
+    searched rather than copied)."""
     if model is None or (device is not None and device != model.device):
         model = CostModel.for_device(device or DEFAULT_DEVICE)
     search = _Search(g, model, stitch=True)
