@@ -540,7 +540,8 @@ def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None 
     rules, _ = rules_partition(g, device=search.device)
     # the rules plan's predicted time: its library calls here, each region's kernels
     # as the region is searched (a copy's are its original's)
-    rules_score = _score(search, rules, [x for x in rules.members if search._opaque(rules, x)])
+    rules_score = _score(search, rules,
+                         [x for x in rules.members if search._opaque(rules, x)])
     part, log = rules, []
     regions = find_regions(g, search.readers)
     # per distinct region: the region searched, its plan (kernels as positions in it)
