@@ -48,7 +48,8 @@ from workbench.fusion.stitch import plan_stitch  # noqa: E402
 BASELINE = HERE.parent / "tests" / "fusion" / "data" / "stitch_baseline.json"
 
 
-def plan_case(name: str, g, rounds: int, baseline: dict) -> dict:
+def plan_case(name: str, g, rounds: int, baseline_file: Path) -> dict:
+    baseline = json.loads(baseline_file.read_text())["cases"]   # (read late: re-recordable)
     row = {"case": name, "nodes": len(g.nodes)}
     for dev_name, dev in DEVICES.items():
         model = CostModel.for_device(dev)
@@ -207,8 +208,9 @@ def main() -> None:
                     default=Path(os.environ.get("WB_CACHE", Path.home() / ".cache" /
                                                 "fusion-workbench")) / "planning")
     ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--baseline", type=Path, default=BASELINE,
+                    help="the old search's plan quality (stitch_baseline.py's output)")
     args = ap.parse_args()
-    baseline = json.loads(BASELINE.read_text())["cases"]
     res = {"benchmark": "planning", "machine": machine_info(), "rounds": args.rounds,
            "cases": [], "notes": []}
     cases = all_cases()
@@ -220,7 +222,7 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         g = make()
-        res["cases"].append(plan_case(name, g, args.rounds, baseline))
+        res["cases"].append(plan_case(name, g, args.rounds, args.baseline))
     if not args.only or "gpt2" in args.only:
         res["gpt2"] = gpt2_side_by_side(args.gpt2_rounds)
     res["load_average_end"] = list(os.getloadavg())
