@@ -193,6 +193,23 @@ def markdown(res: dict) -> str:
                 lines.append(f"| {k} | {x['id']} | {x['schedule'][:60]} | {len(x['nodes'])} |"
                              f" {x['measured_ms']:.4f} | {x['predicted_ms_now']:.4f} / "
                              f"{x['predicted_ms_before']:.4f} |")
+    if res.get("gpt2_runs"):
+        lines += ["", "All runs (the first is detailed above): median ms of the whole "
+                  "plan, and the summed per-kernel medians of the kernels stitch_before "
+                  "has that rules does not / the rules kernels they replace:", "",
+                  "| run | rules ms | stitch_before ms (vs rules) | stitch_now ms (vs rules) | "
+                  "stitch_before own kernels ms | rules kernels replaced ms |",
+                  "|---|---|---|---|---|---|"]
+        for i, run in enumerate(res["gpt2_runs"], 1):
+            p = run["plans"]
+            before = {tuple(x["nodes"]) for x in p["stitch_before"]["per_kernel"]}
+            replaced = sum(x["measured_ms"] for x in p["rules"]["per_kernel"]
+                           if tuple(x["nodes"]) not in before)
+            lines.append(
+                f"| {i} | {p['rules']['median_ms']:.3f} | {p['stitch_before']['median_ms']:.3f}"
+                f" ({p['stitch_before']['speedup_vs_rules']:.2f}x) | "
+                f"{p['stitch_now']['median_ms']:.3f} ({p['stitch_now']['speedup_vs_rules']:.2f}x)"
+                f" | {p['stitch_before']['own_kernels_ms']:.3f} | {replaced:.3f} |")
     if res.get("notes"):
         lines += ["", "## Notes", ""] + [f"- {n}" for n in res["notes"]]
     return "\n".join(lines) + "\n"
@@ -202,6 +219,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--gpt2-rounds", type=int, default=30)
+    ap.add_argument("--gpt2-runs", type=int, default=3,
+                    help="independent side-by-side runs (each with fresh programs)")
     ap.add_argument("--no-bert", action="store_true")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--bert-dir", type=Path,
@@ -224,7 +243,8 @@ def main() -> None:
         g = make()
         res["cases"].append(plan_case(name, g, args.rounds, args.baseline))
     if not args.only or "gpt2" in args.only:
-        res["gpt2"] = gpt2_side_by_side(args.gpt2_rounds)
+        runs = [gpt2_side_by_side(args.gpt2_rounds) for _ in range(args.gpt2_runs)]
+        res["gpt2"], res["gpt2_runs"] = runs[0], runs
     res["load_average_end"] = list(os.getloadavg())
     date = _dt.date.today().isoformat()
     args.out.mkdir(parents=True, exist_ok=True)

@@ -25,7 +25,7 @@
    of the regions before it in place, so cycle checks see the real kernels), and a
    region identical to one already searched -- a model's repeated layers -- takes its
    plan as a copy: BERT-base from ONNX (733 ops, 73 regions, 6 distinct) plans in
-   0.15 s of CPU time instead of ~40 s (546-566 s on a loaded 2-core machine; see
+   0.1-0.15 s of CPU time instead of ~40 s (546-566 s on a loaded 2-core machine; see
    benchmarks/results/planning-2026-11-23.md). Within a region
    the search is the one it always was; its plans are predicted as fast as the
    whole-graph beam's on every case measured (tests/fusion/test_stitch_speed.py).
