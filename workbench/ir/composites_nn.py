@@ -173,7 +173,9 @@ def source_coordinates(n: int, out: int, scale: float, mode: str) -> np.ndarray:
     if mode == "pytorch_half_pixel":
         return (x + 0.5) / scale - 0.5 if out > 1 else np.zeros(out)
     if mode == "align_corners":
-        return x * (n - 1) / (out - 1) if out > 1 else np.zeros(out)
+        # (the resized length as the scale gives it, unrounded: ONNX's definition)
+        span = n * scale - 1
+        return x * (n - 1) / span if out > 1 and span > 0 else np.zeros(out)
     if mode == "asymmetric":
         return x / scale
     if mode == "half_pixel_symmetric":
