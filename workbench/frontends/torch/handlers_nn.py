@@ -91,8 +91,8 @@ def _avg_pool(c: _Ctx):
                                   bool(c.v("count_include_pad", True)), kind="AveragePool")
 
 
-@_handles("_adaptive_avg_pool1d", "_adaptive_avg_pool2d", "_adaptive_avg_pool3d",
-          "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d")
+@_handles("_adaptive_avg_pool2d", "_adaptive_avg_pool3d", "adaptive_avg_pool1d",
+          "adaptive_avg_pool2d", "adaptive_avg_pool3d")
 def _adaptive_avg_pool(c: _Ctx):
     x = c.x()
     d = _pool_rank(c)
