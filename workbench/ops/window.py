@@ -188,7 +188,8 @@ class PoolGeometry:
         div = per_axis[0]
         for a in per_axis[1:]:
             div = np.multiply.outer(div, a)
-        return div.astype(np.float64)
+        # (a window wholly in the padding counts nothing: its sum 0 stays 0, not NaN)
+        return np.maximum(div, 1).astype(np.float64)
 
 
 def pool_geometry(spatial, kernel, strides=None, dilations=None, pads=None,
