@@ -138,6 +138,15 @@ def test_onnx_group_norm(groups, rng):
                        out_shape=(2, c, 5, 3)), rng)
 
 
+def test_onnx_group_norm_opset18_per_group_scale(rng):
+    """Opset 18's GroupNormalization (scale and bias per group; the ONNX checker calls it
+    deprecated, exporters wrote it and onnxruntime runs it)."""
+    s, t = (rng.standard_normal(3).astype(np.float32) for _ in range(2))
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], num_groups=3)
+    _check_onnx(_model(node, [("x", (2, 6, 5))], [("s", s), ("b", t)], 18,
+                       out_shape=(2, 6, 5), check=False), rng)
+
+
 def test_group_norm_per_group_scale(rng):
     """Opset 18's GroupNormalization: scale and bias per group (the ONNX checker calls
     that opset's op deprecated, so it is checked here against its definition)."""
