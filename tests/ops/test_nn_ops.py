@@ -228,9 +228,29 @@ def test_onnx_resize(mode, coord, nearest, scales, sizes, rng):
     _check_onnx(_model(node, [("x", (2, 3, 4, 6))], inits), rng)
 
 
+@pytest.mark.parametrize("attrs", [{"kernel_shape": [2, 2], "strides": [2, 2]},
+                                   {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1],
+                                    "strides": [2, 1]}])
+def test_onnx_max_pool_indices(attrs, rng):
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], **attrs)
+    m = _model(node, [("x", (2, 3, 6, 5))], out_types=(F32, TensorProto.INT64))
+    g = load_onnx(m)
+    feeds = {"x": rng.standard_normal((2, 3, 6, 5)).astype(np.float32)}
+    want = ort.InferenceSession(m.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feeds)
+    for planner in PLANNERS:
+        s = wb.Session(g, backend="cpu")
+        if planner != "none":
+            s.auto(planner)
+        got = s.run(feeds)
+        np.testing.assert_array_equal(got["y"], want[0])
+        np.testing.assert_array_equal(got["i"], want[1])
+
+
 def test_onnx_pool_refusals(rng):
-    node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2])
-    with pytest.raises(UnsupportedOpError, match="Indices output"):
+    node = helper.make_node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2],
+                            storage_order=1)
+    with pytest.raises(UnsupportedOpError, match="storage_order"):
         load_onnx(_model(node, [("x", (1, 2, 4, 4))], out_types=(F32, TensorProto.INT64)))
     b = GraphBuilder()
     with pytest.raises(GraphError, match="does not fit"):
@@ -311,10 +331,23 @@ def test_max_pool_and_relu_share_one_kernel_under_stitch():
     assert len(plan.groups) == 1
 
 
-def test_max_pool_indices_used_is_refused():
-    m = _Fn(lambda x: F.max_pool2d(x, 2, return_indices=True)[1].float())
-    with pytest.raises(UnsupportedOpError, match="indices"):
-        wb.from_torch(m, (torch.randn(1, 2, 4, 4),))
+class _PoolWithIndices(torch.nn.Module):
+    def forward(self, x):
+        y, i = F.max_pool2d(x, 3, 2, 1, return_indices=True)
+        return y, i
+
+
+def test_max_pool_indices_match_torch():
+    x = torch.randn(2, 3, 9, 8)
+    g = wb.from_torch(_PoolWithIndices(), (x,))
+    y, i = _PoolWithIndices()(x)
+    for planner in PLANNERS:
+        s = wb.Session(g, backend="cpu")
+        if planner != "none":
+            s.auto(planner)
+        got = s.run({g.inputs[0]: x.numpy()})
+        np.testing.assert_array_equal(got[g.outputs[0]], y.numpy())
+        np.testing.assert_array_equal(got[g.outputs[1]], i.numpy())
 
 
 def test_conv_flops_are_the_cost_models():
@@ -347,6 +380,7 @@ def test_nn_kernels_compile_with_nvrtc(nvrtc_toolchain):
     graphs = [wb.from_torch(_Fn(fn) if not isinstance(fn, torch.nn.Module) else fn,
                             (torch.randn(*shape),))
               for fn, shape in TORCH_CASES.values()]
+    graphs.append(wb.from_torch(_PoolWithIndices(), (torch.randn(2, 3, 9, 8),)))
     b = GraphBuilder("pads")
     x = b.input("x", (2, 3, 5, 4))
     for mode in ("constant", "reflect", "edge"):

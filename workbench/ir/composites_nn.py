@@ -34,14 +34,35 @@ def _tap_axes(x, d):
 
 
 def max_pool(b, x, kernel, strides=None, dilations=None, pads=None, ceil_mode=False,
-             source: str = "", kind: str = "MaxPool"):
-    """MaxPool over the trailing len(kernel) axes; padding never wins."""
+             source: str = "", kind: str = "MaxPool", indices: str | None = None):
+    """MaxPool over the trailing len(kernel) axes; padding never wins.
+
+    ``indices`` also returns where each maximum is (its first occurrence in the
+    window): ``"plane"`` as a flat index into its spatial plane (torch), ``"global"``
+    into the whole input (ONNX, storage_order 0). The positions are a constant the
+    same window reads, so the index is a reduction beside the max, no gather."""
     with b.composite(kind, source):
         d = len(kernel)
-        geo = pool_geometry(x.shape[len(x.shape) - d:], kernel, strides, dilations, pads,
-                            ceil_mode)
+        spatial = x.shape[len(x.shape) - d:]
+        geo = pool_geometry(spatial, kernel, strides, dilations, pads, ceil_mode)
         w = _window(b, x, geo, "lowest")
-        return b.reduce_max(w, axes=_tap_axes(x, d), keepdims=False)
+        taps = _tap_axes(x, d)
+        if indices is None:
+            return b.reduce_max(w, axes=taps, keepdims=False)
+        m = b.reduce_max(w, axes=taps, keepdims=True)
+        lead = len(x.shape) - d
+        if indices == "plane":
+            pos = np.arange(math.prod(spatial), dtype=np.int64).reshape(
+                (1,) * lead + tuple(spatial))
+        elif indices == "global":
+            pos = np.arange(math.prod(x.shape), dtype=np.int64).reshape(x.shape)
+        else:
+            raise GraphError(f"max_pool indices {indices!r}: use 'plane' or 'global'")
+        at = _window(b, b.constant(pos), geo, "lowest")
+        big = b.constant(np.array(np.iinfo(np.int64).max, np.int64))
+        idx = b.reduce_min(b.where(b.eq(w, m), at, big), axes=taps, keepdims=False)
+        out_shape = list(x.shape[:lead]) + list(geo.out)
+        return b.reshape(m, shape=out_shape), idx
 
 
 def avg_pool(b, x, kernel, strides=None, dilations=None, pads=None, ceil_mode=False,

@@ -77,20 +77,18 @@ def _conv(c: _Ctx):
                    group=int(c.attr("group", 1)))]
 
 
-def _no_indices(c: _Ctx):
-    if len(c.node.output) > 1 and c.node.output[1]:
-        raise _Unsupported("the Indices output (export the pool without indices)")
-
-
 @_handles("MaxPool")
 def _max_pool(c: _Ctx):
-    _no_indices(c)
     x = c.x(0)
-    if int(c.attr("storage_order", 0)):
-        raise _Unsupported("storage_order=1 (it only changes the Indices output)")
+    want_indices = len(c.node.output) > 1 and bool(c.node.output[1])
+    if want_indices and int(c.attr("storage_order", 0)):
+        raise _Unsupported("storage_order=1 with the Indices output (column-major "
+                           "indices)")
     kernel, strides, dil, pads = _spatial(c, x, "kernel_shape")
-    return [composites_nn.max_pool(c.b, x, kernel, strides, dil, pads,
-                                   bool(c.attr("ceil_mode", 0)), source=c.display)]
+    r = composites_nn.max_pool(c.b, x, kernel, strides, dil, pads,
+                               bool(c.attr("ceil_mode", 0)), source=c.display,
+                               indices="global" if want_indices else None)
+    return list(r) if want_indices else [r]
 
 
 @_handles("AveragePool")

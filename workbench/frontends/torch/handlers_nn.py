@@ -67,14 +67,15 @@ def _max_pool(c: _Ctx):
     d = _pool_rank(c)
     kernel, strides, pads = _pool_args(c, d)
     dil = _expand_list(c.v("dilation", 1), d, "dilation")
+    with_indices = c.node.target._overloadpacket.__name__.endswith("with_indices")
+    used = with_indices and any(getattr(u.target, "__name__", "") == "getitem"
+                                and u.args[1] == 1 for u in c.node.users)
     y = composites_nn.max_pool(c.b, x, kernel, strides, dil, pads, bool(c.v("ceil_mode")),
-                               kind="MaxPool")
-    if not c.node.target._overloadpacket.__name__.endswith("with_indices"):
+                               kind="MaxPool", indices="plane" if used else None)
+    if not with_indices:
         return y
-    if any(u.target is not None and getattr(u.target, "__name__", "") == "getitem"
-           and u.args[1] == 1 for u in c.node.users):
-        raise _Unsupported("the indices output (use the pooled values only, e.g. "
-                           "return_indices=False)")
+    if used:
+        return list(y)
     # the indices nobody reads: a placeholder of the recorded shape
     return [y, np.zeros(tuple(int(s) for s in c.out[1].shape), np.int64)]
 
