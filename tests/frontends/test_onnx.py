@@ -216,19 +216,20 @@ def test_dynamic_dims_need_input_shapes(tmp_path):
 def test_unsupported_lists_every_op_type_and_node(tmp_path):
     nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top"),
              helper.make_node("Relu", ["v"], ["r"], name="relu"),
-             helper.make_node("Round", ["r"], ["y"], name="round1"),
-             helper.make_node("Round", ["x"], ["z"], name="round2"),
-             helper.make_node("Conv", ["x3", "w"], ["c"], name="conv1d")]
-    path = make(tmp_path, nodes, [("x", F32, [4, 8]), ("x3", F32, [1, 2, 9])],
+             helper.make_node("Hardmax", ["r"], ["y"], name="hardmax1"),
+             helper.make_node("Hardmax", ["x"], ["z"], name="hardmax2"),
+             helper.make_node("Conv", ["x3", "w"], ["c"], name="conv4d")]
+    path = make(tmp_path, nodes, [("x", F32, [4, 8]), ("x3", F32, [1, 2, 4, 4, 4, 4])],
                 [("y", F32, [4, 3]), ("z", F32, [4, 8]), ("i", I64, [4, 3]),
-                 ("c", F32, [1, 2, 7])],
-                [("k", np.array([3], np.int64)), ("w", np.ones((2, 2, 3), np.float32))])
+                 ("c", F32, [1, 2, 2, 2, 2, 2])],
+                [("k", np.array([3], np.int64)),
+                 ("w", np.ones((2, 2, 3, 3, 3, 3), np.float32))])
     with pytest.raises(UnsupportedOpError) as e:
         load_onnx(path)
     assert e.value.unsupported == {
-        "Conv [1-D convolution (only 2-D is supported)]": ["conv1d"],
-        "Round": ["round1", "round2"], "TopK": ["top"]}
-    assert "TopK" in str(e.value) and "round2" in str(e.value)
+        "Conv [4-D convolution (1-D, 2-D and 3-D are supported)]": ["conv4d"],
+        "Hardmax": ["hardmax1", "hardmax2"], "TopK": ["top"]}
+    assert "TopK" in str(e.value) and "hardmax2" in str(e.value)
 
 
 @pytest.mark.parametrize("content", [b"not a protobuf at all \x00\xff\x13", b""])

@@ -1,5 +1,6 @@
 """The op library. Importing this package registers every primitive."""
 from . import elementwise, layout, magnitude, opaque, reduce  # noqa: F401  (registration)
+from . import conv, rounding, window  # noqa: F401  (registration: CNN and audio ops)
 from .index import Index
 from .reduce import reduced_shape
 from .registry import (Combiner, Helper, IndexContext, Kind, OpDef, RowRole, all_helpers,

@@ -34,10 +34,13 @@ Modules:
 - :mod:`.common` -- the dtype table, ``_Unsupported``, the builder, the per-node context
   handed to handlers (``_Ctx``) and the handler registry (``_handles``).
 - :mod:`.handlers` -- one function per core ATen op (or family).
+- :mod:`.handlers_nn` -- convolution, pooling, group/instance norm, upsampling, padding,
+  fmod/remainder/round.
 - :mod:`.importer` -- :func:`from_torch`: export, walk, fold, check, name outputs.
 """
 from __future__ import annotations
 
+from . import handlers_nn  # noqa: F401  (registers the CNN/audio op handlers)
 from .common import supported_aten_ops
 from .importer import from_torch
 
