@@ -35,9 +35,33 @@ import numpy as np
 
 from .errors import WorkbenchError
 
-# sizes shared by the text models: small enough that the whole zoo builds, exports and
-# runs in a test, large enough that every reshape/head split is non-trivial
-BATCH, SEQ, VOCAB, HIDDEN, HEADS, LAYERS, FFN = 2, 16, 128, 64, 4, 2, 128
+
+
+@dataclass(frozen=True)
+class Size:
+    """The dimensions every zoo model is built with (text: batch x seq tokens; images:
+    image x image pixels; Whisper: frames of mel features; Wav2Vec2: audio samples)."""
+    batch: int
+    seq: int
+    vocab: int
+    hidden: int
+    heads: int
+    layers: int
+    ffn: int
+    image: int
+    frames: int
+    samples: int
+
+
+SIZES = {
+    # the test's: the whole zoo builds, exports and runs in seconds, and every reshape
+    # and head split is still non-trivial
+    "tiny": Size(batch=2, seq=16, vocab=128, hidden=64, heads=4, layers=2, ffn=128,
+                 image=32, frames=32, samples=800),
+    # the benchmark's: 2 layers at BERT-mini-like widths (issue 13's whole-model runs)
+    "small": Size(batch=2, seq=128, vocab=1000, hidden=256, heads=4, layers=2, ffn=1024,
+                  image=64, frames=256, samples=6400),
+}
 
 
 @dataclass(frozen=True)
@@ -72,12 +96,12 @@ def _torch():
     return torch
 
 
-def _ids(gen, shape, vocab=VOCAB):
+def _ids(gen, shape, vocab):
     torch = _torch()
     return torch.randint(0, vocab, shape, generator=gen)
 
 
-def _mask(gen, batch=BATCH, seq=SEQ):
+def _mask(gen, batch, seq):
     """An attention mask with padding: row b keeps its first seq - 3b tokens (at least
     one), so the mask changes the result and is not all ones."""
     torch = _torch()
@@ -88,97 +112,99 @@ def _mask(gen, batch=BATCH, seq=SEQ):
     return m
 
 
-def _text_inputs(with_mask: bool):
+def _text_inputs(z: Size, with_mask: bool):
     def make(gen):
-        ids = _ids(gen, (BATCH, SEQ))
-        return (ids, _mask(gen)) if with_mask else (ids,)
+        ids = _ids(gen, (z.batch, z.seq), z.vocab)
+        return (ids, _mask(gen, z.batch, z.seq)) if with_mask else (ids,)
     return make, (("input_ids", "attention_mask") if with_mask else ("input_ids",))
 
 
-def _bert():
+def _bert(z: Size):
     from transformers import BertConfig, BertModel
-    cfg = BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                     num_attention_heads=HEADS, intermediate_size=FFN,
-                     max_position_embeddings=64, attn_implementation="eager")
-    return BertModel(cfg, add_pooling_layer=False), "last_hidden_state", _text_inputs(True)
+    cfg = BertConfig(vocab_size=z.vocab, hidden_size=z.hidden, num_hidden_layers=z.layers,
+                     num_attention_heads=z.heads, intermediate_size=z.ffn,
+                     max_position_embeddings=2 * z.seq, attn_implementation="eager")
+    return BertModel(cfg, add_pooling_layer=False), "last_hidden_state", _text_inputs(z, True)
 
 
-def _distilbert():
+def _distilbert(z: Size):
     from transformers import DistilBertConfig, DistilBertModel
-    cfg = DistilBertConfig(vocab_size=VOCAB, dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS,
-                           hidden_dim=FFN, max_position_embeddings=64,
+    cfg = DistilBertConfig(vocab_size=z.vocab, dim=z.hidden, n_layers=z.layers, n_heads=z.heads,
+                           hidden_dim=z.ffn, max_position_embeddings=2 * z.seq,
                            attn_implementation="eager")
-    return DistilBertModel(cfg), "last_hidden_state", _text_inputs(True)
+    return DistilBertModel(cfg), "last_hidden_state", _text_inputs(z, True)
 
 
-def _gpt2():
+def _gpt2(z: Size):
     from transformers import GPT2Config, GPT2LMHeadModel
-    cfg = GPT2Config(vocab_size=VOCAB, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
-                     n_inner=FFN, n_positions=64, use_cache=False,
+    cfg = GPT2Config(vocab_size=z.vocab, n_embd=z.hidden, n_layer=z.layers, n_head=z.heads,
+                     n_inner=z.ffn, n_positions=2 * z.seq, use_cache=False,
                      attn_implementation="eager")
-    return GPT2LMHeadModel(cfg), "logits", _text_inputs(False)
+    return GPT2LMHeadModel(cfg), "logits", _text_inputs(z, False)
 
 
-def _llama():
+def _llama(z: Size):
     from transformers import LlamaConfig, LlamaForCausalLM
-    cfg = LlamaConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                      num_attention_heads=HEADS, num_key_value_heads=HEADS // 2,
-                      intermediate_size=FFN, max_position_embeddings=64, use_cache=False,
+    cfg = LlamaConfig(vocab_size=z.vocab, hidden_size=z.hidden, num_hidden_layers=z.layers,
+                      num_attention_heads=z.heads, num_key_value_heads=z.heads // 2,
+                      intermediate_size=z.ffn, max_position_embeddings=2 * z.seq, use_cache=False,
                       attn_implementation="eager")
-    return LlamaForCausalLM(cfg), "logits", _text_inputs(False)
+    return LlamaForCausalLM(cfg), "logits", _text_inputs(z, False)
 
 
-def _t5_encoder():
+def _t5_encoder(z: Size):
     from transformers import T5Config, T5EncoderModel
-    cfg = T5Config(vocab_size=VOCAB, d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=FFN,
-                   num_layers=LAYERS, num_heads=HEADS, use_cache=False,
+    cfg = T5Config(vocab_size=z.vocab, d_model=z.hidden, d_kv=z.hidden // z.heads, d_ff=z.ffn,
+                   num_layers=z.layers, num_heads=z.heads, use_cache=False,
                    attn_implementation="eager")
-    return T5EncoderModel(cfg), "last_hidden_state", _text_inputs(True)
+    return T5EncoderModel(cfg), "last_hidden_state", _text_inputs(z, True)
 
 
-def _image_inputs(size, channels=3):
+def _image_inputs(z: Size, channels=3):
     def make(gen):
         torch = _torch()
-        return (torch.randn(BATCH, channels, size, size, generator=gen),)
+        return (torch.randn(z.batch, channels, z.image, z.image, generator=gen),)
     return make, ("pixel_values",)
 
 
-def _vit():
+def _vit(z: Size):
     from transformers import ViTConfig, ViTModel
-    cfg = ViTConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
-                    intermediate_size=FFN, image_size=32, patch_size=8,
+    cfg = ViTConfig(hidden_size=z.hidden, num_hidden_layers=z.layers, num_attention_heads=z.heads,
+                    intermediate_size=z.ffn, image_size=z.image, patch_size=8,
                     attn_implementation="eager")
-    return ViTModel(cfg, add_pooling_layer=False), "last_hidden_state", _image_inputs(32)
+    return ViTModel(cfg, add_pooling_layer=False), "last_hidden_state", _image_inputs(z)
 
 
-def _resnet():
+def _resnet(z: Size):
     from transformers import ResNetConfig, ResNetModel
     cfg = ResNetConfig(embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1],
                        layer_type="basic")
-    return ResNetModel(cfg), "last_hidden_state", _image_inputs(32)
+    return ResNetModel(cfg), "last_hidden_state", _image_inputs(z)
 
 
-def _audio_features(gen):
-    torch = _torch()
-    return (torch.randn(BATCH, 16, 32, generator=gen),)    # [batch, mel bins, frames]
+def _audio_features(z: Size):
+    def make(gen):
+        torch = _torch()
+        return (torch.randn(z.batch, 16, z.frames, generator=gen),)  # [batch, mel, frames]
+    return make
 
 
-def _whisper_encoder():
+def _whisper_encoder(z: Size):
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
-    cfg = WhisperConfig(vocab_size=VOCAB, num_mel_bins=16, d_model=HIDDEN,
-                        encoder_layers=LAYERS, encoder_attention_heads=HEADS,
-                        encoder_ffn_dim=FFN, decoder_layers=1, decoder_attention_heads=HEADS,
-                        decoder_ffn_dim=FFN, max_source_positions=16,
+    cfg = WhisperConfig(vocab_size=z.vocab, num_mel_bins=16, d_model=z.hidden,
+                        encoder_layers=z.layers, encoder_attention_heads=z.heads,
+                        encoder_ffn_dim=z.ffn, decoder_layers=1, decoder_attention_heads=z.heads,
+                        decoder_ffn_dim=z.ffn, max_source_positions=z.frames // 2,
                         attn_implementation="eager")
     # the encoder sees max_source_positions * 2 frames (its second conv has stride 2)
-    return WhisperEncoder(cfg), "last_hidden_state", (_audio_features, ("input_features",))
+    return WhisperEncoder(cfg), "last_hidden_state", (_audio_features(z), ("input_features",))
 
 
-def _wav2vec2():
+def _wav2vec2(z: Size):
     from transformers import Wav2Vec2Config, Wav2Vec2Model
-    cfg = Wav2Vec2Config(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                         num_attention_heads=HEADS, intermediate_size=FFN,
+    cfg = Wav2Vec2Config(vocab_size=z.vocab, hidden_size=z.hidden, num_hidden_layers=z.layers,
+                         num_attention_heads=z.heads, intermediate_size=z.ffn,
                          conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
                          num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4,
                          feat_extract_norm="group", do_stable_layer_norm=False,
@@ -186,7 +212,7 @@ def _wav2vec2():
 
     def make(gen):
         torch = _torch()
-        return (torch.randn(BATCH, 800, generator=gen),)    # raw audio samples
+        return (torch.randn(z.batch, z.samples, generator=gen),)    # raw audio samples
     return Wav2Vec2Model(cfg), "last_hidden_state", (make, ("input_values",))
 
 
@@ -198,14 +224,17 @@ _BUILDERS: dict[str, Callable] = {
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
 
 
-def build(name: str, seed: int = 0) -> ZooModel:
-    """Build zoo model ``name`` (one of :data:`MODELS`) with weights seeded by ``seed``."""
+def build(name: str, seed: int = 0, size: str = "tiny") -> ZooModel:
+    """Build zoo model ``name`` (one of :data:`MODELS`) at ``size`` (a key of
+    :data:`SIZES`) with weights and inputs seeded by ``seed``."""
     if name not in _BUILDERS:
         raise WorkbenchError(f"unknown zoo model {name!r}; choose one of {', '.join(MODELS)}")
+    if size not in SIZES:
+        raise WorkbenchError(f"unknown zoo size {size!r}; choose one of {', '.join(SIZES)}")
     torch = _torch()
     torch.manual_seed(seed)
     with _quiet():
-        model, output, (make_inputs, names) = _BUILDERS[name]()
+        model, output, (make_inputs, names) = _BUILDERS[name](SIZES[size])
     model.eval()
     gen = torch.Generator().manual_seed(seed + 1)
     inputs, fresh = make_inputs(gen), make_inputs(gen)
