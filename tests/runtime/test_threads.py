@@ -7,6 +7,7 @@ wrapped by a spy that records threadpoolctl's report and then runs the real one.
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -125,3 +126,32 @@ def test_graphs_with_matmuls_still_match_the_reference(planner, check_graph,
     check_graph(attention_graph(), planner)
     check_graph(mlp_graph(), planner)
     assert len(seen_in_matmul) == 4 and all(set(n) == {1} for n in seen_in_matmul)
+
+
+def test_importing_and_running_leaves_the_environment_alone(tmp_path):
+    """The workbench sets no process-wide OpenMP or BLAS setting: a fresh process that
+    imports it, compiles and runs a program with matmuls has the environment it had
+    and its BLAS thread count back (libgomp read OMP_WAIT_POLICY=PASSIVE while the
+    first kernel library loaded it)."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import os, json\n"
+        "before = dict(os.environ)\n"
+        "from threadpoolctl import threadpool_info\n"
+        "from workbench import Session\n"
+        "from tests.runtime.test_threads import mlp_graph\n"
+        "blas = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']\n"
+        "s = Session(mlp_graph(), backend='cpu'); s.auto('rules'); s.run(s.inputs)\n"
+        "after = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']\n"
+        "print(json.dumps([dict(os.environ) == before, blas == after,\n"
+        "                  'OMP_WAIT_POLICY' in os.environ]))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "WB_BLAS_THREADS")}
+    env["WORKBENCH_CACHE"] = str(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, cwd=root, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[true, true, false]"

@@ -15,7 +15,7 @@ from ..codegen.kir import Kernel
 from ..errors import WorkbenchError
 from ..fusion.devices import Device
 from .backend import Backend, CompiledKernel, Progress
-from .cc import build_library, cpu_model, find_compiler
+from .cc import build_library, cpu_model, find_compiler, load_library
 from .threads import default_blas_threads, one_pool
 from .threads import rescan as rescan_blas
 
@@ -26,7 +26,7 @@ class CompiledCpuKernel(CompiledKernel):
         self.path = lib_path
         if lib_path is not None:
             try:
-                self.fn = getattr(ctypes.CDLL(str(lib_path)), kernel.name)
+                self.fn = getattr(load_library(lib_path), kernel.name)
             except (AttributeError, OSError) as e:
                 raise WorkbenchError(f"kernel {kernel.name} cannot be loaded ({e}); "
                                      + (origin or "this is a workbench bug; please "
