@@ -66,8 +66,8 @@ SIZES = {
 
 @dataclass(frozen=True)
 class ZooModel:
-    """One built model: the torch module (eval mode, outputs plain tensors), the example
-    inputs it is exported with, and a fresh set of the same shapes and dtypes.
+    """One built model: the transformers module (eval mode), the example inputs it is
+    exported and imported with, and a fresh set of the same shapes and dtypes.
     ``input_names`` name the positional inputs (the ONNX graph inputs and from_torch's),
     ``outputs`` the tensors the model returns (the ONNX outputs and from_torch's)."""
     name: str
