@@ -308,7 +308,8 @@ def main(argv=None) -> int:
                     help="say in the results that other jobs shared the machine")
     ap.add_argument("--note", action="append", default=[], help="a line for the report")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-    ap.add_argument("--tag", default="", help="appended to the result file names")
+    ap.add_argument("--tag", default="",
+                    help="appended to the result file names (--tag=-passive)")
     a = ap.parse_args(argv)
     blas = [blas_arg(b) for b in a.blas]
     tmp = Path(tempfile.mkdtemp(prefix="wb-models-"))
