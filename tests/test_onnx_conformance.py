@@ -53,6 +53,7 @@ SHAPE_INPUTS = {"Reshape": {1}, "Expand": {1}, "Tile": {1}, "Slice": {1, 2, 3, 4
                 "Split": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Range": {0, 1, 2},
                 "ConstantOfShape": {0}, "Dropout": {1, 2},
                 "TopK": {1}, "CumSum": {1}, "Trilu": {1}, "OneHot": {1},
+                "Pad": {1, 2, 3}, "Resize": {1, 2, 3},
                 **{op: {1} for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
                                       "ReduceProd", "ReduceSumSquare", "ReduceL1",
                                       "ReduceL2", "ReduceLogSum", "ReduceLogSumExp")}}

@@ -10,6 +10,13 @@ as it was.
 class WorkbenchError(Exception):
     """An error caused by input or environment, with a message meant for a person."""
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython/Jupyter show this instead of the traceback: the message already names
+        # the cause and the fix, so ``wb.open("bad.json")`` reads one line, as the
+        # %workbench magic does (an internal bug is no WorkbenchError: it keeps its
+        # traceback)
+        return [f"{type(self).__name__}: {self}"]
+
 
 class GraphError(WorkbenchError):
     """The graph is malformed: unknown value, shape mismatch, cycle, bad attribute."""

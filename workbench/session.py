@@ -1,6 +1,7 @@
 """A session ties one graph, a history of plans and a backend; every face uses it.
 
-Each transformation (fuse, split, auto) appends a step; undo and redo move along the
+Each transformation (fuse, split, auto) appends a step (none when the plan and its
+planner come out unchanged); undo and redo move along the
 history without losing it (a new step after an undo drops the undone future, as in
 an editor). A refused transformation raises :class:`FusionRefused` and changes
 nothing. Compiled programs and measurements are cached per plan, so undoing back to a
@@ -23,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .codegen import Kernel, lower_group, render_kernel
-from .errors import WorkbenchError
+from .errors import FusionRefused, WorkbenchError
 from .fusion import Decision, Group, Plan, run_planner
 from .ir import Graph
 from .measure import StepMeasurement, measure_program
@@ -95,6 +96,12 @@ class Session:
         return self.history[self.position]
 
     def _push(self, action: str, plan: Plan, decisions: Iterable[Decision] = ()) -> Plan:
+        # an action that leaves the plan as it is (Auto again, the same mapping or
+        # scheme set twice) adds no step: the history would hold identical steps. The
+        # same kernels from another planner are a step (a planner reaching the manual
+        # plan is worth comparing)
+        if plan == self.plan and plan.planner == self.plan.planner:
+            return self.plan
         del self.history[self.position + 1:]
         self.history.append(Step(action, plan, tuple(decisions)))
         self.position += 1
@@ -158,6 +165,72 @@ class Session:
             raise WorkbenchError("nothing to redo")
         self.position += 1
         return self.plan
+
+    def goto(self, index: int) -> Plan:
+        """Jump to any step of the history (as many undos or redos at once; nothing is
+        dropped)."""
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
+                or not -len(self.history) <= index < len(self.history):
+            raise WorkbenchError(f"no step {index!r:.20}: the history has steps 0.."
+                                 f"{len(self.history) - 1}")
+        self.position = int(index) % len(self.history)
+        return self.plan
+
+    # -- what applies to a selection ---------------------------------------------
+    def actions(self, refs: Iterable[str]) -> list:
+        """Every transformation of the current plan on the selected nodes or kernels
+        (fuse, fuse with a neighbour, split, each scheme on each internal edge, each
+        mapping, tune), legal ones with the plan they would make and its predicted
+        kernels, bytes and ms (a preview), refused ones with the reason
+        (:func:`workbench.fusion.actions.applicable_actions`). Changes nothing."""
+        from .fusion.actions import applicable_actions
+        return applicable_actions(self.plan, refs, self.cost_model)
+
+    def apply(self, action) -> Plan:
+        """Apply one of :meth:`actions`' results (made for the current plan) as a step."""
+        from .fusion.actions import Action
+        if not isinstance(action, Action):
+            raise WorkbenchError(f"apply takes an action from Session.actions(...), got "
+                                 f"{type(action).__name__}")
+        if not action.legal:
+            raise FusionRefused(f"{action.label}: {action.reason}")
+        method, args = action.call
+        if action.plan is None:                  # tuning: measured, not previewed
+            return getattr(self, method)(*args)
+        if not self._made_from_current(action):
+            raise WorkbenchError(f"{action.label} was offered for another plan than the "
+                                 "current one; ask Session.actions again")
+        return self._push(action.label, action.plan)
+
+    def _made_from_current(self, action) -> bool:
+        # the action's plan is what its call makes from the current plan
+        method, args = action.call
+        try:
+            return getattr(self.plan, method)(*args) == action.plan
+        except FusionRefused:
+            return False
+
+    def compare(self, a: int, b: int) -> pd.DataFrame:
+        """Two steps side by side: kernels, bytes moved (counted), predicted ms and,
+        where measured, latency; one row per quantity, a column per step and the
+        change."""
+        from .fusion.actions import effect
+        cols = {}
+        for i in (a, b):
+            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) \
+                    or not 0 <= i < len(self.history):
+                raise WorkbenchError(f"no step {i!r:.20}: the history has steps 0.."
+                                     f"{len(self.history) - 1}")
+            st = self.history[i]
+            e = effect(st.plan, self.cost_model)
+            m = self._measurements.get(st.plan)
+            cols[f"step {i}: {st.action}"] = [
+                e.kernels, e.bytes_moved / 1e6, e.predicted_ms,
+                m.latency_ms if m else np.nan]
+        df = pd.DataFrame(cols, index=["kernels", "bytes_moved_MB", "predicted_ms",
+                                       "latency_ms"])
+        df["change"] = df.iloc[:, -1] - df.iloc[:, 0] if len(df.columns) == 2 else 0.0
+        return df
 
     # -- running ---------------------------------------------------------------
     def program(self, plan: Plan | None = None) -> Program:

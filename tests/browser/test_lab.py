@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import struct
 
 import nbformat
 import pytest
@@ -205,6 +206,174 @@ def test_dark_theme_is_followed(lab_factory, page):
         server.shutdown_kernels()
 
 
+# -- navigation, property panel, source map (issue 14) -------------------------------------
+def _notebook(server, name: str, cells: list[str]) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, server.root / name)
+    return name
+
+
+def _view_state(page) -> dict:
+    """The graph view's zoom (data-scale), its rectangle and the minimap's view box."""
+    return page.evaluate("""() => {
+        const v = document.querySelector('.wb-app .wb-graph');
+        const r = v.getBoundingClientRect();
+        const m = v.querySelector('.wb-minimap-view');
+        return {scale: parseFloat(v.dataset.scale), left: r.left, top: r.top,
+                right: r.right, bottom: r.bottom,
+                transform: v.querySelector('.wb-stage').style.transform,
+                mini_top: m ? parseFloat(m.style.top) : null};
+    }""")
+
+
+def _centre_in_view(page, node: str) -> bool:
+    return page.evaluate("""(id) => {
+        const v = document.querySelector('.wb-app .wb-graph').getBoundingClientRect();
+        const g = document.querySelector(`.wb-app .wb-graph g.node[id="${id}"]`);
+        if (!g) return false;
+        const r = g.getBoundingClientRect();
+        const x = (r.left + r.right) / 2, y = (r.top + r.bottom) / 2;
+        return x > v.left + v.width * 0.2 && x < v.right - v.width * 0.2
+            && y > v.top + v.height * 0.2 && y < v.bottom - v.height * 0.2;
+    }""", node)
+
+
+def test_ids_properties_source_map_and_export_in_lab(lab_factory, page, tmp_path):
+    """layernorm: boxes show their ids; clicking one fills the property panel with its
+    shapes; hovering it highlights its kernel's source lines, hovering a line
+    highlights its node; the SVG button downloads the drawing."""
+    server = lab_factory("light")
+    name = app_notebook(server, "navigate_small.ipynb", measure=False)
+    try:
+        open_app(page, server, name)
+        graph = page.locator(".wb-app .wb-graph")
+        # defect 2: the id messages use is on the box
+        assert graph.locator("g.node[id='n1'] text").first.text_content().startswith("n1 ")
+        graph.locator("g.node[id='n1']").click()
+        props = page.locator(".wb-app .wb-props")
+        props.filter(has_text="n1 · sub").wait_for()
+        text = props.inner_text()
+        assert "float32[" in text and "inputs" in text and "kernel" in text, text
+        # node -> lines: hovering the node marks the lines computing it
+        page.locator(".wb-app .wb-line[data-nodes='n1']").first.wait_for(state="attached")
+        page.mouse.move(5, 5)            # (the click left the pointer on n1)
+        graph.locator("g.node[id='n1']").hover()
+        page.wait_for_function(
+            "() => document.querySelectorAll('.wb-app .wb-line.wb-line-hot').length > 0")
+        hot = page.evaluate("""() => [...document.querySelectorAll(
+            '.wb-app .wb-line.wb-line-hot')].map(e => e.textContent)""")
+        assert hot and all("/* n1 */" in t for t in hot), hot
+        # a click on another node shows its kernel while the pointer stays on it: its
+        # lines are marked as soon as the code panel shows them
+        graph.locator("g.node[id='n2']").click()
+        page.wait_for_function("""() => {
+            const hot = [...document.querySelectorAll('.wb-app .wb-line.wb-line-hot')];
+            return hot.length > 0 && hot.every(e => e.textContent.includes('/* n2 */')); }""")
+        # line -> node
+        graph.locator("g.node[id='n1']").click()
+        line = page.locator(".wb-app .wb-line[data-nodes='n1']:visible").first
+        line.hover()
+        graph.locator("g.node.wb-source-hot[id='n1']").wait_for()
+        # export: the SVG button downloads the drawing
+        with page.expect_download() as dl:
+            graph.locator(".wb-graph-tools button", has_text="SVG").click()
+        path = tmp_path / "graph.svg"
+        dl.value.save_as(str(path))
+        svg = path.read_text()
+        assert svg.startswith("<?xml") and "<svg" in svg and 'id="n1"' in svg
+        with page.expect_download() as dl:
+            graph.locator(".wb-graph-tools button", has_text="PNG").click()
+        png = tmp_path / "graph.png"
+        dl.value.save_as(str(png))
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n", data[:16]
+        width, height = struct.unpack(">II", data[16:24])
+        assert width > 100 and height > 300, (width, height)   # the drawing, twice its size
+        # breadcrumb: n1 sits in the LayerNorm composite; a click on it closes the box
+        crumb = graph.locator(".wb-crumbs button.wb-crumb", has_text="LayerNormalization")
+        crumb.click()
+        graph.locator("g.node[id='c0']").wait_for()
+        assert graph.locator("g.node[id='n1']").count() == 0
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_navigate_small.png")
+    except Exception:
+        path = artifacts_dir() / "lab_navigate_small_FAILED.png"
+        page.screenshot(path=str(path))
+        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_large_graph_fit_minimap_and_search_in_lab(lab_factory, page):
+    """The 1,020-op transformer_stack: the first view and "fit" are readable (not 3%),
+    the minimap moves the view, and searching n1000 opens the collapsed box holding
+    it and centres it."""
+    server = lab_factory("light")
+    name = _notebook(server, "navigate_large.ipynb", [
+        f"import sys\nsys.path.insert(0, {json.dumps(str(REPO / 'sample_graphs'))})\n"
+        "from make_samples import transformer_stack\nimport workbench as wb\n"
+        "app = wb.open(transformer_stack(1020), backend='cpu')"])
+    try:
+        open_app(page, server, name)
+        graph = page.locator(".wb-app .wb-graph")
+        assert graph.locator("g.node[id='n1000']").count() == 0    # inside a collapsed box
+        s = _view_state(page)
+        assert s["scale"] >= 0.3, s
+        graph.locator(".wb-graph-tools button", has_text="fit").click()
+        s = _view_state(page)
+        assert s["scale"] >= 0.3, f"fit zoomed to {s['scale']:.0%}"
+        assert page.evaluate("""() => {
+            const v = document.querySelector('.wb-app .wb-graph').getBoundingClientRect();
+            return [...document.querySelectorAll('.wb-app .wb-graph g.node')].filter(g => {
+                const r = g.getBoundingClientRect();
+                return r.bottom > v.top && r.top < v.bottom && r.right > v.left
+                       && r.left < v.right; }).length; }""") >= 5, "fit shows no boxes"
+        # minimap: present; a click near its bottom moves the view to the graph's end
+        mini = graph.locator(".wb-minimap")
+        assert mini.is_visible()
+        box = mini.bounding_box()
+        before = _view_state(page)
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] - 3)
+        after = _view_state(page)
+        assert after["transform"] != before["transform"]
+        assert after["mini_top"] > before["mini_top"] + box["height"] / 2, (before, after)
+        assert graph.locator("g.node[id='out0']").count() == 1
+        assert _centre_in_view(page, "out0") or page.evaluate("""() => {
+            const v = document.querySelector('.wb-app .wb-graph').getBoundingClientRect();
+            const r = document.querySelector('.wb-app .wb-graph g.node[id="out0"]')
+                .getBoundingClientRect();
+            return r.top < v.bottom && r.bottom > v.top; }""")
+        # search: the match is revealed (its composite expanded) and centred
+        search = page.locator(".wb-app input[placeholder='select by name or op']")
+        search.fill("n1000")
+        search.press("Enter")
+        graph.locator("g.node.wb-selected[id='n1000']").wait_for(timeout=60_000)
+        page.wait_for_function("""(id) => {
+            const v = document.querySelector('.wb-app .wb-graph').getBoundingClientRect();
+            const g = document.querySelector(`.wb-app .wb-graph g.node[id="${id}"]`);
+            if (!g) return false;
+            const r = g.getBoundingClientRect();
+            const x = (r.left + r.right) / 2, y = (r.top + r.bottom) / 2;
+            return x > v.left + v.width * 0.2 && x < v.right - v.width * 0.2
+                && y > v.top + v.height * 0.2 && y < v.bottom - v.height * 0.2; }""",
+            arg="n1000", timeout=30_000)
+        assert _view_state(page)["scale"] >= 1.0
+        assert "showing n1000" in page.locator(".wb-app .wb-message").inner_text()
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_navigate_large.png")
+    except Exception:
+        path = artifacts_dir() / "lab_navigate_large_FAILED.png"
+        page.screenshot(path=str(path))
+        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
 def test_quickstart_notebook_runs_in_lab(lab_factory, page):
     """notebooks/01_quickstart.ipynb as a user runs it: Run All in Lab, no error, one
     app showing the fused step, the history plotted."""
@@ -230,6 +399,288 @@ def test_quickstart_notebook_runs_in_lab(lab_factory, page):
         path = artifacts_dir() / "lab_quickstart_FAILED.png"
         page.screenshot(path=str(path))
         print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+# -- issue 14: the default Set-scheme path, labels after every mapping, plots before
+#    Measure, Measure with Cancel while the app answers, a bad file in one line ------
+def lab_notebook(server, name: str, cells: list[str]) -> str:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
+                                 "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, server.root / name)
+    return name
+
+
+def wait_message(page, pattern: str, timeout: float = 60_000) -> str:
+    """Wait until the app's status line matches the regex; return its text."""
+    page.wait_for_function(
+        "re => new RegExp(re).test(document.querySelector('.wb-app .wb-message').textContent)",
+        arg=pattern, timeout=timeout)
+    return page.locator(".wb-app .wb-message").inner_text()
+
+
+def app_button(page, text: str):
+    return page.locator(".wb-app button", has_text=re.compile(rf"^\s*{text}\s*$"))
+
+
+def failing_shot(page, server, name: str) -> None:
+    path = artifacts_dir() / name
+    page.screenshot(path=str(path))
+    print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+
+
+def test_plots_scheme_and_mapping_labels_on_the_default_path(lab_factory, page):
+    """Before Measure the charts show counted bytes and predicted latency at full
+    width; colour by latency says it is predicted; after Auto, every mapping set with
+    the rows drop-down shows in the kernel's cluster label; then Auto stitch, click n5,
+    pick global, Set scheme (the edge box starts filled, never blank)."""
+    server = lab_factory("light")
+    name = lab_notebook(server, "default_path.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')"])
+    try:
+        open_app(page, server, name)
+        figs = plot_data(page)
+        assert len(figs) == 3, figs
+        steps = {t[0]: t for t in figs[0]}
+        assert steps["bytes counted"][2][0] not in ("null", ""), steps
+        assert float(steps["predicted"][2][0]) > 0, steps
+        widths = page.evaluate("""() => [document.querySelector('.wb-app').clientWidth,
+            ...[...document.querySelectorAll('.wb-app .js-plotly-plot')].map(
+                gd => gd.getBoundingClientRect().width)]""")
+        assert all(w >= 0.9 * widths[0] for w in widths[1:]), widths
+        # the toolbar's second row: every control and its button on one line
+        # the toolbars: a button never sits alone on a row ("Set mapping", "Export")
+        lonely = page.evaluate("""() => {
+            const rows = new Map();
+            for (const bar of document.querySelectorAll('.wb-app .wb-toolbar'))
+                for (const c of bar.querySelectorAll('button, select, input'))
+                    if (c.offsetParent !== null) {
+                        const top = Math.round(c.getBoundingClientRect().top);
+                        rows.set(top, (rows.get(top) || []).concat([c.textContent
+                                                                   || c.tagName]));
+                    }
+            return [...rows.values()].filter(r => r.length === 1); }""")
+        assert not lonely, f"controls alone on a toolbar row: {lonely}"
+
+        page.locator(".wb-app .wb-overlay select").select_option(label="latency")
+        wait_message(page, "coloured by predicted latency")
+        page.locator(".wb-app .wb-legend").wait_for()
+
+        app_button(page, "Auto").click()
+        wait_message(page, r"auto rules: 9 ops in 1 kernel \(")
+        graph = page.locator(".wb-app .wb-graph")
+        graph.locator("g.node[id='n0']").click()
+        graph.locator("g.node.wb-selected[id='n0']").wait_for()
+        mapping = page.locator(".wb-app .wb-mapping select")
+        page.wait_for_function("() => !document.querySelector('.wb-app .wb-mapping select')"
+                               ".disabled")
+        labels = {"warp": "warp/row", "block": "block/row", "split": "split/row",
+                  "thread": "thread/row"}
+        for m, label in labels.items():
+            mapping.select_option(label=m)
+            app_button(page, "Set mapping").click()
+            wait_message(page, f"k0: mapped {m},")
+            page.wait_for_function(
+                """l => [...document.querySelectorAll('.wb-app .wb-graph g.cluster text')]
+                       .some(t => t.textContent.includes('(' + l + ')'))""",
+                arg=label, timeout=60_000)
+            # the drop-down still shows what the kernel now has
+            assert mapping.evaluate("s => s.options[s.selectedIndex].textContent") == m
+
+        page.locator(".wb-app .wb-planner select").select_option(label="stitch")
+        app_button(page, "Auto").click()
+        wait_message(page, "auto stitch: 9 ops in 1 kernel")
+        graph.locator("g.node[id='n5']").click()
+        graph.locator("g.node.wb-selected[id='n5']").wait_for()
+        # the edge box is filled (never blank) with an edge touching n5, as drawn
+        page.wait_for_function("""() => {
+            const s = document.querySelector('.wb-app .wb-edge-choice select');
+            const t = s && !s.disabled && s.selectedIndex >= 0
+                      ? s.options[s.selectedIndex].textContent : '';
+            return t.includes('→') && /n5\\b/.test(t); }""", timeout=30_000)
+        # with the code panel filled: the graph is not pushed out of view, no blank block
+        # sits under it, source lines scroll instead of breaking, and the one kernel's
+        # DRAM-bandwidth line is drawn
+        page.wait_for_function("() => /k0/.test(document.querySelector("
+                               "'.wb-app .wb-kernel-info').textContent)")
+        box = page.evaluate("""() => {
+            const r = s => document.querySelector(s).getBoundingClientRect();
+            const pre = document.querySelector('.wb-app .wb-code pre');
+            return {app: r('.wb-app'), graph: r('.wb-app .wb-graph'),
+                    code: r('.wb-app .wb-code-panel'),
+                    white: pre ? getComputedStyle(pre).whiteSpace : null,
+                    lines: document.querySelectorAll(
+                        '.wb-app .js-plotly-plot')[1].querySelectorAll('.shapelayer path').length};
+        }""")
+        assert box["graph"]["right"] <= box["code"]["left"] + 1, box
+        assert box["code"]["right"] <= box["app"]["right"] + 1, box
+        assert box["graph"]["bottom"] >= box["code"]["bottom"] - 30, box
+        assert box["white"] == "pre", box
+        assert box["lines"] >= 1, box
+        page.locator(".wb-app .wb-scheme select").select_option(label="global")
+        app_button(page, "Set scheme").click()
+        text = wait_message(page, "global stitching|no value|refused|cannot")
+        assert "global stitching" in text and "None" not in text, text
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.wb-app .wb-graph g.cluster text')]
+                   .some(t => t.textContent.includes('stitched'))""", timeout=30_000)
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_default_path.png")
+    except Exception:
+        failing_shot(page, server, "lab_default_path_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_measure_runs_in_the_background_with_cancel(lab_factory, page):
+    """Measure with a very long run: while it runs the controls are disabled, a click on
+    a node still reaches Python (the code panel follows), Cancel stops it and
+    re-enables them."""
+    server = lab_factory("light")
+    name = lab_notebook(server, "cancel.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')\n"
+        "app.repeats = 1_000_000   # a Measure that runs until cancelled"])
+    try:
+        open_app(page, server, name)
+        app_button(page, "Measure").click()
+        cancel = app_button(page, "Cancel")
+        cancel.wait_for(state="visible")
+        wait_message(page, "measuring step 0")
+        # the progress bar counts the timed runs
+        page.locator(".wb-app .wb-progress").wait_for(state="visible")
+        assert app_button(page, "Fuse").is_disabled()
+        assert app_button(page, "Auto").is_disabled()
+        # the kernel answers while measuring: a click reaches Python, the panel follows
+        graph = page.locator(".wb-app .wb-graph")
+        graph.locator("g.node[id='n3']").click()
+        graph.locator("g.node.wb-selected[id='n3']").wait_for()
+        page.wait_for_function(
+            "() => /k3/.test(document.querySelector('.wb-app .wb-kernel-info').textContent)",
+            timeout=15_000)
+        assert app_button(page, "Measure").is_disabled()
+        cancel.click()
+        wait_message(page, "measuring cancelled", timeout=30_000)
+        page.wait_for_function("() => [...document.querySelectorAll('.wb-app button')]"
+                               ".some(b => /^\\s*Fuse\\s*$/.test(b.textContent) && !b.disabled)",
+                               timeout=15_000)
+        cancel.wait_for(state="hidden", timeout=15_000)
+        page.locator(".wb-app .wb-progress").wait_for(state="hidden", timeout=15_000)
+        assert not app_button(page, "Measure").is_disabled()
+        # nothing was recorded: the steps chart has no measured bar
+        steps = {t[0]: t for t in plot_data(page)[0]}
+        assert steps["measured"][2] == ["null"], steps["measured"]
+        assert not page.js_errors, page.js_errors
+    except Exception:
+        failing_shot(page, server, "lab_cancel_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_wb_open_on_a_bad_file_shows_one_line(lab_factory, page):
+    server = lab_factory("light")
+    (server.root / "broken.json").write_text('{"name": "x", "nodes": "unterminated')
+    name = lab_notebook(server, "bad_file.ipynb",
+                        ["import workbench as wb\napp = wb.open('broken.json')"])
+    try:
+        open_notebook(page, server, name)
+        run_all(page)
+        wait_idle(page)
+        errors = error_outputs(page)
+        assert len(errors) == 1, errors
+        lines = [ln for ln in errors[0].splitlines() if ln.strip()]
+        assert len(lines) == 1, errors[0]
+        assert lines[0].startswith("GraphError: broken.json: not valid JSON"), lines
+        assert "at at" not in lines[0] and "Traceback" not in errors[0]
+    except Exception:
+        failing_shot(page, server, "lab_bad_file_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_bert_graph_stays_in_view_beside_a_full_code_panel(lab_factory, page):
+    """Notebook 03's case: BERT from ONNX with an exp node selected (long CUDA lines in
+    the code panel): the graph keeps its place, the panel stays inside the app."""
+    server = lab_factory("light")
+    bert = REPO / "sample_graphs" / "bert_chain.onnx"
+    name = lab_notebook(server, "bert_layout.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(bert))}, backend='cpu')\n"
+        "app.selected = [next(n.id for n in app.session.graph.nodes if n.op == 'exp')]"])
+    try:
+        open_app(page, server, name)
+        page.wait_for_function("() => document.querySelector('.wb-app .wb-code pre')")
+        box = page.evaluate("""() => {
+            const r = s => document.querySelector(s).getBoundingClientRect();
+            const pre = document.querySelector('.wb-app .wb-code pre');
+            return {app: r('.wb-app'), graph: r('.wb-app .wb-graph'),
+                    code: r('.wb-app .wb-code-panel'), pre_scrolls:
+                    pre.scrollWidth > pre.clientWidth, white: getComputedStyle(pre).whiteSpace};
+        }""")
+        assert box["graph"]["width"] > 0.45 * box["app"]["width"], box
+        assert box["graph"]["right"] <= box["code"]["left"] + 1, box
+        assert box["code"]["right"] <= box["app"]["right"] + 1, box
+        assert box["white"] == "pre", box
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_bert_layout.png")
+    except Exception:
+        failing_shot(page, server, "lab_bert_layout_FAILED.png")
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
+def test_transformations_preview_apply_and_history_in_lab(lab_factory, page):
+    """DaCe's optimizer view in the app: select two nodes, list the transformations,
+    pick "fuse" (the drawing shows the fused kernel before anything is applied), Apply
+    (a step), then jump back to step 0 from the History tab."""
+    server = lab_factory("light")
+    name = lab_notebook(server, "transforms.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')"])
+    try:
+        open_app(page, server, name)
+        page.get_by_text("Transformations · History · Decisions").click()
+        graph = page.locator(".wb-app .wb-graph")
+        graph.locator(f"g.node[id='{FIRST}']").click()
+        graph.locator(f"g.node[id='{SECOND}']").click(modifiers=["Shift"])
+        graph.locator(f"g.node.wb-selected[id='{SECOND}']").wait_for()
+        page.locator(".wb-app .wb-transforms button",
+                     has_text=re.compile(r"^\s*Transformations\s*$")).click()
+        choices = page.locator(".wb-app .wb-transforms select").first
+        label = f"fuse {FIRST} {SECOND}: -1 kernel"
+        # (ipywidgets writes an option's spaces as no-break spaces)
+        page.wait_for_function(
+            """l => [...document.querySelectorAll('.wb-app .wb-transforms select option')]
+                   .some(o => o.textContent.replace(/\u00a0/g, ' ').startsWith(l))""",
+            arg=label, timeout=60_000)
+        index = choices.evaluate("(s, l) => [...s.options].findIndex(o => o.textContent"
+                                 ".replace(/\u00a0/g, ' ').startsWith(l))", label)
+        assert graph.locator("g.cluster").count() == 0
+        choices.select_option(index=index)
+        wait_message(page, "preview: 8 kernels")
+        graph.locator("g.cluster").first.wait_for()           # the fused kernel, drawn
+        app_button(page, "Apply").click()
+        wait_message(page, f"applied fuse {FIRST} {SECOND}; 8 kernels")
+        page.locator(".wb-app .lm-TabBar-tab", has_text="History").click()
+        steps = page.locator(".wb-app .wb-transforms select").nth(1)
+        page.wait_for_function(
+            """() => [...document.querySelectorAll('.wb-app .wb-transforms select')][1]
+                   .options.length === 2""", timeout=30_000)
+        steps.select_option(index=0)
+        app_button(page, "Go to step").click()
+        wait_message(page, r"went to: step 0 \(load\), 9 kernels")
+        page.wait_for_function("() => document.querySelectorAll("
+                               "'.wb-app .wb-graph g.cluster').length === 0")
+        assert not page.js_errors, page.js_errors
+        shoot(page, "lab_transformations.png")
+    except Exception:
+        page.locator(".wb-app .wb-transforms").first.scroll_into_view_if_needed()
+        failing_shot(page, server, "lab_transformations_FAILED.png")
         raise
     finally:
         server.shutdown_kernels()

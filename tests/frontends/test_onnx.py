@@ -216,25 +216,25 @@ def test_dynamic_dims_need_input_shapes(tmp_path):
 def test_unsupported_lists_every_op_type_and_node(tmp_path):
     nodes = [helper.make_node("TopK", ["x", "k"], ["v", "i"], name="top"),
              helper.make_node("Relu", ["v"], ["r"], name="relu"),
-             helper.make_node("Round", ["r"], ["y"], name="round1"),
-             helper.make_node("Round", ["x"], ["z"], name="round2"),
-             helper.make_node("Conv", ["x3", "w"], ["c"], name="conv1d")]
+             helper.make_node("Hardmax", ["r"], ["y"], name="hardmax1"),
+             helper.make_node("Hardmax", ["x"], ["z"], name="hardmax2"),
+             helper.make_node("Conv", ["x3", "w"], ["c"], name="conv4d")]
     # (TopK's K a graph input: a data-dependent count)
-    path = make(tmp_path, nodes, [("x", F32, [4, 8]), ("x3", F32, [1, 2, 9]),
+    path = make(tmp_path, nodes, [("x", F32, [4, 8]), ("x3", F32, [1, 2, 4, 4, 4, 4]),
                                   ("k", I64, [1])],
                 [("y", F32, [4, 3]), ("z", F32, [4, 8]), ("i", I64, [4, 3]),
-                 ("c", F32, [1, 2, 7])],
-                [("w", np.ones((2, 2, 3), np.float32))])
+                 ("c", F32, [1, 2, 2, 2, 2, 2])],
+                [("w", np.ones((2, 2, 3, 3, 3, 3), np.float32))])
     with pytest.raises(UnsupportedOpError) as e:
         load_onnx(path)
     topk = ("TopK [data-dependent K input (the workbench compiles for static shapes and "
             "values; make it a constant)]")
     assert e.value.unsupported == {
-        "Conv [1-D convolution (only 2-D is supported)]": ["conv1d"],
-        "Round": ["round1", "round2"], topk: ["top"]}
-    assert "TopK" in str(e.value) and "round2" in str(e.value)
+        "Conv [4-D convolution (1-D, 2-D and 3-D are supported)]": ["conv4d"],
+        "Hardmax": ["hardmax1", "hardmax2"], topk: ["top"]}
+    assert "TopK" in str(e.value) and "hardmax2" in str(e.value)
     # unnamed scopes: each node with its nearest named producer (here a graph input)
-    assert "Round (2 nodes: round1 (after x), round2 (after x))" in str(e.value)
+    assert "Hardmax (2 nodes: hardmax1 (after x), hardmax2 (after x))" in str(e.value)
 
 
 @pytest.mark.parametrize("content", [b"not a protobuf at all \x00\xff\x13", b""])

@@ -28,14 +28,14 @@ ALL_DTYPES = [F32, F16, I32, I64, B]
 
 # -- the op inventory: adding an op to the registry without adding it here fails --------
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
-         "relu", "sin", "cos", "floor", "ceil", "not", "round_bf16"]
+         "relu", "sin", "cos", "floor", "ceil", "not", "round", "round_bf16"]
 BINARY = ["add", "sub", "mul", "div", "pow", "max", "min", "eq", "ne", "lt", "le", "gt", "ge",
-          "and", "or"]
+          "and", "or", "mod"]
 SPECIAL_ELEMENTWISE = ["where", "cast"]
 REDUCE = ["reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min"]
 LAYOUT = ["reshape", "squeeze", "unsqueeze", "transpose", "expand", "slice", "concat", "split",
-          "gather"]
-OPAQUE = ["matmul", "conv2d"]
+          "gather", "window", "pad"]
+OPAQUE = ["matmul", "conv2d", "conv"]
 # the indexing family: kernels and references in tests/ops/test_indexing_ops.py
 INDEXING_LAYOUT = ["gather_elements", "gather_nd", "trilu"]
 INDEXING_LIBRARY = ["argmax", "argmin", "topk", "cumsum", "scatter_elements", "scatter_nd"]
@@ -537,6 +537,58 @@ def test_conv2d_against_direct_loops():
                 patch = xp[0, 2 * g:2 * g + 2, 2 * i:2 * i + 3, j:j + 2]
                 want[0, k, i, j] = np.sum(patch * w[k])
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs, xs, ws, dtype", [
+    ({"group": 2, "strides": (2,), "pads": (1, 2)}, (2, 4, 11), (6, 2, 3), F32),
+    ({"group": 3, "dilations": (2,)}, (1, 3, 9), (3, 1, 3), F32),
+    ({"strides": (1, 2, 1), "pads": (1, 0, 0, 0, 1, 1)}, (1, 2, 4, 5, 3), (3, 2, 2, 3, 2), F32),
+    ({"group": 2}, (1, 4, 6, 5), (4, 2, 3, 3), F16),
+])
+def test_conv(check_graph, attrs, xs, ws, dtype):
+    b = GraphBuilder("conv_nd")
+    b.output(b.conv(b.input("x", xs, dtype), b.input("w", ws, dtype),
+                    b.input("bias", (ws[0],), dtype), **attrs), "y")
+    check_graph(b.build(), "none", seed=22)
+
+
+WINDOWS = [((2, 3, 7, 6), {"kernel": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+           ((2, 3, 7, 6), {"kernel": [2, 3], "dilations": [2, 1], "pads": [0, 1, 2, 0]}),
+           ((3, 9), {"kernel": [4], "strides": [3], "pads": [0, 2]}),
+           ((1, 2, 4, 5, 3), {"kernel": [2, 2, 2]}),
+           ((5, 4), {"kernel": [4, 4]})]
+
+
+@pytest.mark.parametrize("dtype", [F32, F16, I32, I64], ids=lambda d: d.value)
+@pytest.mark.parametrize("fill", ["zero", "lowest"])
+def test_window(check_graph, dtype, fill):
+    g = _layout_graph(f"window_{dtype.value}_{fill}",
+                      [(s, "window", dict(a, fill=fill)) for s, a in WINDOWS], dtype)
+    check_graph(g, "none", seed=23)
+
+
+PADS = [((2, 3, 5), {"pads": [0, 1, 2, 1, 0, 3]}), ((2, 3, 5), {"pads": [1, -1, 0, 0, 2, -2]}),
+        ((4, 6), {"pads": [3, 0, 0, 5]}), ((7,), {"pads": [-2, 4]})]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: d.value)
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad(check_graph, dtype, mode):
+    value = 2.5 if dtype.kind == "f" else (1 if dtype is B else -3)
+    g = _layout_graph(f"pad_{dtype.value}_{mode}",
+                      [(s, "pad", dict(a, mode=mode, value=value)) for s, a in PADS], dtype)
+    check_graph(g, "none", seed=24)
+
+
+def test_window_max_pool_fuses_padding_never_wins(check_graph):
+    """A max pool over all-negative data: the window's padding (-inf) never wins, fused
+    into the reduction's kernel or not."""
+    b = GraphBuilder("pool")
+    x = b.input("x", (2, 3, 8, 8), range=(-3.0, -1.0))
+    w = b.window(x, kernel=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1], fill="lowest")
+    b.output(b.relu(b.reduce_max(w, axes=[4, 5], keepdims=False) + 2.0), "y")
+    for planner in ("none", "rules", "stitch"):
+        check_graph(b.build(), planner, seed=25)
 
 
 # -- fused chains under the rules planner ---------------------------------------------

@@ -117,20 +117,23 @@ def test_measure_fills_history_plots_code_and_overlay(app):
     assert app.progress.tooltip == "timed run"
     h = app.history
     assert math.isnan(h.latency_ms[0]) and h.latency_ms[1] == pytest.approx(m.latency_ms)
-    steps = {t.name: t for t in app.plots.steps.data}
-    assert steps["measured"].y[1] == pytest.approx(m.latency_ms)
-    assert steps["kernels"].y == (15, len(app.session.plan.groups))
-    assert steps["bytes counted"].y[1] == pytest.approx(m.bytes_moved / 1e6)
-    kernels = {t.name: t for t in app.plots.kernels.data}
-    assert list(kernels["measured"].x) == list(m.per_kernel.group)
-    assert kernels["measured"].y == pytest.approx(tuple(m.per_kernel.latency_ms))
-    bw = app.plots.bandwidth.data
-    assert bw[0].y == pytest.approx(tuple(m.per_kernel.bandwidth_GBps))
-    if "predicted_ms" in h:
-        assert steps["predicted"].y[1] == pytest.approx(h.predicted_ms[1])
-    dev = getattr(app.session, "device", None)
-    if getattr(dev, "dram_bandwidth", None):
-        assert bw[1].y[0] == pytest.approx(dev.dram_bandwidth / 1e9)
+    steps = {t["name"]: t for t in app.plots.figure("steps")["data"]}
+    assert steps["measured"]["y"][1] == pytest.approx(m.latency_ms)
+    assert steps["kernels"]["y"] == [15, len(app.session.plan.groups)]
+    assert steps["bytes counted"]["y"][1] == pytest.approx(m.bytes_moved / 1e6)
+    # step 0 is not measured, yet its bytes are counted (the same count as measured)
+    assert steps["bytes counted"]["y"][0] == pytest.approx(
+        sum(k.bytes_read + k.bytes_written for k in app.session.kernels(
+            app.session.history[0].plan)) / 1e6)
+    measured = app.plots.trace("kernels", "measured")
+    assert measured["x"] == list(m.per_kernel.group)
+    assert measured["y"] == pytest.approx(list(m.per_kernel.latency_ms))
+    achieved = app.plots.trace("kernels", "achieved", "x2")
+    assert achieved["y"] == pytest.approx(list(m.per_kernel.bandwidth_GBps))
+    assert steps["predicted"]["y"][1] == pytest.approx(h.predicted_ms[1])
+    dev = app.session.device
+    line = app.plots.figure("kernels")["layout"]["shapes"][0]
+    assert line["y0"] == pytest.approx(dev.dram_bandwidth / 1e9)
     assert "ms measured" in app.code.header.value
     app.overlay.value = "latency"
     assert len(app.view.legend) >= 1 and app.view.legend[0]["label"].endswith("ms")
@@ -146,7 +149,7 @@ def test_bytes_overlay_needs_no_measurement(app):
 
 def test_collapse_toggle(app):
     app.collapse_toggle.value = True
-    assert app.view.collapsed == {"c0", "c1"}
+    assert app.view.collapsed == {"c0", "c1", "s0"}
     app.collapse_toggle.value = False
     assert app.view.collapsed == frozenset()
 
@@ -207,7 +210,8 @@ def test_tune_button_searches_launches_and_shows_the_tuned_step(app, tmp_path, m
     before = len(app.history)
     plan = app.tune()
     assert plan is app.session.plan and app.session.tuning
-    assert app.message.startswith(f"tuned {len(app.session.tuning)} kernels")
+    n = len(app.session.tuning)
+    assert app.message.startswith(f"tuned {n} kernel{'s' * (n != 1)};")
     assert "wb-refused" not in app._message._dom_classes
     assert len(app.history) in (before, before + 1)        # a step only if one changed
     table = app.session.tuning[0].table
@@ -218,9 +222,10 @@ def test_tune_button_searches_launches_and_shows_the_tuned_step(app, tmp_path, m
 
 def test_steps_plot_shows_measured_dram_only_where_counters_were_read(app):
     app.measure()
-    dram = app.plots.steps.data[3]
-    assert dram.name == "DRAM measured" and not dram.visible    # cpu: no counters
+    dram = app.plots.trace("steps", "DRAM measured", "x2")
+    assert not dram["visible"]    # cpu: no counters
     hist = app.history.copy()
     hist["dram_MB"] = [1.5] * len(hist)
-    app.plots.update(hist, None)
-    assert app.plots.steps.data[3].visible and list(app.plots.steps.data[3].y) == [1.5]
+    app.plots.update(hist, [])
+    dram = app.plots.trace("steps", "DRAM measured", "x2")
+    assert dram["visible"] and dram["y"] == [1.5]

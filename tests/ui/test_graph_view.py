@@ -44,15 +44,16 @@ def test_double_click_message_toggles_a_composite(small_graph):
 def test_collapse_and_expand_from_python(small_graph):
     view = GraphView(Plan.singletons(small_graph))
     view.collapse()
-    assert view.collapsed == {"c0", "c1"}
-    view.expand("n10")                         # by a member node
+    # the LayerNorm, the GELU and the namespace "block0" of "block0/ln", "block0/gelu"
+    assert view.collapsed == {"c0", "c1", "s0"}
+    view.expand("n10")                         # by a member node: it shows again
     assert view.collapsed == {"c0"}
 
 
 def test_large_graphs_start_collapsed(big_graph):
     view = GraphView(Plan.singletons(big_graph))
-    assert len(view.collapsed) == 68
-    assert view.svg.count('class="node') == 34 * 3 + 2
+    assert len(view.collapsed) == 34 * 3      # per block: LN, GELU and the block scope
+    assert view.svg.count('class="node') == 34 * 2 + 2     # block box, residual add
 
 
 def test_overlay_sets_the_legend(small_graph):

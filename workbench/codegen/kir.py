@@ -70,12 +70,17 @@ class Let:
     var: str
     dtype: DType          # compute type
     expr: str             # target-neutral C
+    # the graph node (sanitized id, ``n12``) this statement computes, or "": printed as a
+    # trailing comment, so a reader -- and the app's source map -- can tell which lines
+    # implement which node (Compiler Explorer's source-to-assembly colouring)
+    node: str = ""
 
 
 @dataclass(frozen=True)
 class Assign:
     var: str
     expr: str
+    node: str = ""        # as Let.node
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,7 @@ class Store:
     offset: str
     expr: str
     vector: int = 1
+    node: str = ""        # a graph output's store: the node computing it (as Let.node)
 
 
 @dataclass(frozen=True)
@@ -230,6 +236,7 @@ class Kernel:
     scratch: tuple[Scratch, ...] = field(default=())
     phases: int = 1                 # stitched: phases; split rows: passes over the row
     grid_barriers: int = 0
+    nodes: tuple[str, ...] = ()     # the graph nodes it implements (sanitized ids)
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

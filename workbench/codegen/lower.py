@@ -81,8 +81,8 @@ class _IndexContext:
     """What a layout op's index rule sees (``ops.IndexContext``): shapes, and values
     computed at an index into the scope being emitted."""
 
-    def __init__(self, lw: "_Lowerer", scope: _Scope):
-        self.lw, self.scope = lw, scope
+    def __init__(self, lw: "_Lowerer", scope: _Scope, node: str = ""):
+        self.lw, self.scope, self.node = lw, scope, node
 
     def shape(self, value: str) -> tuple[int, ...]:
         return self.lw.g.value(value).shape
@@ -95,7 +95,7 @@ class _IndexContext:
 
     def let(self, dtype: DType, expr: str) -> str:
         var = self.lw.fresh()
-        self.scope.stmts.append(Let(var, dtype, expr))
+        self.scope.stmts.append(Let(var, dtype, expr, self.node))
         return var
 
 
@@ -178,6 +178,11 @@ class _Lowerer:
         scope.memo[key] = var
         return var
 
+    def _made_by(self, value: str) -> str:
+        """Id of the group's node computing ``value`` ("" for an input passed through)."""
+        n = self.producer.get(value)
+        return n.id if n is not None else ""
+
     @staticmethod
     def _vector(scope: _Scope, idx: Index) -> int:
         """The access width at idx in this scope: the tile's vector when the access is
@@ -199,12 +204,12 @@ class _Lowerer:
             expr = op.scalar(args, [g.value(i).dtype for i in node.inputs], out.dtype,
                              node.attr_map)
             var = self.fresh()
-            scope.stmts.append(Let(var, out.dtype.compute, expr))
+            scope.stmts.append(Let(var, out.dtype.compute, expr, node.id))
             self.flops += op.flops
             return var
         if op.kind is Kind.layout and op.index is not None:
             # the op's own index rule (ops/layout.py)
-            return op.index(_IndexContext(self, scope), node, node.outputs.index(v), idx)
+            return op.index(_IndexContext(self, scope, node.id), node, node.outputs.index(v), idx)
         raise WorkbenchError(f"internal: {node.op} cannot be computed at an index")
 
     # -- schedules --------------------------------------------------------------
@@ -256,7 +261,7 @@ class _Lowerer:
             idx = Index.flat(var, shape)
             for o in outs:
                 e = self.at(scope, o, idx)
-                scope.stmts.append(Store(self.buffers[o], var, e))
+                scope.stmts.append(Store(self.buffers[o], var, e, node=self._made_by(o)))
             body.append(Loop(var, n, "flat", tuple(scope.stmts), vector_width(n)))
         return body
 
@@ -277,21 +282,21 @@ class _Lowerer:
         acc = f"acc{slot}"
         col_scope = _Scope(scope, self._tile()[2] if self._tile() else 1)
         e = self.at(col_scope, r.inputs[0], dom)
-        scope.stmts.append(Let(acc, dt, ident))
+        scope.stmts.append(Let(acc, dt, ident, r.id))
         simd = comb.simd_op[0 if dt.kind == "f" else 1]
         if bind == "serial" and dt.kind == "f" and simd == "+":
             # one thread sums a whole row (a column reduction): compensated (Kahan) so
             # a long row stays within float32's bound against NumPy's pairwise sum; a
             # non-finite partial sum drops the compensation (inf stays inf)
             c, y, t = f"{acc}_c", self.fresh(), self.fresh()
-            scope.stmts.append(Let(c, dt, "0.0f"))
-            col_scope.stmts += [Let(y, dt, f"{e} - {c}"), Let(t, dt, f"{acc} + {y}"),
+            scope.stmts.append(Let(c, dt, "0.0f", r.id))
+            col_scope.stmts += [Let(y, dt, f"{e} - {c}", r.id), Let(t, dt, f"{acc} + {y}", r.id),
                                 Assign(c, f"({t} - {t} == 0.0f) ? (({t} - {acc}) - {y}) "
-                                          ": 0.0f"),
-                                Assign(acc, t)]
+                                          ": 0.0f", r.id),
+                                Assign(acc, t, r.id)]
             simd = ""                      # the order is the point: no SIMD reordering
         else:
-            col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e)))
+            col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e), r.id))
         scope.stmts.append(Loop("col", extent, bind, tuple(col_scope.stmts),
                                 reduction=(acc, simd), tile=self._tile(), **loop_kw))
         return acc, dt, comb, ident
@@ -312,12 +317,12 @@ class _Lowerer:
         dt = DType.int64 if src.kind == "i" else src
         return dt, comb.identity(src.kind, src.value), comb
 
-    def _finish(self, comb, acc: str, dt: DType) -> Assign:
+    def _finish(self, comb, acc: str, dt: DType, node: str = "") -> Assign:
         cols = self.sched.cols
         if dt.kind == "f":
-            return Assign(acc, f"{acc} * (1.0f / {cols}.0f)")
+            return Assign(acc, f"{acc} * (1.0f / {cols}.0f)", node)
         # an integer mean over an empty axis is 0 (and no division by zero)
-        return Assign(acc, f"{acc} / {cols}LL" if cols else "0")
+        return Assign(acc, f"{acc} / {cols}LL" if cols else "0", node)
 
     def _row_reduce(self) -> list:
         """Mappings warp, block and thread: every row is owned by one warp, one block
@@ -348,7 +353,7 @@ class _Lowerer:
                 row_scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident,
                                                    slot, width))
             if comb.finish_mean:
-                row_scope.stmts.append(self._finish(comb, acc, dt))
+                row_scope.stmts.append(self._finish(comb, acc, dt, r.id))
             self.reduce_var[r.outputs[0]] = acc
             self.flops += 1
         stores = self._per_row_stores(row_scope, dom)
@@ -372,7 +377,7 @@ class _Lowerer:
             idx = dom.broadcast_to(shape) if len(shape) == len(s.domain) \
                 else Index.flat("row", shape)
             e = self.at(row_scope, o, self._row_index(idx))
-            stores.append(Store(self.buffers[o], "row", e))
+            stores.append(Store(self.buffers[o], "row", e, node=self._made_by(o)))
         return stores
 
     def _element_pass(self, row_scope: _Scope, dom: Index, col_bind: str,
@@ -385,7 +390,7 @@ class _Lowerer:
         for o in elem_out:
             e = self.at(col_scope, o, dom)
             col_scope.stmts.append(Store(self.buffers[o], dom.offset(), e,
-                                         self._vector(col_scope, dom)))
+                                         self._vector(col_scope, dom), self._made_by(o)))
         row_scope.stmts.append(Comment("write the row's elements"))
         row_scope.stmts.append(Loop("col", self.sched.cols, col_bind, tuple(col_scope.stmts),
                                     start=start, stop=stop, tile=tile))
@@ -415,13 +420,13 @@ class _Lowerer:
                 r = reduces[j]
                 dt, ident, comb = self._accumulator(r)
                 acc = f"acc{j}"
-                scope.stmts.append(Let(acc, dt, ident))
+                scope.stmts.append(Let(acc, dt, ident, r.id))
                 t = self.fresh()
                 scope.stmts.append(Loop("s", S, "serial", (
                     Load(t, partials[j], f"row * {S} + s"),
-                    Assign(acc, comb.combine(dt.kind).format(acc, t)))))
+                    Assign(acc, comb.combine(dt.kind).format(acc, t), r.id))))
                 if comb.finish_mean:
-                    scope.stmts.append(self._finish(comb, acc, dt))
+                    scope.stmts.append(self._finish(comb, acc, dt, r.id))
                 self.reduce_var[r.outputs[0]] = acc
             return scope
 
@@ -537,8 +542,10 @@ def lower_group(g: Graph, group: Group, device: Device = DEFAULT_DEVICE) -> Kern
     name = identifier(f"{group.id}_{'_'.join(ops[:3])}" + ("_etc" if len(ops) > 3 else ""))
     with _recursion_room(len(group.nodes)):
         if group.schedule.kind is ScheduleKind.stitched:
-            return _lower_stitched(g, group, name, device)
-        return _Lowerer(g, group, device).lower(name)
+            k = _lower_stitched(g, group, name, device)
+        else:
+            k = _Lowerer(g, group, device).lower(name)
+    return replace(k, nodes=tuple(group.nodes))
 
 
 # Lowering is demand-driven: an op's expression asks for its inputs' (``_Lowerer.at``),

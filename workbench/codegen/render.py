@@ -20,6 +20,24 @@ from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync
 _VECTOR_MATH = ("expf", "logf", "erff", "tanhf", "sinf", "cosf")
 
 
+# A node id as it may appear in a comment: the workbench's own sanitized ids (n12).
+# Anything else (a model's text) is never printed into generated code.
+_NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+NODES_PER_LINE = 16
+
+
+def node_tag(node: str) -> str:
+    """The trailing comment naming the node a statement computes (the source map)."""
+    return f"  /* {node} */" if node and _NODE_ID.match(node) else ""
+
+
+def nodes_comment(nodes) -> str:
+    """Header lines naming every node a kernel implements, 16 to a line."""
+    ids = [n for n in nodes if _NODE_ID.match(n)]
+    return "".join(" * nodes " + " ".join(ids[i:i + NODES_PER_LINE]) + "\n"
+                   for i in range(0, len(ids), NODES_PER_LINE))
+
+
 def _helpers(target: str) -> str:
     """Every op's prelude helpers (ops/*.py), as the target spells them."""
     return "".join(h.body(target) for h in all_helpers())
@@ -226,13 +244,13 @@ class CRenderer:
         out: list[str] = []
         for s in body:
             if isinstance(s, Let):
-                out.append(f"{pad}{s.dtype.c_compute} {s.var} = {s.expr};")
+                out.append(f"{pad}{s.dtype.c_compute} {s.var} = {s.expr};{node_tag(s.node)}")
             elif isinstance(s, Assign):
-                out.append(f"{pad}{s.var} = {s.expr};")
+                out.append(f"{pad}{s.var} = {s.expr};{node_tag(s.node)}")
             elif isinstance(s, (Load, Store)):
                 line = self.load(s) if isinstance(s, Load) else self.store(s)
                 if line:
-                    out.append(pad + line)
+                    out.append(pad + line + (node_tag(s.node) if isinstance(s, Store) else ""))
             elif isinstance(s, Loop):
                 out += self.loop(s, depth)
             elif isinstance(s, BlockReduce):
@@ -256,6 +274,7 @@ class CRenderer:
         outs = ", ".join(f"{b.name}={b.dtype.value}[{b.numel}]" for b in k.outputs)
         ws = f" ({k.scratch_bytes} B of it workspace)" if k.workspace else ""
         return (f"/* kernel {k.name}: group {k.group}, {k.schedule}\n"
+                f"{nodes_comment(k.nodes)}"
                 f" * launch {k.launch}; reads {k.bytes_read} B, writes {k.bytes_written} B"
                 f"{ws}\n"
                 f" * inputs {ins or '-'}; outputs {outs or '-'} */")
@@ -266,6 +285,7 @@ class CRenderer:
             args = ", ".join(b.name for b in k.library.inputs)
             outs = ", ".join(b.name for b in k.library.outputs)
             return (f"/* kernel {k.name}: library call {k.library.op}({args}) -> {outs};\n"
+                    f"{nodes_comment(k.nodes)}"
                     " * run by the host library (NumPy/BLAS on the CPU, CuPy/cuBLAS on the "
                     "GPU) */\n")
         lines = [self.header_comment(k), self.signature(k) + " {"]

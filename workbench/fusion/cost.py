@@ -136,8 +136,12 @@ class Factors:
             mem, comp, lib = 1 / 0.85, 1 / 0.5, 1 / 0.7
         else:
             mem, comp, lib = 1.0, 1.0, 1 / 0.7
+        # a CPU's grid barrier is another OpenMP parallel loop (the C renderer's phases
+        # and split rows), forked and joined like the loop of a kernel call: the probe's
+        # call cost is that fork/join (the ctypes call itself is ~0.2 us of ~20-40)
+        barrier = device.grid_barrier or (0.0 if device.is_gpu else device.launch_overhead)
         return Factors(device.launch_overhead, tuple((k, mem) for k in MEMORY_KEYS),
-                       comp, lib, device.grid_barrier)
+                       comp, lib, barrier)
 
 
 @dataclass(frozen=True)
@@ -370,8 +374,12 @@ def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:
         bad = bad or sub.infeasible
     smem = shared_bytes(s)    # reduction slots shared by the phases, row caches summed
     scratch = 2 * sum(g.value(v).nbytes for v in s.through_global)
+    # on a CPU every phase is a parallel loop of its own (codegen/render.py), dependent
+    # on the one before or not: each after the first is a barrier there
+    barriers = s.grid_barriers if device.is_gpu else (
+        len(s.phases) - 1 + sum(p.schedule.grid_barriers for p in s.phases))
     return KernelFeatures("stitched", read, written, scratch, flops, 0.0, 1,
-                          s.grid_barriers, threads, blocks, smem, regs, occ_min, eff_min,
+                          barriers, threads, blocks, smem, regs, occ_min, eff_min,
                           mem, comp, 0.0, bad)
 
 

@@ -22,6 +22,7 @@ from .devices import DEFAULT_DEVICE, Device
 from .partition import Decision, Partition
 from .plan import Plan
 from .analysis import analyze
+from .regions import region_key
 
 
 def plan_none(g: Graph, model=None, device: Device = DEFAULT_DEVICE
@@ -44,6 +45,7 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False,
     """
     part = Partition(g)
     log: list[Decision] = []
+    fitted: set[tuple] = set()      # region_key of the merged groups that fitted
     for node in g.nodes:
         if part.kind[node.id] is Kind.opaque:
             continue
@@ -60,11 +62,17 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False,
                 why = ("a reduction ends its kernel (XLA/TVM): its consumers start a "
                        "new one")
             if why is None and (part.has_reduce(mine) or part.has_reduce(theirs)):
-                try:
-                    analyze(g, tuple(sorted(part.members[mine] + part.members[theirs],
-                                            key=part.index.__getitem__)), device=device)
-                except FusionRefused as e:
-                    why = str(e)
+                ns = tuple(sorted(part.members[mine] + part.members[theirs],
+                                  key=part.index.__getitem__))
+                # a model's repeated layers ask again for kernels of the same shape:
+                # one that fitted fits (a refusal is analysed again for its wording)
+                key = region_key(g, ns)
+                if key not in fitted:
+                    try:
+                        analyze(g, ns, device=device)
+                        fitted.add(key)
+                    except FusionRefused as e:
+                        why = str(e)
             if why is not None:
                 log.append(Decision("not fused", (prod.id, node.id), why))
                 continue

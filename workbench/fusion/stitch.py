@@ -3,11 +3,12 @@
 1. **Dominant ops.** Reductions and costly elementwise ops (``OpDef.flops`` >= 4: exp,
    erf, tanh...) anchor kernels; library calls (matmul, conv) are boundaries.
 2. **Seeds.** The ``rules`` plan, and (graphs up to ``GROW_MAX_NODES`` ops) a plan
-   grown around the dominant ops: starting from one kernel per op, each dominant op's
-   kernel absorbs neighbouring kernels while the model says the merge is faster, then
-   the remaining ops merge likewise.
-3. **Beam search** over whole-graph plans. A move is *merge* (two kernels joined by an
-   edge, or siblings reading the same tensor -- LayerNorm's dgamma and dbeta), stitched
+   of each region grown around the dominant ops: starting from one kernel per op,
+   each dominant op's kernel absorbs neighbouring kernels while the model says the
+   merge is faster, then the remaining ops merge likewise.
+3. **Beam search**, region by region (:mod:`.regions`). A move is *merge* (two
+   kernels joined by an edge, or siblings reading the same tensor -- LayerNorm's
+   dgamma and dbeta), stitched
    into phases behind grid barriers when no single template fits (AStitch's *global*
    and *independent* schemes), or *peel-merge* (a merge that no template allows once
    one op leaves the first kernel: cross-entropy's label ``unsqueeze`` blocks joining
@@ -16,8 +17,18 @@
    attention mask's cast and scale is otherwise recomputed at every element). Only
    moves the model predicts faster are taken; the ``beam`` best plans are kept per
    step and the search ends when none improves. Legality and cost are cached per node
-   set, and a state's moves are inherited by its children except around the kernels a
-   move changed, so a step costs what changed, not the whole graph.
+   set (and priced once per kernel shape, :func:`.regions.region_key`), and a
+   state's moves are inherited by its children except around the kernels a
+   move changed, so a step costs what changed, not the whole graph. A move never
+   joins ops of two regions (ops with a library call between them, or not joined at
+   all) and the score is a sum, so each region is searched on its own (with the plan
+   of the regions before it in place, so cycle checks see the real kernels), and a
+   region identical to one already searched -- a model's repeated layers -- takes its
+   plan as a copy: BERT-base from ONNX (733 ops, 73 regions, 6 distinct) plans in
+   0.1-0.15 s of CPU time instead of ~40 s (546-566 s on a loaded 2-core machine; see
+   benchmarks/results/planning-2026-11-23.md). Within a region
+   the search is the one it always was; its plans are predicted as fast as the
+   whole-graph beam's on every case measured (tests/fusion/test_stitch_speed.py).
 4. **Thread mapping.** Each row-reduction kernel gets the candidate mapping (warp,
    block, split, thread) the model predicts fastest.
 
@@ -47,6 +58,7 @@ from .mapping import ScheduleKind
 from .partition import Decision, Partition
 from .plan import Group, Plan, make_group, toposort_groups
 from .analysis import analyze, analyze_stitched, candidate_mappings
+from .regions import Region, find_regions, region_key
 
 DOMINANT_FLOPS = 4        # an elementwise op this costly anchors a kernel
 BEAM = 3                  # plans kept per step
@@ -99,8 +111,12 @@ class _Search:
         self.kind = {n.id: get_op(n.op).kind for n in g.nodes}
         self._groups: dict[frozenset, Group | str] = {}
         self.single_refusal: dict[frozenset, str] = {}   # why no one template fits
-        self._costs: dict[frozenset, float] = {}
+        self._costs: dict[frozenset, tuple[float, bool]] = {}
+        self._by_shape: dict[tuple, tuple[float, bool]] = {}
         self.dominant = set(dominant_ops(g))
+        self.region: set[str] | None = None     # the ops of the region being searched
+        self.region_nodes: tuple[str, ...] = ()
+        self.analyses = 0                       # node sets analysed (a work count)
         # values read by more than one kernel-to-be: sibling candidates
         self.readers: dict[str, list[str]] = {}
         for n in g.nodes:
@@ -117,6 +133,7 @@ class _Search:
         of the whole graph per call, which dominated planning time on 1000 ops.)"""
         hit = self._groups.get(nodes)
         if hit is None:
+            self.analyses += 1
             ns = tuple(sorted(nodes, key=self.index.__getitem__))
             try:
                 hit = Group(f"k{self.index[ns[0]]}", ns,
@@ -141,14 +158,26 @@ class _Search:
         return make_group(self.g, gr.nodes, stitch=gr.schedule.kind is ScheduleKind.stitched,
                           device=self.device)
 
+    def _priced(self, nodes: frozenset) -> tuple[float, bool]:
+        """(predicted seconds, whether one template fits) of a kernel of these nodes,
+        shared by kernels of the same shape (:func:`.regions.region_key`: the model and
+        analysis see nothing else), so a layer repeated inside one region -- a chain of
+        identical blocks with no library call between them -- is analysed once."""
+        hit = self._costs.get(nodes)
+        if hit is None:
+            key = region_key(self.g, sorted(nodes, key=self.index.__getitem__))
+            hit = self._by_shape.get(key)
+            if hit is None:
+                gr = self.group(nodes)
+                hit = self._by_shape[key] = (
+                    (math.inf, False) if isinstance(gr, str) else
+                    (self.model.estimate(self.g, gr).seconds,
+                     gr.schedule.kind is not ScheduleKind.stitched))
+            self._costs[nodes] = hit
+        return hit
+
     def cost(self, nodes: frozenset) -> float:
-        c = self._costs.get(nodes)
-        if c is None:
-            gr = self.group(nodes)
-            c = math.inf if isinstance(gr, str) else \
-                self.model.estimate(self.g, gr).seconds
-            self._costs[nodes] = c
-        return c
+        return self._priced(nodes)[0]
 
     def bytes_moved(self, nodes: frozenset) -> int:
         gr = self.group(nodes)
@@ -171,7 +200,9 @@ class _Search:
                 for r in self.readers.get(i, ()):
                     out.add(part.owner[r])
         out.discard(gid)
-        return {x for x in out if not self._opaque(part, x)}
+        region = self.region
+        return {x for x in out if not self._opaque(part, x)
+                and (region is None or part.members[x][0] in region)}
 
     def _opaque(self, part: Partition, gid: str) -> bool:
         m = part.members[gid]
@@ -182,9 +213,7 @@ class _Search:
         u = a | b
         gain = base - self.cost(u)
         out = [_Move("merge", a, b, "", gain)] if gain > EPS else []
-        single = self.group(u)
-        if not peel or (isinstance(single, Group)
-                        and single.schedule.kind is not ScheduleKind.stitched):
+        if not peel or self._priced(u)[1]:
             return out
         # no single template fits both: maybe one fits once an op leaves
         for side, other in ((a, b), (b, a)):
@@ -255,8 +284,20 @@ class _State:
     log: tuple[Decision, ...]
 
 
-def _score(search: _Search, part: Partition) -> float:
-    return sum(search.cost(frozenset(m)) for m in part.members.values())
+def _score(search: _Search, part: Partition, gids) -> float:
+    """The predicted latency of these kernels of the plan (a region's: the rest of the
+    plan is the same in every state of its search)."""
+    return sum(search.cost(frozenset(part.members[x])) for x in gids)
+
+
+def _gids(part: Partition, nodes) -> list[str]:
+    """The kernels holding these ops, in order of first appearance."""
+    return list(dict.fromkeys(part.owner[n] for n in nodes))
+
+
+def _key(search: _Search, part: Partition) -> frozenset:
+    """A plan's identity within the search: the kernels of the region being searched."""
+    return frozenset(frozenset(part.members[x]) for x in _gids(part, search.region_nodes))
 
 
 def _apply(search: _Search, st: _State, mv: _Move) -> _State | None:
@@ -327,7 +368,7 @@ def _decision(search: _Search, mv: _Move) -> Decision:
 
 
 def _search(search: _Search, seeds: list[_State], beam: int, branch: int) -> _State:
-    states = {s.part.key(): s for s in seeds}
+    states = {_key(search, s.part): s for s in seeds}
     frontier = sorted(states.values(), key=lambda s: s.score)[:beam]
     best = frontier[0]
     while frontier:
@@ -344,36 +385,92 @@ def _search(search: _Search, seeds: list[_State], beam: int, branch: int) -> _St
                     cyclic.add(mv)
                     continue
                 made += 1
-                key = child.part.key()
+                key = _key(search, child.part)
                 if key not in states and key not in children:
                     children[key] = child
             if cyclic:                # not retried from this plan
                 st.moves = {k: [m for m in v if m not in cyclic]
                             for k, v in st.moves.items()}
         frontier = sorted(children.values(), key=lambda s: s.score)[:beam]
-        states.update((s.part.key(), s) for s in frontier)
+        states.update((_key(search, s.part), s) for s in frontier)
         if frontier and frontier[0].score < best.score - EPS:
             best = frontier[0]
     return best
 
 
-def _grow(search: _Search) -> _State:
-    """The dominant-op seed: one kernel per op, then greedy improving merges around the
-    dominant ops first, then anywhere."""
-    part = Partition(search.g)
-    st = _State(part, _score(search, part), {}, (Decision(
-        "seed", (), "one kernel per op, grown around the dominant ops"),))
+def _grow(search: _Search, base: Partition) -> _State:
+    """The dominant-op seed of the region being searched: one kernel per op, then greedy
+    improving merges around the dominant ops first, then anywhere."""
+    part = base.copy()
+    nodes = search.region_nodes
+    part.replace(_gids(part, nodes), [[n] for n in nodes])
+    st = _State(part, _score(search, part, _gids(part, nodes)), {}, (Decision(
+        "seed", nodes[:1] + nodes[-1:],
+        "one kernel per op, grown around the dominant ops"),))
     for only_dom in (True, False):
-        st.moves = search.moves_for(st.part, list(st.part.members), only_dominant=only_dom)
+        st.moves = search.moves_for(st.part, _gids(st.part, nodes), only_dominant=only_dom)
         st = _search(search, [st], beam=1, branch=1)
     return st
 
 
+def _search_region(search: _Search, part: Partition, region: Region, beam: int,
+                   branch: int) -> tuple[Partition, list[Decision], float, float]:
+    """The best plan of one region the search finds from the plan ``part`` (the rules
+    plan's kernels there, earlier regions already planned), its decisions, the
+    predicted seconds of the rules plan's kernels there and what the plan saves on
+    them; ``part`` itself (no decisions) when nothing is predicted faster."""
+    search.region, search.region_nodes = set(region.nodes), region.nodes
+    gids = _gids(part, region.nodes)
+    seed = _State(part, _score(search, part, gids), {}, ())
+    seed.moves = search.moves_for(part, gids)
+    # each seed searched on its own: one beam over both would let the seed that starts
+    # lower crowd out the other's lineage, which may end lower still; on a tie the
+    # rules lineage wins: its log is the shorter story
+    best = _search(search, [seed], beam, branch)
+    if 1 < len(region.nodes) and len(search.g.nodes) <= GROW_MAX_NODES:
+        grown = _grow(search, part)
+        grown.moves = search.moves_for(grown.part, _gids(grown.part, region.nodes))
+        other = _search(search, [grown], beam, branch)
+        if other.score < best.score - EPS:
+            best = other
+    if best.score >= seed.score - EPS:
+        return part, [], seed.score, 0.0
+    return best.part, list(best.log), seed.score, seed.score - best.score
+
+
+def _copy_plan(part: Partition, src: Region, sets: list[tuple[int, ...]],
+               region: Region) -> Partition | None:
+    """``part`` with the region's ops grouped as the kernels ``sets`` (positions in
+    ``src``, a region of the same key), or None when that makes kernels wait on each
+    other in a cycle (through kernels elsewhere in the plan)."""
+    want = [[region.nodes[k] for k in ks] for ks in sets]
+    gids = _gids(part, region.nodes)
+    if {frozenset(w) for w in want} == {frozenset(part.members[x]) for x in gids}:
+        return part          # the plan there already (the rules plan was kept)
+    out = part.copy()
+    added = out.replace(gids, want)
+    if any(out.cycle({gid}) is not None for gid in added):
+        return None
+    return out
+
+
 def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]:
-    """Each row kernel mapped to threads the way the model predicts fastest."""
+    """Each row kernel mapped to threads the way the model predicts fastest (decided
+    once per kernel shape: copies of a kernel, by :func:`.regions.region_key`, are
+    priced alike, so they take the same mapping)."""
     g, model = plan.graph, search.model
     groups, log = [], []
+    chosen: dict[tuple, object] = {}
     for gr in plan.groups:
+        if not candidate_mappings(gr.schedule, search.device)[1:]:
+            groups.append(gr)
+            continue
+        key = region_key(g, gr.nodes)
+        if key in chosen:
+            m = chosen[key]
+            groups.append(gr if m is None else
+                          make_group(g, gr.nodes, mapping=m, device=search.device))
+            continue
         best, best_t = gr, model.estimate(g, gr).seconds
         for m in candidate_mappings(gr.schedule, search.device):
             if m is gr.schedule.mapping:
@@ -385,6 +482,7 @@ def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]
             t = model.estimate(g, cand).seconds
             if t < best_t * (1 - MAPPING_MIN_GAIN):
                 best, best_t = cand, t
+        chosen[key] = None if best is gr else best.schedule.mapping
         if best is not gr:
             log.append(Decision(
                 "mapped", gr.nodes[:1] + gr.nodes[-1:] if len(gr.nodes) > 1 else gr.nodes,
@@ -394,11 +492,12 @@ def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]
     return Plan(g, toposort_groups(g, groups), plan.planner, plan.device), log
 
 
-def _not_fused(search: _Search, part: Partition) -> list[Decision]:
-    """Why neighbouring kernels of the final plan stay apart."""
+def _not_fused(search: _Search, part: Partition, copied: set[str]) -> list[Decision]:
+    """Why neighbouring kernels of the final plan stay apart (but for the kernels of
+    ``copied`` ops: a copied region's reasons are its original's)."""
     out, seen = [], set()
     for gid in part.members:
-        if search._opaque(part, gid):
+        if search._opaque(part, gid) or part.members[gid][0] in copied:
             continue
         a = frozenset(part.members[gid])
         for nb in sorted(part.successors(gid) - {gid}):
@@ -426,43 +525,69 @@ def _not_fused(search: _Search, part: Partition) -> list[Decision]:
 
 
 def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None = None,
-                beam: int = BEAM, branch: int = BRANCH) -> tuple[Plan, list[Decision]]:
+                beam: int = BEAM, branch: int = BRANCH, stats: dict | None = None
+                ) -> tuple[Plan, list[Decision]]:
     """The stitch planner's plan of g and its decisions (see the module docstring).
 
     ``model`` scores plans and its device is the one planned for; without one, the
-    uncalibrated model of ``device`` (default: the GPU schedules are sized for)."""
+    uncalibrated model of ``device`` (default: the GPU schedules are sized for).
+    ``stats``, if given, receives the search's work counts: ``analyses`` (node sets
+    the search analysed and priced, kernels of one shape once; the final plan's
+    groups are built after), ``regions`` and ``searched`` (regions, and those
+    searched rather than copied)."""
     if model is None or (device is not None and device != model.device):
         model = CostModel.for_device(device or DEFAULT_DEVICE)
     search = _Search(g, model, stitch=True)
     rules, _ = rules_partition(g, device=search.device)
-    seed = _State(rules, _score(search, rules), {}, (Decision(
-        "seed", (), f"the rules plan, {len(rules.members)} kernels"),))
-    seed.moves = search.moves_for(rules, list(rules.members))
-    seeds = [seed]
-    if len(g.nodes) <= GROW_MAX_NODES:
-        grown = _grow(search)
-        grown.moves = search.moves_for(grown.part, list(grown.part.members))
-        seeds.append(grown)
-    # each seed searched on its own: one beam over both would let the seed that starts
-    # lower crowd out the other's lineage, which may end lower still; on a tie the
-    # rules lineage wins: its log is the shorter story
-    best = _search(search, [seeds[0]], beam, branch)
-    for sd in seeds[1:]:
-        other = _search(search, [sd], beam, branch)
-        if other.score < best.score - EPS:
-            best = other
-    if best.score >= seed.score - EPS:
-        best = seed
+    # the rules plan's predicted time: its library calls here, each region's kernels
+    # as the region is searched (a copy's are its original's)
+    rules_score = _score(search, rules,
+                         [x for x in rules.members if search._opaque(rules, x)])
+    part, log = rules, []
+    regions = find_regions(g, search.readers)
+    # per distinct region: the region searched, its plan (kernels as positions in it)
+    # and the seconds that plan saves against the rules plan's kernels there
+    searched: dict[tuple, tuple[Region, list[tuple[int, ...]], float, float]] = {}
+    copies: dict[tuple, int] = {}
+    copied: set[str] = set()
+    saved = 0.0
+    for region in regions:
+        if region.key in searched:
+            src, sets, before, gain = searched[region.key]
+            plan_copy = _copy_plan(part, src, sets, region)
+            if plan_copy is not None:
+                part, saved, rules_score = plan_copy, saved + gain, rules_score + before
+                copies[region.key] = copies.get(region.key, 0) + 1
+                copied.update(region.nodes)
+                continue
+        part, decided, before, gain = _search_region(search, part, region, beam, branch)
+        log.extend(decided)
+        saved, rules_score = saved + gain, rules_score + before
+        at = {n: k for k, n in enumerate(region.nodes)}
+        searched.setdefault(region.key, (region, [
+            tuple(at[n] for n in sorted(part.members[x], key=search.index.__getitem__))
+            for x in _gids(part, region.nodes)], before, gain))
+    search.region = None
+    if saved <= EPS:
+        part = rules
         log = [Decision("kept", (), f"the rules plan: no plan the search found is "
-                        f"predicted faster ({_ms(seed.score)})")]
+                        f"predicted faster ({_ms(rules_score)})")]
     else:
-        log = list(best.log)
-    plan = Plan(g, toposort_groups(g, [search.final(m) for m in best.part.members.values()]),
+        for key, n in copies.items():
+            src = searched[key][0]
+            log.append(Decision("copied", src.nodes[:1] + src.nodes[-1:],
+                                f"the plan of this region ({len(src.nodes)} ops) to its "
+                                f"{n} identical copies (same ops, shapes and wiring: "
+                                f"priced alike)"))
+    if stats is not None:
+        stats.update(analyses=search.analyses, regions=len(regions),
+                     searched=len(regions) - sum(copies.values()))
+    plan = Plan(g, toposort_groups(g, [search.final(m) for m in part.members.values()]),
                 "stitch", search.device)
     plan, mapped = _choose_mappings(search, plan)
     dom = dominant_ops(g)
     head = Decision("dominant", tuple(dom[:8]),
                     f"{len(dom)} dominant ops (reductions, exp/erf/tanh...) anchor kernels; "
-                    f"rules plan predicted {_ms(seed.score)}, stitch plan "
+                    f"rules plan predicted {_ms(rules_score)}, stitch plan "
                     f"{_ms(model.plan_seconds(plan))} on {model.device.name}")
-    return plan, [head] + log + mapped + _not_fused(search, best.part)
+    return plan, [head] + log + mapped + _not_fused(search, part, copied)

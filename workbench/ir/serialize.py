@@ -329,7 +329,10 @@ def load_json(path: str | Path) -> Graph:
     try:
         d = json.loads(text)
     except json.JSONDecodeError as e:
-        raise GraphError(f"{label}: not valid JSON ({e.msg} at line {e.lineno}); "
+        # (e.msg may end in "at", as in "Unterminated string starting at")
+        where = f"line {e.lineno}, column {e.colno}"
+        msg = e.msg[:-3] if e.msg.endswith(" at") else e.msg
+        raise GraphError(f"{label}: not valid JSON ({msg} at {where}); "
                          "fix the file or re-export it") from None
     except RecursionError:
         raise GraphError(f"{label}: JSON nested too deeply to be a workbench graph; fix "

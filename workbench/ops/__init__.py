@@ -1,6 +1,7 @@
 """The op library. Importing this package registers every primitive."""
 from . import elementwise, layout, magnitude, opaque, reduce  # noqa: F401  (registration)
 from . import bfloat16, indexing, ordering  # noqa: F401  (registration: indexing ops, bf16)
+from . import conv, rounding, window  # noqa: F401  (registration: CNN and audio ops)
 from .index import Index
 from .reduce import reduced_shape
 from .registry import (Combiner, Helper, IndexContext, Kind, OpDef, RowRole, all_helpers,

@@ -65,12 +65,21 @@ def _moved(od, attrs, ms, xs, absy) -> list[np.ndarray]:
         x = np.asarray(x)
         if x.dtype.kind == "f":
             flat.append(np.broadcast_to(np.asarray(m, np.float64), x.shape).ravel())
-            args.append(np.arange(off, off + x.size, dtype=np.int64).reshape(x.shape))
+            # (from 1: a padding op's fill -- 0, the integer minimum -- is no position)
+            args.append(np.arange(off + 1, off + 1 + x.size, dtype=np.int64).reshape(x.shape))
             off += x.size
         else:
             args.append(x)
     if not flat:
         return absy
     pool = np.concatenate(flat)
-    return [pool[np.asarray(p)] if p.dtype == np.int64 and p.size and pool.size else a
-            for p, a in zip(od.reference(args, attrs), absy)]
+    out = []
+    for p, a in zip(od.reference(args, attrs), absy):
+        p = np.asarray(p)
+        if p.dtype != np.int64 or not p.size or not pool.size:
+            out.append(a)
+            continue
+        # an element no input position reached (a pad or window fill) is its own |y|
+        hit = (p >= 1) & (p <= pool.size)
+        out.append(np.where(hit, pool[np.clip(p - 1, 0, pool.size - 1)], a))
+    return out

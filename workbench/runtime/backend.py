@@ -18,6 +18,7 @@ Example::
 from __future__ import annotations
 
 import abc
+import contextlib
 import time
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Mapping, Sequence
@@ -126,6 +127,11 @@ class Backend(abc.ABC):
             return
         ws = seq.workspace(ck) if k.workspace else {}
         self.launch(ck, [ws[b.name] if b.workspace else env[b.value] for b in k.params])
+
+    def running(self):
+        """A context every run of a program happens in (the CPU backend sets the BLAS
+        libraries' threads for it and restores them after: one thread pool)."""
+        return contextlib.nullcontext()
 
     def timer(self):
         """How kernels are timed here (``start()`` / ``stop(t0) -> seconds``)."""

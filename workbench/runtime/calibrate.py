@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from ..fusion.devices import ASSUMED_GPU_LAUNCH, ASSUMED_GRID_BARRIER, Device, gpu_by_name
-from .cc import build_library, cache_dir, cpu_model, find_compiler, machine_cflags
+from .cc import (build_library, cache_dir, cpu_model, find_compiler, load_library,
+                 machine_cflags)
 
 _PROBE = r"""
 #include <stddef.h>
@@ -95,7 +96,7 @@ def _machine_key() -> str:
 def _build_probe() -> ctypes.CDLL:
     # built and cached like a kernel: the same compiler, flags and cache -- but not
     # $WB_EXTRA_CFLAGS (sanitizers): plans are made for this machine as it runs kernels
-    return ctypes.CDLL(str(build_library(
+    return load_library(str(build_library(
         "wb_probe", _PROBE, "check the compiler ($CC) or use --backend reference",
         extra=False)))
 

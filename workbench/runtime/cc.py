@@ -23,15 +23,33 @@ import shlex
 import shutil
 import subprocess
 import tempfile
+import threading
 from functools import lru_cache
 from pathlib import Path
 
 from ..errors import BackendUnavailable, WorkbenchError
 
-# OpenMP threads that spin after a kernel steal the cores from the BLAS threads of the
-# next library call (matmul): measured 324 ms -> 128 ms on bert_chain.onnx. libgomp
-# reads this once, when the first kernel library loads it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# OpenMP threads that spin after a kernel steal the cores from whatever runs next on
+# the host (measured 324 ms -> 128 ms on bert_chain.onnx when BLAS threads ran the
+# matmuls). libgomp reads OMP_WAIT_POLICY once, when it is loaded: load_library sets
+# it for that moment only, so the user's environment is never left changed.
+_OPENMP_WAIT_POLICY = "PASSIVE"
+_env_lock = threading.Lock()
+
+
+def load_library(path) -> ctypes.CDLL:
+    """``ctypes.CDLL`` of a built library, with ``OMP_WAIT_POLICY=PASSIVE`` in the
+    environment while it loads (unless the user set a policy) and the environment put
+    back after: the first library loads libgomp, which reads the policy then. (Where
+    torch, say, loaded libgomp first, its policy stands.)"""
+    with _env_lock:
+        if "OMP_WAIT_POLICY" in os.environ:
+            return ctypes.CDLL(str(path))
+        os.environ["OMP_WAIT_POLICY"] = _OPENMP_WAIT_POLICY
+        try:
+            return ctypes.CDLL(str(path))
+        finally:
+            del os.environ["OMP_WAIT_POLICY"]
 
 # a kernel name becomes a file name in the cache and the symbol looked up: an identifier
 _KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
@@ -110,7 +128,7 @@ def machine_cflags() -> tuple[str, ...]:
                            capture_output=True, text=True)
         if r.returncode == 0:
             try:
-                ctypes.CDLL(str(so))
+                load_library(so)
                 return (*BASE_CFLAGS, "-DWB_VECTOR_MATH")
             except OSError:
                 pass

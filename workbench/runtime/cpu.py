@@ -15,7 +15,9 @@ from ..codegen.kir import Kernel
 from ..errors import WorkbenchError
 from ..fusion.devices import Device
 from .backend import Backend, CompiledKernel, Progress
-from .cc import build_library, cpu_model, find_compiler
+from .cc import build_library, cpu_model, find_compiler, load_library
+from .threads import default_blas_threads, one_pool
+from .threads import rescan as rescan_blas
 
 
 class CompiledCpuKernel(CompiledKernel):
@@ -24,7 +26,7 @@ class CompiledCpuKernel(CompiledKernel):
         self.path = lib_path
         if lib_path is not None:
             try:
-                self.fn = getattr(ctypes.CDLL(str(lib_path)), kernel.name)
+                self.fn = getattr(load_library(lib_path), kernel.name)
             except (AttributeError, OSError) as e:
                 raise WorkbenchError(f"kernel {kernel.name} cannot be loaded ({e}); "
                                      + (origin or "this is a workbench bug; please "
@@ -48,9 +50,18 @@ def compile_kernel(k: Kernel, src: str, origin: str = "") -> CompiledCpuKernel:
 
 
 class CpuBackend(Backend):
+    """``blas_threads``: the BLAS libraries' thread count while a program runs (default
+    from ``$WB_BLAS_THREADS``, 1; None leaves them alone), see :mod:`.threads`."""
     name = "cpu"
     target = "c"
     xp = np
+
+    def __init__(self, blas_threads: int | None | str = "default"):
+        self.blas_threads = (default_blas_threads() if blas_threads == "default"
+                             else blas_threads)
+
+    def running(self):
+        return one_pool(self.blas_threads)
 
     def describe_device(self) -> Device:
         from .calibrate import cpu_device
@@ -65,6 +76,7 @@ class CpuBackend(Backend):
     def compile(self, kernels: Sequence[Kernel], progress: Progress | None = None
                 ) -> list[CompiledKernel]:
         find_compiler()   # fail early with a clear message
+        rescan_blas()     # a BLAS library imported since the last program is covered
         return self._parallel(kernels, lambda k: compile_kernel(k, self.render(k)), progress)
 
     def compile_sources(self, kernels: Sequence[Kernel], sources: Mapping[str, str],

@@ -76,10 +76,11 @@ class KernelSequence:
     def execute(self, inputs: Mapping[str, np.ndarray]) -> dict:
         """Run every kernel in order; returns the environment of backend arrays."""
         env = self._env(inputs)
-        for ck in self.compiled:
-            self._alloc_outputs(ck, env)
-            self._launch(ck, env)
-        self.backend.synchronize()
+        with self.backend.running():
+            for ck in self.compiled:
+                self._alloc_outputs(ck, env)
+                self._launch(ck, env)
+            self.backend.synchronize()
         return env
 
     def run(self, inputs: Mapping[str, np.ndarray],
@@ -109,21 +110,22 @@ class KernelSequence:
         for ck in self.compiled:
             self._alloc_outputs(ck, env)
         timer = self.backend.timer()
-        for _ in range(max(1, warmup)):
-            for ck in self.compiled:
-                self._launch(ck, env)
-        self.backend.synchronize()
-        per = [[] for _ in self.compiled]
-        totals = []
-        for _ in range(repeats):
-            t_all = timer.start()
-            for i, ck in enumerate(self.compiled):
-                t0 = timer.start()
-                self._launch(ck, env)
-                per[i].append(timer.stop(t0))
-            totals.append(timer.stop(t_all))
-            if progress:
-                progress(len(totals), repeats, "timed run")
+        with self.backend.running():
+            for _ in range(max(1, warmup)):
+                for ck in self.compiled:
+                    self._launch(ck, env)
+            self.backend.synchronize()
+            per = [[] for _ in self.compiled]
+            totals = []
+            for _ in range(repeats):
+                t_all = timer.start()
+                for i, ck in enumerate(self.compiled):
+                    t0 = timer.start()
+                    self._launch(ck, env)
+                    per[i].append(timer.stop(t0))
+                totals.append(timer.stop(t_all))
+                if progress:
+                    progress(len(totals), repeats, "timed run")
         return [float(np.median(p)) for p in per], float(np.median(totals))
 
 

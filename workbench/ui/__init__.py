@@ -1,6 +1,7 @@
 """The notebook faces of the workbench: ``wb.open`` and ``%workbench``.
 
-Importing this package imports ipywidgets, anywidget, plotly and graphviz; plain
+Importing this package imports ipywidgets, anywidget and graphviz (no plotly module:
+the charts are plotly.js JSON drawn in the browser, see ``charts.py``); plain
 ``import workbench`` does not (``wb.open`` imports it when called).
 """
 from .app import WorkbenchApp, open

@@ -31,6 +31,7 @@ from pygments.token import Comment, Keyword, Name, Number, Text
 from ..codegen import RENDERERS, format_kernel, render_kernel
 from ..codegen.kir import Kernel
 from ..fusion import Group, Plan
+from .source_map import annotated_html
 
 _TOKEN_COLORS = {
     "comment": ("c", "c1", "cm", "cs", "ch", "cpf"),
@@ -147,7 +148,8 @@ class CodePanel(w.VBox):
         prelude = RENDERERS[target].prelude().count("\n")
         note = (f'<div class="wb-dim">// + {prelude}-line prelude shared by every kernel '
                 f'(in <code>app.code.{target}</code>)</div>')
-        return note + highlight_html(RENDERERS[target].kernel(k), target)
+        # each line a <span class="wb-line" data-nodes=...>: the source map (source_map.py)
+        return note + annotated_html(RENDERERS[target].kernel(k), _LEXERS[target])
 
     def _diff_text(self, k: Kernel, group: Group, plan: Plan, previous: Plan | None) -> str:
         """CUDA and C diffs of this kernel against the previous step's kernels of the same

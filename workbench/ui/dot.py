@@ -23,7 +23,8 @@ from typing import Mapping
 
 from ..errors import WorkbenchError
 from ..fusion import Group, Plan, StitchScheme
-from ..ir import Graph, Origin
+from ..ir import Graph
+from .namespaces import Namespaces, composites, namespaces  # noqa: F401 (re-exported)
 
 # Kernel clusters: tab10 hues at low alpha, readable on light and dark backgrounds.
 CLUSTER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -34,7 +35,7 @@ HEAT = ("#ffffb2", "#fed976", "#feb24c", "#fd8d3c", "#f03b20", "#bd0026")
 HEAT_TEXT = ("#000000", "#000000", "#000000", "#000000", "#ffffff", "#ffffff")
 REGIONAL_EDGE = "#d62728"
 
-OVERLAY_UNITS = {"latency": "ms", "bytes": "MB"}
+OVERLAY_UNITS = {"latency": "ms", "predicted latency": "ms", "bytes": "MB"}
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class LegendEntry:
 @dataclass(frozen=True)
 class Overlay:
     """A number per kernel (group id -> value) to colour the drawing by."""
-    metric: str                     # "latency" (ms) or "bytes" (MB moved)
+    metric: str                     # "latency", "predicted latency" (ms) or "bytes" (MB)
     values: Mapping[str, float]
 
 
@@ -76,15 +77,6 @@ def quote(*lines: str, limit: int = 40) -> str:
 def shape_text(g: Graph, value: str) -> str:
     v = g.value(value)
     return f"{v.dtype.short}[{','.join(map(str, v.shape))}]"
-
-
-def composites(g: Graph) -> dict[str, tuple[str, ...]]:
-    """Composite instances in first-appearance order: box id ``c0``... -> node ids."""
-    by_origin: dict[Origin, list[str]] = {}
-    for n in g.nodes:
-        if n.origin is not None:
-            by_origin.setdefault(n.origin, []).append(n.id)
-    return {f"c{i}": tuple(ns) for i, ns in enumerate(by_origin.values()) if len(ns) > 1}
 
 
 def _heat(overlay: Overlay | None) -> tuple[dict[str, int], tuple[LegendEntry, ...]]:
@@ -119,43 +111,46 @@ _HEADER = ["digraph workbench {",
 
 
 def to_dot(g: Graph, plan: Plan, collapsed: frozenset[str] | set[str] = frozenset(),
-           overlay: Overlay | None = None) -> DotDrawing:
+           overlay: Overlay | None = None, ns: Namespaces | None = None) -> DotDrawing:
     """DOT text for ``g`` under ``plan``: kernels of two or more ops as coloured
-    clusters, ``collapsed`` composites (box ids from :func:`composites`) as one box
-    each, and, with an ``overlay``, nodes and clusters coloured by the kernel's value
-    with a legend."""
-    comps = composites(g)
-    unknown = set(collapsed) - set(comps)
+    clusters, ``collapsed`` containers (composite ``c0``... and scope ``s0``... ids of
+    :func:`~workbench.ui.namespaces.namespaces`; ``ns``, when the caller has them) as
+    one box each -- the outermost collapsed one where they nest -- and, with an
+    ``overlay``, nodes and clusters coloured by the kernel's value with a legend."""
+    ns = ns if ns is not None else namespaces(g)
+    unknown = set(collapsed) - set(ns.containers)
     if unknown:
+        comps = [c for c in ns if ns[c].kind == "composite"]
         raise WorkbenchError(f"no composite {sorted(unknown)[0]!r} to collapse; "
                              f"composites are {', '.join(comps) or 'none'}")
-    box_of = {n.id: n.id for n in g.nodes}
-    for cid in collapsed:
-        box_of.update(dict.fromkeys(comps[cid], cid))
+    collapsed = frozenset(collapsed)
+    box_of = {n.id: ns.box_of(n.id, collapsed) if n.id in ns.node_ancestors else n.id
+              for n in g.nodes}
     heat, legend = _heat(overlay)
-    boxes = _Boxes(g, plan, comps, heat)
+    boxes = _Boxes(g, plan, ns, heat)
+    order = list(dict.fromkeys(box_of[n.id] for n in g.nodes))
     lines = list(_HEADER)
     lines += _io_lines(g.inputs, "in")
-    lines += _cluster_lines(plan, boxes, list(dict.fromkeys(box_of[n.id] for n in g.nodes)),
-                            heat)
+    lines += _cluster_lines(plan, boxes, order, heat)
     lines += _io_lines(g.outputs, "out")
     lines += _edge_lines(g, plan, box_of)
     lines.append("}")
-    return DotDrawing("\n".join(lines), {c: comps[c] for c in collapsed}, legend)
+    return DotDrawing("\n".join(lines), {b: ns[b].nodes for b in order if b in ns}, legend)
 
 
 class _Boxes:
-    """DOT lines of the boxes: one per op, or one per collapsed composite."""
+    """DOT lines of the boxes: one per op, or one per collapsed container. Every box
+    shows its id first (``n16 · add``): the ids messages and kernel headers use."""
 
-    def __init__(self, g: Graph, plan: Plan, comps, heat: dict[str, int]):
-        self.g, self.plan, self.comps, self.heat = g, plan, comps, heat
+    def __init__(self, g: Graph, plan: Plan, ns: Namespaces, heat: dict[str, int]):
+        self.g, self.plan, self.ns, self.heat = g, plan, ns, heat
 
     def kernels(self, box: str) -> set[str]:
-        members = self.comps[box] if box in self.comps else (box,)
+        members = self.ns[box].nodes if box in self.ns else (box,)
         return {self.plan.group_of[m].id for m in members}
 
     def line(self, box: str) -> str:
-        return self._composite(box) if box in self.comps else self._op(box)
+        return self._container(box) if box in self.ns else self._op(box)
 
     def _fill(self, group_id: str) -> str:
         if group_id not in self.heat:
@@ -166,23 +161,25 @@ class _Boxes:
     def _op(self, nid: str) -> str:
         n = self.g.node(nid)
         out = n.outputs[0] if n.outputs else None
-        label = quote(n.op, shape_text(self.g, out) if out else "")
+        label = quote(f"{n.id} · {n.op}", shape_text(self.g, out) if out else "")
         named = n.id if n.name == n.id else f"{n.id} {n.name}"
         tip = quote(f"{named} ({n.origin.composite})" if n.origin else named, limit=80)
         return (f'  {nid} [id="{nid}" label={label} tooltip={tip} '
                 f'{self._fill(self.plan.group_of[nid].id)}];')
 
-    def _composite(self, cid: str) -> str:
-        members = self.comps[cid]
-        org = self.g.node(members[0]).origin
+    def _container(self, cid: str) -> str:
+        c = self.ns[cid]
+        members = c.nodes
         kernels = self.kernels(cid)
         last = self.g.node(members[-1])
         sub = f"{len(members)} ops" + (f", {len(kernels)} kernels" if len(kernels) > 1 else "")
-        label = quote(org.composite, sub,
+        label = quote(f"{cid} · {c.label}", sub,
                       shape_text(self.g, last.outputs[0]) if last.outputs else "")
         attrs = self._fill(next(iter(kernels))) if len(kernels) == 1 else 'class="wb-op"'
-        return (f'  {cid} [id="{cid}" label={label} tooltip={quote(org.source, limit=80)} '
-                f'{attrs.replace("wb-op", "wb-op wb-composite", 1)} peripheries=2];')
+        kind = "wb-composite" if c.kind == "composite" else "wb-composite wb-scope"
+        tip = c.path if c.kind == "scope" else f"{c.label} {c.path}"
+        return (f'  {cid} [id="{cid}" label={label} tooltip={quote(tip, limit=80)} '
+                f'{attrs.replace("wb-op", "wb-op " + kind, 1)} peripheries=2];')
 
 
 def _io_lines(names, prefix: str) -> list[str]:

@@ -7,9 +7,12 @@ driven and tested from Python.
 
 Front-end protocol: the view writes ``selected`` (click: that node only, or nothing
 when it was the only one selected; shift-click: toggle it in the selection; a
-collapsed composite stands for all its nodes) and sends ``{"type": "toggle", "id":
-box}`` on double-click, which collapses the composite a node belongs to or expands a
-collapsed one.
+collapsed container stands for all its nodes) and sends ``{"type": "toggle", "id":
+box}`` on double-click, which collapses the innermost container (composite or
+namespace scope, see :mod:`workbench.ui.namespaces`) a node belongs to or expands a
+collapsed one (``"outer": true``, shift-double-click: collapses the container around
+the box). Python moves the view with ``focus`` ([box id, counter]): the front end
+centres that box at a readable zoom (:meth:`GraphView.focus_on`, used by search).
 
 Example::
 
@@ -25,7 +28,8 @@ import traitlets
 
 from ..errors import WorkbenchError
 from ..fusion import Plan
-from .dot import Overlay, composites, render_svg, to_dot
+from .dot import Overlay, render_svg, to_dot
+from .namespaces import namespaces
 
 STATIC = Path(__file__).parent / "static"
 
@@ -48,17 +52,29 @@ class GraphView(anywidget.AnyWidget):
     # overlay legend: [{"color": "#fed976", "label": "0.1–0.2 ms"}, ...] and its title
     legend = traitlets.List(traitlets.Dict(), default_value=[]).tag(sync=True)
     legend_title = traitlets.Unicode("").tag(sync=True)
+    name = traitlets.Unicode("graph").tag(sync=True)   # file name of downloads
+    # the containers around the first selected node, outermost first: [[id, label], ...]
+    # (a breadcrumb; clicking one sends {"type": "collapse", "id": id})
+    crumbs = traitlets.List(default_value=[]).tag(sync=True)
+    # [box id, counter]: centre that box (a new counter re-centres the same box)
+    focus = traitlets.List(default_value=[]).tag(sync=True)
 
     def __init__(self, plan: Plan, collapse: bool | None = None, **kw):
         super().__init__(**kw)
         self.plan = plan
         self.graph = plan.graph
-        self.composites = composites(self.graph)
+        self.name = "".join(c if c.isalnum() or c in "_-" else "_"
+                            for c in self.graph.name)[:60] or "graph"
+        self.namespaces = namespaces(self.graph)
+        # every collapsible container (composites c0..., scopes s0...) -> its nodes
+        self.composites = {c: self.namespaces[c].nodes for c in self.namespaces}
         if collapse is None:
             collapse = len(self.graph.nodes) > COLLAPSE_ABOVE
         self._collapsed: frozenset[str] = frozenset(self.composites) if collapse else frozenset()
+        self._focus_count = 0
         self._overlay: Overlay | None = None
         self.on_msg(self._on_front_msg)
+        self.observe(lambda _: self._update_crumbs(), "selected")
         self.redraw()
 
     # -- drawing ---------------------------------------------------------------
@@ -70,7 +86,7 @@ class GraphView(anywidget.AnyWidget):
             self.plan = plan
         if overlay is not _KEEP:
             self._overlay = overlay
-        d = to_dot(self.graph, self.plan, self._collapsed, self._overlay)
+        d = to_dot(self.graph, self.plan, self._collapsed, self._overlay, self.namespaces)
         svg = render_svg(d.source)
         with self.hold_sync():
             self.members = {k: list(v) for k, v in d.boxes.items()}
@@ -93,36 +109,88 @@ class GraphView(anywidget.AnyWidget):
         """Composite box ids (``c0``...) drawn as one box."""
         return self._collapsed
 
-    def _composite_ids(self, ref: str | None) -> set[str]:
+    def _composite_ids(self, ref: str | None, collapsing: bool = True) -> set[str]:
+        """Containers ``ref`` names: all (None), itself (a container id), or for a
+        node id the innermost container still drawn open (collapsing) / every
+        container holding it (expanding: the node shows again)."""
         if ref is None:
             return set(self.composites)
         if ref in self.composites:
             return {ref}
-        owning = {c for c, ns in self.composites.items() if ref in ns}
+        owning = self.namespaces.ancestors(ref)
         if not owning:
             raise WorkbenchError(f"{ref!r} is not a composite or a node of one; composites "
                                  f"are {', '.join(self.composites) or 'none in this graph'}")
-        return owning
+        if not collapsing:
+            return set(owning)
+        open_ = [c for c in owning if c not in self._collapsed]
+        return {open_[-1] if open_ else owning[-1]}
 
     def collapse(self, ref: str | None = None) -> None:
-        """Draw a composite (by box id or any of its node ids; default all) as one box."""
+        """Draw a container (by id, or the innermost one around a node; default all)
+        as one box."""
         self._collapsed = self._collapsed | self._composite_ids(ref)
         self.redraw()
 
     def expand(self, ref: str | None = None) -> None:
-        """Draw a collapsed composite's primitives again (default: all)."""
-        self._collapsed = self._collapsed - self._composite_ids(ref)
+        """Draw a collapsed container's contents again (default: all; a node id:
+        every container holding it, so the node itself is drawn)."""
+        self._collapsed = self._collapsed - self._composite_ids(ref, collapsing=False)
         self.redraw()
 
+    def box_of(self, node_id: str) -> str:
+        """The box a node is drawn as now: itself or a collapsed container."""
+        return self.namespaces.box_of(node_id, self._collapsed)
+
+    def focus_on(self, node_id: str, reveal: bool = True) -> str:
+        """Centre the view on a node; ``reveal`` first expands the containers that
+        hide it (as Model Explorer's search does). Returns the box centred."""
+        if reveal and self.box_of(node_id) != node_id:
+            self._collapsed = self._collapsed - set(self.namespaces.ancestors(node_id))
+            self.redraw()
+        box = self.box_of(node_id)
+        self._focus_count += 1
+        self.focus = [box, self._focus_count]
+        return box
+
+    def _update_crumbs(self) -> None:
+        sel = [i for i in self.selected if i in self.graph.node_map]
+        ns = self.namespaces
+        self.crumbs = ([[c, ns[c].label[:40]] for c in ns.ancestors(sel[0])] if sel else [])
+
     def _on_front_msg(self, _widget, content, _buffers) -> None:
-        if isinstance(content, dict) and content.get("type") == "toggle":
-            ref = str(content.get("id", ""))
-            try:
-                ids = self._composite_ids(ref)
-            except WorkbenchError:
-                return   # a node outside any composite: nothing to toggle
-            if ref in self._collapsed:
-                self.expand(ref)
-            else:
-                self._collapsed = self._collapsed | ids
-                self.redraw()
+        if not isinstance(content, dict):
+            return
+        ref = str(content.get("id", ""))
+        if content.get("type") == "collapse" and ref in self.composites:
+            # a breadcrumb: close that container and show where it is
+            self.collapse(ref)
+            self._focus_count += 1
+            self.focus = [self.box_of(self.composites[ref][0]), self._focus_count]
+            return
+        if content.get("type") != "toggle":
+            return
+        if content.get("outer"):
+            # the container around this box (a box inside an open scope)
+            inner = (self.namespaces[ref].parent if ref in self.composites
+                     else self.namespaces.innermost(ref))
+            if inner is not None:
+                self.collapse(inner)
+            return
+        try:
+            ids = self._composite_ids(ref)
+        except WorkbenchError:
+            return   # a node outside any composite: nothing to toggle
+        if ref in self._collapsed:
+            self._collapsed = self._collapsed - {ref}
+        else:
+            self._collapsed = self._collapsed | ids
+        self.redraw()
+
+    # -- export ------------------------------------------------------------------
+    def save(self, path) -> str:
+        """Write the drawing as it is now (collapsed boxes, overlay) to ``path``: .svg
+        or .png by its suffix. Returns the path written."""
+        from .export import save_drawing
+        d = to_dot(self.graph, self.plan, self._collapsed, self._overlay, self.namespaces)
+        return save_drawing(d.source, path)

@@ -1,109 +1,95 @@
-"""Plots of the step history and of the current step's kernels (plotly FigureWidgets).
+"""The app's charts: one anywidget that draws plotly.js figures sent as JSON.
 
-- ``steps``: per step, measured latency beside predicted latency (when the session
-  predicts), bytes moved (counted from the kernel IR, and beside them the DRAM bytes
-  the hardware counters measured, where they were read) and kernel count;
-- ``kernels``: the current step's per-kernel latency (measured, and predicted);
-- ``bandwidth``: each kernel's achieved bandwidth against the device's DRAM bandwidth
-  (when the session knows its device).
+The figures are built by :mod:`workbench.ui.charts` from plain numbers; the front end
+(``static/charts.js``, prefixed with the plotly.js bundle the ``plotly`` package ships)
+draws each with ``Plotly.react``. No plotly Python object is made: plotly's
+``FigureWidget`` took 3.5-4 s to import in a fresh kernel (nbformat, jsonschema), most
+of the first ``wb.open``. One widget carries plotly.js once (the three FigureWidgets
+carried it three times).
 
 Backgrounds are transparent and text takes the theme colour (CSS in
 ``static/graph_view.css``), so the figures read in light and dark themes.
 
 Example::
 
-    >>> p = Plots(); p.update(session.table(measure=False), None)   # doctest: +SKIP
+    >>> p = Plots(); p.update(session.table(measure=False), rows)   # doctest: +SKIP
+    >>> p.figure("steps")["data"][0]["name"]                        # doctest: +SKIP
+    'measured'
 """
 from __future__ import annotations
 
-import math
+import functools
+import importlib.util
+import json
+from pathlib import Path
+from typing import Sequence
 
-import ipywidgets as w
-import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+import anywidget
+import traitlets
 
+from .charts import KernelRow, kernels_figure, roofline_figure, steps_figure
 
-def _finite(values) -> list:
-    """NaN (not measured) as None: plotly leaves a gap, and the widget's JSON stays valid."""
-    return [None if v is None or math.isnan(v) else v for v in values]
-
-
-MEASURED, PREDICTED, BYTES, KERNELS, DRAM = ("#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd",
-                                             "#8c564b")
+STATIC = Path(__file__).parent / "static"
+NAMES = ("steps", "kernels", "roofline")
 
 
-def _layout(fig: go.FigureWidget, title: str, height: int) -> None:
-    fig.update_layout(title=dict(text=title, font=dict(size=13)), height=height,
-                      margin=dict(l=50, r=10, t=40, b=40), template="plotly_white",
-                      paper_bgcolor="rgba(0,0,0,0)", plot_bgcolor="rgba(0,0,0,0)",
-                      barmode="group", legend=dict(orientation="h", y=-0.2))
+@functools.lru_cache(maxsize=1)
+def plotly_js() -> str | None:
+    """The plotly.js bundle of the installed ``plotly`` package (found without
+    importing it), or None when plotly is not installed."""
+    spec = importlib.util.find_spec("plotly")
+    for d in (spec.submodule_search_locations or []) if spec else []:
+        f = Path(d) / "package_data" / "plotly.min.js"
+        if f.is_file():
+            return f.read_text(encoding="utf-8")
+    return None
 
 
-class Plots(w.VBox):
-    """The three figures, as one widget; ``figures`` lists them."""
+def _esm() -> str:
+    """charts.js behind a loader that evaluates plotly.js's UMD bundle into a local
+    ``module`` (on first draw), so it neither needs nor touches a global ``define``."""
+    code = plotly_js()
+    loader = ("const loadPlotly = (() => { let P = null; return () => {\n"
+              "  if (P === null) { const module = { exports: {} };\n"
+              + ("  (function (module, exports) {\n" + code + "\n  })(module, module.exports);\n"
+                 if code is not None else "") +
+              "  P = module.exports && module.exports.react ? module.exports : undefined; }\n"
+              "  return P; }; })();\n")
+    return loader + (STATIC / "charts.js").read_text(encoding="utf-8")
 
-    def __init__(self):
-        steps = make_subplots(rows=1, cols=3, subplot_titles=(
-            "latency per step (ms)", "bytes moved (MB)", "kernels"))
-        steps.add_bar(name="measured", marker_color=MEASURED, row=1, col=1)
-        steps.add_bar(name="predicted", marker_color=PREDICTED, row=1, col=1)
-        steps.add_bar(name="bytes counted", marker_color=BYTES, row=1, col=2)
-        steps.add_bar(name="DRAM measured", marker_color=DRAM, row=1, col=2, visible=False)
-        steps.add_bar(name="kernels", marker_color=KERNELS, row=1, col=3, showlegend=False)
-        self.steps = go.FigureWidget(steps)
-        _layout(self.steps, "Steps", 300)
-        self.kernels = go.FigureWidget()
-        self.kernels.add_bar(name="measured", marker_color=MEASURED)
-        self.kernels.add_bar(name="predicted", marker_color=PREDICTED)
-        _layout(self.kernels, "Kernels of the current step: latency (ms)", 300)
-        self.bandwidth = go.FigureWidget()
-        self.bandwidth.add_bar(name="achieved", marker_color=MEASURED)
-        self.bandwidth.add_scatter(name="device DRAM bandwidth", mode="lines",
-                                   line=dict(color="#d62728", dash="dash"))
-        _layout(self.bandwidth, "Achieved bandwidth (GB/s)", 300)
-        self.figures = (self.steps, self.kernels, self.bandwidth)
-        # stacked, each the app's full width: side by side at 50% the figures kept
-        # plotly's default width and were clipped at the right edge
-        super().__init__(list(self.figures))
+
+class Plots(anywidget.AnyWidget):
+    """The steps, kernels and roofline charts; ``figure(name)`` is one's JSON."""
+    _esm = _esm()
+    figures = traitlets.List(traitlets.Dict(), default_value=[]).tag(sync=True)
+    missing = traitlets.Unicode(
+        "" if plotly_js() is not None else
+        "charts need the plotly package (pip install plotly): its plotly.js draws them"
+    ).tag(sync=True)
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
         self.add_class("wb-plots")
 
-    def update(self, history: pd.DataFrame, per_kernel: pd.DataFrame | None,
-               device_GBps: float | None = None, device_name: str = "") -> None:
-        """Redraw from the history table and the current step's per-kernel frame
-        (``None`` when the current step is not measured)."""
-        x = [f"{int(s)} {a}"[:28] for s, a in zip(history["step"], history["action"])]
-        col = lambda name: _finite(history[name].astype(float).tolist() if name in history
-                                   else [None] * len(history))
-        with self.steps.batch_update():
-            m, p, b, dram, k = self.steps.data
-            m.x, m.y = x, col("latency_ms")
-            p.x, p.y = x, col("predicted_ms")
-            p.visible = any(v is not None for v in col("predicted_ms"))
-            b.x, b.y = x, col("bytes_moved_MB")
-            # measured DRAM bytes only where counters were read (never the counted ones)
-            dram.x, dram.y = x, col("dram_MB")
-            dram.visible = any(v is not None for v in col("dram_MB"))
-            k.x, k.y = x, col("kernels")
-        names = [] if per_kernel is None else per_kernel["group"].tolist()
-        kcol = lambda name: _finite(per_kernel[name].astype(float).tolist()
-                                    if per_kernel is not None and name in per_kernel
-                                    else [None] * len(names))
-        with self.kernels.batch_update():
-            m, p = self.kernels.data
-            m.x, m.y = names, kcol("latency_ms")
-            p.x, p.y = names, kcol("predicted_ms")
-            p.visible = any(v is not None for v in kcol("predicted_ms"))
-            self.kernels.layout.title.text = ("Kernels of the current step: latency (ms)"
-                                              if names else
-                                              "Kernels of the current step: not measured yet")
-        with self.bandwidth.batch_update():
-            a, d = self.bandwidth.data
-            a.x, a.y = names, kcol("bandwidth_GBps")
-            known = device_GBps is not None and bool(names)
-            d.x = names if known else []
-            d.y = [device_GBps] * len(names) if known else []
-            d.name = f"{device_name} DRAM {device_GBps:.0f} GB/s" if known else "device DRAM bandwidth"
-            self.bandwidth.layout.title.text = (
-                "Achieved bandwidth (GB/s)" + ("" if known or not names
-                                               else " (device bandwidth unknown)"))
+    def figure(self, name: str) -> dict:
+        """The figure ``name`` ("steps", "kernels" or "roofline") as plotly JSON."""
+        return dict(zip(NAMES, self.figures))[name]
+
+    def trace(self, figure: str, name: str, axis: str = "x") -> dict:
+        """A trace of a figure by its name (and x axis, for names used twice)."""
+        for t in self.figure(figure)["data"]:
+            if t["name"] == name and t.get("xaxis", "x") == axis:
+                return t
+        raise KeyError(f"no trace {name!r} on {axis} in {figure}")
+
+    def update(self, history, rows: Sequence[KernelRow] = (), device=None) -> None:
+        """Redraw from the history table (one row per step; ``bytes_moved_MB`` holds
+        counted bytes where unmeasured) and the current step's kernels."""
+        bw = getattr(device, "dram_bandwidth", None)
+        peak = getattr(device, "peak_flops", None)
+        name = getattr(device, "name", "") or ""
+        figs = [steps_figure(history),
+                kernels_figure(rows, bw / 1e9 if bw else None, name),
+                roofline_figure(rows, peak, bw, name)]
+        # through JSON: NumPy scalars become plain numbers, the trait syncs plain data
+        self.figures = json.loads(json.dumps(figs, default=float))

@@ -42,11 +42,14 @@ Modules:
   workbench primitives or composites; importing it fills the registry.
 - :mod:`.handlers_index` -- the indexing family (GatherElements, GatherND, Scatter*,
   ArgMax/ArgMin, TopK, CumSum, Trilu, OneHot).
+- :mod:`.handlers_nn` -- the handlers of CNN and audio ops: convolution, pooling,
+  group/instance normalization, Resize, Pad, Einsum, Mod, Round.
 - :mod:`.importer` -- :func:`load_onnx`: reading and checking the model, walking its
   nodes (``_Importer``) and constant folding (``_fold``, ``_Scratch``).
 """
 from __future__ import annotations
 
+from . import handlers_nn  # noqa: F401  (registers the CNN/audio op handlers)
 from .common import MAX_OPSET, MIN_OPSET, supported_op_types
 from . import handlers_index  # noqa: F401  (registers the indexing handlers)
 from .importer import load_onnx

@@ -232,38 +232,7 @@ def _matmul(c: _Ctx):
     return [c.b.matmul(c.x(0), c.x(1))]
 
 
-@_handles("Conv")
-def _conv(c: _Ctx):
-    x, w = c.x(0), c.x(1)
-    if len(x.shape) != 4:
-        raise _Unsupported(f"{len(x.shape) - 2}-D convolution (only 2-D is supported)")
-    k = w.shape[2:]
-    if c.attr("kernel_shape") is not None and tuple(c.attr("kernel_shape")) != k:
-        raise GraphError(f"Conv {c.display!r}: kernel_shape {c.attr('kernel_shape')} "
-                         f"differs from the weight's {list(k)}")
-    strides = tuple(c.attr("strides", (1, 1)))
-    dil = tuple(c.attr("dilations", (1, 1)))
-    pads = _conv_pads(c.attr("auto_pad", "NOTSET"), c.attr("pads", (0, 0, 0, 0)),
-                      x.shape[2:], k, strides, dil)
-    ins = [x, w] + ([c.x(2)] if c.has(2) else [])
-    return [c.b.conv2d(*ins, strides=strides, dilations=dil, pads=pads,
-                       group=int(c.attr("group", 1)))]
-
-
-def _conv_pads(auto_pad, pads, size, k, strides, dil) -> tuple[int, ...]:
-    """ONNX pads [top, left, bottom, right], resolving auto_pad SAME_* and VALID."""
-    if auto_pad in ("NOTSET", ""):
-        return tuple(int(p) for p in pads)
-    if auto_pad == "VALID":
-        return (0, 0, 0, 0)
-    begin, end = [], []
-    for n, kk, s, d in zip(size, k, strides, dil):
-        out = -(-n // s)
-        total = max(0, (out - 1) * s + (kk - 1) * d + 1 - n)
-        lo = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
-        begin.append(lo)
-        end.append(total - lo)
-    return tuple(begin + end)
+# Conv: handlers_nn.py
 
 
 # -- reductions --------------------------------------------------------------------

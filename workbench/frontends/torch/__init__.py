@@ -36,11 +36,14 @@ Modules:
 - :mod:`.handlers` -- one function per core ATen op (or family).
 - :mod:`.handlers_index` -- advanced indexing, gather/scatter, argmax/topk/cumsum,
   triu/tril and the no-op views (alias, detach, lift_fresh_copy...).
+- :mod:`.handlers_nn` -- convolution, pooling, group/instance norm, upsampling, padding,
+  fmod/remainder/round.
 - :mod:`.importer` -- :func:`from_torch`: export, walk, fold, check, name outputs.
 """
 from __future__ import annotations
 
 from . import handlers_index  # noqa: F401  (registers the indexing handlers)
+from . import handlers_nn  # noqa: F401  (registers the CNN/audio op handlers)
 from .common import supported_aten_ops
 from .importer import from_torch
 

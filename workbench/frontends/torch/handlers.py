@@ -265,20 +265,7 @@ def _addmm(c: _Ctx):
                            alpha=float(c.v("alpha", 1)), beta=float(c.v("beta", 1)))
 
 
-@_handles("convolution")
-def _convolution(c: _Ctx):
-    x, w = c.x("input"), c.x("weight")
-    if c.v("transposed"):
-        raise _Unsupported("transposed convolution")
-    if len(x.shape) != 4:
-        raise _Unsupported(f"{len(x.shape) - 2}-d convolution (only 2-d)")
-    if any(int(p) for p in c.v("output_padding") or []):
-        raise _Unsupported("output_padding")
-    ph, pw = c.v("padding")
-    attrs = {"strides": list(c.v("stride")), "pads": [ph, pw, ph, pw],
-             "dilations": list(c.v("dilation")), "group": int(c.v("groups"))}
-    ins = [x, w] + ([c.x("bias")] if c.is_tensor("bias") else [])
-    return c.b.conv2d(*ins, **attrs)
+# convolution: handlers_nn.py
 
 
 # -- layout ----------------------------------------------------------------------

@@ -1,0 +1,239 @@
+#!/usr/bin/env python
+"""GEMM with its neighbours on the CPU: the blocks issue 13 fuses, at BERT-base and
+GPT-2 shapes, through the workbench (planners ``rules`` and ``stitch``, cpu backend)
+side by side with onnxruntime (default session options) and torch eager, in one run.
+
+    .venv/bin/python benchmarks/gemm.py                  # every block, 20 repeats
+    .venv/bin/python benchmarks/gemm.py --quick --blocks bert_ffn_gelu
+
+Blocks (PyTorch modules, exported by torch.onnx.export's default exporter, imported by
+the workbench as a user would): GEMM + bias + GELU (erf: BERT; tanh: GPT-2), GEMM +
+bias + residual + LayerNorm, and attention (QK^T, scale, mask -- padding for BERT,
+causal for GPT-2 -- softmax, .V). For each, the share of the time the matmul library
+calls take in the workbench plan (per-kernel timings of the ``stitch`` step) says how
+much fusing the GEMM with its epilogue can win.
+
+Writes ``<out>/gemm-<date>.json`` and ``<out>/gemm-<date>.md``; the workbench's outputs
+are checked against torch (a wrong result is reported, and the run exits non-zero).
+Timing never fails the run: it is a benchmark.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from fusion_cpu import time_fn  # noqa: E402  (one timing loop for every CPU benchmark)
+
+HIDDEN, HEADS, TOKENS = 768, 12, 128        # BERT-base / GPT-2 small, batch 1 x 128
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def blocks():
+    """name -> (module, example inputs as numpy arrays)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, TOKENS, HIDDEN)).astype(np.float32)
+    h = rng.standard_normal((1, TOKENS, 4 * HIDDEN)).astype(np.float32)
+    qkv = [rng.standard_normal((1, HEADS, TOKENS, HIDDEN // HEADS)).astype(np.float32)
+           for _ in range(3)]
+
+    class FFNUp(nn.Module):
+        def __init__(self, approximate):
+            super().__init__()
+            self.fc, self.approximate = nn.Linear(HIDDEN, 4 * HIDDEN), approximate
+
+        def forward(self, x):
+            return nn.functional.gelu(self.fc(x), approximate=self.approximate)
+
+    class FFNDownNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.norm = nn.Linear(4 * HIDDEN, HIDDEN), nn.LayerNorm(HIDDEN)
+
+        def forward(self, h, x):
+            return self.norm(self.fc(h) + x)
+
+    class Attention(nn.Module):
+        def __init__(self, causal):
+            super().__init__()
+            self.causal = causal
+            if causal:
+                self.register_buffer("mask", torch.triu(
+                    torch.full((TOKENS, TOKENS), float("-inf")), diagonal=1))
+            else:   # padding: the last 16 keys masked, as an additive mask
+                m = torch.zeros(1, 1, 1, TOKENS)
+                m[..., -16:] = torch.finfo(torch.float32).min
+                self.register_buffer("mask", m)
+
+        def forward(self, q, k, v):
+            s = q @ k.transpose(-1, -2) / (q.shape[-1] ** 0.5) + self.mask
+            return torch.softmax(s, dim=-1) @ v
+
+    return {
+        "bert_ffn_gelu": (FFNUp("none"), [x]),
+        "gpt2_ffn_gelu_tanh": (FFNUp("tanh"), [x]),
+        "ffn_residual_layernorm": (FFNDownNorm(), [h, x]),
+        "bert_attention_padding_mask": (Attention(False), qkv),
+        "gpt2_attention_causal": (Attention(True), qkv),
+    }
+
+
+def export(module, inputs, path: Path) -> None:
+    import torch
+    module.eval()
+    args = tuple(torch.from_numpy(a) for a in inputs)
+    names = [f"in{i}" for i in range(len(inputs))]
+    torch.onnx.export(module, args, str(path), input_names=names, output_names=["out"])
+
+
+def median_ms(samples) -> float:
+    return float(np.median(samples) * 1e3)
+
+
+def run_block(name, module, inputs, tmp: Path, repeats: int) -> dict:
+    import onnxruntime as ort
+    import torch
+
+    from workbench.measure import max_rel_error
+    from workbench.session import Session
+
+    path = tmp / f"{name}.onnx"
+    export(module, inputs, path)
+    with torch.no_grad():
+        want = module(*[torch.from_numpy(a) for a in inputs]).numpy()
+    row = {"block": name, "shapes": [list(a.shape) for a in inputs]}
+
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    feeds = {i.name: a for i, a in zip(sess.get_inputs(), inputs)}
+    row["onnxruntime_ms"] = median_ms(time_fn(lambda: sess.run(None, feeds), 3, repeats))
+    with torch.no_grad():
+        targs = [torch.from_numpy(a) for a in inputs]
+        row["torch_eager_ms"] = median_ms(time_fn(lambda: module(*targs), 3, repeats))
+
+    s = Session(str(path), backend="cpu")
+    feed = dict(zip([v for v in s.graph.inputs], inputs))
+    for planner in ("rules", "stitch"):
+        s.auto(planner)
+        prog = s.program()
+        out = prog.run(feed)
+        got = np.asarray(out[s.graph.outputs[0]])
+        row[f"{planner}_error"] = float(max_rel_error(got, want))
+        row[f"{planner}_kernels"] = len(s.plan.groups)
+        row[f"{planner}_ms"] = median_ms(time_fn(lambda: prog.run(feed), 3, repeats))
+        m = s.measure(repeats=repeats)
+        per = m.per_kernel
+        lib = per[per["schedule"].astype(str).str.contains("library|opaque", regex=True)]
+        row[f"{planner}_library_share"] = float(lib["latency_ms"].sum()
+                                                / per["latency_ms"].sum()) \
+            if len(per) else float("nan")
+    row["stitch_vs_onnxruntime"] = row["onnxruntime_ms"] / row["stitch_ms"]
+    row["stitch_vs_torch"] = row["torch_eager_ms"] / row["stitch_ms"]
+    return row
+
+
+def environment() -> dict:
+    import onnxruntime
+    import torch
+
+    from workbench.runtime.cc import cpu_model
+    env = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+           "machine": f"{cpu_model()}, {os.cpu_count()} cores", "python": platform.python_version(),
+           "numpy": np.__version__, "onnxruntime": onnxruntime.__version__,
+           "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
+    try:
+        from threadpoolctl import threadpool_info
+        env["blas"] = [f"{i.get('internal_api')} {i.get('version')} "
+                       f"{i.get('architecture')} threads={i.get('num_threads')}"
+                       for i in threadpool_info() if i.get("user_api") == "blas"]
+    except ImportError:
+        pass
+    return env
+
+
+def markdown(env: dict, rows: list[dict]) -> str:
+    lines = [f"# GEMM blocks on the CPU ({env['date'][:10]})", "",
+             f"Machine: {env['machine']}; numpy {env['numpy']}, onnxruntime "
+             f"{env['onnxruntime']}, torch {env['torch']} ({env['torch_threads']} threads); "
+             f"BLAS: {', '.join(env.get('blas', [])) or 'unknown'}.",
+             "Median wall-clock ms of one call (after warm-up), measured side by side in "
+             "one run. `x ort` = onnxruntime time / stitch time (above 1: the workbench "
+             "is faster). `lib share`: the matmul library calls' part of the stitch "
+             "plan's kernel time.", "",
+             "| block | kernels rules/stitch | rules ms | stitch ms | onnxruntime ms | "
+             "torch ms | x ort | x torch | lib share | max rel err |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['block']} | failed: {r['error']} |||||||||")
+            continue
+        lines.append(
+            f"| {r['block']} | {r['rules_kernels']}/{r['stitch_kernels']} | "
+            f"{r['rules_ms']:.3g} | {r['stitch_ms']:.3g} | {r['onnxruntime_ms']:.3g} | "
+            f"{r['torch_eager_ms']:.3g} | {r['stitch_vs_onnxruntime']:.2f} | "
+            f"{r['stitch_vs_torch']:.2f} | {r['stitch_library_share']:.0%} | "
+            f"{max(r['rules_error'], r['stitch_error']):.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--blocks", nargs="+", help="block names (default: all)")
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--quick", action="store_true", help="5 repeats")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--note", default="", help="a line for the report (e.g. 'shared machine')")
+    args = ap.parse_args(argv)
+    repeats = 5 if args.quick else args.repeats
+    all_blocks = blocks()
+    names = args.blocks or list(all_blocks)
+    unknown = set(names) - set(all_blocks)
+    if unknown:
+        log(f"error: no block {', '.join(sorted(unknown))}; blocks: {', '.join(all_blocks)}")
+        return 2
+    env = environment()
+    rows, wrong = [], False
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            module, inputs = all_blocks[name]
+            log(f"{name} ...")
+            try:
+                r = run_block(name, module, inputs, Path(tmp), repeats)
+            except Exception as e:        # a block that fails is reported, not hidden
+                r = {"block": name, "error": f"{type(e).__name__}: {str(e)[:200]}"}
+                wrong = True
+            else:
+                wrong |= max(r["rules_error"], r["stitch_error"]) > 1e-3
+            rows.append(r)
+            log(f"  {r}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = out / f"gemm-{env['date'][:10]}"
+    env["note"] = args.note
+    stem.with_suffix(".json").write_text(json.dumps({"environment": env, "rows": rows},
+                                                    indent=1))
+    md = markdown(env, rows) + (f"\n{args.note}\n" if args.note else "")
+    stem.with_suffix(".md").write_text(md)
+    print(md)
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

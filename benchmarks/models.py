@@ -1,0 +1,348 @@
+#!/usr/bin/env python
+"""Whole models on the CPU: the model zoo (``workbench.zoo``) through the workbench
+against onnxruntime and torch eager, side by side in one run.
+
+    .venv/bin/python benchmarks/models.py                       # every zoo model
+    .venv/bin/python benchmarks/models.py --models gpt2 llama vit --repeats 30
+    .venv/bin/python benchmarks/models.py --blas off 1 all       # thread arrangements
+
+Per model: build (transformers config class, small random weights), export with
+``torch.onnx.export`` (default exporter and opset), then
+
+- **import** seconds through ONNX (``load_onnx``) and through ``from_torch``; a model
+  that does not import is reported with the importer's error line, not dropped;
+- per planner (``rules``, ``stitch``): **plan** seconds (``Session.auto``), **compile**
+  seconds (lowering + C compiler; the kernel cache is a fresh temporary folder unless
+  ``--warm-cache``), the kernel count and the error against torch;
+- **latency**: median milliseconds of one whole call -- the workbench program's
+  ``run`` (inputs in, outputs out, every buffer allocated and poisoned as a user's
+  call does), onnxruntime's ``InferenceSession.run`` (CPU provider, default session
+  options) and the torch module under ``no_grad``. The methods are timed in
+  alternation: each round runs every method ``--inner`` times back to back (the first
+  call of each block is discarded, so a thread pool still spinning from the previous
+  method does not land on the next), ``--repeats`` rounds; the median is over all kept
+  calls.
+
+The workbench runs on the graph imported from ONNX (the file onnxruntime runs), or
+from ``from_torch`` when the ONNX import fails. ``--blas`` lists the BLAS thread
+arrangements the workbench methods are timed under (``off``: BLAS left as NumPy has it,
+the workbench before issue 13; ``1``; ``all``; a count): each arrangement is one more
+method in the same alternation.
+
+Writes ``<out>/models-<date>.json`` (machine, versions, BLAS library and
+architecture, every sample) and ``<out>/models-<date>.md``. Never exits non-zero for
+a timing or a failed model.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime as _dt
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+# read before anything imports the workbench (whose C toolchain module sets a default)
+_OMP_WAIT_POLICY_AT_START = os.environ.get("OMP_WAIT_POLICY")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from fusion_cpu import machine_info  # noqa: E402
+
+PLANNERS = ("rules", "stitch")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return f"{type(e).__name__}: {text.splitlines()[0][:400]}"
+
+
+def rel_error(got: dict, want: dict) -> float:
+    """max |y - r| / max |r| over every output (the model-zoo test's measure)."""
+    worst = 0.0
+    for k, r in want.items():
+        y = np.asarray(got[k], dtype=np.float64)
+        if y.shape != r.shape:
+            return float("inf")
+        worst = max(worst, float(np.max(np.abs(y - r)) / max(np.max(np.abs(r)), 1e-30)))
+    return worst
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - t0
+
+
+def blas_arg(v: str):
+    if v == "off":
+        return None
+    if v == "all":
+        return os.cpu_count() or 1
+    return int(v)
+
+
+# -- one model ---------------------------------------------------------------------
+def prepare_model(name: str, folder: Path, blas: list, size: str) -> tuple[dict, dict]:
+    """Build, export, import, plan and compile one model. Returns its record and the
+    runnable methods (label -> zero-argument call returning output name -> array)."""
+    import torch
+
+    import workbench as wb
+    from workbench import zoo
+    from workbench.frontends import load_onnx
+
+    rec: dict = {"model": name, "size": size}
+    m, rec["build_s"] = timed(lambda: zoo.build(name, size=size))
+    rec["inputs"] = {k: list(v.shape) for k, v in m.numpy_inputs().items()}
+    path, rec["export_s"] = timed(lambda: zoo.export_onnx(m, folder / f"{name}.onnx"))
+    rec["onnx_bytes"] = path.stat().st_size
+    import onnx
+    rec["onnx_opset"] = {o.domain or "ai.onnx": o.version
+                         for o in onnx.load(str(path), load_external_data=False).opset_import}
+    inputs = m.numpy_inputs()
+    want = m.torch_outputs()
+    methods: dict = {}
+
+    graphs = {}
+    for source, load in (("onnx", lambda: load_onnx(path)),
+                         ("from_torch", lambda: zoo.import_torch(m))):
+        try:
+            g, secs = timed(load)
+            graphs[source] = g
+            rec[f"import_{source}"] = {"seconds": secs, "nodes": len(g.nodes)}
+        except Exception as e:
+            rec[f"import_{source}"] = {"error": first_line(e)}
+            log(f"  {name}: {source} import failed: {first_line(e)}")
+    source = next((s for s in ("onnx", "from_torch") if s in graphs), None)
+    rec["workbench_graph"] = source
+    for planner in PLANNERS if source else ():
+        r = rec.setdefault("planners", {}).setdefault(planner, {})
+        try:
+            s = wb.Session(graphs[source], backend="cpu")
+            _, r["plan_s"] = timed(lambda: s.auto(planner))
+            prog, r["compile_s"] = timed(s.program)
+            r["kernels"] = len(prog.compiled)
+            r["library_calls"] = sum(ck.kernel.library is not None for ck in prog.compiled)
+            r["error_vs_torch"] = rel_error(prog.run(inputs), want)
+            for b in blas:
+                label = f"workbench {planner}" + ("" if len(blas) == 1 else
+                                                  f" blas={'off' if b is None else b}")
+                methods[label] = _workbench_call(prog, inputs, b)
+        except Exception as e:
+            r["error"] = first_line(e)
+            r["traceback_tail"] = traceback.format_exc()[-1500:]
+            log(f"  {name}: {planner} failed: {first_line(e)}")
+
+    try:
+        import onnxruntime as ort
+        sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        ort_call = lambda: dict(zip(names, sess.run(None, inputs)))  # noqa: E731
+        rec["onnxruntime_error_vs_torch"] = rel_error(ort_call(), want)
+        methods["onnxruntime"] = ort_call
+    except Exception as e:
+        rec["onnxruntime_error"] = first_line(e)
+
+    tin = m.inputs
+
+    def torch_call():
+        with torch.no_grad():
+            out = m.module(*tin)
+        return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+    methods["torch eager"] = torch_call
+    return rec, methods
+
+
+def _workbench_call(prog, inputs, blas_threads):
+    def call():
+        prog.backend.blas_threads = blas_threads
+        return prog.run(inputs)
+    return call
+
+
+def alternate(methods: dict, rounds: int, inner: int) -> dict[str, list[float]]:
+    """Seconds per call of each method, timed in alternating blocks (see the module
+    docstring)."""
+    samples: dict[str, list[float]] = {k: [] for k in methods}
+    for k, fn in methods.items():    # warm-up: first calls allocate and load
+        fn()
+        fn()
+    for _ in range(rounds):
+        for k, fn in methods.items():
+            fn()
+            for _ in range(inner):
+                t0 = time.perf_counter()
+                fn()
+                samples[k].append(time.perf_counter() - t0)
+    return samples
+
+
+# -- the run -------------------------------------------------------------------------
+def machine() -> dict:
+    info = machine_info()
+    from threadpoolctl import threadpool_info
+
+    import onnx
+    import onnxscript
+    import transformers
+    info.update({
+        "transformers": transformers.__version__, "onnx": onnx.__version__,
+        "onnxscript": onnxscript.__version__,
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
+        "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE", "unset"),
+        "OMP_WAIT_POLICY_at_start": _OMP_WAIT_POLICY_AT_START or "unset",
+        "OMP_WAIT_POLICY_in_run": os.environ.get("OMP_WAIT_POLICY", "unset"),
+        "threadpools": [{k: i.get(k) for k in ("user_api", "internal_api", "num_threads",
+                                               "version", "threading_layer",
+                                               "architecture", "filepath")}
+                        for i in threadpool_info()],
+    })
+    try:
+        import torch
+        info["torch_threads"] = torch.get_num_threads()
+    except ImportError:
+        pass
+    return info
+
+
+def fmt(x, f="{:.2f}"):
+    return "n/a" if x is None else f.format(x)
+
+
+def markdown(res: dict) -> str:
+    mi = res["machine"]
+    blas = [t for t in mi["threadpools"] if t["user_api"] == "blas"]
+    lines = [f"# Whole models on the CPU ({res['date']})", "",
+             f"Machine: {mi['cpu']}, {mi['cores']} cores, load average at start "
+             f"{', '.join(f'{x:.1f}' for x in res['load_average_at_start'])}. "
+             + ("**The machine was shared with other jobs during the run**: "
+                "latencies are noisy; compare the methods of one model (timed in "
+                "alternation), not runs. " if res["shared"] else "")
+             + f"Python {mi['python']}, NumPy {mi['numpy']}, torch {mi['torch']}, "
+             f"transformers {mi['transformers']}, onnx {mi['onnx']}, onnxruntime "
+             f"{mi['onnxruntime']}, onnxscript {mi['onnxscript']}; {mi['compiler']}.",
+             "",
+             "BLAS: " + "; ".join(f"{t['internal_api']} {t['version']} "
+                                  f"({t['architecture']}, {t['threading_layer']}, "
+                                  f"{t['num_threads']} threads)" for t in blas)
+             + f". OPENBLAS_CORETYPE {mi['OPENBLAS_CORETYPE']}, OMP_WAIT_POLICY at start "
+             f"{mi['OMP_WAIT_POLICY_at_start']} (in the run: {mi['OMP_WAIT_POLICY_in_run']}), "
+             f"torch threads {mi.get('torch_threads')}, onnxruntime default session "
+             "options.", "",
+             f"Models: zoo size `{res['size']}` ({res['dims']}), random weights, "
+             "eval mode.", "",
+             f"Latency: median ms of one call, {res['rounds']} alternating rounds of "
+             f"{res['inner']} calls. Import/plan/compile in seconds (compile with a "
+             f"{'warm' if res['warm_cache'] else 'cold'} kernel cache). Error: "
+             "max |y - torch| / max |torch|.", ""]
+    lines += ["## Import, plan, compile", "",
+              "| model | ONNX import s | from_torch import s | planner | plan s | compile s "
+              "| kernels (library) | error |", "|---|---|---|---|---|---|---|---|"]
+    for r in res["models"]:
+        def imp(key):
+            v = r.get(key, {})
+            return (f"{v['seconds']:.2f} ({v['nodes']} nodes)" if "seconds" in v
+                    else f"fails: {v.get('error', 'n/a')}")
+        pl = r.get("planners") or {"-": {}}
+        for i, (planner, p) in enumerate(pl.items()):
+            first = i == 0
+            lines.append(
+                f"| {r['model'] if first else ''} | {imp('import_onnx') if first else ''} "
+                f"| {imp('import_from_torch') if first else ''} | {planner} "
+                + (f"| fails: {p['error']} | | | |" if "error" in p else
+                   f"| {fmt(p.get('plan_s'))} | {fmt(p.get('compile_s'))} "
+                   f"| {p.get('kernels', 'n/a')} ({p.get('library_calls', 'n/a')}) "
+                   f"| {fmt(p.get('error_vs_torch'), '{:.1e}')} |"))
+        if "error" in r:
+            lines.append(f"| {r['model']} | fails: {r['error']} | | | | | | |")
+    methods = []
+    for r in res["models"]:
+        for k in r.get("latency_ms", {}):
+            if k not in methods:
+                methods.append(k)
+    lines += ["", "## Latency (ms, median; x = onnxruntime / method)", "",
+              "| model | graph | " + " | ".join(methods) + " |",
+              "|---|---|" + "---|" * len(methods)]
+    for r in res["models"]:
+        lat = r.get("latency_ms", {})
+        ort = lat.get("onnxruntime")
+        cells = []
+        for k in methods:
+            v = lat.get(k)
+            cells.append("n/a" if v is None else
+                         f"{v:.3f}" + ("" if ort is None or k == "onnxruntime"
+                                       else f" ({ort / v:.2f}x)"))
+        lines.append(f"| {r['model']} | {r.get('workbench_graph') or 'none imports'} | "
+                     + " | ".join(cells) + " |")
+    if res.get("notes"):
+        lines += ["", *res["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    from workbench import zoo
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(zoo.MODELS), choices=zoo.MODELS)
+    ap.add_argument("--size", default="small", choices=list(zoo.SIZES),
+                    help="zoo.SIZES entry (default small: 2 layers, hidden 256, seq 128)")
+    ap.add_argument("--repeats", type=int, default=15, help="alternating rounds")
+    ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
+    ap.add_argument("--blas", nargs="+", default=["1"],
+                    help="BLAS thread arrangements for the workbench: off, all, or a count")
+    ap.add_argument("--warm-cache", action="store_true",
+                    help="keep $WORKBENCH_CACHE (default: a fresh one, compile is cold)")
+    ap.add_argument("--shared", action="store_true",
+                    help="say in the results that other jobs shared the machine")
+    ap.add_argument("--note", action="append", default=[], help="a line for the report")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--tag", default="",
+                    help="appended to the result file names (--tag=-passive)")
+    a = ap.parse_args(argv)
+    blas = [blas_arg(b) for b in a.blas]
+    tmp = Path(tempfile.mkdtemp(prefix="wb-models-"))
+    if not a.warm_cache:
+        os.environ["WORKBENCH_CACHE"] = str(tmp / "cache")
+    date = _dt.date.today().isoformat()
+    res = {"date": date, "size": a.size, "dims": dataclasses.asdict(zoo.SIZES[a.size]),
+           "rounds": a.repeats, "inner": a.inner, "warm_cache": a.warm_cache,
+           "blas_arrangements": a.blas, "shared": a.shared, "notes": a.note,
+           "load_average_at_start": list(os.getloadavg()), "machine": None, "models": []}
+    a.out.mkdir(parents=True, exist_ok=True)
+    stem = a.out / f"models-{date}{a.tag}"
+    for name in a.models:
+        log(f"{name}: build, export, import, plan, compile")
+        try:
+            rec, methods = prepare_model(name, tmp, blas, a.size)
+        except Exception as e:
+            rec, methods = {"model": name, "error": first_line(e)}, {}
+            log(f"  {name}: {first_line(e)}")
+        if methods:
+            log(f"  timing {', '.join(methods)}")
+            samples = alternate(methods, a.repeats, a.inner)
+            rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
+            rec["latency_samples_ms"] = {k: [round(x * 1e3, 4) for x in v]
+                                         for k, v in samples.items()}
+        res["models"].append(rec)
+        res["machine"] = machine()      # after the imports it reports on
+        stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+        stem.with_suffix(".md").write_text(markdown(res))
+    print(markdown(res))
+    log(f"wrote {stem}.json and {stem}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

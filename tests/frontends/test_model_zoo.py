@@ -1,0 +1,105 @@
+"""The model zoo as users run it: every architecture of ``workbench.zoo`` (transformers
+config classes, small random-weight configurations, no downloads) through both paths a
+new user takes, each planned with ``stitch`` and run on the CPU backend:
+
+- ONNX: ``torch.onnx.export`` with its default (dynamo) exporter and default opset,
+  then ``workbench.onnx_backend.prepare(path, planner="stitch", backend="cpu")``;
+- torch: ``wb.from_torch(model, example_inputs)`` -> ``Session(backend="cpu")`` ->
+  ``auto("stitch")``.
+
+Each output must match torch eager on the export input and on a fresh input of the
+same shapes: ``max |y - r| <= 1e-4 * max |r|`` (relative to the output's largest
+magnitude, as in issue 12; float32 GEMMs over 64-128 terms agree to about 1e-6, so
+1e-4 still catches any wrong element -- a dropped mask moves outputs by O(1)).
+
+A model that does not import fails here with the importer's one-line error (an
+unsupported op names itself); nothing is skipped or expected to fail.
+
+Every model is built and exported once per test session into a temporary folder; the
+module runs in one xdist group so one worker builds them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+import workbench as wb  # noqa: E402
+from workbench import onnx_backend, zoo  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("model_zoo")
+
+TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="session")
+def zoo_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("zoo")
+
+
+_BUILT: dict[str, tuple] = {}
+
+
+def built(name: str, folder) -> tuple:
+    """(ZooModel, path of its ONNX export), made once per session."""
+    if name not in _BUILT:
+        m = zoo.build(name)
+        _BUILT[name] = (m, zoo.export_onnx(m, folder / f"{name}.onnx"))
+    return _BUILT[name]
+
+
+def check_outputs(m, run) -> None:
+    for fresh in (False, True):
+        got, want = run(m.numpy_inputs(fresh)), m.torch_outputs(fresh)
+        assert set(want) <= set(got), (sorted(got), sorted(want))
+        for k, r in want.items():
+            y = np.asarray(got[k])
+            assert y.shape == r.shape and y.dtype == r.dtype, (k, y.shape, r.shape, y.dtype)
+            err = float(np.max(np.abs(y.astype(np.float64) - r)) / np.max(np.abs(r)))
+            assert err <= TOLERANCE, (f"{m.name} {k} ({'fresh' if fresh else 'export'} "
+                                      f"input): {err:.3g} > {TOLERANCE}")
+
+
+def test_the_zoo_has_the_architectures_of_issue_12():
+    assert set(zoo.MODELS) >= {"bert", "distilbert", "gpt2", "llama", "t5_encoder", "vit",
+                               "resnet", "whisper_encoder", "wav2vec2"}
+
+
+def test_masked_models_really_pad(zoo_dir):
+    """The mask must matter: a padded row of BERT changes when the mask is dropped."""
+    m, _ = built("bert", zoo_dir)
+    mask = m.inputs[1]
+    assert 0 < int(mask.sum()) < mask.numel()
+    import torch
+    with torch.no_grad():
+        masked = m.module(*m.inputs).last_hidden_state
+        unmasked = m.module(m.inputs[0]).last_hidden_state
+    assert not torch.allclose(masked, unmasked, atol=1e-3)
+
+
+def test_export_is_the_default_exporter_and_opset(zoo_dir):
+    import onnx
+    import torch.onnx._constants as onnx_constants
+    _, path = built("gpt2", zoo_dir)
+    model = onnx.load(str(path))
+    assert model.producer_name == "pytorch"
+    assert {o.domain: o.version for o in model.opset_import}[""] == \
+        onnx_constants.ONNX_DEFAULT_OPSET
+
+
+@pytest.mark.parametrize("name", zoo.MODELS)
+def test_onnx_export_imports_plans_runs_and_matches_torch(name, zoo_dir):
+    m, path = built(name, zoo_dir)
+    rep = onnx_backend.prepare(str(path), planner="stitch", backend="cpu")
+    assert rep.session.backend.name == "cpu"
+    check_outputs(m, lambda ins: rep.run(ins)._asdict())
+
+
+@pytest.mark.parametrize("name", zoo.MODELS)
+def test_from_torch_imports_plans_runs_and_matches_torch(name, zoo_dir):
+    m, _ = built(name, zoo_dir)
+    s = wb.Session(zoo.import_torch(m), backend="cpu")
+    s.auto("stitch")
+    check_outputs(m, s.run)

@@ -1,0 +1,157 @@
+"""One thread pool on the CPU backend (issue 13): while a program runs, the BLAS
+libraries run the library calls (matmul) on ``blas_threads`` threads beside the OpenMP
+kernels, and every library's own count is back when the run returns, raises or is
+timed. What the BLAS library reports is read with threadpoolctl *inside* the real
+matmul call of a real compiled program: the matmul op's library implementation is
+wrapped by a spy that records threadpoolctl's report and then runs the real one."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from workbench import GraphBuilder, Session
+from workbench.errors import WorkbenchError
+from workbench.ops import registry
+from workbench.runtime.threads import ENV, blas_threads_now, default_blas_threads
+
+
+def _numpy_blas_threads() -> list[int]:
+    return [i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"]
+
+
+@pytest.fixture
+def seen_in_matmul(monkeypatch):
+    """Each matmul library call appends what threadpoolctl reports for the BLAS
+    libraries at that moment, then computes the real product."""
+    seen: list[list[int]] = []
+    real = registry.get_op("matmul")
+
+    def spy(xp, xs, attrs):
+        seen.append(_numpy_blas_threads())
+        return real.library(xp, xs, attrs)
+
+    monkeypatch.setitem(registry._REGISTRY, "matmul", dataclasses.replace(real, library=spy))
+    return seen
+
+
+def mlp_graph():
+    """x @ w1 -> gelu -> @ w2 + residual: two library calls with kernels between."""
+    b = GraphBuilder("mlp")
+    x = b.input("x", (64, 96))
+    w1 = b.constant(np.random.default_rng(1).standard_normal((96, 192)).astype(np.float32),
+                    "w1")
+    w2 = b.constant(np.random.default_rng(2).standard_normal((192, 96)).astype(np.float32),
+                    "w2")
+    h = b.op("tanh", b.op("matmul", x, w1))
+    b.output(b.op("add", b.op("matmul", h, w2), x), "y")
+    return b.build()
+
+
+def test_blas_runs_one_thread_inside_a_program_and_is_restored(seen_in_matmul, check_graph):
+    with threadpool_limits(limits=3, user_api="blas"):
+        before = _numpy_blas_threads()
+        assert before and all(n == 3 for n in before)
+        check_graph(mlp_graph(), "rules")       # compiled C kernels + 2 matmul calls
+        assert len(seen_in_matmul) == 2
+        assert all(n == [1] * len(before) for n in seen_in_matmul), seen_in_matmul
+        assert _numpy_blas_threads() == before
+        assert blas_threads_now() == before[:len(blas_threads_now())]
+
+
+def test_timing_runs_are_restored_too(seen_in_matmul):
+    s = Session(mlp_graph(), backend="cpu")
+    s.auto("stitch")
+    with threadpool_limits(limits=2, user_api="blas"):
+        s.program().time(s.inputs, warmup=1, repeats=2)
+        assert seen_in_matmul and all(set(n) == {1} for n in seen_in_matmul)
+        assert set(_numpy_blas_threads()) == {2}
+
+
+def test_restored_when_a_library_call_raises(monkeypatch):
+    real = registry.get_op("matmul")
+
+    def failing(xp, xs, attrs):
+        assert set(_numpy_blas_threads()) == {1}
+        raise RuntimeError("out of memory in the BLAS call")
+
+    s = Session(mlp_graph(), backend="cpu")
+    monkeypatch.setitem(registry._REGISTRY, "matmul", dataclasses.replace(real, library=failing))
+    with threadpool_limits(limits=2, user_api="blas"):
+        with pytest.raises(RuntimeError, match="out of memory"):
+            s.run(s.inputs)
+        assert set(_numpy_blas_threads()) == {2}
+
+
+def test_blas_threads_setting(seen_in_matmul, monkeypatch):
+    """``blas_threads=None`` (``$WB_BLAS_THREADS=off``) leaves BLAS alone; a count is
+    used as given."""
+    s = Session(mlp_graph(), backend="cpu")
+    with threadpool_limits(limits=2, user_api="blas"):
+        s.backend.blas_threads = None
+        s.run(s.inputs)
+        s.backend.blas_threads = 3
+        s.run(s.inputs)
+    assert [set(n) for n in seen_in_matmul] == [{2}, {2}, {3}, {3}]
+
+    for value, want in (("", 1), ("1", 1), ("off", None), ("4", 4)):
+        monkeypatch.setenv(ENV, value)
+        assert default_blas_threads() == want
+    monkeypatch.setenv(ENV, "all")
+    assert default_blas_threads() >= 1
+    monkeypatch.setenv(ENV, "many")
+    with pytest.raises(WorkbenchError, match="WB_BLAS_THREADS='many' is not a thread count"):
+        default_blas_threads()
+
+
+def attention_graph():
+    """softmax(q k^T / 4) v over [2, 4, 32, 16] heads: batched matmuls around a row
+    kernel."""
+    b = GraphBuilder("attention")
+    q, k, v = (b.input(n, (2, 4, 32, 16)) for n in "qkv")
+    s = b.op("mul", b.op("matmul", q, b.op("transpose", k, perm=[0, 1, 3, 2])),
+             b.constant(np.float32(0.25)))
+    e = b.op("exp", b.op("sub", s, b.op("reduce_max", s, axes=[3], keepdims=True)))
+    p = b.op("div", e, b.op("reduce_sum", e, axes=[3], keepdims=True))
+    b.output(b.op("matmul", p, v), "y")
+    return b.build()
+
+
+@pytest.mark.parametrize("planner", ["none", "rules", "stitch"])
+def test_graphs_with_matmuls_still_match_the_reference(planner, check_graph,
+                                                       seen_in_matmul):
+    check_graph(attention_graph(), planner)
+    check_graph(mlp_graph(), planner)
+    assert len(seen_in_matmul) == 4 and all(set(n) == {1} for n in seen_in_matmul)
+
+
+def test_importing_and_running_leaves_the_environment_alone(tmp_path):
+    """The workbench sets no process-wide OpenMP or BLAS setting: a fresh process that
+    imports it, compiles and runs a program with matmuls has the environment it had
+    and its BLAS thread count back (libgomp read OMP_WAIT_POLICY=PASSIVE while the
+    first kernel library loaded it)."""
+    import os
+    import subprocess
+    import sys
+    code = (
+        "import os, json\n"
+        "before = dict(os.environ)\n"
+        "from threadpoolctl import threadpool_info\n"
+        "from workbench import Session\n"
+        "from tests.runtime.test_threads import mlp_graph\n"
+        "blas = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']\n"
+        "s = Session(mlp_graph(), backend='cpu'); s.auto('rules'); s.run(s.inputs)\n"
+        "after = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']\n"
+        "print(json.dumps([dict(os.environ) == before, blas == after,\n"
+        "                  'OMP_WAIT_POLICY' in os.environ]))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "WB_BLAS_THREADS")}
+    env["WORKBENCH_CACHE"] = str(tmp_path)
+    root = Path(__file__).resolve().parents[2]
+    env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       env=env, cwd=root, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.strip().splitlines()[-1] == "[true, true, false]"

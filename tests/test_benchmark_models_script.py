@@ -1,0 +1,49 @@
+"""benchmarks/models.py as its user runs it, at the zoo's tiny size: a real subprocess
+that writes the JSON and markdown results, with import/plan/compile seconds and
+latencies of the workbench, onnxruntime and torch eager, or the import error line of a
+model that does not import."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+pytest.importorskip("onnxruntime")
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.xdist_group("model_zoo")
+
+
+def test_models_benchmark_tiny(tmp_path):
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "models.py"), "--size", "tiny",
+         "--models", "vit", "resnet", "--repeats", "1", "--inner", "1", "--blas", "off",
+         "1", "--out", str(out), "--tag=-test"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(next(out.glob("models-*-test.json")).read_text())
+    md = next(out.glob("models-*-test.md")).read_text()
+    assert res["size"] == "tiny" and res["machine"]["threadpools"]
+    assert [m["model"] for m in res["models"]] == ["vit", "resnet"]
+    for m in res["models"]:
+        assert m["latency_ms"]["onnxruntime"] > 0 and m["latency_ms"]["torch eager"] > 0
+        imported = [k for k in ("import_onnx", "import_from_torch") if "seconds" in m[k]]
+        for k in ("import_onnx", "import_from_torch"):
+            assert "seconds" in m[k] or m[k]["error"].startswith(("UnsupportedOpError",
+                                                                   "GraphError"))
+        if imported:
+            for planner in ("rules", "stitch"):
+                p = m["planners"][planner]
+                assert p["plan_s"] >= 0 and p["compile_s"] > 0 and p["kernels"] > 0
+                assert p["error_vs_torch"] < 1e-4
+                for blas in ("off", "1"):
+                    assert m["latency_ms"][f"workbench {planner} blas={blas}"] > 0
+        assert f"| {m['model']} |" in md
+    # ViT imports today through both paths
+    assert "seconds" in res["models"][0]["import_onnx"]

@@ -1,0 +1,114 @@
+"""Convolution over 1, 2 or 3 spatial axes, with groups (depthwise included), strides,
+dilations and pads: a compute-bound library op (NumPy on the CPU, CuPy on the GPU).
+
+``conv`` takes any of the three ranks; ``conv2d`` is its 2-D spelling, kept for graphs
+that name it. Both are this one definition: one shape rule, one implementation (per
+filter tap, a batched matmul of every group's channels at once) and one count of its
+arithmetic, which the kernel IR and the cost model both read.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..errors import GraphError
+from .registry import Kind, OpDef, attr_int, attr_ints, register
+
+
+def _attr(name, attrs, key, default, n, lo):
+    v = attr_ints(attrs, key, default)
+    if len(v) != n or any(x < lo for x in v):
+        raise GraphError(f"{name} attr {key} must be {n} integers >= {lo}, got {list(v)}")
+    return v
+
+
+def conv_attrs(attrs, d: int, name: str = "conv"):
+    """(group, strides, dilations, pads begin..end) of a convolution over d axes."""
+    group = attr_int(attrs, "group", 1)
+    if group < 1:
+        raise GraphError(f"{name} attr group must be >= 1, got {group}")
+    return (group, _attr(name, attrs, "strides", (1,) * d, d, 1),
+            _attr(name, attrs, "dilations", (1,) * d, d, 1),
+            _attr(name, attrs, "pads", (0,) * (2 * d), 2 * d, 0))
+
+
+def conv_out_shape(x, w, attrs, name: str = "conv"):
+    d = len(x) - 2
+    n, c = x[:2]
+    k, cg = w[:2]
+    group, strides, dil, pads = conv_attrs(attrs, d, name)
+    if c != cg * group or k % group:
+        raise GraphError(f"{name} channels {c} do not match weight {list(w)} with group "
+                         f"{group} (the weight needs {c}/group input channels and a "
+                         "multiple of group filters)")
+    out = [(size + pads[i] + pads[i + d] - dil[i] * (r - 1) - 1) // strides[i] + 1
+           for i, (size, r) in enumerate(zip(x[2:], w[2:]))]
+    if any(o <= 0 for o in out):
+        raise GraphError(f"{name} output would be empty: kernel {list(w[2:])} does not fit "
+                         f"input {list(x[2:])} with pads {list(pads)}")
+    return (n, k, *out)
+
+
+def _infer(name, ranks):
+    def infer(ins, attrs):
+        x, w = ins[0], ins[1]
+        if len(x.shape) not in ranks or len(w.shape) != len(x.shape):
+            want = " or ".join(str(r - 2) for r in ranks)
+            raise GraphError(f"{name} needs an input [N, C, *spatial] and a weight [K, C/group,"
+                             f" *kernel] of one rank with {want} spatial axes, got "
+                             f"{list(x.shape)} and {list(w.shape)}")
+        if any(v.dtype is not x.dtype for v in ins) or x.dtype.kind != "f":
+            raise GraphError(f"{name} needs float inputs of one dtype (input, weight and "
+                             f"bias), got {', '.join(v.dtype.value for v in ins)}")
+        shape = conv_out_shape(x.shape, w.shape, attrs, name)
+        if len(ins) == 3 and ins[2].shape != (shape[1],):
+            raise GraphError(f"{name} bias must have shape [{shape[1]}]")
+        return [(shape, x.dtype)]
+    return infer
+
+
+def conv_reference(xs, attrs, xp=np):
+    """Direct convolution: per filter tap, one batched matmul over every group (weight
+    [G, K/G, C/G] times the tap's input patch [N, G, C/G, positions]); xp is NumPy or
+    CuPy. Half precision accumulates in float32, as cuDNN does."""
+    x, w = xs[0], xs[1]
+    d = x.ndim - 2
+    n, c = x.shape[:2]
+    k, cg = w.shape[:2]
+    group, strides, dil, pads = conv_attrs(attrs, d)
+    out_sp = conv_out_shape(x.shape, w.shape, attrs)[2:]
+    acc = xp.float32 if x.dtype == xp.float16 else x.dtype
+    xpad = xp.pad(x.astype(acc), [(0, 0), (0, 0)] + [(pads[i], pads[i + d]) for i in range(d)])
+    kg, npos = k // group, math.prod(out_sp)
+    wt = w.astype(acc).reshape(group, kg, cg, -1)        # [G, K/G, C/G, taps]
+    out = xp.zeros((n, group, kg, npos), dtype=acc)
+    for t, tap in enumerate(np.ndindex(*w.shape[2:])):
+        sl = tuple(slice(r * dl, r * dl + s * (o - 1) + 1, s)
+                   for r, dl, s, o in zip(tap, dil, strides, out_sp))
+        patch = xpad[(slice(None), slice(None)) + sl].reshape(n, group, cg, npos)
+        out += xp.matmul(wt[None, :, :, :, t], patch)
+    out = out.reshape((n, k) + tuple(out_sp))
+    if len(xs) == 3:
+        out += xs[2].astype(acc).reshape((k,) + (1,) * d)
+    return [out.astype(x.dtype)]
+
+
+def conv_flops(in_shapes, out_shape, attrs) -> float:
+    """Each output element: one multiply-add per weight of its filter (C/group x taps)."""
+    return 2.0 * math.prod(out_shape) * math.prod(in_shapes[1][1:])
+
+
+def _register(name, ranks, doc):
+    register(OpDef(name, Kind.opaque, (2, 3), _infer(name, ranks), conv_reference, None, doc,
+                   library=lambda xp, xs, attrs: conv_reference(xs, attrs, xp=xp),
+                   library_flops=conv_flops,
+                   # each output's rounding is bounded by the sum of |x w| it adds
+                   error_scale=lambda ms, attrs: conv_reference(list(ms), attrs)[0]))
+
+
+_register("conv2d", (4,), "2-D convolution NCHW x KCRS (+bias); attrs strides, pads "
+          "(begin..., end...), dilations, group")
+_register("conv", (3, 4, 5), "convolution over 1 to 3 spatial axes, [N, C, *spatial] x "
+          "[K, C/group, *kernel] (+bias [K]); attrs strides, pads (begin..., end...), "
+          "dilations, group (group = C: depthwise)")

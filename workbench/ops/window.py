@@ -1,0 +1,329 @@
+"""Sliding windows and padding: the layout ops pooling and Pad are built from.
+
+Pooling is memory-bound, so it is not a library call: a pool is ``window`` (a layout
+op that lays each output position's window out along trailing axes, reading the input
+through its index rule) followed by an ordinary reduction over those axes --
+``reduce_max`` for MaxPool, ``reduce_sum`` times a per-position divisor for
+AveragePool. The window is never materialized when the planner fuses it into the
+reduction's kernel, and a following ReLU or add joins that kernel like any epilogue.
+
+``pad`` pads (or, with negative pads, crops) every axis: a constant, the edge value,
+or the mirror image (``reflect``).
+
+The geometry both frontends share (output sizes with ceil_mode, the average's divisor
+with and without the padding counted) is defined here once: :func:`pool_geometry`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import GraphError
+from ..ir.dtypes import DType
+from ..ir.graph import check_shape
+from .index import Index, add, mul
+from .elementwise import LIMITS
+from .layout import CLAMPI
+from .registry import Kind, OpDef, RowRole, attr_ints, register
+
+# the value a window reads outside its input: what the pooling reduction ignores
+FILLS = ("lowest", "zero")
+
+
+def _spatial_attr(attrs, key, n, lo, default):
+    v = attr_ints(attrs, key, default)
+    if len(v) != n or any(x < lo for x in v):
+        raise GraphError(f"window attr {key} must be {n} integers >= {lo}, got {list(v)}")
+    return v
+
+
+def window_attrs(shape, attrs):
+    """(kernel, strides, dilations, pads) of a window node, validated against shape."""
+    kernel = attr_ints(attrs, "kernel")
+    d = len(kernel)
+    if not 1 <= d <= len(shape) or any(k < 1 for k in kernel):
+        raise GraphError(f"window attr kernel {list(kernel)} must be 1 to {len(shape)} "
+                         "integers >= 1 (one per trailing axis of the input)")
+    strides = _spatial_attr(attrs, "strides", d, 1, (1,) * d)
+    dil = _spatial_attr(attrs, "dilations", d, 1, (1,) * d)
+    pads = _spatial_attr(attrs, "pads", 2 * d, 0, (0,) * (2 * d))
+    fill = attrs.get("fill", "zero")
+    if fill not in FILLS:
+        raise GraphError(f"window attr fill must be one of {', '.join(FILLS)}, got {fill!r:.40}")
+    return kernel, strides, dil, pads
+
+
+def window_out(n: int, k: int, s: int, d: int, pb: int, pe: int) -> int:
+    """Windows along one axis of length n padded by pb, pe (floor mode)."""
+    return (n + pb + pe - d * (k - 1) - 1) // s + 1
+
+
+def _window_infer(ins, attrs):
+    x = ins[0]
+    kernel, strides, dil, pads = window_attrs(x.shape, attrs)
+    d = len(kernel)
+    if attrs.get("fill", "zero") == "lowest" and x.dtype.kind == "b":
+        raise GraphError("a window of bool values has no lowest value to pad with")
+    spatial = x.shape[len(x.shape) - d:]
+    out = [window_out(n, k, s, dl, pads[i], pads[i + d])
+           for i, (n, k, s, dl) in enumerate(zip(spatial, kernel, strides, dil))]
+    if any(o <= 0 for o in out):
+        raise GraphError(f"window {list(kernel)} does not fit input {list(x.shape)} "
+                         f"with pads {list(pads)}: no output position")
+    shape = x.shape[:len(x.shape) - d] + tuple(out) + tuple(kernel)
+    return [(check_shape(shape, "window result"), x.dtype)]
+
+
+def _fill_value(fill: str, dtype: np.dtype):
+    if fill == "zero":
+        return 0
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _window_ref(xs, attrs):
+    x = xs[0]
+    kernel, strides, dil, pads = window_attrs(x.shape, attrs)
+    d = len(kernel)
+    lead = x.ndim - d
+    fill = _fill_value(attrs.get("fill", "zero"), x.dtype)
+    xp = np.pad(x, [(0, 0)] * lead + [(pads[i], pads[i + d]) for i in range(d)],
+                constant_values=fill)
+    out_shape = _window_infer([_Arr(x)], attrs)[0][0]
+    res = np.empty(out_shape, x.dtype)
+    outs = out_shape[lead:lead + d]
+    for tap in np.ndindex(*kernel):
+        sl = tuple(slice(t * dl, t * dl + s * (o - 1) + 1, s)
+                   for t, dl, s, o in zip(tap, dil, strides, outs))
+        res[(Ellipsis,) + tap] = xp[(Ellipsis,) + sl]
+    return [res]
+
+
+class _Arr:
+    def __init__(self, a):
+        self.shape, self.dtype = tuple(a.shape), DType.of(a.dtype)
+
+
+def _fill_c(fill: str, dt: DType) -> str:
+    if fill == "zero":
+        return "0" if dt.kind != "f" else "0.0f"
+    return "(-INFINITY)" if dt.kind == "f" else f"WB_MIN_{dt.value}"
+
+
+def _window_index(ctx, node, k, idx: Index) -> str:
+    src = node.inputs[0]
+    shape = ctx.shape(src)
+    kernel, strides, dil, pads = window_attrs(shape, node.attr_map)
+    d = len(kernel)
+    lead = len(shape) - d
+    digits = idx.digits()
+    outs = idx.shape[lead:lead + d]
+    src_digits = list(digits[:lead])
+    inside = []
+    for i in range(d):
+        o, t = digits[lead + i], digits[lead + d + i]
+        pos = add(add(mul(o, strides[i]), mul(t, dil[i])), str(-pads[i]))
+        n = shape[lead + i]
+        lo_ok = pads[i] == 0                     # the first window starts at 0
+        hi_ok = (outs[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] - pads[i] < n
+        if lo_ok and hi_ok:
+            src_digits.append(pos)
+            continue
+        p = ctx.let(DType.int64, f"(long long){pos}")
+        conds = ([] if lo_ok else [f"{p} >= 0"]) + ([] if hi_ok else [f"{p} < {n}"])
+        inside.append(" && ".join(conds))
+        src_digits.append(f"wb_clampi({p}, 0, {n - 1})")
+    val = ctx.at(src, Index.from_digits(src_digits, shape))
+    if not inside:
+        return val
+    dt = ctx.dtype(node.outputs[0])
+    # branch-free: the read is always in bounds (clamped); padding selects the fill
+    return ctx.let(dt.compute, f"(({' && '.join(inside)}) ? {val} : "
+                               f"{_fill_c(node.attr('fill', 'zero'), dt)})")
+
+
+register(OpDef("window", Kind.layout, (1, 1), _window_infer, _window_ref, None,
+               "sliding windows over the trailing len(kernel) axes: out[..., o, t] = "
+               "x[..., o*strides + t*dilations - pads_begin] (attrs kernel, strides, "
+               "dilations, pads begin+end, fill zero|lowest outside the input); the "
+               "window taps are the trailing axes, for a reduction to pool over",
+               helpers=(LIMITS, CLAMPI), index=_window_index,
+               # an element of the pooling reduction's row, read from the input by its
+               # index rule (its producers cannot join: their shape is not the row's)
+               row_role=RowRole.element))
+
+
+# -- pooling geometry, shared by both frontends ----------------------------------
+
+@dataclass(frozen=True)
+class PoolGeometry:
+    """A pool's window over the trailing spatial axes, ceil_mode resolved into extra
+    end padding (positions past the input, filled and never counted)."""
+    kernel: tuple[int, ...]
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]           # begin..., end... as given
+    extra: tuple[int, ...]          # end padding ceil_mode adds
+    out: tuple[int, ...]
+
+    @property
+    def window_pads(self) -> tuple[int, ...]:
+        d = len(self.kernel)
+        return self.pads[:d] + tuple(p + e for p, e in zip(self.pads[d:], self.extra))
+
+    def divisor(self, spatial, count_include_pad: bool) -> np.ndarray:
+        """How many taps of each window an average divides by: those inside the input,
+        or (count_include_pad) inside the input and its given padding -- never the
+        positions ceil_mode added past it."""
+        d = len(self.kernel)
+        per_axis = []
+        for i, n in enumerate(spatial):
+            lo = -self.pads[i] if count_include_pad else 0
+            hi = n + self.pads[i + d] if count_include_pad else n
+            o = np.arange(self.out[i])[:, None]
+            t = np.arange(self.kernel[i])[None, :]
+            pos = o * self.strides[i] + t * self.dilations[i] - self.pads[i]
+            per_axis.append(((pos >= lo) & (pos < hi)).sum(axis=1))
+        div = per_axis[0]
+        for a in per_axis[1:]:
+            div = np.multiply.outer(div, a)
+        # (a window wholly in the padding counts nothing: its sum 0 stays 0, not NaN)
+        return np.maximum(div, 1).astype(np.float64)
+
+
+def pool_geometry(spatial, kernel, strides=None, dilations=None, pads=None,
+                  ceil_mode: bool = False) -> PoolGeometry:
+    """The window of a pool over ``spatial``; GraphError when it does not fit."""
+    d = len(kernel)
+    strides = tuple(strides or (1,) * d)
+    dilations = tuple(dilations or (1,) * d)
+    pads = tuple(pads or (0,) * (2 * d))
+    if len(strides) != d or len(dilations) != d or len(pads) != 2 * d:
+        raise GraphError(f"pool kernel {list(kernel)}: strides {list(strides)}, dilations "
+                         f"{list(dilations)} and pads {list(pads)} must give one entry per "
+                         "spatial axis (pads two)")
+    if any(p < 0 for p in pads) or any(s < 1 for s in strides + dilations):
+        raise GraphError(f"pool pads {list(pads)} must be >= 0 and strides/dilations >= 1")
+    out, extra = [], []
+    for i, (n, k, s, dl) in enumerate(zip(spatial, kernel, strides, dilations)):
+        span = n + pads[i] + pads[i + d] - dl * (k - 1) - 1
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        # ceil_mode: the last window must start inside the input or its left padding
+        if ceil_mode and (o - 1) * s >= n + pads[i]:
+            o -= 1
+        if o <= 0:
+            raise GraphError(f"pool window {list(kernel)} does not fit spatial size "
+                             f"{list(spatial)} with pads {list(pads)}")
+        out.append(o)
+        extra.append(max(0, (o - 1) * s + dl * (k - 1) + 1 - (n + pads[i] + pads[i + d])))
+    return PoolGeometry(tuple(kernel), strides, dilations, pads, tuple(extra), tuple(out))
+
+
+# -- pad ----------------------------------------------------------------------------
+
+PAD_MODES = ("constant", "reflect", "edge")
+
+
+def pad_attrs(shape, attrs):
+    """(pads begin+end for every axis, mode, value), validated against shape."""
+    rank = len(shape)
+    pads = attr_ints(attrs, "pads")
+    if len(pads) != 2 * rank:
+        raise GraphError(f"pad attr pads must have {2 * rank} entries (begin and end of "
+                         f"each axis of rank {rank}), got {len(pads)}")
+    mode = attrs.get("mode", "constant")
+    if mode not in PAD_MODES:
+        raise GraphError(f"pad mode {mode!r:.40} is not one of {', '.join(PAD_MODES)}")
+    value = attrs.get("value", 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise GraphError(f"pad attr value must be a number, got {value!r:.40}")
+    for a, n in enumerate(shape):
+        pb, pe = pads[a], pads[a + rank]
+        if n + pb + pe < 0 or -pb > n or -pe > n:
+            raise GraphError(f"pads {list(pads)} crop axis {a} of length {n} below nothing")
+        if mode != "constant" and (pb > 0 or pe > 0) and n == 0:
+            raise GraphError(f"pad mode {mode} has no values to repeat on empty axis {a}")
+        if mode == "reflect" and max(pb, pe) > n - 1:
+            raise GraphError(f"reflect pads {list(pads)} exceed axis {a} of length {n} "
+                             f"(at most {n - 1} per side); use mode edge or pad in steps")
+    return pads, mode, value
+
+
+def _pad_infer(ins, attrs):
+    x = ins[0]
+    pads, mode, _ = pad_attrs(x.shape, attrs)
+    rank = len(x.shape)
+    shape = tuple(n + pads[a] + pads[a + rank] for a, n in enumerate(x.shape))
+    return [(check_shape(shape, "pad result"), x.dtype)]
+
+
+def _pad_ref(xs, attrs):
+    x = xs[0]
+    pads, mode, value = pad_attrs(x.shape, attrs)
+    rank = x.ndim
+    # np.pad with the positive pads, then the negative ones crop (ONNX's definition:
+    # reflection is about the original edges)
+    pos = [(max(pads[a], 0), max(pads[a + rank], 0)) for a in range(rank)]
+    if mode == "constant":
+        with np.errstate(invalid="ignore"):
+            fill = np.asarray(value).astype(x.dtype)
+        y = np.pad(x, pos, mode="constant", constant_values=fill)
+    else:
+        y = np.pad(x, pos, mode="reflect" if mode == "reflect" else "edge")
+    sl = tuple(slice(-min(pads[a], 0), y.shape[a] + min(pads[a + rank], 0))
+               for a in range(rank))
+    return [np.array(y[sl], order="C")]
+
+
+def _pad_index(ctx, node, k, idx: Index) -> str:
+    src = node.inputs[0]
+    shape = ctx.shape(src)
+    pads, mode, value = pad_attrs(shape, node.attr_map)
+    rank = len(shape)
+    digits = idx.digits()
+    src_digits, inside = [], []
+    for a, n in enumerate(shape):
+        pb, pe = pads[a], pads[a + rank]
+        pos = add(digits[a], str(-pb))
+        if pb <= 0 and pe <= 0:
+            src_digits.append(pos)
+            continue
+        p = ctx.let(DType.int64, f"(long long){pos}")
+        if mode == "constant":
+            conds = ([f"{p} >= 0"] if pb > 0 else []) + ([f"{p} < {n}"] if pe > 0 else [])
+            inside.append(" && ".join(conds))
+            src_digits.append(f"wb_clampi({p}, 0, {n - 1})")
+        elif mode == "edge":
+            src_digits.append(f"wb_clampi({p}, 0, {n - 1})")
+        else:   # reflect about the edges: -1 -> 1, n -> n - 2
+            src_digits.append(f"({p} < 0 ? -{p} : ({p} > {n - 1} ? {2 * (n - 1)} - {p} : {p}))")
+    val = ctx.at(src, Index.from_digits(src_digits, shape))
+    if not inside:
+        return val
+    dt = ctx.dtype(node.outputs[0])
+    return ctx.let(dt.compute, f"(({' && '.join(inside)}) ? {val} : "
+                               f"{_c_number(value, dt)})")
+
+
+def _c_number(value, dt: DType) -> str:
+    """The pad value as C text in the compute type, rounded to the element type first
+    (as the reference stores it)."""
+    with np.errstate(invalid="ignore"):
+        v = np.asarray(value).astype(dt.np).item()
+    if dt.kind == "b":
+        return "1" if v else "0"
+    if dt.kind == "i":
+        return f"({int(v)}LL)" if dt is DType.int64 else f"({int(v)})"
+    v = float(np.float32(v))
+    if math.isnan(v):
+        return "NAN"
+    if math.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"({v!r}f)" if "e" in repr(v) or "." in repr(v) else f"({v!r}.0f)"
+
+
+register(OpDef("pad", Kind.layout, (1, 1), _pad_infer, _pad_ref, None,
+               "pad every axis by attr pads (begin..., end...; negative crops), mode "
+               "constant (attr value), edge or reflect", helpers=(CLAMPI,),
+               index=_pad_index, row_role=RowRole.never))
