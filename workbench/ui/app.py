@@ -368,7 +368,7 @@ class WorkbenchApp(w.VBox):
             return
         self.view.redraw(plan, overlay=None)
         self._set_message(f"preview: {plural(len(plan.groups), 'kernel')} (not applied: "
-                          "Apply or Cancel in the Transformations panel)")
+                          "Apply or Discard in the Transformations panel)")
 
     @_action
     def _apply_action(self, action) -> Plan | None:

@@ -5,7 +5,7 @@ Three parts, each over the app's Session (the app wires the callbacks):
 - **Transformations** -- every action :meth:`Session.actions` offers for the selected
   nodes, legal ones first with their predicted effect ("-1 kernel, -16.8 MB, 7.16 ->
   6.57 ms"), refused ones with the reason. Picking one *previews* it: the app draws
-  the plan as it would be and the numbers; Apply pushes it as a step, Cancel goes back.
+  the plan as it would be and the numbers; Apply pushes it as a step, Discard goes back.
 - **History** -- every step, clickable (jump to it: ``Session.goto``), and two steps
   compared side by side (``Session.compare``).
 - **Decisions** -- the planner's decisions of the current step with their reasons.
@@ -80,7 +80,8 @@ class TransformPanel(w.VBox):
         self.detail = w.HTML()
         self.apply_button = w.Button(description="Apply", button_style="success",
                                      disabled=True, layout=w.Layout(width="auto"))
-        self.cancel_button = w.Button(description="Cancel", disabled=True,
+        self.cancel_button = w.Button(description="Discard", disabled=True,
+                                      tooltip="leave the preview: draw the current plan",
                                       layout=w.Layout(width="auto"))
         self.steps = w.Select(options=[], rows=6, layout=w.Layout(width="100%"))
         self.goto_button = w.Button(description="Go to step", layout=w.Layout(width="auto"))
