@@ -177,9 +177,7 @@ def test_click_two_nodes_fuse_and_measure(lab_factory, page):
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_fuse_light.png")
     except Exception:
-        path = artifacts_dir() / "lab_fuse_light_FAILED.png"
-        page.screenshot(path=str(path))
-        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        failing_shot(page, server, "lab_fuse_light_FAILED.png")
         raise
     finally:
         server.shutdown_kernels()
@@ -198,9 +196,7 @@ def test_dark_theme_is_followed(lab_factory, page):
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_app_dark.png")
     except Exception:
-        path = artifacts_dir() / "lab_app_dark_FAILED.png"
-        page.screenshot(path=str(path))
-        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        failing_shot(page, server, "lab_app_dark_FAILED.png")
         raise
     finally:
         server.shutdown_kernels()
@@ -300,9 +296,7 @@ def test_ids_properties_source_map_and_export_in_lab(lab_factory, page, tmp_path
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_navigate_small.png")
     except Exception:
-        path = artifacts_dir() / "lab_navigate_small_FAILED.png"
-        page.screenshot(path=str(path))
-        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        failing_shot(page, server, "lab_navigate_small_FAILED.png")
         raise
     finally:
         server.shutdown_kernels()
@@ -366,9 +360,7 @@ def test_large_graph_fit_minimap_and_search_in_lab(lab_factory, page):
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_navigate_large.png")
     except Exception:
-        path = artifacts_dir() / "lab_navigate_large_FAILED.png"
-        page.screenshot(path=str(path))
-        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        failing_shot(page, server, "lab_navigate_large_FAILED.png")
         raise
     finally:
         server.shutdown_kernels()
@@ -396,9 +388,7 @@ def test_quickstart_notebook_runs_in_lab(lab_factory, page):
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_quickstart.png")
     except Exception:
-        path = artifacts_dir() / "lab_quickstart_FAILED.png"
-        page.screenshot(path=str(path))
-        print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
+        failing_shot(page, server, "lab_quickstart_FAILED.png")
         raise
     finally:
         server.shutdown_kernels()
