@@ -110,6 +110,9 @@ class WorkbenchApp(w.VBox):
         self._job: Job | None = None
         self._job_lock = threading.Lock()
         self.repeats = 10     # Measure's timed runs (the median is reported)
+        # Measure also reads each kernel's DRAM bytes from the hardware counters (Nsight
+        # Compute) on a GPU backend, shown beside the counted bytes; settable
+        self.counters = session.backend.target == "cuda"
         self.planner = w.Dropdown(options=list(PLANNERS), value="rules" if "rules" in PLANNERS
                                   else list(PLANNERS)[0], layout=w.Layout(width="110px"))
         self.overlay = w.Dropdown(options=OVERLAYS, value="none", description="color",
@@ -407,13 +410,18 @@ class WorkbenchApp(w.VBox):
         """Compile (progress shown), check against NumPy and time the current step;
         updates the plots, the code panel and the overlay."""
         with self._busy("measuring"):
-            m = self.session.measure(repeats=self.repeats)
+            m = self.session.measure(repeats=self.repeats, counters=self.counters)
         self._refresh()
         state = "all kernels match NumPy" if m.within_tolerance else \
             "SOME KERNELS DIFFER FROM NUMPY"
+        dram = ""
+        if self.counters:
+            dram = (f", DRAM {m.dram_bytes / 1e6:.4g} MB measured ({m.dram_source})"
+                    if m.dram_bytes == m.dram_bytes else f"; DRAM counters {m.dram_source}")
         self._set_message(f"step {self.session.position}: {m.latency_ms:.4g} ms, "
-                          f"{m.bytes_moved / 1e6:.4g} MB moved, {plural(m.kernels, 'kernel')} on "
-                          f"{m.device}; {state} (max rel. error {m.max_rel_error:.2g})",
+                          f"{m.bytes_moved / 1e6:.4g} MB moved{dram}, "
+                          f"{plural(m.kernels, 'kernel')} on {m.device}; {state} "
+                          f"(max rel. error {m.max_rel_error:.2g})",
                           refused=not m.within_tolerance)
         return m
 
@@ -541,7 +549,8 @@ class WorkbenchApp(w.VBox):
         """Disable (and afterwards restore) every control that changes the session."""
         controls = [c for k, c in self.buttons.items() if k != "Cancel"] + [
             self.search, self.planner, self.overlay, self.export_path, self.edge,
-            self.scheme, self.mapping, self.collapse_toggle]
+            self.scheme, self.mapping, self.collapse_toggle, self.transforms.list_button,
+            self.transforms.apply_button, self.transforms.goto_button]
         if busy:
             self._enabled_before = [c for c in controls if not c.disabled]
             for c in controls:
