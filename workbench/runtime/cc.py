@@ -51,6 +51,17 @@ def load_library(path) -> ctypes.CDLL:
         finally:
             del os.environ["OMP_WAIT_POLICY"]
 
+
+def _run(args: list[str]) -> subprocess.CompletedProcess:
+    """Run the compiler with a snapshot of the environment taken under the lock
+    ``load_library`` changes it under: a child started while another thread's
+    ``OMP_WAIT_POLICY`` was being set or removed would otherwise read the C ``environ``
+    array as it is reallocated (``execve`` failed with EFAULT, "Bad address", when
+    kernels compiled in parallel while others loaded)."""
+    with _env_lock:
+        env = dict(os.environ)
+    return subprocess.run(args, capture_output=True, text=True, env=env)
+
 # a kernel name becomes a file name in the cache and the symbol looked up: an identifier
 _KERNEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 
@@ -74,7 +85,7 @@ def find_compiler() -> tuple[str, str]:
     for cand in [os.environ.get("CC"), "cc", "gcc", "clang"]:
         if cand and shutil.which(cand):
             path = shutil.which(cand)
-            out = subprocess.run([path, "--version"], capture_output=True, text=True)
+            out = _run([path, "--version"])
             return path, (out.stdout.splitlines() or ["unknown"])[0]
     raise BackendUnavailable("no C compiler found (looked for $CC, cc, gcc, clang): install "
                              "one (apt-get install gcc) or use --backend reference")
@@ -88,8 +99,7 @@ def _check_toolchain() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         c = Path(tmp) / "empty.c"
         c.write_text("void wb_empty(void) {}\n")
-        r = subprocess.run([cc, *BASE_CFLAGS, str(c), "-o", str(Path(tmp) / "e.so")],
-                           capture_output=True, text=True)
+        r = _run([cc, *BASE_CFLAGS, str(c), "-o", str(Path(tmp) / "e.so")])
     if r.returncode != 0:
         last = (r.stderr.strip().splitlines() or ["unknown error"])[-1][:200]
         raise BackendUnavailable(f"the C compiler {cc} cannot build a shared library here "
@@ -124,8 +134,7 @@ def machine_cflags() -> tuple[str, ...]:
     with tempfile.TemporaryDirectory() as tmp:
         c, so = Path(tmp) / "p.c", Path(tmp) / "p.so"
         c.write_text(probe)
-        r = subprocess.run([cc, *BASE_CFLAGS, str(c), "-o", str(so), "-lmvec", "-lm"],
-                           capture_output=True, text=True)
+        r = _run([cc, *BASE_CFLAGS, str(c), "-o", str(so), "-lmvec", "-lm"])
         if r.returncode == 0:
             try:
                 load_library(so)
@@ -172,8 +181,7 @@ def build_library(name: str, src: str, origin: str = "", extra: bool = True) -> 
         with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
             c_file, so_tmp = Path(tmp) / f"{name}.c", Path(tmp) / "k.so"
             c_file.write_text(src)
-            r = subprocess.run([cc, *flags, str(c_file), "-o", str(so_tmp), *link_flags()],
-                               capture_output=True, text=True)
+            r = _run([cc, *flags, str(c_file), "-o", str(so_tmp), *link_flags()])
             if r.returncode != 0:
                 _check_toolchain()   # a compiler that cannot build anything: say so
                 raise WorkbenchError(
