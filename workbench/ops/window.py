@@ -134,13 +134,19 @@ def _window_index(ctx, node, k, idx: Index) -> str:
         conds = ([] if lo_ok else [f"{p} >= 0"]) + ([] if hi_ok else [f"{p} < {n}"])
         inside.append(" && ".join(conds))
         src_digits.append(f"wb_clampi({p}, 0, {n - 1})")
-    val = ctx.at(src, Index.from_digits(src_digits, shape))
+    return _padded_read(ctx, node, src, src_digits, shape, inside,
+                        lambda dt: _fill_c(node.attr("fill", "zero"), dt))
+
+
+def _padded_read(ctx, node, src, digits, shape, inside, fill) -> str:
+    """The element of ``src`` at ``digits`` (each in bounds: clamped), or ``fill(dt)``
+    (C text) where one of the ``inside`` conditions fails: branch-free padding, shared
+    by window and pad."""
+    val = ctx.at(src, Index.from_digits(digits, shape))
     if not inside:
         return val
     dt = ctx.dtype(node.outputs[0])
-    # branch-free: the read is always in bounds (clamped); padding selects the fill
-    return ctx.let(dt.compute, f"(({' && '.join(inside)}) ? {val} : "
-                               f"{_fill_c(node.attr('fill', 'zero'), dt)})")
+    return ctx.let(dt.compute, f"(({' && '.join(inside)}) ? {val} : {fill(dt)})")
 
 
 register(OpDef("window", Kind.layout, (1, 1), _window_infer, _window_ref, None,
@@ -298,12 +304,8 @@ def _pad_index(ctx, node, k, idx: Index) -> str:
             src_digits.append(f"wb_clampi({p}, 0, {n - 1})")
         else:   # reflect about the edges: -1 -> 1, n -> n - 2
             src_digits.append(f"({p} < 0 ? -{p} : ({p} > {n - 1} ? {2 * (n - 1)} - {p} : {p}))")
-    val = ctx.at(src, Index.from_digits(src_digits, shape))
-    if not inside:
-        return val
-    dt = ctx.dtype(node.outputs[0])
-    return ctx.let(dt.compute, f"(({' && '.join(inside)}) ? {val} : "
-                               f"{_c_number(value, dt)})")
+    return _padded_read(ctx, node, src, src_digits, shape, inside,
+                        lambda dt: _c_number(value, dt))
 
 
 def _c_number(value, dt: DType) -> str:
