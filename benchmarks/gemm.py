@@ -129,7 +129,7 @@ def run_block(name, module, inputs, tmp: Path, repeats: int) -> dict:
         row["torch_eager_ms"] = median_ms(time_fn(lambda: module(*targs), 3, repeats))
 
     s = Session(str(path), backend="cpu")
-    feed = dict(zip([v for v in s.graph.inputs], inputs))
+    feed = dict(zip(s.graph.inputs, inputs))
     for planner in ("rules", "stitch"):
         s.auto(planner)
         prog = s.program()

@@ -169,12 +169,17 @@ class Session:
     def goto(self, index: int) -> Plan:
         """Jump to any step of the history (as many undos or redos at once; nothing is
         dropped)."""
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
-                or not -len(self.history) <= index < len(self.history):
-            raise WorkbenchError(f"no step {index!r:.20}: the history has steps 0.."
-                                 f"{len(self.history) - 1}")
-        self.position = int(index) % len(self.history)
+        self.position = self._step_index(index, from_end=True)
         return self.plan
+
+    def _step_index(self, index, from_end: bool = False) -> int:
+        """A step of the history by its index (negative from the end, where allowed),
+        or the error naming the steps there are."""
+        n = len(self.history)
+        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
+                or not (-n if from_end else 0) <= index < n:
+            raise WorkbenchError(f"no step {index!r:.20}: the history has steps 0..{n - 1}")
+        return int(index) % n
 
     # -- what applies to a selection ---------------------------------------------
     def actions(self, refs: Iterable[str]) -> list:
@@ -197,18 +202,10 @@ class Session:
         method, args = action.call
         if action.plan is None:                  # tuning: measured, not previewed
             return getattr(self, method)(*args)
-        if not self._made_from_current(action):
+        if action.base != self.plan:
             raise WorkbenchError(f"{action.label} was offered for another plan than the "
                                  "current one; ask Session.actions again")
         return self._push(action.label, action.plan)
-
-    def _made_from_current(self, action) -> bool:
-        # the action's plan is what its call makes from the current plan
-        method, args = action.call
-        try:
-            return getattr(self.plan, method)(*args) == action.plan
-        except FusionRefused:
-            return False
 
     def compare(self, a: int, b: int) -> pd.DataFrame:
         """Two steps side by side: kernels, bytes moved (counted), predicted ms and,
@@ -216,11 +213,7 @@ class Session:
         change."""
         from .fusion.actions import effect
         cols = {}
-        for i in (a, b):
-            if isinstance(i, bool) or not isinstance(i, (int, np.integer)) \
-                    or not 0 <= i < len(self.history):
-                raise WorkbenchError(f"no step {i!r:.20}: the history has steps 0.."
-                                     f"{len(self.history) - 1}")
+        for i in map(self._step_index, (a, b)):
             st = self.history[i]
             e = effect(st.plan, self.cost_model)
             m = self._measurements.get(st.plan)

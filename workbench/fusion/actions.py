@@ -35,12 +35,13 @@ class Effect:
 
 @dataclass(frozen=True)
 class Action:
-    """One transformation of the current plan. ``call`` is the Session method and its
-    arguments (``("fuse", (("n1", "n2"),))``); ``plan`` and ``effect`` are None when
-    the action is refused (``reason`` says why) or cannot be priced without running
-    (tuning, whose effect is measured)."""
+    """One transformation of ``base`` (the plan it was offered for). ``call`` is the
+    Session method and its arguments (``("fuse", (("n1", "n2"),))``); ``plan`` and
+    ``effect`` are None when the action is refused (``reason`` says why) or cannot be
+    priced without running (tuning, whose effect is measured)."""
     label: str
     call: tuple[str, tuple]
+    base: Plan
     legal: bool
     reason: str = ""
     plan: Plan | None = None
@@ -147,17 +148,17 @@ def applicable_actions(plan: Plan, refs: Iterable[str], model: CostModel) -> lis
     legal, refused = [], []
     for label, call, make in candidates(plan, refs):
         if make is None:
-            legal.append(Action(label, call, True, "measured on the backend: launch "
+            legal.append(Action(label, call, plan, True, "measured on the backend: launch "
                                 "candidates are timed, the fastest kept"))
             continue
         try:
             new = make()
         except FusionRefused as e:
-            refused.append(Action(label, call, False, str(e)))
+            refused.append(Action(label, call, plan, False, str(e)))
             continue
         if new == plan:
-            refused.append(Action(label, call, False, "the plan would not change"))
+            refused.append(Action(label, call, plan, False, "the plan would not change"))
             continue
-        legal.append(Action(label, call, True, "", new, effect(new, model)))
+        legal.append(Action(label, call, plan, True, "", new, effect(new, model)))
     legal.sort(key=lambda a: (a.effect is None, a.effect.predicted_ms if a.effect else 0.0))
     return legal + refused
