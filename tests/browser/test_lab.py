@@ -35,17 +35,22 @@ GRAPH = REPO / "sample_graphs" / "layernorm.json"
 FIRST, SECOND = "n1", "n2"
 
 
-def app_notebook(server, name: str, measure: bool) -> str:
-    """Write a small notebook opening the app on GRAPH into the server root."""
+def lab_notebook(server, name: str, cells: list[str]) -> str:
+    """Write a notebook of these code cells into the server root."""
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
                                  "language": "python"}
-    cells = [f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')"]
-    if measure:
-        cells.append("m = app.measure()\nprint(app.message)")
     nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
     nbformat.write(nb, server.root / name)
     return name
+
+
+def app_notebook(server, name: str, measure: bool) -> str:
+    """Write a small notebook opening the app on GRAPH into the server root."""
+    cells = [f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')"]
+    if measure:
+        cells.append("m = app.measure()\nprint(app.message)")
+    return lab_notebook(server, name, cells)
 
 
 def plot_data(page) -> list:
@@ -203,15 +208,6 @@ def test_dark_theme_is_followed(lab_factory, page):
 
 
 # -- navigation, property panel, source map (issue 14) -------------------------------------
-def _notebook(server, name: str, cells: list[str]) -> str:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
-    nbformat.write(nb, server.root / name)
-    return name
-
-
 def _view_state(page) -> dict:
     """The graph view's zoom (data-scale), its rectangle and the minimap's view box."""
     return page.evaluate("""() => {
@@ -307,7 +303,7 @@ def test_large_graph_fit_minimap_and_search_in_lab(lab_factory, page):
     the minimap moves the view, and searching n1000 opens the collapsed box holding
     it and centres it."""
     server = lab_factory("light")
-    name = _notebook(server, "navigate_large.ipynb", [
+    name = lab_notebook(server, "navigate_large.ipynb", [
         f"import sys\nsys.path.insert(0, {json.dumps(str(REPO / 'sample_graphs'))})\n"
         "from make_samples import transformer_stack\nimport workbench as wb\n"
         "app = wb.open(transformer_stack(1020), backend='cpu')"])
@@ -396,15 +392,6 @@ def test_quickstart_notebook_runs_in_lab(lab_factory, page):
 
 # -- issue 14: the default Set-scheme path, labels after every mapping, plots before
 #    Measure, Measure with Cancel while the app answers, a bad file in one line ------
-def lab_notebook(server, name: str, cells: list[str]) -> str:
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                                 "language": "python"}
-    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
-    nbformat.write(nb, server.root / name)
-    return name
-
-
 def wait_message(page, pattern: str, timeout: float = 60_000) -> str:
     """Wait until the app's status line matches the regex; return its text."""
     page.wait_for_function(
