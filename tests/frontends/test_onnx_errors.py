@@ -49,6 +49,26 @@ def test_newer_opset_is_refused_naming_the_supported_range():
     assert load_onnx(ok).outputs == ("y",)
 
 
+def test_older_opset_imports_when_no_op_changed_since_and_is_refused_naming_what_did():
+    # And kept its opset-7 definition through opset 13: an opset-7 model means what it
+    # would at 13, so it imports and runs as onnxruntime runs it
+    B = TensorProto.BOOL
+    m = model([helper.make_node("And", ["a", "b"], ["y"])], [("a", B, [3, 4]), ("b", B, [4])],
+              [("y", B, [3, 4])], opset=7, check=True)
+    g = load_onnx(m)
+    rng = np.random.default_rng(7)
+    a, b = rng.random((3, 4)) < 0.5, rng.random(4) < 0.5
+    (ours,) = run_reference(g, {"a": a, "b": b}).values()
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(ours, sess.run(None, {"a": a, "b": b})[0])
+    # Softmax changed at 13 (it flattened from the axis on before): refused, by name
+    old = model([helper.make_node("Softmax", ["x"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+                [("x", F32, [2, 3, 4])], [("z", F32, [2, 3, 4])], opset=11)
+    text = refused(old, "opset 11")
+    assert "Relu, Softmax changed between opset 11 and 13" in text
+    assert "convert_version(model, 13)" in text
+
+
 def test_transpose_perm_that_is_not_a_permutation_is_the_models_fault():
     m = model([helper.make_node("Transpose", ["x"], ["y"], perm=[0, 0], name="t")],
               [("x", F32, [4, 8])], [("y", F32, [4, 4])])

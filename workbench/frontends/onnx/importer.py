@@ -125,15 +125,41 @@ def _default_opset(proto: onnx.ModelProto, label: str) -> int:
     versions = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
     opset = versions[0] if versions else 1
     if opset < MIN_OPSET:
-        raise GraphError(f"{label} uses opset {opset}; the importer reads opsets "
-                         f"{MIN_OPSET} to {MAX_OPSET} -- upgrade it with "
-                         f"onnx.version_converter.convert_version(model, {MIN_OPSET})")
+        changed = _changed_since(proto, opset)
+        if changed:
+            shown_ops = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more"
+                                                 if len(changed) > 5 else "")
+            raise GraphError(f"{label} uses opset {opset}, and {shown_ops} changed between "
+                             f"opset {opset} and {MIN_OPSET}: the importer reads opsets "
+                             f"{MIN_OPSET} to {MAX_OPSET} (older ones only where no op "
+                             "changed) -- upgrade it with "
+                             f"onnx.version_converter.convert_version(model, {MIN_OPSET})")
     if opset > MAX_OPSET:
         raise GraphError(f"{label} uses opset {opset}, newer than the importer knows; it "
                          f"reads opsets {MIN_OPSET} to {MAX_OPSET} -- convert the model with "
                          f"onnx.version_converter.convert_version(model, {MAX_OPSET}) or "
                          "export it for an older opset")
     return opset
+
+
+def _changed_since(proto: onnx.ModelProto, opset: int) -> list[str]:
+    """The default-domain op types of the model whose definition at ``opset`` is not
+    the one in force at ``MIN_OPSET`` (or that did not exist yet). A model older than
+    ``MIN_OPSET`` whose every op kept its definition means what it would mean at
+    ``MIN_OPSET`` (ONNX bumps an op's version whenever its meaning changes), so the
+    handlers, written for ``MIN_OPSET`` on, read it as it is."""
+    ops = {n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")}
+    changed = []
+    for op in sorted(ops):
+        try:
+            old = onnx.defs.get_schema(op, opset).since_version
+            new = onnx.defs.get_schema(op, MIN_OPSET).since_version
+        except onnx.defs.SchemaError:     # unknown then (or at all): not the same op
+            changed.append(op)
+            continue
+        if old != new:
+            changed.append(op)
+    return changed
 
 
 # ---------------------------------------------------------------------------------
