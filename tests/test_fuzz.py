@@ -48,7 +48,8 @@ def test_drawn_cases_reach_what_they_are_meant_to():
         for x in ins.values():
             if x.dtype.kind == "f":
                 specials |= bool(np.isnan(x).any() or np.isinf(x).any())
-    assert dtypes == {DType.float32, DType.float16, DType.int32, DType.int64, DType.bool}
+    assert dtypes == {DType.float32, DType.float16, DType.int32, DType.int64, DType.int8,
+                      DType.uint8, DType.uint64, DType.bool}
     assert {"cast", "gather", "matmul", "where", "concat", "split", "div"} <= ops, ops
     assert empty and long_rows and specials
 

@@ -98,6 +98,10 @@ def _assert_close(name, expected, got):
         np.testing.assert_allclose(got.astype(np.float64),
                                    expected.astype(np.float32).astype(np.float64),
                                    rtol=rtol, atol=atol, equal_nan=True, err_msg=name)
+    elif expected.dtype.name.startswith(("float8", "float4")):
+        # FP8/FP4 (ml_dtypes): exact, compared as float32 (whose NaN NumPy knows)
+        np.testing.assert_array_equal(got.astype(np.float32),
+                                      expected.astype(np.float32), err_msg=name)
     elif expected.dtype in TOLERANCE:
         rtol, atol = TOLERANCE[expected.dtype]
         np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64),

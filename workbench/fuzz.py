@@ -1,7 +1,7 @@
 """A differential fuzzer: random graphs and random plans, every kernel against NumPy.
 
-Each case is drawn from one seed: a graph of mixed dtypes (float32, float16, int32,
-int64, bool) with empty and size-1 axes, layout ops, casts, gathers and matmuls; inputs
+Each case is drawn from one seed: a graph of mixed dtypes (float32, float16, int8,
+int32, int64, uint8, uint64, bool) with empty and size-1 axes, layout ops, casts, gathers and matmuls; inputs
 holding boundary values (integer extremes, 0 and -1 divisors, inf, NaN, huge and negative
 gather indices); and a sequence of plan edits a user or a planner might make -- fusing
 neighbours or any two kernels, splitting, stitch schemes, all four thread mappings,
@@ -36,6 +36,9 @@ from .errors import FusionRefused, GraphError
 from .ir import DType, Graph, GraphBuilder
 
 F32, F16, I32, I64, B = DType.float32, DType.float16, DType.int32, DType.int64, DType.bool
+# the narrow and unsigned integers: int8 wraps soonest, uint64 holds what no long long does
+I8, U8, U64 = DType.int8, DType.uint8, DType.uint64
+INTS = [I32, I64, I8, U8, U64]
 FLOAT_UNARY = ["neg", "abs", "exp", "tanh", "sigmoid", "relu", "sin", "cos", "erf"]
 POSITIVE_UNARY = ["log", "sqrt", "rsqrt", "reciprocal"]
 FLOAT_BINARY = ["add", "sub", "mul", "max", "min", "div", "pow"]
@@ -184,7 +187,7 @@ class _Drawer:
         x = self.of("fib")
         if x is None:
             return None
-        to = self.pick([F32, F16, I32, I64, B])
+        to = self.pick([F32, F16, *INTS, B])
         if x.dtype.kind == "f" and to.kind in "ib" and x.name not in self.exact:
             to = F32 if x.dtype is F16 else F16
         return self.b.op("cast", x, to=to.value)
@@ -266,7 +269,7 @@ def draw_graph(seed: int, max_ops: int = 10) -> Graph:
     dt = d.pick([F32, F32, F32, F16])
     d.input(d.shape(), dt)
     if d.rng.random() < 0.5:
-        d.input(d.shape(), d.pick([I32, I64]))
+        d.input(d.shape(), d.pick(INTS))
     if d.rng.random() < 0.3:
         d.input(d.shape(), B)
     made = []
@@ -307,8 +310,11 @@ def draw_inputs(g: Graph, seed: int) -> dict[str, np.ndarray]:
             a = rng.integers(-10, 10, n)
         elif v.dtype.kind == "i":
             info = np.iinfo(v.dtype.np)
-            edges = np.array([info.min, info.max, 0, -1, 1, info.min + 1], np.int64)
-            a = rng.integers(-100, 100, n)
+            edges = np.array([int(info.min), int(info.max), 0, 1, int(info.min) + 1,
+                              int(info.max) - 1], v.dtype.np)
+            if v.dtype.signed:
+                edges = np.append(edges, np.array(-1, v.dtype.np))
+            a = rng.integers(-100 if v.dtype.signed else 0, 100, n).astype(v.dtype.np)
         else:
             big = 60000.0 if v.dtype is F16 else 1e30
             edges = np.array([0.0, -0.0, 1.0, -1.0, big, -big, np.inf, -np.inf, np.nan])

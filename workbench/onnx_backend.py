@@ -23,6 +23,7 @@ from onnx.backend.base import Backend, BackendRep, Device, DeviceType, namedtupl
 
 from .errors import BackendUnavailable, GraphError, WorkbenchError
 from .frontends import load_onnx
+from .frontends.onnx.common import held_elem_types, widened
 from .ir import Graph
 
 Runner = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
@@ -33,12 +34,13 @@ class WorkbenchRep(BackendRep):
     and returns the outputs in graph order as a namedtuple-like (index or name)."""
 
     def __init__(self, graph: Graph, runner: Runner, session: Any = None,
-                 bf16_outputs: frozenset = frozenset()):
+                 narrowed: Mapping[str, Any] | None = None):
         self.graph, self._runner, self.session = graph, runner, session
         self._outputs_type = namedtupledict("Outputs", list(graph.outputs))
-        # outputs the model declares bfloat16: held in float32 (already rounded), handed
-        # back as ml_dtypes.bfloat16, as the model's caller expects
-        self._bf16 = bf16_outputs
+        # outputs the model declares bfloat16, FP8, FP4, INT4...: held in a wider type
+        # (already rounded or wrapped), handed back in the declared (ml_dtypes) type,
+        # as the model's caller expects
+        self._narrowed = dict(narrowed or {})
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[Any, ...]:
         feeds = self._feeds(inputs)
@@ -47,10 +49,8 @@ class WorkbenchRep(BackendRep):
                                     for o in self.graph.outputs])
 
     def _as_declared(self, name: str, a: np.ndarray) -> np.ndarray:
-        if name in self._bf16:
-            import ml_dtypes
-            return a.astype(ml_dtypes.bfloat16)
-        return a
+        dt = self._narrowed.get(name)
+        return a if dt is None else a.astype(dt)
 
     def _feeds(self, inputs: Any) -> dict[str, np.ndarray]:
         names = list(self.graph.inputs)
@@ -66,20 +66,22 @@ class WorkbenchRep(BackendRep):
 
 
 def _held(a: Any) -> np.ndarray:
-    """An input as the workbench holds it: bfloat16 (ml_dtypes) widened to float32."""
-    a = np.asarray(a)
-    return a.astype(np.float32) if a.dtype.name == "bfloat16" else a
+    """An input as the workbench holds it (bfloat16, FP8, FP4 as float32; INT4 and
+    the like as int8/uint8)."""
+    return widened(np.asarray(a))
 
 
-def _bf16_outputs(model: Any) -> frozenset:
-    """The names of the outputs a model declares bfloat16."""
+def _narrowed_outputs(model: Any) -> dict[str, Any]:
+    """Output name -> NumPy (ml_dtypes) type, for the outputs a model declares in a
+    type the workbench holds wider."""
     try:
         proto = model if isinstance(model, onnx.ModelProto) else \
             onnx.load(str(model), load_external_data=False)
     except Exception:  # noqa: BLE001 -- load_onnx has already read it; nothing to add
-        return frozenset()
-    return frozenset(v.name for v in proto.graph.output
-                     if v.type.tensor_type.elem_type == onnx.TensorProto.BFLOAT16)
+        return {}
+    held = held_elem_types()
+    return {v.name: onnx.helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
+            for v in proto.graph.output if v.type.tensor_type.elem_type in held}
 
 
 def _resolve_backend(device: str, backend: str) -> str:
@@ -112,7 +114,7 @@ class WorkbenchBackend(Backend):
             raise BackendUnavailable(f"device {device!r:.40} is not available here; use 'CPU'")
         graph = load_onnx(model, input_shapes=input_shapes)
         run, session = _runner(graph, planner, _resolve_backend(device, backend))
-        return WorkbenchRep(graph, run, session, _bf16_outputs(model))
+        return WorkbenchRep(graph, run, session, _narrowed_outputs(model))
 
     @classmethod
     def run_model(cls, model: "onnx.ModelProto | str | Path", inputs: Any,

@@ -24,7 +24,8 @@ from workbench.runtime import run_reference
 from workbench.session import Session
 
 F32, F16, I32, I64, B = DType.float32, DType.float16, DType.int32, DType.int64, DType.bool
-ALL_DTYPES = [F32, F16, I32, I64, B]
+# (int8 wraps soonest; uint8 and uint64 are the unsigned ends)
+ALL_DTYPES = [F32, F16, I32, I64, DType.int8, DType.uint8, DType.uint64, B]
 
 # -- the op inventory: adding an op to the registry without adding it here fails --------
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
@@ -39,8 +40,10 @@ OPAQUE = ["matmul", "conv2d", "conv"]
 # the indexing family: kernels and references in tests/ops/test_indexing_ops.py
 INDEXING_LAYOUT = ["gather_elements", "gather_nd", "trilu"]
 INDEXING_LIBRARY = ["argmax", "argmin", "topk", "cumsum", "scatter_elements", "scatter_nd"]
+# FP8/FP4/E8M0 rounding: kernels and references in tests/ops/test_minifloat.py
+MINIFLOAT = ["round_float"]
 COVERED = UNARY + BINARY + SPECIAL_ELEMENTWISE + REDUCE + LAYOUT + OPAQUE
-COVERED += INDEXING_LAYOUT + INDEXING_LIBRARY
+COVERED += INDEXING_LAYOUT + INDEXING_LIBRARY + MINIFLOAT
 
 
 def test_every_registered_op_is_covered():
@@ -52,7 +55,7 @@ def test_every_registered_op_is_covered():
 
 
 def test_op_kinds_match_the_inventory():
-    for name in UNARY + BINARY + SPECIAL_ELEMENTWISE:
+    for name in UNARY + BINARY + SPECIAL_ELEMENTWISE + MINIFLOAT:
         assert get_op(name).kind is Kind.elementwise, name
     for name in REDUCE:
         assert get_op(name).kind is Kind.reduce, name

@@ -25,6 +25,7 @@ from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
 from ..fusion.schedule import Schedule, group_io
 from ..ir import DType, Graph
+from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
                   Launch, LibraryCall, Let, Load, Loop, OncePerBlock, Scratch, Store)
@@ -39,23 +40,6 @@ def identifier(text: str) -> str:
     s = re.sub(r"[^A-Za-z0-9_]", "_", text)
     return s if s and not s[0].isdigit() else "_" + s
 
-
-def c_literal(x, dt: DType) -> str:
-    """A scalar constant as C text in the compute type."""
-    x = np.asarray(x).reshape(()).item()
-    if dt.kind == "b":
-        return "1" if x else "0"
-    if dt.kind == "i":
-        return f"{int(x)}LL" if dt is DType.int64 else str(int(x))
-    f = float(np.float32(x))
-    if np.isnan(f):
-        return "NAN"
-    if np.isinf(f):
-        return "INFINITY" if f > 0 else "(-INFINITY)"
-    r = repr(f)
-    if "e" not in r and "." not in r:
-        r += ".0"
-    return f"{r}f" if not r.startswith("-") else f"({r}f)"
 
 
 class _Scope:
@@ -311,11 +295,19 @@ class _Lowerer:
 
     def _accumulator(self, r):
         """(accumulator type, identity, combiner) of reduction r: integers accumulate
-        in 64 bits (a mean of int32 must not wrap at 2^31; NumPy sums them in int64)."""
+        in 64 bits (a mean of int32 must not wrap at 2^31; NumPy sums them in int64),
+        unsigned ones unsigned (a uint64 past 2^63 is no long long)."""
         src = self.g.value(r.inputs[0]).dtype.compute
         comb = get_op(r.op).combiner
-        dt = DType.int64 if src.kind == "i" else src
+        dt = src if src.kind != "i" else (DType.int64 if src.signed else DType.uint64)
         return dt, comb.identity(src.kind, src.value), comb
+
+    def _result(self, r, acc: str, dt: DType) -> str:
+        """Reduction r's value as its consumers in the kernel read it: a 64-bit integer
+        accumulator wrapped to the output's type first (an int8 sum is an int8, also
+        when a cast to float follows it in the same kernel)."""
+        out = self.g.value(r.outputs[0]).dtype.compute
+        return acc if out is dt else f"(({out.c_compute}){acc})"
 
     def _finish(self, comb, acc: str, dt: DType, node: str = "") -> Assign:
         cols = self.sched.cols
@@ -354,7 +346,7 @@ class _Lowerer:
                                                    slot, width))
             if comb.finish_mean:
                 row_scope.stmts.append(self._finish(comb, acc, dt, r.id))
-            self.reduce_var[r.outputs[0]] = acc
+            self.reduce_var[r.outputs[0]] = self._result(r, acc, dt)
             self.flops += 1
         stores = self._per_row_stores(row_scope, dom)
         if stores:
@@ -427,7 +419,7 @@ class _Lowerer:
                     Assign(acc, comb.combine(dt.kind).format(acc, t), r.id))))
                 if comb.finish_mean:
                     scope.stmts.append(self._finish(comb, acc, dt, r.id))
-                self.reduce_var[r.outputs[0]] = acc
+                self.reduce_var[r.outputs[0]] = self._result(r, acc, dt)
             return scope
 
         for j, r in enumerate(reduces):

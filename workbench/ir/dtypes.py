@@ -22,8 +22,14 @@ class UnsupportedDType(GraphError, ValueError):
 class DType(enum.Enum):
     float32 = "float32"
     float16 = "float16"
+    int8 = "int8"
+    int16 = "int16"
     int32 = "int32"
     int64 = "int64"
+    uint8 = "uint8"
+    uint16 = "uint16"
+    uint32 = "uint32"
+    uint64 = "uint64"
     bool = "bool"
 
     @property
@@ -44,13 +50,19 @@ class DType(enum.Enum):
         return "f" if self.is_float else ("b" if self is DType.bool else "i")
 
     @property
+    def signed(self) -> bool:
+        """False for the unsigned integer types (whose values no 64-bit signed type
+        holds: uint64 accumulates, divides and compares unsigned)."""
+        return self.np.kind != "u"
+
+    @property
     def compute(self) -> "DType":
         """The type arithmetic is done in inside a kernel."""
         return DType.float32 if self is DType.float16 else self
 
     @property
     def short(self) -> str:
-        """The short name drawings and IR listings use (f32, f16, i32, i64, bool)."""
+        """The short name drawings and IR listings use (f32, f16, i8, u8, i64, bool...)."""
         return SHORT_NAMES[self]
 
     @property
@@ -73,24 +85,42 @@ class DType(enum.Enum):
 SHORT_NAMES = {
     DType.float32: "f32",
     DType.float16: "f16",
+    DType.int8: "i8",
+    DType.int16: "i16",
     DType.int32: "i32",
     DType.int64: "i64",
+    DType.uint8: "u8",
+    DType.uint16: "u16",
+    DType.uint32: "u32",
+    DType.uint64: "u64",
     DType.bool: "bool",
+}
+
+# The integer types with their C type. Narrow integers compute in their own type: C
+# promotes them to int for each operation and the wrapping helpers take them in 64
+# bits, so storing the result back wraps it as NumPy's arithmetic in that type does.
+C_INT = {
+    DType.int8: "signed char",
+    DType.int16: "short",
+    DType.int32: "int",
+    DType.int64: "long long",
+    DType.uint8: "unsigned char",
+    DType.uint16: "unsigned short",
+    DType.uint32: "unsigned int",
+    DType.uint64: "unsigned long long",
 }
 
 # C types: what kernels compute in (half precision in float, bool as int 0/1), and what
 # sits in memory in C (a target whose storage differs, CUDA's __half, overrides it).
 C_COMPUTE = {
     DType.float32: "float",
-    DType.int32: "int",
-    DType.int64: "long long",
+    **C_INT,
     DType.bool: "int",
 }
 C_STORAGE = {
     DType.float32: "float",
     DType.float16: "_Float16",
-    DType.int32: "int",
-    DType.int64: "long long",
+    **C_INT,
     DType.bool: "unsigned char",
 }
 
@@ -100,7 +130,33 @@ C_STORAGE = {
 TOLERANCE = {
     DType.float32: 1e-4,
     DType.float16: 2e-2,
-    DType.int32: 0.0,
-    DType.int64: 0.0,
+    **{d: 0.0 for d in C_INT},
     DType.bool: 0.0,
 }
+
+
+def c_int_literal(v: int, dt: DType) -> str:
+    """An integer constant as C text of type ``dt`` (suffixed where int would not hold
+    it: a 64-bit or unsigned 32-bit value)."""
+    suffix = {DType.int64: "LL", DType.uint64: "ULL", DType.uint32: "U"}.get(dt, "")
+    text = f"{int(v)}{suffix}"
+    return f"({text})" if v < 0 else text
+
+
+def c_literal(x, dt: DType) -> str:
+    """A scalar constant as C text in ``dt``'s compute type (negative ones in
+    parentheses, so that the text is one term wherever it is put)."""
+    x = np.asarray(x).reshape(()).item()
+    if dt.kind == "b":
+        return "1" if x else "0"
+    if dt.kind == "i":
+        return c_int_literal(int(x), dt)
+    f = float(np.float32(x))
+    if np.isnan(f):
+        return "NAN"
+    if np.isinf(f):
+        return "INFINITY" if f > 0 else "(-INFINITY)"
+    r = repr(f)
+    if "e" not in r and "." not in r:
+        r += ".0"
+    return f"{r}f" if not r.startswith("-") else f"({r}f)"

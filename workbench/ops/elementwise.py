@@ -10,16 +10,22 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..ir.dtypes import DType
+from ..ir.dtypes import C_INT, DType, c_int_literal
 from .registry import Helper, Kind, OpDef, broadcast_shapes, register
 
 # -- prelude helpers the scalar expressions call --------------------------------------
-LIMITS = Helper("WB_MIN/MAX", r"""
-#define WB_MIN_int32 (-2147483647 - 1)
-#define WB_MAX_int32 2147483647
-#define WB_MIN_int64 (-9223372036854775807LL - 1)
-#define WB_MAX_int64 9223372036854775807LL
-""")
+def _limits_text() -> str:
+    lines = []
+    for dt, ctype in C_INT.items():
+        info = np.iinfo(dt.np)
+        lo = c_int_literal(info.min, dt) if info.min == 0 else \
+            f"({c_int_literal(info.min + 1, dt)} - 1)"   # -2^63 is no literal
+        lines.append(f"#define WB_MIN_{dt.value} (({ctype}){lo})")
+        lines.append(f"#define WB_MAX_{dt.value} (({ctype}){c_int_literal(info.max, dt)})")
+    return "\n" + "\n".join(lines) + "\n"
+
+
+LIMITS = Helper("WB_MIN/MAX", _limits_text())
 FMAX = Helper("wb_fmax", r"""/* NaN-propagating max/min, as NumPy's maximum/minimum (fmaxf would drop the NaN) */
 /* (| not ||: no short circuit, so loops over them still vectorize) */
 WB_FN float wb_fmax(float a, float b) { return ((a != a) | (a > b)) ? a : b; }
@@ -36,23 +42,36 @@ IDIV = Helper("wb_idiv", r"""/* integer division truncates toward zero; x / 0 gi
    instead of trapping */
 WB_FN long long wb_idiv(long long a, long long b) { return b == 0 ? 0 : (b == -1 ? wb_wsub(0, a) : a / b); }
 """)
-IPOW = Helper("wb_ipow", r"""WB_FN long long wb_ipow(long long a, long long b) {
-  unsigned long long r = 1, x = (unsigned long long)a;
-  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+IPOW = Helper("wb_ipow", r"""WB_FN unsigned long long wb_upow(unsigned long long x, unsigned long long b) {
+  unsigned long long r = 1;
   while (b) { if (b & 1) r *= x; x *= x; b >>= 1; }
-  return (long long)r;
+  return r;
+}
+WB_FN long long wb_ipow(long long a, long long b) {
+  if (b < 0) return a == 1 ? 1 : (a == -1 ? ((b & 1) ? -1 : 1) : 0);
+  return (long long)wb_upow((unsigned long long)a, (unsigned long long)b);
 }
 """)
-F2I = Helper("wb_f2i", r"""/* float -> int saturates and maps NaN to 0, as NumPy does on x86 */
-WB_FN int wb_f2i_int32(float x) {
-  return x != x ? 0 : (x >= 2147483647.0f ? WB_MAX_int32 :
-         (x <= -2147483648.0f ? WB_MIN_int32 : (int)x));
-}
-WB_FN long long wb_f2i_int64(float x) {
-  return x != x ? 0 : (x >= 9.2233720e18f ? WB_MAX_int64 :
-         (x <= -9.2233720e18f ? WB_MIN_int64 : (long long)x));
-}
-""")
+# unsigned values may not fit a long long (uint64): divided and raised unsigned, where
+# nothing overflows but x / 0 (0, as for signed integers)
+UDIV = Helper("wb_udiv", "WB_FN unsigned long long wb_udiv(unsigned long long a, "
+              "unsigned long long b) { return b == 0 ? 0 : a / b; }\n")
+def _f2i_text() -> str:
+    """float -> int saturates and maps NaN to 0, as NumPy does on x86 (C leaves an
+    out-of-range conversion undefined): one function per integer type. The bounds are
+    float constants; where the type's limit is no float (2^31 - 1) the comparison is
+    with the next float up, which only the limit itself reaches."""
+    out = ["/* float -> int saturates and maps NaN to 0, as NumPy does on x86 */"]
+    for dt, ctype in C_INT.items():
+        info = np.iinfo(dt.np)
+        hi, lo = float(np.float32(info.max)), float(np.float32(info.min))
+        out.append(f"WB_FN {ctype} wb_f2i_{dt.value}(float x) {{\n"
+                   f"  return x != x ? 0 : (x >= {hi!r}f ? WB_MAX_{dt.value} :\n"
+                   f"         (x <= {lo!r}f ? WB_MIN_{dt.value} : ({ctype})x));\n}}")
+    return "\n".join(out) + "\n"
+
+
+F2I = Helper("wb_f2i", _f2i_text())
 # A cast to float16 inside a kernel rounds there, as it would between kernels (the value
 # is then kept in float like every half value, but it is a half value)
 ROUND_F16 = Helper("wb_round_f16",
@@ -148,8 +167,9 @@ def _erf(x):
 
 
 def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, doc="",
-            helpers=(), slopes=lambda a, b, y: (1.0, 1.0)):
-    """slopes(a, b, y): (|dy/da|, |dy/db|) in float64."""
+            helpers=(), slopes=lambda a, b, y: (1.0, 1.0), scalar_u=None):
+    """slopes(a, b, y): (|dy/da|, |dy/db|) in float64; scalar_u: the unsigned integers'
+    expression where it is not scalar_i's."""
     def infer(ins, attrs):
         dt = _same_dtype(name, ins)
         if dt.kind not in kinds:
@@ -157,8 +177,13 @@ def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, d
         return [(broadcast_shapes(ins[0].shape, ins[1].shape), out or dt)]
 
     def scalar(args, in_dt, out_dt, attrs):
-        return (scalar_f if in_dt[0].kind == "f" else (scalar_i or scalar_f)).format(
-            *args, t=out_dt.c_compute)
+        if in_dt[0].kind == "f":
+            expr = scalar_f
+        elif scalar_u and not in_dt[0].signed:
+            expr = scalar_u
+        else:
+            expr = scalar_i or scalar_f
+        return expr.format(*args, t=out_dt.c_compute)
 
     def reference(xs, attrs):
         a, b = xs
@@ -177,10 +202,11 @@ _binary("mul", "({0} * {1})", np.multiply, scalar_i="(({t})wb_wmul({0}, {1}))",
         helpers=(WRAP,), slopes=lambda a, b, y: (np.abs(b), np.abs(a)))
 _binary("div", "({0} / {1})",
         lambda a, b: np.true_divide(a, b) if a.dtype.kind == "f" else _int_div(a, b),
-        scalar_i="(({t})wb_idiv({0}, {1}))", helpers=(WRAP, IDIV),
-        slopes=lambda a, b, y: (1 / np.abs(b), np.abs(y / b)))
+        scalar_i="(({t})wb_idiv({0}, {1}))", scalar_u="(({t})wb_udiv({0}, {1}))",
+        helpers=(WRAP, IDIV, UDIV), slopes=lambda a, b, y: (1 / np.abs(b), np.abs(y / b)))
 _binary("pow", "powf({0}, {1})", lambda a, b: _int_pow(a, b) if a.dtype.kind in "iu"
-        else np.power(a, b), scalar_i="(({t})wb_ipow({0}, {1}))", flops=8, helpers=(IPOW,),
+        else np.power(a, b), scalar_i="(({t})wb_ipow({0}, {1}))",
+        scalar_u="(({t})wb_upow({0}, {1}))", flops=8, helpers=(IPOW,),
         slopes=lambda a, b, y: (np.abs(b * y / a), np.abs(y * np.log(np.abs(a)))),
         doc="a ** b; for integers it wraps around, and a negative exponent gives 1 for "
             "base 1, +-1 for base -1 (by the exponent's parity) and 0 otherwise (base 0 "
@@ -214,10 +240,10 @@ register(OpDef("where", Kind.elementwise, (3, 3), _where_infer,
 
 
 def cast_target(attrs) -> DType:
-    """attr to: a dtype name (float32, float16, int32, int64, bool) or a DType."""
+    """attr to: a dtype name (float32, float16, int8 ... uint64, bool) or a DType."""
     if "to" not in attrs:
-        raise GraphError("attr to is required: the dtype to convert to (float32, float16, "
-                         "int32, int64 or bool)")
+        raise GraphError("attr to is required: the dtype to convert to ("
+                         f"{', '.join(d.value for d in DType)})")
     to = attrs["to"]
     if isinstance(to, (bool, np.bool_)) or not isinstance(to, (str, DType, type, np.dtype)):
         raise GraphError(f"unsupported dtype {to!r:.40} in attr to; supported: "

@@ -72,7 +72,7 @@ def _make(name, np_fn, combiner, scale_fn, helpers=(), empty=None):
         out = reduced_shape(x.shape, axes, keep)
         if math.prod(out) == 0:      # nothing to compute (NumPy's max would raise)
             return [np.zeros(out, x.dtype)]
-        if np_fn is np.mean and x.dtype.kind == "i":
+        if np_fn is np.mean and x.dtype.kind in "iu":
             return [_int_mean(acc, axes, keep).astype(x.dtype)]
         with np.errstate(all="ignore"):
             r = np_fn(acc, axis=axes, keepdims=keep)
@@ -97,10 +97,11 @@ def _int_mean(x, axes, keep):
     """An integer mean as the kernels take it: the sum in 64 bits, divided exactly
     (truncated); over an empty axis 0 (NumPy would give NaN, which no integer holds)."""
     n = int(np.prod([x.shape[a] for a in axes])) if axes else 1
-    s = np.sum(x.astype(np.int64), axis=axes, keepdims=keep)
+    acc = np.int64 if x.dtype.kind == "i" else np.uint64   # unsigned sums stay unsigned
+    s = np.sum(x.astype(acc), axis=axes, keepdims=keep)
     if n == 0:
         return np.zeros_like(s)
-    return _int_div(s, np.int64(n))
+    return _int_div(s, acc(n))
 
 
 # error scales (over the inputs' magnitudes, ops.magnitude): a sum or mean of them; the

@@ -18,6 +18,9 @@ WB_FN long long wb_imod(long long a, long long b, int floor) {
   return (floor && r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
 """)
+# unsigned values may not fit a long long (uint64); no sign to move, x % 0 is 0
+UMOD = Helper("wb_umod", "WB_FN unsigned long long wb_umod(unsigned long long a, "
+              "unsigned long long b) { return b == 0 ? 0 : a % b; }\n")
 # NumPy's float remainder (npy_divmod): fmod, moved into the divisor's sign; a zero
 # result takes the divisor's sign
 FMOD = Helper("wb_fmod", r"""WB_FN float wb_pymod(float a, float b) {
@@ -44,6 +47,8 @@ def _mod_scalar(args, in_dt, out_dt, attrs):
     a, b = args
     if in_dt[0].kind == "f":
         return f"fmodf({a}, {b})" if _fmod_attr(attrs) else f"wb_pymod({a}, {b})"
+    if not in_dt[0].signed:
+        return f"(({out_dt.c_compute})wb_umod({a}, {b}))"
     return f"(({out_dt.c_compute})wb_imod({a}, {b}, {0 if _fmod_attr(attrs) else 1}))"
 
 
@@ -53,6 +58,10 @@ def _mod_ref(xs, attrs):
         if a.dtype.kind == "f":
             r = np.fmod(a, b) if _fmod_attr(attrs) else np.mod(a, b)
             return [np.asarray(r).astype(a.dtype)]
+        if a.dtype.kind == "u":
+            au, bu = np.broadcast_arrays(a.astype(np.uint64), b.astype(np.uint64))
+            r = np.mod(au, np.where(bu == 0, np.uint64(1), bu))
+            return [np.where(bu == 0, np.uint64(0), r).astype(a.dtype)]
         a64, b64 = np.broadcast_arrays(a.astype(np.int64), b.astype(np.int64))
         safe = np.where((b64 == 0) | (b64 == -1), 1, b64)
         r = np.fmod(a64, safe) if _fmod_attr(attrs) else np.mod(a64, safe)
@@ -62,7 +71,7 @@ def _mod_ref(xs, attrs):
 register(OpDef("mod", Kind.elementwise, (2, 2), _mod_infer, _mod_ref, _mod_scalar,
                "remainder of a / b; attr fmod true: the dividend's sign (C fmod), false: "
                "the divisor's (Python's %); integer x % 0 and MIN % -1 give 0",
-               flops=4, helpers=(WRAP, IMOD, FMOD),
+               flops=4, helpers=(WRAP, IMOD, UMOD, FMOD),
                # d/da = 1; d/db = -trunc(a / b), as many times b as fits in a
                slopes=lambda xs, y: (1.0, np.abs(np.trunc(xs[0] / xs[1])))))
 

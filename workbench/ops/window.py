@@ -15,13 +15,12 @@ with and without the padding counted) is defined here once: :func:`pool_geometry
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import GraphError
-from ..ir.dtypes import DType
+from ..ir.dtypes import DType, c_literal
 from ..ir.graph import check_shape
 from .index import Index, add, mul
 from .elementwise import LIMITS
@@ -312,17 +311,7 @@ def _c_number(value, dt: DType) -> str:
     """The pad value as C text in the compute type, rounded to the element type first
     (as the reference stores it)."""
     with np.errstate(invalid="ignore"):
-        v = np.asarray(value).astype(dt.np).item()
-    if dt.kind == "b":
-        return "1" if v else "0"
-    if dt.kind == "i":
-        return f"({int(v)}LL)" if dt is DType.int64 else f"({int(v)})"
-    v = float(np.float32(v))
-    if math.isnan(v):
-        return "NAN"
-    if math.isinf(v):
-        return "INFINITY" if v > 0 else "(-INFINITY)"
-    return f"({v!r}f)" if "e" in repr(v) or "." in repr(v) else f"({v!r}.0f)"
+        return c_literal(np.asarray(value).astype(dt.np), dt)
 
 
 register(OpDef("pad", Kind.layout, (1, 1), _pad_infer, _pad_ref, None,

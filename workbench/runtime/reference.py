@@ -64,7 +64,7 @@ def random_inputs(g: Graph, seed: int = 0) -> dict[str, np.ndarray]:
         elif v.dtype.kind == "b":
             out[name] = rng.random(v.shape) < 0.5
         else:
-            hi = gather_limit.get(name, 100)
-            out[name] = rng.integers(0 if name in gather_limit else -hi, hi,
-                                     v.shape).astype(v.dtype.np)
+            hi = min(gather_limit.get(name, 100), int(np.iinfo(v.dtype.np).max))
+            lo = 0 if name in gather_limit or not v.dtype.signed else -hi
+            out[name] = rng.integers(lo, hi, v.shape).astype(v.dtype.np)
     return out

@@ -3,8 +3,10 @@
 Contract:
 
 - Default-domain opsets 13 to 28 (``MIN_OPSET``, ``MAX_OPSET``; 13-21 reviewed; 22-28
-  only added element types to the ops mapped here); older and newer ones are refused
-  naming the range. Attribute-vs-input changes between versions (Reduce* axes,
+  only added element types to the ops mapped here). An older model imports when
+  none of its op types changed definition between its opset and 13 (ONNX versions an
+  op whenever its meaning changes); otherwise, and for newer ones, it is refused
+  naming the ops that changed or the range. Attribute-vs-input changes between versions (Reduce* axes,
   Split sizes, Squeeze/Unsqueeze axes) are resolved by looking at what the node has.
 - Graph inputs need static shapes; ``input_shapes`` fixes dynamic ones. Initializers
   (also those listed as graph inputs) and ``Constant`` nodes become constants.

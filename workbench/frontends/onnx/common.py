@@ -23,10 +23,38 @@ MIN_OPSET = 13
 MAX_OPSET = 28
 
 # ONNX element type -> workbench dtype; anything else is refused with the value's name.
-# bfloat16 is held in float32 (exactly; see workbench.ops.bfloat16): a Cast to it rounds.
 _DTYPES = {TensorProto.FLOAT: DType.float32, TensorProto.FLOAT16: DType.float16,
+           TensorProto.INT8: DType.int8, TensorProto.INT16: DType.int16,
            TensorProto.INT32: DType.int32, TensorProto.INT64: DType.int64,
-           TensorProto.BOOL: DType.bool, TensorProto.BFLOAT16: DType.float32}
+           TensorProto.UINT8: DType.uint8, TensorProto.UINT16: DType.uint16,
+           TensorProto.UINT32: DType.uint32, TensorProto.UINT64: DType.uint64,
+           TensorProto.BOOL: DType.bool}
+
+# Element types with no storage type of their own, held in a wider one that holds each
+# of their values exactly: bfloat16 and the FP8/FP4 formats in float32 (a Cast to one
+# rounds: workbench.ops.bfloat16, workbench.ops.minifloat), the 2- and 4-bit integers
+# in int8/uint8 (a Cast to one wraps, as ml_dtypes' casts do). Values widen on the way
+# in (``widened``); onnx_backend narrows an output declared as one on the way out.
+# (ONNX type -> the round_float format; None: bfloat16's own round_bf16)
+HELD_FLOATS = {TensorProto.BFLOAT16: None}
+HELD_INTS = {}        # ONNX type -> (bits, signed)
+for _name, _fmt in [("FLOAT8E4M3FN", "float8e4m3fn"), ("FLOAT8E4M3FNUZ", "float8e4m3fnuz"),
+                    ("FLOAT8E5M2", "float8e5m2"), ("FLOAT8E5M2FNUZ", "float8e5m2fnuz"),
+                    ("FLOAT4E2M1", "float4e2m1"), ("FLOAT8E8M0", "float8e8m0")]:
+    if hasattr(TensorProto, _name):          # (newer onnx releases add formats)
+        HELD_FLOATS[getattr(TensorProto, _name)] = _fmt
+for _name, _bits, _signed in [("INT4", 4, True), ("UINT4", 4, False), ("INT2", 2, True),
+                              ("UINT2", 2, False)]:
+    if hasattr(TensorProto, _name):
+        HELD_INTS[getattr(TensorProto, _name)] = (_bits, _signed)
+_DTYPES.update({t: DType.float32 for t in HELD_FLOATS})
+_DTYPES.update({t: DType.int8 if signed else DType.uint8
+                for t, (_, signed) in HELD_INTS.items()})
+# ml_dtypes' names of the held types -> the NumPy type holding them
+_HOLDER = {**{n: np.float32 for n in ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz",
+                                      "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
+                                      "float4_e2m1fn")},
+           "int4": np.int8, "int2": np.int8, "uint4": np.uint8, "uint2": np.uint8}
 
 # Never folded even with constant inputs: folding would freeze one random draw.
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
@@ -37,12 +65,19 @@ _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
 # dtype checks
 
 def widened(arr: np.ndarray) -> np.ndarray:
-    """An ONNX array as the workbench holds it: bfloat16 (ml_dtypes) as float32."""
-    return arr.astype(np.float32) if arr.dtype.name == "bfloat16" else arr
+    """An ONNX array as the workbench holds it: bfloat16, FP8 and FP4 (ml_dtypes) as
+    float32, 2- and 4-bit integers as int8/uint8 (each value exactly)."""
+    holder = _HOLDER.get(arr.dtype.name)
+    return arr.astype(holder) if holder is not None else arr
+
+
+def held_elem_types() -> set[int]:
+    """The ONNX element types held in a wider type (see HELD_FLOATS)."""
+    return set(HELD_FLOATS) | set(HELD_INTS)
 
 
 def to_array(t: onnx.TensorProto) -> np.ndarray:
-    """A TensorProto's values (bfloat16 widened to float32)."""
+    """A TensorProto's values (held types widened)."""
     from onnx import numpy_helper
     return widened(numpy_helper.to_array(t))
 
@@ -125,6 +160,10 @@ class _Scope:
     def const(self, name: str) -> np.ndarray | None: ...
     def shape(self, name: str) -> tuple[int, ...]: ...
     def dtype(self, name: str) -> DType: ...
+
+    def elem_type(self, name: str) -> int | None:
+        """The ONNX element type the model declares for a value, where it does."""
+        return None
 
 
 # ---------------------------------------------------------------------------------

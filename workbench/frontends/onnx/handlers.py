@@ -9,12 +9,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from onnx import TensorProto
 
 from ...errors import GraphError
 from ...ir import Tensor, composites
 from ...ir.dtypes import DType
-from .common import _Ctx, _dtype_of_elem, _handles, _Unsupported, to_array
+from .common import (HELD_FLOATS, HELD_INTS, _Ctx, _dtype_of_elem, _handles, _Unsupported,
+                     to_array)
 
 _BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Equal": "eq",
            "Less": "lt", "LessOrEqual": "le", "Greater": "gt", "GreaterOrEqual": "ge",
@@ -84,13 +84,40 @@ def _where(c: _Ctx):
 def _cast(c: _Ctx):
     x = c.x(0)
     if c.node.op_type == "Cast":
-        to = _dtype_of_elem(c.attr("to"), f"Cast {c.display!r} target type")
+        elem = c.attr("to")
+        to = _dtype_of_elem(elem, f"Cast {c.display!r} target type")
     else:
+        elem = c.scope.elem_type(c.node.input[1])
         to = c.scope.dtype(c.node.input[1])
     y = x if to is x.dtype else c.b.cast(x, to=to)
-    if c.node.op_type == "Cast" and c.attr("to") == TensorProto.BFLOAT16:
-        y = c.b.round_bf16(y)   # held in float32, rounded as bfloat16 rounds
-    return [y]
+    return [held_cast(c, y, elem)]
+
+
+def held_cast(c: _Ctx, y, elem):
+    """y (already cast to the holder) narrowed to the values of element type ``elem``
+    where the workbench holds it in a wider type: rounded to bfloat16, FP8 or FP4
+    (attr saturate, default 1; E8M0's round_mode), wrapped to a 2- or 4-bit integer
+    (through int64, so a float is truncated and saturated first, as the workbench
+    casts floats to integers)."""
+    if elem in HELD_FLOATS:
+        fmt = HELD_FLOATS[elem]
+        if fmt is None:
+            return c.b.round_bf16(y)   # held in float32, rounded as bfloat16 rounds
+        attrs = {"format": fmt, "saturate": bool(c.attr("saturate", 1))}
+        if fmt == "float8e8m0":
+            attrs["round_mode"] = c.attr("round_mode", "up")
+        return c.b.op("round_float", y, **attrs)
+    if elem in HELD_INTS:
+        bits, signed = HELD_INTS[elem]
+        w = c.b.cast(c.x(0), to=DType.int64) if c.x(0).dtype is not DType.int64 else c.x(0)
+        span, half = 1 << bits, 1 << (bits - 1)
+        if signed:     # ((w + half) mod span) - half: two's complement in `bits` bits
+            w = c.b.sub(c.b.op("mod", c.b.add(w, c.scalar(half, w)), c.scalar(span, w)),
+                        c.scalar(half, w))
+        else:
+            w = c.b.op("mod", w, c.scalar(span, w))
+        return c.b.cast(w, to=y.dtype)
+    return y
 
 
 @_handles("Identity")

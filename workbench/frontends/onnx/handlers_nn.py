@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 
 from ...errors import GraphError
 from ...ir import composites_nn

@@ -185,6 +185,7 @@ class _Importer(_Scope):
         self.locations: dict[str, list[str]] = {}
         self.hints: dict[str, str] = {}
         self._producers: dict[str, onnx.NodeProto] | None = None
+        self._elem_types: dict[str, int] | None = None
         self.expected: dict[str, tuple[tuple[int, ...], DType]] = {}
         self._start = 0  # index of the first builder node the current ONNX node made
 
@@ -216,6 +217,15 @@ class _Importer(_Scope):
     def dtype(self, name: str) -> DType:
         v = self.env[name]
         return v.dtype if isinstance(v, Tensor) else _check_array_dtype(v, repr(name))
+
+    def elem_type(self, name: str) -> int | None:
+        if self._elem_types is None:
+            g = self.g
+            self._elem_types = {t.name: t.data_type for t in g.initializer}
+            for v in list(g.input) + list(g.value_info) + list(g.output):
+                if v.type.HasField("tensor_type"):
+                    self._elem_types.setdefault(v.name, v.type.tensor_type.elem_type)
+        return self._elem_types.get(name)
 
     # -- steps ----------------------------------------------------------------------
     def run(self) -> Graph:

@@ -16,7 +16,7 @@ import torch
 
 from ...ir import composites
 from ...ir.dtypes import DType
-from .common import _Ctx, _handles, _Unsupported, cast, dtype_of, promoted
+from .common import FP8, _Ctx, _handles, _Unsupported, cast, dtype_of, promoted
 
 _INT64_MAX = 2 ** 63 - 1
 
@@ -140,8 +140,13 @@ def _hardtanh(c: _Ctx):
 def _to_copy(c: _Ctx):
     y = cast(c.b, c.x(), c.out_dtype)
     src = c.meta("self")
-    if c.out.dtype is torch.bfloat16 and getattr(src, "dtype", None) is not torch.bfloat16:
+    if getattr(src, "dtype", None) is c.out.dtype:
+        return y
+    if c.out.dtype is torch.bfloat16:
         y = c.b.round_bf16(y)   # held in float32, rounded as bfloat16 rounds
+    elif c.out.dtype in FP8:
+        fmt, saturate = FP8[c.out.dtype]
+        y = c.b.op("round_float", y, format=fmt, saturate=saturate)
     return y
 
 

@@ -10,13 +10,11 @@ frontend. Importing this module registers the handlers.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
 from ...ir import composites_nn
-from ...ir.dtypes import DType
-from .common import _Ctx, _handles, _Unsupported, cast
+from .common import _Ctx, _handles, _Unsupported
 
 
 def _expand_list(v, d: int, what: str) -> list[int]:

@@ -21,6 +21,7 @@ from . import handlers  # noqa: F401  (registers the handlers)
 from .common import (
     _HANDLERS,
     NONDETERMINISTIC,
+    WIDENED,
     _Builder,
     _Ctx,
     _Scope,
@@ -128,7 +129,7 @@ def _first_line(e: Exception) -> str:
 
 def _to_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     dtype_of(t.dtype, what)
-    if t.dtype is torch.bfloat16:   # held in float32 (NumPy has no bfloat16)
+    if t.dtype in WIDENED:   # held in float32 (NumPy has no bfloat16 or FP8)
         t = t.float()
     return t.detach().cpu().contiguous().numpy().copy()
 
