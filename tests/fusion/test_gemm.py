@@ -68,45 +68,28 @@ def test_float16_keeps_the_library_call_with_a_reason():
     assert any(d.action == "not fused" and "float32 only" in d.reason for d in log)
 
 
+def _refused(epilogue, match, prologue=lambda b, x: x):
+    """x[16, 32] @ w[32, 48], then ``epilogue(b, h)``: analysing every node as one
+    group is refused with a reason matching ``match``."""
+    b = wb.GraphBuilder("refused")
+    x = prologue(b, b.input("x", (16, 32)))
+    b.output(epilogue(b, b.matmul(x, b.constant(_w(32, 48), "w"))), "y")
+    g = b.build()
+    with pytest.raises(FusionRefused, match=match):
+        analyze(g, tuple(n.id for n in g.nodes), device=CPU)
+
+
 def test_an_epilogue_op_of_another_shape_is_refused():
-    b = wb.GraphBuilder("ln")
-    x = b.input("x", (16, 32))
-    h = b.matmul(x, b.constant(_w(32, 48), "w"))
-    b.output(b.reduce_sum(h, axes=[-1], keepdims=True), "y")
-    g = b.build()
-    with pytest.raises(FusionRefused, match="not elementwise"):
-        analyze(g, ("n0", "n1"), device=CPU)
-    b = wb.GraphBuilder("bcast")
-    x = b.input("x", (16, 32))
-    h = b.matmul(x, b.constant(_w(32, 48), "w"))
-    b.output(h + b.input("big", (3, 16, 48)), "y")     # the add's output is larger
-    g = b.build()
-    with pytest.raises(FusionRefused, match="is not the matmul's output shape"):
-        analyze(g, ("n0", "n1"), device=CPU)
+    _refused(lambda b, h: b.reduce_sum(h, axes=[-1], keepdims=True), "not elementwise")
+    # the add's output is larger than the product
+    _refused(lambda b, h: h + b.input("big", (3, 16, 48)), "is not the matmul's output shape")
 
 
 def test_a_prologue_a_second_matmul_and_a_bystander_are_refused():
-    b = wb.GraphBuilder("pro")
-    x = b.input("x", (16, 32))
-    h = b.matmul(b.relu(x), b.constant(_w(32, 48), "w"))
-    b.output(h, "y")
-    g = b.build()
-    with pytest.raises(FusionRefused, match="no prologue fusion"):
-        analyze(g, ("n0", "n1"), device=CPU)
-    b = wb.GraphBuilder("two")
-    x = b.input("x", (16, 32))
-    h = b.matmul(x, b.constant(_w(32, 32), "w"))
-    b.output(b.matmul(h, b.constant(_w(32, 32), "v")), "y")
-    g = b.build()
-    with pytest.raises(FusionRefused, match="only one matmul"):
-        analyze(g, ("n0", "n1"), device=CPU)
-    b = wb.GraphBuilder("bystander")
-    x = b.input("x", (16, 48))
-    h = b.matmul(b.input("a", (16, 32)), b.constant(_w(32, 48), "w"))
-    b.output(h + b.exp(x), "y")          # exp(x) does not read the product
-    g = b.build()
-    with pytest.raises(FusionRefused, match="does not read the matmul's result"):
-        analyze(g, ("n0", "n1", "n2"), device=CPU)
+    _refused(lambda b, h: h * 2.0, "no prologue fusion", prologue=lambda b, x: b.relu(x))
+    _refused(lambda b, h: b.matmul(h, b.constant(_w(48, 8), "v")), "only one matmul")
+    # exp(z) does not read the product
+    _refused(lambda b, h: h + b.exp(b.input("z", (16, 48))), "does not read the matmul's")
 
 
 def test_broadcast_batch_dims_are_refused():
