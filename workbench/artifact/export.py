@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..codegen import lower_plan, render_kernel
+from ..codegen import RENDERERS, lower_plan, render_kernel
 from ..codegen.kir import Kernel
 from ..errors import ArtifactError
 from ..fusion import Plan
@@ -78,6 +78,8 @@ def _kernel_spec(k: Kernel) -> tuple[KernelSpec, dict[str, bytes]]:
     files, sources = {}, {}
     if k.library is None:
         for target, suffix in SOURCE_SUFFIX.items():
+            if not RENDERERS[target].supports(k):
+                continue          # (a GEMM kernel calls the host BLAS: CPU only)
             rel = f"{KERNEL_DIR}/{k.name}{suffix}"
             files[rel] = render_kernel(k, target).encode()
             sources[target] = rel

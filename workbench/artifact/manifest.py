@@ -40,6 +40,7 @@ from typing import Any, Mapping
 from ..errors import ArtifactError
 from ..ir import DType, Graph
 from ..ir.serialize import to_json
+from ..runtime.blas import SYMBOLS as BLAS_SYMBOLS
 
 FORMAT = "fusion-workbench.artifact"
 VERSION = 1
@@ -444,9 +445,15 @@ class _Checker:
                       for x in self.list(lib["inputs"], f"{ctx} library.inputs")),
                 tuple(self.str(x, f"{ctx} library.outputs")
                       for x in self.list(lib["outputs"], f"{ctx} library.outputs")))
+        blas = fields_.get("blas", "")
+        if blas and blas not in BLAS_SYMBOLS:
+            raise self.fail(f"{ctx} fields.blas", f"is {show(blas)}, not one of "
+                            f"{', '.join(sorted(BLAS_SYMBOLS))}")
         sources = self.obj(k["sources"], f"{ctx} sources", (), SOURCE_SUFFIX)
+        # a kernel calling the host BLAS ships C only (GEMM kernels run on the CPU)
         want = {} if lib is not None else {t: f"{KERNEL_DIR}/{name}{suffix}"
-                                           for t, suffix in SOURCE_SUFFIX.items()}
+                                           for t, suffix in SOURCE_SUFFIX.items()
+                                           if not (blas and t != "c")}
         for t in sorted(set(want) | set(sources)):
             if sources.get(t) != want.get(t):
                 got = show(sources[t]) if t in sources else "missing"

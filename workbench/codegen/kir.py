@@ -135,6 +135,28 @@ class GridSync:
 
 
 @dataclass(frozen=True)
+class Gemm:
+    """``c[c_off..] = a[a_off..] @ b[b_off..]`` for one tile: ``rows x cols`` of the
+    product over the inner dimension ``k``, row-major with leading dimensions ``lda``,
+    ``ldb``, ``ldc`` (offsets and extents are C expressions). The CPU calls the host
+    BLAS's single-threaded sgemm for it (the kernel's ``blas`` argument), inside the
+    kernel's own parallel loop, so one thread pool runs everything."""
+    a: Buffer
+    b: Buffer
+    c: Buffer
+    a_off: str
+    b_off: str
+    c_off: str
+    rows: str
+    cols: str
+    k: int
+    lda: int
+    ldb: int
+    ldc: int
+    node: str = ""        # the matmul's node id (as Let.node)
+
+
+@dataclass(frozen=True)
 class Comment:
     text: str
 
@@ -162,7 +184,7 @@ class Loop:
 
 
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
-             DeclareScratch, If, GridSync]
+             DeclareScratch, If, GridSync, Gemm]
 
 
 @dataclass(frozen=True)
@@ -237,6 +259,9 @@ class Kernel:
     phases: int = 1                 # stitched: phases; split rows: passes over the row
     grid_barriers: int = 0
     nodes: tuple[str, ...] = ()     # the graph nodes it implements (sanitized ids)
+    # a host BLAS routine the kernel calls, passed as a function pointer after its
+    # buffers ("sgemm": a gemm kernel's tiles); "" for none
+    blas: str = ""
 
     @property
     def inputs(self) -> tuple[Buffer, ...]:

@@ -27,8 +27,8 @@ from ..fusion.schedule import Schedule, group_io
 from ..ir import DType, Graph
 from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
-from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
-                  Launch, LibraryCall, Let, Load, Loop, OncePerBlock, Scratch, Store)
+from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
+                  Kernel, Launch, LibraryCall, Let, Load, Loop, OncePerBlock, Scratch, Store)
 
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
 # stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
@@ -201,6 +201,8 @@ class _Lowerer:
         s = self.sched
         if s.kind is ScheduleKind.opaque:
             return self._opaque(name)
+        if s.kind is ScheduleKind.gemm:
+            return self._gemm(name)
         body = self.lower_body()
         # a split row makes one pass over the grid per reduction, plus the final one
         passes = s.reductions + 1 if s.grid_barriers else 1
@@ -231,6 +233,52 @@ class _Lowerer:
         params = tuple(sorted(self.buffers.values(), key=lambda b: (b.is_output, b.name)))
         return Kernel(name, self.group.id, "opaque", params, (), Launch(1, 1), 0, call,
                       int(flops))
+
+    def _gemm(self, name: str) -> Kernel:
+        """One parallel loop over the output's tiles: each tile's product by the host
+        BLAS into ``dest``, then the epilogue over the tile, reading the product back
+        while it is in cache and writing every output (``dest`` in place: each element
+        is read before it is written, by the same thread)."""
+        g, t = self.g, self.sched.gemm
+        mm = next(n for n in (g.node(x) for x in self.group.nodes)
+                  if get_op(n.op).kind is Kind.opaque)
+        a, b = (self.buffers[i] for i in mm.inputs)
+        dest = self.buffers[t.dest]
+        i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
+        M, N, K = t.m, t.n, t.k
+        # the element at (row, col) of the product seen as [rows, N]: a bias [N] is read
+        # at col (unit stride, so the loop vectorizes), a residual at the element itself
+        shape = g.value(t.result).shape
+        idx = Index.from_runs(shape, [("row", list(range(len(shape) - 1))),
+                                      ("col", [len(shape) - 1])])
+        scope = _Scope()
+        product = self.fresh()
+        scope.stmts.append(Load(product, dest, idx.offset()))
+        scope.memo[(t.result, idx.key)] = product
+        for o in self.io.outputs:
+            if o != t.result:        # (the product is in dest already)
+                e = self.at(scope, o, idx)
+                scope.stmts.append(Store(self.buffers[o], idx.offset(), e,
+                                         node=self._made_by(o)))
+        epilogue = Loop("r", M, "serial", (
+            Let("row", i64, f"bt * {M} + r"),
+            Loop("col", N, "block", tuple(scope.stmts), start="c0", stop="c1")),
+            start="r0", stop="r1")
+        body = (
+            Let("bt", i64, f"tile / {per}"),
+            Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
+            Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
+            Let("r1", i64, f"r0 + {t.tile_m} < {M} ? r0 + {t.tile_m} : {M}"),
+            Let("c1", i64, f"c0 + {t.tile_n} < {N} ? c0 + {t.tile_n} : {N}"),
+            Gemm(a, b, dest, f"bt * {t.a_stride} + r0 * {K}", f"bt * {t.b_stride} + c0",
+                 f"(bt * {M} + r0) * {N} + c0", "r1 - r0", "c1 - c0", K, K, N, N, mm.id),
+            Comment("the epilogue over the tile, while it is in cache"),
+            epilogue)
+        loop = Loop("tile", t.tiles, "grid", body)
+        k = _kernel(name, self.group.id, self.sched.describe(), self.buffers,
+                    _widen([loop], self.wide), _launch(self.geometry, self.sched),
+                    int(t.flops) + self.flops * g.value(t.result).numel, ())
+        return replace(k, blas="sgemm")
 
     def _elementwise(self):
         # One flat loop per distinct output shape ("independent" packing when >1).

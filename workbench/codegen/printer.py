@@ -39,8 +39,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir import DType
-from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
-                  Let, Load, Loop, OncePerBlock, Scratch, Store)
+from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
+                  Kernel, Let, Load, Loop, OncePerBlock, Scratch, Store)
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
@@ -147,6 +147,12 @@ def _declare_scratch(s: DeclareScratch, pad: str) -> list[str]:
     return [f"{pad}scratch {x.name}: {_dtype(x.dtype)}[{_shape(x)}]"]
 
 
+def _gemm(s: Gemm, pad: str) -> list[str]:
+    # the host BLAS call of one tile (sgemm on the CPU), its extents as C expressions
+    return [f"{pad}gemm {_ref(s.c, s.c_off)} = {_ref(s.a, s.a_off)} @ {_ref(s.b, s.b_off)}"
+            f"  [{_bare(s.rows)} x {_bare(s.cols)} x {s.k}, ld {s.lda}/{s.ldb}/{s.ldc}]"]
+
+
 def _unknown(s, pad: str) -> list[str]:
     # a statement type added to kir.py but not here: visible, never fatal
     return [f"{pad}? {type(s).__name__}"]
@@ -156,6 +162,7 @@ STATEMENTS: dict[type, Callable[[object, str], list[str]]] = {
     Let: _let, Assign: _assign, Load: _load, Store: _store, Loop: _loop,
     BlockReduce: _block_reduce, OncePerBlock: _once_per_block, If: _if,
     GridSync: _grid_sync, Comment: _comment, DeclareScratch: _declare_scratch,
+    Gemm: _gemm,
 }
 
 
@@ -188,7 +195,8 @@ def format_kernel(k: Kernel) -> str:
         lines.append(f"library {c.op}({', '.join(b.name for b in c.inputs)}) -> "
                      + ", ".join(b.name for b in c.outputs))
     else:
-        lines.append(f"launch: {k.launch}  shared={k.launch.shared_bytes} B")
+        lines.append(f"launch: {k.launch}  shared={k.launch.shared_bytes} B"
+                     + (f"  calls host {k.blas}" if k.blas else ""))
         lines.append("body:")
         lines += _body(k.body, INDENT)
     return "\n".join(map(_escape, lines))

@@ -10,12 +10,13 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from ..errors import WorkbenchError
 from ..fusion.geometry import CPU_ROW_TILE, REDUCE_SLOT_WORDS
 from ..ir import DType
 from ..ir.dtypes import C_STORAGE
 from ..ops import all_helpers
-from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, GridSync, If, Kernel,
-                  Let, Load, Loop, OncePerBlock, Scratch, Store)
+from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
+                  Kernel, Let, Load, Loop, OncePerBlock, Scratch, Store)
 
 _VECTOR_MATH = ("expf", "logf", "erff", "tanhf", "sinf", "cosf")
 
@@ -66,6 +67,14 @@ __device__ __forceinline__ void wb_grid_sync() {
 """
 
 
+# The host BLAS routines a kernel may call, as the parameter it takes them by: ILP64
+# CBLAS (64-bit integers), as NumPy's bundled OpenBLAS exports it (runtime/blas.py).
+_BLAS_PARAMS = {
+    "sgemm": "void (*wb_sgemm)(int, int, int, long long, long long, long long, float, "
+             "const float*, long long, const float*, long long, float, float*, long long)",
+}
+
+
 class CRenderer:
     """C99 + OpenMP: grid-level loops run in parallel, block-level loops serially."""
 
@@ -90,7 +99,20 @@ class CRenderer:
     def signature(self, k: Kernel) -> str:
         params = ", ".join(f"{'' if b.is_output else 'const '}{self.storage[b.dtype]}* "
                            f"{self.restrict} {b.name}" for b in k.params)
+        if k.blas:
+            params += ", " + _BLAS_PARAMS[k.blas]
         return f"{self.kernel_prefix} {k.name}({params})"
+
+    def supports(self, k: Kernel) -> bool:
+        """Whether this target can run the kernel (a GPU has no host BLAS to call)."""
+        return True
+
+    def gemm(self, s: Gemm, depth: int) -> list[str]:
+        # CBLAS row-major (101), neither operand transposed (111), C = 1 * A B + 0 * C
+        return [self.indent_unit * depth
+                + f"wb_sgemm(101, 111, 111, {s.rows}, {s.cols}, {s.k}, 1.0f, "
+                  f"{s.a.name} + {s.a_off}, {s.lda}, {s.b.name} + {s.b_off}, {s.ldb}, 0.0f, "
+                  f"{s.c.name} + {s.c_off}, {s.ldc});{node_tag(s.node)}"]
 
     def load(self, s: Load) -> str:
         if isinstance(s.buf, Scratch) and s.buf.source is not None:
@@ -265,6 +287,8 @@ class CRenderer:
                 out += [f"{pad}if ({s.cond}) {{"] + self.stmts(s.body, depth + 1) + [f"{pad}}}"]
             elif isinstance(s, GridSync):
                 out += self.grid_sync(s, depth)
+            elif isinstance(s, Gemm):
+                out += self.gemm(s, depth)
             else:
                 raise TypeError(f"unknown statement {s!r}")
         return out
@@ -280,7 +304,12 @@ class CRenderer:
                 f" * inputs {ins or '-'}; outputs {outs or '-'} */")
 
     def kernel(self, k: Kernel) -> str:
-        """The kernel's function (no prelude)."""
+        """The kernel's function (no prelude); a comment saying why, for a kernel this
+        target cannot run."""
+        if not self.supports(k):
+            return (f"/* kernel {k.name}: {k.schedule}\n{nodes_comment(k.nodes)}"
+                    " * calls the host BLAS: GEMM epilogue fusion runs on the CPU backend "
+                    "only so far, so there is no CUDA source */\n")
         if k.library is not None:
             args = ", ".join(b.name for b in k.library.inputs)
             outs = ", ".join(b.name for b in k.library.outputs)
@@ -348,6 +377,13 @@ class CudaRenderer(CRenderer):
 
     def grid_sync(self, s: GridSync, depth: int) -> list[str]:
         return [self.indent_unit * depth + f"wb_grid_sync();  /* {s.reason} */"]
+
+    def supports(self, k: Kernel) -> bool:
+        return not k.blas
+
+    def gemm(self, s: Gemm, depth: int) -> list[str]:
+        raise WorkbenchError("GEMM epilogue fusion runs on the CPU backend only so far; "
+                             "this kernel has no CUDA rendering (plan for the GPU instead)")
 
     def _scratch_offset(self, buf, offset: str) -> str:
         if isinstance(buf, Scratch) and buf.rows > 1:

@@ -22,6 +22,7 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, RowRole, get_op
 from .devices import DEFAULT_DEVICE, Device
+from .gemm import analyze_gemm
 from .geometry import (REDUCE_SLOT_BYTES, geometry, register_budget, row_slots, row_threads,
                        row_vector, rows_per_block, shared_bytes, split_count)
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
@@ -96,9 +97,10 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
     opaque = [n for n in ns if kinds[n.id] is Kind.opaque]
     if opaque:
         if len(ns) > 1:
-            raise FusionRefused(f"{opaque[0].id} ({opaque[0].op}) is a library call and "
-                                "cannot share a kernel with other ops")
-        sched = Schedule(ScheduleKind.opaque)
+            # a matmul shares its kernel only with an epilogue (the gemm template)
+            sched = analyze_gemm(g, ns, io, device)
+        else:
+            sched = Schedule(ScheduleKind.opaque)
     else:
         reduces = [n for n in ns if kinds[n.id] is Kind.reduce]
         if reduces:
@@ -115,6 +117,9 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
                             f"one is {sched.kind.value}")
     if launch and sched.kind is ScheduleKind.opaque:
         raise FusionRefused("a library call has no launch parameters to set")
+    if (launch or tuple(regional)) and sched.kind is ScheduleKind.gemm:
+        raise FusionRefused("a GEMM kernel has no launch parameters or regional values to "
+                            "set: its tiles are sized by the rule, its epilogue is local")
     return sched
 
 

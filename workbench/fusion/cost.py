@@ -11,7 +11,9 @@ counts what the kernel must do (FusionStitching's and AStitch's terms):
 - **launches** (one per kernel) and **grid barriers** (stitched phases, split rows);
 - **arithmetic**: ``OpDef.flops`` per element, *including recomputation*: in a row
   kernel an element value not kept on chip is recomputed by every pass over the row
-  that needs it; library calls (matmul, conv) count 2 flops per multiply-add;
+  that needs it; library calls (matmul, conv) count 2 flops per multiply-add, as
+  does the product of a ``gemm`` kernel (at the library's rate: it is a BLAS call
+  per tile), whose epilogue is priced as generated arithmetic;
 - **occupancy** (GPU): threads per block from the schedule's thread mapping,
   registers per thread (an estimate from the group's size) and shared memory
   (block-reduction scratch and the row cache) limit the blocks per SM; too few warps
@@ -69,7 +71,8 @@ def memory_key(s: Schedule) -> str:
 MEMORY_KEYS = ((ScheduleKind.elementwise.value,)
                + tuple(f"{ScheduleKind.row_reduce.value}/{m.value}"
                        for m in (Mapping.block, Mapping.warp, Mapping.split, Mapping.thread))
-               + (ScheduleKind.stitched.value, ScheduleKind.opaque.value))
+               + (ScheduleKind.stitched.value, ScheduleKind.opaque.value,
+                  ScheduleKind.gemm.value))
 
 
 @dataclass(frozen=True)
@@ -334,6 +337,8 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
                               lib / device.peak_flops)
     if s.kind is ScheduleKind.stitched:
         return _stitched_features(g, group, device, io, read, written)
+    if s.kind is ScheduleKind.gemm:
+        return _gemm_features(g, group, device, read, written)
     geo = geometry(s, device)
     # on a CPU the parallel work items are what the cores share
     threads, blocks = (geo.threads, geo.blocks) if device.is_gpu else (1, geo.cpu_items)
@@ -352,6 +357,28 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
     comp = flops / (device.peak_flops * max(util, 1e-9))
     return KernelFeatures(memory_key(s), read, written, 0, flops, 0.0, 1, barriers,
                           threads, blocks, smem, regs, occ, eff, mem, comp, 0.0, bad)
+
+
+def _gemm_features(g, group, device, read, written) -> KernelFeatures:
+    """A GEMM kernel: the product's flops at the library's rate, the epilogue's at the
+    generated code's, on the cores its tiles keep busy; its operands and epilogue
+    inputs read and its outputs written once (the product itself is finished in cache,
+    never read back), plus the operand panels each further tile packs again (A's rows
+    once per column tile, B's columns once per row tile), which mostly hit the cache
+    (priced at L2's rate)."""
+    s = group.schedule
+    t = s.gemm
+    mm = next(n for n in group.nodes if get_op(g.node(n).op).kind is Kind.opaque)
+    a, b = (g.value(i).nbytes for i in g.node(mm).inputs)
+    repacked = a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
+    util = min(1.0, t.tiles / max(1, device.units))
+    flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes if n != mm)
+                  * s.elements)
+    mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
+    return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, t.flops, 1, 0,
+                          1, t.tiles, 0, 0, 1.0, util, mem,
+                          flops / (device.peak_flops * util), t.flops / (device.peak_flops
+                                                                           * util))
 
 
 def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:

@@ -175,6 +175,8 @@ def geometry(s: Schedule, device: Device) -> Geometry:
         return Geometry(threads, max(p.blocks for p in phases), max(1, grid), 0, 1,
                         reduce_slots(s), shared, s.cooperative,
                         max(p.cpu_items for p in phases))
+    if s.kind is ScheduleKind.gemm:     # one work item per output tile
+        return Geometry(1, s.gemm.tiles, s.gemm.tiles, cpu_items=s.gemm.tiles)
     return Geometry(1, 1, 1)
 
 

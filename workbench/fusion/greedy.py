@@ -11,7 +11,9 @@
   fits: elementwise chains, a reduction with its elementwise inputs *and consumers* --
   the per-row result reaches them through shared memory, regional stitching inside
   one template -- and reductions over the same rows such as LayerNorm's two means).
-  Every decision is logged with its reason.
+  Every decision is logged with its reason. Then each matmul takes the kernel
+  consuming its result as its epilogue wherever the ``gemm`` template fits
+  (:mod:`.epilogue`; CPU devices).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from .devices import DEFAULT_DEVICE, Device
 from .partition import Decision, Partition
 from .plan import Plan
 from .analysis import analyze
+from .epilogue import absorb_epilogues
 from .regions import region_key
 
 
@@ -85,6 +88,7 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False,
 def plan_rules(g: Graph, model=None, device: Device = DEFAULT_DEVICE
                ) -> tuple[Plan, list[Decision]]:
     part, log = rules_partition(g, device=device)
+    log += absorb_epilogues(g, part, device)
     return part.to_plan("rules", device), log
 
 

@@ -36,6 +36,7 @@ class ScheduleKind(_Named):
     elementwise = "elementwise"   # flat loops over outputs
     row_reduce = "row_reduce"     # reductions over rows with their neighbours
     stitched = "stitched"         # phases of the above joined by grid barriers
+    gemm = "gemm"                 # one matmul by tiles, its elementwise epilogue per tile
 
 
 @dataclass(frozen=True)

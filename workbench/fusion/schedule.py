@@ -19,6 +19,12 @@ A group is legal only if one template can run it as one kernel:
   the partial results combined after a grid barrier). ``choose_mapping`` is the rule;
   ``candidate_mappings`` lists what a cost model may pick from; every mapping is legal
   for every row group, so a mapping is a speed choice, never a correctness one.
+- ``gemm``: one float32 ``matmul`` and the elementwise ops that consume its result
+  (directly or through each other) at its output shape, other operands broadcast onto
+  it (a bias, a residual, scalars): the output is cut into tiles, and each tile is
+  multiplied (a single-threaded BLAS sgemm on the CPU) and finished by the epilogue
+  while it is in cache, so the result is written once. :class:`GemmShape` holds the
+  tiling; :mod:`.gemm` decides legality.
 - ``stitched``: (AStitch) a group no single template fits, run as one kernel of
   *phases*, each phase one of the templates above (never opaque), in topological
   order. A value made in one phase and read in a later one passes through global
@@ -46,6 +52,46 @@ class GroupIO:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     internal: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """A gemm schedule's problem and tiling: ``batch`` independent products of
+    ``m x k`` by ``k x n`` (A's batch folds into ``m`` when B has no batch dims), A
+    ``a_stride`` and B ``b_stride`` elements apart between batches (0: one B for all),
+    the output cut into ``tile_m x tile_n`` tiles. ``result`` is the matmul's value,
+    ``dest`` the output buffer the product is written into and finished in place.
+
+    >>> GemmShape(1, 128, 3072, 768, 0, 0, 128, 256, "h", "y").tiles
+    12
+    """
+    batch: int
+    m: int
+    n: int
+    k: int
+    a_stride: int
+    b_stride: int
+    tile_m: int
+    tile_n: int
+    result: str
+    dest: str
+
+    @property
+    def row_tiles(self) -> int:
+        return -(-self.m // self.tile_m)
+
+    @property
+    def col_tiles(self) -> int:
+        return -(-self.n // self.tile_n)
+
+    @property
+    def tiles(self) -> int:
+        """Parallel work items: every tile of every batch."""
+        return self.batch * self.row_tiles * self.col_tiles
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.batch * self.m * self.n * self.k
 
 
 @dataclass(frozen=True)
@@ -80,6 +126,7 @@ class Schedule:
     threads: int = 0
     vector: int = 1
     row_registers: tuple[str, ...] = ()
+    gemm: GemmShape | None = None          # gemm: the product and its tiling
 
     @property
     def through_global(self) -> tuple[str, ...]:
@@ -138,6 +185,11 @@ class Schedule:
             return (f"stitched {len(self.phases)} phases, {self.grid_barriers} grid "
                     f"barrier{'s' if self.grid_barriers != 1 else ''}: "
                     + " | ".join(p.schedule.describe() for p in self.phases))
+        if self.kind is ScheduleKind.gemm:
+            t = self.gemm
+            batch = f"{t.batch} x " if t.batch > 1 else ""
+            return (f"gemm {batch}{t.m}x{t.n}x{t.k} + epilogue, "
+                    f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}")
         return self.kind.value
 
 

@@ -29,7 +29,10 @@
    benchmarks/results/planning-2026-11-23.md). Within a region
    the search is the one it always was; its plans are predicted as fast as the
    whole-graph beam's on every case measured (tests/fusion/test_stitch_speed.py).
-4. **Thread mapping.** Each row-reduction kernel gets the candidate mapping (warp,
+4. **Epilogues.** On a CPU, each matmul joins the kernel consuming its result when
+   that kernel is its epilogue and the joined ``gemm`` kernel is predicted faster
+   (:mod:`.epilogue`).
+5. **Thread mapping.** Each row-reduction kernel gets the candidate mapping (warp,
    block, split, thread) the model predicts fastest.
 
 The result is never worse than ``rules`` by the model's own score (the rules plan is a
@@ -58,6 +61,7 @@ from .mapping import ScheduleKind
 from .partition import Decision, Partition
 from .plan import Group, Plan, make_group, toposort_groups
 from .analysis import analyze, analyze_stitched, candidate_mappings
+from .epilogue import absorb_epilogues
 from .regions import Region, find_regions, region_key
 
 DOMINANT_FLOPS = 4        # an elementwise op this costly anchors a kernel
@@ -579,6 +583,8 @@ def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None 
                                 f"the plan of this region ({len(src.nodes)} ops) to its "
                                 f"{n} identical copies (same ops, shapes and wiring: "
                                 f"priced alike)"))
+    # a matmul takes its consumer kernel as epilogue where predicted faster (CPU)
+    log.extend(absorb_epilogues(g, part, search.device, search.cost))
     if stats is not None:
         stats.update(analyses=search.analyses, regions=len(regions),
                      searched=len(regions) - sum(copies.values()))

@@ -15,6 +15,7 @@ from ..codegen.kir import Kernel
 from ..errors import WorkbenchError
 from ..fusion.devices import Device
 from .backend import Backend, CompiledKernel, Progress
+from .blas import blas_function
 from .cc import build_library, cpu_model, find_compiler, load_library
 from .threads import default_blas_threads, one_pool
 from .threads import rescan as rescan_blas
@@ -31,8 +32,10 @@ class CompiledCpuKernel(CompiledKernel):
                 raise WorkbenchError(f"kernel {kernel.name} cannot be loaded ({e}); "
                                      + (origin or "this is a workbench bug; please "
                                         "report it with the graph")) from None
-            self.fn.argtypes = [ctypes.c_void_p] * len(kernel.params)
+            # the buffers, then the host BLAS routine a GEMM kernel calls (runtime/blas)
+            self.fn.argtypes = [ctypes.c_void_p] * (len(kernel.params) + bool(kernel.blas))
             self.fn.restype = None
+            self.extra = (blas_function(kernel.blas),) if kernel.blas else ()
 
 
 def compile_kernel(k: Kernel, src: str, origin: str = "") -> CompiledCpuKernel:
@@ -98,7 +101,7 @@ class CpuBackend(Backend):
         return done
 
     def launch(self, ck: CompiledKernel, args: list) -> None:
-        ck.fn(*[a.ctypes.data for a in args])
+        ck.fn(*[a.ctypes.data for a in args], *ck.extra)
 
     def asarray(self, a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a) if a.ndim else a.copy()

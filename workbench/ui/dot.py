@@ -252,6 +252,10 @@ def _cluster_label(gr: Group) -> str:
     s = gr.schedule
     if s.mapping is not None:
         return f"{gr.id} · {s.kind.value} ({s.mapping.info.label})"
+    if s.gemm is not None:      # the product's shape: m x n x k (batch x ...)
+        t = s.gemm
+        batch = f"{t.batch}x" if t.batch > 1 else ""
+        return f"{gr.id} · gemm {batch}{t.m}x{t.n}x{t.k} + epilogue"
     return f"{gr.id} · {s.kind.value}"
 
 

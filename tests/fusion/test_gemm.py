@@ -1,0 +1,134 @@
+"""The gemm template's legality (each refusal names its rule) and which planners form it."""
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.errors import FusionRefused
+from workbench.fusion import run_planner
+from workbench.fusion.analysis import analyze
+from workbench.fusion.cost import CostModel
+from workbench.fusion.devices import H100, assumed_cpu
+from workbench.fusion.gemm import GPU_REFUSAL
+from workbench.fusion.mapping import ScheduleKind
+
+CPU = assumed_cpu("test cpu", 2)
+RNG = np.random.default_rng(0)
+
+
+def _w(*shape):
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def _ffn(residual=False, dtype="float32", gelu=True):
+    """x[2, 16, 32] @ w[32, 48] + bias (then GELU, or + a residual)."""
+    b = wb.GraphBuilder("ffn")
+    x = b.input("x", (2, 16, 32), dtype)
+    h = b.matmul(x, b.constant(_w(32, 48).astype(dtype), "w"))
+    h = h + b.constant(_w(48).astype(dtype), "bias")
+    if residual:
+        h = h + b.input("r", (2, 16, 48), dtype)
+    b.output(b.gelu(h) if gelu else h, "y")
+    return b.build()
+
+
+def _kinds(plan):
+    return [gr.schedule.kind for gr in plan.groups]
+
+
+@pytest.mark.parametrize("planner", ["rules", "stitch"])
+@pytest.mark.parametrize("residual", [False, True])
+def test_planners_fuse_matmul_with_bias_gelu_or_residual(planner, residual):
+    g = _ffn(residual=residual, gelu=not residual)
+    plan, log = run_planner(planner, g, device=CPU)
+    assert _kinds(plan) == [ScheduleKind.gemm]
+    assert any(d.action == "fused" and "into the GEMM of" in d.reason for d in log)
+
+
+def test_none_and_xla_keep_the_library_call():
+    g = _ffn()
+    for planner in ("none", "xla"):
+        assert ScheduleKind.gemm not in _kinds(run_planner(planner, g, device=CPU)[0])
+
+
+def test_gpu_plans_are_unchanged_and_the_template_says_why():
+    g = _ffn()
+    plan, log = run_planner("rules", g, device=H100)
+    assert _kinds(plan) == [ScheduleKind.opaque, ScheduleKind.elementwise]
+    nodes = tuple(n.id for n in g.nodes)
+    with pytest.raises(FusionRefused, match=GPU_REFUSAL):
+        analyze(g, nodes, device=H100)
+
+
+def test_float16_keeps_the_library_call_with_a_reason():
+    g = _ffn(dtype="float16")
+    with pytest.raises(FusionRefused, match="float32 only"):
+        analyze(g, tuple(n.id for n in g.nodes), device=CPU)
+    plan, log = run_planner("rules", g, device=CPU)
+    assert ScheduleKind.gemm not in _kinds(plan)
+    assert any(d.action == "not fused" and "float32 only" in d.reason for d in log)
+
+
+def _refused(epilogue, match, prologue=lambda b, x: x):
+    """x[16, 32] @ w[32, 48], then ``epilogue(b, h)``: analysing every node as one
+    group is refused with a reason matching ``match``."""
+    b = wb.GraphBuilder("refused")
+    x = prologue(b, b.input("x", (16, 32)))
+    b.output(epilogue(b, b.matmul(x, b.constant(_w(32, 48), "w"))), "y")
+    g = b.build()
+    with pytest.raises(FusionRefused, match=match):
+        analyze(g, tuple(n.id for n in g.nodes), device=CPU)
+
+
+def test_an_epilogue_op_of_another_shape_is_refused():
+    _refused(lambda b, h: b.reduce_sum(h, axes=[-1], keepdims=True), "not elementwise")
+    # the add's output is larger than the product
+    _refused(lambda b, h: h + b.input("big", (3, 16, 48)), "is not the matmul's output shape")
+
+
+def test_a_prologue_a_second_matmul_and_a_bystander_are_refused():
+    _refused(lambda b, h: h * 2.0, "no prologue fusion", prologue=lambda b, x: b.relu(x))
+    _refused(lambda b, h: b.matmul(h, b.constant(_w(48, 8), "v")), "only one matmul")
+    # exp(z) does not read the product
+    _refused(lambda b, h: h + b.exp(b.input("z", (16, 48))), "does not read the matmul's")
+
+
+def test_broadcast_batch_dims_are_refused():
+    b = wb.GraphBuilder("bb")
+    a = b.input("a", (4, 8, 16))
+    w = b.input("w", (1, 16, 8))
+    b.output(b.matmul(a, w) * 2.0, "y")
+    g = b.build()
+    with pytest.raises(FusionRefused, match="batch dims broadcast"):
+        analyze(g, ("n0", "n1"), device=CPU)
+
+
+def test_a_product_read_outside_is_stored_by_the_kernel():
+    b = wb.GraphBuilder("both")
+    x = b.input("x", (16, 32))
+    h = b.matmul(x, b.constant(_w(32, 48), "w"))
+    b.output(b.relu(h), "y")
+    b.output(h, "h")
+    g = b.build()
+    s = analyze(g, ("n0", "n1"), device=CPU)
+    assert s.kind is ScheduleKind.gemm and s.gemm.dest == g.node("n0").outputs[0]
+
+
+def test_cost_model_prices_the_fused_kernel_below_library_plus_epilogue():
+    g = _ffn()
+    model = CostModel.for_device(CPU)
+    fused = run_planner("rules", g, device=CPU)[0]
+    apart = run_planner("xla", g, device=CPU)[0]
+    f = model.features(g, fused.groups[0])
+    assert f.library_flops == 2 * 32 * 48 * 32
+    assert f.bytes_moved < sum(model.features(g, gr).bytes_moved for gr in apart.groups)
+    assert model.plan_seconds(fused) < model.plan_seconds(apart)
+
+
+def test_tiles_cover_the_output_and_keep_every_core_busy():
+    b = wb.GraphBuilder("down")
+    x = b.input("x", (1, 128, 3072))
+    b.output(b.matmul(x, b.constant(np.zeros((3072, 768), np.float32), "w")) + 1.0, "y")
+    t = analyze(b.build(), ("n0", "n1"), device=CPU).gemm
+    assert (t.batch, t.m, t.n, t.k) == (1, 128, 768, 3072)
+    assert t.row_tiles * t.tile_m >= t.m and t.col_tiles * t.tile_n >= t.n
+    assert t.tiles % CPU.units == 0

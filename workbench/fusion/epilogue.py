@@ -1,0 +1,80 @@
+"""Epilogue fusion: a matmul joins the kernel of the ops that consume its result, when
+that kernel is its epilogue (the ``gemm`` template, :mod:`.gemm`).
+
+A pass after a planner's partition, not a move inside its search: every planner
+treats a library call as a boundary between independent parts of the graph
+(:mod:`.regions`), and a matmul taking one whole consumer kernel as its epilogue keeps
+those parts as they were. ``rules`` takes every legal epilogue (it is rule-driven);
+``stitch`` takes one only when its cost model predicts the joined kernel faster than
+the library call and the epilogue kernel apart. A consumer kernel that is not an
+epilogue as a whole (a bias add with a LayerNorm, a reshape into attention heads)
+stays apart, with the reason logged.
+
+Only on a CPU device: on a GPU the template is refused, so nothing is tried (and
+nothing is logged) there.
+
+    >>> log = absorb_epilogues(g, part, cpu)             # doctest: +SKIP
+    >>> print(log[0])                                     # doctest: +SKIP
+    fused n0 + n1 + n2: n1 add, n2 gelu into the GEMM of n0 matmul: ...
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from ..errors import FusionRefused
+from ..ir import Graph
+from .analysis import analyze
+from .devices import Device
+from .partition import Decision, Partition
+
+# seconds a kernel of these nodes is predicted to take (math.inf when none fits)
+Price = Callable[[frozenset], float]
+
+
+def absorb_epilogues(g: Graph, part: Partition, device: Device,
+                     price: Price | None = None) -> list[Decision]:
+    """Merge each lone matmul of ``part`` with the first kernel reading its result that
+    is its epilogue (and, given ``price``, predicted faster joined); returns the log.
+    ``part`` is changed in place."""
+    if device.is_gpu:
+        return []
+    log: list[Decision] = []
+    for node in g.nodes:
+        if node.op != "matmul" or len(part.members[part.owner[node.id]]) != 1:
+            continue
+        mine = part.owner[node.id]
+        readers = dict.fromkeys(part.owner[c.id] for c in g.consumers[node.outputs[0]])
+        for theirs in readers:
+            nodes = sorted(part.members[theirs] + [node.id], key=part.index.__getitem__)
+            why = part.cycle({mine, theirs})
+            if why is None:
+                try:
+                    analyze(g, tuple(nodes), device=device)
+                except FusionRefused as e:
+                    why = str(e)
+            if why is None and price is not None:
+                apart = price(frozenset([node.id])) + price(frozenset(part.members[theirs]))
+                joined = price(frozenset(nodes))
+                if not joined < apart:
+                    why = (f"the GEMM kernel is predicted no faster ({_us(apart)} apart -> "
+                           f"{_us(joined)})")
+            first = part.first(theirs)
+            if why is not None:
+                log.append(Decision("not fused", (node.id, first), why))
+                continue
+            gain = "" if price is None else (
+                f"; predicted {_us(apart)} -> {_us(joined)}")
+            part.merge({mine, theirs})
+            ops = ", ".join(f"{n} {g.node(n).op}" for n in nodes[1:4])
+            more = f", +{len(nodes) - 4} more" if len(nodes) > 4 else ""
+            log.append(Decision("fused", tuple(nodes),
+                                f"{ops}{more} into the GEMM of {node.id} matmul: each "
+                                "tile of the product is finished in cache, never written "
+                                f"and read back{gain}"))
+            break
+    return log
+
+
+def _us(seconds: float) -> str:
+    return "no kernel" if math.isinf(seconds) else f"{seconds * 1e6:.3g} us"
