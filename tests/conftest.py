@@ -196,6 +196,32 @@ def nvrtc_toolchain():
     return nvrtc_or_skip()
 
 
+def _nvrtc_compile_plans(graphs, planners) -> int:
+    """Every generated (non-library) kernel of each graph under each planner, rendered
+    for CUDA and compiled by NVRTC for sm_90 as the GPU runtime compiles it; returns
+    how many distinct sources there were."""
+    from workbench.codegen import lower_plan, render_kernel
+    from workbench.fusion import run_planner
+    from workbench.runtime import nvrtc
+    sources = {}
+    for g in graphs:
+        for planner in planners:
+            plan, _ = run_planner(planner, g)
+            for k in lower_plan(plan):
+                if k.library is None:
+                    sources.setdefault(render_kernel(k, "cuda"), k.name)
+    for src, name in sources.items():
+        assert nvrtc.compile_cuda(src, name, "90")[:4] == b"\x7fELF", name   # sm_90 cubin
+    return len(sources)
+
+
+@pytest.fixture
+def nvrtc_compile_plans(nvrtc_toolchain):
+    """``nvrtc_compile_plans(graphs, planners)``: every kernel of those plans compiled
+    by NVRTC with the runtime's options (the count of distinct sources returned)."""
+    return _nvrtc_compile_plans
+
+
 @pytest.fixture
 def compile_cuda():
     """``compile_cuda(source, entries)``: NVRTC for sm_90 to PTX, as the runtime compiles."""

@@ -8,8 +8,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.codegen import lower_plan, render_kernel
-from workbench.fusion import run_planner
 from workbench.ir import DType, GraphBuilder
 from workbench.ops.minifloat import E8M0, FORMATS, ROUND_MODES, round_e8m0, round_mini
 from workbench.runtime import run_reference
@@ -156,17 +154,9 @@ def test_narrow_integer_graph_runs_as_the_reference():
 
 
 @pytest.mark.parametrize("planner", ["none", "rules", "stitch"])
-def test_cuda_kernels_compile(planner, nvrtc_toolchain):
-    from workbench.runtime import nvrtc
+def test_cuda_kernels_compile(planner, nvrtc_compile_plans):
     graphs = [_int_graph()] + [_rounding_graph(f, s, m) for f, s, m in CASES[::2]]
-    sources = {}
-    for g in graphs:
-        plan, _ = run_planner(planner, g)
-        for k in lower_plan(plan):
-            if k.library is None:
-                sources.setdefault(render_kernel(k, "cuda"), k.name)
-    for src, name in sources.items():
-        assert nvrtc.compile_cuda(src, name, "90")[:4] == b"\x7fELF"
+    assert nvrtc_compile_plans(graphs, [planner]) >= 2
 
 
 def test_torch_fp8_and_int8_casts_import_and_round_as_torch():
