@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from contextlib import contextmanager
 
 import nbformat
 import pytest
@@ -127,7 +128,7 @@ def open_app(page, server, name: str) -> None:
 def test_click_two_nodes_fuse_and_measure(lab_factory, page):
     server = lab_factory("light")
     name = app_notebook(server, "fuse_in_browser.ipynb", measure=True)
-    try:
+    with lab_run(page, server, "lab_fuse_light_FAILED.png"):
         open_app(page, server, name)
         message = page.locator(".wb-app .wb-message")
         assert "all kernels match NumPy" in message.inner_text(), message.inner_text()
@@ -181,17 +182,12 @@ def test_click_two_nodes_fuse_and_measure(lab_factory, page):
         assert any("fuse" in x for t in plots_after[0] for x in t[1]), plots_after[0]
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_fuse_light.png")
-    except Exception:
-        failing_shot(page, server, "lab_fuse_light_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
 
 
 def test_dark_theme_is_followed(lab_factory, page):
     server = lab_factory("dark")
     name = app_notebook(server, "dark_theme.ipynb", measure=False)
-    try:
+    with lab_run(page, server, "lab_app_dark_FAILED.png"):
         open_app(page, server, name)
         c = theme_colors(page)
         assert c["theme"] == "JupyterLab Dark", f"the dark theme did not apply: {c}"
@@ -200,11 +196,6 @@ def test_dark_theme_is_followed(lab_factory, page):
         assert luminance(c["message"]) > 0.6, f"status line is not light on dark: {c}"
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_app_dark.png")
-    except Exception:
-        failing_shot(page, server, "lab_app_dark_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
 
 
 # -- navigation, property panel, source map (issue 14) -------------------------------------
@@ -239,7 +230,7 @@ def test_ids_properties_source_map_and_export_in_lab(lab_factory, page, tmp_path
     highlights its node; the SVG button downloads the drawing."""
     server = lab_factory("light")
     name = app_notebook(server, "navigate_small.ipynb", measure=False)
-    try:
+    with lab_run(page, server, "lab_navigate_small_FAILED.png"):
         open_app(page, server, name)
         graph = page.locator(".wb-app .wb-graph")
         # defect 2: the id messages use is on the box
@@ -291,11 +282,6 @@ def test_ids_properties_source_map_and_export_in_lab(lab_factory, page, tmp_path
         assert graph.locator("g.node[id='n1']").count() == 0
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_navigate_small.png")
-    except Exception:
-        failing_shot(page, server, "lab_navigate_small_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
 
 
 def test_large_graph_fit_minimap_and_search_in_lab(lab_factory, page):
@@ -307,7 +293,7 @@ def test_large_graph_fit_minimap_and_search_in_lab(lab_factory, page):
         f"import sys\nsys.path.insert(0, {json.dumps(str(REPO / 'sample_graphs'))})\n"
         "from make_samples import transformer_stack\nimport workbench as wb\n"
         "app = wb.open(transformer_stack(1020), backend='cpu')"])
-    try:
+    with lab_run(page, server, "lab_navigate_large_FAILED.png"):
         open_app(page, server, name)
         graph = page.locator(".wb-app .wb-graph")
         assert graph.locator("g.node[id='n1000']").count() == 0    # inside a collapsed box
@@ -355,11 +341,6 @@ def test_large_graph_fit_minimap_and_search_in_lab(lab_factory, page):
         assert "showing n1000" in page.locator(".wb-app .wb-message").inner_text()
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_navigate_large.png")
-    except Exception:
-        failing_shot(page, server, "lab_navigate_large_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
 
 
 def test_quickstart_notebook_runs_in_lab(lab_factory, page):
@@ -371,7 +352,7 @@ def test_quickstart_notebook_runs_in_lab(lab_factory, page):
         (REPO / "notebooks" / "01_quickstart.ipynb").read_bytes())
     if not (server.root / "sample_graphs").exists():   # the notebook reads ../sample_graphs
         (server.root / "sample_graphs").symlink_to(REPO / "sample_graphs")
-    try:
+    with lab_run(page, server, "lab_quickstart_FAILED.png"):
         open_app(page, server, "notebooks/01_quickstart.ipynb")
         assert page.locator(".wb-app").count() == 1, "the app should be displayed once"
         page.locator(".wb-app").scroll_into_view_if_needed()
@@ -383,11 +364,6 @@ def test_quickstart_notebook_runs_in_lab(lab_factory, page):
         assert max(len(t[1]) for t in steps) == 2, steps   # load, auto rules
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_quickstart.png")
-    except Exception:
-        failing_shot(page, server, "lab_quickstart_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
 
 
 # -- issue 14: the default Set-scheme path, labels after every mapping, plots before
@@ -410,6 +386,22 @@ def failing_shot(page, server, name: str) -> None:
     print(f"failure screenshot: {path}\nlab log tail:\n{server.log_tail()}")
 
 
+@contextmanager
+def lab_run(page, server, shot: str, reveal: str | None = None):
+    """The body of a browser test: when it fails, a screenshot named ``shot`` (with
+    the element ``reveal`` selects scrolled into view first) and the lab log's tail;
+    always, the server's kernels shut down."""
+    try:
+        yield
+    except Exception:
+        if reveal:
+            page.locator(reveal).first.scroll_into_view_if_needed()
+        failing_shot(page, server, shot)
+        raise
+    finally:
+        server.shutdown_kernels()
+
+
 def test_plots_scheme_and_mapping_labels_on_the_default_path(lab_factory, page):
     """Before Measure the charts show counted bytes and predicted latency at full
     width; colour by latency says it is predicted; after Auto, every mapping set with
@@ -418,7 +410,7 @@ def test_plots_scheme_and_mapping_labels_on_the_default_path(lab_factory, page):
     server = lab_factory("light")
     name = lab_notebook(server, "default_path.ipynb", [
         f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')"])
-    try:
+    with lab_run(page, server, "lab_default_path_FAILED.png"):
         open_app(page, server, name)
         figs = plot_data(page)
         assert len(figs) == 3, figs
@@ -507,11 +499,6 @@ def test_plots_scheme_and_mapping_labels_on_the_default_path(lab_factory, page):
                    .some(t => t.textContent.includes('stitched'))""", timeout=30_000)
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_default_path.png")
-    except Exception:
-        failing_shot(page, server, "lab_default_path_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
 
 
 def test_measure_runs_in_the_background_with_cancel(lab_factory, page):
@@ -522,7 +509,7 @@ def test_measure_runs_in_the_background_with_cancel(lab_factory, page):
     name = lab_notebook(server, "cancel.ipynb", [
         f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')\n"
         "app.repeats = 1_000_000   # a Measure that runs until cancelled"])
-    try:
+    with lab_run(page, server, "lab_cancel_FAILED.png"):
         open_app(page, server, name)
         app_button(page, "Measure").click()
         cancel = app_button(page, "Cancel")
@@ -552,11 +539,6 @@ def test_measure_runs_in_the_background_with_cancel(lab_factory, page):
         steps = {t[0]: t for t in plot_data(page)[0]}
         assert steps["measured"][2] == ["null"], steps["measured"]
         assert not page.js_errors, page.js_errors
-    except Exception:
-        failing_shot(page, server, "lab_cancel_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
 
 
 def test_wb_open_on_a_bad_file_shows_one_line(lab_factory, page):
@@ -564,7 +546,7 @@ def test_wb_open_on_a_bad_file_shows_one_line(lab_factory, page):
     (server.root / "broken.json").write_text('{"name": "x", "nodes": "unterminated')
     name = lab_notebook(server, "bad_file.ipynb",
                         ["import workbench as wb\napp = wb.open('broken.json')"])
-    try:
+    with lab_run(page, server, "lab_bad_file_FAILED.png"):
         open_notebook(page, server, name)
         run_all(page)
         wait_idle(page)
@@ -574,11 +556,6 @@ def test_wb_open_on_a_bad_file_shows_one_line(lab_factory, page):
         assert len(lines) == 1, errors[0]
         assert lines[0].startswith("GraphError: broken.json: not valid JSON"), lines
         assert "at at" not in lines[0] and "Traceback" not in errors[0]
-    except Exception:
-        failing_shot(page, server, "lab_bad_file_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
 
 
 def test_bert_graph_stays_in_view_beside_a_full_code_panel(lab_factory, page):
@@ -589,7 +566,7 @@ def test_bert_graph_stays_in_view_beside_a_full_code_panel(lab_factory, page):
     name = lab_notebook(server, "bert_layout.ipynb", [
         f"import workbench as wb\napp = wb.open({json.dumps(str(bert))}, backend='cpu')\n"
         "app.selected = [next(n.id for n in app.session.graph.nodes if n.op == 'exp')]"])
-    try:
+    with lab_run(page, server, "lab_bert_layout_FAILED.png"):
         open_app(page, server, name)
         page.wait_for_function("() => document.querySelector('.wb-app .wb-code pre')")
         box = page.evaluate("""() => {
@@ -605,11 +582,6 @@ def test_bert_graph_stays_in_view_beside_a_full_code_panel(lab_factory, page):
         assert box["white"] == "pre", box
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_bert_layout.png")
-    except Exception:
-        failing_shot(page, server, "lab_bert_layout_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
 
 
 def test_transformations_preview_apply_and_history_in_lab(lab_factory, page):
@@ -619,7 +591,8 @@ def test_transformations_preview_apply_and_history_in_lab(lab_factory, page):
     server = lab_factory("light")
     name = lab_notebook(server, "transforms.ipynb", [
         f"import workbench as wb\napp = wb.open({json.dumps(str(GRAPH))}, backend='cpu')"])
-    try:
+    with lab_run(page, server, "lab_transformations_FAILED.png",
+                 reveal=".wb-app .wb-transforms"):
         open_app(page, server, name)
         page.get_by_text("Transformations · History · Decisions").click()
         graph = page.locator(".wb-app .wb-graph")
@@ -655,9 +628,3 @@ def test_transformations_preview_apply_and_history_in_lab(lab_factory, page):
                                "'.wb-app .wb-graph g.cluster').length === 0")
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_transformations.png")
-    except Exception:
-        page.locator(".wb-app .wb-transforms").first.scroll_into_view_if_needed()
-        failing_shot(page, server, "lab_transformations_FAILED.png")
-        raise
-    finally:
-        server.shutdown_kernels()
