@@ -185,3 +185,21 @@ def test_torch_fp8_and_int8_casts_import_and_round_as_torch():
             assert a.dtype == b.dtype
             assert _same(a, b).all(), planner
     assert np.isinf(want[0]).any() and np.isnan(want[1]).any()
+
+
+@pytest.mark.parametrize("elem", ["INT4", "UINT2", "FLOAT8E4M3FN"])
+def test_onnx_cast_to_a_held_type_leaves_no_dead_node(elem):
+    # the wrap or rounding starts from the Cast's input: no holder cast made and dropped
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    from workbench.frontends import load_onnx
+    T = getattr(TensorProto, elem)
+    m = helper.make_model(helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["y"], to=T)], "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", T, [4])]),
+        opset_imports=[helper.make_opsetid("", 21)])
+    g = load_onnx(m)
+    read = {i for n in g.nodes for i in n.inputs} | set(g.outputs)
+    assert all(o in read for n in g.nodes for o in n.outputs), [n.op for n in g.nodes]

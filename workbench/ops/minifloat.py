@@ -12,8 +12,8 @@ normal the step stays that of the subnormals. Past the largest finite value a
 saturating cast gives the largest finite value (of the sign), a non-saturating one
 infinity where the format has it and NaN where it does not (E4M3FN, the FNUZ
 formats); FP4 has neither and always saturates. NaN stays NaN -- also for FP4, which
-has none; the caller's own FP4 conversion decides what it becomes there. The FNUZ formats have no negative zero.
-E8M0 holds powers of two 2^-127..2^127 only (no sign, no zero): rounded ``up``,
+has none; the caller's own FP4 conversion decides what it becomes there. The FNUZ
+formats have no negative zero. E8M0 holds powers of two 2^-127..2^127 only (no sign, no zero): rounded ``up``,
 ``down`` or to ``nearest`` in the exponent, as ONNX defines it.
 """
 from __future__ import annotations

@@ -51,10 +51,8 @@ _DTYPES.update({t: DType.float32 for t in HELD_FLOATS})
 _DTYPES.update({t: DType.int8 if signed else DType.uint8
                 for t, (_, signed) in HELD_INTS.items()})
 # ml_dtypes' names of the held types -> the NumPy type holding them
-_HOLDER = {**{n: np.float32 for n in ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz",
-                                      "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu",
-                                      "float4_e2m1fn")},
-           "int4": np.int8, "int2": np.int8, "uint4": np.uint8, "uint2": np.uint8}
+_HOLDER = {helper.tensor_dtype_to_np_dtype(t).name: _DTYPES[t].np
+           for t in (*HELD_FLOATS, *HELD_INTS)}
 
 # Never folded even with constant inputs: folding would freeze one random draw.
 _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",

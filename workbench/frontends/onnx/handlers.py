@@ -89,35 +89,37 @@ def _cast(c: _Ctx):
     else:
         elem = c.scope.elem_type(c.node.input[1])
         to = c.scope.dtype(c.node.input[1])
-    y = x if to is x.dtype else c.b.cast(x, to=to)
-    return [held_cast(c, y, elem)]
-
-
-def held_cast(c: _Ctx, y, elem):
-    """y (already cast to the holder) narrowed to the values of element type ``elem``
-    where the workbench holds it in a wider type: rounded to bfloat16, FP8 or FP4
-    (attr saturate, default 1; E8M0's round_mode), wrapped to a 2- or 4-bit integer
-    (through int64, so a float is truncated and saturated first, as the workbench
-    casts floats to integers)."""
-    if elem in HELD_FLOATS:
-        fmt = HELD_FLOATS[elem]
-        if fmt is None:
-            return c.b.round_bf16(y)   # held in float32, rounded as bfloat16 rounds
-        attrs = {"format": fmt, "saturate": bool(c.attr("saturate", 1))}
-        if fmt == "float8e8m0":
-            attrs["round_mode"] = c.attr("round_mode", "up")
-        return c.b.op("round_float", y, **attrs)
     if elem in HELD_INTS:
-        bits, signed = HELD_INTS[elem]
-        w = c.b.cast(c.x(0), to=DType.int64) if c.x(0).dtype is not DType.int64 else c.x(0)
-        span, half = 1 << bits, 1 << (bits - 1)
-        if signed:     # ((w + half) mod span) - half: two's complement in `bits` bits
-            w = c.b.sub(c.b.op("mod", c.b.add(w, c.scalar(half, w)), c.scalar(span, w)),
-                        c.scalar(half, w))
-        else:
-            w = c.b.op("mod", w, c.scalar(span, w))
-        return c.b.cast(w, to=y.dtype)
-    return y
+        return [_wrapped(c, x, *HELD_INTS[elem], to)]
+    y = x if to is x.dtype else c.b.cast(x, to=to)
+    if elem in HELD_FLOATS:
+        y = _rounded(c, y, HELD_FLOATS[elem])
+    return [y]
+
+
+def _rounded(c: _Ctx, y, fmt: str | None):
+    """float32 y rounded to a float format the workbench holds in float32: bfloat16
+    (fmt None), FP8, FP4 or E8M0 (attr saturate, default 1; E8M0's round_mode)."""
+    if fmt is None:
+        return c.b.round_bf16(y)   # held in float32, rounded as bfloat16 rounds
+    attrs = {"format": fmt, "saturate": bool(c.attr("saturate", 1))}
+    if fmt == "float8e8m0":
+        attrs["round_mode"] = c.attr("round_mode", "up")
+    return c.b.op("round_float", y, **attrs)
+
+
+def _wrapped(c: _Ctx, x, bits: int, signed: bool, holder: DType):
+    """x as a 2- or 4-bit integer held in ``holder`` (int8/uint8): through int64 (so a
+    float is truncated and saturated first, as the workbench casts floats to
+    integers), then wrapped to ``bits`` bits, as ml_dtypes' casts wrap."""
+    w = x if x.dtype is DType.int64 else c.b.cast(x, to=DType.int64)
+    span, half = 1 << bits, 1 << (bits - 1)
+    if signed:     # ((w + half) mod span) - half: two's complement in `bits` bits
+        w = c.b.sub(c.b.op("mod", c.b.add(w, c.scalar(half, w)), c.scalar(span, w)),
+                    c.scalar(half, w))
+    else:
+        w = c.b.op("mod", w, c.scalar(span, w))
+    return c.b.cast(w, to=holder)
 
 
 @_handles("Identity")
