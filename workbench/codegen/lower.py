@@ -240,8 +240,7 @@ class _Lowerer:
         while it is in cache and writing every output (``dest`` in place: each element
         is read before it is written, by the same thread)."""
         g, t = self.g, self.sched.gemm
-        mm = next(n for n in (g.node(x) for x in self.group.nodes)
-                  if get_op(n.op).kind is Kind.opaque)
+        mm = g.producer[t.result]
         a, b = (self.buffers[i] for i in mm.inputs)
         dest = self.buffers[t.dest]
         i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles

@@ -368,11 +368,11 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     (priced at L2's rate)."""
     s = group.schedule
     t = s.gemm
-    mm = next(n for n in group.nodes if get_op(g.node(n).op).kind is Kind.opaque)
-    a, b = (g.value(i).nbytes for i in g.node(mm).inputs)
+    mm = g.producer[t.result]             # the group's one matmul
+    a, b = (g.value(i).nbytes for i in mm.inputs)
     repacked = a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
     util = min(1.0, t.tiles / max(1, device.units))
-    flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes if n != mm)
+    flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes if n != mm.id)
                   * s.elements)
     mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, t.flops, 1, 0,
