@@ -18,7 +18,9 @@ from ..ops import all_helpers
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
                   Kernel, Let, Load, Loop, OncePerBlock, Scratch, Store)
 
-_VECTOR_MATH = ("expf", "logf", "erff", "tanhf", "sinf", "cosf")
+# name -> arity; powf too, or one powf call would keep a whole fused loop scalar
+_VECTOR_MATH = {"expf": 1, "logf": 1, "erff": 1, "tanhf": 1, "sinf": 1, "cosf": 1,
+                "powf": 2}
 
 
 # A node id as it may appear in a comment: the workbench's own sanitized ids (n12).
@@ -90,8 +92,8 @@ class CRenderer:
                 "#ifdef WB_VECTOR_MATH\n"
                 "/* glibc's libmvec has SIMD variants of these; math.h declares them only\n"
                 "   under -ffast-math, which would also change NaN semantics */\n"
-                + "".join(f"#pragma omp declare simd notinbranch\nfloat {f}(float);\n"
-                          for f in _VECTOR_MATH)
+                + "".join(f"#pragma omp declare simd notinbranch\nfloat {f}("
+                          f"{', '.join(['float'] * n)});\n" for f, n in _VECTOR_MATH.items())
                 + "#endif\n"
                 "#define WB_FN static inline\n"
                 + _helpers(self.target))

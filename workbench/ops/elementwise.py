@@ -31,6 +31,35 @@ FMAX = Helper("wb_fmax", r"""/* NaN-propagating max/min, as NumPy's maximum/mini
 WB_FN float wb_fmax(float a, float b) { return ((a != a) | (a > b)) ? a : b; }
 WB_FN float wb_fmin(float a, float b) { return ((a != a) | (a < b)) ? a : b; }
 """)
+# e^x on the CPU, written out rather than glibc's: its vector expf (libmvec) leaves
+# the vector path for a whole vector when one lane's result is outside float's normal
+# range, 20-30x slower, and a masked softmax (logits plus -3.4e38) or a SiLU of large
+# inputs hits that in nearly every vector; calls to it also keep GCC from vectorizing
+# any select around them. This one is arithmetic only (Cody-Waite reduction, Cephes'
+# polynomial, the scale 2^n as two normal powers of two): every input costs the same,
+# within 1 ulp of e^x (tests/ops/test_exp.py). CUDA's expf has no such path.
+EXP = Helper("wb_expf", r"""/* e^x, branch-free and vectorizable (see ops/elementwise.py) */
+WB_FN float wb_expf(float x) {
+  /* past these e^x is 0 or inf (NaN stays NaN): such lanes compute e^0 and take their
+     result at the end, so no lane under- or overflows on the way */
+  const float xc = x >= -104.0f && x <= 88.75f ? x : 0.0f;
+  const float n = rintf(xc * 1.44269504088896341f);      /* x = n ln2 + r */
+  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;                            /* e^r */
+  const int32_t k = (int32_t)n, k1 = k / 2, k2 = k - k1; /* 2^n = 2^k1 2^k2, each normal */
+  union { int32_t i; float f; } s1, s2;
+  s1.i = (k1 + 127) << 23;
+  s2.i = (k2 + 127) << 23;
+  const float y = x < -104.0f ? 0.0f : p * s1.f * s2.f;
+  return x > 88.75f ? INFINITY : (x != x ? x : y);
+}
+""", cuda="WB_FN float wb_expf(float x) { return expf(x); }\n")
 # Integer arithmetic is total, as NumPy's is: it wraps around (two's complement) where C
 # would have undefined overflow -- computed in unsigned, where overflow is defined.
 WRAP = Helper("wb_wrap", r"""/* integer arithmetic wraps around (two's complement), as NumPy's does */
@@ -129,7 +158,7 @@ _unary("neg", "(-{0})", np.negative, scalar_i="(({t})wb_wsub(0, {0}))", kinds="f
        doc="-x", helpers=(WRAP,))
 _unary("abs", "fabsf({0})", np.abs, scalar_i="({0} < 0 ? ({t})wb_wsub(0, {0}) : {0})",
        kinds="fi", helpers=(WRAP,))
-_unary("exp", "expf({0})", np.exp, flops=4, slope=lambda x, y: np.abs(y))
+_unary("exp", "wb_expf({0})", np.exp, flops=4, helpers=(EXP,), slope=lambda x, y: np.abs(y))
 _unary("log", "logf({0})", np.log, flops=4, slope=lambda x, y: 1 / np.abs(x))
 _unary("sqrt", "sqrtf({0})", np.sqrt, flops=4, slope=lambda x, y: 0.5 / np.abs(y))
 _unary("rsqrt", "rsqrtf({0})", lambda x: 1 / np.sqrt(x), flops=4, helpers=(RSQRT,),
@@ -138,7 +167,8 @@ _unary("reciprocal", "(1.0f / {0})", np.reciprocal, flops=2, slope=lambda x, y: 
 _unary("tanh", "tanhf({0})", np.tanh, flops=8, slope=lambda x, y: 1 - y * y)
 _unary("erf", "erff({0})", lambda x: _erf(x), flops=8,
        slope=lambda x, y: 1.1283791670955126 * np.exp(-x * x))
-_unary("sigmoid", "(1.0f / (1.0f + expf(-{0})))", lambda x: 1 / (1 + np.exp(-x)), flops=6,
+_unary("sigmoid", "(1.0f / (1.0f + wb_expf(-{0})))", lambda x: 1 / (1 + np.exp(-x)), flops=6,
+       helpers=(EXP,),
        slope=lambda x, y: np.abs(y * (1 - y)))
 # NumPy's maximum(x, 0): NaN stays NaN (as torch's relu), and -0 becomes +0
 _unary("relu", "wb_fmax({0}, 0.0f)", lambda x: np.maximum(x, 0),
@@ -178,7 +208,7 @@ def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, d
 
     def scalar(args, in_dt, out_dt, attrs):
         if in_dt[0].kind == "f":
-            expr = scalar_f
+            expr = scalar_f(*args) if callable(scalar_f) else scalar_f
         elif scalar_u and not in_dt[0].signed:
             expr = scalar_u
         else:
@@ -204,7 +234,18 @@ _binary("div", "({0} / {1})",
         lambda a, b: np.true_divide(a, b) if a.dtype.kind == "f" else _int_div(a, b),
         scalar_i="(({t})wb_idiv({0}, {1}))", scalar_u="(({t})wb_udiv({0}, {1}))",
         helpers=(WRAP, IDIV, UDIV), slopes=lambda a, b, y: (1 / np.abs(b), np.abs(y / b)))
-_binary("pow", "powf({0}, {1})", lambda a, b: _int_pow(a, b) if a.dtype.kind in "iu"
+# x ** 2, x ** 3, x ** 4 with the exponent a literal of the kernel (GELU's tanh form
+# cubes): products, a few times faster than powf and vectorized everywhere, within
+# float32's bound of it (at most two roundings more); inf, NaN and -0 as powf gives them
+_SMALL_POWERS = {"2.0f": "({0} * {0})", "3.0f": "({0} * {0} * {0})",
+                 "4.0f": "(({0} * {0}) * ({0} * {0}))"}
+
+
+def _pow_f(a: str, b: str) -> str:
+    return _SMALL_POWERS.get(b, "powf({0}, {1})").format(a, b)
+
+
+_binary("pow", _pow_f, lambda a, b: _int_pow(a, b) if a.dtype.kind in "iu"
         else np.power(a, b), scalar_i="(({t})wb_ipow({0}, {1}))",
         scalar_u="(({t})wb_upow({0}, {1}))", flops=8, helpers=(IPOW,),
         slopes=lambda a, b, y: (np.abs(b * y / a), np.abs(y * np.log(np.abs(a)))),
