@@ -17,11 +17,13 @@ MARK = "EVILNAME"
 
 
 def small_graph():
-    """matmul (library call) -> layer norm (row reduction, constants) -> gelu ->
-    softmax (row reduction) and a column sum; names full of C comment and quote text."""
+    """matmul (library call: its [1, K, N] weight broadcasts over a batch, which the
+    CPU's GEMM kernel does not take) -> layer norm (row reduction, constants) -> gelu
+    -> softmax (row reduction) and a column sum; names full of C comment and quote
+    text."""
     b = GraphBuilder(f'{MARK} */ graph "x"')
     x = b.input(f'{MARK}/x:0 */ #include', (48, 160))
-    w = b.input(f'{MARK} W"', (160, 96))
+    w = b.input(f'{MARK} W"', (1, 160, 96))
     gamma = b.constant(random_array((96,), np.float32, 1, 0.5, 1.5), name=f"{MARK}.gamma*/")
     beta = b.constant(random_array((96,), np.float32, 2), name=f"{MARK}.beta\\")
     h = b.matmul(x, w)

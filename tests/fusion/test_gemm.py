@@ -44,10 +44,30 @@ def test_planners_fuse_matmul_with_bias_gelu_or_residual(planner, residual):
     assert any(d.action == "fused" and "into the GEMM of" in d.reason for d in log)
 
 
-def test_none_and_xla_keep_the_library_call():
+def test_none_and_xla_fuse_no_epilogue():
+    # the matmul alone is still a gemm kernel on the CPU (its tiles on the kernels'
+    # threads: one thread pool), but these planners join nothing to it
     g = _ffn()
     for planner in ("none", "xla"):
-        assert ScheduleKind.gemm not in _kinds(run_planner(planner, g, device=CPU)[0])
+        plan = run_planner(planner, g, device=CPU)[0]
+        gemms = [gr for gr in plan.groups if gr.schedule.kind is ScheduleKind.gemm]
+        assert [len(gr.nodes) for gr in gemms] == [1]
+        assert ScheduleKind.elementwise in _kinds(plan)
+
+
+def test_a_lone_matmul_is_a_gemm_kernel_on_the_cpu_and_a_library_call_on_the_gpu():
+    b = wb.GraphBuilder("mm")
+    b.output(b.matmul(b.input("x", (16, 32)), b.input("w", (32, 48))), "y")
+    g = b.build()
+    nodes = tuple(n.id for n in g.nodes)
+    assert analyze(g, nodes, device=CPU).kind is ScheduleKind.gemm
+    assert analyze(g, nodes, device=H100).kind is ScheduleKind.opaque
+    # float16 (no float32 sgemm) stays the library call
+    b = wb.GraphBuilder("mm16")
+    b.output(b.matmul(b.input("x", (16, 32), "float16"), b.input("w", (32, 48), "float16")),
+             "y")
+    g = b.build()
+    assert analyze(g, tuple(n.id for n in g.nodes), device=CPU).kind is ScheduleKind.opaque
 
 
 def test_gpu_plans_are_unchanged_and_the_template_says_why():

@@ -263,6 +263,8 @@ class _Lowerer:
             Let("row", i64, f"bt * {M} + r"),
             Loop("col", N, "block", tuple(scope.stmts), start="c0", stop="c1")),
             start="r0", stop="r1")
+        finish = (Comment("the epilogue over the tile, while it is in cache"),
+                  epilogue) if t.epilogue_ops else ()
         body = (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
@@ -271,8 +273,7 @@ class _Lowerer:
             Let("c1", i64, f"c0 + {t.tile_n} < {N} ? c0 + {t.tile_n} : {N}"),
             Gemm(a, b, dest, f"bt * {t.a_stride} + r0 * {K}", f"bt * {t.b_stride} + c0",
                  f"(bt * {M} + r0) * {N} + c0", "r1 - r0", "c1 - c0", K, K, N, N, mm.id),
-            Comment("the epilogue over the tile, while it is in cache"),
-            epilogue)
+            *finish)
         loop = Loop("tile", t.tiles, "grid", body)
         k = _kernel(name, self.group.id, self.sched.describe(), self.buffers,
                     _widen([loop], self.wide), _launch(self.geometry, self.sched),

@@ -100,7 +100,7 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
             # a matmul shares its kernel only with an epilogue (the gemm template)
             sched = analyze_gemm(g, ns, io, device)
         else:
-            sched = Schedule(ScheduleKind.opaque)
+            sched = _lone_library_op(g, ns, io, device)
     else:
         reduces = [n for n in ns if kinds[n.id] is Kind.reduce]
         if reduces:
@@ -121,6 +121,19 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
         raise FusionRefused("a GEMM kernel has no launch parameters or regional values to "
                             "set: its tiles are sized by the rule, its epilogue is local")
     return sched
+
+
+def _lone_library_op(g: Graph, ns, io, device: Device) -> Schedule:
+    """A library op alone: a matmul the gemm template takes is a gemm kernel without
+    an epilogue on the CPU, so its tiles run on the kernels' OpenMP threads (every
+    core, one thread pool) where the library call would run on one BLAS thread (see
+    runtime/threads.py); anything else is the library call."""
+    if ns[0].op == "matmul" and not device.is_gpu:
+        try:
+            return analyze_gemm(g, ns, io, device)
+        except FusionRefused:
+            pass
+    return Schedule(ScheduleKind.opaque)
 
 
 def _launch_param(launch: dict, key: str, rule: int, what: str, allowed) -> int:

@@ -370,7 +370,9 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     t = s.gemm
     mm = g.producer[t.result]             # the group's one matmul
     a, b = (g.value(i).nbytes for i in mm.inputs)
-    repacked = a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
+    # a matmul alone is priced as the library call it stands for on every core (whose
+    # own blocking packs panels too, unpriced); an epilogue's tiling costs the repacks
+    repacked = 0 if len(group.nodes) == 1 else a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
     util = min(1.0, t.tiles / max(1, device.units))
     flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes if n != mm.id)
                   * s.elements)

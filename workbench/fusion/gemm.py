@@ -23,6 +23,7 @@ call.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from ..errors import FusionRefused
 from ..ir import DType, Graph
@@ -73,8 +74,9 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device) -> Schedule:
     if dest is None:
         raise FusionRefused(f"{mm.id} (matmul): no float32 output of the kernel to write "
                             "the product into; its epilogue ends in another dtype")
+    tiling = _tiling(shape, a.shape, b.shape, result, dest, device.units)
     return Schedule(ScheduleKind.gemm, elements=out.numel,
-                    gemm=_tiling(shape, a.shape, b.shape, result, dest, device.units))
+                    gemm=replace(tiling, epilogue_ops=len(ns) - 1))
 
 
 def _check_epilogue(g: Graph, ns, mm, shape) -> tuple[int, ...]:

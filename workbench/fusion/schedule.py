@@ -75,6 +75,7 @@ class GemmShape:
     tile_n: int
     result: str
     dest: str
+    epilogue_ops: int = 0      # ops finishing each tile (0: the matmul alone)
 
     @property
     def row_tiles(self) -> int:
@@ -188,7 +189,8 @@ class Schedule:
         if self.kind is ScheduleKind.gemm:
             t = self.gemm
             batch = f"{t.batch} x " if t.batch > 1 else ""
-            return (f"gemm {batch}{t.m}x{t.n}x{t.k} + epilogue, "
+            epi = f" + {t.epilogue_ops}-op epilogue" if t.epilogue_ops else ""
+            return (f"gemm {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}")
         return self.kind.value
 

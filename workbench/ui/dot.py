@@ -255,7 +255,8 @@ def _cluster_label(gr: Group) -> str:
     if s.gemm is not None:      # the product's shape: m x n x k (batch x ...)
         t = s.gemm
         batch = f"{t.batch}x" if t.batch > 1 else ""
-        return f"{gr.id} · gemm {batch}{t.m}x{t.n}x{t.k} + epilogue"
+        epi = " + epilogue" if t.epilogue_ops else ""
+        return f"{gr.id} · gemm {batch}{t.m}x{t.n}x{t.k}{epi}"
     return f"{gr.id} · {s.kind.value}"
 
 
