@@ -111,3 +111,55 @@ def test_a_damaged_cached_library_is_rebuilt(tmp_path, monkeypatch, damage):
     x = np.random.default_rng(0).uniform(-1, 1, (5, cols)).astype(np.float32)
     out = Program(p, get_backend("cpu")).run({"x": x})["y"]
     np.testing.assert_allclose(out, 3.0 / (1.0 + np.exp(-x)), rtol=1e-5)
+
+
+def _chain():
+    """Three kernels under ``none``: two intermediates between them, one output."""
+    b = wb.GraphBuilder("chain")
+    x = b.input("x", (64, 48))
+    b.output(b.op("exp", b.op("tanh", b.sigmoid(x))), "y")
+    return b.build()
+
+
+def test_intermediates_are_reused_and_outputs_are_fresh():
+    """The values between kernels are poisoned once and reused by later runs; every
+    run's outputs are its own arrays, right for its own inputs; a keep_all run shares
+    nothing with the pool."""
+    s = wb.Session(_chain(), backend="cpu")
+    prog = s.program()
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal((64, 48)).astype(np.float32) for _ in range(3)]
+    outs = [prog.run({"x": x})["y"] for x in xs]
+    for x, y in zip(xs, outs):
+        np.testing.assert_allclose(y, np.exp(np.tanh(1 / (1 + np.exp(-x)))), rtol=1e-6)
+    assert len({id(y) for y in outs}) == 3 and not np.shares_memory(outs[0], outs[1])
+    pool = prog._pool
+    g = prog.graph
+    assert set(pool) == {v.name for v in g.values} - set(g.inputs) - set(g.outputs)
+    kept = prog.run({"x": xs[0]}, keep_all=True)
+    assert not any(np.shares_memory(kept[v], a) for v, a in pool.items())
+    assert prog._pool is pool and all(prog._pool[v] is a for v, a in pool.items())
+
+
+def test_runs_in_two_threads_do_not_share_intermediates():
+    import threading
+    s = wb.Session(_chain(), backend="cpu")
+    prog = s.program()
+    rng = np.random.default_rng(1)
+    xs = [rng.standard_normal((64, 48)).astype(np.float32) for _ in range(8)]
+    got: dict[int, list] = {0: [], 1: []}
+
+    def work(t):
+        for _ in range(25):
+            got[t].append([prog.run({"x": x})["y"] for x in xs[t::2]])
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in (0, 1)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    for t in (0, 1):
+        want = [np.exp(np.tanh(1 / (1 + np.exp(-x)))) for x in xs[t::2]]
+        for run in got[t]:
+            for y, w in zip(run, want):
+                np.testing.assert_allclose(y, w, rtol=1e-6)

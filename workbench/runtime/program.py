@@ -3,9 +3,18 @@
 Outputs are poisoned (NaN for floats, a sentinel for integers, 0xAB bytes for bool)
 before every kernel writes them, so an element a kernel forgets to write shows up as
 a mismatch against the reference instead of passing by luck.
+
+The values between kernels are allocated and poisoned on a sequence's first run and
+reused by the runs after it: a kernel writes the same elements whatever the data (its
+loops do not depend on values), so what the first run proved written stays written,
+and a call no longer pays an allocation and a poisoning pass over every intermediate
+(GPT-2 small: about 15% of a call). The graph's outputs are fresh and poisoned on every
+run (the caller keeps them); a run that keeps every value (``keep_all``, the checkers'
+run) and a run beside another in a second thread allocate afresh.
 """
 from __future__ import annotations
 
+import threading
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -54,11 +63,27 @@ class KernelSequence:
             env[k] = self.backend.asarray(v)
         return env
 
-    def _alloc_outputs(self, ck, env) -> None:
+    def _alloc_outputs(self, ck, env, pool: dict | None = None) -> None:
+        """Poisoned arrays for the kernel's outputs; from ``pool`` (made there on first
+        use) for the values that are no graph output."""
         xp = self.backend.xp
+        outs = self.graph.outputs
         for b in ck.kernel.outputs:
+            if pool is not None and b.value not in outs and ck.kernel.library is None:
+                if b.value not in pool:
+                    v = self.graph.value(b.value)
+                    pool[b.value] = poison(xp, v.shape, v.dtype)
+                env[b.value] = pool[b.value]
+                continue
             v = self.graph.value(b.value)
             env[b.value] = poison(xp, v.shape, v.dtype)
+
+    def _take_pool(self) -> dict | None:
+        """The reused intermediates, or None while another thread's run holds them."""
+        lock = self.__dict__.setdefault("_pool_lock", threading.Lock())
+        if not lock.acquire(blocking=False):
+            return None
+        return self.__dict__.setdefault("_pool", {})
 
     def _launch(self, ck, env) -> None:
         self.backend.run_kernel(self, ck, env)
@@ -73,21 +98,27 @@ class KernelSequence:
                              for b in ck.kernel.workspace}
         return cache[id(ck)]
 
-    def execute(self, inputs: Mapping[str, np.ndarray]) -> dict:
-        """Run every kernel in order; returns the environment of backend arrays."""
+    def execute(self, inputs: Mapping[str, np.ndarray], keep_all: bool = False) -> dict:
+        """Run every kernel in order; returns the environment of backend arrays (with
+        ``keep_all`` every one its own, none shared with a later run)."""
         env = self._env(inputs)
-        with self.backend.running():
-            for ck in self.compiled:
-                self._alloc_outputs(ck, env)
-                self._launch(ck, env)
-            self.backend.synchronize()
+        pool = None if keep_all else self._take_pool()
+        try:
+            with self.backend.running():
+                for ck in self.compiled:
+                    self._alloc_outputs(ck, env, pool)
+                    self._launch(ck, env)
+                self.backend.synchronize()
+        finally:
+            if pool is not None:
+                self._pool_lock.release()
         return env
 
     def run(self, inputs: Mapping[str, np.ndarray],
             keep_all: bool = False) -> dict[str, np.ndarray]:
         """Run every kernel in order; returns the graph outputs (with keep_all, every
         value that crossed a kernel boundary) as NumPy arrays."""
-        env = self.execute(inputs)
+        env = self.execute(inputs, keep_all)
         keys = env.keys() if keep_all else self.graph.outputs
         return {o: self.backend.to_numpy(env[o]) for o in keys}
 
