@@ -100,7 +100,14 @@ def _refused(epilogue, match, prologue=lambda b, x: x):
 
 
 def test_an_epilogue_op_of_another_shape_is_refused():
-    _refused(lambda b, h: b.reduce_sum(h, axes=[-1], keepdims=True), "not elementwise")
+    # a row sum alone leaves no output of the product's shape to hold the product
+    _refused(lambda b, h: b.reduce_sum(h, axes=[-1], keepdims=True),
+             "no float32 output of the product's shape")
+    # a reduction down the columns needs every row: tiles of whole rows do not hold it
+    _refused(lambda b, h: h / b.reduce_sum(h, axes=[0], keepdims=True),
+             "over its last axis")
+    # a layout op reading the product elsewhere than where it is
+    _refused(lambda b, h: b.op("transpose", h, perm=[1, 0]) * 2.0, "not elementwise")
     # the add's output is larger than the product
     _refused(lambda b, h: h + b.input("big", (3, 16, 48)), "is not the matmul's output shape")
 

@@ -46,6 +46,29 @@ def _attention_scores():
     return b.build()
 
 
+def _ffn_layernorm():
+    # BERT's FFN down: bias, residual and LayerNorm finish whole rows of the product;
+    # 2 x 37 rows (ragged tiles), 136 columns
+    b = wb.GraphBuilder("ffn_layernorm")
+    x = b.input("x", (2, 37, 200))
+    h = b.matmul(x, b.constant(_w(200, 136), "w")) + b.constant(_w(136), "bias")
+    h = h + b.input("res", (2, 37, 136))
+    b.output(b.layer_norm(h, b.constant(_w(136), "gamma"), b.constant(_w(136), "beta")), "y")
+    return b.build()
+
+
+def _masked_scores_softmax():
+    # attention scores: [B, H, M, K] @ [B, H, K, N] (one B per batch), scaled, a mask
+    # broadcast over the heads added, softmax over the keys; the mask is finfo.min
+    b = wb.GraphBuilder("scores_softmax")
+    q = b.input("q", (2, 3, 40, 16))
+    k = b.input("kt", (2, 3, 16, 24))
+    mask = np.where(RNG.random((2, 1, 1, 24)) < 0.3, np.finfo(np.float32).min, 0)
+    s = b.matmul(q, k) * 0.25 + b.constant(mask.astype(np.float32), "mask")
+    b.output(b.softmax(s, axis=-1), "p")
+    return b.build()
+
+
 def _check(s: Session, seeds=(0, 1)) -> None:
     """Run the current plan on fresh inputs; every kernel within its bound, every
     output within float32's tolerance of the reference."""
@@ -66,11 +89,30 @@ def _gemm_groups(s: Session):
 
 
 @pytest.mark.parametrize("planner", ["rules", "stitch"])
-@pytest.mark.parametrize("make", [_ffn_gelu, _ffn_residual, _attention_scores])
+@pytest.mark.parametrize("make", [_ffn_gelu, _ffn_residual, _attention_scores,
+                                  _ffn_layernorm, _masked_scores_softmax])
 def test_gemm_kernel_matches_reference(make, planner):
     s = Session(make(), backend="cpu")
     s.auto(planner)
     assert len(s.plan.groups) == 1 and _gemm_groups(s), s.plan.describe()
+    rows = make in (_ffn_layernorm, _masked_scores_softmax)
+    t = s.plan.groups[0].schedule
+    assert (t.epilogue is not None) == rows
+    if rows:        # whole rows per tile; the row template's reductions over them
+        assert t.gemm.tile_n == t.gemm.n and t.epilogue.reductions == 2
+    _check(s)
+
+
+def test_row_epilogue_with_the_product_read_outside():
+    """The product is an output too: it stays in its own buffer, the LayerNorm's
+    output in another, and both are right."""
+    b = wb.GraphBuilder("both_rows")
+    x = b.input("x", (30, 40))
+    h = b.output(b.matmul(x, b.constant(_w(40, 64), "w")), "h")
+    b.output(b.layer_norm(h, b.constant(_w(64), "g"), b.constant(_w(64), "be")), "y")
+    s = Session(b.build(), backend="cpu")
+    s.auto("rules")
+    assert len(s.plan.groups) == 1 and s.plan.groups[0].schedule.epilogue is not None
     _check(s)
 
 

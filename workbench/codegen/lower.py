@@ -245,6 +245,31 @@ class _Lowerer:
         dest = self.buffers[t.dest]
         i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
         M, N, K = t.m, t.n, t.k
+        finish = ()
+        if t.epilogue_ops:
+            epilogue = (self._row_epilogue(mm.id, dest) if self.sched.epilogue is not None
+                        else self._elementwise_epilogue(dest))
+            finish = (Comment("the epilogue over the tile, while it is in cache"), epilogue)
+        body = (
+            Let("bt", i64, f"tile / {per}"),
+            Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
+            Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
+            Let("r1", i64, f"r0 + {t.tile_m} < {M} ? r0 + {t.tile_m} : {M}"),
+            Let("c1", i64, f"c0 + {t.tile_n} < {N} ? c0 + {t.tile_n} : {N}"),
+            Gemm(a, b, dest, f"bt * {t.a_stride} + r0 * {K}", f"bt * {t.b_stride} + c0",
+                 f"(bt * {M} + r0) * {N} + c0", "r1 - r0", "c1 - c0", K, K, N, N, mm.id),
+            *finish)
+        loop = Loop("tile", t.tiles, "grid", body)
+        flops = self.flops * g.value(t.result).numel     # (the epilogue's, per element)
+        k = _kernel(name, self.group.id, self.sched.describe(), self.buffers,
+                    _widen([loop], self.wide), _launch(self.geometry, self.sched),
+                    int(t.flops) + flops, tuple(self.scratch.values()))
+        return replace(k, blas="sgemm")
+
+    def _elementwise_epilogue(self, dest: Buffer) -> Loop:
+        """The tile's rows and columns, each element of the product read back from
+        ``dest`` and finished: every output of the group stored there."""
+        g, t = self.g, self.sched.gemm
         # the element at (row, col) of the product seen as [rows, N]: a bias [N] is read
         # at col (unit stride, so the loop vectorizes), a residual at the element itself
         shape = g.value(t.result).shape
@@ -259,26 +284,27 @@ class _Lowerer:
                 e = self.at(scope, o, idx)
                 scope.stmts.append(Store(self.buffers[o], idx.offset(), e,
                                          node=self._made_by(o)))
-        epilogue = Loop("r", M, "serial", (
-            Let("row", i64, f"bt * {M} + r"),
-            Loop("col", N, "block", tuple(scope.stmts), start="c0", stop="c1")),
+        return Loop("r", t.m, "serial", (
+            Let("row", DType.int64, f"bt * {t.m} + r"),
+            Loop("col", t.n, "block", tuple(scope.stmts), start="c0", stop="c1")),
             start="r0", stop="r1")
-        finish = (Comment("the epilogue over the tile, while it is in cache"),
-                  epilogue) if t.epilogue_ops else ()
-        body = (
-            Let("bt", i64, f"tile / {per}"),
-            Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
-            Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
-            Let("r1", i64, f"r0 + {t.tile_m} < {M} ? r0 + {t.tile_m} : {M}"),
-            Let("c1", i64, f"c0 + {t.tile_n} < {N} ? c0 + {t.tile_n} : {N}"),
-            Gemm(a, b, dest, f"bt * {t.a_stride} + r0 * {K}", f"bt * {t.b_stride} + c0",
-                 f"(bt * {M} + r0) * {N} + c0", "r1 - r0", "c1 - c0", K, K, N, N, mm.id),
-            *finish)
-        loop = Loop("tile", t.tiles, "grid", body)
-        k = _kernel(name, self.group.id, self.sched.describe(), self.buffers,
-                    _widen([loop], self.wide), _launch(self.geometry, self.sched),
-                    int(t.flops) + self.flops * g.value(t.result).numel, ())
-        return replace(k, blas="sgemm")
+
+    def _row_epilogue(self, matmul: str, dest: Buffer) -> Loop:
+        """A gemm epilogue reducing rows: the epilogue's nodes lowered by the row
+        template (their own schedule), the product read from ``dest`` where the
+        matmul's result would be, over the tile's rows (tiles are whole rows) instead
+        of a parallel loop over all rows."""
+        t = self.sched.gemm
+        rest = tuple(n for n in self.group.nodes if n != matmul)
+        buffers = dict(self.buffers)
+        buffers[t.result] = dest
+        sub = _Lowerer(self.g, Group(self.group.id, rest, self.sched.epilogue), self.device,
+                       buffers, self.counter)
+        (rows,) = sub._row_reduce()
+        self.counter, self.flops = sub.counter, self.flops + sub.flops
+        self.scratch.update(sub.scratch)
+        return replace(rows, bind="serial", start=f"bt * {t.m} + r0",
+                       stop=f"bt * {t.m} + r1")
 
     def _elementwise(self):
         # One flat loop per distinct output shape ("independent" packing when >1).

@@ -98,7 +98,8 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
     if opaque:
         if len(ns) > 1:
             # a matmul shares its kernel only with an epilogue (the gemm template)
-            sched = analyze_gemm(g, ns, io, device)
+            sched = analyze_gemm(g, ns, io, device, lambda rest: analyze(
+                g, rest, mapping=Mapping.block, device=device))
         else:
             sched = _lone_library_op(g, ns, io, device)
     else:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from typing import Callable
 
 from ..errors import FusionRefused
 from ..ir import DType, Graph
@@ -32,18 +33,27 @@ from .devices import Device
 from .mapping import ScheduleKind
 from .schedule import GemmShape, GroupIO, Schedule
 
-# A tile's product should stay in the core's cache while the epilogue reads it: 256 x
-# 256 float32 is 256 KB. Tiles also bound what sgemm packs per call (A's tile rows and
-# B's tile columns), so they are not much smaller either.
-TILE_M = 256
+# A tile's product should stay in the core's cache while the epilogue reads it: 128 x
+# 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
+# B's tile columns), so they are not much smaller either. Measured on 2 cores (one-
+# thread OpenBLAS sgemm per tile, BERT/GPT-2 small shapes, K = 256 or 1024): 128 x 256
+# tiles ran 178-202 GFLOP/s where 256 x 256 (and 256 x 128) ran 157-200.
+TILE_M = 128
 TILE_N = 256
 TILE_ALIGN = 16          # tile widths in whole cache lines of float32 (64 B)
 GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
 
 
-def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device) -> Schedule:
+# analyses the epilogue's nodes as a row_reduce group (analysis.analyze, passed in so
+# that this module needs nothing from it)
+RowAnalysis = Callable[[tuple], Schedule]
+
+
+def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
+                 rows: RowAnalysis | None = None) -> Schedule:
     """The gemm schedule of a group holding a matmul (see the module docstring), or
-    FusionRefused naming the op and the rule it breaks."""
+    FusionRefused naming the op and the rule it breaks. ``rows`` analyses an epilogue
+    that reduces rows; without it such an epilogue is refused."""
     libs = [n for n in ns if get_op(n.op).kind is Kind.opaque]
     mms = [n for n in libs if n.op == "matmul"]
     other = next((n for n in libs if n.op != "matmul"), None)
@@ -68,15 +78,22 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device) -> Schedule:
             raise FusionRefused(f"{p.id} ({p.op}) computes the matmul's operand {i} inside "
                                 "the kernel; a GEMM kernel reads its operands from memory "
                                 "(no prologue fusion)")
-    shape = _check_epilogue(g, ns, mm, out.shape)
+    shape = out.shape
+    row = None
+    if any(get_op(n.op).kind is Kind.reduce for n in ns):
+        row = _row_epilogue(g, ns, mm, shape, rows)
+    else:
+        _check_epilogue(g, ns, mm, shape)
     dest = result if result in io.outputs else next(
-        (o for o in io.outputs if g.value(o).dtype is DType.float32), None)
+        (o for o in io.outputs if g.value(o).dtype is DType.float32
+         and g.value(o).shape == shape), None)
     if dest is None:
-        raise FusionRefused(f"{mm.id} (matmul): no float32 output of the kernel to write "
-                            "the product into; its epilogue ends in another dtype")
-    tiling = _tiling(shape, a.shape, b.shape, result, dest, device.units)
+        raise FusionRefused(f"{mm.id} (matmul): no float32 output of the product's shape to "
+                            "write the product into; its epilogue ends in another dtype "
+                            "or shape")
+    tiling = _tiling(shape, a.shape, b.shape, result, dest, device.units, row is not None)
     return Schedule(ScheduleKind.gemm, elements=out.numel,
-                    gemm=replace(tiling, epilogue_ops=len(ns) - 1))
+                    gemm=replace(tiling, epilogue_ops=len(ns) - 1), epilogue=row)
 
 
 def _check_epilogue(g: Graph, ns, mm, shape) -> tuple[int, ...]:
@@ -102,10 +119,42 @@ def _check_epilogue(g: Graph, ns, mm, shape) -> tuple[int, ...]:
     return shape
 
 
-def _tiling(out, a, b, result: str, dest: str, units: int) -> GemmShape:
+def _row_epilogue(g: Graph, ns, mm, shape, rows: RowAnalysis | None) -> Schedule:
+    """The row_reduce schedule of an epilogue that reduces the product's rows: it must
+    reduce over the last axis of the product's shape (a tile of whole rows holds every
+    column it needs), and read the product only in its reductions or elementwise at
+    that shape (each element of the product is read before the same element of the
+    output is written, by the same thread, so the output may overwrite it in place)."""
+    if rows is None:
+        raise FusionRefused(f"{mm.id} (matmul): an epilogue reducing rows needs the row "
+                            "analysis")
+    for n in ns:
+        if n is mm or mm.outputs[0] not in n.inputs:
+            continue
+        kind = get_op(n.op).kind
+        if kind is not Kind.reduce and (kind is not Kind.elementwise or any(
+                g.value(o).shape != shape for o in n.outputs)):
+            raise FusionRefused(f"{n.id} ({n.op}) reads the matmul's result other than "
+                                "elementwise at its shape or in a reduction; a GEMM "
+                                "epilogue reads each product element where it is")
+    rest = tuple(n.id for n in ns if n is not mm)
+    sched = rows(rest)
+    last = (len(shape) - 1,)
+    if (sched.kind is not ScheduleKind.row_reduce or sched.domain != tuple(shape)
+            or sched.reduce_axes != last):
+        raise FusionRefused(f"the epilogue of {mm.id} (matmul) reduces "
+                            f"{list(sched.domain)} over {list(sched.reduce_axes)}; a GEMM "
+                            f"epilogue reduces the product {list(shape)} over its last axis")
+    return sched
+
+
+def _tiling(out, a, b, result: str, dest: str, units: int,
+            whole_rows: bool = False) -> GemmShape:
     """The problem as batched row-major GEMMs, cut into tiles: rows up to TILE_M, and
     columns cut so the tile count is a multiple of the cores (no core idles in the last
-    round) where that keeps tiles at least TILE_ALIGN wide."""
+    round) where that keeps tiles at least TILE_ALIGN wide. ``whole_rows`` (an
+    epilogue reducing rows): every tile spans all columns, as many rows as keep it
+    near TILE_M x TILE_N elements, fewer where there would be fewer tiles than cores."""
     if len(a) < 2 or len(b) < 2:
         raise FusionRefused("a matmul of a vector (rank-1 operand) stays a library call; "
                             "the GEMM kernel takes matrices")
@@ -118,6 +167,11 @@ def _tiling(out, a, b, result: str, dest: str, units: int) -> GemmShape:
             raise FusionRefused(f"matmul batch dims broadcast ({list(a)} @ {list(b)}); the "
                                 "GEMM kernel takes equal batch dims or a 2-D right operand")
         batch, a_stride, b_stride = math.prod(out[:-2]), m * k, k * n
+    if whole_rows:
+        tile_m = max(1, min(m, TILE_M * TILE_N // max(n, 1)))
+        if batch * -(-m // tile_m) < units:
+            tile_m = max(1, -(-m // -(-units // batch)))
+        return GemmShape(batch, m, n, k, a_stride, b_stride, tile_m, max(n, 1), result, dest)
     tile_m = max(1, min(m, TILE_M))
     row_items = batch * -(-m // tile_m)
     col_tiles = max(1, -(-n // TILE_N))

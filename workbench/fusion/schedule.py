@@ -23,8 +23,10 @@ A group is legal only if one template can run it as one kernel:
   (directly or through each other) at its output shape, other operands broadcast onto
   it (a bias, a residual, scalars): the output is cut into tiles, and each tile is
   multiplied (a single-threaded BLAS sgemm on the CPU) and finished by the epilogue
-  while it is in cache, so the result is written once. :class:`GemmShape` holds the
-  tiling; :mod:`.gemm` decides legality.
+  while it is in cache, so the result is written once. The epilogue may also reduce
+  the product's rows (bias + residual + LayerNorm, scale + mask + softmax): then the
+  tiles are whole rows and ``epilogue`` holds the row_reduce schedule run over each
+  tile's rows. :class:`GemmShape` holds the tiling; :mod:`.gemm` decides legality.
 - ``stitched``: (AStitch) a group no single template fits, run as one kernel of
   *phases*, each phase one of the templates above (never opaque), in topological
   order. A value made in one phase and read in a later one passes through global
@@ -128,6 +130,9 @@ class Schedule:
     vector: int = 1
     row_registers: tuple[str, ...] = ()
     gemm: GemmShape | None = None          # gemm: the product and its tiling
+    # gemm whose epilogue reduces rows (a LayerNorm, a softmax): the row_reduce
+    # schedule of the epilogue's nodes, run over each tile's rows (tiles are whole rows)
+    epilogue: "Schedule | None" = None
 
     @property
     def through_global(self) -> tuple[str, ...]:
@@ -190,6 +195,8 @@ class Schedule:
             t = self.gemm
             batch = f"{t.batch} x " if t.batch > 1 else ""
             epi = f" + {t.epilogue_ops}-op epilogue" if t.epilogue_ops else ""
+            if self.epilogue is not None:
+                epi += f" reducing rows ({self.epilogue.reductions} reductions)"
             return (f"gemm {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}")
         return self.kind.value
