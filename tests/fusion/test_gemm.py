@@ -114,7 +114,9 @@ def test_an_epilogue_op_of_another_shape_is_refused():
 
 def test_a_prologue_a_second_matmul_and_a_bystander_are_refused():
     _refused(lambda b, h: h * 2.0, "no prologue fusion", prologue=lambda b, x: b.relu(x))
-    _refused(lambda b, h: b.matmul(h, b.constant(_w(48, 8), "v")), "only one matmul")
+    # a second matmul joins only after a row epilogue (attention)
+    _refused(lambda b, h: b.matmul(h, b.constant(_w(48, 8), "v")),
+             "only after an epilogue reducing rows")
     # exp(z) does not read the product
     _refused(lambda b, h: h + b.exp(b.input("z", (16, 48))), "does not read the matmul's")
 
@@ -159,3 +161,38 @@ def test_tiles_cover_the_output_and_keep_every_core_busy():
     assert (t.batch, t.m, t.n, t.k) == (1, 128, 768, 3072)
     assert t.row_tiles * t.tile_m >= t.m and t.col_tiles * t.tile_n >= t.n
     assert t.tiles % CPU.units == 0
+
+
+def _attention(probs_out=False, v_inside=False):
+    """softmax(q kᵀ / 4 + mask) v over [2, 3] heads."""
+    b = wb.GraphBuilder("attention")
+    q, kt = b.input("q", (2, 3, 20, 8)), b.input("kt", (2, 3, 8, 12))
+    v = b.input("v", (2, 3, 12, 8))
+    p = b.softmax(b.matmul(q, kt) * 0.25 + b.constant(_w(2, 1, 1, 12), "mask"), axis=-1)
+    if probs_out:
+        p = b.output(p, "p")
+    b.output(b.matmul(p, b.relu(v) if v_inside else v), "o")
+    return b.build()
+
+
+@pytest.mark.parametrize("planner", ["rules", "stitch"])
+def test_planners_fuse_attention_into_one_gemm_kernel(planner):
+    g = _attention()
+    plan, log = run_planner(planner, g, device=CPU)
+    assert _kinds(plan) == [ScheduleKind.gemm], plan.describe()
+    s = plan.groups[0].schedule
+    assert s.epilogue is not None and s.then is not None and s.then.n == 8
+    assert any(d.action == "fused" and "fused attention" in d.reason for d in log)
+
+
+def test_attention_refusals_name_their_rule():
+    nodes = lambda g: tuple(n.id for n in g.nodes)  # noqa: E731
+    g = _attention(probs_out=True)
+    with pytest.raises(FusionRefused, match="read outside the kernel too"):
+        analyze(g, nodes(g), device=CPU)
+    g = _attention(v_inside=True)
+    with pytest.raises(FusionRefused, match="computed inside the kernel"):
+        analyze(g, nodes(g), device=CPU)
+    # the probabilities kept as an output: the planners leave the second matmul apart
+    plan, log = run_planner("rules", _attention(probs_out=True), device=CPU)
+    assert any(d.action == "not fused" and "read outside" in d.reason for d in log)

@@ -239,25 +239,40 @@ class _Lowerer:
         BLAS into ``dest``, then the epilogue over the tile, reading the product back
         while it is in cache and writing every output (``dest`` in place: each element
         is read before it is written, by the same thread)."""
-        g, t = self.g, self.sched.gemm
+        g, t, then = self.g, self.sched.gemm, self.sched.then
         mm = g.producer[t.result]
         a, b = (self.buffers[i] for i in mm.inputs)
-        dest = self.buffers[t.dest]
         i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
         M, N, K = t.m, t.n, t.k
+        start = ()
+        if then is None:
+            dest, c_off = self.buffers[t.dest], f"(bt * {M} + r0) * {N} + c0"
+        else:
+            # attention: the scores and then the probabilities live in a tile of this
+            # thread's own (whole rows), read by the second product, never written out
+            dest, c_off = Scratch("wb_tile", t.result, DType.float32, t.tile_m * N), "0"
+            start = (DeclareScratch(dest),)
         finish = ()
         if t.epilogue_ops:
             epilogue = (self._row_epilogue(mm.id, dest) if self.sched.epilogue is not None
                         else self._elementwise_epilogue(dest))
             finish = (Comment("the epilogue over the tile, while it is in cache"), epilogue)
-        body = (
+        if then is not None:
+            mm2 = g.producer[then.result]
+            out = self.buffers[then.result]
+            finish += (Comment(f"the tile's rows @ the right operand of {mm2.id}, while "
+                               "they are in cache"),
+                       Gemm(dest, self.buffers[then.b], out, "0", f"bt * {then.b_stride}",
+                            f"(bt * {M} + r0) * {then.n}", "r1 - r0", str(then.n), then.k,
+                            N, then.n, then.n, mm2.id))
+        body = start + (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
             Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
             Let("r1", i64, f"r0 + {t.tile_m} < {M} ? r0 + {t.tile_m} : {M}"),
             Let("c1", i64, f"c0 + {t.tile_n} < {N} ? c0 + {t.tile_n} : {N}"),
             Gemm(a, b, dest, f"bt * {t.a_stride} + r0 * {K}", f"bt * {t.b_stride} + c0",
-                 f"(bt * {M} + r0) * {N} + c0", "r1 - r0", "c1 - c0", K, K, N, N, mm.id),
+                 c_off, "r1 - r0", "c1 - c0", K, K, N, N, mm.id),
             *finish)
         loop = Loop("tile", t.tiles, "grid", body)
         flops = self.flops * g.value(t.result).numel     # (the epilogue's, per element)
@@ -294,17 +309,24 @@ class _Lowerer:
         template (their own schedule), the product read from ``dest`` where the
         matmul's result would be, over the tile's rows (tiles are whole rows) instead
         of a parallel loop over all rows."""
-        t = self.sched.gemm
-        rest = tuple(n for n in self.group.nodes if n != matmul)
+        t, then = self.sched.gemm, self.sched.then
+        rest = tuple(n for n in self.group.nodes if n != matmul
+                     and (then is None or then.result not in self.g.node(n).outputs))
         buffers = dict(self.buffers)
         buffers[t.result] = dest
+        if then is not None:
+            buffers[then.value] = dest      # the probabilities overwrite the scores
         sub = _Lowerer(self.g, Group(self.group.id, rest, self.sched.epilogue), self.device,
                        buffers, self.counter)
         (rows,) = sub._row_reduce()
         self.counter, self.flops = sub.counter, self.flops + sub.flops
         self.scratch.update(sub.scratch)
-        return replace(rows, bind="serial", start=f"bt * {t.m} + r0",
-                       stop=f"bt * {t.m} + r1")
+        rows = replace(rows, bind="serial", start=f"bt * {t.m} + r0", stop=f"bt * {t.m} + r1")
+        if isinstance(dest, Scratch):
+            # the tile holds rows r0..r1 of batch bt: its offsets are the product's less
+            # the first row's
+            rows = _rebase(rows, dest, f"(bt * {t.m} + r0) * {t.n}")
+        return rows
 
     def _elementwise(self):
         # One flat loop per distinct output shape ("independent" packing when >1).
@@ -517,6 +539,18 @@ class _Lowerer:
         self._element_pass(scope, dom, "block", start, stop)
         body.append(Loop("vb", rows * S, "grid", tuple(scope.stmts)))
         return body
+
+
+def _rebase(stmt, tile: Scratch, base: str):
+    """``stmt`` with every load from and store to ``tile`` offset by ``- base``."""
+    if isinstance(stmt, (Load, Store)) and stmt.buf is tile:
+        return replace(stmt, offset=f"{stmt.offset} - {base}")
+    if (isinstance(stmt, Load) and isinstance(stmt.buf, Scratch)
+            and stmt.buf.source is tile):     # a register copy of the tile's row
+        return replace(stmt, src_offset=f"{stmt.src_offset} - {base}")
+    if isinstance(stmt, (Loop, If, OncePerBlock)):
+        return replace(stmt, body=tuple(_rebase(x, tile, base) for x in stmt.body))
+    return stmt
 
 
 def _buffers(g: Graph, io, inline) -> dict[str, Buffer]:

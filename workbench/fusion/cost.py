@@ -368,19 +368,22 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     (priced at L2's rate)."""
     s = group.schedule
     t = s.gemm
-    mm = g.producer[t.result]             # the group's one matmul
+    mm = g.producer[t.result]             # the group's (first) matmul
     a, b = (g.value(i).nbytes for i in mm.inputs)
     # a matmul alone is priced as the library call it stands for on every core (whose
     # own blocking packs panels too, unpriced); an epilogue's tiling costs the repacks
     repacked = 0 if len(group.nodes) == 1 else a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
     util = min(1.0, t.tiles / max(1, device.units))
-    flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes if n != mm.id)
-                  * s.elements)
+    lib = t.flops
+    if s.then is not None:         # attention: the probabilities times V, per tile
+        lib += 2.0 * t.batch * t.m * s.then.k * s.then.n
+    flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
+                      if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
     mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
-    return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, t.flops, 1, 0,
+    return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
-                          flops / (device.peak_flops * util), t.flops / (device.peak_flops
-                                                                           * util))
+                          flops / (device.peak_flops * util), lib / (device.peak_flops
+                                                                     * util))
 
 
 def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:

@@ -16,6 +16,10 @@ nothing is logged) there.
     >>> log = absorb_epilogues(g, part, cpu)             # doctest: +SKIP
     >>> print(log[0])                                     # doctest: +SKIP
     fused n0 + n1 + n2: n1 add, n2 gelu into the GEMM of n0 matmul: ...
+
+A lone matmul whose left operand a GEMM kernel with a row epilogue computes (the
+softmax over attention scores) may join that kernel as its second product (fused
+attention, :func:`.gemm._attention`), tried after its consumers.
 """
 from __future__ import annotations
 
@@ -35,8 +39,10 @@ Price = Callable[[frozenset], float]
 def absorb_epilogues(g: Graph, part: Partition, device: Device,
                      price: Price | None = None) -> list[Decision]:
     """Merge each lone matmul of ``part`` with the first kernel reading its result that
-    is its epilogue (and, given ``price``, predicted faster joined); returns the log.
-    ``part`` is changed in place."""
+    is its epilogue, or else with the kernel computing its left operand when that is a
+    GEMM with a row epilogue (attention: softmax(Q Kᵀ) then @ V), each only when
+    legal (and, given ``price``, predicted faster joined); returns the log. ``part``
+    is changed in place."""
     if device.is_gpu:
         return []
     log: list[Decision] = []
@@ -45,6 +51,9 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
             continue
         mine = part.owner[node.id]
         readers = dict.fromkeys(part.owner[c.id] for c in g.consumers[node.outputs[0]])
+        left = g.producer.get(node.inputs[0])
+        if left is not None and part.owner[left.id] not in readers:
+            readers[part.owner[left.id]] = None     # (tried last: attention)
         for theirs in readers:
             nodes = sorted(part.members[theirs] + [node.id], key=part.index.__getitem__)
             why = part.cycle({mine, theirs})
@@ -66,12 +75,16 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
             gain = "" if price is None else (
                 f"; predicted {_us(apart)} -> {_us(joined)}")
             part.merge({mine, theirs})
-            ops = ", ".join(f"{n} {g.node(n).op}" for n in nodes[1:4])
-            more = f", +{len(nodes) - 4} more" if len(nodes) > 4 else ""
-            log.append(Decision("fused", tuple(nodes),
-                                f"{ops}{more} into the GEMM of {node.id} matmul: each "
-                                "tile of the product is finished in cache, never written "
-                                f"and read back{gain}"))
+            if left is not None and theirs == part.owner[left.id] and nodes[0] != node.id:
+                why = (f"{node.id} matmul into the GEMM kernel of {nodes[0]} as fused "
+                       f"attention: each tile's probabilities are multiplied while in "
+                       f"cache, never written and read back{gain}")
+            else:
+                ops = ", ".join(f"{n} {g.node(n).op}" for n in nodes[1:4])
+                more = f", +{len(nodes) - 4} more" if len(nodes) > 4 else ""
+                why = (f"{ops}{more} into the GEMM of {node.id} matmul: each tile of the "
+                       f"product is finished in cache, never written and read back{gain}")
+            log.append(Decision("fused", tuple(nodes), why))
             break
     return log
 

@@ -31,7 +31,7 @@ from ..ir import DType, Graph
 from ..ops import Kind, get_op
 from .devices import Device
 from .mapping import ScheduleKind
-from .schedule import GemmShape, GroupIO, Schedule
+from .schedule import GemmShape, GroupIO, Schedule, SecondGemm, group_io
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
@@ -57,6 +57,8 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     libs = [n for n in ns if get_op(n.op).kind is Kind.opaque]
     mms = [n for n in libs if n.op == "matmul"]
     other = next((n for n in libs if n.op != "matmul"), None)
+    if other is None and len(mms) == 2:
+        return _attention(g, ns, io, device, rows, mms)
     if other is not None or len(mms) != 1:
         x = other or mms[1]
         raise FusionRefused(f"{x.id} ({x.op}) is a library call and cannot share a kernel "
@@ -146,6 +148,50 @@ def _row_epilogue(g: Graph, ns, mm, shape, rows: RowAnalysis | None) -> Schedule
                             f"{list(sched.domain)} over {list(sched.reduce_axes)}; a GEMM "
                             f"epilogue reduces the product {list(shape)} over its last axis")
     return sched
+
+
+def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | None,
+               mms) -> Schedule:
+    """Two matmuls: the first with an epilogue reducing rows, the second reading that
+    epilogue's result (``softmax(Q Kᵀ) V``) as its left operand, which no one outside
+    the kernel reads: the first's gemm schedule with ``then``, or FusionRefused."""
+    members = {n.id for n in ns}
+    inside = [m for m in mms if g.producer.get(m.inputs[0]) is not None
+              and g.producer[m.inputs[0]].id in members]
+    if len(inside) != 1:
+        raise FusionRefused(f"{mms[1].id} (matmul) is a second library call in the kernel; "
+                            "two matmuls share one only as attention (the second reading "
+                            "the first's row epilogue)")
+    mm2 = inside[0]
+    p, v = mm2.inputs
+    if g.producer.get(v) is not None and g.producer[v].id in members:
+        raise FusionRefused(f"{mm2.id} (matmul): its right operand {v} is computed inside "
+                            "the kernel; a fused attention reads V from memory")
+    if p in io.outputs:
+        raise FusionRefused(f"{mm2.id} (matmul): {p} is read outside the kernel too; a "
+                            "fused attention keeps the probabilities in the tile")
+    first = tuple(n for n in ns if n is not mm2)
+    sub = analyze_gemm(g, first, group_io(g, tuple(n.id for n in first)), device, rows)
+    t = sub.gemm
+    if sub.epilogue is None or t.dest != p:
+        raise FusionRefused(f"{mm2.id} (matmul) joins a GEMM kernel only after an epilogue "
+                            f"reducing rows whose result {p} it reads (attention)")
+    pv, vv, out = g.value(p), g.value(v), g.value(mm2.outputs[0])
+    if vv.dtype is not DType.float32 or out.dtype is not DType.float32:
+        raise FusionRefused(f"{mm2.id} (matmul) is {out.dtype.value}: the fused attention "
+                            "is float32 only so far")
+    n, d = vv.shape[-2], vv.shape[-1] if len(vv.shape) >= 2 else 0
+    if len(vv.shape) < 2 or n != t.n:
+        raise FusionRefused(f"{mm2.id} (matmul): {list(pv.shape)} @ {list(vv.shape)} is not "
+                            "a matrix product of the tiles' rows")
+    if len(vv.shape) == 2:
+        b_stride = 0
+    elif t.batch > 1 and tuple(vv.shape[:-2]) == tuple(pv.shape[:-2]):
+        b_stride = n * d
+    else:
+        raise FusionRefused(f"{mm2.id} (matmul): V {list(vv.shape)} does not have the "
+                            f"batch dims of the probabilities {list(pv.shape)}")
+    return replace(sub, then=SecondGemm(p, v, n, d, b_stride, mm2.outputs[0]))
 
 
 def _tiling(out, a, b, result: str, dest: str, units: int,

@@ -26,7 +26,10 @@ A group is legal only if one template can run it as one kernel:
   while it is in cache, so the result is written once. The epilogue may also reduce
   the product's rows (bias + residual + LayerNorm, scale + mask + softmax): then the
   tiles are whole rows and ``epilogue`` holds the row_reduce schedule run over each
-  tile's rows. :class:`GemmShape` holds the tiling; :mod:`.gemm` decides legality.
+  tile's rows. After such an epilogue a second matmul may take the finished rows as
+  its left operand (``then``: attention's softmax(Q Kᵀ) V): each tile's rows are
+  multiplied again while in cache and never written out. :class:`GemmShape` holds the
+  tiling; :mod:`.gemm` decides legality.
 - ``stitched``: (AStitch) a group no single template fits, run as one kernel of
   *phases*, each phase one of the templates above (never opaque), in topological
   order. A value made in one phase and read in a later one passes through global
@@ -98,6 +101,24 @@ class GemmShape:
 
 
 @dataclass(frozen=True)
+class SecondGemm:
+    """Fused attention: after a gemm's row epilogue, each tile's finished rows
+    (``value``: the softmax's probabilities, kept in the tile, never written out) are
+    multiplied by ``b`` (V: ``k x n``, ``b_stride`` elements apart between batches, 0
+    for one V) into ``result``, as ``value @ b`` would.
+
+    >>> SecondGemm("p", "v", 128, 64, 8192, "o").n
+    64
+    """
+    value: str
+    b: str
+    k: int
+    n: int
+    b_stride: int
+    result: str
+
+
+@dataclass(frozen=True)
 class Schedule:
     """How one kernel runs a group (see the module docstring for the templates).
 
@@ -133,6 +154,8 @@ class Schedule:
     # gemm whose epilogue reduces rows (a LayerNorm, a softmax): the row_reduce
     # schedule of the epilogue's nodes, run over each tile's rows (tiles are whole rows)
     epilogue: "Schedule | None" = None
+    # gemm with a row epilogue: a second matmul of each tile's finished rows (attention)
+    then: SecondGemm | None = None
 
     @property
     def through_global(self) -> tuple[str, ...]:
@@ -197,6 +220,8 @@ class Schedule:
             epi = f" + {t.epilogue_ops}-op epilogue" if t.epilogue_ops else ""
             if self.epilogue is not None:
                 epi += f" reducing rows ({self.epilogue.reductions} reductions)"
+            if self.then is not None:
+                epi += f", then @ [{self.then.k}x{self.then.n}] (fused attention)"
             return (f"gemm {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}")
         return self.kind.value
