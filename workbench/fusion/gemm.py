@@ -199,8 +199,7 @@ def _tiling(out, a, b, result: str, dest: str, units: int,
     """The problem as batched row-major GEMMs, cut into tiles: rows up to TILE_M, and
     columns cut so the tile count is a multiple of the cores (no core idles in the last
     round) where that keeps tiles at least TILE_ALIGN wide. ``whole_rows`` (an
-    epilogue reducing rows): every tile spans all columns, as many rows as keep it
-    near TILE_M x TILE_N elements, fewer where there would be fewer tiles than cores."""
+    epilogue reducing rows): every tile spans all columns (see the rule inside)."""
     if len(a) < 2 or len(b) < 2:
         raise FusionRefused("a matmul of a vector (rank-1 operand) stays a library call; "
                             "the GEMM kernel takes matrices")
@@ -214,11 +213,16 @@ def _tiling(out, a, b, result: str, dest: str, units: int,
                                 "GEMM kernel takes equal batch dims or a 2-D right operand")
         batch, a_stride, b_stride = math.prod(out[:-2]), m * k, k * n
     if whole_rows:
-        tile_m = max(1, min(m, TILE_M * TILE_N // max(n, 1)))
-        if batch * -(-m // tile_m) < units:
-            tile_m = max(1, -(-m // -(-units // batch)))
+        # each tile packs all of B (K x N) again, so as few tiles as keep every core
+        # busy (one per core, or one per batch item when there are more), capped so a
+        # tile of whole rows stays within 2 x TILE_M x TILE_N elements (256 KB)
+        share = m if batch >= units else -(-m // -(-units // batch))
+        cap = max(1, 2 * TILE_M * TILE_N // max(n, 1))
+        tile_m = max(1, min(m, share, cap))
         return GemmShape(batch, m, n, k, a_stride, b_stride, tile_m, max(n, 1), result, dest)
-    tile_m = max(1, min(m, TILE_M))
+    # rows cut evenly (130 rows are two tiles of 65, not 128 and 2: a static schedule
+    # would give one core nearly all the work)
+    tile_m = max(1, -(-m // -(-m // TILE_M))) if m else 1
     row_items = batch * -(-m // tile_m)
     col_tiles = max(1, -(-n // TILE_N))
     want = units * -(-(row_items * col_tiles) // units)     # a multiple of the cores

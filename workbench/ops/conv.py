@@ -68,10 +68,17 @@ def _infer(name, ranks):
     return infer
 
 
+# the im2col buffer (every tap's patch of the input) a convolution may build to run as
+# one matmul; larger ones run tap by tap
+IM2COL_BYTES = 64 << 20
+
+
 def conv_reference(xs, attrs, xp=np):
-    """Direct convolution: per filter tap, one batched matmul over every group (weight
-    [G, K/G, C/G] times the tap's input patch [N, G, C/G, positions]); xp is NumPy or
-    CuPy. Half precision accumulates in float32, as cuDNN does."""
+    """Convolution as matmuls over every group: the taps' input patches side by side
+    (im2col, [N, G, C/G x taps, positions]) times the weight [G, K/G, C/G x taps] in
+    one matmul when that buffer stays within IM2COL_BYTES, else one batched matmul per
+    filter tap, accumulated; xp is NumPy or CuPy. Half precision accumulates in
+    float32, as cuDNN does."""
     x, w = xs[0], xs[1]
     d = x.ndim - 2
     n, c = x.shape[:2]
@@ -82,12 +89,23 @@ def conv_reference(xs, attrs, xp=np):
     xpad = xp.pad(x.astype(acc), [(0, 0), (0, 0)] + [(pads[i], pads[i + d]) for i in range(d)])
     kg, npos = k // group, math.prod(out_sp)
     wt = w.astype(acc).reshape(group, kg, cg, -1)        # [G, K/G, C/G, taps]
-    out = xp.zeros((n, group, kg, npos), dtype=acc)
-    for t, tap in enumerate(np.ndindex(*w.shape[2:])):
+    taps = wt.shape[-1]
+
+    def patch(tap):
         sl = tuple(slice(r * dl, r * dl + s * (o - 1) + 1, s)
                    for r, dl, s, o in zip(tap, dil, strides, out_sp))
-        patch = xpad[(slice(None), slice(None)) + sl].reshape(n, group, cg, npos)
-        out += xp.matmul(wt[None, :, :, :, t], patch)
+        return xpad[(slice(None), slice(None)) + sl].reshape(n, group, cg, npos)
+
+    if n * c * taps * npos * np.dtype(acc).itemsize <= IM2COL_BYTES:
+        # every tap's patch side by side (im2col), one matmul per group: a ViT's patch
+        # embedding (64 taps of 3 channels) is one product instead of 64 tiny ones
+        cols = xp.stack([patch(t) for t in np.ndindex(*w.shape[2:])], axis=3)
+        out = xp.matmul(wt.reshape(group, kg, cg * taps)[None],
+                        cols.reshape(n, group, cg * taps, npos))
+    else:
+        out = xp.zeros((n, group, kg, npos), dtype=acc)
+        for t, tap in enumerate(np.ndindex(*w.shape[2:])):
+            out += xp.matmul(wt[None, :, :, :, t], patch(tap))
     out = out.reshape((n, k) + tuple(out_sp))
     if len(xs) == 3:
         out += xs[2].astype(acc).reshape((k,) + (1,) * d)
