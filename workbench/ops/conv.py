@@ -76,9 +76,10 @@ IM2COL_BYTES = 64 << 20
 def conv_reference(xs, attrs, xp=np):
     """Convolution as matmuls over every group: the taps' input patches side by side
     (im2col, [N, G, C/G x taps, positions]) times the weight [G, K/G, C/G x taps] in
-    one matmul when that buffer stays within IM2COL_BYTES, else one batched matmul per
-    filter tap, accumulated; xp is NumPy or CuPy. Half precision accumulates in
-    float32, as cuDNN does."""
+    one matmul -- the input itself reordered when the patches do not overlap (strides
+    equal to the kernel), else built when it stays within IM2COL_BYTES -- or else one
+    batched matmul per filter tap, accumulated; xp is NumPy or CuPy. Half precision
+    accumulates in float32, as cuDNN does (tests/ops/test_conv_paths.py)."""
     x, w = xs[0], xs[1]
     d = x.ndim - 2
     n, c = x.shape[:2]
@@ -96,7 +97,17 @@ def conv_reference(xs, attrs, xp=np):
                    for r, dl, s, o in zip(tap, dil, strides, out_sp))
         return xpad[(slice(None), slice(None)) + sl].reshape(n, group, cg, npos)
 
-    if n * c * taps * npos * np.dtype(acc).itemsize <= IM2COL_BYTES:
+    kernel = tuple(w.shape[2:])
+    if tuple(strides) == kernel and all(x == 1 for x in dil):
+        # patches side by side without overlap (a ViT's patch embedding): the im2col
+        # buffer is the input itself, its axes reordered to [C, kernel..., out...]
+        crop = xpad[(slice(None), slice(None)) + tuple(slice(0, o * s)
+                                                        for o, s in zip(out_sp, strides))]
+        split = crop.reshape((n, c) + tuple(v for o, s in zip(out_sp, kernel) for v in (o, s)))
+        order = (0, 1) + tuple(3 + 2 * i for i in range(d)) + tuple(2 + 2 * i for i in range(d))
+        cols = split.transpose(order).reshape(n, group, cg * taps, npos)
+        out = xp.matmul(wt.reshape(group, kg, cg * taps)[None], cols)
+    elif n * c * taps * npos * np.dtype(acc).itemsize <= IM2COL_BYTES:
         # every tap's patch side by side (im2col), one matmul per group: a ViT's patch
         # embedding (64 taps of 3 channels) is one product instead of 64 tiny ones
         cols = xp.stack([patch(t) for t in np.ndindex(*w.shape[2:])], axis=3)
