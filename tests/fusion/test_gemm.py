@@ -108,6 +108,8 @@ def test_an_epilogue_op_of_another_shape_is_refused():
              "over its last axis")
     # a layout op reading the product elsewhere than where it is
     _refused(lambda b, h: b.op("transpose", h, perm=[1, 0]) * 2.0, "not elementwise")
+    # a reshape that changes the rows (48 columns -> 24)
+    _refused(lambda b, h: b.op("reshape", h, shape=[32, 24]) * 2.0, "keeping its rows")
     # the add's output is larger than the product
     _refused(lambda b, h: h + b.input("big", (3, 16, 48)), "is not the matmul's output shape")
 

@@ -89,6 +89,17 @@ def _attention_scale(g, ins) -> dict:
     return {"o": (p / p.sum(axis=-1, keepdims=True)) @ np.abs(ins["v"])}
 
 
+def _conv1d_gelu():
+    # GPT-2's Conv1D on flattened rows: matmul + bias, the batch shape given back, GELU
+    # (tanh form), a residual -- the reshape keeps the rows, so it joins the epilogue
+    b = wb.GraphBuilder("conv1d_gelu")
+    x = b.input("x", (70, 48))
+    h = b.matmul(x, b.constant(_w(48, 96), "w"))
+    h = b.op("reshape", h + b.constant(_w(96), "bias"), shape=[2, 35, 96])
+    b.output(b.gelu(h, approximate="tanh") + b.input("res", (2, 35, 96)), "y")
+    return b.build()
+
+
 def _check(s: Session, seeds=(0, 1)) -> None:
     """Run the current plan on fresh inputs; every kernel within its bound, every
     output within float32's tolerance of the reference (measured against the
@@ -113,7 +124,8 @@ def _gemm_groups(s: Session):
 
 @pytest.mark.parametrize("planner", ["rules", "stitch"])
 @pytest.mark.parametrize("make", [_ffn_gelu, _ffn_residual, _attention_scores,
-                                  _ffn_layernorm, _masked_scores_softmax, _attention])
+                                  _ffn_layernorm, _masked_scores_softmax, _attention,
+                                  _conv1d_gelu])
 def test_gemm_kernel_matches_reference(make, planner):
     s = Session(make(), backend="cpu")
     s.auto(planner)

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
+from ..fusion.gemm import VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
@@ -285,17 +286,26 @@ class _Lowerer:
         """The tile's rows and columns, each element of the product read back from
         ``dest`` and finished: every output of the group stored there."""
         g, t = self.g, self.sched.gemm
-        # the element at (row, col) of the product seen as [rows, N]: a bias [N] is read
-        # at col (unit stride, so the loop vectorizes), a residual at the element itself
-        shape = g.value(t.result).shape
-        idx = Index.from_runs(shape, [("row", list(range(len(shape) - 1))),
-                                      ("col", [len(shape) - 1])])
+
+        def at_rows(v: str) -> Index:
+            # the element at (row, col) of a value seen as [rows, N] (the product, or a
+            # reshape of it keeping its rows): a bias [N] is read at col (unit stride,
+            # so the loop vectorizes), a residual at the element itself
+            shape = g.value(v).shape
+            return Index.from_runs(shape, [("row", list(range(len(shape) - 1))),
+                                           ("col", [len(shape) - 1])])
+
         scope = _Scope()
         product = self.fresh()
-        scope.stmts.append(Load(product, dest, idx.offset()))
-        scope.memo[(t.result, idx.key)] = product
+        scope.stmts.append(Load(product, dest, at_rows(t.result).offset()))
+        scope.memo[(t.result, at_rows(t.result).key)] = product
+        for n in (g.node(x) for x in self.group.nodes):
+            if n.op in VIEWS:        # a view is its input, element for element
+                scope.memo[(n.outputs[0], at_rows(n.outputs[0]).key)] = self.at(
+                    scope, n.inputs[0], at_rows(n.inputs[0]))
         for o in self.io.outputs:
             if o != t.result:        # (the product is in dest already)
+                idx = at_rows(o)
                 e = self.at(scope, o, idx)
                 scope.stmts.append(Store(self.buffers[o], idx.offset(), e,
                                          node=self._made_by(o)))

@@ -88,7 +88,8 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
         _check_epilogue(g, ns, mm, shape)
     dest = result if result in io.outputs else next(
         (o for o in io.outputs if g.value(o).dtype is DType.float32
-         and g.value(o).shape == shape), None)
+         and (same_rows(g.value(o).shape, shape) if row is None
+              else g.value(o).shape == shape)), None)
     if dest is None:
         raise FusionRefused(f"{mm.id} (matmul): no float32 output of the product's shape to "
                             "write the product into; its epilogue ends in another dtype "
@@ -98,27 +99,43 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
                     gemm=replace(tiling, epilogue_ops=len(ns) - 1), epilogue=row)
 
 
-def _check_epilogue(g: Graph, ns, mm, shape) -> tuple[int, ...]:
-    """Every op but the matmul is elementwise at the matmul's output shape and reads
-    its result (directly or through another epilogue op)."""
+# layout ops that keep every element where it is in row-major memory: in an epilogue
+# they only regroup the leading axes (the last one stays the product's columns)
+VIEWS = ("reshape", "squeeze", "unsqueeze")
+
+
+def same_rows(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether two shapes hold the same elements in the same rows: equal size and the
+    same last axis (so element ``row * N + col`` is the same in both)."""
+    return math.prod(a) == math.prod(b) and len(a) >= 1 and len(b) >= 1 and a[-1] == b[-1]
+
+
+def _check_epilogue(g: Graph, ns, mm, shape) -> None:
+    """Every op but the matmul is elementwise, or a view regrouping the leading axes,
+    at the matmul's output rows (see ``same_rows``), and reads its result (directly
+    or through another epilogue op)."""
     fed = {mm.outputs[0]}
     for n in ns:
         if n is mm:
             continue
         op = get_op(n.op)
-        if op.kind is not Kind.elementwise:
+        if op.kind is not Kind.elementwise and n.op not in VIEWS:
             raise FusionRefused(f"{n.id} ({n.op}) is not elementwise; a GEMM epilogue holds "
-                                "elementwise ops at the matmul's output shape")
+                                "elementwise ops at the matmul's output shape (and "
+                                "reshapes that keep its rows)")
         for o in n.outputs:
-            if g.value(o).shape != shape:
+            if not same_rows(g.value(o).shape, shape):
                 raise FusionRefused(f"{n.id} ({n.op}) output {list(g.value(o).shape)} is not "
-                                    f"the matmul's output shape {list(shape)}; a GEMM "
-                                    "epilogue computes one value per product element")
+                                    f"the matmul's output shape {list(shape)} or a reshape "
+                                    "of it keeping its rows; a GEMM epilogue computes one "
+                                    "value per product element")
+        if n.op in VIEWS and n.inputs[0] not in fed:
+            raise FusionRefused(f"{n.id} ({n.op}) reshapes a value other than the product "
+                                "or an epilogue result")
         if not any(i in fed for i in n.inputs):
             raise FusionRefused(f"{n.id} ({n.op}) does not read the matmul's result; a GEMM "
                                 "epilogue holds only ops that consume it")
         fed.update(n.outputs)
-    return shape
 
 
 def _row_epilogue(g: Graph, ns, mm, shape, rows: RowAnalysis | None) -> Schedule:
