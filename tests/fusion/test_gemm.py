@@ -116,6 +116,10 @@ def test_an_epilogue_op_of_another_shape_is_refused():
 
 def test_a_prologue_a_second_matmul_and_a_bystander_are_refused():
     _refused(lambda b, h: h * 2.0, "no prologue fusion", prologue=lambda b, x: b.relu(x))
+    # a reshape giving the operand other rows (32 columns -> 16) is no view of it
+    _refused(lambda b, h: h * 2.0, "no prologue fusion",
+             prologue=lambda b, x: b.op("reshape", b.op("reshape", x, shape=[32, 16]),
+                                        shape=[16, 32]))
     # a second matmul joins only after a row epilogue (attention)
     _refused(lambda b, h: b.matmul(h, b.constant(_w(48, 8), "v")),
              "only after an epilogue reducing rows")

@@ -90,11 +90,12 @@ def _attention_scale(g, ins) -> dict:
 
 
 def _conv1d_gelu():
-    # GPT-2's Conv1D on flattened rows: matmul + bias, the batch shape given back, GELU
-    # (tanh form), a residual -- the reshape keeps the rows, so it joins the epilogue
+    # GPT-2's Conv1D: rows flattened, matmul + bias, the batch shape given back, GELU
+    # (tanh form), a residual -- both reshapes keep the rows: the first is read in
+    # place (a prologue view), the second joins the epilogue
     b = wb.GraphBuilder("conv1d_gelu")
-    x = b.input("x", (70, 48))
-    h = b.matmul(x, b.constant(_w(48, 96), "w"))
+    x = b.input("x", (2, 35, 48))
+    h = b.matmul(b.op("reshape", x, shape=[70, 48]), b.constant(_w(48, 96), "w"))
     h = b.op("reshape", h + b.constant(_w(96), "bias"), shape=[2, 35, 96])
     b.output(b.gelu(h, approximate="tanh") + b.input("res", (2, 35, 96)), "y")
     return b.build()

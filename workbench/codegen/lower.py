@@ -242,7 +242,7 @@ class _Lowerer:
         is read before it is written, by the same thread)."""
         g, t, then = self.g, self.sched.gemm, self.sched.then
         mm = g.producer[t.result]
-        a, b = (self.buffers[i] for i in mm.inputs)
+        a, b = self.buffers[t.a_value or mm.inputs[0]], self.buffers[t.b_value or mm.inputs[1]]
         i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
         M, N, K = t.m, t.n, t.k
         start = ()
@@ -299,8 +299,10 @@ class _Lowerer:
         product = self.fresh()
         scope.stmts.append(Load(product, dest, at_rows(t.result).offset()))
         scope.memo[(t.result, at_rows(t.result).key)] = product
+        operands = set(g.producer[t.result].inputs)
         for n in (g.node(x) for x in self.group.nodes):
-            if n.op in VIEWS:        # a view is its input, element for element
+            if n.op in VIEWS and n.outputs[0] not in operands:
+                # an epilogue view is its input, element for element
                 scope.memo[(n.outputs[0], at_rows(n.outputs[0]).key)] = self.at(
                     scope, n.inputs[0], at_rows(n.inputs[0]))
         for o in self.io.outputs:
@@ -320,7 +322,8 @@ class _Lowerer:
         matmul's result would be, over the tile's rows (tiles are whole rows) instead
         of a parallel loop over all rows."""
         t, then = self.sched.gemm, self.sched.then
-        rest = tuple(n for n in self.group.nodes if n != matmul
+        views = {self.producer[i].id for i in self.g.node(matmul).inputs if i in self.producer}
+        rest = tuple(n for n in self.group.nodes if n != matmul and n not in views
                      and (then is None or then.result not in self.g.node(n).outputs))
         buffers = dict(self.buffers)
         buffers[t.result] = dest

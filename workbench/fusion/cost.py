@@ -372,7 +372,7 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     a, b = (g.value(i).nbytes for i in mm.inputs)
     # a matmul alone is priced as the library call it stands for on every core (whose
     # own blocking packs panels too, unpriced); an epilogue's tiling costs the repacks
-    repacked = 0 if len(group.nodes) == 1 else a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
+    repacked = 0 if not t.epilogue_ops else a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
     util = min(1.0, t.tiles / max(1, device.units))
     lib = t.flops
     if s.then is not None:         # attention: the probabilities times V, per tile

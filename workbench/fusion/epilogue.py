@@ -29,6 +29,7 @@ from typing import Callable
 from ..errors import FusionRefused
 from ..ir import Graph
 from .analysis import analyze
+from .gemm import VIEWS
 from .devices import Device
 from .partition import Decision, Partition
 
@@ -46,47 +47,72 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
     if device.is_gpu:
         return []
     log: list[Decision] = []
+    for node in g.nodes:       # first the reshapes giving an operand (prologue views)
+        if node.op == "matmul" and _lone(g, part, node):
+            for i in node.inputs:
+                p = g.producer.get(i)
+                if p is not None and p.op in VIEWS and len(part.members[part.owner[p.id]]) == 1:
+                    _join(g, part, node, part.owner[p.id], device, price, log,
+                          f"{p.id} {p.op} into the GEMM of {node.id} matmul: the kernel "
+                          "reads the operand in place, the reshape's copy is gone")
     for node in g.nodes:
-        if node.op != "matmul" or len(part.members[part.owner[node.id]]) != 1:
+        if node.op != "matmul" or not _lone(g, part, node):
             continue
         mine = part.owner[node.id]
         readers = dict.fromkeys(part.owner[c.id] for c in g.consumers[node.outputs[0]])
         left = g.producer.get(node.inputs[0])
-        if left is not None and part.owner[left.id] not in readers:
-            readers[part.owner[left.id]] = None     # (tried last: attention)
+        attention = None
+        if left is not None and part.owner[left.id] not in readers | {mine: None}:
+            attention = part.owner[left.id]
+            readers[attention] = None            # (tried last)
         for theirs in readers:
-            nodes = sorted(part.members[theirs] + [node.id], key=part.index.__getitem__)
-            why = part.cycle({mine, theirs})
-            if why is None:
-                try:
-                    analyze(g, tuple(nodes), device=device)
-                except FusionRefused as e:
-                    why = str(e)
-            if why is None and price is not None:
-                apart = price(frozenset([node.id])) + price(frozenset(part.members[theirs]))
-                joined = price(frozenset(nodes))
-                if not joined < apart:
-                    why = (f"the GEMM kernel is predicted no faster ({_us(apart)} apart -> "
-                           f"{_us(joined)})")
-            first = part.first(theirs)
-            if why is not None:
-                log.append(Decision("not fused", (node.id, first), why))
-                continue
-            gain = "" if price is None else (
-                f"; predicted {_us(apart)} -> {_us(joined)}")
-            part.merge({mine, theirs})
-            if left is not None and theirs == part.owner[left.id] and nodes[0] != node.id:
-                why = (f"{node.id} matmul into the GEMM kernel of {nodes[0]} as fused "
-                       f"attention: each tile's probabilities are multiplied while in "
-                       f"cache, never written and read back{gain}")
+            if theirs == attention:
+                what = (f"{node.id} matmul into the GEMM kernel of {part.first(theirs)} as "
+                        "fused attention: each tile's probabilities are multiplied while in "
+                        "cache, never written and read back")
             else:
-                ops = ", ".join(f"{n} {g.node(n).op}" for n in nodes[1:4])
-                more = f", +{len(nodes) - 4} more" if len(nodes) > 4 else ""
-                why = (f"{ops}{more} into the GEMM of {node.id} matmul: each tile of the "
-                       f"product is finished in cache, never written and read back{gain}")
-            log.append(Decision("fused", tuple(nodes), why))
-            break
+                ops = sorted(part.members[theirs], key=part.index.__getitem__)
+                more = f", +{len(ops) - 3} more" if len(ops) > 3 else ""
+                what = (", ".join(f"{n} {g.node(n).op}" for n in ops[:3]) + more
+                        + f" into the GEMM of {node.id} matmul: each tile of the product "
+                        "is finished in cache, never written and read back")
+            if _join(g, part, node, theirs, device, price, log, what):
+                break
     return log
+
+
+def _lone(g: Graph, part: Partition, node) -> bool:
+    """Whether the matmul's kernel holds nothing but it and reshapes giving its
+    operands."""
+    views = {g.producer[i].id for i in node.inputs
+             if i in g.producer and g.producer[i].op in VIEWS}
+    return set(part.members[part.owner[node.id]]) <= {node.id} | views
+
+
+def _join(g, part, node, theirs, device, price, log, what: str) -> bool:
+    """Merge the matmul's kernel with kernel ``theirs`` when legal (and, given
+    ``price``, predicted faster); log it either way."""
+    mine = part.owner[node.id]
+    nodes = sorted(part.members[theirs] + part.members[mine], key=part.index.__getitem__)
+    why = part.cycle({mine, theirs})
+    if why is None:
+        try:
+            analyze(g, tuple(nodes), device=device)
+        except FusionRefused as e:
+            why = str(e)
+    gain = ""
+    if why is None and price is not None:
+        apart = price(frozenset(part.members[mine])) + price(frozenset(part.members[theirs]))
+        joined = price(frozenset(nodes))
+        if not joined < apart:
+            why = f"the GEMM kernel is predicted no faster ({_us(apart)} apart -> {_us(joined)})"
+        gain = f"; predicted {_us(apart)} -> {_us(joined)}"
+    if why is not None:
+        log.append(Decision("not fused", (node.id, part.first(theirs)), why))
+        return False
+    part.merge({mine, theirs})
+    log.append(Decision("fused", tuple(nodes), what + gain))
+    return True
 
 
 def _us(seconds: float) -> str:

@@ -73,13 +73,12 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     if out.dtype is not DType.float32:
         raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: the fused GEMM kernel "
                             "is float32 only so far, so it stays a library call")
-    members = {n.id for n in ns}
-    for i in mm.inputs:
-        p = g.producer.get(i)
-        if p is not None and p.id in members:
-            raise FusionRefused(f"{p.id} ({p.op}) computes the matmul's operand {i} inside "
-                                "the kernel; a GEMM kernel reads its operands from memory "
-                                "(no prologue fusion)")
+    views, reads = prologue(g, mm, {n.id for n in ns})
+    for v in views:
+        if v.outputs[0] in io.outputs:
+            raise FusionRefused(f"{v.id} ({v.op}) is read outside the kernel too; a GEMM "
+                                "kernel reads the operand in place and does not store it")
+    ns = [n for n in ns if n not in views]
     shape = out.shape
     row = None
     if any(get_op(n.op).kind is Kind.reduce for n in ns):
@@ -96,7 +95,32 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
                             "or shape")
     tiling = _tiling(shape, a.shape, b.shape, result, dest, device.units, row is not None)
     return Schedule(ScheduleKind.gemm, elements=out.numel,
-                    gemm=replace(tiling, epilogue_ops=len(ns) - 1), epilogue=row)
+                    gemm=replace(tiling, epilogue_ops=len(ns) - 1, a_value=reads[0],
+                                 b_value=reads[1]), epilogue=row)
+
+
+def prologue(g: Graph, mm, members) -> tuple[list, tuple[str, str]]:
+    """(the views in the group that compute the matmul's operands, the values the
+    kernel reads for A and B). An operand may be a view of a value in memory that keeps
+    its rows (``same_rows``: the same elements at the same offsets), read in place;
+    anything else computing an operand inside the kernel is refused."""
+    views, reads = [], []
+    for i in mm.inputs:
+        p = g.producer.get(i)
+        if p is None or p.id not in members:
+            reads.append(i)
+            continue
+        src = p.inputs[0]
+        sp = g.producer.get(src)
+        if (p.op in VIEWS and (sp is None or sp.id not in members)
+                and same_rows(g.value(src).shape, g.value(i).shape)):
+            views.append(p)
+            reads.append(src)
+            continue
+        raise FusionRefused(f"{p.id} ({p.op}) computes the matmul's operand {i} inside "
+                            "the kernel; a GEMM kernel reads its operands from memory "
+                            "(no prologue fusion but a reshape keeping the rows)")
+    return views, (reads[0], reads[1])
 
 
 # layout ops that keep every element where it is in row-major memory: in an epilogue
@@ -174,7 +198,8 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     the kernel reads: the first's gemm schedule with ``then``, or FusionRefused."""
     members = {n.id for n in ns}
     inside = [m for m in mms if g.producer.get(m.inputs[0]) is not None
-              and g.producer[m.inputs[0]].id in members]
+              and g.producer[m.inputs[0]].id in members
+              and g.producer[m.inputs[0]].op not in VIEWS]
     if len(inside) != 1:
         raise FusionRefused(f"{mms[1].id} (matmul) is a second library call in the kernel; "
                             "two matmuls share one only as attention (the second reading "

@@ -81,6 +81,10 @@ class GemmShape:
     result: str
     dest: str
     epilogue_ops: int = 0      # ops finishing each tile (0: the matmul alone)
+    # the values read for A and B: the matmul's operands, or the values in memory that
+    # reshapes in the kernel (prologue views keeping the rows) give them as
+    a_value: str = ""
+    b_value: str = ""
 
     @property
     def row_tiles(self) -> int:
