@@ -199,6 +199,13 @@ def test_attention_refusals_name_their_rule():
     g = _attention(v_inside=True)
     with pytest.raises(FusionRefused, match="computed inside the kernel"):
         analyze(g, nodes(g), device=CPU)
+    # a vector V: a matrix-vector product of the probabilities is no GEMM of their rows
+    b = wb.GraphBuilder("attention_vec")
+    q, kt = b.input("q", (20, 8)), b.input("kt", (8, 12))
+    b.output(b.matmul(b.softmax(b.matmul(q, kt), axis=-1), b.input("v", (12,))), "o")
+    g = b.build()
+    with pytest.raises(FusionRefused, match="is not a matrix product"):
+        analyze(g, nodes(g), device=CPU)
     # the probabilities kept as an output: the planners leave the second matmul apart
     plan, log = run_planner("rules", _attention(probs_out=True), device=CPU)
     assert any(d.action == "not fused" and "read outside" in d.reason for d in log)

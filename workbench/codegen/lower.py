@@ -282,6 +282,11 @@ class _Lowerer:
                     int(t.flops) + flops, tuple(self.scratch.values()))
         return replace(k, blas="sgemm")
 
+    def _prologue_views(self, matmul) -> set[str]:
+        """Ids of the group's nodes computing the matmul's operands: the views the
+        kernel reads through in place (legality admits nothing else there)."""
+        return {self.producer[i].id for i in matmul.inputs if i in self.producer}
+
     def _elementwise_epilogue(self, dest: Buffer) -> Loop:
         """The tile's rows and columns, each element of the product read back from
         ``dest`` and finished: every output of the group stored there."""
@@ -299,9 +304,9 @@ class _Lowerer:
         product = self.fresh()
         scope.stmts.append(Load(product, dest, at_rows(t.result).offset()))
         scope.memo[(t.result, at_rows(t.result).key)] = product
-        operands = set(g.producer[t.result].inputs)
+        prologue = self._prologue_views(g.producer[t.result])
         for n in (g.node(x) for x in self.group.nodes):
-            if n.op in VIEWS and n.outputs[0] not in operands:
+            if n.op in VIEWS and n.id not in prologue:
                 # an epilogue view is its input, element for element
                 scope.memo[(n.outputs[0], at_rows(n.outputs[0]).key)] = self.at(
                     scope, n.inputs[0], at_rows(n.inputs[0]))
@@ -322,7 +327,7 @@ class _Lowerer:
         matmul's result would be, over the tile's rows (tiles are whole rows) instead
         of a parallel loop over all rows."""
         t, then = self.sched.gemm, self.sched.then
-        views = {self.producer[i].id for i in self.g.node(matmul).inputs if i in self.producer}
+        views = self._prologue_views(self.g.node(matmul))
         rest = tuple(n for n in self.group.nodes if n != matmul and n not in views
                      and (then is None or then.result not in self.g.node(n).outputs))
         buffers = dict(self.buffers)

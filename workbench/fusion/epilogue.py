@@ -17,9 +17,11 @@ nothing is logged) there.
     >>> print(log[0])                                     # doctest: +SKIP
     fused n0 + n1 + n2: n1 add, n2 gelu into the GEMM of n0 matmul: ...
 
-A lone matmul whose left operand a GEMM kernel with a row epilogue computes (the
-softmax over attention scores) may join that kernel as its second product (fused
-attention, :func:`.gemm._attention`), tried after its consumers.
+Before that, a kernel that is only a reshape giving a matmul's operand (a view keeping
+its rows, :func:`.gemm.prologue`) joins the matmul's kernel, which then reads the
+operand in place. A lone matmul whose left operand a GEMM kernel with a row epilogue
+computes (the softmax over attention scores) may join that kernel as its second
+product (fused attention, :func:`.gemm._attention`), tried after its consumers.
 """
 from __future__ import annotations
 

@@ -1,17 +1,26 @@
-"""The ``gemm`` template's legality and tiling: a matmul with its elementwise epilogue
-as one kernel, or why not.
+"""The ``gemm`` template's legality and tiling: a matmul with its epilogue as one
+kernel, or why not.
 
 A group fits when it holds exactly one ``matmul`` of float32 operands read from memory
 (``[.., M, K] @ [K, N]``, A's batch folded into the rows; or ``[*b, M, K] @ [*b, K,
-N]``, the same batch dims on both) and otherwise only elementwise ops at the matmul's
-output shape, each reading the matmul's result directly or through another of them.
-Their other operands broadcast onto that shape by NumPy's rule (a bias ``[N]``, a
-residual ``[.., M, N]``, scalars). The kernel writes the product of each tile into one
-float32 output of the group (``dest``: the matmul's result itself when it is read
-outside the kernel, else an epilogue output) and finishes it there, element by
-element, while the tile is in cache. So every epilogue op must be computable at one
-output element from that element of the product -- which is what "elementwise at the
-output shape" guarantees.
+N]``, the same batch dims on both) -- an operand may be a view (reshape, squeeze,
+unsqueeze) of a value in memory keeping its rows, read in place (``prologue``) -- and
+otherwise an epilogue reading the matmul's result directly or through each other:
+
+- elementwise ops at the matmul's output rows (its shape, or a view of it keeping the
+  rows: ``same_rows``), their other operands broadcast onto that shape by NumPy's rule
+  (a bias ``[N]``, a residual ``[.., M, N]``, scalars). Every epilogue op is computable
+  at one output element from that element of the product;
+- or a row_reduce group over the product reducing its last axis (a LayerNorm, a
+  softmax: ``_row_epilogue``), reading the product only in its reductions or
+  elementwise where it is; the tiles are then whole rows;
+- and after such a row epilogue, a second matmul taking its result as the left operand
+  (attention: ``_attention``).
+
+The kernel writes the product of each tile into one float32 output of the group
+(``dest``: the matmul's result itself when it is read outside the kernel, else an
+epilogue output; for attention a per-thread tile) and finishes it there while the tile
+is in cache, each element read before the same element is written, by the same thread.
 
 Only the CPU backend runs it so far (a single-threaded BLAS sgemm per tile inside the
 kernel's OpenMP loop); on a GPU the template is refused and the matmul stays a cuBLAS
@@ -222,10 +231,10 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     if vv.dtype is not DType.float32 or out.dtype is not DType.float32:
         raise FusionRefused(f"{mm2.id} (matmul) is {out.dtype.value}: the fused attention "
                             "is float32 only so far")
-    n, d = vv.shape[-2], vv.shape[-1] if len(vv.shape) >= 2 else 0
-    if len(vv.shape) < 2 or n != t.n:
+    if len(vv.shape) < 2 or vv.shape[-2] != t.n:
         raise FusionRefused(f"{mm2.id} (matmul): {list(pv.shape)} @ {list(vv.shape)} is not "
                             "a matrix product of the tiles' rows")
+    n, d = vv.shape[-2:]
     if len(vv.shape) == 2:
         b_stride = 0
     elif t.batch > 1 and tuple(vv.shape[:-2]) == tuple(pv.shape[:-2]):
