@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from workbench.artifact.manifest import canonical_json, sha256
-from workbench.ir import GraphBuilder
+from workbench.ir import DType, GraphBuilder
 from workbench.ir.composites import random_array
 
 # every model-provided name carries this marker; generated source must never contain it
@@ -17,16 +17,15 @@ MARK = "EVILNAME"
 
 
 def small_graph():
-    """matmul (library call: its [1, K, N] weight broadcasts over a batch, which the
-    CPU's GEMM kernel does not take) -> layer norm (row reduction, constants) -> gelu
-    -> softmax (row reduction) and a column sum; names full of C comment and quote
-    text."""
+    """matmul (library call: float16, which the CPU's GEMM kernel does not take) ->
+    cast -> layer norm (row reduction, constants) -> gelu -> softmax (row reduction)
+    and a column sum; names full of C comment and quote text."""
     b = GraphBuilder(f'{MARK} */ graph "x"')
-    x = b.input(f'{MARK}/x:0 */ #include', (48, 160))
-    w = b.input(f'{MARK} W"', (1, 160, 96))
+    x = b.input(f'{MARK}/x:0 */ #include', (48, 160), DType.float16)
+    w = b.input(f'{MARK} W"', (160, 96), DType.float16)
     gamma = b.constant(random_array((96,), np.float32, 1, 0.5, 1.5), name=f"{MARK}.gamma*/")
     beta = b.constant(random_array((96,), np.float32, 2), name=f"{MARK}.beta\\")
-    h = b.matmul(x, w)
+    h = b.op("cast", b.matmul(x, w), to="float32")
     y = b.gelu(b.layer_norm(h, gamma, beta))
     b.output(b.softmax(y), f'{MARK} probs"); /*')
     b.output(b.reduce_sum(y, axes=[0], keepdims=False), f"{MARK}_colsum")

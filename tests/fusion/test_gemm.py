@@ -115,11 +115,21 @@ def test_an_epilogue_op_of_another_shape_is_refused():
 
 
 def test_a_prologue_a_second_matmul_and_a_bystander_are_refused():
-    _refused(lambda b, h: h * 2.0, "no prologue fusion", prologue=lambda b, x: b.relu(x))
-    # a reshape giving the operand other rows (32 columns -> 16) is no view of it
-    _refused(lambda b, h: h * 2.0, "no prologue fusion",
-             prologue=lambda b, x: b.op("reshape", b.op("reshape", x, shape=[32, 16]),
+    _refused(lambda b, h: h * 2.0, "reads its operands from memory",
+             prologue=lambda b, x: b.relu(x))
+    # a transpose, then a reshape merging what it separated: each row of the operand
+    # is two runs of x, no strided matrix
+    _refused(lambda b, h: h * 2.0, "neither row- nor column-major",
+             prologue=lambda b, x: b.op("reshape", b.op("transpose", x, perm=[1, 0]),
                                         shape=[16, 32]))
+    # a view giving the operand, read by an epilogue op too (here a slice of it)
+    b = wb.GraphBuilder("shared_view")
+    xt = b.op("transpose", b.input("x", (32, 16)), perm=[1, 0])
+    h = b.matmul(xt, b.constant(_w(32, 48), "w"))
+    b.output(h + b.op("slice", xt, starts=[0], ends=[1], axes=[1]), "y")
+    g = b.build()
+    with pytest.raises(FusionRefused, match="is read by n2"):
+        analyze(g, tuple(n.id for n in g.nodes), device=CPU)
     # a second matmul joins only after a row epilogue (attention)
     _refused(lambda b, h: b.matmul(h, b.constant(_w(48, 8), "v")),
              "only after an epilogue reducing rows")
@@ -127,14 +137,35 @@ def test_a_prologue_a_second_matmul_and_a_bystander_are_refused():
     _refused(lambda b, h: h + b.exp(b.input("z", (16, 48))), "does not read the matmul's")
 
 
-def test_broadcast_batch_dims_are_refused():
+def test_operands_read_through_views_in_place():
+    # Q [2, 4, 10, 8] and Kᵀ [2, 4, 8, 10] out of one [2, 10, 3 x 32] projection (split,
+    # heads apart, transposed): the kernel reads both in place, Kᵀ as BLAS's transposed
+    # operand, one batch item per (batch, head)
+    b = wb.GraphBuilder("heads")
+    qkv = b.input("qkv", (2, 10, 96))
+    q, k, _ = b.op("split", qkv, axis=2, sizes=[32, 32, 32])
+    q = b.op("transpose", b.op("reshape", q, shape=[2, 10, 4, 8]), perm=[0, 2, 1, 3])
+    kt = b.op("transpose", b.op("reshape", k, shape=[2, 10, 4, 8]), perm=[0, 2, 3, 1])
+    b.output(b.matmul(q, kt) * 0.5, "s")
+    g = b.build()
+    s = analyze(g, tuple(n.id for n in g.nodes), device=CPU)
+    t = s.gemm
+    assert (t.batch, t.m, t.n, t.k) == (8, 10, 10, 8)
+    assert t.a.value == t.b.value == "qkv" and len(t.views) == 5
+    assert not t.a.view.trans and t.a.view.ld == 96 and t.a.view.offset == 0
+    assert t.b.view.trans and t.b.view.ld == 96 and t.b.view.offset == 32
+    assert t.a.view.batch_offset("bt") == "(bt / 4) * 960 + bt % 4 * 8"
+
+
+def test_broadcast_batch_dims_read_one_b_per_batch_item():
     b = wb.GraphBuilder("bb")
     a = b.input("a", (4, 8, 16))
     w = b.input("w", (1, 16, 8))
     b.output(b.matmul(a, w) * 2.0, "y")
     g = b.build()
-    with pytest.raises(FusionRefused, match="batch dims broadcast"):
-        analyze(g, ("n0", "n1"), device=CPU)
+    t = analyze(g, ("n0", "n1"), device=CPU).gemm
+    # one B for every batch item: A's batch are more rows
+    assert (t.batch, t.m) == (1, 32) and t.b.view.batch_offset("bt") == "0"
 
 
 def test_a_product_read_outside_is_stored_by_the_kernel():

@@ -40,14 +40,14 @@ def seen_in_matmul(monkeypatch):
 
 
 def mlp_graph():
-    """x @ w1 -> tanh -> @ w2 + residual: two library calls with kernels between (the
-    weights broadcast over x's batch, which the CPU's GEMM kernel does not take, so
-    each matmul stays a library call under every planner)."""
+    """x @ w1 -> tanh -> @ w2 + residual: two library calls with kernels between (in
+    float16, which the CPU's GEMM kernel does not take, so each matmul stays a library
+    call under every planner)."""
     b = GraphBuilder("mlp")
-    x = b.input("x", (2, 32, 96))
-    w1 = b.constant(np.random.default_rng(1).standard_normal((1, 96, 192)).astype(np.float32),
+    x = b.input("x", (2, 32, 96), "float16")
+    w1 = b.constant(np.random.default_rng(1).standard_normal((96, 192)).astype(np.float16),
                     "w1")
-    w2 = b.constant(np.random.default_rng(2).standard_normal((1, 192, 96)).astype(np.float32),
+    w2 = b.constant(np.random.default_rng(2).standard_normal((192, 96)).astype(np.float16),
                     "w2")
     h = b.op("tanh", b.op("matmul", x, w1))
     b.output(b.op("add", b.op("matmul", h, w2), x), "y")

@@ -154,6 +154,8 @@ class Gemm:
     ldb: int
     ldc: int
     node: str = ""        # the matmul's node id (as Let.node)
+    trans_a: bool = False     # A (B) stored column-major: BLAS's transposed operand
+    trans_b: bool = False
 
 
 @dataclass(frozen=True)

@@ -242,7 +242,7 @@ class _Lowerer:
         is read before it is written, by the same thread)."""
         g, t, then = self.g, self.sched.gemm, self.sched.then
         mm = g.producer[t.result]
-        a, b = self.buffers[t.a_value or mm.inputs[0]], self.buffers[t.b_value or mm.inputs[1]]
+        a, b = t.a.view, t.b.view
         i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
         M, N, K = t.m, t.n, t.k
         start = ()
@@ -260,20 +260,23 @@ class _Lowerer:
             finish = (Comment("the epilogue over the tile, while it is in cache"), epilogue)
         if then is not None:
             mm2 = g.producer[then.result]
-            out = self.buffers[then.result]
+            out, v = self.buffers[then.result], then.b.view
             finish += (Comment(f"the tile's rows @ the right operand of {mm2.id}, while "
                                "they are in cache"),
-                       Gemm(dest, self.buffers[then.b], out, "0", f"bt * {then.b_stride}",
+                       Gemm(dest, self.buffers[then.b.value], out, "0", v.batch_offset("bt"),
                             f"(bt * {M} + r0) * {then.n}", "r1 - r0", str(then.n), then.k,
-                            N, then.n, then.n, mm2.id))
+                            N, v.ld, then.n, mm2.id, trans_b=v.trans))
         body = start + (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
             Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
             Let("r1", i64, f"r0 + {t.tile_m} < {M} ? r0 + {t.tile_m} : {M}"),
             Let("c1", i64, f"c0 + {t.tile_n} < {N} ? c0 + {t.tile_n} : {N}"),
-            Gemm(a, b, dest, f"bt * {t.a_stride} + r0 * {K}", f"bt * {t.b_stride} + c0",
-                 c_off, "r1 - r0", "c1 - c0", K, K, N, N, mm.id),
+            Gemm(self.buffers[t.a.value], self.buffers[t.b.value], dest,
+                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
+                 f"{b.batch_offset('bt')} + c0 * {b.col_stride}",
+                 c_off, "r1 - r0", "c1 - c0", K, a.ld, b.ld, N, mm.id,
+                 trans_a=a.trans, trans_b=b.trans),
             *finish)
         loop = Loop("tile", t.tiles, "grid", body)
         flops = self.flops * g.value(t.result).numel     # (the epilogue's, per element)
@@ -281,11 +284,6 @@ class _Lowerer:
                     _widen([loop], self.wide), _launch(self.geometry, self.sched),
                     int(t.flops) + flops, tuple(self.scratch.values()))
         return replace(k, blas="sgemm")
-
-    def _prologue_views(self, matmul) -> set[str]:
-        """Ids of the group's nodes computing the matmul's operands: the views the
-        kernel reads through in place (legality admits nothing else there)."""
-        return {self.producer[i].id for i in matmul.inputs if i in self.producer}
 
     def _elementwise_epilogue(self, dest: Buffer) -> Loop:
         """The tile's rows and columns, each element of the product read back from
@@ -304,9 +302,8 @@ class _Lowerer:
         product = self.fresh()
         scope.stmts.append(Load(product, dest, at_rows(t.result).offset()))
         scope.memo[(t.result, at_rows(t.result).key)] = product
-        prologue = self._prologue_views(g.producer[t.result])
         for n in (g.node(x) for x in self.group.nodes):
-            if n.op in VIEWS and n.id not in prologue:
+            if n.op in VIEWS and n.id not in t.views:
                 # an epilogue view is its input, element for element
                 scope.memo[(n.outputs[0], at_rows(n.outputs[0]).key)] = self.at(
                     scope, n.inputs[0], at_rows(n.inputs[0]))
@@ -327,8 +324,7 @@ class _Lowerer:
         matmul's result would be, over the tile's rows (tiles are whole rows) instead
         of a parallel loop over all rows."""
         t, then = self.sched.gemm, self.sched.then
-        views = self._prologue_views(self.g.node(matmul))
-        rest = tuple(n for n in self.group.nodes if n != matmul and n not in views
+        rest = tuple(n for n in self.group.nodes if n != matmul and n not in t.views
                      and (then is None or then.result not in self.g.node(n).outputs))
         buffers = dict(self.buffers)
         buffers[t.result] = dest

@@ -149,7 +149,8 @@ def _declare_scratch(s: DeclareScratch, pad: str) -> list[str]:
 
 def _gemm(s: Gemm, pad: str) -> list[str]:
     # the host BLAS call of one tile (sgemm on the CPU), its extents as C expressions
-    return [f"{pad}gemm {_ref(s.c, s.c_off)} = {_ref(s.a, s.a_off)} @ {_ref(s.b, s.b_off)}"
+    ta, tb = ("ᵀ" if t else "" for t in (s.trans_a, s.trans_b))
+    return [f"{pad}gemm {_ref(s.c, s.c_off)} = {_ref(s.a, s.a_off)}{ta} @ {_ref(s.b, s.b_off)}{tb}"
             f"  [{_bare(s.rows)} x {_bare(s.cols)} x {s.k}, ld {s.lda}/{s.ldb}/{s.ldc}]"]
 
 

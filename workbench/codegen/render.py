@@ -110,9 +110,11 @@ class CRenderer:
         return True
 
     def gemm(self, s: Gemm, depth: int) -> list[str]:
-        # CBLAS row-major (101), neither operand transposed (111), C = 1 * A B + 0 * C
+        # CBLAS row-major (101), an operand stored column-major transposed (112, else
+        # 111), C = 1 * A B + 0 * C
+        ta, tb = (112 if t else 111 for t in (s.trans_a, s.trans_b))
         return [self.indent_unit * depth
-                + f"wb_sgemm(101, 111, 111, {s.rows}, {s.cols}, {s.k}, 1.0f, "
+                + f"wb_sgemm(101, {ta}, {tb}, {s.rows}, {s.cols}, {s.k}, 1.0f, "
                   f"{s.a.name} + {s.a_off}, {s.lda}, {s.b.name} + {s.b_off}, {s.ldb}, 0.0f, "
                   f"{s.c.name} + {s.c_off}, {s.ldc});{node_tag(s.node)}"]
 

@@ -17,11 +17,17 @@ nothing is logged) there.
     >>> print(log[0])                                     # doctest: +SKIP
     fused n0 + n1 + n2: n1 add, n2 gelu into the GEMM of n0 matmul: ...
 
-Before that, a kernel that is only a reshape giving a matmul's operand (a view keeping
-its rows, :func:`.gemm.prologue`) joins the matmul's kernel, which then reads the
-operand in place. A lone matmul whose left operand a GEMM kernel with a row epilogue
-computes (the softmax over attention scores) may join that kernel as its second
-product (fused attention, :func:`.gemm._attention`), tried after its consumers.
+Before and after that, the layout ops giving a GEMM kernel's operands (reshapes,
+transposes, slices, splits: prologue views, :func:`.gemm.operand`) move into it, which
+then reads the operand in place: the heads split out of a QKV projection for
+attention, GPT-2's reshapes. They leave the kernel they were in (their copies are
+gone); what is left of it is cut into its connected parts, and each part that is the
+epilogue of a lone matmul's product joins that matmul (the bias add left behind when
+a projection's heads are read in place). Under a cost model the whole move is taken
+only when the kernels it touches are predicted faster after it. A lone matmul whose
+left operand a GEMM kernel with a row epilogue computes (the softmax over attention
+scores) may join that kernel as its second product (fused attention,
+:func:`.gemm._attention`), tried after its consumers.
 """
 from __future__ import annotations
 
@@ -31,7 +37,8 @@ from typing import Callable
 from ..errors import FusionRefused
 from ..ir import Graph
 from .analysis import analyze
-from .gemm import VIEWS
+from ..ops import get_op
+from .gemm import prologue
 from .devices import Device
 from .partition import Decision, Partition
 
@@ -49,14 +56,7 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
     if device.is_gpu:
         return []
     log: list[Decision] = []
-    for node in g.nodes:       # first the reshapes giving an operand (prologue views)
-        if node.op == "matmul" and _lone(g, part, node):
-            for i in node.inputs:
-                p = g.producer.get(i)
-                if p is not None and p.op in VIEWS and len(part.members[part.owner[p.id]]) == 1:
-                    _join(g, part, node, part.owner[p.id], device, price, log,
-                          f"{p.id} {p.op} into the GEMM of {node.id} matmul: the kernel "
-                          "reads the operand in place, the reshape's copy is gone")
+    _take_views(g, part, device, price, log)
     for node in g.nodes:
         if node.op != "matmul" or not _lone(g, part, node):
             continue
@@ -80,15 +80,125 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
                         "is finished in cache, never written and read back")
             if _join(g, part, node, theirs, device, price, log, what):
                 break
+    _take_views(g, part, device, price, log)      # (V's, now that attention is one kernel)
     return log
 
 
+def _take_views(g: Graph, part: Partition, device: Device, price: Price | None,
+                log: list[Decision]) -> None:
+    """Move into each GEMM kernel the layout ops outside it that give its matmuls'
+    operands as strided views of values in memory (see the module docstring)."""
+    for node in g.nodes:
+        if node.op != "matmul":
+            continue
+        mine = part.owner[node.id]
+        chain = _outside_views(g, part, mine)
+        if not chain:
+            continue
+        trial = part.copy()
+        touched = {trial.owner[n] for n in chain} | {mine}
+        left = [[n for n in trial.members[x] if n not in chain] for x in touched - {mine}]
+        rest = trial.replace(touched, [set(trial.members[mine]) | chain] + [
+            c for nodes in left for c in _components(g, nodes)])
+        kernel, parts = rest[0], rest[1:]
+        why = trial.cycle({kernel})
+        if why is None:
+            try:
+                analyze(g, tuple(sorted(trial.members[kernel], key=trial.index.__getitem__)),
+                        device=device)
+            except FusionRefused as e:
+                why = str(e)
+        views = ", ".join(f"{n} {g.node(n).op}" for n in sorted(chain, key=part.index.get))
+        if why is not None:
+            log.append(Decision("not fused", (node.id, min(chain, key=part.index.get)), why))
+            continue
+        steps: list[Decision] = []
+        for gid in parts:                 # a part that is a lone matmul's epilogue joins it
+            ms = {g.producer[i] for n in trial.members.get(gid, ()) for i in g.node(n).inputs
+                  if i in g.producer and g.producer[i].op == "matmul"}
+            for m in sorted(ms, key=lambda m: part.index[m.id]):
+                if gid in trial.members and _lone(g, trial, m):
+                    ops = ", ".join(f"{n} {g.node(n).op}" for n in sorted(
+                        trial.members[gid], key=part.index.get))
+                    _join(g, trial, m, gid, device, price, steps,
+                          f"{ops} into the GEMM of {m.id} matmul (left when the views "
+                          f"moved out of their kernel)")
+        gain = ""
+        if price is not None:
+            old = set(part.key())
+            now_groups = [frozenset(v) for v in trial.members.values()
+                          if frozenset(v) not in old]
+            was_groups = {part.owner[n] for nodes in now_groups for n in nodes}
+            was = sum(price(frozenset(part.members[x])) for x in was_groups)
+            now = sum(price(nodes) for nodes in now_groups)
+            if not now < was:
+                log.append(Decision("not fused", (node.id, min(chain, key=part.index.get)),
+                                    f"reading {views} in place is predicted no faster "
+                                    f"({_us(was)} -> {_us(now)})"))
+                continue
+            gain = f"; predicted {_us(was)} -> {_us(now)}"
+        part.owner, part.members = trial.owner, trial.members
+        part.external, part.reduces = trial.external, trial.reduces
+        log.append(Decision("fused", tuple(sorted(chain | {node.id}, key=part.index.get)),
+                            f"{views} into the GEMM of {node.id} matmul: the kernel reads "
+                            f"the operands in place, the copies are gone{gain}"))
+        log.extend(d for d in steps if d.action == "fused")
+
+
+def _outside_views(g: Graph, part: Partition, gid: str) -> frozenset:
+    """The layout ops outside kernel ``gid`` on the paths from its matmuls' operands back
+    to values in memory (ops with a view rule only), when nothing else reads them."""
+    members = set(part.members[gid])
+    found: set[str] = set()
+    for m in (g.node(n) for n in members):
+        if m.op != "matmul":
+            continue
+        for i in m.inputs:
+            p = g.producer.get(i)
+            while p is not None and get_op(p.op).view is not None and len(p.inputs) == 1:
+                if p.id not in members:
+                    found.add(p.id)
+                p = g.producer.get(p.inputs[0])
+    # only whole chains whose every value stays inside the kernel
+    inside = members | found
+    while True:
+        bad = {n for n in found for o in g.node(n).outputs
+               if o in g.outputs or any(c.id not in inside for c in g.consumers[o])}
+        if not bad:
+            return frozenset(found)
+        found -= bad
+        inside -= bad
+        # (what fed a dropped op only is dropped next round: its reader is outside now)
+
+
+def _components(g: Graph, nodes: list[str]) -> list[list[str]]:
+    """The weakly connected parts of a node set (edges: values between its nodes)."""
+    left, out = set(nodes), []
+    while left:
+        todo, part = [left.pop()], []
+        while todo:
+            n = todo.pop()
+            part.append(n)
+            node = g.node(n)
+            near = [g.producer[i].id for i in node.inputs if i in g.producer]
+            near += [c.id for o in node.outputs for c in g.consumers[o]]
+            for x in near:
+                if x in left:
+                    left.remove(x)
+                    todo.append(x)
+        out.append(part)
+    return out
+
+
 def _lone(g: Graph, part: Partition, node) -> bool:
-    """Whether the matmul's kernel holds nothing but it and reshapes giving its
+    """Whether the matmul's kernel holds nothing but it and the views giving its
     operands."""
-    views = {g.producer[i].id for i in node.inputs
-             if i in g.producer and g.producer[i].op in VIEWS}
-    return set(part.members[part.owner[node.id]]) <= {node.id} | views
+    members = set(part.members[part.owner[node.id]])
+    try:
+        views = {p.id for p in prologue(g, node, members)}
+    except FusionRefused:
+        return False
+    return members <= {node.id} | views
 
 
 def _join(g, part, node, theirs, device, price, log, what: str) -> bool:

@@ -40,7 +40,8 @@ from ..ir import DType, Graph
 from ..ops import Kind, get_op
 from .devices import Device
 from .mapping import ScheduleKind
-from .schedule import GemmShape, GroupIO, Schedule, SecondGemm, group_io
+from ..ops.strided import Strided
+from .schedule import GemmShape, GroupIO, Operand, Schedule, SecondGemm, group_io
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
@@ -78,15 +79,25 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
         raise FusionRefused(f"{mm.id} (matmul) with an epilogue: {GPU_REFUSAL}")
     result = mm.outputs[0]
     out = g.value(result)
-    a, b = (g.value(i) for i in mm.inputs)
+    if len(out.shape) < 2 or any(len(g.value(i).shape) < 2 for i in mm.inputs):
+        raise FusionRefused(f"{mm.id} (matmul) of a vector (rank-1 operand) stays a library "
+                            "call; the GEMM kernel takes matrices")
     if out.dtype is not DType.float32:
         raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: the fused GEMM kernel "
                             "is float32 only so far, so it stays a library call")
-    views, reads = prologue(g, mm, {n.id for n in ns})
+    members = {n.id for n in ns}
+    views = prologue(g, mm, members)
+    through = {v.id for v in views} | {mm.id}
     for v in views:
-        if v.outputs[0] in io.outputs:
+        if any(o in io.outputs for o in v.outputs):
             raise FusionRefused(f"{v.id} ({v.op}) is read outside the kernel too; a GEMM "
                                 "kernel reads the operand in place and does not store it")
+        c = next((c for o in v.outputs for c in g.consumers[o]
+                  if c.id in members and c.id not in through), None)
+        if c is not None:
+            raise FusionRefused(f"{v.id} ({v.op}) gives the matmul's operand and is read by "
+                                f"{c.id} ({c.op}) too; a GEMM kernel reads the operand in "
+                                "place and computes nothing else from it")
     ns = [n for n in ns if n not in views]
     shape = out.shape
     row = None
@@ -102,34 +113,66 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
         raise FusionRefused(f"{mm.id} (matmul): no float32 output of the product's shape to "
                             "write the product into; its epilogue ends in another dtype "
                             "or shape")
-    tiling = _tiling(shape, a.shape, b.shape, result, dest, device.units, row is not None)
+    a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
+    tiling = _tiling(shape, a, b, result, dest, device.units, row is not None)
     return Schedule(ScheduleKind.gemm, elements=out.numel,
-                    gemm=replace(tiling, epilogue_ops=len(ns) - 1, a_value=reads[0],
-                                 b_value=reads[1]), epilogue=row)
+                    gemm=replace(tiling, epilogue_ops=len(ns) - 1,
+                                 views=tuple(v.id for v in views)), epilogue=row)
 
 
-def prologue(g: Graph, mm, members) -> tuple[list, tuple[str, str]]:
-    """(the views in the group that compute the matmul's operands, the values the
-    kernel reads for A and B). An operand may be a view of a value in memory that keeps
-    its rows (``same_rows``: the same elements at the same offsets), read in place;
-    anything else computing an operand inside the kernel is refused."""
-    views, reads = [], []
+def prologue(g: Graph, mm, members) -> list:
+    """The group's layout ops computing the matmul's operands (prologue views, read
+    through in place): every member on the path from an operand back to a value in
+    memory. Anything else computing an operand inside the kernel is refused; whether
+    the views make a matrix BLAS reads is :func:`operand`'s question."""
+    views = []
     for i in mm.inputs:
-        p = g.producer.get(i)
-        if p is None or p.id not in members:
-            reads.append(i)
-            continue
-        src = p.inputs[0]
-        sp = g.producer.get(src)
-        if (p.op in VIEWS and (sp is None or sp.id not in members)
-                and same_rows(g.value(src).shape, g.value(i).shape)):
-            views.append(p)
-            reads.append(src)
-            continue
-        raise FusionRefused(f"{p.id} ({p.op}) computes the matmul's operand {i} inside "
-                            "the kernel; a GEMM kernel reads its operands from memory "
-                            "(no prologue fusion but a reshape keeping the rows)")
-    return views, (reads[0], reads[1])
+        for p in _chain(g, i, members):
+            if p not in views:
+                views.append(p)
+    return views
+
+
+def operand(g: Graph, mm, i: str, members, out_shape) -> Operand:
+    """Operand ``i`` of the matmul as read in place: the value in memory its prologue
+    views start from and the batched matrix they make of it, broadcast to the
+    product's batch dims (a B without batch dims serves every batch); FusionRefused
+    when the views are no strided matrix BLAS can read (a reshape merging axes a
+    transpose separated, rows and columns both strided)."""
+    chain = _chain(g, i, members)
+    src = chain[-1].inputs[0] if chain else i
+    layout = Strided.contiguous(g.value(src).shape)
+    made = [i] + [p.inputs[0] for p in chain[:-1]]       # what each view gives
+    for p, v in reversed(list(zip(chain, made))):
+        layout = get_op(p.op).view(layout, p.attr_map, p.outputs.index(v),
+                                   g.value(v).shape)
+        if layout is None:
+            raise FusionRefused(f"{p.id} ({p.op}) makes the matmul's operand {i} a layout "
+                                "that is no strided view of its input (a reshape of axes "
+                                "a transpose or slice has separated); it needs a copy "
+                                "kernel")
+    shape = g.value(i).shape
+    view = layout.broadcast(tuple(out_shape[:-2]) + tuple(shape[-2:])).matrix()
+    if view is None:
+        raise FusionRefused(f"the matmul's operand {i} is neither row- nor column-major in "
+                            f"{src} (each row and each column at one stride, one of them "
+                            "unit), so BLAS cannot read it in place")
+    return Operand(src, view)
+
+
+def _chain(g: Graph, i: str, members) -> list:
+    """The members computing value ``i`` through layout ops with a view rule, nearest
+    first, back to a value made outside them; FusionRefused at anything else."""
+    chain = []
+    p = g.producer.get(i)
+    while p is not None and p.id in members:
+        if get_op(p.op).view is None:
+            raise FusionRefused(f"{p.id} ({p.op}) computes the matmul's operand {i} inside "
+                                "the kernel; a GEMM kernel reads its operands from memory "
+                                "(through reshapes, transposes, slices and splits only)")
+        chain.append(p)
+        p = g.producer.get(p.inputs[0])
+    return chain
 
 
 # layout ops that keep every element where it is in row-major memory: in an epilogue
@@ -206,23 +249,43 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     epilogue's result (``softmax(Q Kᵀ) V``) as its left operand, which no one outside
     the kernel reads: the first's gemm schedule with ``then``, or FusionRefused."""
     members = {n.id for n in ns}
-    inside = [m for m in mms if g.producer.get(m.inputs[0]) is not None
-              and g.producer[m.inputs[0]].id in members
-              and g.producer[m.inputs[0]].op not in VIEWS]
+
+    def computed(m) -> bool:       # the left operand is made in the kernel, not a view
+        p = g.producer.get(m.inputs[0])
+        return p is not None and p.id in members and get_op(p.op).view is None
+
+    inside = [m for m in mms if computed(m)]
     if len(inside) != 1:
         raise FusionRefused(f"{mms[1].id} (matmul) is a second library call in the kernel; "
                             "two matmuls share one only as attention (the second reading "
                             "the first's row epilogue)")
     mm2 = inside[0]
     p, v = mm2.inputs
-    if g.producer.get(v) is not None and g.producer[v].id in members:
+    try:
+        v_views = _chain(g, v, members)
+    except FusionRefused:
         raise FusionRefused(f"{mm2.id} (matmul): its right operand {v} is computed inside "
-                            "the kernel; a fused attention reads V from memory")
+                            "the kernel; a fused attention reads V from memory (through "
+                            "views only)") from None
     if p in io.outputs:
         raise FusionRefused(f"{mm2.id} (matmul): {p} is read outside the kernel too; a "
                             "fused attention keeps the probabilities in the tile")
-    first = tuple(n for n in ns if n is not mm2)
-    sub = analyze_gemm(g, first, group_io(g, tuple(n.id for n in first)), device, rows)
+    for x in v_views:
+        if any(o in io.outputs for o in x.outputs):
+            raise FusionRefused(f"{x.id} ({x.op}) is read outside the kernel too; a GEMM "
+                                "kernel reads the operand in place and does not store it")
+    # the first product's kernel: all but the second matmul and V's own views (a split
+    # giving Q, K and V is the first's view too); what only V's views read from it is
+    # read in the kernel, not written out
+    mm1 = next(m for m in mms if m is not mm2)
+    own = [x for x in v_views if x not in prologue(g, mm1, members)]
+    first = tuple(n for n in ns if n is not mm2 and n not in own)
+    io1 = group_io(g, tuple(n.id for n in first))
+    mine = {x.id for x in own}
+    io1 = replace(io1, outputs=tuple(o for o in io1.outputs if o in g.outputs or any(
+        c.id not in members or (c.id not in mine and c is not mm2) for c in g.consumers[o])
+        or o == p))
+    sub = analyze_gemm(g, first, io1, device, rows)
     t = sub.gemm
     if sub.epilogue is None or t.dest != p:
         raise FusionRefused(f"{mm2.id} (matmul) joins a GEMM kernel only after an epilogue "
@@ -234,35 +297,28 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     if len(vv.shape) < 2 or vv.shape[-2] != t.n:
         raise FusionRefused(f"{mm2.id} (matmul): {list(pv.shape)} @ {list(vv.shape)} is not "
                             "a matrix product of the tiles' rows")
+    if tuple(out.shape[:-1]) != tuple(pv.shape[:-1]):
+        raise FusionRefused(f"{mm2.id} (matmul): V {list(vv.shape)} broadcasts the "
+                            f"probabilities {list(pv.shape)} to more batches")
+    b = operand(g, mm2, v, members, out.shape)
     n, d = vv.shape[-2:]
-    if len(vv.shape) == 2:
-        b_stride = 0
-    elif t.batch > 1 and tuple(vv.shape[:-2]) == tuple(pv.shape[:-2]):
-        b_stride = n * d
-    else:
-        raise FusionRefused(f"{mm2.id} (matmul): V {list(vv.shape)} does not have the "
-                            f"batch dims of the probabilities {list(pv.shape)}")
-    return replace(sub, then=SecondGemm(p, v, n, d, b_stride, mm2.outputs[0]))
+    views = t.views + tuple(x.id for x in v_views if x.id not in t.views)
+    return replace(sub, gemm=replace(t, views=views),
+                   then=SecondGemm(p, b, n, d, mm2.outputs[0]))
 
 
-def _tiling(out, a, b, result: str, dest: str, units: int,
+def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
             whole_rows: bool = False) -> GemmShape:
-    """The problem as batched row-major GEMMs, cut into tiles: rows up to TILE_M, and
-    columns cut so the tile count is a multiple of the cores (no core idles in the last
+    """The problem as batched GEMMs, cut into tiles: rows up to TILE_M, and columns
+    cut so the tile count is a multiple of the cores (no core idles in the last
     round) where that keeps tiles at least TILE_ALIGN wide. ``whole_rows`` (an
     epilogue reducing rows): every tile spans all columns (see the rule inside)."""
-    if len(a) < 2 or len(b) < 2:
-        raise FusionRefused("a matmul of a vector (rank-1 operand) stays a library call; "
-                            "the GEMM kernel takes matrices")
-    m, k, n = a[-2], a[-1], b[-1]
-    if len(b) == 2:
-        batch, m = 1, math.prod(out[:-1])    # one B: A's batch rows are more rows
-        a_stride = b_stride = 0
-    else:
-        if tuple(a[:-2]) != tuple(out[:-2]) or tuple(b[:-2]) != tuple(out[:-2]):
-            raise FusionRefused(f"matmul batch dims broadcast ({list(a)} @ {list(b)}); the "
-                                "GEMM kernel takes equal batch dims or a 2-D right operand")
-        batch, a_stride, b_stride = math.prod(out[:-2]), m * k, k * n
+    m, k, n = a.view.rows, a.view.cols, b.view.cols
+    batch = a.view.batch_size
+    if all(s == 0 for _, s in b.view.batch):
+        a = _fold_rows(a)                # one B: A's batch rows are more rows
+        if not a.view.batch:
+            batch, m = 1, a.view.rows
     if whole_rows:
         # each tile packs all of B (K x N) again, so as few tiles as keep every core
         # busy (one per core, or one per batch item when there are more), capped so a
@@ -270,7 +326,7 @@ def _tiling(out, a, b, result: str, dest: str, units: int,
         share = m if batch >= units else -(-m // -(-units // batch))
         cap = max(1, 2 * TILE_M * TILE_N // max(n, 1))
         tile_m = max(1, min(m, share, cap))
-        return GemmShape(batch, m, n, k, a_stride, b_stride, tile_m, max(n, 1), result, dest)
+        return GemmShape(batch, m, n, k, a, b, tile_m, max(n, 1), result, dest)
     # rows cut evenly (130 rows are two tiles of 65, not 128 and 2: a static schedule
     # would give one core nearly all the work)
     tile_m = max(1, -(-m // -(-m // TILE_M))) if m else 1
@@ -279,7 +335,20 @@ def _tiling(out, a, b, result: str, dest: str, units: int,
     want = units * -(-(row_items * col_tiles) // units)     # a multiple of the cores
     col_tiles = max(col_tiles, -(-want // row_items))
     tile_n = max(1, min(n, _round_up(-(-n // col_tiles), TILE_ALIGN)))
-    return GemmShape(batch, m, n, k, a_stride, b_stride, tile_m, tile_n, result, dest)
+    return GemmShape(batch, m, n, k, a, b, tile_m, tile_n, result, dest)
+
+
+def _fold_rows(a: Operand) -> Operand:
+    """A with its batch folded into its rows where the rows run on through the batch
+    (each batch's first row one row stride after the last one's), else A as it is."""
+    v = a.view
+    if v.trans or not v.batch:
+        return a
+    modes = list(v.batch) + [(v.rows, v.row_stride)]
+    for (e, s), (e2, s2) in zip(modes, modes[1:]):
+        if s != e2 * s2:
+            return a
+    return replace(a, view=replace(v, batch=(), rows=v.rows * v.batch_size))
 
 
 def _round_up(x: int, to: int) -> int:

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..ir import Graph
+from ..ops.strided import MatrixView, Strided
 from .mapping import Mapping, ScheduleKind
 
 
@@ -60,31 +61,47 @@ class GroupIO:
 
 
 @dataclass(frozen=True)
+class Operand:
+    """A GEMM operand read in place: the value in memory holding it and where its
+    batched matrix lies there (the operand itself, or what layout ops in the kernel --
+    prologue views: reshapes, transposes, slices, splits -- make of that value).
+
+    >>> Operand.whole("w", (768, 3072)).view.ld
+    3072
+    """
+    value: str
+    view: MatrixView
+
+    @staticmethod
+    def whole(value: str, shape) -> "Operand":
+        return Operand(value, Strided.contiguous(shape).matrix())
+
+
+@dataclass(frozen=True)
 class GemmShape:
     """A gemm schedule's problem and tiling: ``batch`` independent products of
-    ``m x k`` by ``k x n`` (A's batch folds into ``m`` when B has no batch dims), A
-    ``a_stride`` and B ``b_stride`` elements apart between batches (0: one B for all),
-    the output cut into ``tile_m x tile_n`` tiles. ``result`` is the matmul's value,
-    ``dest`` the output buffer the product is written into and finished in place.
+    ``m x k`` by ``k x n`` (A's batch folds into ``m`` when B has none and A's rows
+    run on through its batch), A and B read in place (``a``, ``b``: their batch
+    strides, 0 where one operand serves every batch), the output cut into ``tile_m x
+    tile_n`` tiles. ``result`` is the matmul's value, ``dest`` the output buffer the
+    product is written into and finished in place (row-major, ``batch x m x n``).
 
-    >>> GemmShape(1, 128, 3072, 768, 0, 0, 128, 256, "h", "y").tiles
+    >>> a, b = Operand.whole("x", (128, 768)), Operand.whole("w", (768, 3072))
+    >>> GemmShape(1, 128, 3072, 768, a, b, 128, 256, "h", "y").tiles
     12
     """
     batch: int
     m: int
     n: int
     k: int
-    a_stride: int
-    b_stride: int
+    a: Operand
+    b: Operand
     tile_m: int
     tile_n: int
     result: str
     dest: str
     epilogue_ops: int = 0      # ops finishing each tile (0: the matmul alone)
-    # the values read for A and B: the matmul's operands, or the values in memory that
-    # reshapes in the kernel (prologue views keeping the rows) give them as
-    a_value: str = ""
-    b_value: str = ""
+    views: tuple[str, ...] = ()     # the prologue views' node ids (read through, in place)
 
     @property
     def row_tiles(self) -> int:
@@ -108,17 +125,16 @@ class GemmShape:
 class SecondGemm:
     """Fused attention: after a gemm's row epilogue, each tile's finished rows
     (``value``: the softmax's probabilities, kept in the tile, never written out) are
-    multiplied by ``b`` (V: ``k x n``, ``b_stride`` elements apart between batches, 0
-    for one V) into ``result``, as ``value @ b`` would.
+    multiplied by ``b`` (V: ``k x n`` per batch, read in place) into ``result``, as
+    ``value @ b`` would.
 
-    >>> SecondGemm("p", "v", 128, 64, 8192, "o").n
+    >>> SecondGemm("p", Operand.whole("v", (8, 128, 64)), 128, 64, "o").n
     64
     """
     value: str
-    b: str
+    b: Operand
     k: int
     n: int
-    b_stride: int
     result: str
 
 

@@ -15,6 +15,7 @@ from ..errors import GraphError
 from ..ir.dtypes import DType
 from .index import Index, add
 from ..ir.graph import check_shape
+from .strided import Strided
 from .registry import (Helper, Kind, OpDef, RowRole, attr_int, attr_ints, broadcast_shapes,
                        check_axis, normalize_axes, register)
 
@@ -29,6 +30,11 @@ def _view_index(ctx, node, k, idx: Index) -> str:
     # the same row-major data under another shape
     src = node.inputs[0]
     return ctx.at(src, idx.reshape_to(ctx.shape(src)))
+
+
+def _reshape_view(x: Strided, attrs, k, shape):
+    # reshape, squeeze and unsqueeze: the same row-major order under the output shape
+    return x.reshape(shape)
 
 
 def _contig(a):
@@ -56,7 +62,8 @@ def _reshape_infer(ins, attrs):
 register(OpDef("reshape", Kind.layout, (1, 1), _reshape_infer,
                lambda xs, a: [xs[0].reshape(a["shape"])], None,
                "reinterpret the row-major data with a new static shape (attr shape)",
-               index=_view_index, row_role=RowRole.per_row_view))
+               index=_view_index, view=_reshape_view,
+               row_role=RowRole.per_row_view))
 
 
 def _squeeze_infer(ins, attrs):
@@ -70,6 +77,7 @@ def _squeeze_infer(ins, attrs):
 register(OpDef("squeeze", Kind.layout, (1, 1), _squeeze_infer,
                lambda xs, a: [np.squeeze(xs[0], axis=normalize_axes(a["axes"], xs[0].ndim))],
                None, "remove size-1 axes (attr axes)", index=_view_index,
+               view=_reshape_view,
                row_role=RowRole.per_row_view))
 
 
@@ -85,7 +93,8 @@ def _unsqueeze_infer(ins, attrs):
 register(OpDef("unsqueeze", Kind.layout, (1, 1), _unsqueeze_infer,
                lambda xs, a: [xs[0].reshape(_unsqueeze_infer([_V(xs[0])], a)[0][0])],
                None, "insert size-1 axes (attr axes, positions in the output)",
-               index=_view_index, row_role=RowRole.per_row_view))
+               index=_view_index, view=_reshape_view,
+               row_role=RowRole.per_row_view))
 
 
 class _V:
@@ -112,6 +121,8 @@ def _transpose_index(ctx, node, k, idx: Index) -> str:
 register(OpDef("transpose", Kind.layout, (1, 1), _transpose_infer,
                lambda xs, a: [_contig(np.transpose(xs[0], a.get("perm") or None))],
                None, "permute axes (attr perm)", index=_transpose_index,
+               view=lambda x, a, k, shape: x.permute(
+                   a.get("perm") or tuple(reversed(range(len(shape))))),
                row_role=RowRole.never))
 
 
@@ -131,6 +142,7 @@ register(OpDef("expand", Kind.layout, (1, 1), _expand_infer,
                lambda xs, a: [_contig(np.broadcast_to(
                    xs[0], _expand_infer([_V(xs[0])], a)[0][0]))],
                None, "broadcast to a shape (attr shape, NumPy rules)", index=_expand_index,
+               view=lambda x, a, k, shape: x.broadcast(shape),
                row_role=RowRole.element))
 
 
@@ -180,9 +192,18 @@ def _slice_index(ctx, node, k, idx: Index) -> str:
     return ctx.at(src, idx.slice_of(shape, slice_params(shape, node.attr_map)))
 
 
+def _slice_view(x: Strided, attrs, k, shape):
+    for axis, (start, step, n) in enumerate(slice_params(x.shape, attrs)):
+        if (start, step, n) != (0, 1, x.shape[axis]):
+            x = x.narrow(axis, start, step, n)
+            if x is None:
+                return None
+    return x
+
+
 register(OpDef("slice", Kind.layout, (1, 1), _slice_infer, _slice_ref,
                None, "static strided slice (attrs starts, ends, axes, steps)",
-               index=_slice_index, row_role=RowRole.never))
+               index=_slice_index, view=_slice_view, row_role=RowRole.never))
 
 
 def _concat_infer(ins, attrs):
@@ -266,6 +287,9 @@ def _split_index(ctx, node, k, idx: Index) -> str:
 
 register(OpDef("split", Kind.layout, (1, 1), _split_infer, _split_ref,
                None, "cut along attr axis into attr sizes", index=_split_index,
+               view=lambda x, a, k, shape: x.narrow(
+                   int(a["axis"]) % len(shape), int(sum(a["sizes"][:k])), 1, shape[
+                       int(a["axis"]) % len(shape)]),
                row_role=RowRole.never))
 
 

@@ -115,6 +115,9 @@ class OpDef:
     flops: int = 1                          # arithmetic per output element (cost model)
     helpers: tuple[Helper, ...] = ()        # prelude helpers its generated code calls
     index: IndexRule | None = None          # layout: where an output element is read
+    # layout: output ``k``'s elements as a strided view of the input's (ops/strided.py)
+    # given the input's layout, the attrs and the output shape; None where it is not one
+    view: Callable[[Any, Mapping[str, Any], int, tuple], Any] | None = None
     row_role: RowRole = RowRole.element     # inside a row-reduction kernel
     combiner: Combiner | None = None        # reduce: identity and combine step
     # reductions and library ops: the magnitude their float rounding is bounded by --
