@@ -10,6 +10,7 @@ are the only global-memory traffic.
 """
 from __future__ import annotations
 
+import math
 import re
 import sys
 import threading
@@ -34,6 +35,9 @@ from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, Gr
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
 # stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
 WIDE_INDEX_FROM = 2**31 - 65535 * 256 * 4
+# an elementwise kernel moving elements loops over rows apart from columns only when a
+# row is at least this long (a shorter inner loop costs more than the divisions it saves)
+ROW_LOOP_MIN = 16
 
 
 def identifier(text: str) -> str:
@@ -352,12 +356,38 @@ class _Lowerer:
             n = int(np.prod(shape, dtype=np.int64)) if shape else 1
             var = "i" if len(by_shape) == 1 else f"i{k}"
             scope = _Scope()
-            idx = Index.flat(var, shape)
+            rows = self._row_loop(shape)
+            if rows:
+                # rows apart, the last axis innermost: what the layout ops read is found
+                # once per row, and a row of a transposed or sliced input is contiguous
+                # (one flat index would need a division per element and per axis)
+                r, c = f"r{var}", f"c{var}"
+                idx = Index.from_runs(shape, [(r, list(range(len(shape) - 1))),
+                                              (c, [len(shape) - 1])])
+            else:
+                idx = Index.flat(var, shape)
             for o in outs:
                 e = self.at(scope, o, idx)
-                scope.stmts.append(Store(self.buffers[o], var, e, node=self._made_by(o)))
-            body.append(Loop(var, n, "flat", tuple(scope.stmts), vector_width(n)))
+                scope.stmts.append(Store(self.buffers[o], idx.offset() if rows else var, e,
+                                         node=self._made_by(o)))
+            if rows:
+                body.append(Loop(r, rows, "grid", (Loop(c, shape[-1], "block",
+                                                        tuple(scope.stmts)),)))
+            else:
+                body.append(Loop(var, n, "flat", tuple(scope.stmts), vector_width(n)))
         return body
+
+    def _row_loop(self, shape) -> int:
+        """Rows of an elementwise kernel looped apart from its last axis (0: one flat
+        loop): on a CPU, when a layout op moves elements (a transpose, slice, concat..:
+        index arithmetic per axis) and the rows are long enough to vectorize. A GPU
+        keeps the flat grid-stride loop (coalesced either way)."""
+        if self.device.is_gpu or len(shape) < 2 or shape[-1] < ROW_LOOP_MIN:
+            return 0
+        moves = any(get_op(self.g.node(n).op).kind is Kind.layout
+                    and self.g.node(n).op not in VIEWS for n in self.group.nodes)
+        rows = math.prod(shape[:-1])
+        return rows if moves and rows > 1 else 0
 
     def _domain(self) -> Index:
         s = self.sched
