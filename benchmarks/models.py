@@ -19,9 +19,9 @@ Per model: build (transformers config class, small random weights), export with
   program keeps between calls, as a user's call has them; ``runtime/program.py``), onnxruntime's ``InferenceSession.run`` (CPU provider, default session
   options) and the torch module under ``no_grad``. The methods are timed in
   alternation: each round runs every method ``--inner`` times back to back (the first
-  call of each block is discarded, so a thread pool still spinning from the previous
-  method does not land on the next), ``--repeats`` rounds; the median is over all kept
-  calls.
+  call of each block is discarded, and each block starts after a 0.2 s pause, so a
+  thread pool still spinning from the previous method does not land on the next),
+  ``--repeats`` rounds; the median is over all kept calls.
 
 The workbench runs on the graph imported from ONNX (the file onnxruntime runs), or
 from ``from_torch`` when the ONNX import fails. ``--blas`` lists the BLAS thread
@@ -173,6 +173,9 @@ def _workbench_call(prog, inputs, blas_threads):
     return call
 
 
+SETTLE_S = 0.2       # seconds between one method's block and the next (see alternate)
+
+
 def alternate(methods: dict, rounds: int, inner: int) -> dict[str, list[float]]:
     """Seconds per call of each method, timed in alternating blocks (see the module
     docstring)."""
@@ -182,6 +185,10 @@ def alternate(methods: dict, rounds: int, inner: int) -> dict[str, list[float]]:
         fn()
     for _ in range(rounds):
         for k, fn in methods.items():
+            # the previous method's thread pool may spin for milliseconds after its
+            # last call (onnxruntime's does: measured, the next method ran up to 2x
+            # slower over its next three calls); a pause lets every pool go to sleep
+            time.sleep(SETTLE_S)
             fn()
             for _ in range(inner):
                 t0 = time.perf_counter()
