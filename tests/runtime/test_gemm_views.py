@@ -1,5 +1,6 @@
 """GEMM operands read in place through layout ops (prologue views, ops/strided.py):
-heads split out of a QKV projection and transposed for attention, a Linear's weight
+heads split out of a QKV projection and transposed for attention (and the heads merged
+back after it, written in place), a Linear's weight
 transposed, K and V repeated for grouped-query attention, A transposed, A broadcast
 over B's batch. Each graph is planned by rules and stitch; the views must be inside
 the GEMM kernel (no copy kernel for them) and the outputs right on fresh random
@@ -132,8 +133,12 @@ def test_operands_read_in_place_match_reference(make, planner):
                        for o in n.outputs for c in g.consumers[o])}
     assert feeding <= set(t.views), (feeding, t.views)
     if make is _split_qkv:
-        assert gemms[0].schedule.then is not None and t.a.value == t.b.value == "qkv"
-        assert t.b.view.trans and gemms[0].schedule.then.b.value == "qkv"
+        then = gemms[0].schedule.then
+        assert then is not None and t.a.value == t.b.value == "qkv"
+        assert t.b.view.trans and then.b.value == "qkv"
+        # the heads merged back: written in place by the second product, no copy kernel
+        assert len(s.plan.groups) == 1 and then.out is not None
+        assert then.out.view.row_stride == H * D
     if make in (_linear_weight,):
         assert t.b.view.trans and t.b.value == "w"
     if make is _a_transposed:
@@ -163,3 +168,25 @@ def test_a_view_no_blas_can_read_leaves_a_copy_kernel():
     log = [str(d) for d in s.history[-1].decisions]
     assert any("neither row- nor column-major" in d for d in log), log
     _check(s, None)
+
+
+def test_an_output_moved_out_of_row_major_stays_a_copy_kernel():
+    """Attention whose output is transposed so its rows are no longer row-major (the
+    keys axis last): the second product cannot be written there row by row, so the
+    transpose stays a kernel of its own, with the reason logged."""
+    b = wb.GraphBuilder("o_t")
+    q, kt = b.input("q", (2, 3, 20, D)), b.input("kt", (2, 3, D, 20))
+    v = b.input("v", (2, 3, 20, D))
+    o = b.matmul(b.softmax(b.matmul(q, kt) * 0.25, axis=-1), v)
+    b.output(b.op("transpose", o, perm=[0, 1, 3, 2]), "ot")
+    g = b.build()
+    s = Session(g, backend="cpu")
+    s.auto("rules")
+    assert len(s.plan.groups) == 2, s.plan.describe()
+    log = [str(d) for d in s.history[-1].decisions]
+    assert any("not row-major" in d for d in log), log
+
+    def scale(ins):
+        p = _softmax_scores(ins["q"], ins["kt"], 0.0)
+        return (p @ np.abs(ins["v"])).transpose(0, 1, 3, 2)
+    _check(s, scale)

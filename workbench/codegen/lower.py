@@ -264,23 +264,39 @@ class _Lowerer:
             finish = (Comment("the epilogue over the tile, while it is in cache"), epilogue)
         if then is not None:
             mm2 = g.producer[then.result]
-            out, v = self.buffers[then.result], then.b.view
+            v = then.b.view
+            if then.out is None:
+                out, o_off, ldo = (self.buffers[then.result], f"(bt * {M} + r0) * {then.n}",
+                                   then.n)
+            else:        # written where the layout ops after it would put it
+                o = then.out.view
+                out, ldo = self.buffers[then.out.value], o.row_stride
+                o_off = f"{o.batch_offset('bt')} + r0 * {o.row_stride}"
             finish += (Comment(f"the tile's rows @ the right operand of {mm2.id}, while "
                                "they are in cache"),
                        Gemm(dest, self.buffers[then.b.value], out, "0", v.batch_offset("bt"),
-                            f"(bt * {M} + r0) * {then.n}", "r1 - r0", str(then.n), then.k,
-                            N, v.ld, then.n, mm2.id, trans_b=v.trans))
+                            o_off, "r1 - r0", str(then.n), then.k, N, v.ld, ldo, mm2.id,
+                            trans_b=v.trans))
+        if t.im2col is None:
+            product = (Gemm(self.buffers[t.a.value], self.buffers[t.b.value], dest,
+                            f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
+                            f"{b.batch_offset('bt')} + c0 * {b.col_stride}",
+                            c_off, "r1 - r0", "c1 - c0", K, a.ld, b.ld, N, mm.id,
+                            trans_a=a.trans, trans_b=b.trans),)
+        else:
+            cols = Scratch("wb_cols", t.b.value, DType.float32, K * t.tile_n)
+            product = (DeclareScratch(cols),
+                       Comment("the tile's patches of the input, gathered (im2col)"),
+                       self._im2col(cols),
+                       Gemm(self.buffers[t.a.value], cols, dest, f"r0 * {K}", "0", c_off,
+                            "r1 - r0", "c1 - c0", K, K, t.tile_n, N, mm.id))
         body = start + (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
             Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
             Let("r1", i64, f"r0 + {t.tile_m} < {M} ? r0 + {t.tile_m} : {M}"),
             Let("c1", i64, f"c0 + {t.tile_n} < {N} ? c0 + {t.tile_n} : {N}"),
-            Gemm(self.buffers[t.a.value], self.buffers[t.b.value], dest,
-                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
-                 f"{b.batch_offset('bt')} + c0 * {b.col_stride}",
-                 c_off, "r1 - r0", "c1 - c0", K, a.ld, b.ld, N, mm.id,
-                 trans_a=a.trans, trans_b=b.trans),
+            *product,
             *finish)
         loop = Loop("tile", t.tiles, "grid", body)
         flops = self.flops * g.value(t.result).numel     # (the epilogue's, per element)
@@ -289,22 +305,58 @@ class _Lowerer:
                     int(t.flops) + flops, tuple(self.scratch.values()))
         return replace(k, blas="sgemm")
 
+    def _im2col(self, cols: Scratch) -> Loop:
+        """Fill ``cols`` ([C x taps, tile columns]) with the patches of the tile's output
+        positions c0..c1 in batch item bt (see ``Im2col``): a tap past the input's edge
+        reads 0 (its index clamped, so the load stays inside the input)."""
+        t, ic = self.sched.gemm, self.sched.gemm.im2col
+        x = self.buffers[ic.value]
+        tap = Index.flat("j", (ic.channels,) + ic.kernel).digits()
+        pos = Index.flat("p", ic.out).digits()
+        stmts, inside, at = [], [], f"bt * {ic.channels} + {tap[0]}"
+        for i, n in enumerate(ic.spatial):
+            v = f"iy{i}"
+            stmts.append(Let(v, DType.int64, f"{pos[i]} * {ic.strides[i]} - {ic.pads[i]} + "
+                                             f"{tap[i + 1]} * {ic.dilations[i]}"))
+            if ic.padded:
+                inside.append(f"{v} >= 0 && {v} < {n}")
+                v = f"wb_clampi({v}, 0, {n - 1})"
+            at = f"({at}) * {n} + {v}"
+        stmts.append(Load("xv", x, at))
+        value = f"({' && '.join(inside)}) ? xv : 0.0f" if inside else "xv"
+        stmts.append(Store(cols, f"j * {t.tile_n} + p - c0", value))
+        return Loop("j", t.k, "serial", (Loop("p", t.n, "block", tuple(stmts), start="c0",
+                                              stop="c1"),))
+
     def _elementwise_epilogue(self, dest: Buffer) -> Loop:
         """The tile's rows and columns, each element of the product read back from
         ``dest`` and finished: every output of the group stored there."""
         g, t = self.g, self.sched.gemm
+        ca = t.col_axes
 
         def at_rows(v: str) -> Index:
             # the element at (row, col) of a value seen as [rows, N] (the product, or a
-            # reshape of it keeping its rows): a bias [N] is read at col (unit stride,
-            # so the loop vectorizes), a residual at the element itself
+            # reshape of it keeping its rows; a convolution's columns are its spatial
+            # axes): a bias [N] is read at col (unit stride, so the loop vectorizes), a
+            # residual at the element itself
             shape = g.value(v).shape
-            return Index.from_runs(shape, [("row", list(range(len(shape) - 1))),
-                                           ("col", [len(shape) - 1])])
+            split = len(shape) - (ca if v == t.result or ca > 1 else 1)
+            return Index.from_runs(shape, [("row", list(range(split))),
+                                           ("col", list(range(split, len(shape))))])
 
         scope = _Scope()
         product = self.fresh()
         scope.stmts.append(Load(product, dest, at_rows(t.result).offset()))
+        conv = g.producer[t.result]
+        if t.im2col is not None and len(conv.inputs) == 3:
+            # the convolution's own bias, per output channel (the tile's row)
+            bias = self.fresh()
+            scope.stmts += [Load(bias, self.buffers[conv.inputs[2]], "r"),
+                            Let(f"{product}b", DType.float32, f"{product} + {bias}", conv.id)]
+            product = f"{product}b"
+            if t.result in self.io.outputs:
+                scope.stmts.append(Store(dest, at_rows(t.result).offset(), product,
+                                         node=conv.id))
         scope.memo[(t.result, at_rows(t.result).key)] = product
         for n in (g.node(x) for x in self.group.nodes):
             if n.op in VIEWS and n.id not in t.views:

@@ -22,7 +22,7 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, RowRole, get_op
 from .devices import DEFAULT_DEVICE, Device
-from .gemm import analyze_gemm
+from .gemm import CONVS, analyze_gemm
 from .geometry import (REDUCE_SLOT_BYTES, geometry, register_budget, row_slots, row_threads,
                        row_vector, rows_per_block, shared_bytes, split_count)
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
@@ -125,11 +125,11 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
 
 
 def _lone_library_op(g: Graph, ns, io, device: Device) -> Schedule:
-    """A library op alone: a matmul the gemm template takes is a gemm kernel without
-    an epilogue on the CPU, so its tiles run on the kernels' OpenMP threads (every
+    """A library op alone: a matmul (or convolution) the gemm template takes is a gemm
+    kernel without an epilogue on the CPU, so its tiles run on the kernels' OpenMP threads (every
     core, one thread pool) where the library call would run on one BLAS thread (see
     runtime/threads.py); anything else is the library call."""
-    if ns[0].op == "matmul" and not device.is_gpu:
+    if ns[0].op in ("matmul",) + CONVS and not device.is_gpu:
         try:
             return analyze_gemm(g, ns, io, device)
         except FusionRefused:

@@ -369,7 +369,7 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     s = group.schedule
     t = s.gemm
     mm = g.producer[t.result]             # the group's (first) matmul
-    a, b = (g.value(i).nbytes for i in mm.inputs)
+    a, b = (g.value(i).nbytes for i in mm.inputs[:2])     # (a convolution may have a bias)
     # a matmul alone is priced as the library call it stands for on every core (whose
     # own blocking packs panels too, unpriced); an epilogue's tiling costs the repacks
     repacked = 0 if not t.epilogue_ops else a * (t.col_tiles - 1) + b * (t.row_tiles - 1)

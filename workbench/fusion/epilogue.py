@@ -38,9 +38,11 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from .analysis import analyze
 from ..ops import get_op
-from .gemm import prologue
+from .gemm import CONVS, INVERTIBLE, prologue
 from .devices import Device
 from .partition import Decision, Partition
+
+GEMM_OPS = ("matmul",) + CONVS      # library ops the gemm template takes
 
 # seconds a kernel of these nodes is predicted to take (math.inf when none fits)
 Price = Callable[[frozenset], float]
@@ -58,13 +60,14 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
     log: list[Decision] = []
     _take_views(g, part, device, price, log)
     for node in g.nodes:
-        if node.op != "matmul" or not _lone(g, part, node):
+        if node.op not in GEMM_OPS or not _lone(g, part, node):
             continue
         mine = part.owner[node.id]
         readers = dict.fromkeys(part.owner[c.id] for c in g.consumers[node.outputs[0]])
         left = g.producer.get(node.inputs[0])
         attention = None
-        if left is not None and part.owner[left.id] not in readers | {mine: None}:
+        if (node.op == "matmul" and left is not None
+                and part.owner[left.id] not in readers | {mine: None}):
             attention = part.owner[left.id]
             readers[attention] = None            # (tried last)
         for theirs in readers:
@@ -76,12 +79,35 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
                 ops = sorted(part.members[theirs], key=part.index.__getitem__)
                 more = f", +{len(ops) - 3} more" if len(ops) > 3 else ""
                 what = (", ".join(f"{n} {g.node(n).op}" for n in ops[:3]) + more
-                        + f" into the GEMM of {node.id} matmul: each tile of the product "
-                        "is finished in cache, never written and read back")
+                        + f" into the GEMM of {node.id} {node.op}: each tile of the "
+                        "product is finished in cache, never written and read back")
             if _join(g, part, node, theirs, device, price, log, what):
                 break
     _take_views(g, part, device, price, log)      # (V's, now that attention is one kernel)
+    _take_result_views(g, part, device, price, log)
     return log
+
+
+def _take_result_views(g: Graph, part: Partition, device: Device, price: Price | None,
+                       log: list[Decision]) -> None:
+    """A fused attention's kernel takes the kernel after it when that only moves its
+    output (the heads merged back: a transpose and a reshape): the second product is
+    written where they would put it (:func:`.gemm._result_views`)."""
+    for node in g.nodes:
+        if node.op != "matmul" or node.inputs[0] not in g.producer:
+            continue
+        mine = part.owner[node.id]
+        if part.owner[g.producer[node.inputs[0]].id] != mine:
+            continue                       # not the second product of a kernel
+        for c in g.consumers[node.outputs[0]]:
+            theirs = part.owner[c.id]
+            ops = sorted(part.members[theirs], key=part.index.__getitem__)
+            if theirs == mine or any(g.node(n).op not in INVERTIBLE for n in ops):
+                continue
+            _join(g, part, node, theirs, device, price, log,
+                  ", ".join(f"{n} {g.node(n).op}" for n in ops) + f" into the GEMM kernel of "
+                  f"{node.id} matmul: its product is written where they put it, the "
+                  "copy is gone")
 
 
 def _take_views(g: Graph, part: Partition, device: Device, price: Price | None,
@@ -194,6 +220,8 @@ def _lone(g: Graph, part: Partition, node) -> bool:
     """Whether the matmul's kernel holds nothing but it and the views giving its
     operands."""
     members = set(part.members[part.owner[node.id]])
+    if node.op != "matmul":
+        return members == {node.id}
     try:
         views = {p.id for p in prologue(g, node, members)}
     except FusionRefused:

@@ -38,10 +38,12 @@ from typing import Callable
 from ..errors import FusionRefused
 from ..ir import DType, Graph
 from ..ops import Kind, get_op
+from ..ops.conv import conv_attrs
 from .devices import Device
 from .mapping import ScheduleKind
 from ..ops.strided import Strided
-from .schedule import GemmShape, GroupIO, Operand, Schedule, SecondGemm, group_io
+from .schedule import (GemmShape, GroupIO, Im2col, Operand, Schedule, SecondGemm,
+                       group_io)
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
@@ -51,6 +53,10 @@ from .schedule import GemmShape, GroupIO, Operand, Schedule, SecondGemm, group_i
 TILE_M = 128
 TILE_N = 256
 TILE_ALIGN = 16          # tile widths in whole cache lines of float32 (64 B)
+# a convolution's gathered patches per tile (each thread's own buffer): 128K float32,
+# 512 KB, within a core's L2
+IM2COL_TILE = 128 * 1024
+CONVS = ("conv", "conv2d")
 GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
 
 
@@ -65,6 +71,8 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     FusionRefused naming the op and the rule it breaks. ``rows`` analyses an epilogue
     that reduces rows; without it such an epilogue is refused."""
     libs = [n for n in ns if get_op(n.op).kind is Kind.opaque]
+    if len(libs) == 1 and libs[0].op in CONVS:
+        return _conv(g, ns, io, device, libs[0])
     mms = [n for n in libs if n.op == "matmul"]
     other = next((n for n in libs if n.op != "matmul"), None)
     if other is None and len(mms) == 2:
@@ -186,7 +194,7 @@ def same_rows(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
     return math.prod(a) == math.prod(b) and len(a) >= 1 and len(b) >= 1 and a[-1] == b[-1]
 
 
-def _check_epilogue(g: Graph, ns, mm, shape) -> None:
+def _check_epilogue(g: Graph, ns, mm, shape, same=None) -> None:
     """Every op but the matmul is elementwise, or a view regrouping the leading axes,
     at the matmul's output rows (see ``same_rows``), and reads its result (directly
     or through another epilogue op)."""
@@ -200,7 +208,7 @@ def _check_epilogue(g: Graph, ns, mm, shape) -> None:
                                 "elementwise ops at the matmul's output shape (and "
                                 "reshapes that keep its rows)")
         for o in n.outputs:
-            if not same_rows(g.value(o).shape, shape):
+            if not (same or same_rows)(g.value(o).shape, shape):
                 raise FusionRefused(f"{n.id} ({n.op}) output {list(g.value(o).shape)} is not "
                                     f"the matmul's output shape {list(shape)} or a reshape "
                                     "of it keeping its rows; a GEMM epilogue computes one "
@@ -279,7 +287,8 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     # read in the kernel, not written out
     mm1 = next(m for m in mms if m is not mm2)
     own = [x for x in v_views if x not in prologue(g, mm1, members)]
-    first = tuple(n for n in ns if n is not mm2 and n not in own)
+    after = _result_views(g, mm2, members, io)
+    first = tuple(n for n in ns if n is not mm2 and n not in own and n not in after)
     io1 = group_io(g, tuple(n.id for n in first))
     mine = {x.id for x in own}
     io1 = replace(io1, outputs=tuple(o for o in io1.outputs if o in g.outputs or any(
@@ -302,9 +311,110 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
                             f"probabilities {list(pv.shape)} to more batches")
     b = operand(g, mm2, v, members, out.shape)
     n, d = vv.shape[-2:]
-    views = t.views + tuple(x.id for x in v_views if x.id not in t.views)
+    views = t.views + tuple(x.id for x in v_views + after if x.id not in t.views)
     return replace(sub, gemm=replace(t, views=views),
-                   then=SecondGemm(p, b, n, d, mm2.outputs[0]))
+                   then=SecondGemm(p, b, n, d, mm2.outputs[0],
+                                   _written_through(g, mm2, after) if after else None))
+
+
+# layout ops a product can be written through: each output element is one input
+# element, and the input's layout follows from the output's
+INVERTIBLE = ("reshape", "squeeze", "unsqueeze", "transpose")
+
+
+def _result_views(g: Graph, mm, members, io: GroupIO) -> list:
+    """The chain of members after the matmul that only move its result (transposes and
+    reshapes, each the one reader of the one before), ending in a value written out:
+    the product is written where they would put it (the heads merged back after
+    attention). Empty when the product is read otherwise."""
+    chain, v = [], mm.outputs[0]
+    while v not in io.outputs:
+        readers = [c for c in g.consumers[v] if c.id in members]
+        if len(readers) != 1 or readers[0].op not in INVERTIBLE or len(g.consumers[v]) != 1:
+            return []
+        chain.append(readers[0])
+        v = readers[0].outputs[0]
+    return chain
+
+
+def _written_through(g: Graph, mm, chain) -> Operand:
+    """The value at the end of ``chain`` and where each element of the matmul's product
+    lies in it (walking the layout ops backwards from its contiguous layout);
+    FusionRefused when the product's rows are not one stride apart with unit-stride
+    columns there (sgemm writes row-major tiles)."""
+    end = chain[-1].outputs[0]
+    layout = Strided.contiguous(g.value(end).shape)
+    for p in reversed(chain):
+        src = g.value(p.inputs[0]).shape
+        if p.op == "transpose":
+            perm = p.attr("perm") or tuple(reversed(range(len(src))))
+            layout = layout.permute(tuple(sorted(range(len(perm)), key=perm.__getitem__)))
+        else:
+            layout = layout.reshape(src)
+        if layout is None:
+            break
+    view = None if layout is None else layout.matrix()
+    if view is None or view.trans:
+        raise FusionRefused(f"{chain[0].id} ({chain[0].op}) moves the product of {mm.id} "
+                            "so that its rows are not row-major in "
+                            f"{end}; the kernel writes it row by row")
+    return Operand(end, view)
+
+
+def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
+    """A convolution as a GEMM (implicit im2col): per batch item, the filters [K, C x
+    taps] times the input's patches [C x taps, positions], the patches of each column
+    tile gathered into a per-thread buffer, then the elementwise epilogue at the
+    output's shape (a bias, a BatchNorm's scale and shift, a ReLU, a residual)."""
+    if device.is_gpu:
+        raise FusionRefused(f"{conv.id} ({conv.op}) as a GEMM: {GPU_REFUSAL}")
+    x, w = (g.value(i) for i in conv.inputs[:2])
+    out = g.value(conv.outputs[0])
+    d = len(x.shape) - 2
+    group, strides, dil, pads = conv_attrs(conv.attr_map, d, conv.op)
+    if out.dtype is not DType.float32:
+        raise FusionRefused(f"{conv.id} ({conv.op}) is {out.dtype.value}: the GEMM kernel is "
+                            "float32 only so far, so it stays a library call")
+    if group != 1:
+        raise FusionRefused(f"{conv.id} ({conv.op}) has {group} groups: the GEMM kernel "
+                            "takes one (a grouped or depthwise convolution stays a library "
+                            "call)")
+    members = {n.id for n in ns}
+    made = next((i for i in conv.inputs if i in g.producer
+                 and g.producer[i].id in members), None)
+    if made is not None:
+        raise FusionRefused(f"{g.producer[made].id} ({g.producer[made].op}) computes the "
+                            f"convolution's operand {made} inside the kernel; a GEMM kernel "
+                            "reads its operands from memory")
+    rest = [n for n in ns if n is not conv]
+    if any(get_op(n.op).kind is Kind.reduce for n in rest):
+        raise FusionRefused(f"{conv.id} ({conv.op}): a convolution's GEMM takes an "
+                            "elementwise epilogue only (no reduction)")
+    shape = out.shape
+    _check_epilogue(g, ns, conv, shape, same=lambda a, b: a == b)
+    dest = conv.outputs[0] if conv.outputs[0] in io.outputs else next(
+        (o for o in io.outputs if g.value(o).dtype is DType.float32
+         and g.value(o).shape == shape), None)
+    if dest is None:
+        raise FusionRefused(f"{conv.id} ({conv.op}): no float32 output of its shape to "
+                            "write the product into")
+    n, k = shape[:2]
+    cols = Im2col(conv.inputs[0], x.shape[1], tuple(x.shape[2:]), tuple(w.shape[2:]),
+                  tuple(shape[2:]), tuple(strides), tuple(dil), tuple(pads[:d]))
+    positions, depth = math.prod(shape[2:]), cols.rows
+    a = Operand(conv.inputs[1], Strided.contiguous((k, depth)).matrix())
+    # every output channel in one tile, so each column tile's patches are gathered
+    # once; columns cut so the gathered patches stay within IM2COL_TILE elements and
+    # the tiles come to a multiple of the cores
+    tile_n = min(positions, max(TILE_ALIGN, IM2COL_TILE // depth))
+    col_tiles = -(-positions // tile_n)
+    want = device.units * -(-(n * col_tiles) // device.units)
+    col_tiles = max(col_tiles, min(positions, -(-want // n)))
+    tile_n = max(1, -(-positions // col_tiles))
+    t = GemmShape(n, k, positions, depth, a, Operand(conv.inputs[0], a.view), k, tile_n,
+                  conv.outputs[0], dest, epilogue_ops=len(rest) + (len(conv.inputs) == 3),
+                  im2col=cols, col_axes=d)
+    return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
 
 
 def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,

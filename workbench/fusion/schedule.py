@@ -43,6 +43,7 @@ This module holds the values; :mod:`.analysis` decides which schedule a group ge
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,6 +79,37 @@ class Operand:
 
 
 @dataclass(frozen=True)
+class Im2col:
+    """A convolution's right operand as a GEMM gathers it, one column tile at a time:
+    row ``j`` (an input channel and a filter tap, row-major over ``(C, *kernel)``) of
+    column ``p`` (an output position, row-major over ``out``) is the input element the
+    tap meets there -- ``o * stride - pad + tap * dilation`` along each spatial axis,
+    0 past the edge.
+
+    >>> Im2col("x", 3, (64, 64), (8, 8), (8, 8), (8, 8), (1, 1), (0, 0)).rows
+    192
+    """
+    value: str
+    channels: int
+    spatial: tuple[int, ...]      # the input's spatial extents
+    kernel: tuple[int, ...]
+    out: tuple[int, ...]          # the output's spatial extents
+    strides: tuple[int, ...]
+    dilations: tuple[int, ...]
+    pads: tuple[int, ...]         # before each spatial axis
+
+    @property
+    def rows(self) -> int:
+        return self.channels * math.prod(self.kernel)
+
+    @property
+    def padded(self) -> bool:
+        """Whether some tap reads past the input's edge (then it reads 0)."""
+        return any(p > 0 or (o - 1) * s - p + (k - 1) * d >= n for p, o, s, k, d, n in zip(
+            self.pads, self.out, self.strides, self.kernel, self.dilations, self.spatial))
+
+
+@dataclass(frozen=True)
 class GemmShape:
     """A gemm schedule's problem and tiling: ``batch`` independent products of
     ``m x k`` by ``k x n`` (A's batch folds into ``m`` when B has none and A's rows
@@ -102,6 +134,10 @@ class GemmShape:
     dest: str
     epilogue_ops: int = 0      # ops finishing each tile (0: the matmul alone)
     views: tuple[str, ...] = ()     # the prologue views' node ids (read through, in place)
+    # a convolution: B gathered per column tile (``b`` names the input, its view unused),
+    # the product's columns the output's trailing ``col_axes`` (spatial) axes
+    im2col: Im2col | None = None
+    col_axes: int = 1
 
     @property
     def row_tiles(self) -> int:
@@ -136,6 +172,10 @@ class SecondGemm:
     k: int
     n: int
     result: str
+    # where the product is written: ``result`` itself, row-major (None), or the value
+    # that layout ops after it make of it (the heads merged back: [B, H, S, D] ->
+    # [B, S, H x D]), each product row at its stride there
+    out: Operand | None = None
 
 
 @dataclass(frozen=True)
@@ -242,7 +282,8 @@ class Schedule:
                 epi += f" reducing rows ({self.epilogue.reductions} reductions)"
             if self.then is not None:
                 epi += f", then @ [{self.then.k}x{self.then.n}] (fused attention)"
-            return (f"gemm {batch}{t.m}x{t.n}x{t.k}{epi}, "
+            kind = "gemm" if t.im2col is None else "conv as gemm (im2col)"
+            return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}")
         return self.kind.value
 
