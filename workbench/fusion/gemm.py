@@ -402,6 +402,10 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
     cols = Im2col(conv.inputs[0], x.shape[1], tuple(x.shape[2:]), tuple(w.shape[2:]),
                   tuple(shape[2:]), tuple(strides), tuple(dil), tuple(pads[:d]))
     positions, depth = math.prod(shape[2:]), cols.rows
+    if depth * min(positions, TILE_ALIGN) > 4 * IM2COL_TILE:
+        raise FusionRefused(f"{conv.id} ({conv.op}): {depth} weights per filter; even "
+                            f"{TILE_ALIGN} positions of patches would not fit a thread's "
+                            "buffer, so it stays a library call")
     a = Operand(conv.inputs[1], Strided.contiguous((k, depth)).matrix())
     # every output channel in one tile, so each column tile's patches are gathered
     # once; columns cut so the gathered patches stay within IM2COL_TILE elements and

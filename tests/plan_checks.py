@@ -1,0 +1,28 @@
+"""``check_plan``: the one correctness check of a session's plan that the GEMM kernel
+tests share (imported by name: ``tests/`` is on sys.path while pytest runs)."""
+from __future__ import annotations
+
+from workbench.measure import verify_kernels
+from workbench.measure.compare import max_rel_error, tolerance
+from workbench.runtime import random_inputs, run_reference
+from workbench.session import Session
+
+
+def check_plan(s: Session, scale=None, seeds=(0, 1)) -> None:
+    """Run the session's current plan on fresh random inputs (outputs poisoned by the
+    program): every kernel within its bound (verify_kernels), every output within its
+    dtype's tolerance of the reference -- measured against ``scale(inputs)[output]``
+    where given (attention: the product's signed terms cancel, so the magnitudes
+    summed bound its rounding, not |output|)."""
+    g = s.graph
+    prog = s.program()
+    for seed in seeds:
+        ins = random_inputs(g, seed)
+        env = prog.run(ins, keep_all=True)
+        bad = [c for c in verify_kernels(prog, env) if not c.within_tolerance]
+        assert not bad, bad
+        ref = run_reference(g, ins)
+        mags = scale(ins) if scale is not None else {}
+        for o in g.outputs:
+            err = max_rel_error(env[o], ref[o], mags.get(o))
+            assert err <= tolerance(g.value(o).dtype), (o, err)
