@@ -36,7 +36,7 @@ RUNNER = textwrap.dedent("""
 """ % (UI_MODULES,))
 
 CASES = [("small", "none", "dir"), ("small", "rules", "dir"), ("small", "rules", "zip"),
-         ("small", "none", "zip"), ("layernorm", "rules", "zip")]
+         ("small", "none", "zip"), ("layernorm", "rules", "zip"), ("conv", "rules", "dir")]
 if "stitch" in PLANNERS:   # global stitching: workspace buffers, cooperative launches
     CASES += [("small", "stitch", "zip"), ("cross_entropy", "stitch", "dir")]
 
@@ -48,8 +48,8 @@ def round_trip(art, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("roundtrip")
     sessions, jobs = {}, []
     for i, (graph, planner, form) in enumerate(CASES):
-        g = (art.small_graph() if graph == "small"
-             else workbench.load(f"sample_graphs/{graph}.json"))
+        g = (art.small_graph() if graph == "small" else art.conv_graph()
+             if graph == "conv" else workbench.load(f"sample_graphs/{graph}.json"))
         s = Session(g, backend="cpu", seed=i + 7)    # fresh random inputs per case
         s.auto(planner)
         path = s.export(tmp / f"case{i}{'.zip' if form == 'zip' else ''}")
