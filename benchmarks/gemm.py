@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from fusion_cpu import time_fn  # noqa: E402  (one timing loop for every CPU benchmark)
+from models import alternate  # noqa: E402  (methods in alternating, paused blocks)
 
 HIDDEN, HEADS, TOKENS = 768, 12, 128        # BERT-base / GPT-2 small, batch 1 x 128
 
@@ -127,11 +127,13 @@ def run_block(name, module, inputs, tmp: Path, repeats: int) -> dict:
 
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     feeds = {i.name: a for i, a in zip(sess.get_inputs(), inputs)}
-    row["onnxruntime_ms"] = median_ms(time_fn(lambda: sess.run(None, feeds), 3, repeats))
-    with torch.no_grad():
-        targs = [torch.from_numpy(a) for a in inputs]
-        row["torch_eager_ms"] = median_ms(time_fn(lambda: module(*targs), 3, repeats))
+    targs = [torch.from_numpy(a) for a in inputs]
 
+    def torch_call():
+        with torch.no_grad():
+            return module(*targs)
+
+    methods = {"onnxruntime": lambda: sess.run(None, feeds), "torch_eager": torch_call}
     s = Session(str(path), backend="cpu")
     feed = dict(zip(s.graph.inputs, inputs))
     for planner in ("rules", "stitch"):
@@ -141,7 +143,7 @@ def run_block(name, module, inputs, tmp: Path, repeats: int) -> dict:
         got = np.asarray(out[s.graph.outputs[0]])
         row[f"{planner}_error"] = float(max_rel_error(got, want))
         row[f"{planner}_kernels"] = len(s.plan.groups)
-        row[f"{planner}_ms"] = median_ms(time_fn(lambda: prog.run(feed), 3, repeats))
+        methods[planner] = (lambda p: lambda: p.run(feed))(prog)
         m = s.measure(repeats=repeats)
         per = m.per_kernel
         lib = per[per["schedule"].astype(str).str.contains("library|opaque|gemm",
@@ -161,7 +163,12 @@ def run_block(name, module, inputs, tmp: Path, repeats: int) -> dict:
     got = np.asarray(prog.run(feed)[s.graph.outputs[0]])
     row["library_epilogue_error"] = float(max_rel_error(got, want))
     row["library_epilogue_kernels"] = len(old.groups)
-    row["library_epilogue_ms"] = median_ms(time_fn(lambda: prog.run(feed), 3, repeats))
+    methods["library_epilogue"] = lambda: prog.run(feed)
+    # every method in alternating blocks, each after a pause (models.py's loop): a
+    # thread pool still spinning from one method must not land on the next
+    samples = alternate(methods, max(1, repeats // 4), 4)
+    for k, v in samples.items():
+        row[f"{k}_ms"] = median_ms(v)
     row["fused_vs_library_epilogue"] = row["library_epilogue_ms"] / row["rules_ms"]
     row["stitch_vs_onnxruntime"] = row["onnxruntime_ms"] / row["stitch_ms"]
     row["stitch_vs_torch"] = row["torch_eager_ms"] / row["stitch_ms"]
@@ -192,10 +199,11 @@ def markdown(env: dict, rows: list[dict]) -> str:
              f"Machine: {env['machine']}; numpy {env['numpy']}, onnxruntime "
              f"{env['onnxruntime']}, torch {env['torch']} ({env['torch_threads']} threads); "
              f"BLAS: {', '.join(env.get('blas', [])) or 'unknown'}.",
-             "Median wall-clock ms of one call (after warm-up), measured side by side in "
-             "one run. `x ort` = onnxruntime time / stitch time (above 1: the workbench "
-             "is faster). `mm share`: the part of the stitch plan's kernel time in "
-             "kernels holding a matmul.", "",
+             "Median wall-clock ms of one call, measured side by side in one run: every "
+             "method in alternating blocks of 4 calls, each block after a 0.2 s pause "
+             "and its first call discarded. `x ort` = onnxruntime time / stitch time "
+             "(above 1: the workbench is faster). `mm share`: the part of the stitch "
+             "plan's kernel time in kernels holding a matmul.", "",
              "`lib+epi ms`: the rules partition without joining (each matmul a GEMM "
              "kernel of its own -- the library GEMM's tiles over every core -- its "
              "epilogue a separate generated kernel), run in the same process; `x lib+epi` "
