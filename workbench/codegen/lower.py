@@ -278,18 +278,18 @@ class _Lowerer:
                             o_off, "r1 - r0", str(then.n), then.k, N, v.ld, ldo, mm2.id,
                             trans_b=v.trans))
         if t.im2col is None:
-            product = (Gemm(self.buffers[t.a.value], self.buffers[t.b.value], dest,
-                            f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
-                            f"{b.batch_offset('bt')} + c0 * {b.col_stride}",
-                            c_off, "r1 - r0", "c1 - c0", K, a.ld, b.ld, N, mm.id,
-                            trans_a=a.trans, trans_b=b.trans),)
-        else:
+            gather, right = (), (self.buffers[t.b.value],
+                                 f"{b.batch_offset('bt')} + c0 * {b.col_stride}", b.ld, b.trans)
+        else:       # B is the tile's patches of the input, gathered into a buffer
             cols = Scratch("wb_cols", t.b.value, DType.float32, K * t.tile_n)
-            product = (DeclareScratch(cols),
-                       Comment("the tile's patches of the input, gathered (im2col)"),
-                       self._im2col(cols),
-                       Gemm(self.buffers[t.a.value], cols, dest, f"r0 * {K}", "0", c_off,
-                            "r1 - r0", "c1 - c0", K, K, t.tile_n, N, mm.id))
+            gather = (DeclareScratch(cols), Comment("the tile's patches of the input, "
+                                                    "gathered (im2col)"), self._im2col(cols))
+            right = (cols, "0", t.tile_n, False)
+        bbuf, b_off, ldb, trans_b = right
+        product = gather + (Gemm(self.buffers[t.a.value], bbuf, dest,
+                                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}", b_off,
+                                 c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, N, mm.id,
+                                 trans_a=a.trans, trans_b=trans_b),)
         body = start + (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
@@ -332,7 +332,6 @@ class _Lowerer:
         """The tile's rows and columns, each element of the product read back from
         ``dest`` and finished: every output of the group stored there."""
         g, t = self.g, self.sched.gemm
-        ca = t.col_axes
 
         def at_rows(v: str) -> Index:
             # the element at (row, col) of a value seen as [rows, N] (the product, or a
@@ -340,13 +339,13 @@ class _Lowerer:
             # axes): a bias [N] is read at col (unit stride, so the loop vectorizes), a
             # residual at the element itself
             shape = g.value(v).shape
-            split = len(shape) - (ca if v == t.result or ca > 1 else 1)
+            split = len(shape) - t.col_axes
             return Index.from_runs(shape, [("row", list(range(split))),
                                            ("col", list(range(split, len(shape))))])
 
         scope = _Scope()
-        product = self.fresh()
-        scope.stmts.append(Load(product, dest, at_rows(t.result).offset()))
+        product, at = self.fresh(), at_rows(t.result)
+        scope.stmts.append(Load(product, dest, at.offset()))
         conv = g.producer[t.result]
         if t.im2col is not None and len(conv.inputs) == 3:
             # the convolution's own bias, per output channel (the tile's row)
@@ -355,9 +354,8 @@ class _Lowerer:
                             Let(f"{product}b", DType.float32, f"{product} + {bias}", conv.id)]
             product = f"{product}b"
             if t.result in self.io.outputs:
-                scope.stmts.append(Store(dest, at_rows(t.result).offset(), product,
-                                         node=conv.id))
-        scope.memo[(t.result, at_rows(t.result).key)] = product
+                scope.stmts.append(Store(dest, at.offset(), product, node=conv.id))
+        scope.memo[(t.result, at.key)] = product
         for n in (g.node(x) for x in self.group.nodes):
             if n.op in VIEWS and n.id not in t.views:
                 # an epilogue view is its input, element for element

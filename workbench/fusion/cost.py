@@ -368,8 +368,11 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     (priced at L2's rate)."""
     s = group.schedule
     t = s.gemm
-    mm = g.producer[t.result]             # the group's (first) matmul
-    a, b = (g.value(i).nbytes for i in mm.inputs[:2])     # (a convolution may have a bias)
+    mm = g.producer[t.result]             # the group's (first) matmul, or convolution
+    # A and B: a convolution's A is its filters, its B the input's patches (and it may
+    # have a bias)
+    ins = mm.inputs[:2] if t.im2col is None else mm.inputs[1::-1]
+    a, b = (g.value(i).nbytes for i in ins)
     # a matmul alone is priced as the library call it stands for on every core (whose
     # own blocking packs panels too, unpriced); an epilogue's tiling costs the repacks
     repacked = 0 if not t.epilogue_ops else a * (t.col_tiles - 1) + b * (t.row_tiles - 1)

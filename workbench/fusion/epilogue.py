@@ -37,8 +37,7 @@ from typing import Callable
 from ..errors import FusionRefused
 from ..ir import Graph
 from .analysis import analyze
-from ..ops import get_op
-from .gemm import CONVS, INVERTIBLE, prologue
+from .gemm import CONVS, INVERTIBLE, prologue, view_chain
 from .devices import Device
 from .partition import Decision, Partition
 
@@ -76,11 +75,9 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
                         "fused attention: each tile's probabilities are multiplied while in "
                         "cache, never written and read back")
             else:
-                ops = sorted(part.members[theirs], key=part.index.__getitem__)
-                more = f", +{len(ops) - 3} more" if len(ops) > 3 else ""
-                what = (", ".join(f"{n} {g.node(n).op}" for n in ops[:3]) + more
-                        + f" into the GEMM of {node.id} {node.op}: each tile of the "
-                        "product is finished in cache, never written and read back")
+                what = (_ops(g, part.members[theirs], part, 3) + f" into the GEMM of "
+                        f"{node.id} {node.op}: each tile of the product is finished in "
+                        "cache, never written and read back")
             if _join(g, part, node, theirs, device, price, log, what):
                 break
     _take_views(g, part, device, price, log)      # (V's, now that attention is one kernel)
@@ -101,11 +98,11 @@ def _take_result_views(g: Graph, part: Partition, device: Device, price: Price |
             continue                       # not the second product of a kernel
         for c in g.consumers[node.outputs[0]]:
             theirs = part.owner[c.id]
-            ops = sorted(part.members[theirs], key=part.index.__getitem__)
-            if theirs == mine or any(g.node(n).op not in INVERTIBLE for n in ops):
+            if theirs == mine or any(g.node(n).op not in INVERTIBLE
+                                     for n in part.members[theirs]):
                 continue
             _join(g, part, node, theirs, device, price, log,
-                  ", ".join(f"{n} {g.node(n).op}" for n in ops) + f" into the GEMM kernel of "
+                  _ops(g, part.members[theirs], part) + f" into the GEMM kernel of "
                   f"{node.id} matmul: its product is written where they put it, the "
                   "copy is gone")
 
@@ -127,14 +124,8 @@ def _take_views(g: Graph, part: Partition, device: Device, price: Price | None,
         rest = trial.replace(touched, [set(trial.members[mine]) | chain] + [
             c for nodes in left for c in _components(g, nodes)])
         kernel, parts = rest[0], rest[1:]
-        why = trial.cycle({kernel})
-        if why is None:
-            try:
-                analyze(g, tuple(sorted(trial.members[kernel], key=trial.index.__getitem__)),
-                        device=device)
-            except FusionRefused as e:
-                why = str(e)
-        views = ", ".join(f"{n} {g.node(n).op}" for n in sorted(chain, key=part.index.get))
+        why = _refusal(g, trial, {kernel}, trial.members[kernel], device)
+        views = _ops(g, chain, part)
         if why is not None:
             log.append(Decision("not fused", (node.id, min(chain, key=part.index.get)), why))
             continue
@@ -144,11 +135,9 @@ def _take_views(g: Graph, part: Partition, device: Device, price: Price | None,
                   if i in g.producer and g.producer[i].op == "matmul"}
             for m in sorted(ms, key=lambda m: part.index[m.id]):
                 if gid in trial.members and _lone(g, trial, m):
-                    ops = ", ".join(f"{n} {g.node(n).op}" for n in sorted(
-                        trial.members[gid], key=part.index.get))
                     _join(g, trial, m, gid, device, price, steps,
-                          f"{ops} into the GEMM of {m.id} matmul (left when the views "
-                          f"moved out of their kernel)")
+                          f"{_ops(g, trial.members[gid], part)} into the GEMM of {m.id} "
+                          "matmul (left when the views moved out of their kernel)")
         gain = ""
         if price is not None:
             old = set(part.key())
@@ -163,8 +152,7 @@ def _take_views(g: Graph, part: Partition, device: Device, price: Price | None,
                                     f"({_us(was)} -> {_us(now)})"))
                 continue
             gain = f"; predicted {_us(was)} -> {_us(now)}"
-        part.owner, part.members = trial.owner, trial.members
-        part.external, part.reduces = trial.external, trial.reduces
+        part.adopt(trial)
         log.append(Decision("fused", tuple(sorted(chain | {node.id}, key=part.index.get)),
                             f"{views} into the GEMM of {node.id} matmul: the kernel reads "
                             f"the operands in place, the copies are gone{gain}"))
@@ -180,11 +168,7 @@ def _outside_views(g: Graph, part: Partition, gid: str) -> frozenset:
         if m.op != "matmul":
             continue
         for i in m.inputs:
-            p = g.producer.get(i)
-            while p is not None and get_op(p.op).view is not None and len(p.inputs) == 1:
-                if p.id not in members:
-                    found.add(p.id)
-                p = g.producer.get(p.inputs[0])
+            found.update(p.id for p in view_chain(g, i) if p.id not in members)
     # only whole chains whose every value stays inside the kernel
     inside = members | found
     while True:
@@ -234,12 +218,7 @@ def _join(g, part, node, theirs, device, price, log, what: str) -> bool:
     ``price``, predicted faster); log it either way."""
     mine = part.owner[node.id]
     nodes = sorted(part.members[theirs] + part.members[mine], key=part.index.__getitem__)
-    why = part.cycle({mine, theirs})
-    if why is None:
-        try:
-            analyze(g, tuple(nodes), device=device)
-        except FusionRefused as e:
-            why = str(e)
+    why = _refusal(g, part, {mine, theirs}, nodes, device)
     gain = ""
     if why is None and price is not None:
         apart = price(frozenset(part.members[mine])) + price(frozenset(part.members[theirs]))
@@ -253,6 +232,25 @@ def _join(g, part, node, theirs, device, price, log, what: str) -> bool:
     part.merge({mine, theirs})
     log.append(Decision("fused", tuple(nodes), what + gain))
     return True
+
+
+def _refusal(g, part, gids: set, nodes, device) -> str | None:
+    """Why kernels ``gids`` of ``part`` cannot be one kernel of ``nodes`` (a cycle, or
+    no template fits), or None."""
+    why = part.cycle(gids)
+    if why is None:
+        try:
+            analyze(g, tuple(sorted(nodes, key=part.index.__getitem__)), device=device)
+        except FusionRefused as e:
+            why = str(e)
+    return why
+
+
+def _ops(g, nodes, part, limit: int | None = None) -> str:
+    """``n4 add, n5 reshape, ..`` in graph order (the first ``limit``, then a count)."""
+    ops = sorted(nodes, key=part.index.__getitem__)
+    more = f", +{len(ops) - limit} more" if limit and len(ops) > limit else ""
+    return ", ".join(f"{n} {g.node(n).op}" for n in ops[:limit]) + more
 
 
 def _us(seconds: float) -> str:

@@ -1,11 +1,12 @@
-"""The ``gemm`` template's legality and tiling: a matmul with its epilogue as one
-kernel, or why not.
+"""The ``gemm`` template's legality and tiling: a matmul (or a convolution) with its
+epilogue as one kernel, or why not.
 
-A group fits when it holds exactly one ``matmul`` of float32 operands read from memory
-(``[.., M, K] @ [K, N]``, A's batch folded into the rows; or ``[*b, M, K] @ [*b, K,
-N]``, the same batch dims on both) -- an operand may be a view (reshape, squeeze,
-unsqueeze) of a value in memory keeping its rows, read in place (``prologue``) -- and
-otherwise an epilogue reading the matmul's result directly or through each other:
+A group fits when it holds exactly one float32 ``matmul`` whose operands are read from
+memory -- directly, or through layout ops in the kernel (reshape, squeeze, unsqueeze,
+transpose, expand, slice, split: ``prologue`` views) that make the operand a strided
+BLAS matrix of a value in memory (``operand``; batch dims broadcast by NumPy's rule,
+A's batch folded into the rows where B has none and A's rows run on through it) --
+and otherwise an epilogue reading the matmul's result directly or through each other:
 
 - elementwise ops at the matmul's output rows (its shape, or a view of it keeping the
   rows: ``same_rows``), their other operands broadcast onto that shape by NumPy's rule
@@ -15,7 +16,11 @@ otherwise an epilogue reading the matmul's result directly or through each other
   softmax: ``_row_epilogue``), reading the product only in its reductions or
   elementwise where it is; the tiles are then whole rows;
 - and after such a row epilogue, a second matmul taking its result as the left operand
-  (attention: ``_attention``).
+  (attention: ``_attention``), its output written through the transposes and reshapes
+  after it (``_result_views``).
+
+A convolution with one group is a GEMM too (``_conv``: implicit im2col), with an
+elementwise epilogue at its output's shape.
 
 The kernel writes the product of each tile into one float32 output of the group
 (``dest``: the matmul's result itself when it is read outside the kernel, else an
@@ -39,9 +44,9 @@ from ..errors import FusionRefused
 from ..ir import DType, Graph
 from ..ops import Kind, get_op
 from ..ops.conv import conv_attrs
+from ..ops.strided import Strided
 from .devices import Device
 from .mapping import ScheduleKind
-from ..ops.strided import Strided
 from .schedule import (GemmShape, GroupIO, Im2col, Operand, Schedule, SecondGemm,
                        group_io)
 
@@ -96,10 +101,8 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     members = {n.id for n in ns}
     views = prologue(g, mm, members)
     through = {v.id for v in views} | {mm.id}
+    _not_stored(views, io)
     for v in views:
-        if any(o in io.outputs for o in v.outputs):
-            raise FusionRefused(f"{v.id} ({v.op}) is read outside the kernel too; a GEMM "
-                                "kernel reads the operand in place and does not store it")
         c = next((c for o in v.outputs for c in g.consumers[o]
                   if c.id in members and c.id not in through), None)
         if c is not None:
@@ -168,19 +171,36 @@ def operand(g: Graph, mm, i: str, members, out_shape) -> Operand:
     return Operand(src, view)
 
 
-def _chain(g: Graph, i: str, members) -> list:
-    """The members computing value ``i`` through layout ops with a view rule, nearest
-    first, back to a value made outside them; FusionRefused at anything else."""
+def view_chain(g: Graph, i: str, within=None) -> list:
+    """The layout ops with a view rule computing value ``i`` (those in ``within``, when
+    given), nearest first, back to the first value made otherwise."""
     chain = []
     p = g.producer.get(i)
-    while p is not None and p.id in members:
-        if get_op(p.op).view is None:
-            raise FusionRefused(f"{p.id} ({p.op}) computes the matmul's operand {i} inside "
-                                "the kernel; a GEMM kernel reads its operands from memory "
-                                "(through reshapes, transposes, slices and splits only)")
+    while p is not None and (within is None or p.id in within) and get_op(p.op).view:
         chain.append(p)
         p = g.producer.get(p.inputs[0])
     return chain
+
+
+def _chain(g: Graph, i: str, members) -> list:
+    """The members computing value ``i`` through views, back to a value made outside
+    them; FusionRefused when another member computes it."""
+    chain = view_chain(g, i, members)
+    p = g.producer.get(chain[-1].inputs[0] if chain else i)
+    if p is not None and p.id in members:
+        raise FusionRefused(f"{p.id} ({p.op}) computes the matmul's operand {i} inside "
+                            "the kernel; a GEMM kernel reads its operands from memory "
+                            "(through reshapes, transposes, slices and splits only)")
+    return chain
+
+
+def _not_stored(views, io: GroupIO) -> None:
+    """Refuse views whose values are read outside the kernel: it reads them in place
+    and never stores them."""
+    for v in views:
+        if any(o in io.outputs for o in v.outputs):
+            raise FusionRefused(f"{v.id} ({v.op}) is read outside the kernel too; a GEMM "
+                                "kernel reads the operand in place and does not store it")
 
 
 # layout ops that keep every element where it is in row-major memory: in an epilogue
@@ -278,10 +298,7 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     if p in io.outputs:
         raise FusionRefused(f"{mm2.id} (matmul): {p} is read outside the kernel too; a "
                             "fused attention keeps the probabilities in the tile")
-    for x in v_views:
-        if any(o in io.outputs for o in x.outputs):
-            raise FusionRefused(f"{x.id} ({x.op}) is read outside the kernel too; a GEMM "
-                                "kernel reads the operand in place and does not store it")
+    _not_stored(v_views, io)
     # the first product's kernel: all but the second matmul and V's own views (a split
     # giving Q, K and V is the first's view too); what only V's views read from it is
     # read in the kernel, not written out
@@ -411,9 +428,7 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
     # once; columns cut so the gathered patches stay within IM2COL_TILE elements and
     # the tiles come to a multiple of the cores
     tile_n = min(positions, max(TILE_ALIGN, IM2COL_TILE // depth))
-    col_tiles = -(-positions // tile_n)
-    want = device.units * -(-(n * col_tiles) // device.units)
-    col_tiles = max(col_tiles, min(positions, -(-want // n)))
+    col_tiles = min(positions, _for_cores(n, -(-positions // tile_n), device.units))
     tile_n = max(1, -(-positions // col_tiles))
     t = GemmShape(n, k, positions, depth, a, Operand(conv.inputs[0], a.view), k, tile_n,
                   conv.outputs[0], dest, epilogue_ops=len(rest) + (len(conv.inputs) == 3),
@@ -444,12 +459,16 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
     # rows cut evenly (130 rows are two tiles of 65, not 128 and 2: a static schedule
     # would give one core nearly all the work)
     tile_m = max(1, -(-m // -(-m // TILE_M))) if m else 1
-    row_items = batch * -(-m // tile_m)
-    col_tiles = max(1, -(-n // TILE_N))
-    want = units * -(-(row_items * col_tiles) // units)     # a multiple of the cores
-    col_tiles = max(col_tiles, -(-want // row_items))
+    col_tiles = _for_cores(batch * -(-m // tile_m), max(1, -(-n // TILE_N)), units)
     tile_n = max(1, min(n, _round_up(-(-n // col_tiles), TILE_ALIGN)))
     return GemmShape(batch, m, n, k, a, b, tile_m, tile_n, result, dest)
+
+
+def _for_cores(row_items: int, col_tiles: int, units: int) -> int:
+    """At least ``col_tiles`` column tiles, more where that makes the tile count (row
+    items x column tiles) a multiple of the cores, so no core idles in the last round."""
+    want = units * -(-(row_items * col_tiles) // units)
+    return max(col_tiles, -(-want // row_items))
 
 
 def _fold_rows(a: Operand) -> Operand:

@@ -57,6 +57,11 @@ class Partition:
         p.reduces = dict(self.reduces)
         return p
 
+    def adopt(self, other: "Partition") -> None:
+        """Take the grouping of ``other`` (a copy of this one, changed as a trial)."""
+        self.owner, self.members = other.owner, other.members
+        self.external, self.reduces = other.external, other.reduces
+
     def _add(self, nodes: list[str]) -> str:
         gid = f"k{min(self.index[n] for n in nodes)}"
         mine = set(nodes)
