@@ -61,10 +61,23 @@ def conv_graph():
     return b.build()
 
 
+def packed_graph():
+    """A Linear whose weight the GEMM kernel packs into column panels (on a CPU with
+    256-bit vectors or wider): 70 columns pad to two panels of 64, so the packed copy,
+    a persistent workspace, is larger than any value of the graph."""
+    b = GraphBuilder("packed")
+    x = b.input("x", (3, 40))
+    w = b.constant(random_array((40, 70), np.float32, 6, -0.5, 0.5), name="w")
+    bias = b.constant(random_array((70,), np.float32, 7), name="bias")
+    b.output(b.gelu(b.matmul(x, w) + bias), "y")
+    return b.build()
+
+
 class _Helpers:
     mark = MARK
     small_graph = staticmethod(small_graph)
     conv_graph = staticmethod(conv_graph)
+    packed_graph = staticmethod(packed_graph)
     resign = staticmethod(resign)
 
 

@@ -36,7 +36,8 @@ RUNNER = textwrap.dedent("""
 """ % (UI_MODULES,))
 
 CASES = [("small", "none", "dir"), ("small", "rules", "dir"), ("small", "rules", "zip"),
-         ("small", "none", "zip"), ("layernorm", "rules", "zip"), ("conv", "rules", "dir")]
+         ("small", "none", "zip"), ("layernorm", "rules", "zip"), ("conv", "rules", "dir"),
+         ("packed", "rules", "zip")]
 if "stitch" in PLANNERS:   # global stitching: workspace buffers, cooperative launches
     CASES += [("small", "stitch", "zip"), ("cross_entropy", "stitch", "dir")]
 
@@ -49,7 +50,8 @@ def round_trip(art, tmp_path_factory):
     sessions, jobs = {}, []
     for i, (graph, planner, form) in enumerate(CASES):
         g = (art.small_graph() if graph == "small" else art.conv_graph()
-             if graph == "conv" else workbench.load(f"sample_graphs/{graph}.json"))
+             if graph == "conv" else art.packed_graph() if graph == "packed"
+             else workbench.load(f"sample_graphs/{graph}.json"))
         s = Session(g, backend="cpu", seed=i + 7)    # fresh random inputs per case
         s.auto(planner)
         path = s.export(tmp / f"case{i}{'.zip' if form == 'zip' else ''}")
@@ -74,6 +76,10 @@ def round_trip(art, tmp_path_factory):
 def test_fresh_process_matches_session(round_trip, case, wb):
     results, _, _ = round_trip
     s, loaded = results[case]
+    if case[0] == "packed":     # the case is what it says where the machine packs
+        from workbench.fusion.gemm import PACK_MIN_VECTOR_BYTES
+        assert [gr.schedule.gemm.packed_b for gr in s.plan.groups] == \
+            [s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES]
     mine = s.run(s.inputs)
     for name, got in zip(s.graph.outputs, loaded):
         assert got.dtype == mine[name].dtype and got.shape == mine[name].shape

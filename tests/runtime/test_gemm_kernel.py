@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.fusion import gemm
 from workbench.fusion.mapping import ScheduleKind
 from workbench.runtime.threads import blas_threads_now
 from workbench.session import Session
@@ -112,14 +113,25 @@ def _gemm_groups(s: Session):
     return [gr for gr in s.plan.groups if gr.schedule.kind is ScheduleKind.gemm]
 
 
+@pytest.fixture(params=["packed", "sgemm"])
+def packing(request, monkeypatch):
+    """Both ways a tile's product is made, whatever this machine's vectors: a
+    constant B packed for the generated micro-kernel, or sgemm per tile."""
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0 if request.param == "packed"
+                        else 1 << 30)
+    return request.param == "packed"
+
+
 @pytest.mark.parametrize("planner", ["rules", "stitch"])
 @pytest.mark.parametrize("make", [_ffn_gelu, _ffn_residual, _attention_scores,
                                   _ffn_layernorm, _masked_scores_softmax, _attention,
                                   _conv1d_gelu])
-def test_gemm_kernel_matches_reference(make, planner):
+def test_gemm_kernel_matches_reference(make, planner, packing):
     s = Session(make(), backend="cpu")
     s.auto(planner)
     assert len(s.plan.groups) == 1 and _gemm_groups(s), s.plan.describe()
+    constant_b = make in (_ffn_gelu, _ffn_residual, _ffn_layernorm, _conv1d_gelu)
+    assert s.plan.groups[0].schedule.gemm.packed_b == (packing and constant_b)
     rows = make in (_ffn_layernorm, _masked_scores_softmax, _attention)
     assert (s.plan.groups[0].schedule.then is not None) == (make is _attention)
     t = s.plan.groups[0].schedule
@@ -220,3 +232,49 @@ def test_torch_blocks_through_onnx(onnx_blocks, block, planner):
     s.auto(planner)
     assert _gemm_groups(s), s.plan.describe()
     _check(s)
+
+
+def test_packed_b_is_chosen_for_a_constant_on_wide_vectors():
+    """B packed only where it pays: a constant B (a weight: packed once serves every
+    run), a CPU whose compiler targets 256-bit vectors or wider; an input B (the
+    attention's keys) is multiplied by sgemm, and a GPU plan has no GEMM kernel."""
+    from workbench.fusion.devices import H100
+    from workbench.fusion.planners import run_planner
+    from workbench.runtime.calibrate import cpu_device
+    for make, constant in [(_ffn_gelu, True), (_attention_scores, False)]:
+        g = make()
+        for width, want in [(64, constant), (32, constant), (16, False), (0, False)]:
+            plan, _ = run_planner("rules", g, device=cpu_device().with_(vector_bytes=width))
+            sched = next(gr.schedule for gr in plan.groups
+                         if gr.schedule.kind is ScheduleKind.gemm)
+            assert sched.gemm.packed_b == want, (make.__name__, width)
+            assert ("B packed" in sched.describe()) == want
+    assert not gemm.packs(_ffn_gelu(), gemm.Operand.whole("w", (96, 300)), H100)
+
+
+def test_packed_program_run_from_threads_at_once(monkeypatch):
+    """A fresh program's first runs, four at once from Python threads: the packing is
+    done by one of them while the others wait for it (its state word), so every run
+    gives the reference's answer."""
+    import threading
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    from workbench.runtime import random_inputs, run_reference
+    g = _ffn_layernorm()
+    s = Session(g, backend="cpu")
+    s.auto("rules")
+    assert _gemm_groups(s)[0].schedule.gemm.packed_b
+    prog = s.program()
+    ins = random_inputs(g, 3)
+    ref = run_reference(g, ins)["y"]
+    outs, start = [None] * 4, threading.Barrier(4)
+
+    def run(i):
+        start.wait()
+        outs[i] = prog.run(ins, keep_all=True)["y"]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for o in outs:
+        np.testing.assert_allclose(o, ref, rtol=2e-5, atol=2e-5)

@@ -34,6 +34,7 @@ from typing import Mapping
 
 import numpy as np
 
+from ..codegen.microkernel import packed_numel
 from ..errors import ArtifactError
 from ..ir import DType, Graph
 from ..ir.graph import freeze_attr
@@ -543,10 +544,13 @@ def check_plan(m: Manifest, g: Graph, where: str) -> None:
                                    f"({dt.value}[{p['numel']}]) does not match the graph "
                                    f"value {show(p['value'])} it holds "
                                    f"({v.dtype.compute.value}[{math.prod(v.shape)}])")
-                elif not 1 <= p["numel"] <= largest or \
-                        p["numel"] * dt.itemsize > MAX_VALUE_BYTES:
+                # a packed constant pads each row of B to whole panels (n = 1: PANEL x)
+                most = packed_numel(largest, 1) if p.get("persistent", False) else largest
+                if not 1 <= p["numel"] <= most or p["numel"] * dt.itemsize > MAX_VALUE_BYTES:
                     raise fail(f"kernel {k.name} workspace {p['name']} has {p['numel']} "
-                               f"elements (at most {largest}, the largest value of the graph)")
+                               f"elements (at most {most}, "
+                               + ("the largest value of the graph packed into panels)"
+                                  if most > largest else "the largest value of the graph)"))
                 continue
             v = values.get(p["value"])
             if v is None or math.prod(v.shape) != p["numel"] or v.dtype is not dt:

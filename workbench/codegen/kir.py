@@ -36,6 +36,9 @@ class Buffer:
     # global memory owned by the kernel (values passed between phases, partial
     # results of a split row): written and read by the kernel, not a graph value
     workspace: bool = False
+    # a workspace kept from run to run, written by the first run only (a constant
+    # operand packed for the GEMM micro-kernel): no traffic of its own once written
+    persistent: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -156,6 +159,25 @@ class Gemm:
     node: str = ""        # the matmul's node id (as Let.node)
     trans_a: bool = False     # A (B) stored column-major: BLAS's transposed operand
     trans_b: bool = False
+    # b is a constant packed into column panels (PackB): the generated micro-kernel
+    # multiplies the tile instead of sgemm, b_off is the tile's first panel and ldb unused
+    packed: bool = False
+
+
+@dataclass(frozen=True)
+class PackB:
+    """Copy a constant right operand (``k x n``, element ``(r, c)`` at ``b[b_off + r x
+    row_stride + c x col_stride]``) into ``packed``'s column panels, the layout the
+    GEMM micro-kernel reads (codegen/microkernel.py) -- on the kernel's first run only:
+    ``packed`` is a persistent workspace that records when it is done."""
+    b: Buffer
+    packed: Buffer
+    b_off: int
+    k: int
+    n: int
+    row_stride: int
+    col_stride: int
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -186,7 +208,7 @@ class Loop:
 
 
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
-             DeclareScratch, If, GridSync, Gemm]
+             DeclareScratch, If, GridSync, Gemm, PackB]
 
 
 @dataclass(frozen=True)
@@ -282,8 +304,10 @@ class Kernel:
     @property
     def scratch_bytes(self) -> int:
         """Global-memory traffic of the workspace: each buffer written once and read
-        once (the price of global stitching); included in bytes_read/bytes_written."""
-        return 2 * sum(b.nbytes for b in self.workspace)
+        once (the price of global stitching); included in bytes_read/bytes_written. A
+        persistent buffer (a packed constant) counts nothing: it is read in place of
+        the constant it copies, whose bytes the inputs count."""
+        return 2 * sum(b.nbytes for b in self.workspace if not b.persistent)
 
     @property
     def bytes_read(self) -> int:

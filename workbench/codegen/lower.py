@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
-from ..fusion.gemm import VIEWS
+from ..fusion.gemm import PANEL, VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
@@ -30,7 +30,9 @@ from ..ir import DType, Graph
 from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
-                  Kernel, Launch, LibraryCall, Let, Load, Loop, OncePerBlock, Scratch, Store)
+                  Kernel, Launch, LibraryCall, Let, Load, Loop, OncePerBlock, PackB, Scratch,
+                  Store)
+from .microkernel import packed_numel
 
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
 # stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
@@ -117,10 +119,11 @@ class _Lowerer:
         return (self.sched.kind is not ScheduleKind.opaque and v in self.g.constants
                 and self.g.value(v).numel == 1)
 
-    def workspace(self, name: str, dt: DType, numel: int) -> Buffer:
+    def workspace(self, name: str, dt: DType, numel: int, persistent: bool = False) -> Buffer:
         key = f"{self.prefix}{name}"
         if key not in self.buffers:
-            self.buffers[key] = Buffer(f"ws_{self.prefix}{name}", key, dt, numel, True, True)
+            self.buffers[key] = Buffer(f"ws_{self.prefix}{name}", key, dt, numel, True, True,
+                                       persistent)
         return self.buffers[key]
 
     def fresh(self) -> str:
@@ -277,7 +280,14 @@ class _Lowerer:
                        Gemm(dest, self.buffers[then.b.value], out, "0", v.batch_offset("bt"),
                             o_off, "r1 - r0", str(then.n), then.k, N, v.ld, ldo, mm2.id,
                             trans_b=v.trans))
-        if t.im2col is None:
+        pack = ()
+        if t.packed_b:       # a constant B, packed by the first run (microkernel.py)
+            packed = self.workspace("pack", DType.float32, packed_numel(K, N), persistent=True)
+            pack = (Comment("B, a constant, packed into column panels on the first run"),
+                    PackB(self.buffers[t.b.value], packed, b.offset, K, N, b.row_stride,
+                          b.col_stride, mm.id))
+            gather, right = (), (packed, f"c0 * {K}", PANEL, False)
+        elif t.im2col is None:
             gather, right = (), (self.buffers[t.b.value],
                                  f"{b.batch_offset('bt')} + c0 * {b.col_stride}", b.ld, b.trans)
         else:       # B is the tile's patches of the input, gathered into a buffer
@@ -289,7 +299,7 @@ class _Lowerer:
         product = gather + (Gemm(self.buffers[t.a.value], bbuf, dest,
                                  f"{a.batch_offset('bt')} + r0 * {a.row_stride}", b_off,
                                  c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, N, mm.id,
-                                 trans_a=a.trans, trans_b=trans_b),)
+                                 trans_a=a.trans, trans_b=trans_b, packed=t.packed_b),)
         body = start + (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
@@ -301,7 +311,7 @@ class _Lowerer:
         loop = Loop("tile", t.tiles, "grid", body)
         flops = self.flops * g.value(t.result).numel     # (the epilogue's, per element)
         k = _kernel(name, self.group.id, self.sched.describe(), self.buffers,
-                    _widen([loop], self.wide), _launch(self.geometry, self.sched),
+                    _widen([*pack, loop], self.wide), _launch(self.geometry, self.sched),
                     int(t.flops) + flops, tuple(self.scratch.values()))
         return replace(k, blas="sgemm")
 

@@ -40,7 +40,7 @@ from typing import Callable
 
 from ..ir import DType
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
-                  Kernel, Let, Load, Loop, OncePerBlock, Scratch, Store)
+                  Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store)
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
@@ -148,10 +148,17 @@ def _declare_scratch(s: DeclareScratch, pad: str) -> list[str]:
 
 
 def _gemm(s: Gemm, pad: str) -> list[str]:
-    # the host BLAS call of one tile (sgemm on the CPU), its extents as C expressions
+    # one tile's product (sgemm on the CPU, or the micro-kernel against packed panels),
+    # its extents as C expressions
     ta, tb = ("ᵀ" if t else "" for t in (s.trans_a, s.trans_b))
+    how = "micro-kernel, B packed" if s.packed else f"ld {s.lda}/{s.ldb}/{s.ldc}"
     return [f"{pad}gemm {_ref(s.c, s.c_off)} = {_ref(s.a, s.a_off)}{ta} @ {_ref(s.b, s.b_off)}{tb}"
-            f"  [{_bare(s.rows)} x {_bare(s.cols)} x {s.k}, ld {s.lda}/{s.ldb}/{s.ldc}]"]
+            f"  [{_bare(s.rows)} x {_bare(s.cols)} x {s.k}, {how}]"]
+
+
+def _pack_b(s: PackB, pad: str) -> list[str]:
+    return [f"{pad}pack_b {s.packed.name} = {_ref(s.b, str(s.b_off))} [{s.k} x {s.n}, "
+            f"strides {s.row_stride}/{s.col_stride}, first run only]"]
 
 
 def _unknown(s, pad: str) -> list[str]:
@@ -163,7 +170,7 @@ STATEMENTS: dict[type, Callable[[object, str], list[str]]] = {
     Let: _let, Assign: _assign, Load: _load, Store: _store, Loop: _loop,
     BlockReduce: _block_reduce, OncePerBlock: _once_per_block, If: _if,
     GridSync: _grid_sync, Comment: _comment, DeclareScratch: _declare_scratch,
-    Gemm: _gemm,
+    Gemm: _gemm, PackB: _pack_b,
 }
 
 

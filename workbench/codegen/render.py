@@ -16,7 +16,8 @@ from ..ir import DType
 from ..ir.dtypes import C_STORAGE
 from ..ops import all_helpers
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
-                  Kernel, Let, Load, Loop, OncePerBlock, Scratch, Store)
+                  Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store)
+from .microkernel import MICRO_KERNEL_C
 
 # name -> arity; powf too, or one powf call would keep a whole fused loop scalar
 _VECTOR_MATH = {"expf": 1, "logf": 1, "erff": 1, "tanhf": 1, "sinf": 1, "cosf": 1,
@@ -96,7 +97,7 @@ class CRenderer:
                           f"{', '.join(['float'] * n)});\n" for f, n in _VECTOR_MATH.items())
                 + "#endif\n"
                 "#define WB_FN static inline\n"
-                + _helpers(self.target))
+                + _helpers(self.target) + MICRO_KERNEL_C)
 
     def signature(self, k: Kernel) -> str:
         params = ", ".join(f"{'' if b.is_output else 'const '}{self.storage[b.dtype]}* "
@@ -110,6 +111,12 @@ class CRenderer:
         return True
 
     def gemm(self, s: Gemm, depth: int) -> list[str]:
+        if s.packed:      # A's element (i, r) at i * ars + r * acs
+            ars, acs = (1, s.lda) if s.trans_a else (s.lda, 1)
+            return [self.indent_unit * depth
+                    + f"wb_gemm_packed({s.rows}, {s.cols}, {s.k}, {s.a.name} + {s.a_off}, "
+                      f"{ars}, {acs}, {s.b.name} + {s.b_off}, {s.c.name} + {s.c_off}, "
+                      f"{s.ldc});{node_tag(s.node)}"]
         # CBLAS row-major (101), an operand stored column-major transposed (112, else
         # 111), C = 1 * A B + 0 * C
         ta, tb = (112 if t else 111 for t in (s.trans_a, s.trans_b))
@@ -293,6 +300,10 @@ class CRenderer:
                 out += self.grid_sync(s, depth)
             elif isinstance(s, Gemm):
                 out += self.gemm(s, depth)
+            elif isinstance(s, PackB):
+                out.append(f"{pad}wb_pack_b_once({s.b.name} + {s.b_off}, {s.k}, {s.n}, "
+                           f"{s.row_stride}, {s.col_stride}, {s.packed.name});"
+                           f"{node_tag(s.node)}")
             else:
                 raise TypeError(f"unknown statement {s!r}")
         return out

@@ -48,6 +48,10 @@ class Device:
     reserved_shared_per_block: int = 0
     register_alloc_unit: int = 1
     max_registers_per_thread: int = 0   # 0: no limit
+    # a CPU's SIMD register width in bytes as the kernels' compiler targets it (64
+    # AVX-512, 32 AVX, 16 SSE or NEON; 0 unknown): whether the generated GEMM
+    # micro-kernel beats a BLAS call per tile (codegen/microkernel.py)
+    vector_bytes: int = 0
 
     def __post_init__(self):
         if self.kind not in ("gpu", "cpu"):

@@ -27,9 +27,10 @@ The kernel writes the product of each tile into one float32 output of the group
 epilogue output; for attention a per-thread tile) and finishes it there while the tile
 is in cache, each element read before the same element is written, by the same thread.
 
-Only the CPU backend runs it so far (a single-threaded BLAS sgemm per tile inside the
-kernel's OpenMP loop); on a GPU the template is refused and the matmul stays a cuBLAS
-call.
+Only the CPU backend runs it so far (inside the kernel's OpenMP loop, each tile's
+product by the generated micro-kernel against B packed once where B is a constant and
+the vectors are wide enough -- ``packs`` -- else by a single-threaded BLAS sgemm); on a
+GPU the template is refused and the matmul stays a cuBLAS call.
 
     >>> analyze_gemm(g, ("n0", "n1", "n2"), cpu)      # doctest: +SKIP
     Schedule(kind=<ScheduleKind.gemm: 'gemm'>, ...)
@@ -58,6 +59,14 @@ from .schedule import (GemmShape, GroupIO, Im2col, Operand, Schedule, SecondGemm
 TILE_M = 128
 TILE_N = 256
 TILE_ALIGN = 16          # tile widths in whole cache lines of float32 (64 B)
+# columns per panel of a packed constant B (codegen/microkernel.py); a packed tile
+# starts on a panel, so its width is a multiple of it. 64 is a multiple of every
+# register block the micro-kernel uses.
+PANEL = 64
+# the micro-kernel against a packed B outran OpenBLAS's sgemm per tile (which packs B
+# again on every call) where the compiler targets 256-bit vectors or wider; with
+# 128-bit ones it ran at 36 GFLOP/s against 90, so those machines call sgemm
+PACK_MIN_VECTOR_BYTES = 32
 # a convolution's gathered patches per tile (each thread's own buffer): 128K float32,
 # 512 KB, within a core's L2
 IM2COL_TILE = 128 * 1024
@@ -125,7 +134,8 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
                             "write the product into; its epilogue ends in another dtype "
                             "or shape")
     a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
-    tiling = _tiling(shape, a, b, result, dest, device.units, row is not None)
+    tiling = _tiling(shape, a, b, result, dest, device.units, row is not None,
+                     packs(g, b, device))
     return Schedule(ScheduleKind.gemm, elements=out.numel,
                     gemm=replace(tiling, epilogue_ops=len(ns) - 1,
                                  views=tuple(v.id for v in views)), epilogue=row)
@@ -436,12 +446,21 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
     return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
 
 
+def packs(g: Graph, b: Operand, device: Device) -> bool:
+    """Whether B is multiplied packed by the micro-kernel: a constant (a weight, so
+    packing once serves every run), one matrix for every batch item, on a CPU whose
+    vectors are wide enough for the micro-kernel to win (PACK_MIN_VECTOR_BYTES)."""
+    return (not device.is_gpu and device.vector_bytes >= PACK_MIN_VECTOR_BYTES
+            and b.value in g.constants and all(s == 0 for _, s in b.view.batch))
+
+
 def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
-            whole_rows: bool = False) -> GemmShape:
+            whole_rows: bool = False, packed: bool = False) -> GemmShape:
     """The problem as batched GEMMs, cut into tiles: rows up to TILE_M, and columns
     cut so the tile count is a multiple of the cores (no core idles in the last
-    round) where that keeps tiles at least TILE_ALIGN wide. ``whole_rows`` (an
-    epilogue reducing rows): every tile spans all columns (see the rule inside)."""
+    round) where that keeps tiles at least TILE_ALIGN wide (PANEL when B is
+    ``packed``). ``whole_rows`` (an epilogue reducing rows): every tile spans all
+    columns (see the rule inside)."""
     m, k, n = a.view.rows, a.view.cols, b.view.cols
     batch = a.view.batch_size
     if all(s == 0 for _, s in b.view.batch):
@@ -455,13 +474,14 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
         share = m if batch >= units else -(-m // -(-units // batch))
         cap = max(1, 2 * TILE_M * TILE_N // max(n, 1))
         tile_m = max(1, min(m, share, cap))
-        return GemmShape(batch, m, n, k, a, b, tile_m, max(n, 1), result, dest)
+        return GemmShape(batch, m, n, k, a, b, tile_m, max(n, 1), result, dest,
+                         packed_b=packed)
     # rows cut evenly (130 rows are two tiles of 65, not 128 and 2: a static schedule
     # would give one core nearly all the work)
     tile_m = max(1, -(-m // -(-m // TILE_M))) if m else 1
     col_tiles = _for_cores(batch * -(-m // tile_m), max(1, -(-n // TILE_N)), units)
-    tile_n = max(1, min(n, _round_up(-(-n // col_tiles), TILE_ALIGN)))
-    return GemmShape(batch, m, n, k, a, b, tile_m, tile_n, result, dest)
+    tile_n = max(1, min(n, _round_up(-(-n // col_tiles), PANEL if packed else TILE_ALIGN)))
+    return GemmShape(batch, m, n, k, a, b, tile_m, tile_n, result, dest, packed_b=packed)
 
 
 def _for_cores(row_items: int, col_tiles: int, units: int) -> int:

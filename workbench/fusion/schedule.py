@@ -138,6 +138,9 @@ class GemmShape:
     # the product's columns the output's trailing ``col_axes`` (spatial) axes
     im2col: Im2col | None = None
     col_axes: int = 1
+    # B is a constant (a weight): packed once into column panels and multiplied by the
+    # generated micro-kernel (codegen/microkernel.py); else each tile calls BLAS sgemm
+    packed_b: bool = False
 
     @property
     def row_tiles(self) -> int:
@@ -283,8 +286,9 @@ class Schedule:
             if self.then is not None:
                 epi += f", then @ [{self.then.k}x{self.then.n}] (fused attention)"
             kind = "gemm" if t.im2col is None else "conv as gemm (im2col)"
+            packed = ", B packed (micro-kernel)" if t.packed_b else ""
             return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "
-                    f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}")
+                    f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}{packed}")
         return self.kind.value
 
 

@@ -38,7 +38,11 @@ import numpy as np
 
 from ..fusion.devices import ASSUMED_GPU_LAUNCH, ASSUMED_GRID_BARRIER, Device, gpu_by_name
 from .cc import (build_library, cache_dir, cpu_model, find_compiler, load_library,
-                 machine_cflags)
+                 machine_cflags, vector_bytes)
+
+# part of the cache key of a CPU's measurement: raised when Device gains a field the
+# CPU fills in (2: vector_bytes), so a description cached before is measured again
+CPU_PROBE_VERSION = 2
 
 _PROBE = r"""
 #include <stddef.h>
@@ -89,7 +93,8 @@ def _llc_bytes() -> int:
 
 def _machine_key() -> str:
     cc, version = find_compiler()
-    text = "\0".join([cpu_model(), str(os.cpu_count()), version, " ".join(machine_cflags())])
+    text = "\0".join([cpu_model(), str(os.cpu_count()), version, " ".join(machine_cflags()),
+                      str(CPU_PROBE_VERSION)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -136,7 +141,7 @@ def measure_cpu() -> Device:
         name=f"{cpu_model()} ({cores} threads)", kind="cpu",
         dram_bandwidth=2 * COPY_ELEMS * 4 / t_copy, launch_overhead=t_call, units=cores,
         peak_flops=2.0 * FMA_ELEMS * FMA_REPS / t_fma, cache_bytes=_llc_bytes(),
-        transaction_bytes=64,
+        transaction_bytes=64, vector_bytes=vector_bytes(),
         source=(f"measured {time.strftime('%Y-%m-%d %H:%M')}: copy of 2 x 64 MB, "
                 f"ctypes call of a 64-element OpenMP kernel, {FMA_REPS} FMAs per element "
                 f"over {FMA_ELEMS} elements, 64 chains per thread"))

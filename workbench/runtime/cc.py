@@ -144,6 +144,21 @@ def machine_cflags() -> tuple[str, ...]:
     return tuple(BASE_CFLAGS)
 
 
+@lru_cache(maxsize=None)
+def vector_bytes() -> int:
+    """The SIMD register width, in bytes, the compiler targets with the backend's flags
+    (``-march=native``), from its predefined macros: 64 with AVX-512, 32 with AVX, 16
+    with SSE2 or NEON, 0 when it cannot say."""
+    cc, _ = find_compiler()
+    r = _run([cc, *BASE_CFLAGS, "-dM", "-E", "-x", "c", os.devnull])
+    macros = set(re.findall(r"^#define (\w+)", r.stdout, re.M)) if r.returncode == 0 else set()
+    for macro, width in (("__AVX512F__", 64), ("__AVX__", 32), ("__SSE2__", 16),
+                         ("__ARM_NEON", 16)):
+        if macro in macros:
+            return width
+    return 0
+
+
 def link_flags() -> list[str]:
     return (["-lmvec"] if "-DWB_VECTOR_MATH" in machine_cflags() else []) + ["-lm"]
 

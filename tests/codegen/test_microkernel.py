@@ -1,0 +1,143 @@
+"""The CPU GEMM micro-kernel (codegen/microkernel.py) compiled as the kernels are --
+the C prelude, the backend's flags -- and for each register block it has (AVX-512,
+AVX, 128-bit vectors, chosen by the compiler's target macros), held to float32's
+bound on ``|A| @ |B|`` against NumPy on fresh random operands, output poisoned first;
+and the packing done once per buffer."""
+import ctypes
+import platform
+
+import numpy as np
+import pytest
+
+from workbench.codegen.microkernel import KC, STATE_SLOTS, packed_numel
+from workbench.codegen.render import CRenderer
+from workbench.fusion.gemm import PANEL
+from workbench.runtime import cc
+
+LL, P = ctypes.c_longlong, ctypes.c_void_p
+WRAPPERS = r"""
+void t_pack(const float* b, long long k, long long n, long long rs, long long cs, float* bp) {
+  wb_pack_b_once(b, k, n, rs, cs, bp);
+}
+void t_gemm(long long m, long long n, long long k, const float* a, long long ars,
+            long long acs, const float* bp, float* c, long long ldc) {
+  wb_gemm_packed(m, n, k, a, ars, acs, bp, c, ldc);
+}
+int t_block(void) { return WB_MR * 1000 + WB_NB; }
+"""
+
+# the register block each set of flags leaves (after the backend's -march=native)
+ISAS = {"native": "", "avx": "-mno-avx512f", "128-bit": "-mno-avx"}
+
+
+def _cpu_flags() -> set:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@pytest.fixture(scope="module", params=list(ISAS))
+def lib(request, tmp_path_factory):
+    flags = ISAS[request.param]
+    if flags and platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("x86 flags select the register blocks here")
+    if request.param == "avx" and "avx" not in _cpu_flags():
+        pytest.skip("this CPU has no AVX")
+    mp = pytest.MonkeyPatch()
+    mp.setenv(cc.EXTRA_CFLAGS_ENV, flags)
+    try:
+        path = cc.build_library("t_micro", CRenderer().prelude() + WRAPPERS)
+    finally:
+        mp.undo()
+    lib = cc.load_library(path)
+    lib.isa = request.param
+    lib.t_pack.argtypes = [P, LL, LL, LL, LL, P]
+    lib.t_gemm.argtypes = [LL, LL, LL, P, LL, LL, P, P, LL]
+    for f in (lib.t_pack, lib.t_gemm):
+        f.restype = None
+    return lib
+
+
+def test_register_block_follows_the_target(lib):
+    """rows x columns of the block: AVX-512 6 x 64, AVX 6 x 16, SSE 3 x 16."""
+    native = 6064 if "avx512f" in _cpu_flags() else 6016 if "avx" in _cpu_flags() else None
+    want = {"native": native, "avx": 6016, "128-bit": 3016}[lib.isa]
+    if want is None:
+        pytest.skip("another architecture")
+    assert lib.t_block() == want
+
+
+def _packed(lib, b: np.ndarray, trans: bool) -> np.ndarray:
+    """B packed by the kernel's own routine into a poisoned buffer (B stored
+    transposed when ``trans``: element (r, c) at c * k + r)."""
+    k, n = b.shape
+    bp = np.full(packed_numel(k, n), np.nan, np.float32)
+    src = np.ascontiguousarray(b.T) if trans else b
+    lib.t_pack(src.ctypes.data, k, n, 1 if trans else n, k if trans else 1, bp.ctypes.data)
+    return bp
+
+
+# (m, n, k): blocks of 6 rows and 64 columns with ragged edges, k past one KC block,
+# n past one panel and under one, the degenerate 1 x 1 x 1
+SHAPES = [(1, 1, 1), (7, 100, 300), (65, 256, 1024), (13, 64, KC + 1), (6, 16, KC),
+          (130, 1000, 256), (5, 3, 40), (48, 129, 2 * KC + 7)]
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True), (False, True)])
+def test_micro_kernel_matches_numpy(lib, m, n, k, trans_a, trans_b):
+    rng = np.random.default_rng(m * 7919 + n * 31 + k)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bp = _packed(lib, b, trans_b)
+    # a wider C than the tile (ldc > n) poisoned all over: the kernel writes its tile only
+    c = np.full((m, n + 5), np.nan, np.float32)
+    src = np.asfortranarray(a) if trans_a else a
+    ars, acs = (1, m) if trans_a else (k, 1)
+    lib.t_gemm(m, n, k, src.ctypes.data, ars, acs, bp.ctypes.data, c.ctypes.data, n + 5)
+    ref = a.astype(np.float64) @ b
+    bound = 2 * k * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(b))
+    got = c[:, :n]
+    assert np.isfinite(got).all()
+    assert (np.abs(got - ref) <= bound + 1e-30).all(), np.abs(got - ref).max()
+    assert np.isnan(c[:, n:]).all(), "wrote past the tile's columns"
+
+
+def test_tile_starting_on_a_later_panel(lib):
+    """A tile's columns c0.. read from the panel c0 / PANEL onward (the kernel passes
+    the packed buffer plus c0 * k), as a GEMM kernel's second column tile does."""
+    rng = np.random.default_rng(3)
+    m, n, k, c0 = 20, 3 * PANEL + 10, 70, 2 * PANEL
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bp = _packed(lib, b, False)
+    c = np.full((m, n - c0), np.nan, np.float32)
+    lib.t_gemm(m, n - c0, k, a.ctypes.data, k, 1, bp[c0 * k:].ctypes.data, c.ctypes.data,
+               n - c0)
+    np.testing.assert_allclose(c, a.astype(np.float64) @ b[:, c0:], rtol=1e-4, atol=1e-4)
+
+
+def test_packing_happens_once_per_buffer(lib):
+    """The first call packs and marks the buffer; later calls leave it as it is (the
+    constant never changes, so packing again would only cost time). A fresh buffer
+    (a new program's workspace, poisoned) packs again."""
+    rng = np.random.default_rng(5)
+    k, n = 33, 70
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    bp = _packed(lib, b, False)
+    panels = -(-n // PANEL)
+    assert bp.size == panels * PANEL * k + STATE_SLOTS
+    first = bp.copy()
+    other = rng.standard_normal((k, n)).astype(np.float32)
+    lib.t_pack(other.ctypes.data, k, n, n, 1, bp.ctypes.data)
+    np.testing.assert_array_equal(bp, first)
+    # the panels: column c of B at panel c // PANEL, zero past n
+    grid = first[:-STATE_SLOTS].reshape(panels, k, PANEL)
+    np.testing.assert_array_equal(grid.transpose(1, 0, 2).reshape(k, -1)[:, :n], b)
+    assert (grid.transpose(1, 0, 2).reshape(k, -1)[:, n:] == 0).all()
+    np.testing.assert_array_equal(_packed(lib, other, False)[:-STATE_SLOTS].reshape(
+        panels, k, PANEL).transpose(1, 0, 2).reshape(k, -1)[:, :n], other)
