@@ -142,8 +142,9 @@ def test_graphs_with_matmuls_still_match_the_reference(planner, check_graph,
 def test_importing_and_running_leaves_the_environment_alone(tmp_path):
     """The workbench sets no process-wide OpenMP or BLAS setting: a fresh process that
     imports it, compiles and runs a program with matmuls has the environment it had
-    and its BLAS thread count back (libgomp read OMP_WAIT_POLICY=PASSIVE while the
-    first kernel library loaded it)."""
+    and its BLAS thread count back -- while libgomp, as it loaded with the first kernel
+    library, read the short spin the workbench chose (it prints what it read under
+    OMP_DISPLAY_ENV)."""
     import os
     import subprocess
     import sys
@@ -158,11 +159,17 @@ def test_importing_and_running_leaves_the_environment_alone(tmp_path):
         "after = [i['num_threads'] for i in threadpool_info() if i['user_api'] == 'blas']\n"
         "print(json.dumps([dict(os.environ) == before, blas == after,\n"
         "                  'OMP_WAIT_POLICY' in os.environ]))\n")
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "WB_BLAS_THREADS")}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME", "WB_BLAS_THREADS")}
     env["WORKBENCH_CACHE"] = str(tmp_path)
+    env["OMP_DISPLAY_ENV"] = "VERBOSE"
     root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = str(root) + os.pathsep + env.get("PYTHONPATH", "")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        env=env, cwd=root, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1] == "[true, true, false]"
+    shown = r.stderr + r.stdout          # libgomp prints its settings when it loads
+    if "OPENMP DISPLAY ENVIRONMENT" in shown:
+        assert "GOMP_SPINCOUNT = '10000'" in shown, shown[-2000:]
+        assert "OMP_WAIT_POLICY = 'PASSIVE'" in shown, shown[-2000:]

@@ -375,7 +375,9 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     a, b = (g.value(i).nbytes for i in ins)
     # a matmul alone is priced as the library call it stands for on every core (whose
     # own blocking packs panels too, unpriced); an epilogue's tiling costs the repacks
-    repacked = 0 if not t.epilogue_ops else a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
+    # (none of B where it is a constant packed once, GemmShape.packed_b)
+    b_repacks = 0 if t.packed_b else b * (t.row_tiles - 1)
+    repacked = 0 if not t.epilogue_ops else a * (t.col_tiles - 1) + b_repacks
     util = min(1.0, t.tiles / max(1, device.units))
     lib = t.flops
     if s.then is not None:         # attention: the probabilities times V, per tile

@@ -29,27 +29,37 @@ from pathlib import Path
 
 from ..errors import BackendUnavailable, WorkbenchError
 
-# OpenMP threads that spin after a kernel steal the cores from whatever runs next on
-# the host (measured 324 ms -> 128 ms on bert_chain.onnx when BLAS threads ran the
-# matmuls). libgomp reads OMP_WAIT_POLICY once, when it is loaded: load_library sets
-# it for that moment only, so the user's environment is never left changed.
-_OPENMP_WAIT_POLICY = "PASSIVE"
+# How the kernels' OpenMP threads wait for the next kernel. Spinning forever steals the
+# cores from whatever runs next on the host (measured 324 ms -> 128 ms on
+# bert_chain.onnx when BLAS threads ran the matmuls beside the kernels), but sleeping at
+# once (PASSIVE) makes every kernel wake its threads through a futex: ViT ran 3.5-4.6
+# ms under PASSIVE against 2.9-3.6 with this short spin, BERT 6.1-7.5 against 5.7-6.3
+# (benchmarks/results/omp_wait_policy-2026-11-23-spin.md). So a short spin, then sleep:
+# 10000 PAUSEs, about 0.26 ms at 26 ns each (Zen 4), longer than the gap between two
+# kernels of a run, short enough that a pool left spinning after a run costs nothing
+# that matters. libgomp reads these once, when it is loaded: load_library sets them for
+# that moment only, so the user's environment is never left changed.
+_OPENMP_WAIT = {"OMP_WAIT_POLICY": "PASSIVE", "GOMP_SPINCOUNT": "10000"}
+# set by the user: then the workbench leaves every one of them alone
+_OPENMP_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 _env_lock = threading.Lock()
 
 
 def load_library(path) -> ctypes.CDLL:
-    """``ctypes.CDLL`` of a built library, with ``OMP_WAIT_POLICY=PASSIVE`` in the
-    environment while it loads (unless the user set a policy) and the environment put
-    back after: the first library loads libgomp, which reads the policy then. (Where
-    torch, say, loaded libgomp first, its policy stands.)"""
+    """``ctypes.CDLL`` of a built library, with the OpenMP wait settings above in the
+    environment while it loads (unless the user set any of them) and the environment
+    put back after: the first library loads libgomp, which reads them then. (Where
+    torch, say, loaded libgomp first, its settings stand.) libgomp takes the spin count
+    over the policy; PASSIVE is for OpenMP runtimes that know no GOMP_SPINCOUNT."""
     with _env_lock:
-        if "OMP_WAIT_POLICY" in os.environ:
+        if any(v in os.environ for v in _OPENMP_WAIT_VARIABLES):
             return ctypes.CDLL(str(path))
-        os.environ["OMP_WAIT_POLICY"] = _OPENMP_WAIT_POLICY
+        os.environ.update(_OPENMP_WAIT)
         try:
             return ctypes.CDLL(str(path))
         finally:
-            del os.environ["OMP_WAIT_POLICY"]
+            for v in _OPENMP_WAIT:
+                del os.environ[v]
 
 
 def _run(args: list[str]) -> subprocess.CompletedProcess:
