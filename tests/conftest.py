@@ -226,3 +226,14 @@ def nvrtc_compile_plans(nvrtc_toolchain):
 def compile_cuda():
     """``compile_cuda(source, entries)``: NVRTC for sm_90 to PTX, as the runtime compiles."""
     return _compile_cuda
+
+
+@pytest.fixture(params=["packed", "sgemm"])
+def packing(request, monkeypatch):
+    """Both ways a GEMM kernel's tile is multiplied, whatever this machine's vectors:
+    the generated micro-kernel against a constant B packed once, or sgemm per tile.
+    True for the first."""
+    from workbench.fusion import gemm
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0 if request.param == "packed"
+                        else 1 << 30)
+    return request.param == "packed"

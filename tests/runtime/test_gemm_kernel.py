@@ -113,15 +113,6 @@ def _gemm_groups(s: Session):
     return [gr for gr in s.plan.groups if gr.schedule.kind is ScheduleKind.gemm]
 
 
-@pytest.fixture(params=["packed", "sgemm"])
-def packing(request, monkeypatch):
-    """Both ways a tile's product is made, whatever this machine's vectors: a
-    constant B packed for the generated micro-kernel, or sgemm per tile."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0 if request.param == "packed"
-                        else 1 << 30)
-    return request.param == "packed"
-
-
 @pytest.mark.parametrize("planner", ["rules", "stitch"])
 @pytest.mark.parametrize("make", [_ffn_gelu, _ffn_residual, _attention_scores,
                                   _ffn_layernorm, _masked_scores_softmax, _attention,

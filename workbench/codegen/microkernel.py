@@ -128,6 +128,9 @@ WB_FN void wb_gemm_packed(long long m, long long n, long long k, const float* a,
                           long long ars, long long acs, const float* bp, float* c,
                           long long ldc) {
   float ap[WB_MR * WB_KC] __attribute__((aligned(64)));
+  if (k == 0)           /* an empty sum: zeros, as sgemm with beta = 0 writes */
+    for (long long i = 0; i < m; i++)
+      for (long long j = 0; j < n; j++) c[i * ldc + j] = 0.0f;
   for (long long k0 = 0; k0 < k; k0 += WB_KC) {
     long long kc = k - k0 < WB_KC ? k - k0 : WB_KC;
     for (long long i0 = 0; i0 < m; i0 += WB_MR) {
