@@ -19,8 +19,9 @@ and otherwise an epilogue reading the matmul's result directly or through each o
   (attention: ``_attention``), its output written through the transposes and reshapes
   after it (``_result_views``).
 
-A convolution with one group is a GEMM too (``_conv``: implicit im2col), with an
-elementwise epilogue at its output's shape.
+A convolution is a GEMM too (``_conv``: implicit im2col; a grouped or depthwise one a
+batch of them, one per batch item and group), with an elementwise epilogue at its
+output's shape.
 
 The kernel writes the product of each tile into one float32 output of the group
 (``dest``: the matmul's result itself when it is read outside the kernel, else an
@@ -45,7 +46,7 @@ from ..errors import FusionRefused
 from ..ir import DType, Graph
 from ..ops import Kind, get_op
 from ..ops.conv import conv_attrs
-from ..ops.strided import Strided
+from ..ops.strided import MatrixView, Strided
 from .devices import Device
 from .mapping import ScheduleKind
 from .schedule import (GemmShape, GroupIO, Im2col, Operand, Schedule, SecondGemm,
@@ -389,10 +390,11 @@ def _written_through(g: Graph, mm, chain) -> Operand:
 
 
 def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
-    """A convolution as a GEMM (implicit im2col): per batch item, the filters [K, C x
-    taps] times the input's patches [C x taps, positions], the patches of each column
-    tile gathered into a per-thread buffer, then the elementwise epilogue at the
-    output's shape (a bias, a BatchNorm's scale and shift, a ReLU, a residual)."""
+    """A convolution as a GEMM (implicit im2col): per batch item and group, the
+    group's filters [K, C x taps] times its input channels' patches [C x taps,
+    positions], the patches of each column tile gathered into a per-thread buffer, then
+    the elementwise epilogue at the output's shape (a bias, a BatchNorm's scale and
+    shift, a ReLU, a residual)."""
     if device.is_gpu:
         raise FusionRefused(f"{conv.id} ({conv.op}) as a GEMM: {GPU_REFUSAL}")
     x, w = (g.value(i) for i in conv.inputs[:2])
@@ -402,10 +404,6 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
     if out.dtype is not DType.float32:
         raise FusionRefused(f"{conv.id} ({conv.op}) is {out.dtype.value}: the GEMM kernel is "
                             "float32 only so far, so it stays a library call")
-    if group != 1:
-        raise FusionRefused(f"{conv.id} ({conv.op}) has {group} groups: the GEMM kernel "
-                            "takes one (a grouped or depthwise convolution stays a library "
-                            "call)")
     members = {n.id for n in ns}
     made = next((i for i in conv.inputs if i in g.producer
                  and g.producer[i].id in members), None)
@@ -425,23 +423,28 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
     if dest is None:
         raise FusionRefused(f"{conv.id} ({conv.op}): no float32 output of its shape to "
                             "write the product into")
-    n, k = shape[:2]
-    cols = Im2col(conv.inputs[0], x.shape[1], tuple(x.shape[2:]), tuple(w.shape[2:]),
-                  tuple(shape[2:]), tuple(strides), tuple(dil), tuple(pads[:d]))
+    # groups: each batch item's group is a GEMM of its own (batch item b, group i as
+    # GEMM batch b x group + i), its filters' rows, its input channels' patches and its
+    # output channels all a contiguous run, so NCHW is the batched GEMM's layout
+    n, k = shape[0], shape[1] // group
+    cols = Im2col(conv.inputs[0], x.shape[1] // group, tuple(x.shape[2:]),
+                  tuple(w.shape[2:]), tuple(shape[2:]), tuple(strides), tuple(dil),
+                  tuple(pads[:d]))
     positions, depth = math.prod(shape[2:]), cols.rows
     if depth * min(positions, TILE_ALIGN) > 4 * IM2COL_TILE:
         raise FusionRefused(f"{conv.id} ({conv.op}): {depth} weights per filter; even "
                             f"{TILE_ALIGN} positions of patches would not fit a thread's "
                             "buffer, so it stays a library call")
-    a = Operand(conv.inputs[1], Strided.contiguous((k, depth)).matrix())
+    a = Operand(conv.inputs[1], Strided.contiguous((k, depth)).matrix() if group == 1 else
+                MatrixView(0, ((n, 0), (group, k * depth)), k, depth, depth, 1))
     # every output channel in one tile, so each column tile's patches are gathered
     # once; columns cut so the gathered patches stay within IM2COL_TILE elements and
     # the tiles come to a multiple of the cores
     tile_n = min(positions, max(TILE_ALIGN, IM2COL_TILE // depth))
-    col_tiles = min(positions, _for_cores(n, -(-positions // tile_n), device.units))
+    col_tiles = min(positions, _for_cores(n * group, -(-positions // tile_n), device.units))
     tile_n = max(1, -(-positions // col_tiles))
-    t = GemmShape(n, k, positions, depth, a, Operand(conv.inputs[0], a.view), k, tile_n,
-                  conv.outputs[0], dest, epilogue_ops=len(rest) + (len(conv.inputs) == 3),
+    t = GemmShape(n * group, k, positions, depth, a, Operand(conv.inputs[0], a.view), k,
+                  tile_n, conv.outputs[0], dest, epilogue_ops=len(rest) + (len(conv.inputs) == 3),
                   im2col=cols, col_axes=d)
     return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
 
