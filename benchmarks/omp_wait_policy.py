@@ -35,6 +35,7 @@ TORCH_FIRST = "WB_BENCH_IMPORT_TORCH_FIRST"
 SETTINGS = {
     "workbench": {},           # none set: cc.load_library chooses
     "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
+    "spin 3000": {"GOMP_SPINCOUNT": "3000"},
     "spin 10000": {"GOMP_SPINCOUNT": "10000"},
     "spin 30000": {"GOMP_SPINCOUNT": "30000"},
     "spin 100000": {"GOMP_SPINCOUNT": "100000"},
