@@ -318,25 +318,49 @@ class _Lowerer:
     def _im2col(self, cols: Scratch) -> Loop:
         """Fill ``cols`` ([C x taps, tile columns]) with the patches of the tile's output
         positions c0..c1 in batch item bt (see ``Im2col``): a tap past the input's edge
-        reads 0 (its index clamped, so the load stays inside the input)."""
+        reads 0. Per tap, the tile's positions are walked as runs along the last
+        spatial axis (an output row, or the part of one the tile holds): the run's
+        taps inside the input are a strided copy (contiguous at stride 1, so it
+        vectorizes as plain loads), those past either edge zeros, the bounds worked
+        out once per run instead of a clamp and a test per element."""
         t, ic = self.sched.gemm, self.sched.gemm.im2col
         x = self.buffers[ic.value]
         tap = Index.flat("j", (ic.channels,) + ic.kernel).digits()
-        pos = Index.flat("p", ic.out).digits()
-        stmts, inside, at = [], [], f"bt * {ic.channels} + {tap[0]}"
-        for i, n in enumerate(ic.spatial):
-            v = f"iy{i}"
-            stmts.append(Let(v, DType.int64, f"{pos[i]} * {ic.strides[i]} - {ic.pads[i]} + "
-                                             f"{tap[i + 1]} * {ic.dilations[i]}"))
-            if ic.padded:
-                inside.append(f"{v} >= 0 && {v} < {n}")
-                v = f"wb_clampi({v}, 0, {n - 1})"
+        width, last = ic.out[-1], len(ic.spatial) - 1
+        rows = Index.flat("q", ic.out[:-1]).digits() if last else []
+        run = [Let("x0", DType.int64, f"c0 > q * {width} ? c0 - q * {width} : 0"),
+               Let("x1", DType.int64, f"c1 - q * {width} < {width} ? c1 - q * {width} : "
+                                      f"{width}")]
+        at, inside = f"bt * {ic.channels} + {tap[0]}", []
+        for i in range(last):       # the run's row: one input row per tap
+            v, n = f"iy{i}", ic.spatial[i]
+            run.append(Let(v, DType.int64, f"{rows[i]} * {ic.strides[i]} - {ic.pads[i]} + "
+                                           f"{tap[i + 1]} * {ic.dilations[i]}"))
+            inside.append(f"{v} >= 0 && {v} < {n}")
             at = f"({at}) * {n} + {v}"
-        stmts.append(Load("xv", x, at))
-        value = f"({' && '.join(inside)}) ? xv : 0.0f" if inside else "xv"
-        stmts.append(Store(cols, f"j * {t.tile_n} + p - c0", value))
-        return Loop("j", t.k, "serial", (Loop("p", t.n, "block", tuple(stmts), start="c0",
-                                              stop="c1"),))
+        # along the run: input column x * stride - pad + tap * dilation, inside the
+        # input for x in [ceil(lo / stride), ceil(hi / stride))
+        st, n = ic.strides[last], ic.spatial[last]
+        shift = f"{tap[last + 1]} * {ic.dilations[last]} - {ic.pads[last]}"
+        lo, hi = f"-({shift})", f"{n} - ({shift})"
+
+        def ceil_div(a: str) -> str:           # a / st rounded up, for a of either sign
+            return f"(({a}) > 0 ? (({a}) + {st - 1}) / {st} : -(-({a}) / {st}))"
+        run += [Let("xa", DType.int64, f"{ceil_div(lo)} > x0 ? {ceil_div(lo)} : x0"),
+                Let("xb", DType.int64, f"{ceil_div(hi)} < x1 ? {ceil_div(hi)} : x1")]
+        if inside:                  # a row past the edge: the whole run is zeros
+            run.append(Assign("xb", f"({' && '.join(inside)}) ? xb : xa"))
+        run += [Assign("xa", "xa < x1 ? xa : x1"), Assign("xb", "xb > xa ? xb : xa")]
+        to = f"j * {t.tile_n} + q * {width} + x - c0"
+        src = f"({at}) * {n} + x * {st} + {shift}"
+        segments = (("x0", "xa", "0.0f"), ("xa", "xb", None), ("xb", "x1", "0.0f"))
+        for a, b, zero in segments:
+            body = ((Store(cols, to, zero),) if zero else
+                    (Load("xv", x, src), Store(cols, to, "xv")))
+            run.append(Loop("x", width, "block", body, start=a, stop=b))
+        return Loop("j", t.k, "serial", (Loop(
+            "q", t.n // width, "serial", tuple(run), start=f"c0 / {width}",
+            stop=f"(c1 - 1) / {width} + 1"),))
 
     def _elementwise_epilogue(self, dest: Buffer) -> Loop:
         """The tile's rows and columns, each element of the product read back from
