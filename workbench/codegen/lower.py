@@ -384,7 +384,7 @@ class _Lowerer:
         if t.im2col is not None and len(conv.inputs) == 3:
             # the convolution's own bias, per output channel: the tile's row, or with
             # groups (a GEMM batch item per batch item and group) the row's channel
-            bias, channels = self.fresh(), self.g.value(conv.inputs[2]).numel
+            bias, channels = self.fresh(), g.value(conv.inputs[2]).numel
             channel = "r" if channels == t.m else f"row % {channels}"
             scope.stmts += [Load(bias, self.buffers[conv.inputs[2]], channel),
                             Let(f"{product}b", DType.float32, f"{product} + {bias}", conv.id)]

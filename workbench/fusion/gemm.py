@@ -454,7 +454,7 @@ def packs(g: Graph, b: Operand, device: Device) -> bool:
     packing once serves every run), one matrix for every batch item, on a CPU whose
     vectors are wide enough for the micro-kernel to win (PACK_MIN_VECTOR_BYTES)."""
     return (not device.is_gpu and device.vector_bytes >= PACK_MIN_VECTOR_BYTES
-            and b.value in g.constants and all(s == 0 for _, s in b.view.batch))
+            and b.value in g.constants and b.view.one_matrix)
 
 
 def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
@@ -466,7 +466,7 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
     columns (see the rule inside)."""
     m, k, n = a.view.rows, a.view.cols, b.view.cols
     batch = a.view.batch_size
-    if all(s == 0 for _, s in b.view.batch):
+    if b.view.one_matrix:
         a = _fold_rows(a)                # one B: A's batch rows are more rows
         if not a.view.batch:
             batch, m = 1, a.view.rows

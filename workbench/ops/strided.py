@@ -53,6 +53,12 @@ class MatrixView:
     def batch_size(self) -> int:
         return math.prod(e for e, _ in self.batch)
 
+    @property
+    def one_matrix(self) -> bool:
+        """Whether one matrix serves every batch item (no batch, or every batch
+        stride 0: broadcast)."""
+        return all(s == 0 for _, s in self.batch)
+
     def batch_offset(self, index: str) -> str:
         """A C expression: the offset of batch item ``index`` (row-major over the batch
         modes) plus ``offset``."""
