@@ -163,3 +163,25 @@ def test_runs_in_two_threads_do_not_share_intermediates():
         for run in got[t]:
             for y, w in zip(run, want):
                 np.testing.assert_allclose(y, w, rtol=1e-6)
+
+
+def test_launch_addresses_follow_the_arrays():
+    """A kernel's launch reuses the addresses of the arrays it had last time, reads
+    them again for any other array (a new input, a new output), and does not keep a
+    caller's arrays alive."""
+    import gc
+    import weakref
+    s = wb.Session(_chain(), backend="cpu")
+    prog = s.program()
+    ck = prog.compiled[0]
+    rng = np.random.default_rng(2)
+    args = [rng.standard_normal((64, 48)).astype(np.float32) for _ in ck.kernel.params]
+    first = ck.addresses(args)
+    assert ck.addresses(list(args)) is first
+    other = [a.copy() for a in args]
+    moved = ck.addresses(other)
+    assert moved is not first and moved[:len(args)] == tuple(a.ctypes.data for a in other)
+    dead = weakref.ref(other[0])
+    del other
+    gc.collect()
+    assert dead() is None

@@ -67,16 +67,25 @@ class KernelSequence:
         """Poisoned arrays for the kernel's outputs; from ``pool`` (made there on first
         use) for the values that are no graph output."""
         xp = self.backend.xp
-        outs = self.graph.outputs
-        for b in ck.kernel.outputs:
-            if pool is not None and b.value not in outs and ck.kernel.library is None:
-                if b.value not in pool:
-                    v = self.graph.value(b.value)
-                    pool[b.value] = poison(xp, v.shape, v.dtype)
-                env[b.value] = pool[b.value]
-                continue
-            v = self.graph.value(b.value)
-            env[b.value] = poison(xp, v.shape, v.dtype)
+        for name, shape, dtype, poolable in self._output_specs(ck):
+            if pool is not None and poolable:
+                if name not in pool:
+                    pool[name] = poison(xp, shape, dtype)
+                env[name] = pool[name]
+            else:
+                env[name] = poison(xp, shape, dtype)
+
+    def _output_specs(self, ck) -> tuple:
+        """(value, shape, dtype, whether a run may reuse its array) of each output of
+        the kernel, worked out on its first run (every run asks, once per kernel)."""
+        specs = self.__dict__.setdefault("_specs", {})
+        if id(ck) not in specs:
+            outs = self.graph.outputs
+            specs[id(ck)] = tuple(
+                (b.value, v.shape, v.dtype,
+                 b.value not in outs and ck.kernel.library is None)
+                for b in ck.kernel.outputs for v in (self.graph.value(b.value),))
+        return specs[id(ck)]
 
     def _take_pool(self) -> dict | None:
         """The reused intermediates, or None while another thread's run holds them."""
