@@ -200,6 +200,24 @@ def test_tiles_cover_the_output_and_keep_every_core_busy():
     assert t.tiles % CPU.units == 0
 
 
+@pytest.mark.parametrize("rows,units", [(1278, 2), (128, 2), (1278, 8), (40, 3), (3, 8)])
+def test_tiles_of_whole_rows_keep_every_core_busy(rows, units):
+    """A GEMM + LayerNorm (tiles of whole rows) is cut into a multiple of the cores'
+    tiles where there are rows enough (1278 rows of 256 were 5 tiles on 2 cores), each
+    within the whole-row tile cap, the rows evenly shared."""
+    from workbench.fusion.gemm import TILE_M, TILE_N
+    b = wb.GraphBuilder("ffn_norm")
+    x = b.input("x", (1, rows, 1024))
+    y = b.matmul(x, b.constant(np.zeros((1024, 256), np.float32), "w"))
+    b.output(b.layer_norm(y), "y")
+    g = b.build()
+    t = analyze(g, tuple(n.id for n in g.nodes), device=assumed_cpu("cores", units)).gemm
+    assert t.tile_n == t.n == 256 and t.row_tiles * t.tile_m >= rows
+    assert t.tile_m <= max(1, 2 * TILE_M * TILE_N // 256)
+    assert t.tiles % units == 0 or t.tiles == rows
+    assert t.row_tiles * t.tile_m - rows < t.row_tiles      # no tile much shorter
+
+
 def _attention(probs_out=False, v_inside=False):
     """softmax(q kᵀ / 4 + mask) v over [2, 3] heads."""
     b = wb.GraphBuilder("attention")
