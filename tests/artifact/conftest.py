@@ -64,12 +64,15 @@ def conv_graph():
 def packed_graph():
     """A Linear whose weight the GEMM kernel packs into column panels (on a CPU with
     256-bit vectors or wider): 70 columns pad to two panels of 64, so the packed copy,
-    a persistent workspace, is larger than any value of the graph."""
+    a persistent workspace, is larger than any value of the graph; then its result
+    times an input ``z`` (70 x 20), which every run packs into one panel (70 x 64),
+    again larger than any value."""
     b = GraphBuilder("packed")
     x = b.input("x", (3, 40))
     w = b.constant(random_array((40, 70), np.float32, 6, -0.5, 0.5), name="w")
     bias = b.constant(random_array((70,), np.float32, 7), name="bias")
-    b.output(b.gelu(b.matmul(x, w) + bias), "y")
+    y = b.output(b.gelu(b.matmul(x, w) + bias), "y")
+    b.output(b.matmul(y, b.input("z", (70, 20))), "yz")
     return b.build()
 
 

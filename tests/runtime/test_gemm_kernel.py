@@ -8,6 +8,7 @@ import pytest
 import workbench as wb
 from workbench.fusion import gemm
 from workbench.fusion.mapping import ScheduleKind
+from workbench.ops.strided import MatrixView
 from workbench.runtime.threads import blas_threads_now
 from workbench.session import Session
 
@@ -122,7 +123,10 @@ def test_gemm_kernel_matches_reference(make, planner, packing):
     s.auto(planner)
     assert len(s.plan.groups) == 1 and _gemm_groups(s), s.plan.describe()
     constant_b = make in (_ffn_gelu, _ffn_residual, _ffn_layernorm, _conv1d_gelu)
-    assert s.plan.groups[0].schedule.gemm.packed_b == (packing and constant_b)
+    assert s.plan.groups[0].schedule.gemm.packed_b == (
+        "" if not packing else "once" if constant_b else "per run")
+    if make is _attention:      # V too, by every run
+        assert s.plan.groups[0].schedule.then.packed == ("per run" if packing else "")
     rows = make in (_ffn_layernorm, _masked_scores_softmax, _attention)
     assert (s.plan.groups[0].schedule.then is not None) == (make is _attention)
     t = s.plan.groups[0].schedule
@@ -226,20 +230,25 @@ def test_torch_blocks_through_onnx(onnx_blocks, block, planner):
 
 
 def test_packed_b_is_chosen_for_a_constant_on_wide_vectors():
-    """B packed only where it pays: a constant B (a weight: packed once serves every
-    run), a CPU whose compiler targets 256-bit vectors or wider; an input B (the
-    attention's keys) is multiplied by sgemm, and a GPU plan has no GEMM kernel."""
+    """B packed only where it pays, on a CPU whose compiler targets 256-bit vectors or
+    wider: once where B is a constant (a weight: packed once serves every run), by
+    every run where it is an input (the attention's keys), and not where B's batch is
+    broadcast in part; a GPU plan has no GEMM kernel."""
     from workbench.fusion.devices import H100
     from workbench.fusion.planners import run_planner
     from workbench.runtime.calibrate import cpu_device
-    for make, constant in [(_ffn_gelu, True), (_attention_scores, False)]:
+    for make, pack in [(_ffn_gelu, "once"), (_attention_scores, "per run")]:
         g = make()
-        for width, want in [(64, constant), (32, constant), (16, False), (0, False)]:
+        for width, want in [(64, pack), (32, pack), (16, ""), (0, "")]:
             plan, _ = run_planner("rules", g, device=cpu_device().with_(vector_bytes=width))
             sched = next(gr.schedule for gr in plan.groups
                          if gr.schedule.kind is ScheduleKind.gemm)
             assert sched.gemm.packed_b == want, (make.__name__, width)
-            assert ("B packed" in sched.describe()) == want
+            assert (f"B packed {pack}" in sched.describe()) == bool(want)
+    wide = cpu_device().with_(vector_bytes=64)
+    k = gemm.Operand(
+        "k", MatrixView(0, ((2, 0), (3, 96 * 8)), 8, 96, 1, 8))   # [2 (broadcast), 3]
+    assert gemm.packs(_attention_scores(), k, wide) == ""
     assert not gemm.packs(_ffn_gelu(), gemm.Operand.whole("w", (96, 300)), H100)
 
 

@@ -545,7 +545,8 @@ def check_plan(m: Manifest, g: Graph, where: str) -> None:
                                    f"value {show(p['value'])} it holds "
                                    f"({v.dtype.compute.value}[{math.prod(v.shape)}])")
                 # a packed constant pads each row of B to whole panels (n = 1: PANEL x)
-                most = packed_numel(largest, 1) if p.get("persistent", False) else largest
+                most = (packed_numel(largest, 1) if p.get("persistent", False)
+                        or p.get("packed", False) else largest)
                 if not 1 <= p["numel"] <= most or p["numel"] * dt.itemsize > MAX_VALUE_BYTES:
                     raise fail(f"kernel {k.name} workspace {p['name']} has {p['numel']} "
                                f"elements (at most {most}, "

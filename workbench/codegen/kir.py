@@ -39,6 +39,9 @@ class Buffer:
     # a workspace kept from run to run, written by the first run only (a constant
     # operand packed for the GEMM micro-kernel): no traffic of its own once written
     persistent: bool = False
+    # a right operand packed into the micro-kernel's column panels (up to PANEL x the
+    # operand: each row padded to whole panels), persistent or packed by every run
+    packed: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -166,18 +169,22 @@ class Gemm:
 
 @dataclass(frozen=True)
 class PackB:
-    """Copy a constant right operand (``k x n``, element ``(r, c)`` at ``b[b_off + r x
-    row_stride + c x col_stride]``) into ``packed``'s column panels, the layout the
-    GEMM micro-kernel reads (codegen/microkernel.py) -- on the kernel's first run only:
-    ``packed`` is a persistent workspace that records when it is done."""
+    """Copy a right operand (``k x n``, element ``(r, c)`` at ``b[b_off + r x row_stride
+    + c x col_stride]``) into ``packed``'s column panels (from ``packed_off``), the
+    layout the GEMM micro-kernel reads (codegen/microkernel.py). With ``panel`` (a C
+    expression) one panel, by every run (an activation; a parallel loop packs them
+    all); without, every panel on the kernel's first run only: ``packed`` is then a
+    persistent workspace that records when it is done (a constant)."""
     b: Buffer
     packed: Buffer
-    b_off: int
+    b_off: int | str
     k: int
     n: int
     row_stride: int
     col_stride: int
     node: str = ""
+    panel: str = ""
+    packed_off: str = "0"
 
 
 @dataclass(frozen=True)

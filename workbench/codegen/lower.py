@@ -25,7 +25,7 @@ from ..fusion.gemm import PANEL, VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
-from ..fusion.schedule import Schedule, group_io
+from ..fusion.schedule import PACK_ONCE, PACK_PER_RUN, Schedule, group_io
 from ..ir import DType, Graph
 from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
@@ -119,11 +119,12 @@ class _Lowerer:
         return (self.sched.kind is not ScheduleKind.opaque and v in self.g.constants
                 and self.g.value(v).numel == 1)
 
-    def workspace(self, name: str, dt: DType, numel: int, persistent: bool = False) -> Buffer:
+    def workspace(self, name: str, dt: DType, numel: int, persistent: bool = False,
+                  packed: bool = False) -> Buffer:
         key = f"{self.prefix}{name}"
         if key not in self.buffers:
             self.buffers[key] = Buffer(f"ws_{self.prefix}{name}", key, dt, numel, True, True,
-                                       persistent)
+                                       persistent, packed)
         return self.buffers[key]
 
     def fresh(self) -> str:
@@ -260,7 +261,7 @@ class _Lowerer:
             # thread's own (whole rows), read by the second product, never written out
             dest, c_off = Scratch("wb_tile", t.result, DType.float32, t.tile_m * N), "0"
             start = (DeclareScratch(dest),)
-        finish = ()
+        finish, pack = (), ()
         if t.epilogue_ops:
             epilogue = (self._row_epilogue(mm.id, dest) if self.sched.epilogue is not None
                         else self._elementwise_epilogue(dest))
@@ -275,18 +276,29 @@ class _Lowerer:
                 o = then.out.view
                 out, ldo = self.buffers[then.out.value], o.row_stride
                 o_off = f"{o.batch_offset('bt')} + r0 * {o.row_stride}"
+            if then.packed:
+                vp, v_pack, v_off = self._pack_per_run("pack_v", then.b, then.k, then.n, t.batch,
+                                                       mm2.id)
+                pack += v_pack
+                second = Gemm(dest, vp, out, "0", v_off, o_off, "r1 - r0", str(then.n),
+                              then.k, N, PANEL, ldo, mm2.id, packed=True)
+            else:
+                second = Gemm(dest, self.buffers[then.b.value], out, "0", v.batch_offset("bt"),
+                              o_off, "r1 - r0", str(then.n), then.k, N, v.ld, ldo, mm2.id,
+                              trans_b=v.trans)
             finish += (Comment(f"the tile's rows @ the right operand of {mm2.id}, while "
-                               "they are in cache"),
-                       Gemm(dest, self.buffers[then.b.value], out, "0", v.batch_offset("bt"),
-                            o_off, "r1 - r0", str(then.n), then.k, N, v.ld, ldo, mm2.id,
-                            trans_b=v.trans))
-        pack = ()
-        if t.packed_b:       # a constant B, packed by the first run (microkernel.py)
-            packed = self.workspace("pack", DType.float32, packed_numel(K, N), persistent=True)
+                               "they are in cache"), second)
+        if t.packed_b == PACK_ONCE:       # a constant B, packed by the first run
+            packed = self.workspace("pack", DType.float32, packed_numel(K, N), persistent=True,
+                                    packed=True)
             pack = (Comment("B, a constant, packed into column panels on the first run"),
                     PackB(self.buffers[t.b.value], packed, b.offset, K, N, b.row_stride,
-                          b.col_stride, mm.id))
+                          b.col_stride, mm.id)) + pack
             gather, right = (), (packed, f"c0 * {K}", PANEL, False)
+        elif t.packed_b == PACK_PER_RUN:  # an activation B, packed by every run
+            packed, b_pack, b_off = self._pack_per_run("pack", t.b, K, N, t.batch, mm.id)
+            pack = b_pack + pack
+            gather, right = (), (packed, f"{b_off} + c0 * {K}", PANEL, False)
         elif t.im2col is None:
             gather, right = (), (self.buffers[t.b.value],
                                  f"{b.batch_offset('bt')} + c0 * {b.col_stride}", b.ld, b.trans)
@@ -299,7 +311,7 @@ class _Lowerer:
         product = gather + (Gemm(self.buffers[t.a.value], bbuf, dest,
                                  f"{a.batch_offset('bt')} + r0 * {a.row_stride}", b_off,
                                  c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, N, mm.id,
-                                 trans_a=a.trans, trans_b=trans_b, packed=t.packed_b),)
+                                 trans_a=a.trans, trans_b=trans_b, packed=bool(t.packed_b)),)
         body = start + (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
@@ -314,6 +326,25 @@ class _Lowerer:
                     _widen([*pack, loop], self.wide), _launch(self.geometry, self.sched),
                     int(t.flops) + flops, tuple(self.scratch.values()))
         return replace(k, blas="sgemm")
+
+    def _pack_per_run(self, name: str, b, k: int, n: int, batch: int, node: str):
+        """A right operand (``b``: ``k x n`` per batch item) packed into column panels
+        by every run, before the tiles: one parallel loop over (batch item, panel),
+        one pack per batch item (one in all where one matrix serves every item).
+        Returns the packed workspace, the statements, and the C offset of tile batch
+        item ``bt``'s pack in it."""
+        v = b.view
+        items = 1 if v.one_matrix else batch
+        size, panels = packed_numel(k, n, once=False), -(-n // PANEL)
+        packed = self.workspace(name, DType.float32, items * size, packed=True)
+        i64 = DType.int64
+        body = (Let("bt", i64, f"pk / {panels}"),
+                PackB(self.buffers[b.value], packed, v.batch_offset("bt"), k, n,
+                      v.row_stride, v.col_stride, node, panel=f"pk % {panels}",
+                      packed_off=f"bt * {size}"))
+        stmts = (Comment(f"{b.value} packed into column panels by every run, before the "
+                         "tiles"), Loop("pk", items * panels, "grid", body))
+        return packed, stmts, "0" if items == 1 else f"bt * {size}"
 
     def _im2col(self, cols: Scratch) -> Loop:
         """Fill ``cols`` ([C x taps, tile columns]) with the patches of the tile's output

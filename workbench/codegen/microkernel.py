@@ -16,9 +16,13 @@ macros (``-march=native``): AVX-512 6 x 64 (24 of 32 zmm registers accumulate), 
 6 x 16 (12 of 16 ymm), otherwise 128-bit vectors, 6 x 16 on AArch64 (32 registers)
 and 3 x 16 elsewhere. GCC's vector extensions spell it once for every width.
 
-The packing happens in the kernel on its first run, into a persistent workspace
+A constant B is packed in the kernel on its first run, into a persistent workspace
 buffer (``kir.Buffer.persistent``); an int after the panels says whether it is done
 (compare-and-swap, so two runs of one program at once pack once and the other waits).
+An activation B (attention's K and V) is packed by every run, one panel per item of a
+parallel loop before the tiles, one pack per batch item, into a workspace of the run:
+sgemm per tile packed the same panels again for every row tile of a batch item
+(Wav2Vec2's attention, 639 keys: 7 row tiles per head).
 Measured single-threaded on the development machine (Zen 4, AVX-512), per tile of the
 BERT/ViT shapes: 90-108 GFLOP/s against OpenBLAS's 78-101 for the same call with its
 own packing (``benchmarks/gemm.py`` compares the two inside whole blocks).
@@ -31,9 +35,10 @@ KC = 256          # inner-dimension block: an A sliver of MR x KC floats stays i
 STATE_SLOTS = 16  # floats after the panels holding the packing state (one cache line)
 
 
-def packed_numel(k: int, n: int) -> int:
-    """Floats of B (``k x n``) packed into panels, plus the state slots."""
-    return -(-n // PANEL) * PANEL * k + STATE_SLOTS
+def packed_numel(k: int, n: int, once: bool = True) -> int:
+    """Floats of B (``k x n``) packed into panels, plus the state slots of a pack made
+    ``once`` (by the first run)."""
+    return -(-n // PANEL) * PANEL * k + (STATE_SLOTS if once else 0)
 
 
 # C only: the CUDA renderer never sees a packed Gemm (GPU plans refuse the template).
@@ -63,9 +68,21 @@ MICRO_KERNEL_C = r"""/* GEMM micro-kernel against a packed constant B (codegen/m
 #define WB_PACKED 2
 typedef float wb_vf __attribute__((vector_size(WB_VW * 4)));
 
-/* B (k x n, element (r, c) at b[r * rs + c * cs]) into panels of WB_PANEL columns,
-   each k rows of WB_PANEL floats, zero past n; once per buffer: the int after the
-   panels goes from whatever it held (the workspace's poison) to PACKING to PACKED */
+/* panel p of B (k x n, element (r, c) at b[r * rs + c * cs]) into bp's panel p: k rows
+   of WB_PANEL floats, zero past n */
+WB_FN void wb_pack_panel(const float* b, long long k, long long n, long long rs,
+                         long long cs, float* bp, long long p) {
+  for (long long r = 0; r < k; r++) {
+    float* d = bp + (p * k + r) * WB_PANEL;
+    for (long long j = 0; j < WB_PANEL; j++) {
+      long long c = p * WB_PANEL + j;
+      d[j] = c < n ? b[r * rs + c * cs] : 0.0f;
+    }
+  }
+}
+
+/* every panel of a constant B, once per buffer: the int after the panels goes from
+   whatever it held (the workspace's poison) to PACKING to PACKED */
 WB_FN void wb_pack_b_once(const float* b, long long k, long long n, long long rs,
                           long long cs, float* bp) {
   long long panels = (n + WB_PANEL - 1) / WB_PANEL;
@@ -75,14 +92,7 @@ WB_FN void wb_pack_b_once(const float* b, long long k, long long n, long long rs
   if (seen != WB_PACKING &&
       __atomic_compare_exchange_n(state, &seen, WB_PACKING, 0, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
-    for (long long p = 0; p < panels; p++)
-      for (long long r = 0; r < k; r++) {
-        float* d = bp + (p * k + r) * WB_PANEL;
-        for (long long j = 0; j < WB_PANEL; j++) {
-          long long c = p * WB_PANEL + j;
-          d[j] = c < n ? b[r * rs + c * cs] : 0.0f;
-        }
-      }
+    for (long long p = 0; p < panels; p++) wb_pack_panel(b, k, n, rs, cs, bp, p);
     __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
     return;
   }

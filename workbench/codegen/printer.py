@@ -157,8 +157,10 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
 
 
 def _pack_b(s: PackB, pad: str) -> list[str]:
-    return [f"{pad}pack_b {s.packed.name} = {_ref(s.b, str(s.b_off))} [{s.k} x {s.n}, "
-            f"strides {s.row_stride}/{s.col_stride}, first run only]"]
+    which = f"panel {s.panel}" if s.panel else "first run only"
+    dst = _ref(s.packed, s.packed_off) if s.panel else s.packed.name
+    return [f"{pad}pack_b {dst} = {_ref(s.b, str(s.b_off))} "
+            f"[{s.k} x {s.n}, strides {s.row_stride}/{s.col_stride}, {which}]"]
 
 
 def _unknown(s, pad: str) -> list[str]:

@@ -301,9 +301,11 @@ class CRenderer:
             elif isinstance(s, Gemm):
                 out += self.gemm(s, depth)
             elif isinstance(s, PackB):
-                out.append(f"{pad}wb_pack_b_once({s.b.name} + {s.b_off}, {s.k}, {s.n}, "
-                           f"{s.row_stride}, {s.col_stride}, {s.packed.name});"
-                           f"{node_tag(s.node)}")
+                args = (f"{s.b.name} + {s.b_off}, {s.k}, {s.n}, {s.row_stride}, "
+                        f"{s.col_stride}, {s.packed.name} + {s.packed_off}")
+                call = (f"wb_pack_panel({args}, {s.panel})" if s.panel
+                        else f"wb_pack_b_once({args})")
+                out.append(f"{pad}{call};{node_tag(s.node)}")
             else:
                 raise TypeError(f"unknown statement {s!r}")
         return out

@@ -29,8 +29,9 @@ epilogue output; for attention a per-thread tile) and finishes it there while th
 is in cache, each element read before the same element is written, by the same thread.
 
 Only the CPU backend runs it so far (inside the kernel's OpenMP loop, each tile's
-product by the generated micro-kernel against B packed once where B is a constant and
-the vectors are wide enough -- ``packs`` -- else by a single-threaded BLAS sgemm); on a
+product by the generated micro-kernel against B packed -- once where B is a constant,
+by every run before the tiles where it is not -- where the vectors are wide enough
+(``packs``), else by a single-threaded BLAS sgemm); on a
 GPU the template is refused and the matmul stays a cuBLAS call.
 
     >>> analyze_gemm(g, ("n0", "n1", "n2"), cpu)      # doctest: +SKIP
@@ -49,8 +50,8 @@ from ..ops.conv import conv_attrs
 from ..ops.strided import MatrixView, Strided
 from .devices import Device
 from .mapping import ScheduleKind
-from .schedule import (GemmShape, GroupIO, Im2col, Operand, Schedule, SecondGemm,
-                       group_io)
+from .schedule import (PACK_ONCE, PACK_PER_RUN, GemmShape, GroupIO, Im2col, Operand,
+                       Schedule, SecondGemm, group_io)
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
@@ -340,9 +341,12 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     b = operand(g, mm2, v, members, out.shape)
     n, d = vv.shape[-2:]
     views = t.views + tuple(x.id for x in v_views + after if x.id not in t.views)
+    # V is packed by every run where the micro-kernel multiplies (a constant V too:
+    # the probabilities are never a weight's partner in a model)
     return replace(sub, gemm=replace(t, views=views),
                    then=SecondGemm(p, b, n, d, mm2.outputs[0],
-                                   _written_through(g, mm2, after) if after else None))
+                                   _written_through(g, mm2, after) if after else None,
+                                   PACK_PER_RUN if packs(g, b, device) else ""))
 
 
 # layout ops a product can be written through: each output element is one input
@@ -449,16 +453,23 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
     return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
 
 
-def packs(g: Graph, b: Operand, device: Device) -> bool:
-    """Whether B is multiplied packed by the micro-kernel: a constant (a weight, so
-    packing once serves every run), one matrix for every batch item, on a CPU whose
-    vectors are wide enough for the micro-kernel to win (PACK_MIN_VECTOR_BYTES)."""
-    return (not device.is_gpu and device.vector_bytes >= PACK_MIN_VECTOR_BYTES
-            and b.value in g.constants and b.view.one_matrix)
+def packs(g: Graph, b: Operand, device: Device) -> str:
+    """How B is multiplied (``GemmShape.packed_b``): by the micro-kernel where the
+    compiler targets vectors wide enough for it to win (PACK_MIN_VECTOR_BYTES) --
+    packed once where B is a constant serving every batch item (a weight), else packed
+    by every run, one pack per batch item -- or "" (BLAS sgemm per tile) on narrower
+    vectors, on a GPU, and where B's batch is broadcast in part (one matrix for some
+    batch items, distinct ones for others: a pack per item would repeat data)."""
+    if device.is_gpu or device.vector_bytes < PACK_MIN_VECTOR_BYTES:
+        return ""
+    v = b.view
+    if v.one_matrix:
+        return PACK_ONCE if b.value in g.constants else PACK_PER_RUN
+    return PACK_PER_RUN if all(s for e, s in v.batch if e > 1) else ""
 
 
 def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
-            whole_rows: bool = False, packed: bool = False) -> GemmShape:
+            whole_rows: bool = False, packed: str = "") -> GemmShape:
     """The problem as batched GEMMs, cut into tiles: rows up to TILE_M, and columns
     cut so the tile count is a multiple of the cores (no core idles in the last
     round) where that keeps tiles at least TILE_ALIGN wide (PANEL when B is

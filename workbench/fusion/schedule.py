@@ -52,6 +52,10 @@ from ..ir import Graph
 from ..ops.strided import MatrixView, Strided
 from .mapping import Mapping, ScheduleKind
 
+# how a GEMM's right operand is packed for the CPU micro-kernel (GemmShape.packed_b)
+PACK_ONCE = "once"          # a constant: by the kernel's first run, kept
+PACK_PER_RUN = "per run"    # an activation: by every run, before its tiles
+
 
 @dataclass(frozen=True)
 class GroupIO:
@@ -138,9 +142,11 @@ class GemmShape:
     # the product's columns the output's trailing ``col_axes`` (spatial) axes
     im2col: Im2col | None = None
     col_axes: int = 1
-    # B is a constant (a weight): packed once into column panels and multiplied by the
-    # generated micro-kernel (codegen/microkernel.py); else each tile calls BLAS sgemm
-    packed_b: bool = False
+    # how B meets the generated micro-kernel (codegen/microkernel.py): packed into
+    # column panels once (PACK_ONCE: a constant, a weight), or at the start of every
+    # run, one pack per batch item (PACK_PER_RUN: an activation, K or V of attention);
+    # "" where each tile calls BLAS sgemm (which packs B's panel again per call)
+    packed_b: str = ""
 
     @property
     def row_tiles(self) -> int:
@@ -179,6 +185,8 @@ class SecondGemm:
     # that layout ops after it make of it (the heads merged back: [B, H, S, D] ->
     # [B, S, H x D]), each product row at its stride there
     out: Operand | None = None
+    # V packed per run for the micro-kernel (PACK_PER_RUN), or "" (BLAS sgemm per tile)
+    packed: str = ""
 
 
 @dataclass(frozen=True)
@@ -284,9 +292,10 @@ class Schedule:
             if self.epilogue is not None:
                 epi += f" reducing rows ({self.epilogue.reductions} reductions)"
             if self.then is not None:
-                epi += f", then @ [{self.then.k}x{self.then.n}] (fused attention)"
+                v = ", V packed" if self.then.packed else ""
+                epi += f", then @ [{self.then.k}x{self.then.n}]{v} (fused attention)"
             kind = "gemm" if t.im2col is None else "conv as gemm (im2col)"
-            packed = ", B packed (micro-kernel)" if t.packed_b else ""
+            packed = f", B packed {t.packed_b} (micro-kernel)" if t.packed_b else ""
             return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}{packed}")
         return self.kind.value
