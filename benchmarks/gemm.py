@@ -9,7 +9,8 @@ side by side with onnxruntime (default session options) and torch eager, in one 
 Blocks (PyTorch modules, exported by torch.onnx.export's default exporter, imported by
 the workbench as a user would): GEMM + bias + GELU (erf: BERT; tanh: GPT-2), GEMM +
 bias + residual + LayerNorm, and attention (QK^T, scale, mask -- padding for BERT,
-causal for GPT-2 -- softmax, .V). For each, the share of the time the kernels holding
+causal for GPT-2 -- softmax, .V; and once with 2048 keys, where the fused attention
+takes the online softmax). For each, the share of the time the kernels holding
 a matmul take in the workbench plan (per-kernel timings of the ``stitch`` step); and
 the ``rules`` plan (with its GEMM kernels: a matmul and its epilogue -- elementwise, a
 LayerNorm, a softmax and the product with V -- in one kernel) is timed beside the same
@@ -41,6 +42,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from models import alternate  # noqa: E402  (methods in alternating, paused blocks)
 
 HIDDEN, HEADS, TOKENS = 768, 12, 128        # BERT-base / GPT-2 small, batch 1 x 128
+LONG = 2048     # keys of the long attention block (the online softmax's side of its rule)
 
 
 def log(msg: str) -> None:
@@ -58,6 +60,8 @@ def blocks():
     h = rng.standard_normal((1, TOKENS, 4 * HIDDEN)).astype(np.float32)
     qkv = [rng.standard_normal((1, HEADS, TOKENS, HIDDEN // HEADS)).astype(np.float32)
            for _ in range(3)]
+    qkv_long = [rng.standard_normal((1, HEADS, LONG, HIDDEN // HEADS)).astype(np.float32)
+                for _ in range(3)]
 
     class FFNUp(nn.Module):
         def __init__(self, approximate):
@@ -76,14 +80,14 @@ def blocks():
             return self.norm(self.fc(h) + x)
 
     class Attention(nn.Module):
-        def __init__(self, causal):
+        def __init__(self, causal, tokens=TOKENS):
             super().__init__()
             self.causal = causal
             if causal:
                 self.register_buffer("mask", torch.triu(
-                    torch.full((TOKENS, TOKENS), float("-inf")), diagonal=1))
+                    torch.full((tokens, tokens), float("-inf")), diagonal=1))
             else:   # padding: the last 16 keys masked, as an additive mask
-                m = torch.zeros(1, 1, 1, TOKENS)
+                m = torch.zeros(1, 1, 1, tokens)
                 m[..., -16:] = torch.finfo(torch.float32).min
                 self.register_buffer("mask", m)
 
@@ -97,6 +101,8 @@ def blocks():
         "ffn_residual_layernorm": (FFNDownNorm(), [h, x]),
         "bert_attention_padding_mask": (Attention(False), qkv),
         "gpt2_attention_causal": (Attention(True), qkv),
+        # 2048 keys: the fused attention's online softmax (fusion/gemm.py)
+        "attention_padding_mask_2048": (Attention(False, LONG), qkv_long),
     }
 
 

@@ -82,6 +82,84 @@ def _attention():
     return b.build()
 
 
+def _long_attention(dead=False, merged=False, normalize=None):
+    """softmax(q kᵀ / 4 + mask) v over 2 x 2 heads of 50 queries and 600 keys (blocks
+    of the online softmax, the last one ragged) with 70 values per head (V in two
+    panels). ``dead``: batch 0's first 300 keys masked with -inf (whole blocks with no
+    finite logit before the first finite one) and one query of batch 1 masked on every
+    key (its softmax is 0/0, NaN, as NumPy's). ``merged``: the heads merged back after
+    it ([2, 50, 140]). ``normalize``: the row epilogue instead of the softmax."""
+    b = wb.GraphBuilder("long_attention")
+    q, kt = b.input("q", (2, 2, 50, 16)), b.input("kt", (2, 2, 16, 600))
+    v = b.input("v", (2, 2, 600, 70))
+    mask = np.where(RNG.random((2, 1, 50, 600)) < 0.3, np.finfo(np.float32).min, 0)
+    mask = mask.astype(np.float32)
+    if dead:
+        mask[0, :, :, :300] = -np.inf
+        mask[1, :, 7, :] = -np.inf
+    z = b.matmul(q, kt) * 0.25 + b.constant(mask, "mask")
+    o = b.matmul(normalize(b, z) if normalize else b.softmax(z, axis=-1), v)
+    if merged:
+        o = b.op("reshape", b.op("transpose", o, perm=[0, 2, 1, 3]), shape=[2, 50, 140])
+    b.output(o, "o")
+    return b.build()
+
+
+@pytest.mark.parametrize("case", ["plain", "dead_blocks", "merged_heads"])
+def test_online_softmax_attention_matches_reference(case, monkeypatch):
+    """The online softmax (a block of keys at a time) against NumPy's softmax on fresh
+    inputs: within float32's bound of the magnitudes summed, the NaN of a row masked
+    on every key where NumPy has it, and nowhere else."""
+    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.runtime import random_inputs, run_reference
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 512)
+    g = _long_attention(dead=case == "dead_blocks", merged=case == "merged_heads")
+    s = Session(g, backend="cpu")
+    s.auto("rules")
+    (gr,) = s.plan.groups
+    assert gr.schedule.then.online is not None, gr.schedule.describe()
+    assert "online softmax over blocks of 256 keys" in gr.schedule.describe()
+    prog = s.program()
+    for seed in (0, 1):
+        ins = random_inputs(g, seed)
+        got, want = prog.run(ins)["o"], run_reference(g, ins)["o"]
+        assert np.array_equal(np.isnan(got), np.isnan(want))
+        assert np.isnan(want).any() == (case == "dead_blocks")
+        z = (ins["q"] @ ins["kt"]).astype(np.float64) * 0.25 + g.constants["mask"]
+        with np.errstate(invalid="ignore"):
+            e = np.exp(z - z.max(axis=-1, keepdims=True))
+            mags = (e / e.sum(axis=-1, keepdims=True)) @ np.abs(ins["v"])
+        if case == "merged_heads":
+            mags = mags.transpose(0, 2, 1, 3).reshape(2, 50, 140)
+        ok = ~np.isnan(want)
+        assert max_rel_error(got[ok], want[ok], mags[ok]) <= tolerance(g.value("o").dtype)
+
+
+def test_online_softmax_is_taken_only_where_it_fits(monkeypatch):
+    """Rows of ONLINE_MIN_KEYS keys or more, the epilogue exactly a softmax of the
+    logits, K and V packed by the micro-kernel; else whole rows of scores per tile."""
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+
+    def online(g):
+        s = Session(g, backend="cpu")
+        s.auto("rules")
+        return [gr.schedule.then.online for gr in s.plan.groups if gr.schedule.then]
+
+    assert online(_long_attention()) == [None]          # 600 keys: below the rule
+    monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 512)
+    (o,) = online(_long_attention())
+    assert o.block == gemm.ONLINE_BLOCK and len(o.prefix) == 2     # the scale and mask
+    assert online(_attention()) == [None]               # 90 keys
+
+    def plain_sum(b, z):         # a row epilogue that is no softmax: z / sum(z)
+        return z / b.op("reduce_sum", z, axes=[3], keepdims=True)
+
+    assert online(_long_attention(normalize=plain_sum)) == [None]
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)     # sgemm per tile
+    assert online(_long_attention()) == [None]
+
+
 def _attention_scale(g, ins) -> dict:
     """|softmax(scores)| @ |v|: the magnitudes the output's rounding is bounded by (the
     product's signed terms cancel, so |o| itself can be far smaller)."""

@@ -155,16 +155,20 @@ class Gemm:
     c_off: str
     rows: str
     cols: str
-    k: int
+    k: int | str          # (a block of the inner dimension: a C expression)
     lda: int
     ldb: int
     ldc: int
     node: str = ""        # the matmul's node id (as Let.node)
     trans_a: bool = False     # A (B) stored column-major: BLAS's transposed operand
     trans_b: bool = False
-    # b is a constant packed into column panels (PackB): the generated micro-kernel
-    # multiplies the tile instead of sgemm, b_off is the tile's first panel and ldb unused
+    # b is packed into column panels (PackB): the generated micro-kernel multiplies the
+    # tile instead of sgemm, b_off is the tile's first panel and ldb unused
     packed: bool = False
+    # (packed only) c += the product instead of c = it; the packed panels' rows when the
+    # product takes a block of them (0: k, the whole panel)
+    accumulate: bool = False
+    panel_rows: int = 0
 
 
 @dataclass(frozen=True)

@@ -254,6 +254,8 @@ class _Lowerer:
         i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
         M, N, K = t.m, t.n, t.k
         start = ()
+        if then is not None and then.online is not None:
+            return self._online_attention(name)
         if then is None:
             dest, c_off = self.buffers[t.dest], f"(bt * {M} + r0) * {N} + c0"
         else:
@@ -393,21 +395,133 @@ class _Lowerer:
             "q", t.n // width, "serial", tuple(run), start=f"c0 / {width}",
             stop=f"(c1 - 1) / {width} + 1"),))
 
+    def _at_rows(self, v: str) -> Index:
+        """The element at (row, col) of a value seen as [rows, N] (the product, or a
+        reshape of it keeping its rows; a convolution's columns are its spatial axes):
+        a bias [N] is read at col (unit stride, so the loop vectorizes), a residual at
+        the element itself."""
+        shape = self.g.value(v).shape
+        split = len(shape) - self.sched.gemm.col_axes
+        return Index.from_runs(shape, [("row", list(range(split))),
+                                       ("col", list(range(split, len(shape))))])
+
+    def _online_attention(self, name: str) -> Kernel:
+        """Fused attention with the softmax taken a block of keys at a time
+        (``OnlineSoftmax``, FlashAttention's recurrence). Per tile of query rows: a
+        running maximum ``wb_m`` and sum ``wb_l`` per row and the output rows ``wb_o``;
+        for each block of keys the scores' block ``wb_s`` (Q's rows @ the packed Kᵀ's
+        block), the prefix ops making the logits in place, then per row the new
+        maximum, the probabilities ``exp(z - m_new)`` in place, ``l`` and the output
+        rows rescaled by ``exp(m - m_new)``, and ``wb_o += wb_s @ V's block``; at the
+        end each output row divided by its ``l``. A row whose logits are all -inf so
+        far takes 0 as its base, so exp gives 0, not NaN, until a finite logit comes
+        (a softmax over a row that stays all -inf is 0/0, NaN, as NumPy's)."""
+        g, t, then = self.g, self.sched.gemm, self.sched.then
+        on = then.online
+        mm, mm2 = g.producer[t.result], g.producer[then.result]
+        a = t.a.view
+        M, N, K, D, BC, TM = t.m, t.n, t.k, then.n, on.block, t.tile_m
+        f32, i64 = DType.float32, DType.int64
+        kp, k_pack, k_off = self._pack_per_run("pack", t.b, K, N, t.batch, mm.id)
+        vp, v_pack, v_off = self._pack_per_run("pack_v", then.b, then.k, D, t.batch, mm2.id)
+        s_blk = Scratch("wb_s", t.result, f32, TM * BC)
+        o_acc = Scratch("wb_o", then.result, f32, TM * D)
+        m_run = Scratch("wb_m", on.logits, f32, TM)
+        l_run = Scratch("wb_l", then.value, f32, TM)
+        if then.out is None:
+            out, o_off, ldo = (self.buffers[then.result], f"(bt * {M} + r0) * {D}", D)
+        else:        # written where the layout ops after it would put it
+            o = then.out.view
+            out, ldo = self.buffers[then.out.value], o.row_stride
+            o_off = f"{o.batch_offset('bt')} + r0 * {o.row_stride}"
+        red_max = get_op("reduce_max").combiner
+        maximum = red_max.combine("f")
+        exp = get_op("exp").scalar
+        div = get_op("div").scalar
+
+        def expf(x: str) -> str:
+            return exp([x], [f32], f32, {})
+
+        # the logits of the block, in place: the prefix ops (scale, mask) at (row, col)
+        scope = _Scope()
+        prod, at = self.fresh(), self._at_rows(t.result)
+        blk = f"(r - r0) * {BC} + col - c0"
+        scope.stmts.append(Load(prod, s_blk, blk))
+        scope.memo[(t.result, at.key)] = prod
+        z = self.at(scope, on.logits, self._at_rows(on.logits))
+        scope.stmts.append(Store(s_blk, blk, z))
+        logits = Loop("r", M, "serial", (
+            Let("row", i64, f"bt * {M} + r"),
+            Loop("col", N, "block", tuple(scope.stmts), start="c0", stop="c1")),
+            start="r0", stop="r1")
+        cell = f"wb_ri * {BC} + wb_c"
+        per_row = Loop("r", M, "serial", (
+            Let("wb_ri", i64, "r - r0"),
+            Load("wb_m0", m_run, "wb_ri"),
+            Let("wb_mx", f32, "wb_m0"),
+            Loop("wb_c", BC, "block", (Load("wb_x", s_blk, cell),
+                                       Assign("wb_mx", maximum.format("wb_mx", "wb_x"))),
+                 reduction=("wb_mx", red_max.simd_op[0]), stop="c1 - c0"),
+            Let("wb_base", f32, "wb_mx == -INFINITY ? 0.0f : wb_mx"),
+            Let("wb_alpha", f32, expf("wb_m0 - wb_base")),
+            Let("wb_sum", f32, "0.0f"),
+            Loop("wb_c", BC, "block", (Load("wb_x", s_blk, cell),
+                                       Let("wb_e", f32, expf("wb_x - wb_base")),
+                                       Store(s_blk, cell, "wb_e"),
+                                       Assign("wb_sum", "wb_sum + wb_e")),
+                 reduction=("wb_sum", "+"), stop="c1 - c0"),
+            Load("wb_l0", l_run, "wb_ri"),
+            Store(l_run, "wb_ri", "wb_l0 * wb_alpha + wb_sum"),
+            Store(m_run, "wb_ri", "wb_mx"),
+            Loop("wb_d", D, "block", (Load("wb_y", o_acc, f"wb_ri * {D} + wb_d"),
+                                      Store(o_acc, f"wb_ri * {D} + wb_d", "wb_y * wb_alpha")))),
+            start="r0", stop="r1")
+        blocks = Loop("kb", -(-N // BC), "serial", (
+            Let("c0", i64, f"kb * {BC}"),
+            Let("c1", i64, f"c0 + {BC} < {N} ? c0 + {BC} : {N}"),
+            Comment("the scores' block: Q's rows @ the block of the packed keys"),
+            Gemm(self.buffers[t.a.value], kp, s_blk,
+                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}", f"{k_off} + c0 * {K}", "0",
+                 "r1 - r0", "c1 - c0", K, a.ld, PANEL, BC, mm.id, trans_a=a.trans,
+                 packed=True),
+            Comment("the logits (the ops before the softmax), in place"), logits,
+            Comment("per row: the running maximum and sum, the probabilities in place, "
+                    "the output rows rescaled"), per_row,
+            Comment(f"the output rows += the probabilities @ the block of {mm2.id}'s V"),
+            Gemm(s_blk, vp, o_acc, "0", f"{v_off} + c0 * {PANEL}", "0", "r1 - r0", str(D),
+                 "c1 - c0", BC, PANEL, D, mm2.id, packed=True, accumulate=True,
+                 panel_rows=then.k)))
+        finish = Loop("r", M, "serial", (
+            Let("wb_ri", i64, "r - r0"),
+            Load("wb_l0", l_run, "wb_ri"),
+            Loop("wb_d", D, "block", (
+                Load("wb_y", o_acc, f"wb_ri * {D} + wb_d"),
+                Store(out, f"{o_off} + wb_ri * {ldo} + wb_d",
+                      div(["wb_y", "wb_l0"], [f32, f32], f32, {}), node=self._made_by(
+                          then.value)),))),
+            start="r0", stop="r1")
+        per = t.row_tiles
+        body = (*(DeclareScratch(x) for x in (s_blk, o_acc, m_run, l_run)),
+                Let("bt", i64, f"tile / {per}"),
+                Let("r0", i64, f"tile % {per} * {TM}"),
+                Let("r1", i64, f"r0 + {TM} < {M} ? r0 + {TM} : {M}"),
+                Loop("r", TM, "serial", (Store(m_run, "r", "-INFINITY"),
+                                         Store(l_run, "r", "0.0f"))),
+                Loop("i", TM * D, "block", (Store(o_acc, "i", "0.0f"),)),
+                blocks, Comment("each output row divided by its sum"), finish)
+        loop = Loop("tile", t.batch * per, "grid", body)
+        flops = self.flops * g.value(t.result).numel
+        k = _kernel(name, self.group.id, self.sched.describe(), self.buffers,
+                    _widen([*k_pack, *v_pack, loop], self.wide),
+                    _launch(self.geometry, self.sched), int(t.flops) + flops,
+                    tuple(self.scratch.values()))
+        return replace(k, blas="sgemm")
+
     def _elementwise_epilogue(self, dest: Buffer) -> Loop:
         """The tile's rows and columns, each element of the product read back from
         ``dest`` and finished: every output of the group stored there."""
         g, t = self.g, self.sched.gemm
-
-        def at_rows(v: str) -> Index:
-            # the element at (row, col) of a value seen as [rows, N] (the product, or a
-            # reshape of it keeping its rows; a convolution's columns are its spatial
-            # axes): a bias [N] is read at col (unit stride, so the loop vectorizes), a
-            # residual at the element itself
-            shape = g.value(v).shape
-            split = len(shape) - t.col_axes
-            return Index.from_runs(shape, [("row", list(range(split))),
-                                           ("col", list(range(split, len(shape))))])
-
+        at_rows = self._at_rows
         scope = _Scope()
         product, at = self.fresh(), at_rows(t.result)
         scope.stmts.append(Load(product, dest, at.offset()))

@@ -133,12 +133,13 @@ WB_FN void wb_micro(long long kc, const float* ap, const float* bp, float* c,
 }
 
 /* c (m x n, row-major, ldc) = a (m x k, element (i, r) at a[i * ars + r * acs]) @ the
-   packed panels starting at bp (the tile's first column, a panel boundary) */
-WB_FN void wb_gemm_packed(long long m, long long n, long long k, const float* a,
-                          long long ars, long long acs, const float* bp, float* c,
-                          long long ldc) {
+   packed panels starting at bp (the tile's first column, a panel boundary; each panel
+   kp rows long, the tile's k rows from its first), or with add, c += that product */
+WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const float* a,
+                               long long ars, long long acs, const float* bp, long long kp,
+                               float* c, long long ldc, int add) {
   float ap[WB_MR * WB_KC] __attribute__((aligned(64)));
-  if (k == 0)           /* an empty sum: zeros, as sgemm with beta = 0 writes */
+  if (k == 0 && !add)   /* an empty sum: zeros, as sgemm with beta = 0 writes */
     for (long long i = 0; i < m; i++)
       for (long long j = 0; j < n; j++) c[i * ldc + j] = 0.0f;
   for (long long k0 = 0; k0 < k; k0 += WB_KC) {
@@ -150,10 +151,17 @@ WB_FN void wb_gemm_packed(long long m, long long n, long long k, const float* a,
           ap[r * WB_MR + i] = i < mr ? a[(i0 + i) * ars + (k0 + r) * acs] : 0.0f;
       for (long long j0 = 0; j0 < n; j0 += WB_NB) {
         int nb = n - j0 < WB_NB ? (int)(n - j0) : WB_NB;
-        const float* b = bp + (j0 / WB_PANEL * k + k0) * WB_PANEL + j0 % WB_PANEL;
-        wb_micro(kc, ap, b, c + i0 * ldc + j0, ldc, k0 == 0, mr, nb);
+        const float* b = bp + (j0 / WB_PANEL * kp + k0) * WB_PANEL + j0 % WB_PANEL;
+        wb_micro(kc, ap, b, c + i0 * ldc + j0, ldc, k0 == 0 && !add, mr, nb);
       }
     }
   }
+}
+
+/* c = a @ the packed panels (each k rows long) */
+WB_FN void wb_gemm_packed(long long m, long long n, long long k, const float* a,
+                          long long ars, long long acs, const float* bp, float* c,
+                          long long ldc) {
+  wb_gemm_packed_into(m, n, k, a, ars, acs, bp, k, c, ldc, 0);
 }
 """.replace("@PANEL@", str(PANEL)).replace("@KC@", str(KC))

@@ -113,10 +113,15 @@ class CRenderer:
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         if s.packed:      # A's element (i, r) at i * ars + r * acs
             ars, acs = (1, s.lda) if s.trans_a else (s.lda, 1)
-            return [self.indent_unit * depth
-                    + f"wb_gemm_packed({s.rows}, {s.cols}, {s.k}, {s.a.name} + {s.a_off}, "
-                      f"{ars}, {acs}, {s.b.name} + {s.b_off}, {s.c.name} + {s.c_off}, "
-                      f"{s.ldc});{node_tag(s.node)}"]
+            a, b, c = (f"{s.a.name} + {s.a_off}", f"{s.b.name} + {s.b_off}",
+                       f"{s.c.name} + {s.c_off}")
+            if s.accumulate or s.panel_rows:
+                call = (f"wb_gemm_packed_into({s.rows}, {s.cols}, {s.k}, {a}, {ars}, {acs}, "
+                        f"{b}, {s.panel_rows or s.k}, {c}, {s.ldc}, {int(s.accumulate)})")
+            else:
+                call = (f"wb_gemm_packed({s.rows}, {s.cols}, {s.k}, {a}, {ars}, {acs}, {b}, "
+                        f"{c}, {s.ldc})")
+            return [self.indent_unit * depth + f"{call};{node_tag(s.node)}"]
         # CBLAS row-major (101), an operand stored column-major transposed (112, else
         # 111), C = 1 * A B + 0 * C
         ta, tb = (112 if t else 111 for t in (s.trans_a, s.trans_b))

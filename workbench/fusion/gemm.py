@@ -47,11 +47,12 @@ from ..errors import FusionRefused
 from ..ir import DType, Graph
 from ..ops import Kind, get_op
 from ..ops.conv import conv_attrs
+from ..ops.reduce import reduce_axes
 from ..ops.strided import MatrixView, Strided
 from .devices import Device
 from .mapping import ScheduleKind
-from .schedule import (PACK_ONCE, PACK_PER_RUN, GemmShape, GroupIO, Im2col, Operand,
-                       Schedule, SecondGemm, group_io)
+from .schedule import (PACK_ONCE, PACK_PER_RUN, GemmShape, GroupIO, Im2col, OnlineSoftmax,
+                       Operand, Schedule, SecondGemm, group_io)
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
@@ -343,10 +344,75 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     views = t.views + tuple(x.id for x in v_views + after if x.id not in t.views)
     # V is packed by every run where the micro-kernel multiplies (a constant V too:
     # the probabilities are never a weight's partner in a model)
+    v_packed = PACK_PER_RUN if packs(g, b, device) else ""
+    online = _online_softmax(g, first, mm1, t, p, io1) if t.packed_b and v_packed else None
+    if online is not None:     # tiles of rows as a lone GEMM's: no whole rows to hold
+        t = replace(t, tile_m=_row_tile(t.batch, t.m, TILE_M, device.units))
     return replace(sub, gemm=replace(t, views=views),
                    then=SecondGemm(p, b, n, d, mm2.outputs[0],
                                    _written_through(g, mm2, after) if after else None,
-                                   PACK_PER_RUN if packs(g, b, device) else ""))
+                                   v_packed, online))
+
+
+# keys per block of the online softmax (four panels of the packed Kᵀ), and the fewest
+# keys for which it replaces whole rows of scores per tile. Measured on 2 cores (4
+# heads of 64, side by side): whole rows 146 ms at 4096 keys against 126 online (124
+# in blocks of 512, 131 in blocks of 128), 34.0 against 32.0 at 2048, 8.5 against 8.2
+# at 1024; at 512 and 639 (Wav2Vec2) the two are within the noise
+ONLINE_BLOCK = 4 * PANEL
+ONLINE_MIN_KEYS = 1024
+# the softmax over the last axis as ops/composites.py decomposes it (and the ONNX
+# importer's Softmax): m = max(z), e = exp(z - m), p = e / sum(e)
+_SOFTMAX_TAIL = ("reduce_max", "sub", "exp", "reduce_sum", "div")
+
+
+def _online_softmax(g: Graph, first, mm, t: GemmShape, p: str, io) -> OnlineSoftmax | None:
+    """The online form of a fused attention's epilogue, where it takes one: the
+    epilogue is elementwise ops at the scores' shape (``prefix``: scale, mask) making
+    ``z``, then exactly the softmax of ``z`` over the last axis giving ``p`` (read by
+    nothing but the second product), and the rows are long (ONLINE_MIN_KEYS keys or
+    more: whole rows of scores then leave tiles of few rows, each reading all of K and
+    V for them). None otherwise: the whole-row epilogue takes any row reduction."""
+    if t.n < ONLINE_MIN_KEYS or tuple(io.outputs) != (p,):
+        return None
+    epi = [n for n in first if n is not mm and n.id not in t.views]
+    div = g.producer.get(p)
+    if div is None or div.op != "div" or div not in epi:
+        return None
+    e, total = div.inputs
+    red_sum = g.producer.get(total)
+    ex = g.producer.get(e)
+    sub = g.producer.get(ex.inputs[0]) if ex is not None else None
+    red_max = g.producer.get(sub.inputs[1]) if sub is not None else None
+    tail = (red_max, sub, ex, red_sum, div)
+    if any(x is None or x not in epi for x in tail) or \
+            tuple(x.op for x in tail) != _SOFTMAX_TAIL:
+        return None
+    z = sub.inputs[0]
+    last = len(g.value(z).shape) - 1
+    for r in (red_max, red_sum):
+        if reduce_axes(r.attr_map, last + 1) != (last,) or not r.attr("keepdims", True):
+            return None
+    if red_max.inputs[0] != z or red_sum.inputs[0] != e or \
+            {c.id for c in g.consumers[e]} != {div.id, red_sum.id}:
+        return None
+    if {c.id for c in g.consumers[red_max.outputs[0]]} != {sub.id} or \
+            {c.id for c in g.consumers[sub.outputs[0]]} != {ex.id} or \
+            {c.id for c in g.consumers[total]} != {div.id}:
+        return None
+    prefix = [n for n in epi if n not in tail]
+    shape = g.value(mm.outputs[0]).shape
+    made = {mm.outputs[0]} | {o for n in prefix for o in n.outputs}
+    if z not in made:
+        return None
+    for n in prefix:
+        if get_op(n.op).kind is not Kind.elementwise or \
+                any(g.value(o).shape != shape for o in n.outputs):
+            return None
+        if any(c.id not in {x.id for x in prefix} and c is not red_max and c is not sub
+               for o in n.outputs for c in g.consumers[o]):
+            return None
+    return OnlineSoftmax(z, tuple(n.id for n in prefix), ONLINE_BLOCK)
 
 
 # layout ops a product can be written through: each output element is one input
@@ -488,10 +554,7 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
         # multiple of the cores: 1278 rows of 256 in tiles of 256 were 5 tiles on 2
         # cores, one core doing 3 (a GEMM + LayerNorm kernel of Wav2Vec2 took 1.35 ms
         # where the same GEMM without the LayerNorm, in 10 tiles, took 0.96)
-        cap = max(1, 2 * TILE_M * TILE_N // max(n, 1))
-        per_item = -(-m // min(m, cap)) if m else 1
-        per_item = -(-(units * -(-(batch * per_item) // units)) // batch)
-        tile_m = max(1, -(-m // min(per_item, max(m, 1))))
+        tile_m = _row_tile(batch, m, max(1, 2 * TILE_M * TILE_N // max(n, 1)), units)
         return GemmShape(batch, m, n, k, a, b, tile_m, max(n, 1), result, dest,
                          packed_b=packed)
     # rows cut evenly (130 rows are two tiles of 65, not 128 and 2: a static schedule
@@ -500,6 +563,15 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
     col_tiles = _for_cores(batch * -(-m // tile_m), max(1, -(-n // TILE_N)), units)
     tile_n = max(1, min(n, _round_up(-(-n // col_tiles), PANEL if packed else TILE_ALIGN)))
     return GemmShape(batch, m, n, k, a, b, tile_m, tile_n, result, dest, packed_b=packed)
+
+
+def _row_tile(batch: int, m: int, cap: int, units: int) -> int:
+    """Rows per tile of tiles spanning every column: at most ``cap``, and as many tiles
+    as make their count (over the batch) a multiple of the cores where there are rows
+    enough, the rows shared evenly."""
+    per_item = -(-m // min(m, cap)) if m else 1
+    per_item = -(-(units * -(-(batch * per_item) // units)) // batch)
+    return max(1, -(-m // min(per_item, max(m, 1))))
 
 
 def _for_cores(row_items: int, col_tiles: int, units: int) -> int:

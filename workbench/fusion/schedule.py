@@ -167,6 +167,24 @@ class GemmShape:
 
 
 @dataclass(frozen=True)
+class OnlineSoftmax:
+    """Fused attention's softmax taken one block of keys at a time (FlashAttention's
+    online recurrence): per tile row a running maximum ``m`` and sum ``l``; for each
+    block the scores' block, the ``prefix`` (elementwise: scale, mask) making the
+    ``logits`` the softmax normalizes, ``exp(logits - m_new)``, ``l`` and the output
+    rows rescaled by ``exp(m - m_new)`` and the block's probabilities times V's block
+    added; the output rows divided by ``l`` at the end. Scores live in a tile of
+    ``block`` keys, whatever the sequence length.
+
+    >>> OnlineSoftmax("z", ("n3", "n4"), 128).block
+    128
+    """
+    logits: str
+    prefix: tuple[str, ...]
+    block: int
+
+
+@dataclass(frozen=True)
 class SecondGemm:
     """Fused attention: after a gemm's row epilogue, each tile's finished rows
     (``value``: the softmax's probabilities, kept in the tile, never written out) are
@@ -187,6 +205,8 @@ class SecondGemm:
     out: Operand | None = None
     # V packed per run for the micro-kernel (PACK_PER_RUN), or "" (BLAS sgemm per tile)
     packed: str = ""
+    # the softmax taken a block of keys at a time (None: whole rows of scores per tile)
+    online: OnlineSoftmax | None = None
 
 
 @dataclass(frozen=True)
@@ -293,7 +313,9 @@ class Schedule:
                 epi += f" reducing rows ({self.epilogue.reductions} reductions)"
             if self.then is not None:
                 v = ", V packed" if self.then.packed else ""
-                epi += f", then @ [{self.then.k}x{self.then.n}]{v} (fused attention)"
+                how = (f", online softmax over blocks of {self.then.online.block} keys"
+                       if self.then.online else "")
+                epi += f", then @ [{self.then.k}x{self.then.n}]{v} (fused attention{how})"
             kind = "gemm" if t.im2col is None else "conv as gemm (im2col)"
             packed = f", B packed {t.packed_b} (micro-kernel)" if t.packed_b else ""
             return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "
