@@ -153,7 +153,8 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
     ta, tb = ("ᵀ" if t else "" for t in (s.trans_a, s.trans_b))
     how = "micro-kernel, B packed" if s.packed else f"ld {s.lda}/{s.ldb}/{s.ldc}"
     op = "+=" if s.accumulate else "="
-    return [f"{pad}gemm {_ref(s.c, s.c_off)} {op} {_ref(s.a, s.a_off)}{ta} @ {_ref(s.b, s.b_off)}{tb}"
+    return [f"{pad}gemm {_ref(s.c, s.c_off)} {op} {_ref(s.a, s.a_off)}{ta} @ "
+            f"{_ref(s.b, s.b_off)}{tb}"
             f"  [{_bare(s.rows)} x {_bare(s.cols)} x {s.k}, {how}]"]
 
 
