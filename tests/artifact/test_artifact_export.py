@@ -41,7 +41,7 @@ def test_layout_and_manifest(session, tmp_path):
         assert spec["launch"] == k.launch.to_json()
         assert spec["shared_bytes"] == k.shared_bytes
         assert [p["value"] for p in spec["params"]] == [b.value for b in k.params]
-        if k.blas:      # a GEMM kernel calls the host BLAS: C only
+        if k.blas or k.host_only:   # a GEMM kernel (host BLAS, micro-kernel): C only
             assert spec["library"] is None and set(spec["sources"]) == {"c"}
         elif k.library is None:
             assert spec["library"] is None and set(spec["sources"]) == {"c", "cuda"}

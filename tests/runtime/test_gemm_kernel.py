@@ -261,6 +261,29 @@ def test_blas_runs_one_thread_while_the_kernel_runs():
     assert seen and all(n == 1 for n in seen)
 
 
+def test_a_program_of_packed_gemms_leaves_blas_alone(monkeypatch):
+    """Every product the micro-kernel's (attention's K and V packed by the run): the
+    kernel takes no sgemm and the program's runs leave BLAS's threads as they are;
+    with sgemm per tile, BLAS runs one thread while the program runs."""
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s = Session(_attention(), backend="cpu")
+    s.auto("rules")
+    prog = s.program()
+    assert [(ck.kernel.blas, ck.kernel.host_only) for ck in prog.compiled] == [("", True)]
+    assert not prog.calls_blas
+    before = blas_threads_now()
+    with s.backend.running(prog.calls_blas):
+        assert blas_threads_now() == before
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)
+    s = Session(_attention(), backend="cpu")
+    s.auto("rules")
+    prog = s.program()
+    assert [(ck.kernel.blas, ck.kernel.host_only) for ck in prog.compiled] == [("sgemm", True)]
+    assert prog.calls_blas
+    with s.backend.running(prog.calls_blas):
+        assert all(n == 1 for n in blas_threads_now())
+
+
 @pytest.fixture(scope="module")
 def onnx_blocks(tmp_path_factory):
     torch = pytest.importorskip("torch")

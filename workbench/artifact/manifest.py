@@ -450,10 +450,12 @@ class _Checker:
             raise self.fail(f"{ctx} fields.blas", f"is {show(blas)}, not one of "
                             f"{', '.join(sorted(BLAS_SYMBOLS))}")
         sources = self.obj(k["sources"], f"{ctx} sources", (), SOURCE_SUFFIX)
-        # a kernel calling the host BLAS ships C only (GEMM kernels run on the CPU)
+        # a kernel calling the host BLAS, or running on the host only, ships C only
+        # (GEMM kernels run on the CPU)
+        host = bool(blas) or fields_.get("host_only", False) is True
         want = {} if lib is not None else {t: f"{KERNEL_DIR}/{name}{suffix}"
                                            for t, suffix in SOURCE_SUFFIX.items()
-                                           if not (blas and t != "c")}
+                                           if not (host and t != "c")}
         for t in sorted(set(want) | set(sources)):
             if sources.get(t) != want.get(t):
                 got = show(sources[t]) if t in sources else "missing"

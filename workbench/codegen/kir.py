@@ -298,6 +298,10 @@ class Kernel:
     # buffers ("sgemm": a gemm kernel's tiles); "" for none
     blas: str = ""
 
+    # the kernel runs on the CPU only (a GEMM kernel: the C micro-kernel or the host
+    # BLAS; it has no CUDA rendering), whether or not it calls ``blas``
+    host_only: bool = False
+
     @property
     def inputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.params if not b.is_output)
@@ -340,3 +344,4 @@ class Kernel:
         return self.reductions * REDUCE_SLOT_BYTES + sum(x.numel * x.rows * x.dtype.itemsize
                                                          for x in self.scratch
                                                          if x.space == "shared")
+

@@ -327,7 +327,9 @@ class _Lowerer:
         k = _kernel(name, self.group.id, self.sched.describe(), self.buffers,
                     _widen([*pack, loop], self.wide), _launch(self.geometry, self.sched),
                     int(t.flops) + flops, tuple(self.scratch.values()))
-        return replace(k, blas="sgemm")
+        # the host sgemm is passed in only where a product calls it
+        sgemm = not t.packed_b or (then is not None and not then.packed)
+        return replace(k, blas="sgemm" if sgemm else "", host_only=True)
 
     def _pack_per_run(self, name: str, b, k: int, n: int, batch: int, node: str):
         """A right operand (``b``: ``k x n`` per batch item) packed into column panels
@@ -515,7 +517,7 @@ class _Lowerer:
                     _widen([*k_pack, *v_pack, loop], self.wide),
                     _launch(self.geometry, self.sched), int(t.flops) + flops,
                     tuple(self.scratch.values()))
-        return replace(k, blas="sgemm")
+        return replace(k, host_only=True)   # (both products the micro-kernel's: no sgemm)
 
     def _elementwise_epilogue(self, dest: Buffer) -> Loop:
         """The tile's rows and columns, each element of the product read back from

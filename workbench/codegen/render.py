@@ -401,7 +401,7 @@ class CudaRenderer(CRenderer):
         return [self.indent_unit * depth + f"wb_grid_sync();  /* {s.reason} */"]
 
     def supports(self, k: Kernel) -> bool:
-        return not k.blas
+        return not (k.blas or k.host_only)
 
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         raise WorkbenchError("GEMM epilogue fusion runs on the CPU backend only so far; "

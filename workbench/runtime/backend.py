@@ -128,9 +128,10 @@ class Backend(abc.ABC):
         ws = seq.workspace(ck) if k.workspace else {}
         self.launch(ck, [ws[b.name] if b.workspace else env[b.value] for b in k.params])
 
-    def running(self):
+    def running(self, blas: bool = True):
         """A context every run of a program happens in (the CPU backend sets the BLAS
-        libraries' threads for it and restores them after: one thread pool)."""
+        libraries' threads for it and restores them after: one thread pool). ``blas``:
+        whether the run may call BLAS at all (a library call, a kernel's sgemm)."""
         return contextlib.nullcontext()
 
     def timer(self):

@@ -80,8 +80,10 @@ class CpuBackend(Backend):
         self.blas_threads = (default_blas_threads() if blas_threads == "default"
                              else blas_threads)
 
-    def running(self):
-        return one_pool(self.blas_threads)
+    def running(self, blas: bool = True):
+        # a program that calls no BLAS (every GEMM the micro-kernel's) leaves it alone:
+        # setting and restoring its threads costs 15-40 us a run
+        return one_pool(self.blas_threads if blas else None)
 
     def describe_device(self) -> Device:
         from .calibrate import cpu_device

@@ -51,6 +51,10 @@ class KernelSequence:
                  group_nodes: Mapping[str, tuple[str, ...]]):
         self.graph, self.backend, self.compiled = graph, backend, compiled
         self.group_nodes = dict(group_nodes)
+        # whether a run may call BLAS: a library call (NumPy's matmul...) or a GEMM
+        # kernel's sgemm per tile
+        self.calls_blas = any(ck.kernel.library is not None or ck.kernel.blas
+                              for ck in compiled)
         self._consts = {k: backend.asarray(v) for k, v in graph.constants.items()}
 
     # -- running ---------------------------------------------------------------
@@ -113,7 +117,7 @@ class KernelSequence:
         env = self._env(inputs)
         pool = None if keep_all else self._take_pool()
         try:
-            with self.backend.running():
+            with self.backend.running(self.calls_blas):
                 for ck in self.compiled:
                     self._alloc_outputs(ck, env, pool)
                     self._launch(ck, env)
@@ -150,7 +154,7 @@ class KernelSequence:
         for ck in self.compiled:
             self._alloc_outputs(ck, env)
         timer = self.backend.timer()
-        with self.backend.running():
+        with self.backend.running(self.calls_blas):
             for _ in range(max(1, warmup)):
                 for ck in self.compiled:
                     self._launch(ck, env)
