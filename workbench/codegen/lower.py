@@ -271,13 +271,7 @@ class _Lowerer:
         if then is not None:
             mm2 = g.producer[then.result]
             v = then.b.view
-            if then.out is None:
-                out, o_off, ldo = (self.buffers[then.result], f"(bt * {M} + r0) * {then.n}",
-                                   then.n)
-            else:        # written where the layout ops after it would put it
-                o = then.out.view
-                out, ldo = self.buffers[then.out.value], o.row_stride
-                o_off = f"{o.batch_offset('bt')} + r0 * {o.row_stride}"
+            out, o_off, ldo = self._attention_out()
             if then.packed:
                 vp, v_pack, v_off = self._pack_per_run("pack_v", then.b, then.k, then.n, t.batch,
                                                        mm2.id)
@@ -330,6 +324,17 @@ class _Lowerer:
         # the host sgemm is passed in only where a product calls it
         sgemm = not t.packed_b or (then is not None and not then.packed)
         return replace(k, blas="sgemm" if sgemm else "", host_only=True)
+
+    def _attention_out(self) -> tuple[Buffer, str, int]:
+        """Where fused attention's output rows go: (buffer, C offset of the tile's row
+        r0 in batch item bt, row stride) -- its own value row-major, or the value the
+        layout ops after it make (the heads merged back), each row at its stride."""
+        t, then = self.sched.gemm, self.sched.then
+        if then.out is None:
+            return self.buffers[then.result], f"(bt * {t.m} + r0) * {then.n}", then.n
+        o = then.out.view
+        return (self.buffers[then.out.value], f"{o.batch_offset('bt')} + r0 * {o.row_stride}",
+                o.row_stride)
 
     def _pack_per_run(self, name: str, b, k: int, n: int, batch: int, node: str):
         """A right operand (``b``: ``k x n`` per batch item) packed into column panels
@@ -430,12 +435,7 @@ class _Lowerer:
         o_acc = Scratch("wb_o", then.result, f32, TM * D)
         m_run = Scratch("wb_m", on.logits, f32, TM)
         l_run = Scratch("wb_l", then.value, f32, TM)
-        if then.out is None:
-            out, o_off, ldo = (self.buffers[then.result], f"(bt * {M} + r0) * {D}", D)
-        else:        # written where the layout ops after it would put it
-            o = then.out.view
-            out, ldo = self.buffers[then.out.value], o.row_stride
-            o_off = f"{o.batch_offset('bt')} + r0 * {o.row_stride}"
+        out, o_off, ldo = self._attention_out()
         red_max = get_op("reduce_max").combiner
         maximum = red_max.combine("f")
         exp = get_op("exp").scalar
