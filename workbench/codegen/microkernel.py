@@ -1,5 +1,7 @@
 """The CPU GEMM micro-kernel: a register-blocked product of one tile, in C the compiler
-vectorizes, against a constant right operand packed once.
+vectorizes, against a right operand packed into column panels (a constant once, an
+activation by every run); ``wb_gemm_packed_into`` also adds a product into its output
+(the online softmax's output rows, one block of keys at a time).
 
 Why: a BLAS sgemm called per tile packs B's panel again on every call, although B is
 a weight that never changes; onnxruntime's MLAS packs weights once when the session
