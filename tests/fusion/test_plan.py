@@ -117,6 +117,36 @@ def test_column_reduction_uses_thread_per_row():
     assert reds and all(gr.schedule.mapping == "thread" for gr in reds)
 
 
+@pytest.mark.parametrize("planner", ["rules", "stitch"])
+def test_pooling_reduces_with_a_thread_per_output_position(planner):
+    """A max-pool's 3 x 3 window (its taps on three input rows, gathered under every
+    mapping) is reduced by a thread per output position under both planners, and a
+    cost model offers no other mapping for it; its kernel matches NumPy."""
+    from workbench.fusion import candidate_mappings
+    from workbench.fusion.devices import H100, assumed_cpu
+    from workbench.ir.composites_nn import max_pool
+    CPU = assumed_cpu("test cpu", 2)
+    from workbench.runtime import random_inputs, run_reference
+    b = wb.GraphBuilder("pool")
+    x = b.input("x", (2, 8, 20, 19))
+    b.output(b.relu(max_pool(b, x, [3, 3], strides=[2, 2], pads=[1, 1, 1, 1])), "y")
+    g = b.build()
+    for device in (CPU, H100):
+        plan, _ = run_planner(planner, g, device=device)
+        # (stitch may run the ReLU after it as a second phase of one kernel)
+        (sched,) = [x for gr in plan.groups
+                    for x in ([p.schedule for p in gr.schedule.phases]
+                              if gr.schedule.kind == "stitched" else [gr.schedule])
+                    if x.kind == "row_reduce"]
+        assert sched.gathered and not sched.innermost
+        assert sched.mapping == "thread"
+        assert candidate_mappings(sched, device) == (sched.mapping,)
+    s = wb.Session(g, backend="cpu")
+    s.auto(planner)
+    ins = random_inputs(g, 0)
+    np.testing.assert_array_equal(s.program().run(ins)["y"], run_reference(g, ins)["y"])
+
+
 def test_rules_decisions_have_reasons():
     g = load_json("sample_graphs/bert_chain.json")
     _, log = run_planner("rules", g)

@@ -177,10 +177,15 @@ class _RowDomain:
     axes: tuple[int, ...]
     rows: int
     cols: int
+    gathered: bool = False      # the reductions read a window's taps (pooling)
 
     @property
     def innermost(self) -> bool:
-        return (len(self.domain) - 1) in self.axes
+        # a window's taps (a 3 x 3 max-pool's 9) lie on three input rows, under every
+        # mapping; a thread per output position reads neighbouring positions together.
+        # Measured (ResNet's max-pool, 2 cores): 0.076 ms with a SIMD loop per window
+        # (block), 0.039 with SIMD over the output positions (thread)
+        return (len(self.domain) - 1) in self.axes and not self.gathered
 
 
 def _analyze_row_group(g, ns, reduces, io, forced: Mapping | None, auto: bool,
@@ -207,7 +212,7 @@ def _analyze_row_group(g, ns, reduces, io, forced: Mapping | None, auto: bool,
     return Schedule(ScheduleKind.row_reduce, dom.domain, dom.axes, mapping,
                     frozenset(per_row), cached, rpb, splits, len(reduces),
                     cache_bytes=cache_bytes, threads=threads, vector=vector,
-                    row_registers=registers)
+                    row_registers=registers, gathered=dom.gathered)
 
 
 def _row_tiling(mapping: Mapping, dom: "_RowDomain") -> tuple[int, int]:
@@ -233,7 +238,9 @@ def _row_domain(g, reduces) -> _RowDomain:
                 f"{list(domain)} over {list(axes)}; one kernel needs one reduction domain")
     rows = math.prod(d for i, d in enumerate(domain) if i not in axes)
     cols = math.prod(domain[a] for a in axes)
-    return _RowDomain(tuple(domain), axes, rows, cols)
+    gathered = any(getattr(g.producer.get(r.inputs[0]), "op", None) == "window"
+                   for r in reduces)
+    return _RowDomain(tuple(domain), axes, rows, cols, gathered)
 
 
 def _per_row_values(g, ns, dom: _RowDomain) -> set[str]:

@@ -241,6 +241,9 @@ class Schedule:
     threads: int = 0
     vector: int = 1
     row_registers: tuple[str, ...] = ()
+    # row_reduce over a window's taps (pooling): the reduced elements are gathered
+    # from the input, spread over its rows, contiguous under no mapping
+    gathered: bool = False
     gemm: GemmShape | None = None          # gemm: the product and its tiling
     # gemm whose epilogue reduces rows (a LayerNorm, a softmax): the row_reduce
     # schedule of the epilogue's nodes, run over each tile's rows (tiles are whole rows)
@@ -291,8 +294,10 @@ class Schedule:
 
     @property
     def innermost(self) -> bool:
-        """row_reduce: the reduced axes include the innermost (rows are contiguous)."""
-        return (len(self.domain) - 1) in self.reduce_axes
+        """row_reduce: the reduced axes include the innermost (rows are contiguous) and
+        are no window's taps (``gathered``: neighbouring output positions, the rows,
+        are what lie near each other in memory)."""
+        return (len(self.domain) - 1) in self.reduce_axes and not self.gathered
 
     def describe(self) -> str:
         if self.kind is ScheduleKind.row_reduce:
