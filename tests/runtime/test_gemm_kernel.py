@@ -136,6 +136,45 @@ def test_online_softmax_attention_matches_reference(case, monkeypatch):
         assert max_rel_error(got[ok], want[ok], mags[ok]) <= tolerance(g.value("o").dtype)
 
 
+@pytest.mark.parametrize("seed,shape", list(enumerate([
+    (2, 3, 1, 1, 1, 8), (1, 2, 5, 135, 12, 20), (2, 1, 7, 256, 64, 13),
+    (1, 1, 62, 257, 129, 57), (1, 3, 89, 594, 150, 7), (2, 1, 130, 700, 40, 70)])))
+def test_online_softmax_on_random_shapes(seed, shape, monkeypatch):
+    """Shapes (batch, heads, queries, keys, values, depth) from one key to several
+    blocks, fewer queries than a register block, values over three panels, ragged
+    everything; masks -inf at random and (odd seeds) over the first half of the keys:
+    NaNs where NumPy has them, the rest within float32's bound of the magnitudes
+    summed."""
+    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.runtime import random_inputs, run_reference
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 1)
+    rng = np.random.default_rng(100 + seed)
+    n, h, q, keys, d, dk = shape
+    scale = float(rng.uniform(0.05, 1.0))
+    mask = np.where(rng.random((n, 1, q, keys)) < 0.2, -np.inf, 0).astype(np.float32)
+    if seed % 2:
+        mask[..., : keys // 2] = -np.inf
+    b = wb.GraphBuilder("attention_shapes")
+    z = (b.matmul(b.input("q", (n, h, q, dk)), b.input("kt", (n, h, dk, keys))) * scale
+         + b.constant(mask, "mask"))
+    b.output(b.matmul(b.softmax(z, axis=-1), b.input("v", (n, h, keys, d))), "o")
+    g = b.build()
+    s = Session(g, backend="cpu")
+    s.auto("rules")
+    assert [gr.schedule.then.online is not None for gr in s.plan.groups] == [True]
+    ins = random_inputs(g, seed)
+    got, want = s.program().run(ins)["o"], run_reference(g, ins)["o"]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    zz = (ins["q"].astype(np.float64) @ ins["kt"]) * scale + mask
+    with np.errstate(invalid="ignore"):
+        e = np.exp(zz - zz.max(axis=-1, keepdims=True))
+        mags = (e / e.sum(axis=-1, keepdims=True)) @ np.abs(ins["v"])
+    ok = ~np.isnan(want)
+    if ok.any():
+        assert max_rel_error(got[ok], want[ok], mags[ok]) <= tolerance(g.value("o").dtype)
+
+
 def test_online_softmax_is_taken_only_where_it_fits(monkeypatch):
     """Rows of ONLINE_MIN_KEYS keys or more, the epilogue exactly a softmax of the
     logits, K and V packed by the micro-kernel; else whole rows of scores per tile."""
