@@ -344,4 +344,3 @@ class Kernel:
         return self.reductions * REDUCE_SLOT_BYTES + sum(x.numel * x.rows * x.dtype.itemsize
                                                          for x in self.scratch
                                                          if x.space == "shared")
-

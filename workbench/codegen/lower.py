@@ -249,13 +249,13 @@ class _Lowerer:
         while it is in cache and writing every output (``dest`` in place: each element
         is read before it is written, by the same thread)."""
         g, t, then = self.g, self.sched.gemm, self.sched.then
+        if then is not None and then.online is not None:
+            return self._online_attention(name)
         mm = g.producer[t.result]
         a, b = t.a.view, t.b.view
         i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
         M, N, K = t.m, t.n, t.k
         start = ()
-        if then is not None and then.online is not None:
-            return self._online_attention(name)
         if then is None:
             dest, c_off = self.buffers[t.dest], f"(bt * {M} + r0) * {N} + c0"
         else:

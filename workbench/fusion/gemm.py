@@ -405,12 +405,12 @@ def _online_softmax(g: Graph, first, mm, t: GemmShape, p: str, io) -> OnlineSoft
     made = {mm.outputs[0]} | {o for n in prefix for o in n.outputs}
     if z not in made:
         return None
+    readers = {x.id for x in prefix} | {red_max.id, sub.id}   # of what the prefix makes
     for n in prefix:
         if get_op(n.op).kind is not Kind.elementwise or \
                 any(g.value(o).shape != shape for o in n.outputs):
             return None
-        if any(c.id not in {x.id for x in prefix} and c is not red_max and c is not sub
-               for o in n.outputs for c in g.consumers[o]):
+        if any(c.id not in readers for o in n.outputs for c in g.consumers[o]):
             return None
     return OnlineSoftmax(z, tuple(n.id for n in prefix), ONLINE_BLOCK)
 

@@ -55,6 +55,12 @@ class KernelSequence:
         # kernel's sgemm per tile
         self.calls_blas = any(ck.kernel.library is not None or ck.kernel.blas
                               for ck in compiled)
+        # each kernel's outputs: (value, shape, dtype, whether a run may reuse its
+        # array: an intermediate a generated kernel writes), asked for on every run
+        outs = graph.outputs
+        self._output_specs = {id(ck): tuple(
+            (b.value, v.shape, v.dtype, b.value not in outs and ck.kernel.library is None)
+            for b in ck.kernel.outputs for v in (graph.value(b.value),)) for ck in compiled}
         self._consts = {k: backend.asarray(v) for k, v in graph.constants.items()}
 
     # -- running ---------------------------------------------------------------
@@ -71,25 +77,13 @@ class KernelSequence:
         """Poisoned arrays for the kernel's outputs; from ``pool`` (made there on first
         use) for the values that are no graph output."""
         xp = self.backend.xp
-        for name, shape, dtype, poolable in self._output_specs(ck):
+        for name, shape, dtype, poolable in self._output_specs[id(ck)]:
             if pool is not None and poolable:
                 if name not in pool:
                     pool[name] = poison(xp, shape, dtype)
                 env[name] = pool[name]
             else:
                 env[name] = poison(xp, shape, dtype)
-
-    def _output_specs(self, ck) -> tuple:
-        """(value, shape, dtype, whether a run may reuse its array) of each output of
-        the kernel, worked out on its first run (every run asks, once per kernel)."""
-        specs = self.__dict__.setdefault("_specs", {})
-        if id(ck) not in specs:
-            outs = self.graph.outputs
-            specs[id(ck)] = tuple(
-                (b.value, v.shape, v.dtype,
-                 b.value not in outs and ck.kernel.library is None)
-                for b in ck.kernel.outputs for v in (self.graph.value(b.value),))
-        return specs[id(ck)]
 
     def _take_pool(self) -> dict | None:
         """The reused intermediates, or None while another thread's run holds them."""
