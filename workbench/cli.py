@@ -149,8 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also read each kernel's DRAM bytes from the GPU's hardware "
                         "counters (Nsight Compute, cupy backend): a DRAM MB column")
     o.add_argument("--tune", action="store_true",
-                   help="then search each kernel's launch parameters by measurement (a "
-                        "'tune' step; cached per device and kernel)")
+                   help="then search each kernel's launch parameters (a GEMM kernel's "
+                        "tiles and implementation too) by measurement (a 'tune' step; "
+                        "cached per device and kernel)")
     o.add_argument("-q", "--quiet", action="store_true")
     o.add_argument("-v", "--verbose", action="store_true",
                    help="print planner decisions and what tuning chose")

@@ -128,6 +128,13 @@ class Session:
         thread (or auto, the rule)."""
         return self._push(f"set_mapping {ref} {mapping}", self.plan.set_mapping(ref, mapping))
 
+    def set_launch(self, ref: str, **params: int) -> Plan:
+        """Launch the kernel holding ref with these parameters in place of the rule's
+        (a row kernel's threads, rows_per_block, splits; a GEMM kernel's tile_m,
+        tile_n, blas, online: see ``Plan.set_launch``), or refuse with the reason."""
+        label = " ".join(f"{k}={v}" for k, v in params.items())
+        return self._push(f"set_launch {ref} {label}", self.plan.set_launch(ref, **params))
+
     def auto(self, planner: str = "rules") -> Plan:
         """Replace the plan with a planner's whole-graph plan."""
         plan, log = run_planner(planner, self.graph, model=self.cost_model)

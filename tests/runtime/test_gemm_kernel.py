@@ -2,6 +2,8 @@
 tile) against the NumPy reference: graphs from the builder and from torch through ONNX,
 planned by rules and stitch, on fresh random inputs, outputs poisoned before each run
 (the program does it), each kernel held to float32's bound on ``|A| @ |B|``."""
+import sys
+
 import numpy as np
 import pytest
 
@@ -418,3 +420,92 @@ def test_packed_program_run_from_threads_at_once(monkeypatch):
         t.join()
     for o in outs:
         np.testing.assert_allclose(o, ref, rtol=2e-5, atol=2e-5)
+
+
+@pytest.fixture
+def fresh_weights(monkeypatch):
+    """The graphs' weights drawn from a fresh generator, whatever ran before (the
+    plan-level check on a LayerNorm's output is near float32's tolerance for some
+    weights; these tests are about the launch, not about those)."""
+    monkeypatch.setattr(sys.modules[__name__], "RNG", np.random.default_rng(11))
+
+
+def _launched(make, planner="rules", **params):
+    s = Session(make(), backend="cpu")
+    s.auto(planner)
+    (gr,) = _gemm_groups(s)
+    s.set_launch(gr.nodes[0], **params)
+    (gr,) = _gemm_groups(s)
+    assert dict(gr.forced_launch) == params
+    return s, gr.schedule
+
+
+@pytest.mark.parametrize("params", [{"tile_m": 16}, {"tile_n": 64}, {"tile_m": 5, "tile_n": 128},
+                                    {"blas": 1}, {"tile_m": 1000}])
+def test_gemm_launch_parameters_run_and_match(params, monkeypatch, fresh_weights):
+    """What the tuner sets on a GEMM kernel (tile sizes, sgemm in place of the
+    micro-kernel) gives the kernel it says, and that kernel matches the reference."""
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s, sched = _launched(_ffn_gelu, **params)
+    t = sched.gemm
+    assert t.packed_b == ("" if params.get("blas") == 1 else "once")
+    assert t.tile_m == min(params.get("tile_m", t.tile_m), t.m)
+    assert t.tile_n == params.get("tile_n", t.tile_n)
+    _check(s)
+
+
+def test_gemm_launch_on_whole_rows_attention_and_convolutions(monkeypatch, fresh_weights):
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s, sched = _launched(_ffn_layernorm, tile_m=8)          # whole rows: rows only
+    assert sched.gemm.tile_m == 8 and sched.gemm.tile_n == sched.gemm.n
+    _check(s)
+    # attention: the online softmax forced below the rule's key count, and off again,
+    # each with its tiles; sgemm for both products
+    s, sched = _launched(_attention, online=1, tile_m=24)
+    assert sched.then.online is not None and sched.gemm.tile_m == 24
+    _check(s)
+    s, sched = _launched(_attention, blas=1)
+    assert not sched.gemm.packed_b and not sched.then.packed and sched.then.online is None
+    _check(s)
+    s, sched = _launched(_conv1d_relu, tile_n=7)            # a convolution: columns only
+    assert sched.gemm.im2col is not None and sched.gemm.tile_n == 7
+    _check(s)
+
+
+def _conv1d_relu():
+    b = wb.GraphBuilder("conv1d_relu")
+    x = b.input("x", (2, 6, 40))
+    b.output(b.relu(b.op("conv", x, b.constant(_w(10, 6, 3), "w"), pads=[1, 1])), "y")
+    return b.build()
+
+
+@pytest.mark.parametrize("make,params,why", [
+    (_ffn_gelu, {"threads": 128}, "no launch parameter 'threads'"),
+    (_ffn_gelu, {"tile_n": 96}, "multiple of 64"),
+    (_ffn_gelu, {"tile_m": 0}, "out of range"),
+    (_ffn_gelu, {"blas": 2}, "0 or 1"),
+    (_ffn_gelu, {"online": 1}, "online applies to a fused attention"),
+    (_ffn_layernorm, {"tile_n": 64}, "spans all columns"),
+    (_attention, {"online": 1, "blas": 1}, "no online form"),
+    (_conv1d_relu, {"tile_m": 4}, "takes tile_n only"),
+])
+def test_gemm_launch_refused_with_the_reason(make, params, why, monkeypatch):
+    """A parameter the kernel does not take, or a value it cannot honour, is refused
+    with the reason, and the plan stays as it was."""
+    from workbench.errors import FusionRefused
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s = Session(make(), backend="cpu")
+    s.auto("rules")
+    before = s.plan
+    with pytest.raises(FusionRefused, match=why):
+        s.set_launch(_gemm_groups(s)[0].nodes[0], **params)
+    assert s.plan is before
+
+
+def test_blas_0_is_refused_where_no_micro_kernel_runs(monkeypatch):
+    from workbench.errors import FusionRefused
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)
+    s = Session(_ffn_gelu(), backend="cpu")
+    s.auto("rules")
+    with pytest.raises(FusionRefused, match="no micro-kernel to choose"):
+        s.set_launch(_gemm_groups(s)[0].nodes[0], blas=0)

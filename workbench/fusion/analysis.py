@@ -99,9 +99,9 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
         if len(ns) > 1:
             # a matmul shares its kernel only with an epilogue (the gemm template)
             sched = analyze_gemm(g, ns, io, device, lambda rest: analyze(
-                g, rest, mapping=Mapping.block, device=device))
+                g, rest, mapping=Mapping.block, device=device), launch.items())
         else:
-            sched = _lone_library_op(g, ns, io, device)
+            sched = _lone_library_op(g, ns, io, device, launch)
     else:
         reduces = [n for n in ns if kinds[n.id] is Kind.reduce]
         if reduces:
@@ -118,22 +118,23 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
                             f"one is {sched.kind.value}")
     if launch and sched.kind is ScheduleKind.opaque:
         raise FusionRefused("a library call has no launch parameters to set")
-    if (launch or tuple(regional)) and sched.kind is ScheduleKind.gemm:
-        raise FusionRefused("a GEMM kernel has no launch parameters or regional values to "
-                            "set: its tiles are sized by the rule, its epilogue is local")
+    if tuple(regional) and sched.kind is ScheduleKind.gemm:
+        raise FusionRefused("a GEMM kernel has no regional values to set: its epilogue is "
+                            "local")
     return sched
 
 
-def _lone_library_op(g: Graph, ns, io, device: Device) -> Schedule:
+def _lone_library_op(g: Graph, ns, io, device: Device, launch: dict) -> Schedule:
     """A library op alone: a matmul (or convolution) the gemm template takes is a gemm
     kernel without an epilogue on the CPU, so its tiles run on the kernels' OpenMP threads (every
     core, one thread pool) where the library call would run on one BLAS thread (see
     runtime/threads.py); anything else is the library call."""
     if ns[0].op in ("matmul",) + CONVS and not device.is_gpu:
         try:
-            return analyze_gemm(g, ns, io, device)
+            return analyze_gemm(g, ns, io, device, launch=launch.items())
         except FusionRefused:
-            pass
+            if launch:
+                raise   # with a launch set, the refusal is the answer (no library call takes one)
     return Schedule(ScheduleKind.opaque)
 
 

@@ -40,7 +40,7 @@ GPU the template is refused and the matmul stays a cuBLAS call.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import FusionRefused
@@ -77,23 +77,81 @@ CONVS = ("conv", "conv2d")
 GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
 
 
+@dataclass(frozen=True)
+class GemmLaunch:
+    """What a user or the tuner may set on a GEMM kernel in place of the rule's choice
+    (``Plan.set_launch``, ``Session.tune``; 0 or -1 leaves it to the rule):
+
+    - ``tile_m`` / ``tile_n``: rows and columns per output tile (a packed B's tiles
+      start on a panel, so ``tile_n`` is then a multiple of PANEL; tiles of whole rows,
+      an epilogue reducing rows, take no ``tile_n``; a convolution's tiles hold every
+      filter, so it takes no ``tile_m``);
+    - ``blas``: 1 multiplies by sgemm per tile where the rule packs B for the
+      micro-kernel, 0 keeps the micro-kernel (where it runs: ``packs``);
+    - ``online``: a fused attention's softmax a block of keys at a time (1) or over
+      whole rows of scores (0), where its epilogue has the online form.
+
+    ``blas`` and ``online`` are 0 or 1; either one ``-1`` is the rule's.
+    """
+    tile_m: int = 0
+    tile_n: int = 0
+    blas: int = -1
+    online: int = -1
+
+    @staticmethod
+    def parse(launch) -> "GemmLaunch":
+        """From (name, value) pairs; FusionRefused naming an unknown parameter or a
+        value out of range."""
+        launch = dict(launch)
+        bad = [k for k in launch if k not in GEMM_LAUNCH]
+        if bad:
+            raise FusionRefused(f"a GEMM kernel has no launch parameter {bad[0]!r}; it takes "
+                                f"{', '.join(GEMM_LAUNCH)}")
+        for k, v in launch.items():
+            flag = k in ("blas", "online")
+            if not isinstance(v, int) or isinstance(v, bool) or (
+                    v not in (0, 1) if flag else v < 1):
+                raise FusionRefused(f"{k}={v!r} is out of range for a GEMM kernel "
+                                    + ("(0 or 1)" if flag else "(a positive count)"))
+        return GemmLaunch(**launch)
+
+    def packs(self, rule: str, what: str) -> str:
+        """The rule's ``packs`` answer for B as this launch overrides it."""
+        if self.blas == 1:
+            return ""
+        if self.blas == 0 and not rule:
+            raise FusionRefused(f"blas=0: {what} is multiplied by sgemm here (the "
+                                "micro-kernel needs wide vectors and B packed per batch "
+                                "item); there is no micro-kernel to choose")
+        return rule
+
+
+# the launch parameters of a GEMM kernel (GemmLaunch's fields)
+GEMM_LAUNCH = ("tile_m", "tile_n", "blas", "online")
+
+
 # analyses the epilogue's nodes as a row_reduce group (analysis.analyze, passed in so
 # that this module needs nothing from it)
 RowAnalysis = Callable[[tuple], Schedule]
 
 
 def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
-                 rows: RowAnalysis | None = None) -> Schedule:
+                 rows: RowAnalysis | None = None, launch=()) -> Schedule:
     """The gemm schedule of a group holding a matmul (see the module docstring), or
     FusionRefused naming the op and the rule it breaks. ``rows`` analyses an epilogue
-    that reduces rows; without it such an epilogue is refused."""
+    that reduces rows; without it such an epilogue is refused. ``launch``: the
+    parameters set in place of the rule's (see :class:`GemmLaunch`)."""
+    lc = launch if isinstance(launch, GemmLaunch) else GemmLaunch.parse(launch)
     libs = [n for n in ns if get_op(n.op).kind is Kind.opaque]
     if len(libs) == 1 and libs[0].op in CONVS:
-        return _conv(g, ns, io, device, libs[0])
+        return _conv(g, ns, io, device, libs[0], lc)
     mms = [n for n in libs if n.op == "matmul"]
     other = next((n for n in libs if n.op != "matmul"), None)
     if other is None and len(mms) == 2:
-        return _attention(g, ns, io, device, rows, mms)
+        return _attention(g, ns, io, device, rows, mms, lc)
+    if lc.online != -1:
+        raise FusionRefused("online applies to a fused attention (two matmuls with a "
+                            "softmax between them); this GEMM kernel has one product")
     if other is not None or len(mms) != 1:
         x = other or mms[1]
         raise FusionRefused(f"{x.id} ({x.op}) is a library call and cannot share a kernel "
@@ -138,7 +196,7 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
                             "or shape")
     a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
     tiling = _tiling(shape, a, b, result, dest, device.units, row is not None,
-                     packs(g, b, device))
+                     lc.packs(packs(g, b, device), f"{mm.id}'s right operand"), lc)
     return Schedule(ScheduleKind.gemm, elements=out.numel,
                     gemm=replace(tiling, epilogue_ops=len(ns) - 1,
                                  views=tuple(v.id for v in views)), epilogue=row)
@@ -285,7 +343,7 @@ def _row_epilogue(g: Graph, ns, mm, shape, rows: RowAnalysis | None) -> Schedule
 
 
 def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | None,
-               mms) -> Schedule:
+               mms, lc: GemmLaunch = GemmLaunch()) -> Schedule:
     """Two matmuls: the first with an epilogue reducing rows, the second reading that
     epilogue's result (``softmax(Q Kᵀ) V``) as its left operand, which no one outside
     the kernel reads: the first's gemm schedule with ``then``, or FusionRefused."""
@@ -324,7 +382,8 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     io1 = replace(io1, outputs=tuple(o for o in io1.outputs if o in g.outputs or any(
         c.id not in members or (c.id not in mine and c is not mm2) for c in g.consumers[o])
         or o == p))
-    sub = analyze_gemm(g, first, io1, device, rows)
+    # (the first product's tiles are set below, once the softmax's form is known)
+    sub = analyze_gemm(g, first, io1, device, rows, replace(lc, tile_m=0, online=-1))
     t = sub.gemm
     if sub.epilogue is None or t.dest != p:
         raise FusionRefused(f"{mm2.id} (matmul) joins a GEMM kernel only after an epilogue "
@@ -344,10 +403,19 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     views = t.views + tuple(x.id for x in v_views + after if x.id not in t.views)
     # V is packed by every run where the micro-kernel multiplies (a constant V too:
     # the probabilities are never a weight's partner in a model)
-    v_packed = PACK_PER_RUN if packs(g, b, device) else ""
+    v_packed = PACK_PER_RUN if lc.packs(packs(g, b, device), f"{mm2.id}'s V") else ""
     online = _online_softmax(g, first, mm1, t, p, io1) if t.packed_b and v_packed else None
+    if lc.online == 1 and online is None:
+        raise FusionRefused(f"online=1: the softmax before {mm2.id} (matmul) has no online "
+                            "form here (it needs K and V packed for the micro-kernel and an "
+                            "epilogue of elementwise logits then exactly a softmax over the "
+                            "keys, read by nothing but the second product)")
+    if online is not None and (lc.online == 0 or lc.online == -1 and t.n < ONLINE_MIN_KEYS):
+        online = None
     if online is not None:     # tiles of rows as a lone GEMM's: no whole rows to hold
         t = replace(t, tile_m=_row_tile(t.batch, t.m, TILE_M, device.units))
+    if lc.tile_m:
+        t = replace(t, tile_m=_set_tile("tile_m", lc.tile_m, t.m, 1))
     return replace(sub, gemm=replace(t, views=views),
                    then=SecondGemm(p, b, n, d, mm2.outputs[0],
                                    _written_through(g, mm2, after) if after else None,
@@ -372,8 +440,9 @@ def _online_softmax(g: Graph, first, mm, t: GemmShape, p: str, io) -> OnlineSoft
     ``z``, then exactly the softmax of ``z`` over the last axis giving ``p`` (read by
     nothing but the second product), and the rows are long (ONLINE_MIN_KEYS keys or
     more: whole rows of scores then leave tiles of few rows, each reading all of K and
-    V for them). None otherwise: the whole-row epilogue takes any row reduction."""
-    if t.n < ONLINE_MIN_KEYS or tuple(io.outputs) != (p,):
+    V for them: the caller's rule, a launch may say otherwise). None otherwise: the
+    whole-row epilogue takes any row reduction."""
+    if tuple(io.outputs) != (p,):
         return None
     epi = [n for n in first if n is not mm and n.id not in t.views]
     div = g.producer.get(p)
@@ -459,7 +528,8 @@ def _written_through(g: Graph, mm, chain) -> Operand:
     return Operand(end, view)
 
 
-def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
+def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
+          lc: GemmLaunch = GemmLaunch()) -> Schedule:
     """A convolution as a GEMM (implicit im2col): per batch item and group, the
     group's filters [K, C x taps] times its input channels' patches [C x taps,
     positions], the patches of each column tile gathered into a per-thread buffer, then
@@ -513,6 +583,15 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv) -> Schedule:
     tile_n = min(positions, max(TILE_ALIGN, IM2COL_TILE // depth))
     col_tiles = min(positions, _for_cores(n * group, -(-positions // tile_n), device.units))
     tile_n = max(1, -(-positions // col_tiles))
+    if lc.tile_m or lc.blas != -1 or lc.online != -1:
+        raise FusionRefused(f"{conv.id} ({conv.op}) as a GEMM takes tile_n only: its tiles "
+                            "hold every filter (tile_m), its products are sgemm's (blas) "
+                            "and it has no softmax (online)")
+    if lc.tile_n:
+        tile_n = _set_tile("tile_n", lc.tile_n, positions, 1)
+        if depth * tile_n > 4 * IM2COL_TILE:
+            raise FusionRefused(f"tile_n={lc.tile_n}: {depth} x {tile_n} patches would not "
+                                "fit a thread's buffer")
     t = GemmShape(n * group, k, positions, depth, a, Operand(conv.inputs[0], a.view), k,
                   tile_n, conv.outputs[0], dest, epilogue_ops=len(rest) + (len(conv.inputs) == 3),
                   im2col=cols, col_axes=d)
@@ -535,7 +614,8 @@ def packs(g: Graph, b: Operand, device: Device) -> str:
 
 
 def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
-            whole_rows: bool = False, packed: str = "") -> GemmShape:
+            whole_rows: bool = False, packed: str = "",
+            lc: GemmLaunch = GemmLaunch()) -> GemmShape:
     """The problem as batched GEMMs, cut into tiles: rows up to TILE_M, and columns
     cut so the tile count is a multiple of the cores (no core idles in the last
     round) where that keeps tiles at least TILE_ALIGN wide (PANEL when B is
@@ -555,6 +635,11 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
         # cores, one core doing 3 (a GEMM + LayerNorm kernel of Wav2Vec2 took 1.35 ms
         # where the same GEMM without the LayerNorm, in 10 tiles, took 0.96)
         tile_m = _row_tile(batch, m, max(1, 2 * TILE_M * TILE_N // max(n, 1)), units)
+        if lc.tile_n:
+            raise FusionRefused("tile_n: this GEMM's epilogue reduces rows, so every tile "
+                                "spans all columns; set tile_m")
+        if lc.tile_m:
+            tile_m = _set_tile("tile_m", lc.tile_m, m, 1)
         return GemmShape(batch, m, n, k, a, b, tile_m, max(n, 1), result, dest,
                          packed_b=packed)
     # rows cut evenly (130 rows are two tiles of 65, not 128 and 2: a static schedule
@@ -562,7 +647,22 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
     tile_m = max(1, -(-m // -(-m // TILE_M))) if m else 1
     col_tiles = _for_cores(batch * -(-m // tile_m), max(1, -(-n // TILE_N)), units)
     tile_n = max(1, min(n, _round_up(-(-n // col_tiles), PANEL if packed else TILE_ALIGN)))
+    if lc.tile_m:
+        tile_m = _set_tile("tile_m", lc.tile_m, m, 1)
+    if lc.tile_n:
+        tile_n = _set_tile("tile_n", lc.tile_n, n, PANEL if packed else 1)
     return GemmShape(batch, m, n, k, a, b, tile_m, tile_n, result, dest, packed_b=packed)
+
+
+def _set_tile(name: str, value: int, extent: int, align: int) -> int:
+    """A tile size a launch sets: at most the extent (a larger one is the extent), and
+    a multiple of ``align`` unless it spans the whole extent."""
+    value = min(value, max(extent, 1))
+    if value % align and value < extent:
+        raise FusionRefused(f"{name}={value}: B is packed into panels of {align} columns "
+                            f"for the micro-kernel, so tiles are a multiple of {align} wide "
+                            f"(or all {extent} columns)")
+    return value
 
 
 def _row_tile(batch: int, m: int, cap: int, units: int) -> int:

@@ -293,9 +293,11 @@ class Plan:
 
     def set_launch(self, ref: str, planner: str = "manual", **params: int) -> "Plan":
         """The plan with the kernel holding ``ref`` launched with these parameters
-        (``threads``, ``rows_per_block``, ``splits``; what the tuner searches), its
-        mapping and schemes kept; refused with why when the kernel has no such
-        parameter or a value is out of range.
+        (``threads``, ``rows_per_block``, ``splits`` of a row or flat kernel; a GEMM
+        kernel's ``tile_m``, ``tile_n``, ``blas`` and ``online``, see
+        :class:`~.gemm.GemmLaunch`; what the tuner searches), its mapping and schemes
+        kept; refused with why when the kernel has no such parameter or a value is out
+        of range.
 
         >>> plan.set_launch("k0", threads=128).group("k0").schedule.threads  # doctest: +SKIP
         128
