@@ -5,6 +5,7 @@ against onnxruntime and torch eager, side by side in one run.
     .venv/bin/python benchmarks/models.py                       # every zoo model
     .venv/bin/python benchmarks/models.py --models gpt2 llama vit --repeats 30
     .venv/bin/python benchmarks/models.py --blas off 1 all       # thread arrangements
+    .venv/bin/python benchmarks/models.py --tune --models bert    # + the tuned stitch plan
 
 Per model: build (transformers config class, small random weights), export with
 ``torch.onnx.export`` (default exporter and opset), then
@@ -95,9 +96,11 @@ def blas_arg(v: str):
 
 
 # -- one model ---------------------------------------------------------------------
-def prepare_model(name: str, folder: Path, blas: list, size: str) -> tuple[dict, dict]:
+def prepare_model(name: str, folder: Path, blas: list, size: str,
+                  tune: bool = False) -> tuple[dict, dict]:
     """Build, export, import, plan and compile one model. Returns its record and the
-    runnable methods (label -> zero-argument call returning output name -> array)."""
+    runnable methods (label -> zero-argument call returning output name -> array).
+    ``tune``: the stitch plan tuned too (``Session.tune``), one more method."""
     import torch
 
     import workbench as wb
@@ -141,6 +144,15 @@ def prepare_model(name: str, folder: Path, blas: list, size: str) -> tuple[dict,
                 label = f"workbench {planner}" + ("" if len(blas) == 1 else
                                                   f" blas={'off' if b is None else b}")
                 methods[label] = _workbench_call(prog, inputs, b)
+            if tune and planner == "stitch":
+                _, r["tune_s"] = timed(lambda: s.tune(use_cache=False))
+                r["tuned"] = [{"kernel": t.group, "rule_ms": t.rule_ms, "best_ms": t.best_ms,
+                               "launch": dict(t.chosen.forced_launch),
+                               "mapping": t.chosen.forced_mapping}
+                              for t in s.tuning if t.best_ms < t.rule_ms]
+                tuned = s.program()
+                r["tuned_error_vs_torch"] = rel_error(tuned.run(inputs), want)
+                methods[f"workbench {planner} tuned"] = _workbench_call(tuned, inputs, blas[0])
         except Exception as e:
             r["error"] = first_line(e)
             r["traceback_tail"] = traceback.format_exc()[-1500:]
@@ -294,6 +306,19 @@ def markdown(res: dict) -> str:
                                        else f" ({ort / v:.2f}x)"))
         lines.append(f"| {r['model']} | {r.get('workbench_graph') or 'none imports'} | "
                      + " | ".join(cells) + " |")
+    tuned = [(r["model"], p) for r in res["models"]
+             for p in [(r.get("planners") or {}).get("stitch", {})] if "tune_s" in p]
+    if tuned:
+        lines += ["", "## Tuning the stitch plan (Session.tune, searched in this run)", "",
+                  "| model | tune s | kernels retuned: rule ms -> tuned ms (launch) | error |",
+                  "|---|---|---|---|"]
+        for model, p in tuned:
+            moved = "; ".join(
+                f"{t['kernel']} {t['rule_ms']:.3f} -> {t['best_ms']:.3f} ("
+                + (", ".join(f"{k}={v}" for k, v in t["launch"].items())
+                   or f"mapping {t['mapping']}") + ")" for t in p["tuned"]) or "none"
+            lines.append(f"| {model} | {p['tune_s']:.1f} | {moved} "
+                         f"| {fmt(p.get('tuned_error_vs_torch'), '{:.1e}')} |")
     if res.get("notes"):
         lines += ["", *res["notes"]]
     return "\n".join(lines) + "\n"
@@ -309,6 +334,9 @@ def main(argv=None) -> int:
     ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
     ap.add_argument("--blas", nargs="+", default=["1"],
                     help="BLAS thread arrangements for the workbench: off, all, or a count")
+    ap.add_argument("--tune", action="store_true",
+                    help="also time the stitch plan after Session.tune (its search not "
+                         "cached: every kernel measured in this run)")
     ap.add_argument("--warm-cache", action="store_true",
                     help="keep $WORKBENCH_CACHE (default: a fresh one, compile is cold)")
     ap.add_argument("--shared", action="store_true",
@@ -332,7 +360,7 @@ def main(argv=None) -> int:
     for name in a.models:
         log(f"{name}: build, export, import, plan, compile")
         try:
-            rec, methods = prepare_model(name, tmp, blas, a.size)
+            rec, methods = prepare_model(name, tmp, blas, a.size, a.tune)
         except Exception as e:
             rec, methods = {"model": name, "error": first_line(e)}, {}
             log(f"  {name}: {first_line(e)}")
