@@ -17,8 +17,9 @@ Per model: build (transformers config class, small random weights), export with
   ``--warm-cache``), the kernel count and the error against torch;
 - **latency**: median milliseconds of one whole call -- the workbench program's
   ``run`` (inputs in, outputs out, fresh poisoned outputs and the intermediates the
-  program keeps between calls, as a user's call has them; ``runtime/program.py``), onnxruntime's ``InferenceSession.run`` (CPU provider, default session
-  options) and the torch module under ``no_grad``. The methods are timed in
+  program keeps between calls, as a user's call has them; ``runtime/program.py``),
+  onnxruntime's ``InferenceSession.run`` (CPU provider, default session options) and
+  the torch module under ``no_grad``. The methods are timed in
   alternation: each round runs every method ``--inner`` times back to back (the first
   call of each block is discarded, and each block starts after a 0.2 s pause, so a
   thread pool still spinning from the previous method does not land on the next),

@@ -488,6 +488,7 @@ def _conv1d_relu():
     (_ffn_layernorm, {"tile_n": 64}, "spans all columns"),
     (_attention, {"online": 1, "blas": 1}, "no online form"),
     (_conv1d_relu, {"tile_m": 4}, "takes tile_n only"),
+    (_conv1d_relu, {"tile_n": 300_000}, None),           # the whole extent: allowed
 ])
 def test_gemm_launch_refused_with_the_reason(make, params, why, monkeypatch):
     """A parameter the kernel does not take, or a value it cannot honour, is refused
@@ -497,9 +498,26 @@ def test_gemm_launch_refused_with_the_reason(make, params, why, monkeypatch):
     s = Session(make(), backend="cpu")
     s.auto("rules")
     before = s.plan
+    if why is None:
+        s.set_launch(_gemm_groups(s)[0].nodes[0], **params)
+        return
     with pytest.raises(FusionRefused, match=why):
         s.set_launch(_gemm_groups(s)[0].nodes[0], **params)
     assert s.plan is before
+
+
+def test_a_tile_too_large_for_a_threads_buffers_is_refused(monkeypatch):
+    """A fused attention's scores live on each thread's stack: a tile_m past
+    THREAD_SCRATCH is refused, not a crash."""
+    from workbench.errors import FusionRefused
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(gemm, "THREAD_SCRATCH", 40 * 90)
+    s = Session(_attention(), backend="cpu")
+    s.auto("rules")
+    ref = _gemm_groups(s)[0].nodes[0]
+    s.set_launch(ref, tile_m=40)
+    with pytest.raises(FusionRefused, match="more than 3600"):
+        s.set_launch(ref, tile_m=41)
 
 
 def test_blas_0_is_refused_where_no_micro_kernel_runs(monkeypatch):

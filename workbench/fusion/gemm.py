@@ -73,6 +73,9 @@ PACK_MIN_VECTOR_BYTES = 32
 # a convolution's gathered patches per tile (each thread's own buffer): 128K float32,
 # 512 KB, within a core's L2
 IM2COL_TILE = 128 * 1024
+# the most floats a thread's own buffers of one tile may hold (on its stack: a
+# convolution's patches, a fused attention's scores and output rows), 2 MB
+THREAD_SCRATCH = 4 * IM2COL_TILE
 CONVS = ("conv", "conv2d")
 GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
 
@@ -416,6 +419,10 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
         t = replace(t, tile_m=_row_tile(t.batch, t.m, TILE_M, device.units))
     if lc.tile_m:
         t = replace(t, tile_m=_set_tile("tile_m", lc.tile_m, t.m, 1))
+        held = t.tile_m * ((online.block + d) if online is not None else t.n)
+        if held > THREAD_SCRATCH:
+            raise FusionRefused(f"tile_m={lc.tile_m}: each thread would hold {held} floats "
+                                f"of scores and output rows, more than {THREAD_SCRATCH}")
     return replace(sub, gemm=replace(t, views=views),
                    then=SecondGemm(p, b, n, d, mm2.outputs[0],
                                    _written_through(g, mm2, after) if after else None,
@@ -571,7 +578,7 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                   tuple(w.shape[2:]), tuple(shape[2:]), tuple(strides), tuple(dil),
                   tuple(pads[:d]))
     positions, depth = math.prod(shape[2:]), cols.rows
-    if depth * min(positions, TILE_ALIGN) > 4 * IM2COL_TILE:
+    if depth * min(positions, TILE_ALIGN) > THREAD_SCRATCH:
         raise FusionRefused(f"{conv.id} ({conv.op}): {depth} weights per filter; even "
                             f"{TILE_ALIGN} positions of patches would not fit a thread's "
                             "buffer, so it stays a library call")
@@ -589,7 +596,7 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                             "and it has no softmax (online)")
     if lc.tile_n:
         tile_n = _set_tile("tile_n", lc.tile_n, positions, 1)
-        if depth * tile_n > 4 * IM2COL_TILE:
+        if depth * tile_n > THREAD_SCRATCH:
             raise FusionRefused(f"tile_n={lc.tile_n}: {depth} x {tile_n} patches would not "
                                 "fit a thread's buffer")
     t = GemmShape(n * group, k, positions, depth, a, Operand(conv.inputs[0], a.view), k,
