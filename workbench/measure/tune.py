@@ -44,7 +44,7 @@ TUNED = (ScheduleKind.elementwise, ScheduleKind.row_reduce, ScheduleKind.gemm)
 # keep the rule's choice unless a candidate is this much faster (timing noise), first
 # measured and again in CONFIRM_ROUNDS alternating rounds with the rule
 MIN_GAIN = 0.03
-CONFIRM_ROUNDS = 3
+CONFIRM_ROUNDS = 4
 TUNER_VERSION = 3      # part of the cache key: a new search invalidates old answers
 TUNE_COLUMNS = ["candidate", "mapping", "threads", "rows_per_block", "splits", "ms",
                 "GBps", "ok", "chosen"]
@@ -231,12 +231,14 @@ def tune_group(plan: Plan, group: Group, backend, env: dict, warmup: int = 2,
 
 def _confirmed(rule, entry, warmup: int, repeats: int) -> bool:
     """Whether a candidate that timed faster than the rule still is, by MIN_GAIN, when
-    the two are timed again in alternation (CONFIRM_ROUNDS rounds, the median of each):
+    the two are timed again in alternation (CONFIRM_ROUNDS rounds, the median of each;
+    which goes first swaps every round, so a bias of the first or second slot cancels):
     a host's load moves single timings by more than that (2 CPU cores shared with other
     jobs: 10-20%), and a candidate that won once by luck would be cached for good."""
     times = ([], [])
-    for _ in range(CONFIRM_ROUNDS):
-        for i, (_, _, _, seq, dev_env) in enumerate((rule, entry)):
+    for r in range(CONFIRM_ROUNDS):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            _, _, _, seq, dev_env = (rule, entry)[i]
             times[i].append(seq.time_env(dev_env, warmup, repeats)[0][0])
     return float(np.median(times[1])) < float(np.median(times[0])) * (1 - MIN_GAIN)
 
