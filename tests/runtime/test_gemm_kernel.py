@@ -151,6 +151,7 @@ def test_online_softmax_on_random_shapes(seed, shape, monkeypatch):
     from workbench.runtime import random_inputs, run_reference
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
     monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 1)
+    monkeypatch.setattr(gemm, "ATTENTION_PACK_MIN_KEYS", 1)   # K and V packed: online
     rng = np.random.default_rng(100 + seed)
     n, h, q, keys, d, dk = shape
     scale = float(rng.uniform(0.05, 1.0))
@@ -179,7 +180,8 @@ def test_online_softmax_on_random_shapes(seed, shape, monkeypatch):
 
 def test_online_softmax_is_taken_only_where_it_fits(monkeypatch):
     """Rows of ONLINE_MIN_KEYS keys or more, the epilogue exactly a softmax of the
-    logits, K and V packed by the micro-kernel; else whole rows of scores per tile."""
+    logits, K and V packed by the micro-kernel (which the rule does from
+    ATTENTION_PACK_MIN_KEYS keys); else whole rows of scores per tile."""
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
 
     def online(g):
@@ -199,6 +201,21 @@ def test_online_softmax_is_taken_only_where_it_fits(monkeypatch):
     assert online(_long_attention(normalize=plain_sum)) == [None]
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)     # sgemm per tile
     assert online(_long_attention()) == [None]
+
+
+def test_attention_packs_k_and_v_only_for_long_rows(monkeypatch):
+    """K and V packed by every run from ATTENTION_PACK_MIN_KEYS keys (each pack then
+    serves many row tiles); below, sgemm per tile in tiles of at most ATTENTION_ROWS
+    whole rows (what measured faster in the zoo's models)."""
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    for make, packed in [(_attention, ""), (_long_attention, "per run")]:
+        s = Session(make(), backend="cpu")
+        s.auto("rules")
+        sched = _gemm_groups(s)[0].schedule
+        assert (sched.gemm.packed_b, sched.then.packed) == (packed, packed), make.__name__
+        if not packed:    # (the packed one runs in the online-softmax tests above)
+            assert sched.gemm.tile_m <= gemm.ATTENTION_ROWS < sched.gemm.m
+            _check(s)
 
 
 def _attention_scale(g, ins) -> dict:
@@ -242,9 +259,14 @@ def test_gemm_kernel_matches_reference(make, planner, packing):
     s.auto(planner)
     assert len(s.plan.groups) == 1 and _gemm_groups(s), s.plan.describe()
     constant_b = make in (_ffn_gelu, _ffn_residual, _ffn_layernorm, _conv1d_gelu)
-    assert s.plan.groups[0].schedule.gemm.packed_b == (
-        "" if not packing else "once" if constant_b else "per run")
-    if make is _attention:      # V too, by every run
+    # the rule packs a weight once; an activation is sgemm's unless asked (blas=0),
+    # which packs it by every run (K and V too)
+    assert s.plan.groups[0].schedule.gemm.packed_b == ("once" if packing and constant_b
+                                                       else "")
+    if packing and not constant_b:
+        s.set_launch(s.plan.groups[0].nodes[0], blas=0)
+        assert s.plan.groups[0].schedule.gemm.packed_b == "per run"
+    if make is _attention:      # V with K
         assert s.plan.groups[0].schedule.then.packed == ("per run" if packing else "")
     rows = make in (_ffn_layernorm, _masked_scores_softmax, _attention)
     assert (s.plan.groups[0].schedule.then is not None) == (make is _attention)
@@ -309,6 +331,7 @@ def test_a_program_of_packed_gemms_leaves_blas_alone(monkeypatch):
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
     s = Session(_attention(), backend="cpu")
     s.auto("rules")
+    s.set_launch(s.plan.groups[0].nodes[0], blas=0)
     prog = s.program()
     assert [(ck.kernel.blas, ck.kernel.host_only) for ck in prog.compiled] == [("", True)]
     assert not prog.calls_blas
@@ -373,13 +396,14 @@ def test_torch_blocks_through_onnx(onnx_blocks, block, planner):
 
 def test_packed_b_is_chosen_for_a_constant_on_wide_vectors():
     """B packed only where it pays, on a CPU whose compiler targets 256-bit vectors or
-    wider: once where B is a constant (a weight: packed once serves every run), by
-    every run where it is an input (the attention's keys), and not where B's batch is
-    broadcast in part; a GPU plan has no GEMM kernel."""
+    wider: once where B is a constant (a weight: packed once serves every run); where
+    it is an input (the attention's keys) it could be packed by every run
+    (``gemm.packs``) but the rule leaves it to sgemm (the online softmax aside), and
+    not where B's batch is broadcast in part; a GPU plan has no GEMM kernel."""
     from workbench.fusion.devices import H100
     from workbench.fusion.planners import run_planner
     from workbench.runtime.calibrate import cpu_device
-    for make, pack in [(_ffn_gelu, "once"), (_attention_scores, "per run")]:
+    for make, pack in [(_ffn_gelu, "once"), (_attention_scores, "")]:
         g = make()
         for width, want in [(64, pack), (32, pack), (16, ""), (0, "")]:
             plan, _ = run_planner("rules", g, device=cpu_device().with_(vector_bytes=width))
@@ -388,6 +412,8 @@ def test_packed_b_is_chosen_for_a_constant_on_wide_vectors():
             assert sched.gemm.packed_b == want, (make.__name__, width)
             assert (f"B packed {pack}" in sched.describe()) == bool(want)
     wide = cpu_device().with_(vector_bytes=64)
+    kt = gemm.Operand.whole("kt", (2, 3, 16, 24))
+    assert gemm.packs(_attention_scores(), kt, wide) == "per run"
     k = gemm.Operand(
         "k", MatrixView(0, ((2, 0), (3, 96 * 8)), 8, 96, 1, 8))   # [2 (broadcast), 3]
     assert gemm.packs(_attention_scores(), k, wide) == ""

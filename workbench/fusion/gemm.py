@@ -118,15 +118,20 @@ class GemmLaunch:
                                     + ("(0 or 1)" if flag else "(a positive count)"))
         return GemmLaunch(**launch)
 
-    def packs(self, rule: str, what: str) -> str:
-        """The rule's ``packs`` answer for B as this launch overrides it."""
+    def packs(self, can: str, what: str, per_run: bool = False) -> str:
+        """How B (``what``) is multiplied, given how it can be packed (``can``, see
+        ``packs``): the rule packs a constant once, and an activation by every run
+        only where the caller needs it packed (``per_run``: the online softmax);
+        ``blas`` overrides either way."""
         if self.blas == 1:
             return ""
-        if self.blas == 0 and not rule:
-            raise FusionRefused(f"blas=0: {what} is multiplied by sgemm here (the "
-                                "micro-kernel needs wide vectors and B packed per batch "
-                                "item); there is no micro-kernel to choose")
-        return rule
+        if self.blas == 0:
+            if not can:
+                raise FusionRefused(f"blas=0: {what} is multiplied by sgemm here (the "
+                                    "micro-kernel needs wide vectors and B packed per batch "
+                                    "item); there is no micro-kernel to choose")
+            return can
+        return can if can == PACK_ONCE or per_run else ""
 
 
 # the launch parameters of a GEMM kernel (GemmLaunch's fields)
@@ -139,11 +144,13 @@ RowAnalysis = Callable[[tuple], Schedule]
 
 
 def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
-                 rows: RowAnalysis | None = None, launch=()) -> Schedule:
+                 rows: RowAnalysis | None = None, launch=(), *,
+                 per_run: bool = False) -> Schedule:
     """The gemm schedule of a group holding a matmul (see the module docstring), or
     FusionRefused naming the op and the rule it breaks. ``rows`` analyses an epilogue
     that reduces rows; without it such an epilogue is refused. ``launch``: the
-    parameters set in place of the rule's (see :class:`GemmLaunch`)."""
+    parameters set in place of the rule's (see :class:`GemmLaunch`). ``per_run``: an
+    activation B is packed by every run (fused attention's online softmax needs it)."""
     lc = launch if isinstance(launch, GemmLaunch) else GemmLaunch.parse(launch)
     libs = [n for n in ns if get_op(n.op).kind is Kind.opaque]
     if len(libs) == 1 and libs[0].op in CONVS:
@@ -199,7 +206,7 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
                             "or shape")
     a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
     tiling = _tiling(shape, a, b, result, dest, device.units, row is not None,
-                     lc.packs(packs(g, b, device), f"{mm.id}'s right operand"), lc)
+                     lc.packs(packs(g, b, device), f"{mm.id}'s right operand", per_run), lc)
     return Schedule(ScheduleKind.gemm, elements=out.numel,
                     gemm=replace(tiling, epilogue_ops=len(ns) - 1,
                                  views=tuple(v.id for v in views)), epilogue=row)
@@ -385,8 +392,17 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     io1 = replace(io1, outputs=tuple(o for o in io1.outputs if o in g.outputs or any(
         c.id not in members or (c.id not in mine and c is not mm2) for c in g.consumers[o])
         or o == p))
+    # K and V packed by every run for the micro-kernel where the rows are long (each
+    # pack then serves a head's many row tiles; the online softmax needs it), else
+    # multiplied by sgemm per tile. Side by side in the zoo's models (2 cores, small
+    # size), the fused attention kernel: 65 keys (ViT) 0.177 ms packed, 0.115 by sgemm
+    # (K's second panel held one key); 128 keys 2-28% faster by sgemm (BERT, GPT-2,
+    # Whisper, LLaMA); 639 keys (Wav2Vec2) 6.81 packed, 7.3 by sgemm
+    keys = g.value(mm1.outputs[0]).shape[-1]
+    per_run = lc.online == 1 or keys >= ATTENTION_PACK_MIN_KEYS
     # (the first product's tiles are set below, once the softmax's form is known)
-    sub = analyze_gemm(g, first, io1, device, rows, replace(lc, tile_m=0, online=-1))
+    sub = analyze_gemm(g, first, io1, device, rows, replace(lc, tile_m=0, online=-1),
+                       per_run=per_run)
     t = sub.gemm
     if sub.epilogue is None or t.dest != p:
         raise FusionRefused(f"{mm2.id} (matmul) joins a GEMM kernel only after an epilogue "
@@ -404,9 +420,10 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     b = operand(g, mm2, v, members, out.shape)
     n, d = vv.shape[-2:]
     views = t.views + tuple(x.id for x in v_views + after if x.id not in t.views)
-    # V is packed by every run where the micro-kernel multiplies (a constant V too:
-    # the probabilities are never a weight's partner in a model)
-    v_packed = PACK_PER_RUN if lc.packs(packs(g, b, device), f"{mm2.id}'s V") else ""
+    # V is packed by every run with K (a constant V too: the
+    # probabilities are never a weight's partner in a model)
+    v_packed = (PACK_PER_RUN if lc.packs(packs(g, b, device), f"{mm2.id}'s V", per_run)
+                else "")
     online = _online_softmax(g, first, mm1, t, p, io1) if t.packed_b and v_packed else None
     if lc.online == 1 and online is None:
         raise FusionRefused(f"online=1: the softmax before {mm2.id} (matmul) has no online "
@@ -417,6 +434,9 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
         online = None
     if online is not None:     # tiles of rows as a lone GEMM's: no whole rows to hold
         t = replace(t, tile_m=_row_tile(t.batch, t.m, TILE_M, device.units))
+    elif not t.packed_b:       # sgemm's whole rows: at most ATTENTION_ROWS of them
+        t = replace(t, tile_m=_row_tile(t.batch, t.m, min(ATTENTION_ROWS, t.tile_m),
+                                        device.units))
     if lc.tile_m:
         t = replace(t, tile_m=_set_tile("tile_m", lc.tile_m, t.m, 1))
         held = t.tile_m * ((online.block + d) if online is not None else t.n)
@@ -429,6 +449,13 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
                                    v_packed, online))
 
 
+# the fewest keys for which a fused attention packs K and V by every run (see
+# _attention), and the rows per tile of sgemm's whole rows of scores below that (fewer
+# where the rows are long, see _tiling): LLaMA's attention (128 keys) 0.257 ms in tiles
+# of 64 rows, 0.305 in one of 128; BERT, GPT-2 and Whisper within 3% either way; ViT
+# (65 keys) 0.115 in two tiles, 0.105 in one
+ATTENTION_PACK_MIN_KEYS = 256
+ATTENTION_ROWS = 64
 # keys per block of the online softmax (four panels of the packed Kᵀ), and the fewest
 # keys for which it replaces whole rows of scores per tile. Measured on 2 cores (4
 # heads of 64, side by side): whole rows 146 ms at 4096 keys against 126 online (124
@@ -606,12 +633,14 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
 
 
 def packs(g: Graph, b: Operand, device: Device) -> str:
-    """How B is multiplied (``GemmShape.packed_b``): by the micro-kernel where the
-    compiler targets vectors wide enough for it to win (PACK_MIN_VECTOR_BYTES) --
-    packed once where B is a constant serving every batch item (a weight), else packed
-    by every run, one pack per batch item -- or "" (BLAS sgemm per tile) on narrower
-    vectors, on a GPU, and where B's batch is broadcast in part (one matrix for some
-    batch items, distinct ones for others: a pack per item would repeat data)."""
+    """How B can meet the micro-kernel (``GemmShape.packed_b``), where the compiler
+    targets vectors wide enough for it to win (PACK_MIN_VECTOR_BYTES): packed once
+    where B is a constant serving every batch item (a weight), else packed by every
+    run, one pack per batch item -- or "" (BLAS sgemm per tile) on narrower vectors, on
+    a GPU, and where B's batch is broadcast in part (one matrix for some batch items,
+    distinct ones for others: a pack per item would repeat data). Whether an
+    activation is packed is the caller's (``GemmLaunch.packs``: only for the online
+    softmax, unless tuned)."""
     if device.is_gpu or device.vector_bytes < PACK_MIN_VECTOR_BYTES:
         return ""
     v = b.view

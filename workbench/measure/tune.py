@@ -103,15 +103,16 @@ def candidates(group: Group) -> list[Candidate]:
 
 def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     """A GEMM kernel's alternatives to the rule: sgemm per tile where the micro-kernel
-    multiplies; the other form of a fused attention's softmax; tiles of half and twice
-    the rule's rows, and of half and twice its columns (whole-row tiles: rows only; a
-    convolution: columns only). Sizes the kernel refuses (a packed B's tiles in whole
-    panels) are dropped when the group is made."""
+    multiplies, the micro-kernel (B packed) where sgemm does; the other form of a
+    fused attention's softmax; tiles of half and twice the rule's rows, and of half
+    and twice its columns (whole-row tiles: rows only; a convolution: columns only).
+    What the kernel refuses (no micro-kernel here, a packed B's tiles not in whole
+    panels, no online form) is dropped when the group is made."""
     t = s.gemm
     out = []
-    if t.packed_b and t.im2col is None:
-        out.append((("blas", 1),))
-    if s.then is not None and t.packed_b and s.then.packed:
+    if t.im2col is None:
+        out.append((("blas", 1 if t.packed_b else 0),))
+    if s.then is not None:
         out.append((("online", 0 if s.then.online else 1),))
     rows = t.im2col is None
     cols = s.epilogue is None
