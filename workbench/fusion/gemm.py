@@ -30,8 +30,9 @@ is in cache, each element read before the same element is written, by the same t
 
 Only the CPU backend runs it so far (inside the kernel's OpenMP loop, each tile's
 product by the generated micro-kernel against B packed -- once where B is a constant,
-by every run before the tiles where it is not -- where the vectors are wide enough
-(``packs``), else by a single-threaded BLAS sgemm); on a
+by every run before the tiles for a fused attention's K and V over long rows -- where
+the vectors are wide enough (``packs``, ``GemmLaunch.packs``), else by a
+single-threaded BLAS sgemm); on a
 GPU the template is refused and the matmul stays a cuBLAS call.
 
     >>> analyze_gemm(g, ("n0", "n1", "n2"), cpu)      # doctest: +SKIP
@@ -121,8 +122,8 @@ class GemmLaunch:
     def packs(self, can: str, what: str, per_run: bool = False) -> str:
         """How B (``what``) is multiplied, given how it can be packed (``can``, see
         ``packs``): the rule packs a constant once, and an activation by every run
-        only where the caller needs it packed (``per_run``: the online softmax);
-        ``blas`` overrides either way."""
+        only where the caller asks (``per_run``: a fused attention's K and V from
+        ATTENTION_PACK_MIN_KEYS keys); ``blas`` overrides either way."""
         if self.blas == 1:
             return ""
         if self.blas == 0:
@@ -150,7 +151,8 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     FusionRefused naming the op and the rule it breaks. ``rows`` analyses an epilogue
     that reduces rows; without it such an epilogue is refused. ``launch``: the
     parameters set in place of the rule's (see :class:`GemmLaunch`). ``per_run``: an
-    activation B is packed by every run (fused attention's online softmax needs it)."""
+    activation B is packed by every run (a long fused attention's K, see
+    ``_attention``)."""
     lc = launch if isinstance(launch, GemmLaunch) else GemmLaunch.parse(launch)
     libs = [n for n in ns if get_op(n.op).kind is Kind.opaque]
     if len(libs) == 1 and libs[0].op in CONVS:
@@ -420,8 +422,8 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     b = operand(g, mm2, v, members, out.shape)
     n, d = vv.shape[-2:]
     views = t.views + tuple(x.id for x in v_views + after if x.id not in t.views)
-    # V is packed by every run with K (a constant V too: the
-    # probabilities are never a weight's partner in a model)
+    # V is packed by every run with K (a constant V too: the probabilities are never
+    # a weight's partner in a model)
     v_packed = (PACK_PER_RUN if lc.packs(packs(g, b, device), f"{mm2.id}'s V", per_run)
                 else "")
     online = _online_softmax(g, first, mm1, t, p, io1) if t.packed_b and v_packed else None
@@ -639,8 +641,8 @@ def packs(g: Graph, b: Operand, device: Device) -> str:
     run, one pack per batch item -- or "" (BLAS sgemm per tile) on narrower vectors, on
     a GPU, and where B's batch is broadcast in part (one matrix for some batch items,
     distinct ones for others: a pack per item would repeat data). Whether an
-    activation is packed is the caller's (``GemmLaunch.packs``: only for the online
-    softmax, unless tuned)."""
+    activation is packed is the caller's (``GemmLaunch.packs``: a long attention's K
+    and V, or ``blas=0``)."""
     if device.is_gpu or device.vector_bytes < PACK_MIN_VECTOR_BYTES:
         return ""
     v = b.view
