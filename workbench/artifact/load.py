@@ -265,7 +265,8 @@ class ArtifactModel:
         env = r.execute(named)
         if on_gpu:
             return {t.name: env[t.name] for t in self.outputs}
-        return {t.name: r.backend.to_numpy(env[t.name]) for t in self.outputs}
+        return {t.name: r.backend.to_numpy(env[t.name], DType.of(t.dtype))
+                for t in self.outputs}
 
     def as_torch_module(self):
         """A ``torch.nn.Module`` running this model on tensors (through DLPack)."""

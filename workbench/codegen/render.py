@@ -140,12 +140,20 @@ class CRenderer:
 
     def to_compute(self, dtype: DType, src: str) -> str:
         """A stored element converted to its compute type."""
+        if dtype is DType.bfloat16:     # (its bits, in an unsigned short)
+            return f"wb_bf16_load({src})"
         return f"({dtype.c_compute}){src}"
+
+    def to_storage(self, dtype: DType, expr: str) -> str:
+        """A computed value converted to its storage type."""
+        if dtype is DType.bfloat16:
+            return f"wb_bf16_store({expr})"
+        return f"({self.storage[dtype]})({expr})"
 
     def store(self, s: Store) -> str:
         if isinstance(s.buf, Scratch) and s.buf.source is not None:
             return ""        # (see load: the CPU reads the input again)
-        return f"{s.buf.name}[{s.offset}] = ({self.storage[s.buf.dtype]})({s.expr});"
+        return f"{s.buf.name}[{s.offset}] = {self.to_storage(s.buf.dtype, s.expr)};"
 
     ROW_TILE = CPU_ROW_TILE   # rows a CPU thread walks together in a thread-per-row kernel
 
@@ -383,10 +391,9 @@ class CudaRenderer(CRenderer):
         return f"{s.buf.name}[{s.offset}] = {self.to_storage(s.buf.dtype, s.expr)};"
 
     def to_storage(self, dtype: DType, expr: str) -> str:
-        """A computed value converted to its storage type."""
         if dtype is DType.float16:
             return f"__float2half({expr})"
-        return f"({self.storage[dtype]})({expr})"
+        return super().to_storage(dtype, expr)
 
     def shared_decls(self, k: Kernel) -> list[str]:
         # scratch per block reduction: one partial per warp, plus the broadcast result;
@@ -515,40 +522,46 @@ class CudaRenderer(CRenderer):
             x.vector * x.buf.dtype.itemsize, "")
 
     def _vector_loop(self, s: Loop, depth: int) -> list[str]:
-        """Each thread takes `vector` consecutive elements; float32 buffers read and
-        written at exactly the loop index move as one 16-byte float4."""
+        """Each thread takes `vector` consecutive elements; buffers read and written at
+        exactly the loop index move as one access of them: a 16-byte float4 for
+        float32, 8 bytes (uint2) for float16 and bfloat16."""
         pad = self.indent_unit * depth
         v, n, w = s.var, s.extent, s.vector
-        vec_loads = [x for x in s.body if isinstance(x, Load) and x.offset == v
-                     and x.buf.dtype is DType.float32 and w == 4]
-        vec_stores = [x for x in s.body if isinstance(x, Store) and x.offset == v
-                      and x.buf.dtype is DType.float32 and w == 4]
+
+        def vt(x) -> str:
+            if x.offset != v or not x.buf.dtype.is_float:
+                return ""
+            return "float4" if x.buf.dtype is DType.float32 and w == 4 else self._vector_type(x)
+        vec_loads = [x for x in s.body if isinstance(x, Load) and vt(x)]
+        vec_stores = [x for x in s.body if isinstance(x, Store) and vt(x)]
         base = f"{v}_base"
         ix = _ix(s)
         lines = [pad + f"for ({ix} {base} = (({ix})blockIdx.x * blockDim.x + threadIdx.x) * {w}; "
                        f"{base} < {n}; {base} += ({ix})gridDim.x * blockDim.x * {w}) {{"]
         inner = pad + self.indent_unit
         for ld in vec_loads:
-            lines.append(inner + f"const float4 {ld.var}_v = "
-                                 f"reinterpret_cast<const float4*>({ld.buf.name})[{base} / 4];")
+            lines.append(inner + f"const {vt(ld)} {ld.var}_v = reinterpret_cast<const "
+                                 f"{vt(ld)}*>({ld.buf.name})[{base} / {w}];")
         for st in vec_stores:
-            lines.append(inner + f"float4 {st.buf.name}_v;")
+            lines.append(inner + f"{vt(st)} {st.buf.name}_v;")
         lines.append(inner + "#pragma unroll")
         lines.append(inner + f"for (int {v}_lane = 0; {v}_lane < {w}; ++{v}_lane) {{")
         body_pad = inner + self.indent_unit
         lines.append(body_pad + f"const {ix} {v} = {base} + {v}_lane;")
         for x in s.body:
+            st = self.storage[x.buf.dtype] if x in vec_loads or x in vec_stores else ""
             if x in vec_loads:
-                lines.append(body_pad + f"float {x.var} = "
-                                        f"reinterpret_cast<const float*>(&{x.var}_v)[{v}_lane];")
+                elem = f"reinterpret_cast<const {st}*>(&{x.var}_v)[{v}_lane]"
+                lines.append(body_pad + f"{x.buf.dtype.c_compute} {x.var} = "
+                                        f"{self.to_compute(x.buf.dtype, elem)};")
             elif x in vec_stores:
-                lines.append(body_pad + f"reinterpret_cast<float*>(&{x.buf.name}_v)[{v}_lane] = "
-                                        f"({x.expr});")
+                lines.append(body_pad + f"reinterpret_cast<{st}*>(&{x.buf.name}_v)[{v}_lane] = "
+                                        f"{self.to_storage(x.buf.dtype, x.expr)};")
             else:
                 lines += self.stmts([x], depth + 2)
         lines.append(inner + "}")
         for st in vec_stores:
-            lines.append(inner + f"reinterpret_cast<float4*>({st.buf.name})[{base} / 4] = "
+            lines.append(inner + f"reinterpret_cast<{vt(st)}*>({st.buf.name})[{base} / {w}] = "
                                  f"{st.buf.name}_v;")
         lines.append(pad + "}")
         return lines

@@ -203,7 +203,9 @@ def _analyze_row_group(g, ns, reduces, io, forced: Mapping | None, auto: bool,
                Mapping.split: ("splits", "threads"), Mapping.thread: ()}[mapping]
     rpb = _launch_param(launch, "rows_per_block", rows_per_block(mapping, dom.rows, device.units),
                         what, tunable)
-    threads, vector = _row_tiling(mapping, dom)
+    widest = max((g.value(v).dtype.itemsize for v in io.inputs + io.outputs
+                  if g.value(v).shape == dom.domain), default=4)
+    threads, vector = _row_tiling(mapping, dom, widest)
     threads = _launch_param(launch, "threads", threads, what, tunable)
     registers, cached = _row_storage(g, ns, reduces, io, per_row, dom, mapping, rpb,
                                      threads, vector, device, regional, local)
@@ -216,14 +218,15 @@ def _analyze_row_group(g, ns, reduces, io, forced: Mapping | None, auto: bool,
                     row_registers=registers, gathered=dom.gathered)
 
 
-def _row_tiling(mapping: Mapping, dom: "_RowDomain") -> tuple[int, int]:
+def _row_tiling(mapping: Mapping, dom: "_RowDomain", itemsize: int) -> tuple[int, int]:
     """(threads sharing a row, elements per access) of a row kept on chip: a block's
-    threads or a warp's lanes, float4-wide where the row length allows; (0, 1) for the
-    mappings that do not keep a row in one block."""
+    threads or a warp's lanes, 16 bytes wide where the row length allows (``itemsize``:
+    the widest element of the row-long buffers); (0, 1) for the mappings that do not
+    keep a row in one block."""
     if not mapping.info.on_chip:
         return 0, 1
     threads = 32 if mapping is Mapping.warp else row_threads(dom.cols)
-    return threads, row_vector(dom.cols)
+    return threads, row_vector(dom.cols, itemsize)
 
 
 def _row_domain(g, reduces) -> _RowDomain:

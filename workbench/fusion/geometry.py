@@ -66,9 +66,12 @@ def row_threads(cols: int) -> int:
     return threads
 
 
-def row_vector(cols: int) -> int:
+def row_vector(cols: int, itemsize: int = 4) -> int:
     """Elements one thread moves per access in a row kept in registers: 4 (a 16-byte
-    float4 for float32) when the row length allows, else 1."""
+    float4 for float32) when the row length allows, else 1; 8 when every row-long
+    buffer is 2 bytes wide or less (float16, bfloat16: 16 bytes again)."""
+    if itemsize <= 2 and cols % 8 == 0:
+        return 8
     return 4 if cols % 4 == 0 else 1
 
 

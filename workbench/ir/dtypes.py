@@ -1,14 +1,21 @@
 """Element types the IR supports, and how each is stored and computed.
 
 Storage types are what sits in memory (numpy dtype, C type); the compute type is what
-kernels do arithmetic in. Half precision is loaded into float, computed in float and
-rounded once on store -- the usual practice for memory-bound kernels, and what keeps
-the C and CUDA renderings in agreement.
+kernels do arithmetic in. Half precision (float16, bfloat16) is loaded into float,
+computed in float and rounded once on store -- the usual practice for memory-bound
+kernels, and what keeps the C and CUDA renderings in agreement.
+
+bfloat16 arrays are ml_dtypes' (NumPy has no bfloat16 of its own; importing ml_dtypes
+registers the name, so ``np.dtype("bfloat16")`` works). Kernels store it as its 16
+bits (``unsigned short``) and convert by the helpers ``wb_bf16_load`` /
+``wb_bf16_store`` (round to nearest even), since C compilers before GCC 13 have no
+bfloat16 arithmetic type.
 """
 from __future__ import annotations
 
 import enum
 
+import ml_dtypes  # noqa: F401  (registers np.dtype("bfloat16"))
 import numpy as np
 
 from ..errors import GraphError
@@ -22,6 +29,7 @@ class UnsupportedDType(GraphError, ValueError):
 class DType(enum.Enum):
     float32 = "float32"
     float16 = "float16"
+    bfloat16 = "bfloat16"
     int8 = "int8"
     int16 = "int16"
     int32 = "int32"
@@ -42,7 +50,12 @@ class DType(enum.Enum):
 
     @property
     def is_float(self) -> bool:
-        return self in (DType.float32, DType.float16)
+        return self in (DType.float32, DType.float16, DType.bfloat16)
+
+    @property
+    def is_half(self) -> bool:
+        """A 16-bit float: stored in half precision, computed in float32."""
+        return self in (DType.float16, DType.bfloat16)
 
     @property
     def kind(self) -> str:
@@ -58,7 +71,7 @@ class DType(enum.Enum):
     @property
     def compute(self) -> "DType":
         """The type arithmetic is done in inside a kernel."""
-        return DType.float32 if self is DType.float16 else self
+        return DType.float32 if self.is_half else self
 
     @property
     def short(self) -> str:
@@ -85,6 +98,7 @@ class DType(enum.Enum):
 SHORT_NAMES = {
     DType.float32: "f32",
     DType.float16: "f16",
+    DType.bfloat16: "bf16",
     DType.int8: "i8",
     DType.int16: "i16",
     DType.int32: "i32",
@@ -120,16 +134,20 @@ C_COMPUTE = {
 C_STORAGE = {
     DType.float32: "float",
     DType.float16: "_Float16",
+    DType.bfloat16: "unsigned short",   # its bits; wb_bf16_load / wb_bf16_store convert
     **C_INT,
     DType.bool: "unsigned char",
 }
 
 # Relative error bound accepted when a kernel is compared with the NumPy reference.
 # float16 rounds at every stored intermediate in the reference but only once in a
-# fused kernel, so its bound is loose; integers and booleans must match exactly.
+# fused kernel, so its bound is loose; bfloat16 keeps 8 significant bits against
+# float16's 11 (a rounding is off by up to 2^-9 of the value, not 2^-12), so its bound
+# is looser still: a dozen of its roundings; integers and booleans must match exactly.
 TOLERANCE = {
     DType.float32: 1e-4,
     DType.float16: 2e-2,
+    DType.bfloat16: 5e-2,
     **{d: 0.0 for d in C_INT},
     DType.bool: 0.0,
 }

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import Graph
+from ..ir import DType, Graph
 from ..ops import evaluate_node, magnitude
 from .compare import max_rel_error, tolerance
 
@@ -32,14 +32,18 @@ class KernelCheck:
 
 
 def _up(a: np.ndarray) -> np.ndarray:
-    return a.astype(np.float32) if a.dtype == np.float16 else a
+    """A half-precision array (float16, bfloat16) as float32, exactly."""
+    return a.astype(np.float32) if a.dtype in HALF_NP else a
+
+
+HALF_NP = (DType.float16.np, DType.bfloat16.np)
 
 
 def _reference_env(g: Graph, nodes, env) -> tuple[dict, dict]:
     """The group's values by the reference, from the kernel's real inputs, and the
     magnitude each value's rounding error is bounded by (``ops.magnitude``).
 
-    float16 values are kept in float32 inside the group, as the kernel keeps them: a
+    float16 and bfloat16 values are kept in float32 inside the group, as the kernel keeps them: a
     fused kernel rounds to half precision only when it stores, so a reference that
     rounds after every op would blame the kernel for the reference's own rounding.
     """

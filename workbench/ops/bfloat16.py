@@ -1,37 +1,44 @@
-"""bfloat16, held in float32: ``round_bf16`` rounds a float32 value to bfloat16's
-precision (8 significant bits, round to nearest even; NaN stays NaN, overflow is inf).
+"""bfloat16's bits as array math, and ``round_bf16``.
 
-The workbench has no bfloat16 storage type: an importer holds bfloat16 values in
-float32 (exactly -- every bfloat16 is a float32) and a cast to bfloat16 becomes this
-op, so a model that rounds to bfloat16 rounds here too; its arithmetic then runs in
-float32, more precise than bfloat16 arithmetic between the casts.
+bfloat16 is a storage type of its own (``DType.bfloat16``): NumPy holds it as
+ml_dtypes' bfloat16, and an array module without a bfloat16 type (CuPy) as the same 16
+bits in uint16. :func:`to_bits` / :func:`from_bits` convert between float32 and those
+bits with integer operations any NumPy-like module runs (round to nearest even; NaN
+stays NaN, overflow is inf) -- the arithmetic of the kernels' ``wb_bf16_store`` /
+``wb_bf16_load``.
+
+``round_bf16`` rounds a float32 value to bfloat16's precision and keeps it in float32:
+the op for formats held in float32 that round like bfloat16, and graphs saved before
+bfloat16 storage.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .elementwise import _unary
-from .registry import Helper
+from .elementwise import BF16, _unary
 
-# (a union reads the float's bits in C and CUDA alike; NaN is returned as it is, since
-# adding the rounding bias could carry a NaN payload into the exponent)
-ROUND_BF16 = Helper("wb_round_bf16", r"""/* float32 -> bfloat16 precision, round to nearest even */
-WB_FN float wb_round_bf16(float x) {
-  union { float f; unsigned int u; } v; v.f = x;
-  if (x != x) return x;
-  v.u = (v.u + 0x7fffu + ((v.u >> 16) & 1u)) & 0xffff0000u;
-  return v.f;
-}
-""")
+# the bits of a quiet NaN (a NaN's own bits, rounded, could carry into an inf)
+QUIET_NAN = 0x7FC0
+
+
+def to_bits(xp, x):
+    """float32 values as bfloat16 bits (uint16), rounded to nearest even."""
+    u = xp.ascontiguousarray(xp.asarray(x, dtype=xp.float32)).view(xp.uint32)
+    r = (u >> 16) + (((u & 0xFFFF) + ((u >> 16) & 1) + 0x7FFF) >> 16)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    return xp.where(nan, (u >> 16) | 0x40, r).astype(xp.uint16)
+
+
+def from_bits(xp, h):
+    """bfloat16 bits (uint16) as float32 values (exact)."""
+    return (xp.asarray(h).astype(xp.uint32) << 16).view(xp.float32)
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:
     """float32 values rounded to bfloat16's precision (still float32)."""
     x = np.asarray(x, dtype=np.float32)
-    u = x.view(np.uint32).astype(np.uint64)
-    r = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
-    return np.where(np.isnan(x), x, r).reshape(x.shape)
+    return from_bits(np, to_bits(np, x)).reshape(x.shape)
 
 
-_unary("round_bf16", "wb_round_bf16({0})", round_bf16, helpers=(ROUND_BF16,),
+_unary("round_bf16", "wb_round_bf16({0})", round_bf16, helpers=(BF16,),
        doc="round float32 to bfloat16 precision (a cast to bfloat16, held in float32)")

@@ -107,6 +107,24 @@ ROUND_F16 = Helper("wb_round_f16",
                    "WB_FN float wb_round_f16(float x) { return (float)(_Float16)x; }\n",
                    cuda="WB_FN float wb_round_f16(float x) "
                         "{ return __half2float(__float2half(x)); }\n")
+# bfloat16 storage: its 16 bits are the top half of a float32's. A store rounds to
+# nearest even; a NaN keeps its sign and top payload bits and is made quiet, since
+# adding the rounding bias could carry its payload into the exponent (an inf). A union
+# reads the float's bits in C and CUDA alike; compilers fold it into a register move
+# (GCC vectorizes loops over it).
+BF16 = Helper("wb_bf16", r"""/* bfloat16 storage: the top 16 bits of a float32 */
+WB_FN float wb_bf16_load(unsigned short h) {
+  union { unsigned int u; float f; } v; v.u = (unsigned int)h << 16;
+  return v.f;
+}
+WB_FN unsigned short wb_bf16_store(float x) {
+  union { float f; unsigned int u; } v; v.f = x;
+  if (x != x) return (unsigned short)((v.u >> 16) | 0x40u);
+  return (unsigned short)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+/* float32 -> bfloat16 precision, still float32 (a cast to bfloat16 inside a kernel) */
+WB_FN float wb_round_bf16(float x) { return wb_bf16_load(wb_bf16_store(x)); }
+""")
 # CUDA has rsqrtf; C does not
 RSQRT = Helper("rsqrtf", "/* CUDA has rsqrtf; C does not */\n"
                 "WB_FN float rsqrtf(float x) { return 1.0f / sqrtf(x); }\n", cuda="")
@@ -281,7 +299,8 @@ register(OpDef("where", Kind.elementwise, (3, 3), _where_infer,
 
 
 def cast_target(attrs) -> DType:
-    """attr to: a dtype name (float32, float16, int8 ... uint64, bool) or a DType."""
+    """attr to: a dtype name (float32, float16, bfloat16, int8 ... uint64, bool) or a
+    DType."""
     if "to" not in attrs:
         raise GraphError("attr to is required: the dtype to convert to ("
                          f"{', '.join(d.value for d in DType)})")
@@ -305,6 +324,8 @@ def _cast_scalar(args, in_dt, out_dt, attrs):
         return f"wb_f2i_{out_dt.value}({args[0]})"
     if out_dt is DType.float16:
         return f"wb_round_f16((float){args[0]})"
+    if out_dt is DType.bfloat16:
+        return f"wb_round_bf16((float){args[0]})"
     return f"(({out_dt.c_compute}){args[0]})"
 
 
@@ -324,5 +345,5 @@ def _cast_ref(xs, attrs):
 
 
 register(OpDef("cast", Kind.elementwise, (1, 1), _cast_infer, _cast_ref, _cast_scalar,
-               "convert element type (attr to)", helpers=(LIMITS, F2I, ROUND_F16),
+               "convert element type (attr to)", helpers=(LIMITS, F2I, ROUND_F16, BF16),
                slopes=lambda xs, y: (1.0,)))

@@ -173,14 +173,21 @@ def all_helpers() -> tuple[Helper, ...]:
 def evaluate_node(node, args: Sequence[np.ndarray], outs: Sequence,
                   half_as_float: bool = False) -> list[np.ndarray]:
     """A node's outputs by its op's NumPy reference, each a C-contiguous array of the
-    declared Value's shape and dtype (float16 kept in float32 with half_as_float).
+    declared Value's shape and dtype (float16 and bfloat16 kept in float32 with
+    half_as_float).
+
+    bfloat16 arguments are widened to float32 first (exactly), so every op computes in
+    float32 and rounds its result once, as the kernels do: NumPy has no bfloat16
+    arithmetic, and ml_dtypes' ufuncs cover only some ops. float16 keeps NumPy's own
+    arithmetic (float32 inside each ufunc, rounded to half).
 
     References may return scalars or broadcast views; those are coerced here, once,
     for every caller (the reference runtime, per-kernel checks, constant folding).
     """
+    args = [widen_bf16(a) for a in args]
     res = []
     for v, arr in zip(outs, get_op(node.op).reference(args, node.attr_map)):
-        dt = np.float32 if half_as_float and v.dtype is DType.float16 else v.dtype.np
+        dt = np.float32 if half_as_float and v.dtype.is_half else v.dtype.np
         a = np.asarray(arr)
         if a.shape != v.shape:
             a = a.reshape(v.shape) if a.size == v.numel else np.broadcast_to(a, v.shape)
@@ -188,6 +195,14 @@ def evaluate_node(node, args: Sequence[np.ndarray], outs: Sequence,
         # (ascontiguousarray would turn 0-d results into 1-d)
         res.append(a if a.flags.c_contiguous and a.flags.writeable else a.copy(order="C"))
     return res
+
+
+def widen_bf16(a):
+    """A bfloat16 array as float32 (exact); anything else as it is."""
+    return a.astype(np.float32) if getattr(a, "dtype", None) == BF16_NP else a
+
+
+BF16_NP = DType.bfloat16.np
 
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:

@@ -23,9 +23,13 @@ import time
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
+import numpy as np
+
 from ..codegen.kir import Kernel
 from ..fusion.devices import Device
+from ..ir import DType
 from ..ops import get_op
+from ..ops.bfloat16 import from_bits, to_bits
 
 Progress = Callable[[int, int, str], None]
 
@@ -117,11 +121,14 @@ class Backend(abc.ABC):
         k, graph = ck.kernel, seq.graph
         if k.library is not None:
             call = k.library
-            outs = get_op(call.op).library(self.xp, [env[b.value] for b in call.inputs],
-                                           dict(call.attrs))
+            # a library computes bfloat16 in float32 (NumPy and CuPy have no bfloat16
+            # arithmetic) and the result is rounded once, as a kernel rounds its stores
+            args = [self.widen(env[b.value], graph.value(b.value).dtype)
+                    for b in call.inputs]
+            outs = get_op(call.op).library(self.xp, args, dict(call.attrs))
             for b, arr in zip(call.outputs, outs):
                 v = graph.value(b.value)
-                a = self.xp.asarray(arr, dtype=v.dtype.np).reshape(v.shape)
+                a = self.hold(arr, v.dtype).reshape(v.shape)
                 # (ascontiguousarray would turn a 0-d result into 1-d)
                 env[b.value] = a if a.flags.c_contiguous else a.copy(order="C")
             return
@@ -143,8 +150,28 @@ class Backend(abc.ABC):
         """A host array as this backend's array."""
 
     @abc.abstractmethod
-    def to_numpy(self, a):
-        """This backend's array as a NumPy array."""
+    def to_numpy(self, a, dtype: DType | None = None):
+        """This backend's array (of the IR's ``dtype``, when known) as a NumPy array."""
+
+    # -- bfloat16: NumPy holds ml_dtypes' bfloat16; an array module without one (CuPy)
+    # holds the same 16 bits in uint16 (``bf16_as_bits``) ---------------------------
+    @property
+    def bf16_as_bits(self) -> bool:
+        return self.xp is not np
+
+    def widen(self, a, dtype: DType):
+        """An array of the IR's ``dtype`` as the library computes it: bfloat16 as
+        float32 (exactly), anything else as it is."""
+        if dtype is not DType.bfloat16:
+            return a
+        return from_bits(self.xp, a) if self.bf16_as_bits else a.astype(np.float32)
+
+    def hold(self, arr, dtype: DType):
+        """A library's result as this backend holds values of ``dtype`` (bfloat16
+        rounded to nearest even)."""
+        if dtype is DType.bfloat16 and self.bf16_as_bits:
+            return to_bits(self.xp, arr)
+        return self.xp.asarray(arr, dtype=dtype.np)
 
     def synchronize(self) -> None:
         """Wait until every launched kernel has finished."""

@@ -125,5 +125,5 @@ class CpuBackend(Backend):
     def asarray(self, a: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(a) if a.ndim else a.copy()
 
-    def to_numpy(self, a) -> np.ndarray:
+    def to_numpy(self, a, dtype=None) -> np.ndarray:
         return a

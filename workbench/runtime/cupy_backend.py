@@ -9,7 +9,10 @@ import numpy as np
 
 from ..codegen.kir import Kernel
 from ..fusion.devices import Device
+from ..ir import DType
 from .backend import Backend, CompiledKernel
+
+BF16 = DType.bfloat16.np
 
 
 @lru_cache(maxsize=1)
@@ -125,13 +128,16 @@ class CupyBackend(Backend):
         return EventTimer(self.cp)
 
     def asarray(self, a):
+        if isinstance(a, np.ndarray) and a.dtype == BF16:
+            a = a.view(np.uint16)      # CuPy has no bfloat16: its bits (bf16_as_bits)
         x = self.cp.asarray(a)
         if x.data.ptr % 16 or not x.flags.c_contiguous:
             x = x.copy()     # kernels move 16 bytes per access: rows must be aligned
         return x
 
-    def to_numpy(self, a) -> np.ndarray:
-        return self.cp.asnumpy(a)
+    def to_numpy(self, a, dtype: DType | None = None) -> np.ndarray:
+        x = self.cp.asnumpy(a)
+        return x.view(BF16) if dtype is DType.bfloat16 else x
 
     def synchronize(self) -> None:
         self.cp.cuda.Device().synchronize()

@@ -23,11 +23,14 @@ from ..codegen import lower_plan
 from ..codegen.kir import Kernel
 from ..fusion import Plan
 from ..ir import DType, Graph
+from ..ops.bfloat16 import QUIET_NAN
 from .backend import Progress
 from .reference import check_inputs
 
 
 def poison(xp, shape, dtype: DType):
+    if dtype is DType.bfloat16 and xp is not np:   # its bits (Backend.bf16_as_bits)
+        return xp.full(shape, QUIET_NAN, dtype=np.uint16)
     if dtype.is_float:
         return xp.full(shape, np.nan, dtype=dtype.np)
     if dtype.kind == "b":
@@ -127,7 +130,7 @@ class KernelSequence:
         value that crossed a kernel boundary) as NumPy arrays."""
         env = self.execute(inputs, keep_all)
         keys = env.keys() if keep_all else self.graph.outputs
-        return {o: self.backend.to_numpy(env[o]) for o in keys}
+        return {o: self.backend.to_numpy(env[o], self.graph.value(o).dtype) for o in keys}
 
     # -- timing ----------------------------------------------------------------
     def time(self, inputs: Mapping[str, np.ndarray], warmup: int = 2,

@@ -6,7 +6,7 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import GraphError
-from ..ir import Graph
+from ..ir import DType, Graph
 from ..ops import evaluate_node
 
 
@@ -27,7 +27,9 @@ def check_inputs(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.nda
         if tuple(a.shape) != v.shape:
             raise GraphError(f"input {name!r} has shape {list(a.shape)}, the graph expects "
                              f"{list(v.shape)}")
-        if a.dtype != v.dtype.np:
+        # (a device array holds bfloat16 as its bits: Backend.bf16_as_bits)
+        bits = v.dtype is DType.bfloat16 and hasattr(a, "__cuda_array_interface__")
+        if a.dtype != (np.uint16 if bits else v.dtype.np):
             raise GraphError(f"input {name!r} has dtype {a.dtype}, the graph expects "
                              f"{v.dtype.value}; convert it with .astype")
         out[name] = a if a.flags.c_contiguous else a.copy(order="C")

@@ -28,15 +28,16 @@ _DTYPES = {TensorProto.FLOAT: DType.float32, TensorProto.FLOAT16: DType.float16,
            TensorProto.INT32: DType.int32, TensorProto.INT64: DType.int64,
            TensorProto.UINT8: DType.uint8, TensorProto.UINT16: DType.uint16,
            TensorProto.UINT32: DType.uint32, TensorProto.UINT64: DType.uint64,
-           TensorProto.BOOL: DType.bool}
+           TensorProto.BOOL: DType.bool, TensorProto.BFLOAT16: DType.bfloat16}
 
 # Element types with no storage type of their own, held in a wider one that holds each
-# of their values exactly: bfloat16 and the FP8/FP4 formats in float32 (a Cast to one
-# rounds: workbench.ops.bfloat16, workbench.ops.minifloat), the 2- and 4-bit integers
-# in int8/uint8 (a Cast to one wraps, as ml_dtypes' casts do). Values widen on the way
-# in (``widened``); onnx_backend narrows an output declared as one on the way out.
-# (ONNX type -> the round_float format; None: bfloat16's own round_bf16)
-HELD_FLOATS = {TensorProto.BFLOAT16: None}
+# of their values exactly: the FP8/FP4 formats in float32 (a Cast to one rounds:
+# workbench.ops.minifloat), the 2- and 4-bit integers in int8/uint8 (a Cast to one
+# wraps, as ml_dtypes' casts do). Values widen on the way in (``widened``);
+# onnx_backend narrows an output declared as one on the way out. (bfloat16 has its
+# own: DType.bfloat16.)
+# (ONNX type -> the round_float format)
+HELD_FLOATS = {}
 HELD_INTS = {}        # ONNX type -> (bits, signed)
 for _name, _fmt in [("FLOAT8E4M3FN", "float8e4m3fn"), ("FLOAT8E4M3FNUZ", "float8e4m3fnuz"),
                     ("FLOAT8E5M2", "float8e5m2"), ("FLOAT8E5M2FNUZ", "float8e5m2fnuz"),
@@ -63,8 +64,8 @@ _NONDETERMINISTIC = {"RandomNormal", "RandomUniform", "RandomNormalLike",
 # dtype checks
 
 def widened(arr: np.ndarray) -> np.ndarray:
-    """An ONNX array as the workbench holds it: bfloat16, FP8 and FP4 (ml_dtypes) as
-    float32, 2- and 4-bit integers as int8/uint8 (each value exactly)."""
+    """An ONNX array as the workbench holds it: FP8 and FP4 (ml_dtypes) as float32,
+    2- and 4-bit integers as int8/uint8 (each value exactly)."""
     holder = _HOLDER.get(arr.dtype.name)
     return arr.astype(holder) if holder is not None else arr
 

@@ -97,11 +97,9 @@ def _cast(c: _Ctx):
     return [y]
 
 
-def _rounded(c: _Ctx, y, fmt: str | None):
-    """float32 y rounded to a float format the workbench holds in float32: bfloat16
-    (fmt None), FP8, FP4 or E8M0 (attr saturate, default 1; E8M0's round_mode)."""
-    if fmt is None:
-        return c.b.round_bf16(y)   # held in float32, rounded as bfloat16 rounds
+def _rounded(c: _Ctx, y, fmt: str):
+    """float32 y rounded to a float format the workbench holds in float32: FP8, FP4 or
+    E8M0 (attr saturate, default 1; E8M0's round_mode)."""
     attrs = {"format": fmt, "saturate": bool(c.attr("saturate", 1))}
     if fmt == "float8e8m0":
         attrs["round_mode"] = c.attr("round_mode", "up")
@@ -191,7 +189,7 @@ def _layer_norm(c: _Ctx):
     if stash != 1:
         raise _Unsupported(f"stash_type={stash} (only 1, float32, is supported)")
     b = c.b
-    if x.dtype is not DType.float16:
+    if not x.dtype.is_half:
         y, mean, inv = composites.layer_norm(b, x, scale, bias, axis, eps, c.display,
                                              return_stats=True)
         return [y, mean, inv]
@@ -209,7 +207,7 @@ def _rms_norm(c: _Ctx):
     axis, eps = int(c.attr("axis", -1)), float(c.attr("epsilon", 1e-5))
     if int(c.attr("stash_type", 1)) != 1:
         raise _Unsupported("stash_type other than 1 (float32)")
-    if x.dtype is not DType.float16:
+    if not x.dtype.is_half:
         return [composites.rms_norm(c.b, x, scale, axis, eps, c.display)]
     n = composites.rms_norm(c.b, c.b.cast(x, to="float32"), None, axis, eps, c.display)
     return [c.b.cast(n, to=x.dtype) * scale]

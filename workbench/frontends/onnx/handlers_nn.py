@@ -13,7 +13,6 @@ import math
 from ...errors import GraphError
 from ...ir import composites_nn
 from ...ir.composites_nn import COORDINATE_MODES, NEAREST_MODES
-from ...ir.dtypes import DType
 from .common import _Ctx, _handles, _Unsupported
 
 
@@ -135,7 +134,7 @@ def _group_norm(c: _Ctx):
         raise GraphError(f"GroupNormalization {c.display!r}: no num_groups attribute -- "
                          "the model is malformed")
     eps = float(c.attr("epsilon", 1e-5))
-    if x.dtype is DType.float16:    # stash_type 1: statistics in float32
+    if x.dtype.is_half:    # stash_type 1: statistics in float32
         y = composites_nn.group_norm(c.b, c.b.cast(x, to="float32"), int(groups), None,
                                      None, eps, c.display)
         y = c.b.cast(y, to=x.dtype)
@@ -145,7 +144,7 @@ def _group_norm(c: _Ctx):
 
 
 def _group_affine(c: _Ctx, y, groups):
-    # (a float16 GroupNormalization: scale and bias in the input type, after the cast)
+    # (a half-precision GroupNormalization: scale and bias in the input type, after the cast)
     b, rank, ch = c.b, len(y.shape), y.shape[1]
     out = y
     for i, op in ((1, "mul"), (2, "add")):

@@ -18,11 +18,10 @@ from ..importing import Unsupported as _Unsupported
 from ..importing import data_dependent
 
 # torch dtype -> workbench dtype; anything else is refused with the value's name.
-# bfloat16 is held in float32 (exactly; see workbench.ops.bfloat16): a cast to it rounds.
 _DTYPES = {torch.float32: DType.float32, torch.float16: DType.float16,
            torch.int8: DType.int8, torch.int16: DType.int16, torch.int32: DType.int32,
            torch.int64: DType.int64, torch.uint8: DType.uint8, torch.bool: DType.bool,
-           torch.bfloat16: DType.float32}
+           torch.bfloat16: DType.bfloat16}
 # FP8 is held in float32 too (workbench.ops.minifloat): torch dtype -> (round_float
 # format, whether torch's cast to it saturates: e4m3fn's does, inf included; the
 # others overflow to inf or NaN)
@@ -32,7 +31,7 @@ FP8 = {getattr(torch, name): (fmt, sat) for name, fmt, sat in [
     if hasattr(torch, name)}
 _DTYPES.update({t: DType.float32 for t in FP8})
 # held in float32 on the way in (NumPy has none of these)
-WIDENED = {torch.bfloat16, *FP8}
+WIDENED = set(FP8)
 
 # Never folded even with constant inputs: folding would freeze one random draw, or read
 # uninitialized memory.

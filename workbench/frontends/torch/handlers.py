@@ -142,9 +142,7 @@ def _to_copy(c: _Ctx):
     src = c.meta("self")
     if getattr(src, "dtype", None) is c.out.dtype:
         return y
-    if c.out.dtype is torch.bfloat16:
-        y = c.b.round_bf16(y)   # held in float32, rounded as bfloat16 rounds
-    elif c.out.dtype in FP8:
+    if c.out.dtype in FP8:
         fmt, saturate = FP8[c.out.dtype]
         y = c.b.op("round_float", y, format=fmt, saturate=saturate)
     return y

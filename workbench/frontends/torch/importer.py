@@ -129,9 +129,19 @@ def _first_line(e: Exception) -> str:
 
 def _to_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     dtype_of(t.dtype, what)
-    if t.dtype in WIDENED:   # held in float32 (NumPy has no bfloat16 or FP8)
+    if t.dtype in WIDENED:   # held in float32 (NumPy has no FP8)
         t = t.float()
-    return t.detach().cpu().contiguous().numpy().copy()
+    t = t.detach().cpu().contiguous()
+    if t.dtype is torch.bfloat16:   # ml_dtypes' bfloat16: the same bits
+        return t.view(torch.int16).numpy().view(DType.bfloat16.np).copy()
+    return t.numpy().copy()
+
+
+def _to_torch(a: np.ndarray) -> torch.Tensor:
+    """A NumPy array as a torch tensor (bfloat16 by its bits)."""
+    if a.dtype == DType.bfloat16.np:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
 
 
 # ---------------------------------------------------------------------------------
@@ -457,8 +467,7 @@ def _fold_with_torch(node: torch.fx.Node, env: dict[str, Any]) -> Any:
     def arg(a):
         if isinstance(a, torch.fx.Node):
             v = env[a.name]
-            return torch.from_numpy(v.copy()) if isinstance(v, np.ndarray) else v
-        # (a bfloat16 value held in float32 folds in float32, rounded where cast)
+            return _to_torch(v) if isinstance(v, np.ndarray) else v
         return a
     args = torch.fx.node.map_aggregate(node.args, arg)
     kwargs = torch.fx.node.map_aggregate(node.kwargs, arg)
