@@ -126,3 +126,31 @@ def test_row_kernel_compiled_for_the_device_fits_its_registers():
     # the plan-time estimate, given the compiled kernel's registers, is the driver's
     assert be.co_resident_grid(ck) == co_resident_grid(
         ck.kernel.launch.block, attrs["shared_bytes"], be.device, attrs["registers"])
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm", "gelu_residual_ln"])
+@pytest.mark.parametrize("rows, cols", [(67, 520), (4096, 1024), (64, 32768)])
+def test_cupy_bfloat16_rows_under_every_mapping(kind, rows, cols):
+    """bfloat16 held as its bits on the GPU: poisoned, launched, read back as
+    ml_dtypes' bfloat16 and checked kernel by kernel under every mapping."""
+    from test_bfloat16_storage import _mappings, _row_graph
+
+    from workbench.fusion import run_planner
+    s = Session(_row_graph(kind, rows, cols), backend="cupy")
+    plan, _ = run_planner("rules", s.graph)
+    for label, p in _mappings(plan):
+        m = s.measure(p, repeats=3)
+        assert m.within_tolerance and m.max_rel_error <= 2.0 ** -8, (label, m.per_kernel)
+        assert s.program(p).run(s.inputs)["y"].dtype.name == "bfloat16"
+
+
+def test_cupy_bfloat16_library_matmul():
+    from workbench.ir import GraphBuilder
+    b = GraphBuilder("bf16_matmul")
+    y = b.gelu(b.matmul(b.input("x", (64, 96), "bfloat16"), b.input("w", (96, 48), "bfloat16")))
+    b.output(y, "y")
+    s = Session(b.build(), backend="cupy")
+    for planner in ("none", "rules"):
+        s.auto(planner)
+        m = s.measure(repeats=3)
+        assert m.within_tolerance, (planner, m.per_kernel)

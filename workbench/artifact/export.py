@@ -42,7 +42,7 @@ from ..codegen import RENDERERS, lower_plan, render_kernel
 from ..codegen.kir import Kernel
 from ..errors import ArtifactError
 from ..fusion import Plan
-from ..ir import Graph
+from ..ir import DType, Graph
 from ..ir.serialize import to_json
 from .manifest import (CONSTANTS_FILE, FORMAT, GRAPH_FILE, KERNEL_DIR, MANIFEST,
                        MAX_MANIFEST_BYTES, SOURCE_SUFFIX, VERSION, FileEntry, GroupSpec,
@@ -66,7 +66,10 @@ def graph_files(g: Graph) -> dict[str, bytes]:
     for name, spec in d["constants"].items():
         spec["init"] = {"npz": keys[name]}
     buf = io.BytesIO()
-    np.savez(buf, **{keys[n]: np.asarray(a) for n, a in g.constants.items()})
+    # (bfloat16 as its bits: .npy has no bfloat16 and would write an opaque void type)
+    np.savez(buf, **{keys[n]: np.asarray(a).view(np.uint16)
+                     if g.value(n).dtype is DType.bfloat16 else np.asarray(a)
+                     for n, a in g.constants.items()})
     return {GRAPH_FILE: json.dumps(d, indent=1).encode(), CONSTANTS_FILE: buf.getvalue()}
 
 

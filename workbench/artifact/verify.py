@@ -440,7 +440,9 @@ def _constant_specs(d, where: str) -> dict[str, tuple[tuple[int, ...], np.dtype]
             raise ArtifactError(f"artifact {where}: constant {show(name, 60)} in {GRAPH_FILE} "
                                 "is malformed (each constant names its own npz key, a shape "
                                 "and a dtype); re-export the artifact")
-        out[spec["init"]["npz"]] = (tuple(spec["shape"]), DType(spec["dtype"]).np)
+        dt = DType(spec["dtype"])      # (bfloat16 is stored as its bits)
+        out[spec["init"]["npz"]] = (tuple(spec["shape"]),
+                                    np.dtype(np.uint16) if dt is DType.bfloat16 else dt.np)
     return out
 
 
@@ -451,7 +453,8 @@ def rebuild_graph(files: Mapping[str, bytes], where: str) -> Graph:
     arrays = read_npz(files[CONSTANTS_FILE], specs, where)
     consts = {}
     for name, spec in d["constants"].items():
-        consts[name] = arrays[spec["init"]["npz"]]
+        a = arrays[spec["init"]["npz"]]
+        consts[name] = a.view(DType.bfloat16.np) if spec["dtype"] == "bfloat16" else a
         spec["init"] = {"fill": 0}    # shape and dtype only; the data comes next
     try:
         g = from_json(d)

@@ -515,11 +515,11 @@ class CudaRenderer(CRenderer):
                                      f"{x.buf.name}_v;")
         return lines + [pad + u + "}", pad + "}"]
 
-    def _vector_type(self, x) -> str:
-        """The type one access of x.vector elements moves as, when it is one of 4, 8
-        or 16 bytes ("" otherwise: element by element)."""
+    def _vector_type(self, x, elems: int | None = None) -> str:
+        """The type one access of ``elems`` (default x.vector) elements moves as, when
+        it is one of 4, 8 or 16 bytes ("" otherwise: element by element)."""
         return {4: "unsigned int", 8: "uint2", 16: "uint4"}.get(
-            x.vector * x.buf.dtype.itemsize, "")
+            (elems or x.vector) * x.buf.dtype.itemsize, "")
 
     def _vector_loop(self, s: Loop, depth: int) -> list[str]:
         """Each thread takes `vector` consecutive elements; buffers read and written at
@@ -531,7 +531,8 @@ class CudaRenderer(CRenderer):
         def vt(x) -> str:
             if x.offset != v or not x.buf.dtype.is_float:
                 return ""
-            return "float4" if x.buf.dtype is DType.float32 and w == 4 else self._vector_type(x)
+            return "float4" if x.buf.dtype is DType.float32 and w == 4 \
+                else self._vector_type(x, w)
         vec_loads = [x for x in s.body if isinstance(x, Load) and vt(x)]
         vec_stores = [x for x in s.body if isinstance(x, Store) and vt(x)]
         base = f"{v}_base"

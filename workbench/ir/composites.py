@@ -28,14 +28,30 @@ def _axes_from(x, axis):
     return list(range(int(axis) % rank, rank))
 
 
+def _widened(b, x, *params):
+    """float16 and bfloat16 are computed in float32 here and rounded once at the end,
+    as torch computes them (its ``opmath`` type) and ONNX's stash_type=1 asks: the
+    statistics of a row summed in half precision, or GELU's 1/sqrt(2) held in
+    bfloat16 (0.70703125), would be the graph's meaning otherwise, and no fused kernel
+    would compute it. Returns (x, params, narrow): the values in float32 (unchanged
+    when x is not half) and what turns a result back into x's type."""
+    if not x.dtype.is_half:
+        return x, params, lambda y: y
+    half = x.dtype
+    wide = [None if p is None else b.cast(p, to="float32") if p.dtype is half else p
+            for p in params]
+    return b.cast(x, to="float32"), tuple(wide), lambda y: b.cast(y, to=half)
+
+
 def layer_norm(b, x, scale=None, bias=None, axis: int = -1, eps: float = 1e-5,
                source: str = "", return_stats: bool = False):
     """LayerNormalization over axes [axis, rank): (x - mean) / sqrt(var + eps) * scale + bias.
 
     With ``return_stats`` returns ``(y, mean, inv_std)`` (ONNX's optional outputs),
-    both kept to rank of x with size 1 on the normalized axes.
+    both kept to rank of x with size 1 on the normalized axes (float32 for a half x).
     """
     with b.composite("LayerNormalization", source):
+        x, (scale, bias), narrow = _widened(b, x, scale, bias)
         axes = _axes_from(x, axis)
         mean = b.reduce_mean(x, axes=axes, keepdims=True)
         d = x - mean
@@ -46,37 +62,41 @@ def layer_norm(b, x, scale=None, bias=None, axis: int = -1, eps: float = 1e-5,
             y = y * scale
         if bias is not None:
             y = y + bias
-        return (y, mean, inv) if return_stats else y
+        return (narrow(y), mean, inv) if return_stats else narrow(y)
 
 
 def rms_norm(b, x, scale=None, axis: int = -1, eps: float = 1e-6, source: str = ""):
     """RMSNormalization: x / sqrt(mean(x^2) + eps) * scale."""
     with b.composite("RMSNormalization", source):
+        x, (scale,), narrow = _widened(b, x, scale)
         axes = _axes_from(x, axis)
         ms = b.reduce_mean(x * x, axes=axes, keepdims=True)
         y = x * b.rsqrt(ms + eps)
-        return y * scale if scale is not None else y
+        return narrow(y * scale if scale is not None else y)
 
 
 def softmax(b, x, axis: int = -1, source: str = ""):
     """Softmax along one axis, max-subtracted for stability."""
     with b.composite("Softmax", source):
+        x, _, narrow = _widened(b, x)
         m = b.reduce_max(x, axes=[axis], keepdims=True)
         e = b.exp(x - m)
-        return e / b.reduce_sum(e, axes=[axis], keepdims=True)
+        return narrow(e / b.reduce_sum(e, axes=[axis], keepdims=True))
 
 
 def log_softmax(b, x, axis: int = -1, source: str = ""):
     """LogSoftmax: (x - max) - log(sum(exp(x - max)))."""
     with b.composite("LogSoftmax", source):
+        x, _, narrow = _widened(b, x)
         m = b.reduce_max(x, axes=[axis], keepdims=True)
         d = x - m
-        return d - b.log(b.reduce_sum(b.exp(d), axes=[axis], keepdims=True))
+        return narrow(d - b.log(b.reduce_sum(b.exp(d), axes=[axis], keepdims=True)))
 
 
 def reduce_log_sum_exp(b, x, axes=None, keepdims: bool = True, source: str = ""):
     """log(sum(exp(x))) over axes, computed as max + log(sum(exp(x - max)))."""
     with b.composite("ReduceLogSumExp", source):
+        x, _, narrow = _widened(b, x)
         axes = list(range(len(x.shape))) if axes is None else list(axes)
         m = b.reduce_max(x, axes=axes, keepdims=True)
         s = b.reduce_sum(b.exp(x - m), axes=axes, keepdims=True)
@@ -84,18 +104,19 @@ def reduce_log_sum_exp(b, x, axes=None, keepdims: bool = True, source: str = "")
         if not keepdims:
             rank = len(x.shape)
             r = b.squeeze(r, axes=[a % rank for a in axes])
-        return r
+        return narrow(r)
 
 
 def gelu(b, x, approximate: str = "none", source: str = ""):
     """GELU: erf form 0.5 x (1 + erf(x / sqrt 2)) or the tanh approximation."""
     with b.composite("Gelu", source):
+        if approximate not in ("none", "tanh"):
+            raise GraphError(f"Gelu approximate={approximate!r}; use 'none' or 'tanh'")
+        x, _, narrow = _widened(b, x)
         if approximate == "tanh":
             inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-            return x * 0.5 * (b.tanh(inner) + 1.0)
-        if approximate != "none":
-            raise GraphError(f"Gelu approximate={approximate!r}; use 'none' or 'tanh'")
-        return x * 0.5 * (b.erf(x * (1.0 / math.sqrt(2.0))) + 1.0)
+            return narrow(x * 0.5 * (b.tanh(inner) + 1.0))
+        return narrow(x * 0.5 * (b.erf(x * (1.0 / math.sqrt(2.0))) + 1.0))
 
 
 def batch_norm(b, x, scale, bias, mean, var, eps: float = 1e-5, source: str = ""):

@@ -202,8 +202,12 @@ def _softmax(c: _Ctx):
 def _layer_norm(c: _Ctx):
     x = c.x("input")
     axis = -len(c.v("normalized_shape"))
-    return list(composites.layer_norm(c.b, x, c.opt("weight"), c.opt("bias"), axis,
-                                      float(c.v("eps")), return_stats=True))
+    y, mean, rstd = composites.layer_norm(c.b, x, c.opt("weight"), c.opt("bias"), axis,
+                                          float(c.v("eps")), return_stats=True)
+    # the statistics of a half x are float32 here; torch records them as it made them
+    # (x's type on the CPU)
+    return [y] + [cast(c.b, t, dtype_of(o.dtype, f"the result of {c.node.name!r}"))
+                  for t, o in zip((mean, rstd), c.out[1:])]
 
 
 @_handles("_native_batch_norm_legit_no_training")
