@@ -12,7 +12,6 @@ Importing this module registers every handler with :func:`_handles`.
 from __future__ import annotations
 
 import numpy as np
-import torch
 
 from ...ir import composites
 from ...ir.dtypes import DType
