@@ -46,10 +46,10 @@ def test_drawn_cases_reach_what_they_are_meant_to():
             empty |= val.numel == 0
             long_rows |= bool(val.shape) and val.shape[-1] >= 128
         for x in ins.values():
-            if x.dtype.kind == "f":
+            if DType.of(x.dtype).is_float:
                 specials |= bool(np.isnan(x).any() or np.isinf(x).any())
-    assert dtypes == {DType.float32, DType.float16, DType.int32, DType.int64, DType.int8,
-                      DType.uint8, DType.uint64, DType.bool}
+    assert dtypes == {DType.float32, DType.float16, DType.bfloat16, DType.int32, DType.int64,
+                      DType.int8, DType.uint8, DType.uint64, DType.bool}
     assert {"cast", "gather", "matmul", "where", "concat", "split", "div"} <= ops, ops
     assert empty and long_rows and specials
 

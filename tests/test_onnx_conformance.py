@@ -92,8 +92,8 @@ def _assert_close(name, expected, got):
     assert got.dtype == expected.dtype, f"{name}: dtype {got.dtype} != {expected.dtype}"
     if expected.dtype.name == "bfloat16":
         # compared as float32, to float16's tolerance (2.5 bfloat16 ulps): the workbench
-        # holds bfloat16 in float32 and rounds only where the model casts, so arithmetic
-        # between casts is more precise than the reference's bfloat16 steps
+        # computes bfloat16 in float32 and rounds once per kernel store, so a fused
+        # kernel is more precise than the reference's bfloat16 steps
         rtol, atol = TOLERANCE[np.dtype(np.float16)]
         np.testing.assert_allclose(got.astype(np.float64),
                                    expected.astype(np.float32).astype(np.float64),

@@ -1,7 +1,7 @@
 """A differential fuzzer: random graphs and random plans, every kernel against NumPy.
 
-Each case is drawn from one seed: a graph of mixed dtypes (float32, float16, int8,
-int32, int64, uint8, uint64, bool) with empty and size-1 axes, layout ops, casts, gathers and matmuls; inputs
+Each case is drawn from one seed: a graph of mixed dtypes (float32, float16, bfloat16,
+int8, int32, int64, uint8, uint64, bool) with empty and size-1 axes, layout ops, casts, gathers and matmuls; inputs
 holding boundary values (integer extremes, 0 and -1 divisors, inf, NaN, huge and negative
 gather indices); and a sequence of plan edits a user or a planner might make -- fusing
 neighbours or any two kernels, splitting, stitch schemes, all four thread mappings,
@@ -13,7 +13,7 @@ op-by-op reference exactly.
 What the generator leaves out, and why: comparisons, ``floor``/``ceil`` and
 float-to-int or -bool casts read only values that no kernel computed (graph inputs and
 their layout moves) -- a last-ulp difference in a computed float flips them (and a
-fused float16 kernel keeps its intermediates in float32, as torch.compile's do, so
+fused half-precision kernel keeps its intermediates in float32, as torch.compile's do, so
 its ``tanh(x) > x`` differs from op by op), and no error bound holds a flipped bit.
 
 ``python -m workbench.fuzz --seconds 600`` runs cases until the time is spent and
@@ -36,6 +36,7 @@ from .errors import FusionRefused, GraphError
 from .ir import DType, Graph, GraphBuilder
 
 F32, F16, I32, I64, B = DType.float32, DType.float16, DType.int32, DType.int64, DType.bool
+BF16 = DType.bfloat16
 # the narrow and unsigned integers: int8 wraps soonest, uint64 holds what no long long does
 I8, U8, U64 = DType.int8, DType.uint8, DType.uint64
 INTS = [I32, I64, I8, U8, U64]
@@ -187,9 +188,9 @@ class _Drawer:
         x = self.of("fib")
         if x is None:
             return None
-        to = self.pick([F32, F16, *INTS, B])
+        to = self.pick([F32, F16, BF16, *INTS, B])
         if x.dtype.kind == "f" and to.kind in "ib" and x.name not in self.exact:
-            to = F32 if x.dtype is F16 else F16
+            to = F32 if x.dtype.is_half else F16
         return self.b.op("cast", x, to=to.value)
 
     def _layout(self):
@@ -266,7 +267,7 @@ def draw_graph(seed: int, max_ops: int = 10) -> Graph:
     """One random graph (see the module docstring); ops the verifier refuses for the
     drawn shapes (an empty reduction for max, say) are simply not drawn."""
     d = _Drawer(seed)
-    dt = d.pick([F32, F32, F32, F16])
+    dt = d.pick([F32, F32, F32, F16, BF16])
     d.input(d.shape(), dt)
     if d.rng.random() < 0.5:
         d.input(d.shape(), d.pick(INTS))
