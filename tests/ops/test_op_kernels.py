@@ -25,7 +25,8 @@ from workbench.session import Session
 
 F32, F16, I32, I64, B = DType.float32, DType.float16, DType.int32, DType.int64, DType.bool
 # (int8 wraps soonest; uint8 and uint64 are the unsigned ends)
-ALL_DTYPES = [F32, F16, I32, I64, DType.int8, DType.uint8, DType.uint64, B]
+BF16 = DType.bfloat16
+ALL_DTYPES = [F32, F16, BF16, I32, I64, DType.int8, DType.uint8, DType.uint64, B]
 
 # -- the op inventory: adding an op to the registry without adding it here fails --------
 UNARY = ["neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "erf", "sigmoid",
@@ -221,6 +222,8 @@ _CAST_EDGE = np.array([np.nan, np.inf, -np.inf, 1e10, -1e10, 3e9, -3e9, 2.5, -2.
     pytest.param(F32, B, id="float32-bool"),
     pytest.param(F16, F32, id="float16-float32"),
     pytest.param(F32, F16, id="float32-float16"),
+    pytest.param(BF16, F32, id="bfloat16-float32"),
+    pytest.param(F32, BF16, id="float32-bfloat16"),
 ])
 def test_cast_special_values(check_graph, src, dst):
     g = _cast_graph(src, dst, [(_CAST_EDGE.size,)])
@@ -234,6 +237,8 @@ def test_cast_special_values(check_graph, src, dst):
     pytest.param(F16, I32, id="float16-int32"),
     pytest.param(F32, I64, id="float32-int64"),
     pytest.param(F16, I64, id="float16-int64"),
+    pytest.param(BF16, I32, id="bfloat16-int32"),
+    pytest.param(BF16, I64, id="bfloat16-int64"),
 ])
 def test_cast_float_to_int_saturates(check_graph, src, dst):
     # the kernel side: 1e10 -> INT_MAX, -inf -> INT_MIN, NaN -> 0 (documented contract)
@@ -292,7 +297,7 @@ def test_reduce_negative_and_default_axes(check_graph):
 
 
 @pytest.mark.parametrize("op, dtype", [pytest.param(o, d, id=f"{o}-{d.value}")
-                                       for o in REDUCE for d in (F16, I32, I64)])
+                                       for o in REDUCE for d in (F16, BF16, I32, I64)])
 def test_reduce_dtypes(check_graph, op, dtype):
     b = GraphBuilder(f"{op}_{dtype.value}")
     x = b.input("x", (3, 4, 5), dtype)

@@ -279,3 +279,9 @@ def test_bfloat16_kernels_of_every_planner_compile(nvrtc_compile_plans):
     assert re.findall(r"ld\.global(?:\.nc)?\.(?:v2\.[ub]32|v4\.[ub]16)", ptx)
     assert re.findall(r"st\.global\.(?:v2\.[ub]32|v4\.[ub]16)", ptx)
     assert not re.findall(r"(ld|st)\.global(\.nc)?\.[ub]16", ptx)
+
+
+def test_the_properties_panel_summarizes_bfloat16_constants():
+    from workbench.ui.properties import constant_summary
+    text = constant_summary(_row_graph("layer_norm", 4, 16), "gamma")
+    assert text.startswith("bfloat16[16]") and "min 0.5" in text and "max " in text

@@ -155,6 +155,11 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     ``_attention``)."""
     lc = launch if isinstance(launch, GemmLaunch) else GemmLaunch.parse(launch)
     libs = [n for n in ns if get_op(n.op).kind is Kind.opaque]
+    empty = next((n for n in libs for v in (*n.inputs, *n.outputs)
+                  if g.value(v).numel == 0), None)
+    if empty is not None:   # (found by the fuzzer: tiles of an empty batch divided by 0)
+        raise FusionRefused(f"{empty.id} ({empty.op}) has an empty operand or result: "
+                            "there are no tiles to run, so it stays a library call")
     if len(libs) == 1 and libs[0].op in CONVS:
         return _conv(g, ns, io, device, libs[0], lc)
     mms = [n for n in libs if n.op == "matmul"]

@@ -203,6 +203,10 @@ def _int_pow(a, b):
     1 for base 1, +-1 for base -1 and 0 otherwise (NumPy raises instead)."""
     a, b = np.broadcast_arrays(np.asarray(a), np.asarray(b))
     with np.errstate(all="ignore"):
+        if a.dtype.kind == "u":
+            # no negative exponents; the -1 below would promote uint64 to float64 and
+            # round every power past 2^53
+            return np.power(a, b)
         pos = np.power(a, np.where(b < 0, 0, b))
         neg = np.where(a == 1, 1, np.where(a == -1, np.where(b % 2 == 1, -1, 1), 0))
         return np.where(b < 0, neg, pos).astype(a.dtype)

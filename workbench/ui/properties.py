@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..fusion import Plan
-from ..ir import Graph
+from ..ir import DType, Graph
 from ..ir.graph import constant_spec
 from .namespaces import Namespaces, namespaces
 
@@ -88,6 +88,8 @@ def constant_summary(g: Graph, name: str) -> str:
     a = np.asarray(g.constants[name])
     if a.size == 0:
         return f"{head}  empty"
+    if a.dtype == DType.bfloat16.np:     # (ml_dtypes' type: NumPy's kind is "V")
+        a = a.astype(np.float32)
     flat = a.reshape(-1)
     parts = [head]
     if a.dtype.kind in "fc":
