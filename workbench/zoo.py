@@ -79,7 +79,7 @@ class ZooModel:
 
     def numpy_inputs(self, fresh: bool = False) -> dict[str, np.ndarray]:
         ins = self.fresh_inputs if fresh else self.inputs
-        return {n: t.detach().numpy().copy() for n, t in zip(self.input_names, ins)}
+        return {n: _to_numpy(t) for n, t in zip(self.input_names, ins)}
 
     def torch_outputs(self, fresh: bool = False) -> dict[str, np.ndarray]:
         """What torch eager computes: output name -> array."""
@@ -224,13 +224,20 @@ _BUILDERS: dict[str, Callable] = {
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
 
 
-def build(name: str, seed: int = 0, size: str = "tiny") -> ZooModel:
+DTYPES = ("float32", "bfloat16")
+
+
+def build(name: str, seed: int = 0, size: str = "tiny", dtype: str = "float32") -> ZooModel:
     """Build zoo model ``name`` (one of :data:`MODELS`) at ``size`` (a key of
-    :data:`SIZES`) with weights and inputs seeded by ``seed``."""
+    :data:`SIZES`) with weights and inputs seeded by ``seed``; ``dtype="bfloat16"``
+    converts the module and its float inputs (pixels, audio) to bfloat16 after the
+    float32 weights are drawn, as a user's ``model.to(torch.bfloat16)`` does."""
     if name not in _BUILDERS:
         raise WorkbenchError(f"unknown zoo model {name!r}; choose one of {', '.join(MODELS)}")
     if size not in SIZES:
         raise WorkbenchError(f"unknown zoo size {size!r}; choose one of {', '.join(SIZES)}")
+    if dtype not in DTYPES:
+        raise WorkbenchError(f"unknown zoo dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
     torch = _torch()
     torch.manual_seed(seed)
     with _quiet():
@@ -238,6 +245,10 @@ def build(name: str, seed: int = 0, size: str = "tiny") -> ZooModel:
     model.eval()
     gen = torch.Generator().manual_seed(seed + 1)
     inputs, fresh = make_inputs(gen), make_inputs(gen)
+    if dtype == "bfloat16":
+        model = model.to(torch.bfloat16)
+        inputs, fresh = (tuple(t.to(torch.bfloat16) if t.is_floating_point() else t
+                               for t in ins) for ins in (inputs, fresh))
     outputs = tuple(_run_torch(model, inputs))
     if output not in outputs:   # pragma: no cover - a transformers change
         raise WorkbenchError(f"zoo model {name}: {output} missing from its outputs {outputs}")
@@ -248,8 +259,16 @@ def _run_torch(model, inputs) -> dict[str, np.ndarray]:
     torch = _torch()
     with torch.no_grad():
         out = model(*inputs)
-    return {k: v.detach().numpy().copy() for k, v in out.items()
-            if isinstance(v, torch.Tensor)}
+    return {k: _to_numpy(v) for k, v in out.items() if isinstance(v, torch.Tensor)}
+
+
+def _to_numpy(t) -> np.ndarray:
+    """A tensor as NumPy (bfloat16 as ml_dtypes' bfloat16, by its bits)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype is _torch().bfloat16:
+        from .ir import DType
+        return t.view(_torch().int16).numpy().view(DType.bfloat16.np).copy()
+    return t.numpy().copy()
 
 
 def export_onnx(m: ZooModel, path: str | os.PathLike) -> Path:

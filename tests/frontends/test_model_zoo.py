@@ -103,3 +103,32 @@ def test_from_torch_imports_plans_runs_and_matches_torch(name, zoo_dir):
     s = wb.Session(zoo.import_torch(m), backend="cpu")
     s.auto("stitch")
     check_outputs(m, s.run)
+
+
+# -- bfloat16: the user's model.to(torch.bfloat16) -------------------------------------
+# scripts/zoo_bfloat16.py runs the whole zoo both ways (benchmarks/results/zoo-bfloat16-*)
+@pytest.mark.parametrize("name, path", [("bert", "onnx"), ("bert", "torch"),
+                                        ("llama", "torch")])
+def test_a_bfloat16_model_runs_in_bfloat16_as_accurately_as_torch(name, path, tmp_path):
+    """Imported with bfloat16 storage, every kernel within its bound, the output
+    bfloat16, and no further from the float32 model than twice torch's own bfloat16
+    output is (fused kernels round once per store where torch rounds per op)."""
+    import torch
+    m32, m = zoo.build(name), zoo.build(name, dtype="bfloat16")
+    assert all(p.dtype is torch.bfloat16 for p in m.module.parameters())
+    g = zoo.import_torch(m) if path == "torch" else wb.load(
+        str(zoo.export_onnx(m, tmp_path / f"{name}.onnx")))
+    assert g.value(g.outputs[0]).dtype.value == "bfloat16"
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    assert s.measure(warmup=1, repeats=1).within_tolerance
+    for fresh in (False, True):
+        y = s.run(dict(zip(g.inputs, m.numpy_inputs(fresh).values())))[g.outputs[0]]
+        assert y.dtype.name == "bfloat16"
+        f32 = m32.torch_outputs(fresh)[m.outputs[0]].astype(np.float64)
+        b16 = m.torch_outputs(fresh)[m.outputs[0]].astype(np.float64)
+
+        def dist(a):
+            return float(np.max(np.abs(a.astype(np.float64) - f32)) / np.max(np.abs(f32)))
+        assert 0 < dist(b16) < 0.05               # bfloat16 really differs from float32
+        assert dist(y) <= 2 * dist(b16), (name, path, fresh, dist(y), dist(b16))
