@@ -7,6 +7,7 @@ compiled and every kernel checked against NumPy, and its CUDA compiled by NVRTC.
 longer run is ``python -m workbench.fuzz --seconds N --cuda`` (benchmarks/results)."""
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -162,3 +163,12 @@ def test_a_matmul_of_an_empty_batch_stays_a_library_call():
         s.auto(planner)
         assert s.run(s.inputs)["y"].shape == (0, 7, 8)
         assert s.measure(warmup=1, repeats=1).within_tolerance
+
+
+def test_a_long_run_starts_a_fresh_process_per_batch_of_seeds():
+    """One process maps every kernel library it loads; ~1800 graphs exhaust Linux's
+    memory maps ("failed to map segment from shared object", found by a 900 s run), so
+    a long run takes its seeds in batches, each in a new process."""
+    rep = fuzz.fuzz_in_processes(0, seconds=10, per_process=3, cuda=False)
+    assert rep.cases > 3 and not rep.failures, rep.failures
+    assert len(rep.processes) == -(-rep.cases // 3) and os.getpid() not in rep.processes

@@ -440,6 +440,7 @@ class Report:
     ops: int = 0
     failures: list[Failure] = field(default_factory=list)
     seconds: float = 0.0
+    processes: set = field(default_factory=set)     # the pids that ran cases
 
 
 def fuzz(seeds, seconds: float | None = None, edits: int = 4, max_ops: int = 10,
@@ -456,6 +457,47 @@ def fuzz(seeds, seconds: float | None = None, edits: int = 4, max_ops: int = 10,
         rep.failures += fails
         if progress:
             progress(case, fails)
+    rep.seconds = time.perf_counter() - t0
+    rep.processes.add(os.getpid())
+    return rep
+
+
+# Seeds per child process of a long run: each distinct kernel's library stays mapped in
+# the process that loaded it, and one process runs out of memory maps (Linux's
+# vm.max_map_count, 65530) after ~1800 graphs -- "failed to map segment from shared
+# object" -- so a long run starts a fresh process for every batch.
+SEEDS_PER_PROCESS = 400
+
+
+def _print_progress(case, fails):
+    mark = "FAIL" if fails else "ok"
+    print(f"seed {case.seed}: {len(case.graph.nodes)} ops, {case.plans_checked} plans "
+          f"{mark}" + "".join(f"\n  after {f.action}: {f.message}" for f in fails),
+          flush=True)
+
+
+def _batch(first: int, count: int, seconds: float, edits: int, max_ops: int,
+           cuda: bool) -> Report:
+    return fuzz(range(first, first + count), seconds, edits, max_ops, _print_progress, cuda)
+
+
+def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int = 10,
+                      cuda: bool = False, per_process: int = SEEDS_PER_PROCESS) -> Report:
+    """:func:`fuzz` from seed ``start`` for ``seconds``, ``per_process`` seeds in each
+    fresh child process (see SEEDS_PER_PROCESS), progress printed as it goes."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    rep, t0, first = Report(), time.perf_counter(), start
+    while (left := seconds - (time.perf_counter() - t0)) > 0:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+            part = ex.submit(_batch, first, per_process, left, edits, max_ops, cuda).result()
+        for k in ("cases", "plans", "ops"):
+            setattr(rep, k, getattr(rep, k) + getattr(part, k))
+        rep.failures += part.failures
+        rep.processes |= part.processes
+        first += per_process
+        if part.cases < per_process:
+            break          # the time ran out inside the batch
     rep.seconds = time.perf_counter() - t0
     return rep
 
@@ -493,13 +535,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", help="write a markdown report here")
     a = p.parse_args(argv)
 
-    def progress(case, fails):
-        mark = "FAIL" if fails else "ok"
-        print(f"seed {case.seed}: {len(case.graph.nodes)} ops, {case.plans_checked} plans "
-              f"{mark}" + "".join(f"\n  after {f.action}: {f.message}" for f in fails),
-              flush=True)
-
-    rep = fuzz(range(a.start, 2 ** 31), a.seconds, a.edits, a.max_ops, progress, a.cuda)
+    rep = fuzz_in_processes(a.start, a.seconds, a.edits, a.max_ops, a.cuda)
     text = _markdown(rep, a)
     print(text)
     if a.out:
