@@ -99,18 +99,26 @@ def bias_gelu(rows=2048, cols=4096) -> Graph:
     return b.build()
 
 
-def bias_gelu_residual_layernorm(rows=4096, cols=1024) -> Graph:
-    b = GraphBuilder("bias_gelu_residual_layernorm",
+def bias_gelu_residual_layernorm(rows=4096, cols=1024, dtype="float32") -> Graph:
+    half = dtype != "float32"
+    b = GraphBuilder("bias_gelu_residual_layernorm" + ("_bf16" if half else ""),
                      f"LayerNorm(GELU(x + bias) + residual) on [{rows}, {cols}] with "
-                     f"bias/gamma/beta[{cols}]: elementwise chain into a row reduction")
+                     f"bias/gamma/beta[{cols}]: elementwise chain into a row reduction"
+                     + (f", all {dtype}" if half else ""))
     rng = _rng(4)
-    x = b.input("x", (rows, cols))
-    res = b.input("residual", (rows, cols))
-    h = b.gelu(x + b.constant(_bias(rng, cols), "bias"), source="gelu")
+    x = b.input("x", (rows, cols), dtype)
+    res = b.input("residual", (rows, cols), dtype)
+    h = b.gelu(x + b.constant(_bias(rng, cols), "bias", dtype=dtype), source="gelu")
     g, be = _affine(rng, cols)
-    y = b.layer_norm(h + res, b.constant(g, "gamma"), b.constant(be, "beta"), source="ln")
+    y = b.layer_norm(h + res, b.constant(g, "gamma", dtype=dtype),
+                     b.constant(be, "beta", dtype=dtype), source="ln")
     b.output(y, "y")
     return b.build()
+
+
+def bias_gelu_residual_layernorm_bf16(rows=4096, cols=1024) -> Graph:
+    """The BERT tail in bfloat16 storage (computed in float32, rounded once per store)."""
+    return bias_gelu_residual_layernorm(rows, cols, "bfloat16")
 
 
 def cross_entropy(rows=2048, classes=4096) -> Graph:
@@ -200,6 +208,7 @@ BUILDERS = {
     "attention_softmax.json": attention_softmax,
     "bias_gelu.json": bias_gelu,
     "bias_gelu_residual_layernorm.json": bias_gelu_residual_layernorm,
+    "bias_gelu_residual_layernorm_bf16.json": bias_gelu_residual_layernorm_bf16,
     "cross_entropy.json": cross_entropy,
     "adam.json": adam,
     "bias_grad.json": bias_grad,
