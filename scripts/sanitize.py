@@ -337,12 +337,12 @@ def _output_errors(g, outs: dict, refs: dict, slack: float = 1.0
     """Graph outputs against the whole-graph reference: (what is past ``slack`` times
     the tolerance, worst error, the names of the outputs past the tolerance itself)."""
     import numpy as np
-    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.measure.compare import output_error, tolerance
     bad, worst, past = [], 0.0, []
     for name in g.outputs:
         v = g.value(name)
         got, ref = np.asarray(outs[name]), np.asarray(refs[name])
-        e = max_rel_error(got, ref)
+        e = output_error(v.dtype, got, ref)
         worst = max(worst, e)
         if not e <= tolerance(v.dtype):
             past.append(name)

@@ -14,6 +14,7 @@ from workbench.fusion.cost import CostModel
 from workbench.fusion.devices import A100, H100, Device
 from workbench.fusion.cycles import cycle_reason, cycle_via
 from workbench.fusion.plan import toposort_groups
+from workbench.measure.compare import tolerance
 from workbench.fusion.greedy import rules_partition
 from workbench.fusion.stitch import dominant_ops, plan_stitch
 from workbench.frontends import load
@@ -63,8 +64,10 @@ def test_stitch_matches_the_reference(fname, device):
     assert m.predicted_ms > 0
     # end to end, 1e-3: float32 sums of 4096 terms in another order (split rows) and
     # bert_chain's two deep matmuls (its float32 reference is itself ~3e-4 from
-    # float64, see benchmarks/README.md) exceed 1e-4 in every plan alike
-    assert m.end_to_end_error < 1e-3
+    # float64, see benchmarks/README.md) exceed 1e-4 in every plan alike; a bfloat16
+    # output is held to its type's bound (the reference rounds after every op)
+    half = [g.value(o).dtype for o in g.outputs if g.value(o).dtype.is_half]
+    assert m.end_to_end_error < (tolerance(half[0]) if half else 1e-3)
 
 
 @pytest.mark.parametrize("fname", sorted(SAMPLES))
