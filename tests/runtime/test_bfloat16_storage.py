@@ -285,3 +285,15 @@ def test_the_properties_panel_summarizes_bfloat16_constants():
     from workbench.ui.properties import constant_summary
     text = constant_summary(_row_graph("layer_norm", 4, 16), "gamma")
     assert text.startswith("bfloat16[16]") and "min 0.5" in text and "max " in text
+
+
+def test_tuning_a_bfloat16_kernel_checks_every_candidate_on_its_bits():
+    """Session.tune times and checks each candidate on the values the kernel receives
+    (on a GPU those come back as bits and are read as bfloat16 by their dtype)."""
+    s = Session(_row_graph("softmax", 64, 4096), backend="cpu")
+    s.auto("rules")
+    s.tune(repeats=3, use_cache=False)
+    r = s.tuning[0]
+    assert len(r.timed) > 1 and all(np.isfinite(t) for _, t in r.timed)
+    m = s.measure(warmup=1, repeats=1)
+    assert m.within_tolerance and s.run(s.inputs)["y"].dtype == BF16

@@ -266,7 +266,7 @@ def _correct(g, entry, env: dict, backend) -> bool:
         seq._alloc_outputs(ck, run_env)
         seq._launch(ck, run_env)
     backend.synchronize()
-    host = {k: np.asarray(backend.to_numpy(v)) for k, v in run_env.items()}
+    host = {k: np.asarray(backend.to_numpy(v, g.value(k).dtype)) for k, v in run_env.items()}
     host.update({k: v for k, v in env.items() if k not in host})
     return check_kernel(g, seq.compiled[0].kernel, gr.nodes, host).within_tolerance
 
