@@ -263,12 +263,8 @@ def _run_torch(model, inputs) -> dict[str, np.ndarray]:
 
 
 def _to_numpy(t) -> np.ndarray:
-    """A tensor as NumPy (bfloat16 as ml_dtypes' bfloat16, by its bits)."""
-    t = t.detach().cpu().contiguous()
-    if t.dtype is _torch().bfloat16:
-        from .ir import DType
-        return t.view(_torch().int16).numpy().view(DType.bfloat16.np).copy()
-    return t.numpy().copy()
+    from .frontends.torch.common import tensor_numpy
+    return tensor_numpy(t)
 
 
 def export_onnx(m: ZooModel, path: str | os.PathLike) -> Path:

@@ -42,8 +42,9 @@ from ..codegen import RENDERERS, lower_plan, render_kernel
 from ..codegen.kir import Kernel
 from ..errors import ArtifactError
 from ..fusion import Plan
-from ..ir import DType, Graph
+from ..ir import Graph
 from ..ir.serialize import to_json
+from ..ops.bfloat16 import as_bits
 from .manifest import (CONSTANTS_FILE, FORMAT, GRAPH_FILE, KERNEL_DIR, MANIFEST,
                        MAX_MANIFEST_BYTES, SOURCE_SUFFIX, VERSION, FileEntry, GroupSpec,
                        KernelSpec, LibrarySpec, Manifest, TensorSpec, graph_hash, json_safe,
@@ -67,9 +68,7 @@ def graph_files(g: Graph) -> dict[str, bytes]:
         spec["init"] = {"npz": keys[name]}
     buf = io.BytesIO()
     # (bfloat16 as its bits: .npy has no bfloat16 and would write an opaque void type)
-    np.savez(buf, **{keys[n]: np.asarray(a).view(np.uint16)
-                     if g.value(n).dtype is DType.bfloat16 else np.asarray(a)
-                     for n, a in g.constants.items()})
+    np.savez(buf, **{keys[n]: as_bits(np.asarray(a)) for n, a in g.constants.items()})
     return {GRAPH_FILE: json.dumps(d, indent=1).encode(), CONSTANTS_FILE: buf.getvalue()}
 
 

@@ -39,6 +39,7 @@ from ..errors import ArtifactError
 from ..ir import DType, Graph
 from ..ir.graph import freeze_attr
 from ..ir.serialize import from_json
+from ..ops.bfloat16 import bits_as
 from .manifest import (CONSTANTS_FILE, GRAPH_FILE, MANIFEST, MAX_IDENTIFIER,
                        MAX_MANIFEST_BYTES, MAX_RANK, MAX_VALUE_BYTES, Manifest, check_header,
                        file_limit, graph_hash, one_line, parse_json, read_manifest, sha256,
@@ -453,8 +454,7 @@ def rebuild_graph(files: Mapping[str, bytes], where: str) -> Graph:
     arrays = read_npz(files[CONSTANTS_FILE], specs, where)
     consts = {}
     for name, spec in d["constants"].items():
-        a = arrays[spec["init"]["npz"]]
-        consts[name] = a.view(DType.bfloat16.np) if spec["dtype"] == "bfloat16" else a
+        consts[name] = bits_as(arrays[spec["init"]["npz"]], DType(spec["dtype"]))
         spec["init"] = {"fill": 0}    # shape and dtype only; the data comes next
     try:
         g = from_json(d)

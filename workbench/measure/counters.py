@@ -53,6 +53,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..ir import DType
+from ..ops.bfloat16 import as_bits, bits_as
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 DEFAULT_TIMEOUT_S = 300.0
@@ -289,9 +290,7 @@ def dram_bytes(session_or_plan, inputs: Mapping[str, np.ndarray] | None = None, 
         npz = Path(tmp) / "inputs.npz"
         # generated keys: graph input names may hold any text; bfloat16 as its bits
         # (an .npz has no bfloat16, and CuPy takes them so)
-        np.savez(npz, **{f"i{j}": np.ascontiguousarray(inputs[n]).view(np.uint16)
-                         if plan.graph.value(n).dtype is DType.bfloat16
-                         else np.ascontiguousarray(inputs[n])
+        np.savez(npz, **{f"i{j}": as_bits(np.ascontiguousarray(inputs[n]))
                          for j, n in enumerate(plan.graph.inputs)})
         cmd = ncu_command(ncu, artifact, npz, ours)
         done = _run(cmd, timeout, tmp)
@@ -347,8 +346,8 @@ def main(argv: list[str] | None = None) -> int:
         model = load_artifact(a.artifact, backend=a.backend)
         with np.load(a.inputs, allow_pickle=False) as z:
             arrays = [z[f"i{j}"] for j in range(len(model.inputs))]
-        arrays = [x.view(DType.bfloat16.np) if t.dtype == "bfloat16" and a.backend != "cupy"
-                  else x for x, t in zip(arrays, model.inputs)]
+        if a.backend != "cupy":       # (CuPy takes bfloat16 as its bits)
+            arrays = [bits_as(x, DType(t.dtype)) for x, t in zip(arrays, model.inputs)]
         if a.backend == "cupy":
             import cupy
             arrays = [cupy.asarray(x) for x in arrays]

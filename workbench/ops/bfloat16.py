@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ir import DType
 from .elementwise import BF16, _unary
 
 # the bits of a quiet NaN (a NaN's own bits, rounded, could carry into an inf)
@@ -32,6 +33,18 @@ def to_bits(xp, x):
 def from_bits(xp, h):
     """bfloat16 bits (uint16) as float32 values (exact)."""
     return (xp.asarray(h).astype(xp.uint32) << 16).view(xp.float32)
+
+
+def as_bits(a: np.ndarray) -> np.ndarray:
+    """A NumPy array as a store without bfloat16 takes it (.npy, CuPy): a bfloat16
+    array as a view of its bits (uint16), anything else as it is."""
+    return a.view(np.uint16) if a.dtype == DType.bfloat16.np else a
+
+
+def bits_as(a: np.ndarray, dtype: DType) -> np.ndarray:
+    """The inverse of :func:`as_bits` for a value of the IR's ``dtype``: bits of a
+    bfloat16 value as a view of ml_dtypes' bfloat16, anything else as it is."""
+    return a.view(DType.bfloat16.np) if dtype is DType.bfloat16 else a
 
 
 def round_bf16(x: np.ndarray) -> np.ndarray:

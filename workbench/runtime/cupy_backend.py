@@ -10,9 +10,8 @@ import numpy as np
 from ..codegen.kir import Kernel
 from ..fusion.devices import Device
 from ..ir import DType
+from ..ops.bfloat16 import as_bits, bits_as
 from .backend import Backend, CompiledKernel
-
-BF16 = DType.bfloat16.np
 
 
 @lru_cache(maxsize=1)
@@ -128,16 +127,15 @@ class CupyBackend(Backend):
         return EventTimer(self.cp)
 
     def asarray(self, a):
-        if isinstance(a, np.ndarray) and a.dtype == BF16:
-            a = a.view(np.uint16)      # CuPy has no bfloat16: its bits (bf16_as_bits)
+        if isinstance(a, np.ndarray):
+            a = as_bits(a)             # CuPy has no bfloat16: its bits (bf16_as_bits)
         x = self.cp.asarray(a)
         if x.data.ptr % 16 or not x.flags.c_contiguous:
             x = x.copy()     # kernels move 16 bytes per access: rows must be aligned
         return x
 
     def to_numpy(self, a, dtype: DType | None = None) -> np.ndarray:
-        x = self.cp.asnumpy(a)
-        return x.view(BF16) if dtype is DType.bfloat16 else x
+        return bits_as(self.cp.asnumpy(a), dtype)
 
     def synchronize(self) -> None:
         self.cp.cuda.Device().synchronize()

@@ -41,6 +41,22 @@ NONDETERMINISTIC = {"rand", "randn", "randint", "rand_like", "randn_like", "rand
                     "new_empty_strided"}
 
 
+def tensor_numpy(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values as a NumPy array of their own (bfloat16 as ml_dtypes'
+    bfloat16, by its bits: NumPy has none of its own)."""
+    t = t.detach().cpu().contiguous()
+    if t.dtype is torch.bfloat16:
+        return t.view(torch.int16).numpy().view(DType.bfloat16.np).copy()
+    return t.numpy().copy()
+
+
+def numpy_tensor(a: np.ndarray) -> torch.Tensor:
+    """The inverse of :func:`tensor_numpy`: a NumPy array as a tensor of its own."""
+    if a.dtype == DType.bfloat16.np:
+        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
+    return torch.from_numpy(a.copy())
+
+
 def dtype_of(tdt: torch.dtype, what: str) -> DType:
     """The workbench dtype of a torch dtype, or a GraphError naming the value."""
     dt = _DTYPES.get(tdt)

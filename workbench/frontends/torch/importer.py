@@ -27,7 +27,9 @@ from .common import (
     _Scope,
     _Unsupported,
     dtype_of,
+    numpy_tensor,
     op_name,
+    tensor_numpy,
 )
 
 
@@ -131,17 +133,7 @@ def _to_numpy(t: torch.Tensor, what: str) -> np.ndarray:
     dtype_of(t.dtype, what)
     if t.dtype in WIDENED:   # held in float32 (NumPy has no FP8)
         t = t.float()
-    t = t.detach().cpu().contiguous()
-    if t.dtype is torch.bfloat16:   # ml_dtypes' bfloat16: the same bits
-        return t.view(torch.int16).numpy().view(DType.bfloat16.np).copy()
-    return t.numpy().copy()
-
-
-def _to_torch(a: np.ndarray) -> torch.Tensor:
-    """A NumPy array as a torch tensor (bfloat16 by its bits)."""
-    if a.dtype == DType.bfloat16.np:
-        return torch.from_numpy(a.view(np.int16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(a.copy())
+    return tensor_numpy(t)
 
 
 # ---------------------------------------------------------------------------------
@@ -467,7 +459,7 @@ def _fold_with_torch(node: torch.fx.Node, env: dict[str, Any]) -> Any:
     def arg(a):
         if isinstance(a, torch.fx.Node):
             v = env[a.name]
-            return _to_torch(v) if isinstance(v, np.ndarray) else v
+            return numpy_tensor(v) if isinstance(v, np.ndarray) else v
         return a
     args = torch.fx.node.map_aggregate(node.args, arg)
     kwargs = torch.fx.node.map_aggregate(node.kwargs, arg)
