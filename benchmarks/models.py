@@ -6,6 +6,7 @@ against onnxruntime and torch eager, side by side in one run.
     .venv/bin/python benchmarks/models.py --models gpt2 llama vit --repeats 30
     .venv/bin/python benchmarks/models.py --blas off 1 all       # thread arrangements
     .venv/bin/python benchmarks/models.py --tune --models bert    # + the tuned stitch plan
+    .venv/bin/python benchmarks/models.py --dtype bfloat16        # model.to(torch.bfloat16)
 
 Per model: build (transformers config class, small random weights), export with
 ``torch.onnx.export`` (default exporter and opset), then
@@ -31,6 +32,12 @@ arrangements the workbench methods are timed under (``off``: BLAS left as NumPy 
 the workbench before issue 13; ``1``; ``all``; a count): each arrangement is one more
 method in the same alternation.
 
+``--dtype bfloat16`` converts each model as a user does (``model.to(torch.bfloat16)``,
+``zoo.build(dtype=...)``); torch eager then runs bfloat16 too, and one more method,
+``workbench stitch, bf16 matmul library calls``, plans the same graph with bfloat16
+matmuls kept out of GEMM kernels (each a library call widening its operands: the
+workbench before bfloat16 GEMM kernels), so the two are timed side by side.
+
 Writes ``<out>/models-<date>.json`` (machine, versions, BLAS library and
 architecture, every sample) and ``<out>/models-<date>.md``. Never exits non-zero for
 a timing or a failed model.
@@ -38,6 +45,7 @@ a timing or a failed model.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -75,7 +83,7 @@ def rel_error(got: dict, want: dict) -> float:
     """max |y - r| / max |r| over every output (the model-zoo test's measure)."""
     worst = 0.0
     for k, r in want.items():
-        y = np.asarray(got[k], dtype=np.float64)
+        y, r = np.asarray(got[k], dtype=np.float64), np.asarray(r, dtype=np.float64)
         if y.shape != r.shape:
             return float("inf")
         worst = max(worst, float(np.max(np.abs(y - r)) / max(np.max(np.abs(r)), 1e-30)))
@@ -98,7 +106,7 @@ def blas_arg(v: str):
 
 # -- one model ---------------------------------------------------------------------
 def prepare_model(name: str, folder: Path, blas: list, size: str,
-                  tune: bool = False) -> tuple[dict, dict]:
+                  tune: bool = False, dtype: str = "float32") -> tuple[dict, dict]:
     """Build, export, import, plan and compile one model. Returns its record and the
     runnable methods (label -> zero-argument call returning output name -> array).
     ``tune``: the stitch plan tuned too (``Session.tune``), one more method."""
@@ -108,8 +116,8 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
     from workbench import zoo
     from workbench.frontends import load_onnx
 
-    rec: dict = {"model": name, "size": size}
-    m, rec["build_s"] = timed(lambda: zoo.build(name, size=size))
+    rec: dict = {"model": name, "size": size, "dtype": dtype}
+    m, rec["build_s"] = timed(lambda: zoo.build(name, size=size, dtype=dtype))
     rec["inputs"] = {k: list(v.shape) for k, v in m.numpy_inputs().items()}
     path, rec["export_s"] = timed(lambda: zoo.export_onnx(m, folder / f"{name}.onnx"))
     rec["onnx_bytes"] = path.stat().st_size
@@ -145,6 +153,13 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
                 label = f"workbench {planner}" + ("" if len(blas) == 1 else
                                                   f" blas={'off' if b is None else b}")
                 methods[label] = _workbench_call(prog, inputs, b)
+            if dtype == "bfloat16" and planner == "stitch":
+                before = wb.Session(graphs[source], backend="cpu")
+                with _bf16_matmuls_as_library_calls():
+                    before.auto(planner)
+                r["library_matmul_kernels"] = len(before.plan.groups)
+                methods["workbench stitch, bf16 matmul library calls"] = _workbench_call(
+                    before.program(), inputs, blas[0])
             if tune and planner == "stitch":
                 _, r["tune_s"] = timed(lambda: s.tune(use_cache=False))
                 r["tuned"] = [{"kernel": t.group, "rule_ms": t.rule_ms, "best_ms": t.best_ms,
@@ -177,6 +192,19 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
     methods["torch eager"] = torch_call
     return rec, methods
+
+
+@contextlib.contextmanager
+def _bf16_matmuls_as_library_calls():
+    """Plan with GEMM kernels taking float32 only (as before bfloat16 GEMM kernels)."""
+    from workbench.fusion import gemm
+    from workbench.ir import DType
+    kept = gemm.GEMM_DTYPES
+    gemm.GEMM_DTYPES = (DType.float32,)
+    try:
+        yield
+    finally:
+        gemm.GEMM_DTYPES = kept
 
 
 def _workbench_call(prog, inputs, blas_threads):
@@ -263,7 +291,7 @@ def markdown(res: dict) -> str:
              f"torch threads {mi.get('torch_threads')}, onnxruntime default session "
              "options.", "",
              f"Models: zoo size `{res['size']}` ({res['dims']}), random weights, "
-             "eval mode.", "",
+             f"eval mode, {res.get('dtype', 'float32')}.", "",
              f"Latency: median ms of one call, {res['rounds']} alternating rounds of "
              f"{res['inner']} calls. Import/plan/compile in seconds (compile with a "
              f"{'warm' if res['warm_cache'] else 'cold'} kernel cache). Error: "
@@ -293,18 +321,20 @@ def markdown(res: dict) -> str:
         for k in r.get("latency_ms", {}):
             if k not in methods:
                 methods.append(k)
-    lines += ["", "## Latency (ms, median; x = onnxruntime / method)", "",
+    base = ("onnxruntime" if any("onnxruntime" in r.get("latency_ms", {})
+                                 for r in res["models"]) else "torch eager")
+    lines += ["", f"## Latency (ms, median; x = {base} / method)", "",
               "| model | graph | " + " | ".join(methods) + " |",
               "|---|---|" + "---|" * len(methods)]
     for r in res["models"]:
         lat = r.get("latency_ms", {})
-        ort = lat.get("onnxruntime")
+        ref = lat.get(base)
         cells = []
         for k in methods:
             v = lat.get(k)
             cells.append("n/a" if v is None else
-                         f"{v:.3f}" + ("" if ort is None or k == "onnxruntime"
-                                       else f" ({ort / v:.2f}x)"))
+                         f"{v:.3f}" + ("" if ref is None or k == base
+                                       else f" ({ref / v:.2f}x)"))
         lines.append(f"| {r['model']} | {r.get('workbench_graph') or 'none imports'} | "
                      + " | ".join(cells) + " |")
     tuned = [(r["model"], p) for r in res["models"]
@@ -344,6 +374,8 @@ def main(argv=None) -> int:
                     help="say in the results that other jobs shared the machine")
     ap.add_argument("--note", action="append", default=[], help="a line for the report")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                    help="the models' dtype (bfloat16: converted as model.to(torch.bfloat16))")
     ap.add_argument("--tag", default="",
                     help="appended to the result file names (--tag=-passive)")
     a = ap.parse_args(argv)
@@ -353,7 +385,8 @@ def main(argv=None) -> int:
         os.environ["WORKBENCH_CACHE"] = str(tmp / "cache")
     date = _dt.date.today().isoformat()
     res = {"date": date, "size": a.size, "dims": dataclasses.asdict(zoo.SIZES[a.size]),
-           "rounds": a.repeats, "inner": a.inner, "warm_cache": a.warm_cache,
+           "dtype": a.dtype, "rounds": a.repeats, "inner": a.inner,
+           "warm_cache": a.warm_cache,
            "blas_arrangements": a.blas, "shared": a.shared, "notes": a.note,
            "load_average_at_start": list(os.getloadavg()), "machine": None, "models": []}
     a.out.mkdir(parents=True, exist_ok=True)
@@ -361,7 +394,7 @@ def main(argv=None) -> int:
     for name in a.models:
         log(f"{name}: build, export, import, plan, compile")
         try:
-            rec, methods = prepare_model(name, tmp, blas, a.size, a.tune)
+            rec, methods = prepare_model(name, tmp, blas, a.size, a.tune, a.dtype)
         except Exception as e:
             rec, methods = {"model": name, "error": first_line(e)}, {}
             log(f"  {name}: {first_line(e)}")

@@ -6,6 +6,7 @@ and the packing done once per buffer."""
 import ctypes
 import platform
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -15,13 +16,15 @@ from workbench.fusion.gemm import PANEL
 from workbench.runtime import cc
 
 LL, P = ctypes.c_longlong, ctypes.c_void_p
+BF16 = ml_dtypes.bfloat16
 WRAPPERS = r"""
-void t_pack(const float* b, long long k, long long n, long long rs, long long cs, float* bp) {
-  wb_pack_b_once(b, k, n, rs, cs, bp);
+void t_pack(const void* b, int bf16, long long k, long long n, long long rs, long long cs,
+            float* bp) {
+  wb_pack_b_once(b, bf16, k, n, rs, cs, bp);
 }
-void t_gemm(long long m, long long n, long long k, const float* a, long long ars,
+void t_gemm(long long m, long long n, long long k, const void* a, int bf16, long long ars,
             long long acs, const float* bp, float* c, long long ldc) {
-  wb_gemm_packed(m, n, k, a, ars, acs, bp, c, ldc);
+  wb_gemm_packed(m, n, k, a, bf16, ars, acs, bp, c, ldc);
 }
 int t_block(void) { return WB_MR * 1000 + WB_NB; }
 """
@@ -55,8 +58,8 @@ def lib(request, tmp_path_factory):
         mp.undo()
     lib = cc.load_library(path)
     lib.isa = request.param
-    lib.t_pack.argtypes = [P, LL, LL, LL, LL, P]
-    lib.t_gemm.argtypes = [LL, LL, LL, P, LL, LL, P, P, LL]
+    lib.t_pack.argtypes = [P, ctypes.c_int, LL, LL, LL, LL, P]
+    lib.t_gemm.argtypes = [LL, LL, LL, P, ctypes.c_int, LL, LL, P, P, LL]
     for f in (lib.t_pack, lib.t_gemm):
         f.restype = None
     return lib
@@ -77,7 +80,8 @@ def _packed(lib, b: np.ndarray, trans: bool) -> np.ndarray:
     k, n = b.shape
     bp = np.full(packed_numel(k, n), np.nan, np.float32)
     src = np.ascontiguousarray(b.T) if trans else b
-    lib.t_pack(src.ctypes.data, k, n, 1 if trans else n, k if trans else 1, bp.ctypes.data)
+    lib.t_pack(src.ctypes.data, int(src.dtype == BF16), k, n, 1 if trans else n,
+               k if trans else 1, bp.ctypes.data)
     return bp
 
 
@@ -98,7 +102,7 @@ def test_micro_kernel_matches_numpy(lib, m, n, k, trans_a, trans_b):
     c = np.full((m, n + 5), np.nan, np.float32)
     src = np.asfortranarray(a) if trans_a else a
     ars, acs = (1, m) if trans_a else (k, 1)
-    lib.t_gemm(m, n, k, src.ctypes.data, ars, acs, bp.ctypes.data, c.ctypes.data, n + 5)
+    lib.t_gemm(m, n, k, src.ctypes.data, 0, ars, acs, bp.ctypes.data, c.ctypes.data, n + 5)
     ref = a.astype(np.float64) @ b
     bound = 2 * k * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(b))
     got = c[:, :n]
@@ -116,7 +120,7 @@ def test_tile_starting_on_a_later_panel(lib):
     b = rng.standard_normal((k, n)).astype(np.float32)
     bp = _packed(lib, b, False)
     c = np.full((m, n - c0), np.nan, np.float32)
-    lib.t_gemm(m, n - c0, k, a.ctypes.data, k, 1, bp[c0 * k:].ctypes.data, c.ctypes.data,
+    lib.t_gemm(m, n - c0, k, a.ctypes.data, 0, k, 1, bp[c0 * k:].ctypes.data, c.ctypes.data,
                n - c0)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b[:, c0:], rtol=1e-4, atol=1e-4)
 
@@ -133,7 +137,7 @@ def test_packing_happens_once_per_buffer(lib):
     assert bp.size == panels * PANEL * k + STATE_SLOTS
     first = bp.copy()
     other = rng.standard_normal((k, n)).astype(np.float32)
-    lib.t_pack(other.ctypes.data, k, n, n, 1, bp.ctypes.data)
+    lib.t_pack(other.ctypes.data, 0, k, n, n, 1, bp.ctypes.data)
     np.testing.assert_array_equal(bp, first)
     # the panels: column c of B at panel c // PANEL, zero past n
     grid = first[:-STATE_SLOTS].reshape(panels, k, PANEL)
@@ -141,3 +145,25 @@ def test_packing_happens_once_per_buffer(lib):
     assert (grid.transpose(1, 0, 2).reshape(k, -1)[:, n:] == 0).all()
     np.testing.assert_array_equal(_packed(lib, other, False)[:-STATE_SLOTS].reshape(
         panels, k, PANEL).transpose(1, 0, 2).reshape(k, -1)[:, :n], other)
+
+
+@pytest.mark.parametrize("m,n,k", [(7, 100, 300), (65, 256, 1024), (5, 3, 40)])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
+def test_bfloat16_operands_are_widened_as_they_are_copied(lib, m, n, k, trans_a, trans_b):
+    """bfloat16 A and B (their bits): the sliver copy and the packing widen them, so
+    the product is float32's product of the widened operands, to float32's bound, and
+    the packed panels hold the widened values exactly."""
+    rng = np.random.default_rng(m + n + k)
+    a = rng.standard_normal((m, k)).astype(BF16)
+    b = rng.standard_normal((k, n)).astype(BF16)
+    bp = _packed(lib, b, trans_b)
+    panels = -(-n // PANEL)
+    grid = bp[:-STATE_SLOTS].reshape(panels, k, PANEL).transpose(1, 0, 2).reshape(k, -1)
+    np.testing.assert_array_equal(grid[:, :n], b.astype(np.float32))
+    c = np.full((m, n), np.nan, np.float32)
+    src = np.asfortranarray(a) if trans_a else a
+    ars, acs = (1, m) if trans_a else (k, 1)
+    lib.t_gemm(m, n, k, src.ctypes.data, 1, ars, acs, bp.ctypes.data, c.ctypes.data, n)
+    a32, b32 = a.astype(np.float64), b.astype(np.float64)
+    bound = 2 * k * np.finfo(np.float32).eps * (np.abs(a32) @ np.abs(b32))
+    assert (np.abs(c - a32 @ b32) <= bound + 1e-30).all()

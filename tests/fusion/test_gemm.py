@@ -81,11 +81,12 @@ def test_gpu_plans_are_unchanged_and_the_template_says_why():
 
 def test_float16_keeps_the_library_call_with_a_reason():
     g = _ffn(dtype="float16")
-    with pytest.raises(FusionRefused, match="float32 only"):
+    with pytest.raises(FusionRefused, match="takes float32 and bfloat16"):
         analyze(g, tuple(n.id for n in g.nodes), device=CPU)
     plan, log = run_planner("rules", g, device=CPU)
     assert ScheduleKind.gemm not in _kinds(plan)
-    assert any(d.action == "not fused" and "float32 only" in d.reason for d in log)
+    assert any(d.action == "not fused" and "takes float32 and bfloat16" in d.reason
+               for d in log)
 
 
 def _refused(epilogue, match, prologue=lambda b, x: x):
@@ -258,3 +259,23 @@ def test_attention_refusals_name_their_rule():
     # the probabilities kept as an output: the planners leave the second matmul apart
     plan, log = run_planner("rules", _attention(probs_out=True), device=CPU)
     assert any(d.action == "not fused" and "read outside" in d.reason for d in log)
+
+
+def test_bfloat16_fuses_on_the_micro_kernel_and_says_why_not_elsewhere():
+    """A bfloat16 matmul joins its epilogue where the micro-kernel multiplies it (B
+    packed: once for a weight); where the CPU's vectors are too narrow for packing, or
+    blas=1 asks for sgemm (float32 only), it stays a library call with the reason."""
+    g = _ffn(dtype="bfloat16")
+    nodes = tuple(n.id for n in g.nodes)
+    wide = CPU.with_(vector_bytes=64)
+    sched = analyze(g, nodes, device=wide)
+    assert sched.kind is ScheduleKind.gemm and sched.gemm.packed_b == "once"
+    plan, _ = run_planner("stitch", g, device=wide)
+    assert _kinds(plan) == [ScheduleKind.gemm]
+    with pytest.raises(FusionRefused, match="needs 256-bit vectors"):
+        analyze(g, nodes, device=CPU)
+    with pytest.raises(FusionRefused, match="blas=1 asks for sgemm"):
+        analyze(g, nodes, device=wide, launch={"blas": 1})
+    plan, log = run_planner("rules", g, device=CPU)
+    assert ScheduleKind.gemm not in _kinds(plan)
+    assert any(d.action == "not fused" and "only the micro-kernel" in d.reason for d in log)

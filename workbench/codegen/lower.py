@@ -255,23 +255,38 @@ class _Lowerer:
         a, b = t.a.view, t.b.view
         i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
         M, N, K = t.m, t.n, t.k
-        start = ()
-        if then is None:
-            dest, c_off = self.buffers[t.dest], f"(bt * {M} + r0) * {N} + c0"
+        start, finish, pack = (), (), ()
+        if then is None and self.buffers[t.dest].dtype is DType.float32:
+            dest, c_off, ldc = self.buffers[t.dest], f"(bt * {M} + r0) * {N} + c0", N
         else:
             # attention: the scores and then the probabilities live in a tile of this
-            # thread's own (whole rows), read by the second product, never written out
-            dest, c_off = Scratch("wb_tile", t.result, DType.float32, t.tile_m * N), "0"
+            # thread's own (whole rows), read by the second product, never written out;
+            # a product stored in another type (bfloat16) is finished from such a float32
+            # tile too, and rounded once, where the epilogue stores
+            dest, c_off, ldc = (Scratch("wb_tile", t.result, DType.float32,
+                                        t.tile_m * t.tile_n), "0", t.tile_n)
             start = (DeclareScratch(dest),)
-        finish, pack = (), ()
+            if t.result in self.io.outputs and (not t.epilogue_ops
+                                                or self.sched.epilogue is not None):
+                finish = (Comment(f"the product, {t.result}, stored from the tile"),
+                          self._tile_out(dest, self.buffers[t.result], f"bt * {M}", N,
+                                         "c0", "c1", mm.id))
         if t.epilogue_ops:
             epilogue = (self._row_epilogue(mm.id, dest) if self.sched.epilogue is not None
                         else self._elementwise_epilogue(dest))
-            finish = (Comment("the epilogue over the tile, while it is in cache"), epilogue)
+            finish += (Comment("the epilogue over the tile, while it is in cache"), epilogue)
         if then is not None:
             mm2 = g.producer[then.result]
             v = then.b.view
             out, o_off, ldo = self._attention_out()
+            store = ()
+            if out.dtype is not DType.float32:
+                # (bfloat16: the output rows in a float32 tile, stored rounded)
+                rows_out = Scratch("wb_o", then.result, DType.float32, t.tile_m * then.n)
+                store = (DeclareScratch(rows_out),)
+                after = self._tile_out(rows_out, out, "", ldo, "0", str(then.n), mm2.id,
+                                       first=o_off)
+                out, o_off, ldo = rows_out, "0", then.n
             if then.packed:
                 vp, v_pack, v_off = self._pack_per_run("pack_v", then.b, then.k, then.n, t.batch,
                                                        mm2.id)
@@ -283,7 +298,9 @@ class _Lowerer:
                               o_off, "r1 - r0", str(then.n), then.k, N, v.ld, ldo, mm2.id,
                               trans_b=v.trans)
             finish += (Comment(f"the tile's rows @ the right operand of {mm2.id}, while "
-                               "they are in cache"), second)
+                               "they are in cache"), *store, second)
+            if store:
+                finish += (after,)
         if t.packed_b == PACK_ONCE:       # a constant B, packed by the first run
             packed = self.workspace("pack", DType.float32, packed_numel(K, N), persistent=True,
                                     packed=True)
@@ -306,7 +323,7 @@ class _Lowerer:
         bbuf, b_off, ldb, trans_b = right
         product = gather + (Gemm(self.buffers[t.a.value], bbuf, dest,
                                  f"{a.batch_offset('bt')} + r0 * {a.row_stride}", b_off,
-                                 c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, N, mm.id,
+                                 c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, ldc, mm.id,
                                  trans_a=a.trans, trans_b=trans_b, packed=bool(t.packed_b)),)
         body = start + (
             Let("bt", i64, f"tile / {per}"),
@@ -324,6 +341,19 @@ class _Lowerer:
         # the host sgemm is passed in only where a product calls it
         sgemm = not t.packed_b or (then is not None and not then.packed)
         return replace(k, blas="sgemm" if sgemm else "", host_only=True)
+
+    def _tile_out(self, tile: Scratch, buf: Buffer, row0: str, ld: int, c0: str, c1: str,
+                  node: str, first: str = "") -> Loop:
+        """Rows r0..r1, columns c0..c1 of a thread's float32 tile (row-major, from
+        column c0) stored into ``buf`` in its type: row r at ``(row0 + r) * ld``, or
+        with ``first`` at ``first + (r - r0) * ld``."""
+        width = tile.numel // self.sched.gemm.tile_m
+        at = (f"{first} + (r - r0) * {ld} + col" if first else f"({row0} + r) * {ld} + col")
+        return Loop("r", self.sched.gemm.m, "serial", (
+            Loop("col", width, "block", (
+                Load("wb_t", tile, f"(r - r0) * {width} + col - {c0}"),
+                Store(buf, at, "wb_t", node=node)), start=c0, stop=c1),),
+            start="r0", stop="r1")
 
     def _attention_out(self) -> tuple[Buffer, str, int]:
         """Where fused attention's output rows go: (buffer, C offset of the tile's row
@@ -526,7 +556,9 @@ class _Lowerer:
         at_rows = self._at_rows
         scope = _Scope()
         product, at = self.fresh(), at_rows(t.result)
-        scope.stmts.append(Load(product, dest, at.offset()))
+        tiled = isinstance(dest, Scratch)     # (a thread's tile from column c0: see _gemm)
+        scope.stmts.append(Load(product, dest, f"(r - r0) * {t.tile_n} + col - c0" if tiled
+                                else at.offset()))
         conv = g.producer[t.result]
         if t.im2col is not None and len(conv.inputs) == 3:
             # the convolution's own bias, per output channel: the tile's row, or with
@@ -545,7 +577,7 @@ class _Lowerer:
                 scope.memo[(n.outputs[0], at_rows(n.outputs[0]).key)] = self.at(
                     scope, n.inputs[0], at_rows(n.inputs[0]))
         for o in self.io.outputs:
-            if o != t.result:        # (the product is in dest already)
+            if o != t.result or tiled:        # (else the product is in dest already)
                 idx = at_rows(o)
                 e = self.at(scope, o, idx)
                 scope.stmts.append(Store(self.buffers[o], idx.offset(), e,

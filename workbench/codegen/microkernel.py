@@ -18,6 +18,12 @@ macros (``-march=native``): AVX-512 6 x 64 (24 of 32 zmm registers accumulate), 
 6 x 16 (12 of 16 ymm), otherwise 128-bit vectors, 6 x 16 on AArch64 (32 registers)
 and 3 x 16 elsewhere. GCC's vector extensions spell it once for every width.
 
+A and B may be bfloat16 (its bits, ``unsigned short``): A's sliver and B's panels are
+widened to float32 as they are copied (``wb_elem``), copies the product makes anyway, so
+a bfloat16 GEMM computes in float32 at float32's speed and reads half the bytes of A;
+its epilogue rounds once, where it stores. The flag is a constant at each call, and the
+branch sits in the copies, never in the register block's loop.
+
 A constant B is packed in the kernel on its first run, into a persistent workspace
 buffer (``kir.Buffer.persistent``); an int after the panels says whether it is done
 (compare-and-swap, so two runs of one program at once pack once and the other waits).
@@ -72,22 +78,27 @@ MICRO_KERNEL_C = r"""/* GEMM micro-kernel against a packed constant B (codegen/m
 #define WB_PACKED 2
 typedef float wb_vf __attribute__((vector_size(WB_VW * 4)));
 
-/* panel p of B (k x n, element (r, c) at b[r * rs + c * cs]) into bp's panel p: k rows
-   of WB_PANEL floats, zero past n */
-WB_FN void wb_pack_panel(const float* b, long long k, long long n, long long rs,
+/* element i of an operand: float32, or bfloat16 (bf16 != 0) widened */
+WB_FN float wb_elem(const void* x, long long i, int bf16) {
+  return bf16 ? wb_bf16_load(((const unsigned short*)x)[i]) : ((const float*)x)[i];
+}
+
+/* panel p of B (k x n, element (r, c) at b[r * rs + c * cs]; bfloat16 where b_bf16) into
+   bp's panel p: k rows of WB_PANEL floats, zero past n */
+WB_FN void wb_pack_panel(const void* b, int b_bf16, long long k, long long n, long long rs,
                          long long cs, float* bp, long long p) {
   for (long long r = 0; r < k; r++) {
     float* d = bp + (p * k + r) * WB_PANEL;
     for (long long j = 0; j < WB_PANEL; j++) {
       long long c = p * WB_PANEL + j;
-      d[j] = c < n ? b[r * rs + c * cs] : 0.0f;
+      d[j] = c < n ? wb_elem(b, r * rs + c * cs, b_bf16) : 0.0f;
     }
   }
 }
 
 /* every panel of a constant B, once per buffer: the int after the panels goes from
    whatever it held (the workspace's poison) to PACKING to PACKED */
-WB_FN void wb_pack_b_once(const float* b, long long k, long long n, long long rs,
+WB_FN void wb_pack_b_once(const void* b, int b_bf16, long long k, long long n, long long rs,
                           long long cs, float* bp) {
   long long panels = (n + WB_PANEL - 1) / WB_PANEL;
   int* state = (int*)(bp + panels * WB_PANEL * k);
@@ -96,7 +107,7 @@ WB_FN void wb_pack_b_once(const float* b, long long k, long long n, long long rs
   if (seen != WB_PACKING &&
       __atomic_compare_exchange_n(state, &seen, WB_PACKING, 0, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
-    for (long long p = 0; p < panels; p++) wb_pack_panel(b, k, n, rs, cs, bp, p);
+    for (long long p = 0; p < panels; p++) wb_pack_panel(b, b_bf16, k, n, rs, cs, bp, p);
     __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
     return;
   }
@@ -136,12 +147,13 @@ WB_FN void wb_micro(long long kc, const float* ap, const float* bp, float* c,
     }
 }
 
-/* c (m x n, row-major, ldc) = a (m x k, element (i, r) at a[i * ars + r * acs]) @ the
-   packed panels starting at bp (the tile's first column, a panel boundary; each panel
-   kp rows long, the tile's k rows from its first), or with add, c += that product */
-WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const float* a,
-                               long long ars, long long acs, const float* bp, long long kp,
-                               float* c, long long ldc, int add) {
+/* c (m x n, row-major, ldc) = a (m x k, element (i, r) at a[i * ars + r * acs];
+   bfloat16 where a_bf16) @ the packed panels starting at bp (the tile's first column, a
+   panel boundary; each panel kp rows long, the tile's k rows from its first), or with
+   add, c += that product */
+WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const void* a,
+                               int a_bf16, long long ars, long long acs, const float* bp,
+                               long long kp, float* c, long long ldc, int add) {
   float ap[WB_MR * WB_KC] __attribute__((aligned(64)));
   if (k == 0 && !add)   /* an empty sum: zeros, as sgemm with beta = 0 writes */
     for (long long i = 0; i < m; i++)
@@ -152,7 +164,7 @@ WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const floa
       int mr = m - i0 < WB_MR ? (int)(m - i0) : WB_MR;
       for (long long r = 0; r < kc; r++)       /* the sliver, zero past m */
         for (int i = 0; i < WB_MR; i++)
-          ap[r * WB_MR + i] = i < mr ? a[(i0 + i) * ars + (k0 + r) * acs] : 0.0f;
+          ap[r * WB_MR + i] = i < mr ? wb_elem(a, (i0 + i) * ars + (k0 + r) * acs, a_bf16) : 0.0f;
       for (long long j0 = 0; j0 < n; j0 += WB_NB) {
         int nb = n - j0 < WB_NB ? (int)(n - j0) : WB_NB;
         const float* b = bp + (j0 / WB_PANEL * kp + k0) * WB_PANEL + j0 % WB_PANEL;
@@ -163,9 +175,9 @@ WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const floa
 }
 
 /* c = a @ the packed panels (each k rows long) */
-WB_FN void wb_gemm_packed(long long m, long long n, long long k, const float* a,
+WB_FN void wb_gemm_packed(long long m, long long n, long long k, const void* a, int a_bf16,
                           long long ars, long long acs, const float* bp, float* c,
                           long long ldc) {
-  wb_gemm_packed_into(m, n, k, a, ars, acs, bp, k, c, ldc, 0);
+  wb_gemm_packed_into(m, n, k, a, a_bf16, ars, acs, bp, k, c, ldc, 0);
 }
 """.replace("@PANEL@", str(PANEL)).replace("@KC@", str(KC))

@@ -78,6 +78,12 @@ _BLAS_PARAMS = {
 }
 
 
+def _bf16(buf) -> int:
+    """The micro-kernel's flag for an operand (codegen/microkernel.py): 1 where its
+    elements are bfloat16 bits, widened as they are copied; 0 for float32."""
+    return int(buf.dtype is DType.bfloat16)
+
+
 class CRenderer:
     """C99 + OpenMP: grid-level loops run in parallel, block-level loops serially."""
 
@@ -113,7 +119,7 @@ class CRenderer:
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         if s.packed:      # A's element (i, r) at i * ars + r * acs
             ars, acs = (1, s.lda) if s.trans_a else (s.lda, 1)
-            a, b, c = (f"{s.a.name} + {s.a_off}", f"{s.b.name} + {s.b_off}",
+            a, b, c = (f"{s.a.name} + {s.a_off}, {_bf16(s.a)}", f"{s.b.name} + {s.b_off}",
                        f"{s.c.name} + {s.c_off}")
             if s.accumulate or s.panel_rows:
                 call = (f"wb_gemm_packed_into({s.rows}, {s.cols}, {s.k}, {a}, {ars}, {acs}, "
@@ -314,7 +320,7 @@ class CRenderer:
             elif isinstance(s, Gemm):
                 out += self.gemm(s, depth)
             elif isinstance(s, PackB):
-                args = (f"{s.b.name} + {s.b_off}, {s.k}, {s.n}, {s.row_stride}, "
+                args = (f"{s.b.name} + {s.b_off}, {_bf16(s.b)}, {s.k}, {s.n}, {s.row_stride}, "
                         f"{s.col_stride}, {s.packed.name} + {s.packed_off}")
                 call = (f"wb_pack_panel({args}, {s.panel})" if s.panel
                         else f"wb_pack_b_once({args})")

@@ -1,9 +1,10 @@
 """The ``gemm`` template's legality and tiling: a matmul (or a convolution) with its
 epilogue as one kernel, or why not.
 
-A group fits when it holds exactly one float32 ``matmul`` whose operands are read from
-memory -- directly, or through layout ops in the kernel (reshape, squeeze, unsqueeze,
-transpose, expand, slice, split: ``prologue`` views) that make the operand a strided
+A group fits when it holds exactly one float32 or bfloat16 ``matmul`` (``GEMM_DTYPES``)
+whose operands are read from memory -- directly, or through layout ops in the kernel
+(reshape, squeeze, unsqueeze, transpose, expand, slice, split: ``prologue`` views)
+that make the operand a strided
 BLAS matrix of a value in memory (``operand``; batch dims broadcast by NumPy's rule,
 A's batch folded into the rows where B has none and A's rows run on through it) --
 and otherwise an epilogue reading the matmul's result directly or through each other:
@@ -23,10 +24,11 @@ A convolution is a GEMM too (``_conv``: implicit im2col; a grouped or depthwise 
 batch of them, one per batch item and group), with an elementwise epilogue at its
 output's shape.
 
-The kernel writes the product of each tile into one float32 output of the group
-(``dest``: the matmul's result itself when it is read outside the kernel, else an
-epilogue output; for attention a per-thread tile) and finishes it there while the tile
-is in cache, each element read before the same element is written, by the same thread.
+The kernel writes the product of each tile into one output of the group (``dest``:
+the matmul's result itself when it is read outside the kernel, else an epilogue output,
+a float32 one first) -- or, for attention and where ``dest`` is not float32, into a
+float32 tile of the thread's own -- and finishes it there while the tile is in cache,
+each element read before the same element is written, by the same thread.
 
 Only the CPU backend runs it so far (inside the kernel's OpenMP loop, each tile's
 product by the generated micro-kernel against B packed -- once where B is a constant,
@@ -78,6 +80,11 @@ IM2COL_TILE = 128 * 1024
 # convolution's patches, a fused attention's scores and output rows), 2 MB
 THREAD_SCRATCH = 4 * IM2COL_TILE
 CONVS = ("conv", "conv2d")
+# what a matmul's GEMM kernel reads and writes. bfloat16 is widened as the micro-kernel
+# copies A's sliver and packs B (codegen/microkernel.py), computed in float32 and
+# rounded once where the epilogue stores: its B is always packed (by every run where it
+# is an activation), since sgemm takes float32 only. Convolutions stay float32.
+GEMM_DTYPES = (DType.float32, DType.bfloat16)
 GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
 
 
@@ -182,9 +189,10 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     if len(out.shape) < 2 or any(len(g.value(i).shape) < 2 for i in mm.inputs):
         raise FusionRefused(f"{mm.id} (matmul) of a vector (rank-1 operand) stays a library "
                             "call; the GEMM kernel takes matrices")
-    if out.dtype is not DType.float32:
+    if out.dtype not in GEMM_DTYPES:
         raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: the fused GEMM kernel "
-                            "is float32 only so far, so it stays a library call")
+                            "takes float32 and bfloat16 so far, so it stays a library call")
+    half = out.dtype is not DType.float32
     members = {n.id for n in ns}
     views = prologue(g, mm, members)
     through = {v.id for v in views} | {mm.id}
@@ -203,17 +211,26 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
         row = _row_epilogue(g, ns, mm, shape, rows)
     else:
         _check_epilogue(g, ns, mm, shape)
+    fits = [o for o in io.outputs if (same_rows(g.value(o).shape, shape) if row is None
+                                      else g.value(o).shape == shape)]
+    # a float32 output is the product's own buffer (finished in place); any other
+    # dtype the kernel writes from a float32 tile of each thread's (codegen/lower.py)
     dest = result if result in io.outputs else next(
-        (o for o in io.outputs if g.value(o).dtype is DType.float32
-         and (same_rows(g.value(o).shape, shape) if row is None
-              else g.value(o).shape == shape)), None)
+        (o for o in fits if g.value(o).dtype is DType.float32), None if not half else next(
+            iter(fits), None))
     if dest is None:
         raise FusionRefused(f"{mm.id} (matmul): no float32 output of the product's shape to "
                             "write the product into; its epilogue ends in another dtype "
                             "or shape")
     a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
-    tiling = _tiling(shape, a, b, result, dest, device.units, row is not None,
-                     lc.packs(packs(g, b, device), f"{mm.id}'s right operand", per_run), lc)
+    packed = lc.packs(packs(g, b, device), f"{mm.id}'s right operand", per_run or half)
+    if half and not packed:
+        raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: only the micro-kernel "
+                            "multiplies it (widening as it packs; sgemm reads float32), and "
+                            + ("blas=1 asks for sgemm" if lc.blas == 1 else
+                               "it needs 256-bit vectors and B one matrix per batch item")
+                            + ", so it stays a library call")
+    tiling = _tiling(shape, a, b, result, dest, device.units, row is not None, packed, lc)
     return Schedule(ScheduleKind.gemm, elements=out.numel,
                     gemm=replace(tiling, epilogue_ops=len(ns) - 1,
                                  views=tuple(v.id for v in views)), epilogue=row)
@@ -406,7 +423,8 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     # (K's second panel held one key); 128 keys 2-28% faster by sgemm (BERT, GPT-2,
     # Whisper, LLaMA); 639 keys (Wav2Vec2) 6.81 packed, 7.3 by sgemm
     keys = g.value(mm1.outputs[0]).shape[-1]
-    per_run = lc.online == 1 or keys >= ATTENTION_PACK_MIN_KEYS
+    half = g.value(mm2.outputs[0]).dtype is not DType.float32   # (packed: see GEMM_DTYPES)
+    per_run = lc.online == 1 or keys >= ATTENTION_PACK_MIN_KEYS or half
     # (the first product's tiles are set below, once the softmax's form is known)
     sub = analyze_gemm(g, first, io1, device, rows, replace(lc, tile_m=0, online=-1),
                        per_run=per_run)
@@ -415,9 +433,11 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
         raise FusionRefused(f"{mm2.id} (matmul) joins a GEMM kernel only after an epilogue "
                             f"reducing rows whose result {p} it reads (attention)")
     pv, vv, out = g.value(p), g.value(v), g.value(mm2.outputs[0])
-    if vv.dtype is not DType.float32 or out.dtype is not DType.float32:
-        raise FusionRefused(f"{mm2.id} (matmul) is {out.dtype.value}: the fused attention "
-                            "is float32 only so far")
+    first_dtype = g.value(mm1.outputs[0]).dtype
+    if out.dtype not in GEMM_DTYPES or out.dtype is not first_dtype:
+        raise FusionRefused(f"{mm2.id} (matmul) is {out.dtype.value} after a "
+                            f"{first_dtype.value} product: a fused attention takes float32 "
+                            "or bfloat16 throughout")
     if len(vv.shape) < 2 or vv.shape[-2] != t.n:
         raise FusionRefused(f"{mm2.id} (matmul): {list(pv.shape)} @ {list(vv.shape)} is not "
                             "a matrix product of the tiles' rows")
@@ -431,6 +451,10 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     # a weight's partner in a model)
     v_packed = (PACK_PER_RUN if lc.packs(packs(g, b, device), f"{mm2.id}'s V", per_run)
                 else "")
+    if half and not v_packed:
+        raise FusionRefused(f"{mm2.id} (matmul) is {out.dtype.value}: only the micro-kernel "
+                            "multiplies it, and its V cannot be packed here (a batch "
+                            "broadcast in part), so the attention is not fused")
     online = _online_softmax(g, first, mm1, t, p, io1) if t.packed_b and v_packed else None
     if lc.online == 1 and online is None:
         raise FusionRefused(f"online=1: the softmax before {mm2.id} (matmul) has no online "

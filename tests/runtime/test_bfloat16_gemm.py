@@ -1,0 +1,122 @@
+"""bfloat16 GEMM kernels: a bfloat16 matmul with its epilogue (bias, GELU, residual,
+LayerNorm), alone, or as a fused attention, in one C kernel that widens A's sliver and
+B's panels as the micro-kernel copies them, computes in float32 and rounds once where
+it stores (codegen/microkernel.py, fusion/gemm.py GEMM_DTYPES).
+
+Each graph runs under every planner on fresh random inputs, outputs poisoned
+(``Session.measure`` checks each kernel against the reference on its own inputs); a
+plan that fuses everything into one kernel is also held to the float32 computation of
+the same graph (bfloat16-exact constants and inputs) rounded once: within one
+bfloat16 ulp of the output's largest magnitude. ``PACK_MIN_VECTOR_BYTES`` is lifted
+so that the micro-kernel runs whatever this machine's vectors (as in
+test_gemm_kernel.py); the rule on narrower vectors is tested in tests/fusion."""
+from __future__ import annotations
+
+import re
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from workbench.codegen.render import CRenderer
+from workbench.fusion import gemm
+from workbench.fusion.mapping import ScheduleKind
+from workbench.ir import GraphBuilder
+from workbench.measure.compare import output_error
+from workbench.runtime import random_inputs, run_reference
+from workbench.session import Session
+
+BF16 = ml_dtypes.bfloat16
+ULP = 2.0 ** -8
+# a micro-kernel call whose A (the 4th argument) is flagged bfloat16
+WIDENED = re.compile(r"wb_gemm_packed(_into)?\((?:[^,]+, ){3}\w+ \+ [^,]+, 1, ")
+
+
+def _graph(kind: str, dtype: str = "bfloat16"):
+    """One workload in ``dtype`` on constants exact in bfloat16 (so the float32 twin
+    computes on the very values the bfloat16 graph holds)."""
+    rng = np.random.default_rng(11)
+    b = GraphBuilder(f"{kind}_{dtype}")
+
+    def const(name, *shape, scale=1.0):
+        a = (rng.standard_normal(shape) * scale).astype(BF16)
+        return b.constant(a.astype(np.float32).astype(BF16) if dtype == "bfloat16"
+                          else a.astype(np.float32), name)
+    if kind in ("attention", "long_attention"):
+        keys = 90 if kind == "attention" else 600
+        q, kt = b.input("q", (2, 3, 40, 16), dtype), b.input("kt", (2, 3, 16, keys), dtype)
+        v = b.input("v", (2, 3, keys, 24), dtype)
+        mask = np.where(rng.random((2, 1, 1, keys)) < 0.3, -1e4, 0).astype(BF16)
+        z = b.matmul(q, kt) * 0.25 + b.constant(
+            mask if dtype == "bfloat16" else mask.astype(np.float32), "mask")
+        b.output(b.matmul(b.softmax(z, axis=-1), v), "o")
+        return b.build()
+    x = b.input("x", (2, 70, 96), dtype)
+    h = b.matmul(x, const("w", 96, 136, scale=0.1))
+    if kind == "lone":
+        b.output(h, "y")
+        return b.build()
+    if kind == "product_and_gelu":       # the product is read outside the kernel too
+        h = b.output(h, "h")
+    h = h + const("bias", 136)
+    if kind in ("gelu", "product_and_gelu"):
+        y = b.gelu(h)
+    elif kind == "to_float32":           # the epilogue ends in float32: finished in place
+        y = b.cast(b.gelu(h), to="float32")
+    else:                                # the BERT FFN's tail: residual and LayerNorm
+        h = h + b.input("res", (2, 70, 136), dtype)
+        if kind == "layernorm_and_sum":
+            h = b.output(h, "h")
+        y = b.layer_norm(h, const("gamma", 136), const("beta", 136))
+    b.output(y, "y")
+    return b.build()
+
+
+KINDS = ["gelu", "product_and_gelu", "to_float32", "layernorm", "layernorm_and_sum", "lone",
+         "attention", "long_attention"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bfloat16_gemm_kernels_match_the_reference(kind, monkeypatch):
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    if kind == "long_attention":
+        monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 512)     # the online softmax
+    g = _graph(kind)
+    s = Session(g, backend="cpu", seed=5)
+    ins = random_inputs(g, 17)
+    assert all(a.dtype == BF16 for a in ins.values())
+    twin = _graph(kind, "float32")
+    exact = run_reference(twin, {k: v.astype(np.float32) for k, v in ins.items()})
+    for planner in ("none", "rules", "stitch"):
+        s.auto(planner)
+        gemms = [gr for gr in s.plan.groups if gr.schedule.kind is ScheduleKind.gemm]
+        assert gemms, (planner, [gr.schedule.describe() for gr in s.plan.groups])
+        for k in s.kernels():
+            if k.schedule.startswith("gemm"):
+                body = CRenderer().kernel(k)
+                assert "wb_sgemm" not in body and not k.blas     # the micro-kernel only
+                assert WIDENED.search(body), body                # A's bfloat16 widened
+        m = s.measure(warmup=1, repeats=1)
+        assert m.within_tolerance, (planner, m.per_kernel)
+        out = s.program().run(ins)
+        for name, y in out.items():
+            assert y.dtype == g.value(name).dtype.np, name
+        if len(s.plan.groups) == 1:
+            # one kernel: float32 throughout, rounded once as it stores
+            for name, y in out.items():
+                err = output_error(g.value(name).dtype, y.astype(np.float32), exact[name])
+                assert err <= ULP, (planner, name, err)
+
+
+def test_a_fused_bfloat16_attention_is_one_kernel():
+    """Short rows of keys too: a bfloat16 attention packs K and V by every run (sgemm
+    would read float32), so it is fused whatever the key count."""
+    gemm_min = gemm.PACK_MIN_VECTOR_BYTES
+    try:
+        gemm.PACK_MIN_VECTOR_BYTES = 0
+        s = Session(_graph("attention"), backend="cpu")
+        s.auto("rules")
+        (gr,) = s.plan.groups
+        assert gr.schedule.then is not None and gr.schedule.then.packed
+    finally:
+        gemm.PACK_MIN_VECTOR_BYTES = gemm_min
