@@ -76,11 +76,23 @@ def packed_graph():
     return b.build()
 
 
+def attention_graph(dtype: str = "float32"):
+    """softmax(q kᵀ / 4) v over 2 x 2 heads of 24 queries and 40 keys: one fused
+    attention kernel whose softmax reads the scores from the thread's tile (a register
+    copy whose source is that tile, recorded in the manifest: an artifact of it once
+    failed to load)."""
+    b = GraphBuilder(f"attention_{dtype}")
+    z = b.matmul(b.input("q", (2, 2, 24, 16), dtype), b.input("kt", (2, 2, 16, 40), dtype))
+    b.output(b.matmul(b.softmax(z * 0.25, axis=-1), b.input("v", (2, 2, 40, 8), dtype)), "o")
+    return b.build()
+
+
 class _Helpers:
     mark = MARK
     small_graph = staticmethod(small_graph)
     conv_graph = staticmethod(conv_graph)
     packed_graph = staticmethod(packed_graph)
+    attention_graph = staticmethod(attention_graph)
     resign = staticmethod(resign)
 
 

@@ -37,7 +37,7 @@ RUNNER = textwrap.dedent("""
 
 CASES = [("small", "none", "dir"), ("small", "rules", "dir"), ("small", "rules", "zip"),
          ("small", "none", "zip"), ("layernorm", "rules", "zip"), ("conv", "rules", "dir"),
-         ("packed", "rules", "zip")]
+         ("packed", "rules", "zip"), ("attention", "rules", "dir")]
 if "stitch" in PLANNERS:   # global stitching: workspace buffers, cooperative launches
     CASES += [("small", "stitch", "zip"), ("cross_entropy", "stitch", "dir")]
 
@@ -57,6 +57,7 @@ def round_trip(art, tmp_path_factory):
     for i, (graph, planner, form) in enumerate(CASES):
         g = (art.small_graph() if graph == "small" else art.conv_graph()
              if graph == "conv" else art.packed_graph() if graph == "packed"
+             else art.attention_graph() if graph == "attention"
              else workbench.load(f"sample_graphs/{graph}.json"))
         s = Session(g, backend="cpu", seed=i + 7)    # fresh random inputs per case
         s.auto(planner)
@@ -89,6 +90,8 @@ def test_fresh_process_matches_session(round_trip, case, wb):
     if case[0] == "packed":     # the case is what it says where the machine packs
         assert [gr.schedule.gemm.packed_b for gr in s.plan.groups] == \
             (["once", "per run"] if _wide(s) else ["", ""])
+    if case[0] == "attention":  # one fused attention kernel
+        assert [gr.schedule.then is not None for gr in s.plan.groups] == [True]
     mine = s.run(s.inputs)
     for name, got in zip(s.graph.outputs, loaded):
         assert got.dtype == mine[name].dtype and got.shape == mine[name].shape

@@ -22,9 +22,20 @@ void t_pack(const void* b, int bf16, long long k, long long n, long long rs, lon
             float* bp) {
   wb_pack_b_once(b, bf16, k, n, rs, cs, bp);
 }
-void t_gemm(long long m, long long n, long long k, const void* a, int bf16, long long ars,
+void t_gemm(long long m, long long n, long long k, const float* a, long long ars,
             long long acs, const float* bp, float* c, long long ldc) {
-  wb_gemm_packed(m, n, k, a, bf16, ars, acs, bp, c, ldc);
+  wb_gemm_packed(m, n, k, a, ars, acs, bp, c, ldc);
+}
+void t_gemm_pairs(long long m, long long n, long long k, const unsigned short* a,
+                  long long ars, long long acs, const float* bp, float* c, long long ldc) {
+  wb_gemm_packed_pairs(m, n, k, a, ars, acs, bp, c, ldc);
+}
+int t_dpbf16(void) {
+#ifdef WB_DPBF16
+  return 1;
+#else
+  return 0;
+#endif
 }
 int t_block(void) { return WB_MR * 1000 + WB_NB; }
 """
@@ -59,8 +70,9 @@ def lib(request, tmp_path_factory):
     lib = cc.load_library(path)
     lib.isa = request.param
     lib.t_pack.argtypes = [P, ctypes.c_int, LL, LL, LL, LL, P]
-    lib.t_gemm.argtypes = [LL, LL, LL, P, ctypes.c_int, LL, LL, P, P, LL]
-    for f in (lib.t_pack, lib.t_gemm):
+    lib.t_gemm.argtypes = [LL, LL, LL, P, LL, LL, P, P, LL]
+    lib.t_gemm_pairs.argtypes = [LL, LL, LL, P, LL, LL, P, P, LL]
+    for f in (lib.t_pack, lib.t_gemm, lib.t_gemm_pairs):
         f.restype = None
     return lib
 
@@ -102,7 +114,7 @@ def test_micro_kernel_matches_numpy(lib, m, n, k, trans_a, trans_b):
     c = np.full((m, n + 5), np.nan, np.float32)
     src = np.asfortranarray(a) if trans_a else a
     ars, acs = (1, m) if trans_a else (k, 1)
-    lib.t_gemm(m, n, k, src.ctypes.data, 0, ars, acs, bp.ctypes.data, c.ctypes.data, n + 5)
+    lib.t_gemm(m, n, k, src.ctypes.data, ars, acs, bp.ctypes.data, c.ctypes.data, n + 5)
     ref = a.astype(np.float64) @ b
     bound = 2 * k * np.finfo(np.float32).eps * (np.abs(a).astype(np.float64) @ np.abs(b))
     got = c[:, :n]
@@ -120,7 +132,7 @@ def test_tile_starting_on_a_later_panel(lib):
     b = rng.standard_normal((k, n)).astype(np.float32)
     bp = _packed(lib, b, False)
     c = np.full((m, n - c0), np.nan, np.float32)
-    lib.t_gemm(m, n - c0, k, a.ctypes.data, 0, k, 1, bp[c0 * k:].ctypes.data, c.ctypes.data,
+    lib.t_gemm(m, n - c0, k, a.ctypes.data, k, 1, bp[c0 * k:].ctypes.data, c.ctypes.data,
                n - c0)
     np.testing.assert_allclose(c, a.astype(np.float64) @ b[:, c0:], rtol=1e-4, atol=1e-4)
 
@@ -147,23 +159,63 @@ def test_packing_happens_once_per_buffer(lib):
         panels, k, PANEL).transpose(1, 0, 2).reshape(k, -1)[:, :n], other)
 
 
-@pytest.mark.parametrize("m,n,k", [(7, 100, 300), (65, 256, 1024), (5, 3, 40)])
-@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
-def test_bfloat16_operands_are_widened_as_they_are_copied(lib, m, n, k, trans_a, trans_b):
-    """bfloat16 A and B (their bits): the sliver copy and the packing widen them, so
-    the product is float32's product of the widened operands, to float32's bound, and
-    the packed panels hold the widened values exactly."""
-    rng = np.random.default_rng(m + n + k)
-    a = rng.standard_normal((m, k)).astype(BF16)
+def test_bfloat16_b_is_widened_as_it_is_packed(lib):
+    """A bfloat16 B multiplied by float32 rows (a fused attention's V): its panels
+    hold the widened values exactly, zero past n."""
+    rng = np.random.default_rng(9)
+    k, n = 37, 70
     b = rng.standard_normal((k, n)).astype(BF16)
-    bp = _packed(lib, b, trans_b)
+    bp = _packed(lib, b, False)
     panels = -(-n // PANEL)
     grid = bp[:-STATE_SLOTS].reshape(panels, k, PANEL).transpose(1, 0, 2).reshape(k, -1)
     np.testing.assert_array_equal(grid[:, :n], b.astype(np.float32))
-    c = np.full((m, n), np.nan, np.float32)
+    assert (grid[:, n:] == 0).all()
+
+
+def test_bfloat16_pairs_use_the_dot_product_instruction_where_there_is_one(lib):
+    """AVX512-BF16's vdpbf16ps with 512-bit vectors, else the widening loop."""
+    has = "avx512_bf16" in _cpu_flags() and lib.isa == "native"
+    assert lib.t_dpbf16() == int(has)
+
+
+def _pairs_packed(lib, b, trans: bool) -> np.ndarray:
+    k, n = b.shape
+    bp = np.full(packed_numel(k, n, pairs=True), np.nan, np.float32)
+    src = np.ascontiguousarray(b.T) if trans else b
+    lib.t_pack(src.ctypes.data, 2, k, n, 1 if trans else n, k if trans else 1, bp.ctypes.data)
+    return bp
+
+
+# odd k (a last pair half zero), k past one and two KC blocks, fewer rows than a
+# register block, n past one panel and under one
+PAIR_SHAPES = [(1, 1, 1), (4, 9, 0), (7, 100, 301), (65, 256, 1024), (13, 64, KC + 1),
+               (5, 3, 40), (48, 129, 2 * KC + 7)]
+
+
+@pytest.mark.parametrize("m,n,k", PAIR_SHAPES)
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (True, True)])
+def test_bfloat16_pairs_match_float32_of_the_operands(lib, m, n, k, trans_a, trans_b):
+    """bfloat16 A and B, B packed two rows to a word (the layout checked word by
+    word), multiplied two rows of k at a time: float32's product of the bfloat16
+    operands, to float32's bound, every element of C written and none past it."""
+    rng = np.random.default_rng(m * 131 + n * 7 + k)
+    a = rng.standard_normal((m, k)).astype(BF16)
+    b = rng.standard_normal((k, n)).astype(BF16)
+    bp = _pairs_packed(lib, b, trans_b)
+    panels, k2 = -(-n // PANEL), -(-k // 2)
+    words = bp[:-STATE_SLOTS].view(np.uint32).reshape(panels, k2, PANEL)
+    words = words.transpose(1, 0, 2).reshape(k2, panels * PANEL)[:, :n]
+    bits = b.view(np.uint16).astype(np.uint32)
+    if k % 2:
+        bits = np.vstack([bits, np.zeros((1, n), np.uint32)])
+    np.testing.assert_array_equal(words, bits[0::2] | bits[1::2] << 16)
+    c = np.full((m, n + 3), np.nan, np.float32)
     src = np.asfortranarray(a) if trans_a else a
     ars, acs = (1, m) if trans_a else (k, 1)
-    lib.t_gemm(m, n, k, src.ctypes.data, 1, ars, acs, bp.ctypes.data, c.ctypes.data, n)
-    a32, b32 = a.astype(np.float64), b.astype(np.float64)
-    bound = 2 * k * np.finfo(np.float32).eps * (np.abs(a32) @ np.abs(b32))
-    assert (np.abs(c - a32 @ b32) <= bound + 1e-30).all()
+    lib.t_gemm_pairs(m, n, k, src.ctypes.data, ars, acs, bp.ctypes.data, c.ctypes.data, n + 3)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    bound = 2 * max(k, 1) * np.finfo(np.float32).eps * (np.abs(a64) @ np.abs(b64))
+    got = c[:, :n]
+    assert np.isfinite(got).all()
+    assert (np.abs(got - a64 @ b64) <= bound + 1e-30).all(), np.abs(got - a64 @ b64).max()
+    assert np.isnan(c[:, n:]).all(), "wrote past the tile's columns"

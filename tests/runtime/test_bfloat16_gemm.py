@@ -1,7 +1,8 @@
 """bfloat16 GEMM kernels: a bfloat16 matmul with its epilogue (bias, GELU, residual,
-LayerNorm), alone, or as a fused attention, in one C kernel that widens A's sliver and
-B's panels as the micro-kernel copies them, computes in float32 and rounds once where
-it stores (codegen/microkernel.py, fusion/gemm.py GEMM_DTYPES).
+LayerNorm), alone, or as a fused attention, in one C kernel whose micro-kernel takes A
+and B two bfloat16 rows of k at a time (B packed in pairs; AVX512-BF16's dot product
+where the CPU has it), accumulates in float32 and rounds once where it stores
+(codegen/microkernel.py, fusion/gemm.py GEMM_DTYPES).
 
 Each graph runs under every planner on fresh random inputs, outputs poisoned
 (``Session.measure`` checks each kernel against the reference on its own inputs); a
@@ -28,8 +29,8 @@ from workbench.session import Session
 
 BF16 = ml_dtypes.bfloat16
 ULP = 2.0 ** -8
-# a micro-kernel call whose A (the 4th argument) is flagged bfloat16
-WIDENED = re.compile(r"wb_gemm_packed(_into)?\((?:[^,]+, ){3}\w+ \+ [^,]+, 1, ")
+# the micro-kernel taking bfloat16 A and B two rows of k at a time
+PAIRS = re.compile(r"wb_gemm_packed_pairs\(")
 
 
 def _graph(kind: str, dtype: str = "bfloat16"):
@@ -95,7 +96,7 @@ def test_bfloat16_gemm_kernels_match_the_reference(kind, monkeypatch):
             if k.schedule.startswith("gemm"):
                 body = CRenderer().kernel(k)
                 assert "wb_sgemm" not in body and not k.blas     # the micro-kernel only
-                assert WIDENED.search(body), body                # A's bfloat16 widened
+                assert PAIRS.search(body), body                  # two rows of k a step
         m = s.measure(warmup=1, repeats=1)
         assert m.within_tolerance, (planner, m.per_kernel)
         out = s.program().run(ins)
@@ -120,3 +121,22 @@ def test_a_fused_bfloat16_attention_is_one_kernel():
         assert gr.schedule.then is not None and gr.schedule.then.packed
     finally:
         gemm.PACK_MIN_VECTOR_BYTES = gemm_min
+
+
+def test_a_bfloat16_gemm_artifact_runs_as_the_session(tmp_path, monkeypatch):
+    """The exported artifact ships the GEMM kernel's C source (the pairs micro-kernel
+    in its prelude) and runs bit for bit as the session does, its packed weight made
+    on the artifact's own first run."""
+    from workbench.artifact import load_artifact
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    g = _graph("layernorm")
+    s = Session(g, backend="cpu")
+    s.auto("stitch")
+    assert any(gr.schedule.kind is ScheduleKind.gemm for gr in s.plan.groups)
+    s.export(tmp_path / "ffn")
+    model = load_artifact(tmp_path / "ffn", backend="cpu")
+    ins = random_inputs(g, 3)
+    for _ in range(2):          # (the first run packs the weight, the second reads it)
+        y = model(**ins)["y"]
+        assert y.dtype == BF16
+        np.testing.assert_array_equal(y.view(np.uint16), s.run(ins)["y"].view(np.uint16))

@@ -90,8 +90,10 @@ def _with_dtype(d: Mapping[str, Any]) -> dict:
 
 def _scratch(d: Mapping[str, Any]) -> Scratch:
     d = _with_dtype(d)
-    if d.get("source") is not None:
-        d["source"] = Buffer(**_with_dtype(d["source"]))
+    src = d.get("source")
+    if src is not None:     # a buffer, or a thread's tile (see manifest.scratch)
+        d["source"] = (Buffer(**_with_dtype(src)) if "is_output" in src
+                       else _scratch(src))
     return Scratch(**d)
 
 

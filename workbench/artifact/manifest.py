@@ -418,7 +418,15 @@ class _Checker:
             elif k == "slots":
                 self.int(x[k], c, 0, MAX_GRID)
             elif k == "source":
-                if x[k] is not None:
+                # where a register copy is read from: a buffer, or a thread's tile (a
+                # GEMM kernel's product, in a float32 tile of the thread's own), itself
+                # read from nowhere
+                if isinstance(x[k], dict) and "is_output" not in x[k]:
+                    self.scratch(x[k], c)
+                    if x[k].get("source") is not None:
+                        raise self.fail(f"{c}.source", "a tile is read from no other "
+                                        "memory")
+                elif x[k] is not None:
                     self.buffer(x[k], c)
             else:
                 self.scalar(x[k], c, like)

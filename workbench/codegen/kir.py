@@ -169,6 +169,9 @@ class Gemm:
     # product takes a block of them (0: k, the whole panel)
     accumulate: bool = False
     panel_rows: int = 0
+    # (packed only) A and B are bfloat16 and B is packed in pairs of rows (PackB.pairs):
+    # the micro-kernel takes two rows of k per step (codegen/microkernel.py)
+    pairs: bool = False
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,8 @@ class PackB:
     node: str = ""
     panel: str = ""
     packed_off: str = "0"
+    # a bfloat16 B packed two rows to a 32-bit word, for a bfloat16 A (Gemm.pairs)
+    pairs: bool = False
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from ..ops import Index, Kind, get_op
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
                   Kernel, Launch, LibraryCall, Let, Load, Loop, OncePerBlock, PackB, Scratch,
                   Store)
-from .microkernel import packed_numel
+from .microkernel import packed_numel, panel_rows
 
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
 # stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
@@ -301,17 +301,20 @@ class _Lowerer:
                                "they are in cache"), *store, second)
             if store:
                 finish += (after,)
+        pairs = self._pairs()
+        kw = panel_rows(K, pairs)          # (a panel's rows of words: c0's panel at c0 * kw)
         if t.packed_b == PACK_ONCE:       # a constant B, packed by the first run
-            packed = self.workspace("pack", DType.float32, packed_numel(K, N), persistent=True,
-                                    packed=True)
+            packed = self.workspace("pack", DType.float32, packed_numel(K, N, pairs=pairs),
+                                    persistent=True, packed=True)
             pack = (Comment("B, a constant, packed into column panels on the first run"),
                     PackB(self.buffers[t.b.value], packed, b.offset, K, N, b.row_stride,
-                          b.col_stride, mm.id)) + pack
-            gather, right = (), (packed, f"c0 * {K}", PANEL, False)
+                          b.col_stride, mm.id, pairs=pairs)) + pack
+            gather, right = (), (packed, f"c0 * {kw}", PANEL, False)
         elif t.packed_b == PACK_PER_RUN:  # an activation B, packed by every run
-            packed, b_pack, b_off = self._pack_per_run("pack", t.b, K, N, t.batch, mm.id)
+            packed, b_pack, b_off = self._pack_per_run("pack", t.b, K, N, t.batch, mm.id,
+                                                       pairs)
             pack = b_pack + pack
-            gather, right = (), (packed, f"{b_off} + c0 * {K}", PANEL, False)
+            gather, right = (), (packed, f"{b_off} + c0 * {kw}", PANEL, False)
         elif t.im2col is None:
             gather, right = (), (self.buffers[t.b.value],
                                  f"{b.batch_offset('bt')} + c0 * {b.col_stride}", b.ld, b.trans)
@@ -324,7 +327,8 @@ class _Lowerer:
         product = gather + (Gemm(self.buffers[t.a.value], bbuf, dest,
                                  f"{a.batch_offset('bt')} + r0 * {a.row_stride}", b_off,
                                  c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, ldc, mm.id,
-                                 trans_a=a.trans, trans_b=trans_b, packed=bool(t.packed_b)),)
+                                 trans_a=a.trans, trans_b=trans_b, packed=bool(t.packed_b),
+                                 pairs=pairs),)
         body = start + (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
@@ -366,7 +370,15 @@ class _Lowerer:
         return (self.buffers[then.out.value], f"{o.batch_offset('bt')} + r0 * {o.row_stride}",
                 o.row_stride)
 
-    def _pack_per_run(self, name: str, b, k: int, n: int, batch: int, node: str):
+    def _pairs(self) -> bool:
+        """Whether the first product multiplies bfloat16 by a bfloat16 B packed in pairs
+        of rows (codegen/microkernel.py): wherever its A is bfloat16 (A and B then are
+        both: a matmul's operands share their type)."""
+        t = self.sched.gemm
+        return bool(t.packed_b) and self.g.value(t.a.value).dtype is DType.bfloat16
+
+    def _pack_per_run(self, name: str, b, k: int, n: int, batch: int, node: str,
+                      pairs: bool = False):
         """A right operand (``b``: ``k x n`` per batch item) packed into column panels
         by every run, before the tiles: one parallel loop over (batch item, panel),
         one pack per batch item (one in all where one matrix serves every item).
@@ -374,13 +386,13 @@ class _Lowerer:
         item ``bt``'s pack in it."""
         v = b.view
         items = 1 if v.one_matrix else batch
-        size, panels = packed_numel(k, n, once=False), -(-n // PANEL)
+        size, panels = packed_numel(k, n, once=False, pairs=pairs), -(-n // PANEL)
         packed = self.workspace(name, DType.float32, items * size, packed=True)
         i64 = DType.int64
         body = (Let("bt", i64, f"pk / {panels}"),
                 PackB(self.buffers[b.value], packed, v.batch_offset("bt"), k, n,
                       v.row_stride, v.col_stride, node, panel=f"pk % {panels}",
-                      packed_off=f"bt * {size}"))
+                      packed_off=f"bt * {size}", pairs=pairs))
         stmts = (Comment(f"{b.value} packed into column panels by every run, before the "
                          "tiles"), Loop("pk", items * panels, "grid", body))
         return packed, stmts, "0" if items == 1 else f"bt * {size}"
@@ -459,7 +471,8 @@ class _Lowerer:
         a = t.a.view
         M, N, K, D, BC, TM = t.m, t.n, t.k, then.n, on.block, t.tile_m
         f32, i64 = DType.float32, DType.int64
-        kp, k_pack, k_off = self._pack_per_run("pack", t.b, K, N, t.batch, mm.id)
+        pairs = self._pairs()
+        kp, k_pack, k_off = self._pack_per_run("pack", t.b, K, N, t.batch, mm.id, pairs)
         vp, v_pack, v_off = self._pack_per_run("pack_v", then.b, then.k, D, t.batch, mm2.id)
         s_blk = Scratch("wb_s", t.result, f32, TM * BC)
         o_acc = Scratch("wb_o", then.result, f32, TM * D)
@@ -513,9 +526,9 @@ class _Lowerer:
             Let("c1", i64, f"c0 + {BC} < {N} ? c0 + {BC} : {N}"),
             Comment("the scores' block: Q's rows @ the block of the packed keys"),
             Gemm(self.buffers[t.a.value], kp, s_blk,
-                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}", f"{k_off} + c0 * {K}", "0",
-                 "r1 - r0", "c1 - c0", K, a.ld, PANEL, BC, mm.id, trans_a=a.trans,
-                 packed=True),
+                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
+                 f"{k_off} + c0 * {panel_rows(K, pairs)}", "0", "r1 - r0", "c1 - c0", K,
+                 a.ld, PANEL, BC, mm.id, trans_a=a.trans, packed=True, pairs=pairs),
             Comment("the logits (the ops before the softmax), in place"), logits,
             Comment("per row: the running maximum and sum, the probabilities in place, "
                     "the output rows rescaled"), per_row,

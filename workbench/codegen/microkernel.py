@@ -18,11 +18,19 @@ macros (``-march=native``): AVX-512 6 x 64 (24 of 32 zmm registers accumulate), 
 6 x 16 (12 of 16 ymm), otherwise 128-bit vectors, 6 x 16 on AArch64 (32 registers)
 and 3 x 16 elsewhere. GCC's vector extensions spell it once for every width.
 
-A and B may be bfloat16 (its bits, ``unsigned short``): A's sliver and B's panels are
-widened to float32 as they are copied (``wb_elem``), copies the product makes anyway, so
-a bfloat16 GEMM computes in float32 at float32's speed and reads half the bytes of A;
-its epilogue rounds once, where it stores. The flag is a constant at each call, and the
-branch sits in the copies, never in the register block's loop.
+bfloat16 (its bits, ``unsigned short``). Where A and B are both bfloat16, B is packed
+as **pairs** of its rows (``WB_B_PAIRS``: each 32-bit word of a panel holds rows ``2 r``
+and ``2 r + 1`` of one column, low half first), A's sliver the same way, and
+``wb_micro_pairs`` takes two rows of k per step: with AVX512-BF16 (``vdpbf16ps``,
+Zen 4, Cooper Lake and later) one instruction multiplies 32 bfloat16 pairs and adds
+them into 16 float32 accumulators, twice float32's FMA rate, with half the bytes of B
+streamed from cache; elsewhere each word is widened by a shift and a mask (exact) and
+multiplied in float32. The products of two bfloat16 are exact in float32 and the sums
+float32's, so the result is float32's product of the bfloat16 operands to float32's
+bound (``vdpbf16ps`` flushes subnormal inputs and results to zero, far below any bound
+the check uses). Where only B is bfloat16 (a fused attention's V, multiplied by float32
+probabilities), B is widened into float32 panels as it is packed (``WB_B_BF16``,
+``wb_elem``). Either way the epilogue rounds once, where it stores.
 
 A constant B is packed in the kernel on its first run, into a persistent workspace
 buffer (``kir.Buffer.persistent``); an int after the panels says whether it is done
@@ -45,10 +53,15 @@ KC = 256          # inner-dimension block: an A sliver of MR x KC floats stays i
 STATE_SLOTS = 16  # floats after the panels holding the packing state (one cache line)
 
 
-def packed_numel(k: int, n: int, once: bool = True) -> int:
-    """Floats of B (``k x n``) packed into panels, plus the state slots of a pack made
-    ``once`` (by the first run)."""
-    return -(-n // PANEL) * PANEL * k + (STATE_SLOTS if once else 0)
+def packed_numel(k: int, n: int, once: bool = True, pairs: bool = False) -> int:
+    """32-bit words of B (``k x n``) packed into panels (``pairs``: bfloat16 rows two to
+    a word), plus the state slots of a pack made ``once`` (by the first run)."""
+    return -(-n // PANEL) * PANEL * panel_rows(k, pairs) + (STATE_SLOTS if once else 0)
+
+
+def panel_rows(k: int, pairs: bool = False) -> int:
+    """Rows of 32-bit words in a panel of B's ``k`` rows."""
+    return -(-k // 2) if pairs else k
 
 
 # C only: the CUDA renderer never sees a packed Gemm (GPU plans refuse the template).
@@ -77,41 +90,96 @@ MICRO_KERNEL_C = r"""/* GEMM micro-kernel against a packed constant B (codegen/m
 #define WB_PACKING 1
 #define WB_PACKED 2
 typedef float wb_vf __attribute__((vector_size(WB_VW * 4)));
+typedef unsigned int wb_vu __attribute__((vector_size(WB_VW * 4)));
+#if defined(__AVX512BF16__) && WB_VW == 16 && WB_MR == 6 && WB_NV == 4
+/* acc += the bfloat16 pairs of a times those of b, lane by lane: AVX512-BF16's
+   vdpbf16ps, by inline assembly rather than <immintrin.h>, whose parsing cost every
+   kernel's compile 0.1 s (and whose bfloat16 vector type changed in GCC 13) */
+#define WB_DPBF16(acc, a, b) __asm__("vdpbf16ps %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+#endif
+/* how B is packed: float32 panels of float32 (WB_B_F32) or of bfloat16 widened
+   (WB_B_BF16), or bfloat16 rows two to a 32-bit word (WB_B_PAIRS) */
+#define WB_B_F32 0
+#define WB_B_BF16 1
+#define WB_B_PAIRS 2
 
 /* element i of an operand: float32, or bfloat16 (bf16 != 0) widened */
 WB_FN float wb_elem(const void* x, long long i, int bf16) {
   return bf16 ? wb_bf16_load(((const unsigned short*)x)[i]) : ((const float*)x)[i];
 }
 
-/* panel p of B (k x n, element (r, c) at b[r * rs + c * cs]; bfloat16 where b_bf16) into
-   bp's panel p: k rows of WB_PANEL floats, zero past n */
-WB_FN void wb_pack_panel(const void* b, int b_bf16, long long k, long long n, long long rs,
+/* rows of 32-bit words in a panel of B's k rows */
+WB_FN long long wb_panel_rows(long long k, int kind) {
+  return kind == WB_B_PAIRS ? (k + 1) / 2 : k;
+}
+
+/* a pair of bfloat16 (bits): element at, and the one next after it where both */
+WB_FN unsigned int wb_pair(const unsigned short* x, long long at, long long next, int both) {
+  return (unsigned int)x[at] | (both ? (unsigned int)x[at + next] << 16 : 0u);
+}
+
+/* panel p of B (k x n, element (r, c) at b[r * rs + c * cs], packed as kind) into bp's
+   panel p: its rows of WB_PANEL words, zero past n */
+WB_FN void wb_pack_panel(const void* b, int kind, long long k, long long n, long long rs,
                          long long cs, float* bp, long long p) {
+  if (kind == WB_B_PAIRS) {
+    long long k2 = (k + 1) / 2;
+    for (long long r2 = 0; r2 < k2; r2++) {
+      unsigned int* d = (unsigned int*)bp + (p * k2 + r2) * WB_PANEL;
+      for (long long j = 0; j < WB_PANEL; j++) {
+        long long c = p * WB_PANEL + j;
+        d[j] = c < n ? wb_pair((const unsigned short*)b, 2 * r2 * rs + c * cs, rs,
+                               2 * r2 + 1 < k) : 0u;
+      }
+    }
+    return;
+  }
   for (long long r = 0; r < k; r++) {
     float* d = bp + (p * k + r) * WB_PANEL;
     for (long long j = 0; j < WB_PANEL; j++) {
       long long c = p * WB_PANEL + j;
-      d[j] = c < n ? wb_elem(b, r * rs + c * cs, b_bf16) : 0.0f;
+      d[j] = c < n ? wb_elem(b, r * rs + c * cs, kind == WB_B_BF16) : 0.0f;
     }
   }
 }
 
 /* every panel of a constant B, once per buffer: the int after the panels goes from
    whatever it held (the workspace's poison) to PACKING to PACKED */
-WB_FN void wb_pack_b_once(const void* b, int b_bf16, long long k, long long n, long long rs,
+WB_FN void wb_pack_b_once(const void* b, int kind, long long k, long long n, long long rs,
                           long long cs, float* bp) {
   long long panels = (n + WB_PANEL - 1) / WB_PANEL;
-  int* state = (int*)(bp + panels * WB_PANEL * k);
+  int* state = (int*)(bp + panels * WB_PANEL * wb_panel_rows(k, kind));
   int seen = __atomic_load_n(state, __ATOMIC_ACQUIRE);
   if (seen == WB_PACKED) return;
   if (seen != WB_PACKING &&
       __atomic_compare_exchange_n(state, &seen, WB_PACKING, 0, __ATOMIC_ACQ_REL,
                                   __ATOMIC_ACQUIRE)) {
-    for (long long p = 0; p < panels; p++) wb_pack_panel(b, b_bf16, k, n, rs, cs, bp, p);
+    for (long long p = 0; p < panels; p++) wb_pack_panel(b, kind, k, n, rs, cs, bp, p);
     __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
     return;
   }
   while (__atomic_load_n(state, __ATOMIC_ACQUIRE) != WB_PACKED) {}  /* another run packs */
+}
+
+/* a block's accumulators stored (first block of k) or added into c, mr rows and nb
+   columns */
+WB_FN void wb_micro_store(wb_vf acc[WB_MR][WB_NV], float* c, long long ldc, int first,
+                          int mr, int nb) {
+  if (mr == WB_MR && nb == WB_NB) {
+    for (int i = 0; i < WB_MR; i++)
+      for (int v = 0; v < WB_NV; v++) {
+        float* ci = c + i * ldc + v * WB_VW;
+        wb_vf x = acc[i][v];
+        if (!first) { wb_vf old; memcpy(&old, ci, sizeof old); x += old; }
+        memcpy(ci, &x, sizeof x);
+      }
+    return;
+  }
+  for (int i = 0; i < mr; i++)          /* a partial block at the tile's edge */
+    for (int j = 0; j < nb; j++) {
+      float x = acc[i][j / WB_VW][j % WB_VW];
+      c[i * ldc + j] = first ? x : c[i * ldc + j] + x;
+    }
 }
 
 /* one WB_MR x WB_NB block: acc = A sliver (kc x WB_MR, packed) @ B rows (kc x WB_NB,
@@ -130,30 +198,68 @@ WB_FN void wb_micro(long long kc, const float* ap, const float* bp, float* c,
       for (int v = 0; v < WB_NV; v++) acc[i][v] += a * bv[v];
     }
   }
-  if (mr == WB_MR && nb == WB_NB) {
-    for (int i = 0; i < WB_MR; i++)
-      for (int v = 0; v < WB_NV; v++) {
-        float* ci = c + i * ldc + v * WB_VW;
-        wb_vf x = acc[i][v];
-        if (!first) { wb_vf old; memcpy(&old, ci, sizeof old); x += old; }
-        memcpy(ci, &x, sizeof x);
-      }
-    return;
-  }
-  for (int i = 0; i < mr; i++)          /* a partial block at the tile's edge */
-    for (int j = 0; j < nb; j++) {
-      float x = acc[i][j / WB_VW][j % WB_VW];
-      c[i * ldc + j] = first ? x : c[i * ldc + j] + x;
-    }
+  wb_micro_store(acc, c, ldc, first, mr, nb);
 }
 
-/* c (m x n, row-major, ldc) = a (m x k, element (i, r) at a[i * ars + r * acs];
-   bfloat16 where a_bf16) @ the packed panels starting at bp (the tile's first column, a
-   panel boundary; each panel kp rows long, the tile's k rows from its first), or with
-   add, c += that product */
-WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const void* a,
-                               int a_bf16, long long ars, long long acs, const float* bp,
-                               long long kp, float* c, long long ldc, int add) {
+/* as wb_micro, over kc2 pairs of k rows of bfloat16: A's sliver and B's panel rows
+   hold rows 2 r2 and 2 r2 + 1 in one word (low half first) */
+#ifdef WB_DPBF16
+/* (AVX-512's 6 x 4 block: its accumulators named one by one, so that they stay in
+   registers around the inline assembly, which an array's elements did not) */
+#define WB_PAIR_ROW(i) { wb_vu x = (wb_vu){0} + a[i]; WB_DPBF16(c##i##0, x, b0); \
+  WB_DPBF16(c##i##1, x, b1); WB_DPBF16(c##i##2, x, b2); WB_DPBF16(c##i##3, x, b3); }
+WB_FN void wb_micro_pairs(long long kc2, const unsigned int* ap, const unsigned int* bp,
+                          float* c, long long ldc, int first, int mr, int nb) {
+  wb_vf z = {0}, c00 = z, c01 = z, c02 = z, c03 = z, c10 = z, c11 = z, c12 = z, c13 = z,
+        c20 = z, c21 = z, c22 = z, c23 = z, c30 = z, c31 = z, c32 = z, c33 = z,
+        c40 = z, c41 = z, c42 = z, c43 = z, c50 = z, c51 = z, c52 = z, c53 = z;
+  for (long long r2 = 0; r2 < kc2; r2++) {
+    const unsigned int* a = ap + r2 * WB_MR;
+    wb_vu b0, b1, b2, b3;
+    memcpy(&b0, bp + r2 * WB_PANEL, sizeof b0);
+    memcpy(&b1, bp + r2 * WB_PANEL + WB_VW, sizeof b1);
+    memcpy(&b2, bp + r2 * WB_PANEL + 2 * WB_VW, sizeof b2);
+    memcpy(&b3, bp + r2 * WB_PANEL + 3 * WB_VW, sizeof b3);
+    WB_PAIR_ROW(0) WB_PAIR_ROW(1) WB_PAIR_ROW(2) WB_PAIR_ROW(3) WB_PAIR_ROW(4) WB_PAIR_ROW(5)
+  }
+  wb_vf acc[WB_MR][WB_NV] = {{c00, c01, c02, c03}, {c10, c11, c12, c13},
+                             {c20, c21, c22, c23}, {c30, c31, c32, c33},
+                             {c40, c41, c42, c43}, {c50, c51, c52, c53}};
+  wb_micro_store(acc, c, ldc, first, mr, nb);
+}
+#undef WB_PAIR_ROW
+#else
+WB_FN void wb_micro_pairs(long long kc2, const unsigned int* ap, const unsigned int* bp,
+                          float* c, long long ldc, int first, int mr, int nb) {
+  wb_vf acc[WB_MR][WB_NV];
+  for (int i = 0; i < WB_MR; i++)
+    for (int v = 0; v < WB_NV; v++) acc[i][v] = (wb_vf){0};
+  for (long long r2 = 0; r2 < kc2; r2++) {
+    wb_vu bv[WB_NV];
+    for (int v = 0; v < WB_NV; v++) memcpy(&bv[v], bp + r2 * WB_PANEL + v * WB_VW, sizeof(wb_vu));
+    wb_vf lo[WB_NV], hi[WB_NV];         /* each word's two rows, widened exactly */
+    for (int v = 0; v < WB_NV; v++) {
+      wb_vu l = bv[v] << 16, h = bv[v] & 0xffff0000u;
+      memcpy(&lo[v], &l, sizeof l);
+      memcpy(&hi[v], &h, sizeof h);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < WB_MR; i++) {
+      unsigned int w = ap[r2 * WB_MR + i];
+      float a0 = wb_bf16_load((unsigned short)w), a1 = wb_bf16_load((unsigned short)(w >> 16));
+      for (int v = 0; v < WB_NV; v++) acc[i][v] += a0 * lo[v] + a1 * hi[v];
+    }
+  }
+  wb_micro_store(acc, c, ldc, first, mr, nb);
+}
+#endif
+
+/* c (m x n, row-major, ldc) = a (m x k, element (i, r) at a[i * ars + r * acs]) @ the
+   packed panels starting at bp (the tile's first column, a panel boundary; each panel
+   kp rows long, the tile's k rows from its first), or with add, c += that product */
+WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const float* a,
+                               long long ars, long long acs, const float* bp, long long kp,
+                               float* c, long long ldc, int add) {
   float ap[WB_MR * WB_KC] __attribute__((aligned(64)));
   if (k == 0 && !add)   /* an empty sum: zeros, as sgemm with beta = 0 writes */
     for (long long i = 0; i < m; i++)
@@ -164,7 +270,7 @@ WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const void
       int mr = m - i0 < WB_MR ? (int)(m - i0) : WB_MR;
       for (long long r = 0; r < kc; r++)       /* the sliver, zero past m */
         for (int i = 0; i < WB_MR; i++)
-          ap[r * WB_MR + i] = i < mr ? wb_elem(a, (i0 + i) * ars + (k0 + r) * acs, a_bf16) : 0.0f;
+          ap[r * WB_MR + i] = i < mr ? a[(i0 + i) * ars + (k0 + r) * acs] : 0.0f;
       for (long long j0 = 0; j0 < n; j0 += WB_NB) {
         int nb = n - j0 < WB_NB ? (int)(n - j0) : WB_NB;
         const float* b = bp + (j0 / WB_PANEL * kp + k0) * WB_PANEL + j0 % WB_PANEL;
@@ -174,10 +280,39 @@ WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const void
   }
 }
 
+/* c (m x n, row-major, ldc) = a (m x k bfloat16, element (i, r) at a[i * ars + r * acs])
+   @ the panels of a bfloat16 B packed in pairs of rows, starting at bp (the tile's
+   first column, a panel boundary) */
+WB_FN void wb_gemm_packed_pairs(long long m, long long n, long long k,
+                                const unsigned short* a, long long ars, long long acs,
+                                const float* bp, float* c, long long ldc) {
+  unsigned int ap[WB_MR * WB_KC / 2] __attribute__((aligned(64)));
+  long long kp2 = (k + 1) / 2;
+  if (k == 0)   /* an empty sum: zeros, as sgemm with beta = 0 writes */
+    for (long long i = 0; i < m; i++)
+      for (long long j = 0; j < n; j++) c[i * ldc + j] = 0.0f;
+  for (long long k0 = 0; k0 < k; k0 += WB_KC) {      /* (WB_KC even: k0 / 2 whole) */
+    long long kc = k - k0 < WB_KC ? k - k0 : WB_KC, kc2 = (kc + 1) / 2;
+    for (long long i0 = 0; i0 < m; i0 += WB_MR) {
+      int mr = m - i0 < WB_MR ? (int)(m - i0) : WB_MR;
+      for (long long r2 = 0; r2 < kc2; r2++)     /* the sliver in pairs, zero past m */
+        for (int i = 0; i < WB_MR; i++)
+          ap[r2 * WB_MR + i] = i < mr ? wb_pair(a, (i0 + i) * ars + (k0 + 2 * r2) * acs, acs,
+                                                k0 + 2 * r2 + 1 < k) : 0u;
+      for (long long j0 = 0; j0 < n; j0 += WB_NB) {
+        int nb = n - j0 < WB_NB ? (int)(n - j0) : WB_NB;
+        const unsigned int* b = (const unsigned int*)bp
+                                + (j0 / WB_PANEL * kp2 + k0 / 2) * WB_PANEL + j0 % WB_PANEL;
+        wb_micro_pairs(kc2, ap, b, c + i0 * ldc + j0, ldc, k0 == 0, mr, nb);
+      }
+    }
+  }
+}
+
 /* c = a @ the packed panels (each k rows long) */
-WB_FN void wb_gemm_packed(long long m, long long n, long long k, const void* a, int a_bf16,
+WB_FN void wb_gemm_packed(long long m, long long n, long long k, const float* a,
                           long long ars, long long acs, const float* bp, float* c,
                           long long ldc) {
-  wb_gemm_packed_into(m, n, k, a, a_bf16, ars, acs, bp, k, c, ldc, 0);
+  wb_gemm_packed_into(m, n, k, a, ars, acs, bp, k, c, ldc, 0);
 }
 """.replace("@PANEL@", str(PANEL)).replace("@KC@", str(KC))

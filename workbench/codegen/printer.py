@@ -151,7 +151,8 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
     # one tile's product (sgemm on the CPU, or the micro-kernel against packed panels),
     # its extents as C expressions
     ta, tb = ("ᵀ" if t else "" for t in (s.trans_a, s.trans_b))
-    how = "micro-kernel, B packed" if s.packed else f"ld {s.lda}/{s.ldb}/{s.ldc}"
+    how = ("micro-kernel, B packed" + (" in bfloat16 pairs" if s.pairs else "") if s.packed
+           else f"ld {s.lda}/{s.ldb}/{s.ldc}")
     op = "+=" if s.accumulate else "="
     return [f"{pad}gemm {_ref(s.c, s.c_off)} {op} {_ref(s.a, s.a_off)}{ta} @ "
             f"{_ref(s.b, s.b_off)}{tb}"
@@ -159,7 +160,8 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
 
 
 def _pack_b(s: PackB, pad: str) -> list[str]:
-    which = f"panel {s.panel}" if s.panel else "first run only"
+    which = (f"panel {s.panel}" if s.panel else "first run only") + (
+        ", bfloat16 pairs" if s.pairs else "")
     dst = _ref(s.packed, s.packed_off) if s.panel else s.packed.name
     return [f"{pad}pack_b {dst} = {_ref(s.b, str(s.b_off))} "
             f"[{s.k} x {s.n}, strides {s.row_stride}/{s.col_stride}, {which}]"]

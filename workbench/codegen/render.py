@@ -119,7 +119,12 @@ class CRenderer:
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         if s.packed:      # A's element (i, r) at i * ars + r * acs
             ars, acs = (1, s.lda) if s.trans_a else (s.lda, 1)
-            a, b, c = (f"{s.a.name} + {s.a_off}, {_bf16(s.a)}", f"{s.b.name} + {s.b_off}",
+            if s.pairs:   # (no accumulate or panel_rows: those multiply float32 tiles)
+                call = (f"wb_gemm_packed_pairs({s.rows}, {s.cols}, {s.k}, {s.a.name} + "
+                        f"{s.a_off}, {ars}, {acs}, {s.b.name} + {s.b_off}, {s.c.name} + "
+                        f"{s.c_off}, {s.ldc})")
+                return [self.indent_unit * depth + f"{call};{node_tag(s.node)}"]
+            a, b, c = (f"{s.a.name} + {s.a_off}", f"{s.b.name} + {s.b_off}",
                        f"{s.c.name} + {s.c_off}")
             if s.accumulate or s.panel_rows:
                 call = (f"wb_gemm_packed_into({s.rows}, {s.cols}, {s.k}, {a}, {ars}, {acs}, "
@@ -320,7 +325,8 @@ class CRenderer:
             elif isinstance(s, Gemm):
                 out += self.gemm(s, depth)
             elif isinstance(s, PackB):
-                args = (f"{s.b.name} + {s.b_off}, {_bf16(s.b)}, {s.k}, {s.n}, {s.row_stride}, "
+                kind = 2 if s.pairs else _bf16(s.b)     # WB_B_PAIRS, WB_B_BF16, WB_B_F32
+                args = (f"{s.b.name} + {s.b_off}, {kind}, {s.k}, {s.n}, {s.row_stride}, "
                         f"{s.col_stride}, {s.packed.name} + {s.packed_off}")
                 call = (f"wb_pack_panel({args}, {s.panel})" if s.panel
                         else f"wb_pack_b_once({args})")
