@@ -350,6 +350,11 @@ def markdown(res: dict) -> str:
                    or f"mapping {t['mapping']}") + ")" for t in p["tuned"]) or "none"
             lines.append(f"| {model} | {p['tune_s']:.1f} | {moved} "
                          f"| {fmt(p.get('tuned_error_vs_torch'), '{:.1e}')} |")
+    refused = [(r["model"], r["onnxruntime_error"]) for r in res["models"]
+               if "onnxruntime_error" in r]
+    if refused:
+        lines += ["", "onnxruntime did not run: "
+                  + "; ".join(f"{m}: {e[:160]}" for m, e in refused) + "."]
     if res.get("notes"):
         lines += ["", *res["notes"]]
     return "\n".join(lines) + "\n"
