@@ -3,7 +3,7 @@ tests share (imported by name: ``tests/`` is on sys.path while pytest runs)."""
 from __future__ import annotations
 
 from workbench.measure import verify_kernels
-from workbench.measure.compare import max_rel_error, tolerance
+from workbench.measure.compare import max_rel_error, output_error, tolerance
 from workbench.runtime import random_inputs, run_reference
 from workbench.session import Session
 
@@ -11,9 +11,9 @@ from workbench.session import Session
 def check_plan(s: Session, scale=None, seeds=(0, 1)) -> None:
     """Run the session's current plan on fresh random inputs (outputs poisoned by the
     program): every kernel within its bound (verify_kernels), every output within its
-    dtype's tolerance of the reference -- measured against ``scale(inputs)[output]``
-    where given (attention: the product's signed terms cancel, so the magnitudes
-    summed bound its rounding, not |output|)."""
+    dtype's tolerance of the reference (``compare.output_error``) -- measured against
+    ``scale(inputs)[output]`` where given (attention: the product's signed terms
+    cancel, so the magnitudes summed bound its rounding, not |output|)."""
     g = s.graph
     prog = s.program()
     for seed in seeds:
@@ -24,5 +24,7 @@ def check_plan(s: Session, scale=None, seeds=(0, 1)) -> None:
         ref = run_reference(g, ins)
         mags = scale(ins) if scale is not None else {}
         for o in g.outputs:
-            err = max_rel_error(env[o], ref[o], mags.get(o))
+            dt = g.value(o).dtype    # (a half type against its largest magnitude)
+            err = (max_rel_error(env[o], ref[o], mags[o]) if o in mags
+                   else output_error(dt, env[o], ref[o]))
             assert err <= tolerance(g.value(o).dtype), (o, err)

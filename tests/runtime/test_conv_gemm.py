@@ -5,6 +5,7 @@ epilogue): 1-D, 2-D and 3-D, strides, dilations, asymmetric pads, a bias, an epi
 the NumPy reference on fresh random inputs with outputs poisoned, every kernel within
 its float32 bound; grouped and depthwise ones as a batch of GEMMs, one per batch item
 and group."""
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -42,21 +43,30 @@ CASES = {
 }
 
 
-def _graph(name):
+def _graph(name, dtype="float32"):
+    """The case in ``dtype``; a bfloat16 graph's constants (and its float32 twin's,
+    ``dtype="bf16_values"``) are bfloat16 values, so the twin computes on them exactly."""
     xs, ws, attrs, epi = CASES[name]
-    b = wb.GraphBuilder(name)
-    x = b.input("x", xs)
-    args = [x, b.constant(RNG.standard_normal(ws).astype(np.float32), "w")]
+    rng = np.random.default_rng(sorted(CASES).index(name))
+    held = "bfloat16" if dtype == "bfloat16" else "float32"
+    b = wb.GraphBuilder(f"{name}_{dtype}")
+
+    def const(a, name):
+        if dtype != "float32":
+            a = a.astype(ml_dtypes.bfloat16)
+        return b.constant(a.astype(held), name)
+    x = b.input("x", xs, held)
+    args = [x, const(rng.standard_normal(ws), "w")]
     if epi in ("bias", "residual"):
-        args.append(b.constant(RNG.standard_normal(ws[0]).astype(np.float32), "b"))
+        args.append(const(rng.standard_normal(ws[0]), "b"))
     y = b.op("conv", *args, **attrs)
     bcast = (ws[0],) + (1,) * (len(xs) - 2)
     if epi == "bn_relu":
-        scale = b.constant(RNG.uniform(0.5, 1.5, bcast).astype(np.float32), "scale")
-        shift = b.constant(RNG.standard_normal(bcast).astype(np.float32), "shift")
+        scale = const(rng.uniform(0.5, 1.5, bcast), "scale")
+        shift = const(rng.standard_normal(bcast), "shift")
         y = b.relu(y * scale + shift)
     if epi == "residual":
-        y = y + b.input("res", tuple(y.shape))
+        y = y + b.input("res", tuple(y.shape), held)
     b.output(y, "y")
     return b.build()
 
@@ -76,6 +86,32 @@ def test_convolution_gemm_matches_reference(name, planner):
         t = sched.gemm
         assert t.col_tiles > 1 and t.tile_n % t.im2col.out[-1] != 0, t
     check_plan(s)
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bfloat16_convolution_gemm_computes_in_float32_and_rounds_once(name):
+    """A bfloat16 convolution is a GEMM kernel too: its filters widened into a float32
+    copy on the first run (for sgemm), its patches as they are gathered, the product
+    finished from the thread's float32 tile and rounded once where it stores: within
+    one bfloat16 ulp (of the largest output) of the float32 graph on the same values,
+    and every kernel within its bound."""
+    from workbench.codegen.render import CRenderer
+    from workbench.measure.compare import output_error
+    from workbench.runtime import random_inputs, run_reference
+    g = _graph(name, "bfloat16")
+    s = Session(g, backend="cpu")
+    s.auto("rules")
+    assert len(s.plan.groups) == 1, s.plan.describe()
+    assert s.plan.groups[0].schedule.gemm.im2col is not None
+    (k,) = s.kernels()
+    assert "wb_widen_once(" in CRenderer().kernel(k)
+    check_plan(s)
+    ins = random_inputs(g, 4)
+    y = s.program().run(ins)["y"]
+    assert y.dtype == ml_dtypes.bfloat16
+    exact = run_reference(_graph(name, "bf16_values"),
+                          {n: v.astype(np.float32) for n, v in ins.items()})["y"]
+    assert output_error(g.value("y").dtype, y.astype(np.float32), exact) <= 2.0 ** -8
 
 
 def test_a_filter_too_deep_for_a_tile_stays_a_library_call():

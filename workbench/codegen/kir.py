@@ -223,8 +223,19 @@ class Loop:
     wide: bool = False
 
 
+@dataclass(frozen=True)
+class WidenOnce:
+    """A bfloat16 constant (``n`` elements of ``src``) widened into ``dst``, a
+    persistent float32 workspace, on the kernel's first run only (a bfloat16
+    convolution's filters, multiplied by sgemm, which reads float32)."""
+    src: Buffer
+    dst: Buffer
+    n: int
+    node: str = ""
+
+
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
-             DeclareScratch, If, GridSync, Gemm, PackB]
+             DeclareScratch, If, GridSync, Gemm, PackB, WidenOnce]
 
 
 @dataclass(frozen=True)

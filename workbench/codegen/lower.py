@@ -31,8 +31,8 @@ from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
                   Kernel, Launch, LibraryCall, Let, Load, Loop, OncePerBlock, PackB, Scratch,
-                  Store)
-from .microkernel import packed_numel, panel_rows
+                  Store, WidenOnce)
+from .microkernel import STATE_SLOTS, packed_numel, panel_rows
 
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
 # stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
@@ -324,7 +324,15 @@ class _Lowerer:
                                                     "gathered (im2col)"), self._im2col(cols))
             right = (cols, "0", t.tile_n, False)
         bbuf, b_off, ldb, trans_b = right
-        product = gather + (Gemm(self.buffers[t.a.value], bbuf, dest,
+        abuf = self.buffers[t.a.value]
+        if not t.packed_b and abuf.dtype is DType.bfloat16:
+            # (a bfloat16 convolution: its filters widened once, for sgemm)
+            wide = self.workspace("wide", DType.float32, abuf.numel + STATE_SLOTS,
+                                  persistent=True)
+            pack = (Comment(f"{t.a.value}, a bfloat16 constant, widened on the first run"),
+                    WidenOnce(abuf, wide, abuf.numel, mm.id)) + pack
+            abuf = wide
+        product = gather + (Gemm(abuf, bbuf, dest,
                                  f"{a.batch_offset('bt')} + r0 * {a.row_stride}", b_off,
                                  c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, ldc, mm.id,
                                  trans_a=a.trans, trans_b=trans_b, packed=bool(t.packed_b),
@@ -581,7 +589,7 @@ class _Lowerer:
             scope.stmts += [Load(bias, self.buffers[conv.inputs[2]], channel),
                             Let(f"{product}b", DType.float32, f"{product} + {bias}", conv.id)]
             product = f"{product}b"
-            if t.result in self.io.outputs:
+            if t.result in self.io.outputs and not tiled:   # (tiled: stored below)
                 scope.stmts.append(Store(dest, at.offset(), product, node=conv.id))
         scope.memo[(t.result, at.key)] = product
         for n in (g.node(x) for x in self.group.nodes):

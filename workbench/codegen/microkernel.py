@@ -143,22 +143,37 @@ WB_FN void wb_pack_panel(const void* b, int kind, long long k, long long n, long
   }
 }
 
-/* every panel of a constant B, once per buffer: the int after the panels goes from
-   whatever it held (the workspace's poison) to PACKING to PACKED */
+/* whether this caller makes a buffer's one-time copy: its state int goes from whatever
+   it held (the workspace's poison) to PACKING (this caller: 1; it stores PACKED when
+   done) -- or, where another run is making it, once that run is done, 0 */
+WB_FN int wb_claim_once(int* state) {
+  int seen = __atomic_load_n(state, __ATOMIC_ACQUIRE);
+  if (seen == WB_PACKED) return 0;
+  if (seen != WB_PACKING &&
+      __atomic_compare_exchange_n(state, &seen, WB_PACKING, 0, __ATOMIC_ACQ_REL,
+                                  __ATOMIC_ACQUIRE))
+    return 1;
+  while (__atomic_load_n(state, __ATOMIC_ACQUIRE) != WB_PACKED) {}  /* another run packs */
+  return 0;
+}
+
+/* every panel of a constant B, once per buffer (the state int after the panels) */
 WB_FN void wb_pack_b_once(const void* b, int kind, long long k, long long n, long long rs,
                           long long cs, float* bp) {
   long long panels = (n + WB_PANEL - 1) / WB_PANEL;
   int* state = (int*)(bp + panels * WB_PANEL * wb_panel_rows(k, kind));
-  int seen = __atomic_load_n(state, __ATOMIC_ACQUIRE);
-  if (seen == WB_PACKED) return;
-  if (seen != WB_PACKING &&
-      __atomic_compare_exchange_n(state, &seen, WB_PACKING, 0, __ATOMIC_ACQ_REL,
-                                  __ATOMIC_ACQUIRE)) {
-    for (long long p = 0; p < panels; p++) wb_pack_panel(b, kind, k, n, rs, cs, bp, p);
-    __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
-    return;
-  }
-  while (__atomic_load_n(state, __ATOMIC_ACQUIRE) != WB_PACKED) {}  /* another run packs */
+  if (!wb_claim_once(state)) return;
+  for (long long p = 0; p < panels; p++) wb_pack_panel(b, kind, k, n, rs, cs, bp, p);
+  __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
+}
+
+/* a bfloat16 constant of n elements widened into w (float32, in place of it: a
+   convolution's filters for sgemm), once per buffer (the state int after them) */
+WB_FN void wb_widen_once(const unsigned short* x, long long n, float* w) {
+  int* state = (int*)(w + n);
+  if (!wb_claim_once(state)) return;
+  for (long long i = 0; i < n; i++) w[i] = wb_bf16_load(x[i]);
+  __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
 }
 
 /* a block's accumulators stored (first block of k) or added into c, mr rows and nb

@@ -40,7 +40,7 @@ from typing import Callable
 
 from ..ir import DType
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
-                  Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store)
+                  Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store, WidenOnce)
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
@@ -167,6 +167,10 @@ def _pack_b(s: PackB, pad: str) -> list[str]:
             f"[{s.k} x {s.n}, strides {s.row_stride}/{s.col_stride}, {which}]"]
 
 
+def _widen_once(s: WidenOnce, pad: str) -> list[str]:
+    return [f"{pad}widen {s.dst.name} = float32({s.src.name}) [{s.n}, first run only]"]
+
+
 def _unknown(s, pad: str) -> list[str]:
     # a statement type added to kir.py but not here: visible, never fatal
     return [f"{pad}? {type(s).__name__}"]
@@ -176,7 +180,7 @@ STATEMENTS: dict[type, Callable[[object, str], list[str]]] = {
     Let: _let, Assign: _assign, Load: _load, Store: _store, Loop: _loop,
     BlockReduce: _block_reduce, OncePerBlock: _once_per_block, If: _if,
     GridSync: _grid_sync, Comment: _comment, DeclareScratch: _declare_scratch,
-    Gemm: _gemm, PackB: _pack_b,
+    Gemm: _gemm, PackB: _pack_b, WidenOnce: _widen_once,
 }
 
 

@@ -16,7 +16,7 @@ from ..ir import DType
 from ..ir.dtypes import C_STORAGE
 from ..ops import all_helpers
 from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
-                  Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store)
+                  Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store, WidenOnce)
 from .microkernel import MICRO_KERNEL_C
 
 # name -> arity; powf too, or one powf call would keep a whole fused loop scalar
@@ -324,6 +324,9 @@ class CRenderer:
                 out += self.grid_sync(s, depth)
             elif isinstance(s, Gemm):
                 out += self.gemm(s, depth)
+            elif isinstance(s, WidenOnce):
+                out.append(f"{pad}wb_widen_once({s.src.name}, {s.n}, {s.dst.name});"
+                           f"{node_tag(s.node)}")
             elif isinstance(s, PackB):
                 kind = 2 if s.pairs else _bf16(s.b)     # WB_B_PAIRS, WB_B_BF16, WB_B_F32
                 args = (f"{s.b.name} + {s.b_off}, {kind}, {s.k}, {s.n}, {s.row_stride}, "

@@ -83,7 +83,9 @@ CONVS = ("conv", "conv2d")
 # what a matmul's GEMM kernel reads and writes. bfloat16 is widened as the micro-kernel
 # copies A's sliver and packs B (codegen/microkernel.py), computed in float32 and
 # rounded once where the epilogue stores: its B is always packed (by every run where it
-# is an activation), since sgemm takes float32 only. Convolutions stay float32.
+# is an activation), since sgemm takes float32 only. A bfloat16 convolution's filters
+# are widened into a float32 copy on its first run (kir.WidenOnce) for sgemm, and its
+# patches as they are gathered.
 GEMM_DTYPES = (DType.float32, DType.bfloat16)
 GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
 
@@ -606,9 +608,10 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     out = g.value(conv.outputs[0])
     d = len(x.shape) - 2
     group, strides, dil, pads = conv_attrs(conv.attr_map, d, conv.op)
-    if out.dtype is not DType.float32:
-        raise FusionRefused(f"{conv.id} ({conv.op}) is {out.dtype.value}: the GEMM kernel is "
-                            "float32 only so far, so it stays a library call")
+    if out.dtype not in GEMM_DTYPES:
+        raise FusionRefused(f"{conv.id} ({conv.op}) is {out.dtype.value}: the GEMM kernel "
+                            "takes float32 and bfloat16 so far, so it stays a library call")
+    half = out.dtype is not DType.float32
     members = {n.id for n in ns}
     made = next((i for i in conv.inputs if i in g.producer
                  and g.producer[i].id in members), None)
@@ -622,9 +625,10 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                             "elementwise epilogue only (no reduction)")
     shape = out.shape
     _check_epilogue(g, ns, conv, shape, same=lambda a, b: a == b)
+    fits = [o for o in io.outputs if g.value(o).shape == shape]
     dest = conv.outputs[0] if conv.outputs[0] in io.outputs else next(
-        (o for o in io.outputs if g.value(o).dtype is DType.float32
-         and g.value(o).shape == shape), None)
+        (o for o in fits if g.value(o).dtype is DType.float32), None if not half else next(
+            iter(fits), None))
     if dest is None:
         raise FusionRefused(f"{conv.id} ({conv.op}): no float32 output of its shape to "
                             "write the product into")
@@ -646,6 +650,8 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     # once; columns cut so the gathered patches stay within IM2COL_TILE elements and
     # the tiles come to a multiple of the cores
     tile_n = min(positions, max(TILE_ALIGN, IM2COL_TILE // depth))
+    if half:   # the product's float32 tile (every filter's row of it) fits a thread too
+        tile_n = min(tile_n, max(TILE_ALIGN, IM2COL_TILE // max(k, 1)))
     col_tiles = min(positions, _for_cores(n * group, -(-positions // tile_n), device.units))
     tile_n = max(1, -(-positions // col_tiles))
     if lc.tile_m or lc.blas != -1 or lc.online != -1:
@@ -654,9 +660,10 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                             "and it has no softmax (online)")
     if lc.tile_n:
         tile_n = _set_tile("tile_n", lc.tile_n, positions, 1)
-        if depth * tile_n > THREAD_SCRATCH:
-            raise FusionRefused(f"tile_n={lc.tile_n}: {depth} x {tile_n} patches would not "
-                                "fit a thread's buffer")
+        if max(depth, k if half else 0) * tile_n > THREAD_SCRATCH:
+            raise FusionRefused(f"tile_n={lc.tile_n}: {depth} x {tile_n} patches (and a "
+                                f"bfloat16 product's {k} x {tile_n} tile) would not fit a "
+                                "thread's buffer")
     t = GemmShape(n * group, k, positions, depth, a, Operand(conv.inputs[0], a.view), k,
                   tile_n, conv.outputs[0], dest, epilogue_ops=len(rest) + (len(conv.inputs) == 3),
                   im2col=cols, col_axes=d)
