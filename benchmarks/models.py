@@ -35,8 +35,9 @@ method in the same alternation.
 ``--dtype bfloat16`` converts each model as a user does (``model.to(torch.bfloat16)``,
 ``zoo.build(dtype=...)``); torch eager then runs bfloat16 too, and one more method,
 ``workbench stitch, bf16 matmul library calls``, plans the same graph with bfloat16
-matmuls kept out of GEMM kernels (each a library call widening its operands: the
-workbench before bfloat16 GEMM kernels), so the two are timed side by side.
+matmuls and convolutions kept out of GEMM kernels (each a library call widening its
+operands: the workbench before bfloat16 GEMM kernels), so the two are timed side by
+side.
 
 Writes ``<out>/models-<date>.json`` (machine, versions, BLAS library and
 architecture, every sample) and ``<out>/models-<date>.md``. Never exits non-zero for
@@ -196,7 +197,8 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
 
 @contextlib.contextmanager
 def _bf16_matmuls_as_library_calls():
-    """Plan with GEMM kernels taking float32 only (as before bfloat16 GEMM kernels)."""
+    """Plan with GEMM kernels taking float32 only (as before bfloat16 GEMM kernels):
+    bfloat16 matmuls and convolutions are library calls."""
     from workbench.fusion import gemm
     from workbench.ir import DType
     kept = gemm.GEMM_DTYPES
