@@ -462,10 +462,11 @@ def fuzz(seeds, seconds: float | None = None, edits: int = 4, max_ops: int = 10,
     return rep
 
 
-# Seeds per child process of a long run: each distinct kernel's library stays mapped in
-# the process that loaded it, and one process runs out of memory maps (Linux's
+# Seeds per child process of a long run: each distinct kernel's library stayed mapped in
+# the process that loaded it, and one process ran out of memory maps (Linux's
 # vm.max_map_count, 65530) after ~1800 graphs -- "failed to map segment from shared
-# object" -- so a long run starts a fresh process for every batch.
+# object". The CPU backend now unloads libraries whose kernels are gone
+# (runtime/cc.unload_library); a fresh process per batch still confines a crash.
 SEEDS_PER_PROCESS = 400
 
 

@@ -17,7 +17,7 @@ from ..errors import WorkbenchError
 from ..fusion.devices import Device
 from .backend import Backend, CompiledKernel, Progress
 from .blas import blas_function
-from .cc import build_library, cpu_model, find_compiler, load_library
+from .cc import build_library, cpu_model, find_compiler, load_library, unload_library
 from .threads import default_blas_threads, one_pool
 from .threads import rescan as rescan_blas
 
@@ -28,7 +28,8 @@ class CompiledCpuKernel(CompiledKernel):
         self.path = lib_path
         if lib_path is not None:
             try:
-                self.fn = getattr(load_library(lib_path), kernel.name)
+                lib = load_library(lib_path)
+                self.fn = getattr(lib, kernel.name)
             except (AttributeError, OSError) as e:
                 raise WorkbenchError(f"kernel {kernel.name} cannot be loaded ({e}); "
                                      + (origin or "this is a workbench bug; please "
@@ -37,6 +38,9 @@ class CompiledCpuKernel(CompiledKernel):
             self.fn.argtypes = [ctypes.c_void_p] * (len(kernel.params) + bool(kernel.blas))
             self.fn.restype = None
             self.extra = (blas_function(kernel.blas),) if kernel.blas else ()
+            # this load of the library is closed once nothing can launch the kernel
+            # (the last reference to it gone); not at exit, where it would gain nothing
+            weakref.finalize(self, unload_library, lib).atexit = False
         # the arrays of the last launch (weakly: a caller's input or output is not
         # kept alive by it) and their addresses: a program's intermediates, constants
         # and workspaces are the same arrays run after run, and reading an address
