@@ -1,14 +1,14 @@
 """A differential fuzzer: random graphs and random plans, every kernel against NumPy.
 
 Each case is drawn from one seed: a graph of mixed dtypes (float32, float16, bfloat16,
-int8, int32, int64, uint8, uint64, bool) with empty and size-1 axes, layout ops, casts, gathers and matmuls; inputs
-holding boundary values (integer extremes, 0 and -1 divisors, inf, NaN, huge and negative
-gather indices); and a sequence of plan edits a user or a planner might make -- fusing
-neighbours or any two kernels, splitting, stitch schemes, all four thread mappings,
-every planner. After every accepted edit the plan is compiled for the cpu backend and
-run; each kernel is checked against the NumPy reference on the inputs it received
-(:mod:`workbench.measure.verify`), and integer and bool outputs must equal the
-op-by-op reference exactly.
+int8, int32, int64, uint8, uint64, bool) with empty and size-1 axes, layout ops, casts,
+gathers and matmuls; inputs holding boundary values (integer extremes, 0 and -1
+divisors, inf, NaN, huge and negative gather indices); and a sequence of plan edits a
+user or a planner might make -- fusing neighbours or any two kernels, splitting, stitch
+schemes, all four thread mappings, every planner. After every accepted edit the plan is
+compiled for the cpu backend and run; each kernel is checked against the NumPy reference
+on the inputs it received (:mod:`workbench.measure.verify`), and integer and bool
+outputs must equal the op-by-op reference exactly.
 
 What the generator leaves out, and why: comparisons, ``floor``/``ceil`` and
 float-to-int or -bool casts read only values that no kernel computed (graph inputs and
