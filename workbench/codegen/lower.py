@@ -269,8 +269,8 @@ class _Lowerer:
             if t.result in self.io.outputs and (not t.epilogue_ops
                                                 or self.sched.epilogue is not None):
                 finish = (Comment(f"the product, {t.result}, stored from the tile"),
-                          self._tile_out(dest, self.buffers[t.result], f"bt * {M}", N,
-                                         "c0", "c1", mm.id))
+                          self._tile_out(dest, self.buffers[t.result], f"(bt * {M} + r0) * {N}",
+                                         N, "c0", "c1", mm.id))
         if t.epilogue_ops:
             epilogue = (self._row_epilogue(mm.id, dest) if self.sched.epilogue is not None
                         else self._elementwise_epilogue(dest))
@@ -279,13 +279,12 @@ class _Lowerer:
             mm2 = g.producer[then.result]
             v = then.b.view
             out, o_off, ldo = self._attention_out()
-            store = ()
+            declare, store = (), ()
             if out.dtype is not DType.float32:
                 # (bfloat16: the output rows in a float32 tile, stored rounded)
                 rows_out = Scratch("wb_o", then.result, DType.float32, t.tile_m * then.n)
-                store = (DeclareScratch(rows_out),)
-                after = self._tile_out(rows_out, out, "", ldo, "0", str(then.n), mm2.id,
-                                       first=o_off)
+                declare = (DeclareScratch(rows_out),)
+                store = (self._tile_out(rows_out, out, o_off, ldo, "0", str(then.n), mm2.id),)
                 out, o_off, ldo = rows_out, "0", then.n
             if then.packed:
                 vp, v_pack, v_off = self._pack_per_run("pack_v", then.b, then.k, then.n, t.batch,
@@ -298,9 +297,7 @@ class _Lowerer:
                               o_off, "r1 - r0", str(then.n), then.k, N, v.ld, ldo, mm2.id,
                               trans_b=v.trans)
             finish += (Comment(f"the tile's rows @ the right operand of {mm2.id}, while "
-                               "they are in cache"), *store, second)
-            if store:
-                finish += (after,)
+                               "they are in cache"), *declare, second, *store)
         pairs = self._pairs()
         kw = panel_rows(K, pairs)          # (a panel's rows of words: c0's panel at c0 * kw)
         if t.packed_b == PACK_ONCE:       # a constant B, packed by the first run
@@ -354,17 +351,17 @@ class _Lowerer:
         sgemm = not t.packed_b or (then is not None and not then.packed)
         return replace(k, blas="sgemm" if sgemm else "", host_only=True)
 
-    def _tile_out(self, tile: Scratch, buf: Buffer, row0: str, ld: int, c0: str, c1: str,
-                  node: str, first: str = "") -> Loop:
+    def _tile_out(self, tile: Scratch, buf: Buffer, first: str, ld: int, c0: str, c1: str,
+                  node: str) -> Loop:
         """Rows r0..r1, columns c0..c1 of a thread's float32 tile (row-major, from
-        column c0) stored into ``buf`` in its type: row r at ``(row0 + r) * ld``, or
-        with ``first`` at ``first + (r - r0) * ld``."""
+        column c0) stored into ``buf`` in its type: row r0 at ``first``, the rows
+        ``ld`` apart."""
         width = tile.numel // self.sched.gemm.tile_m
-        at = (f"{first} + (r - r0) * {ld} + col" if first else f"({row0} + r) * {ld} + col")
         return Loop("r", self.sched.gemm.m, "serial", (
             Loop("col", width, "block", (
                 Load("wb_t", tile, f"(r - r0) * {width} + col - {c0}"),
-                Store(buf, at, "wb_t", node=node)), start=c0, stop=c1),),
+                Store(buf, f"{first} + (r - r0) * {ld} + col", "wb_t", node=node)),
+                 start=c0, stop=c1),),
             start="r0", stop="r1")
 
     def _attention_out(self) -> tuple[Buffer, str, int]:

@@ -123,7 +123,7 @@ WB_FN unsigned int wb_pair(const unsigned short* x, long long at, long long next
 WB_FN void wb_pack_panel(const void* b, int kind, long long k, long long n, long long rs,
                          long long cs, float* bp, long long p) {
   if (kind == WB_B_PAIRS) {
-    long long k2 = (k + 1) / 2;
+    long long k2 = wb_panel_rows(k, kind);
     for (long long r2 = 0; r2 < k2; r2++) {
       unsigned int* d = (unsigned int*)bp + (p * k2 + r2) * WB_PANEL;
       for (long long j = 0; j < WB_PANEL; j++) {
@@ -302,7 +302,7 @@ WB_FN void wb_gemm_packed_pairs(long long m, long long n, long long k,
                                 const unsigned short* a, long long ars, long long acs,
                                 const float* bp, float* c, long long ldc) {
   unsigned int ap[WB_MR * WB_KC / 2] __attribute__((aligned(64)));
-  long long kp2 = (k + 1) / 2;
+  long long kp2 = wb_panel_rows(k, WB_B_PAIRS);
   if (k == 0)   /* an empty sum: zeros, as sgemm with beta = 0 writes */
     for (long long i = 0; i < m; i++)
       for (long long j = 0; j < n; j++) c[i * ldc + j] = 0.0f;

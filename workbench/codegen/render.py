@@ -78,12 +78,6 @@ _BLAS_PARAMS = {
 }
 
 
-def _bf16(buf) -> int:
-    """The micro-kernel's flag for an operand (codegen/microkernel.py): 1 where its
-    elements are bfloat16 bits, widened as they are copied; 0 for float32."""
-    return int(buf.dtype is DType.bfloat16)
-
-
 class CRenderer:
     """C99 + OpenMP: grid-level loops run in parallel, block-level loops serially."""
 
@@ -328,7 +322,8 @@ class CRenderer:
                 out.append(f"{pad}wb_widen_once({s.src.name}, {s.n}, {s.dst.name});"
                            f"{node_tag(s.node)}")
             elif isinstance(s, PackB):
-                kind = 2 if s.pairs else _bf16(s.b)     # WB_B_PAIRS, WB_B_BF16, WB_B_F32
+                # how the micro-kernel packs it: WB_B_PAIRS, WB_B_BF16 (widened), WB_B_F32
+                kind = 2 if s.pairs else int(s.b.dtype is DType.bfloat16)
                 args = (f"{s.b.name} + {s.b_off}, {kind}, {s.k}, {s.n}, {s.row_stride}, "
                         f"{s.col_stride}, {s.packed.name} + {s.packed_off}")
                 call = (f"wb_pack_panel({args}, {s.panel})" if s.panel

@@ -3,11 +3,11 @@ epilogue as one kernel, or why not.
 
 A group fits when it holds exactly one float32 or bfloat16 ``matmul`` (``GEMM_DTYPES``)
 whose operands are read from memory -- directly, or through layout ops in the kernel
-(reshape, squeeze, unsqueeze, transpose, expand, slice, split: ``prologue`` views)
-that make the operand a strided
-BLAS matrix of a value in memory (``operand``; batch dims broadcast by NumPy's rule,
-A's batch folded into the rows where B has none and A's rows run on through it) --
-and otherwise an epilogue reading the matmul's result directly or through each other:
+(reshape, squeeze, unsqueeze, transpose, expand, slice, split: ``prologue`` views) that
+make the operand a strided BLAS matrix of a value in memory (``operand``; batch dims
+broadcast by NumPy's rule, A's batch folded into the rows where B has none and A's rows
+run on through it) -- and otherwise an epilogue reading the matmul's result directly or
+through each other:
 
 - elementwise ops at the matmul's output rows (its shape, or a view of it keeping the
   rows: ``same_rows``), their other operands broadcast onto that shape by NumPy's rule
@@ -80,12 +80,12 @@ IM2COL_TILE = 128 * 1024
 # convolution's patches, a fused attention's scores and output rows), 2 MB
 THREAD_SCRATCH = 4 * IM2COL_TILE
 CONVS = ("conv", "conv2d")
-# what a matmul's GEMM kernel reads and writes. bfloat16 is widened as the micro-kernel
-# copies A's sliver and packs B (codegen/microkernel.py), computed in float32 and
-# rounded once where the epilogue stores: its B is always packed (by every run where it
-# is an activation), since sgemm takes float32 only. A bfloat16 convolution's filters
-# are widened into a float32 copy on its first run (kir.WidenOnce) for sgemm, and its
-# patches as they are gathered.
+# what a GEMM kernel reads and writes. A bfloat16 matmul is multiplied by the
+# micro-kernel two rows of k at a time (A's sliver and B packed in pairs,
+# codegen/microkernel.py), accumulated in float32 and rounded once where the epilogue
+# stores: its B is always packed (by every run where it is an activation), since sgemm
+# takes float32 only. A bfloat16 convolution's filters are widened into a float32 copy
+# on its first run (kir.WidenOnce) for sgemm, and its patches as they are gathered.
 GEMM_DTYPES = (DType.float32, DType.bfloat16)
 GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
 
@@ -213,13 +213,8 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
         row = _row_epilogue(g, ns, mm, shape, rows)
     else:
         _check_epilogue(g, ns, mm, shape)
-    fits = [o for o in io.outputs if (same_rows(g.value(o).shape, shape) if row is None
-                                      else g.value(o).shape == shape)]
-    # a float32 output is the product's own buffer (finished in place); any other
-    # dtype the kernel writes from a float32 tile of each thread's (codegen/lower.py)
-    dest = result if result in io.outputs else next(
-        (o for o in fits if g.value(o).dtype is DType.float32), None if not half else next(
-            iter(fits), None))
+    dest = _dest(g, result, io, half, lambda s: same_rows(s, shape) if row is None
+                 else s == shape)
     if dest is None:
         raise FusionRefused(f"{mm.id} (matmul): no float32 output of the product's shape to "
                             "write the product into; its epilogue ends in another dtype "
@@ -347,6 +342,19 @@ def _check_epilogue(g: Graph, ns, mm, shape, same=None) -> None:
             raise FusionRefused(f"{n.id} ({n.op}) does not read the matmul's result; a GEMM "
                                 "epilogue holds only ops that consume it")
         fed.update(n.outputs)
+
+
+def _dest(g: Graph, result: str, io: GroupIO, half: bool, fits) -> str | None:
+    """The output the product is written into (``GemmShape.dest``): the result itself
+    when it is read outside the kernel, else an output whose shape ``fits`` the
+    product's -- a float32 one, finished in place, first; for a bfloat16 product any
+    such output, which the kernel writes from a float32 tile of each thread's
+    (codegen/lower.py) -- or None."""
+    if result in io.outputs:
+        return result
+    outs = [o for o in io.outputs if fits(g.value(o).shape)]
+    return next((o for o in outs if g.value(o).dtype is DType.float32),
+                next(iter(outs), None) if half else None)
 
 
 def _row_epilogue(g: Graph, ns, mm, shape, rows: RowAnalysis | None) -> Schedule:
@@ -625,10 +633,7 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                             "elementwise epilogue only (no reduction)")
     shape = out.shape
     _check_epilogue(g, ns, conv, shape, same=lambda a, b: a == b)
-    fits = [o for o in io.outputs if g.value(o).shape == shape]
-    dest = conv.outputs[0] if conv.outputs[0] in io.outputs else next(
-        (o for o in fits if g.value(o).dtype is DType.float32), None if not half else next(
-            iter(fits), None))
+    dest = _dest(g, conv.outputs[0], io, half, lambda s: s == shape)
     if dest is None:
         raise FusionRefused(f"{conv.id} ({conv.op}): no float32 output of its shape to "
                             "write the product into")
