@@ -57,7 +57,8 @@ def _labels(gr):
 def test_gemm_candidates_by_kind(monkeypatch):
     """The micro-kernel's kernels offer sgemm; every matmul offers tiles of half and
     twice the rule's rows and columns; a fused attention the other softmax form and
-    rows only (its tiles are whole rows); a convolution columns only."""
+    rows only (its tiles are whole rows); a convolution sgemm (its patches gathered
+    row-major), and its filters and columns."""
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
     _, gr = _gemm_group(_ffn)
     t = gr.schedule.gemm
@@ -69,7 +70,9 @@ def test_gemm_candidates_by_kind(monkeypatch):
     assert "blas=0" in labels and "online=1" in labels
     assert not any(x.startswith("tile_n") for x in labels)
     _, gr = _gemm_group(_conv)
-    assert all(x == "rule" or x.startswith("tile_n") for x in _labels(gr)), _labels(gr)
+    labels = _labels(gr)
+    assert labels[:2] == ["rule", "blas=1"] and any(x.startswith("tile_m") for x in labels)
+    assert any(x.startswith("tile_n") for x in labels), labels
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)     # sgemm per tile
     _, gr = _gemm_group(_ffn)
     assert "blas=1" not in _labels(gr)      # (blas=0 is offered, and refused when made)

@@ -1,6 +1,8 @@
-"""Convolutions as GEMM kernels on the CPU (implicit im2col: each column tile's input
-patches gathered into the thread's own buffer, then sgemm with the filters, then the
-epilogue): 1-D, 2-D and 3-D, strides, dilations, asymmetric pads, a bias, an epilogue
+"""Convolutions as GEMM kernels on the CPU (implicit im2col: each tile's input patches
+gathered straight into the micro-kernel's column panels -- or, with ``blas=1``,
+row-major for sgemm -- then the product with the filters, then the epilogue; a 1 x 1
+convolution's patches are the input itself, packed by every run like a matmul's B):
+1-D, 2-D and 3-D, strides, dilations, asymmetric pads, a bias, an epilogue
 (BatchNorm's scale and shift, ReLU, a residual), planned by rules and stitch, against
 the NumPy reference on fresh random inputs with outputs poisoned, every kernel within
 its float32 bound; grouped and depthwise ones as a batch of GEMMs, one per batch item
@@ -13,7 +15,9 @@ import workbench as wb
 from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze
 from workbench.fusion.devices import assumed_cpu
+from workbench.fusion.gemm import PACK_MIN_VECTOR_BYTES, PANEL
 from workbench.fusion.mapping import ScheduleKind
+from workbench.fusion.schedule import PACK_PER_RUN, PACK_TILE
 from workbench.session import Session
 
 from plan_checks import check_plan
@@ -40,12 +44,24 @@ CASES = {
     "depthwise": ((2, 6, 9, 9), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}, "bn_relu"),
     # Wav2Vec2's positional convolution: 1-D, groups of channels, a wide kernel, a bias
     "grouped_1d": ((2, 8, 40), (12, 2, 9), {"group": 4, "pads": [4, 4]}, "bias"),
+    # ResNet's bottleneck 1 x 1s: the patches are the input, read in place (grouped:
+    # a batch item's groups one channel run after another)
+    "pointwise": ((2, 24, 7, 9), (40, 24, 1, 1), {}, "bias"),
+    "pointwise_grouped": ((2, 12, 5, 6), (8, 6, 1, 1), {"group": 2}, "bn_relu"),
+    # ResNet-50's last stage in small: deep filters (2880 weights: a panel's width of
+    # patches is more than IM2COL_TILE) over few positions, one panel of them per tile,
+    # the filters cut into row tiles for the cores instead
+    "deep_few": ((1, 320, 7, 7), (32, 320, 3, 3), {"pads": [1, 1, 1, 1]}, "bn_relu"),
 }
+# sums of thousands of products: an output near zero is measured against the sum of
+# the products' magnitudes (the kernels' own bound), not against itself
+DEEP = ("deep_few",)
 
 
-def _graph(name, dtype="float32"):
+def _graph(name, dtype="float32", magnitudes=False):
     """The case in ``dtype``; a bfloat16 graph's constants (and its float32 twin's,
-    ``dtype="bf16_values"``) are bfloat16 values, so the twin computes on them exactly."""
+    ``dtype="bf16_values"``) are bfloat16 values, so the twin computes on them exactly.
+    ``magnitudes``: every constant's absolute value (see ``_magnitudes``)."""
     xs, ws, attrs, epi = CASES[name]
     rng = np.random.default_rng(sorted(CASES).index(name))
     held = "bfloat16" if dtype == "bfloat16" else "float32"
@@ -54,7 +70,7 @@ def _graph(name, dtype="float32"):
     def const(a, name):
         if dtype != "float32":
             a = a.astype(ml_dtypes.bfloat16)
-        return b.constant(a.astype(held), name)
+        return b.constant(np.abs(a) if magnitudes else a.astype(held), name)
     x = b.input("x", xs, held)
     args = [x, const(rng.standard_normal(ws), "w")]
     if epi in ("bias", "residual"):
@@ -71,6 +87,14 @@ def _graph(name, dtype="float32"):
     return b.build()
 
 
+def _magnitudes(name):
+    """``check_plan``'s scale for a deep case: the output of the case on the absolute
+    values of its inputs and constants, at least the magnitudes each output sums."""
+    from workbench.runtime import run_reference
+    g = _graph(name, magnitudes=True)
+    return lambda ins: run_reference(g, {k: np.abs(v) for k, v in ins.items()})
+
+
 @pytest.mark.parametrize("planner", ["rules", "stitch"])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_convolution_gemm_matches_reference(name, planner):
@@ -79,22 +103,48 @@ def test_convolution_gemm_matches_reference(name, planner):
     s.auto(planner)
     assert len(s.plan.groups) == 1, s.plan.describe()
     sched = s.plan.groups[0].schedule
-    assert sched.kind is ScheduleKind.gemm and sched.gemm.im2col is not None
-    if name.startswith("split") and s.device.units in (2, 4):
-        # (2 or 4 cores, as CI and most laptops): the gather's runs start and end
-        # inside an output row
-        t = sched.gemm
-        assert t.col_tiles > 1 and t.tile_n % t.im2col.out[-1] != 0, t
-    check_plan(s)
+    t = sched.gemm
+    assert sched.kind is ScheduleKind.gemm and t.im2col is not None
+    if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES:
+        assert t.packed_b == (PACK_PER_RUN if name.startswith("pointwise") else PACK_TILE)
+        if name.startswith("split"):
+            # 70 positions, rows of 10: the second panel starts inside an output row
+            assert t.n > PANEL and PANEL % t.im2col.out[-1] != 0, t
+        if name == "deep_few" and s.device.units in (2, 4):
+            # one tile of 49 columns would cost what 64 do: not cut for the cores,
+            # the filters are
+            assert t.col_tiles == 1 and t.row_tiles == s.device.units, t
+    check_plan(s, _magnitudes(name) if name in DEEP else None)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-def test_bfloat16_convolution_gemm_computes_in_float32_and_rounds_once(name):
+def test_convolution_patches_gathered_row_major_for_sgemm(name):
+    """``blas=1``: each tile's patches gathered row-major and multiplied by sgemm (a
+    1 x 1 convolution's input read by sgemm in place)."""
+    g = _graph(name)
+    s = Session(g, backend="cpu")
+    s.auto("rules")
+    s.set_launch(s.plan.groups[0].id, blas=1)
+    t = s.plan.groups[0].schedule.gemm
+    assert t.packed_b == "" and t.im2col is not None
+    assert t.in_place == name.startswith("pointwise")
+    if name.startswith("split") and s.device.units in (2, 4):
+        # (2 or 4 cores, as CI and most laptops): the gather's runs start and end
+        # inside an output row
+        assert t.col_tiles > 1 and t.tile_n % t.im2col.out[-1] != 0, t
+    check_plan(s, _magnitudes(name) if name in DEEP else None)
+
+
+@pytest.mark.parametrize("blas", [None, 1])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_bfloat16_convolution_gemm_computes_in_float32_and_rounds_once(name, blas):
     """A bfloat16 convolution is a GEMM kernel too: its filters widened into a float32
-    copy on the first run (for sgemm), its patches as they are gathered, the product
-    finished from the thread's float32 tile and rounded once where it stores: within
-    one bfloat16 ulp (of the largest output) of the float32 graph on the same values,
-    and every kernel within its bound."""
+    copy on the first run, its patches as they are gathered (into the micro-kernel's
+    panels, or with ``blas=1`` row-major for sgemm; a 1 x 1 one's input, read in
+    place, multiplied in pairs by the micro-kernel), the product finished from the
+    thread's float32 tile and rounded once where it stores: within one bfloat16 ulp (of
+    the largest output) of the float32 graph on the same values, and every kernel
+    within its bound."""
     from workbench.codegen.render import CRenderer
     from workbench.measure.compare import output_error
     from workbench.runtime import random_inputs, run_reference
@@ -102,9 +152,15 @@ def test_bfloat16_convolution_gemm_computes_in_float32_and_rounds_once(name):
     s = Session(g, backend="cpu")
     s.auto("rules")
     assert len(s.plan.groups) == 1, s.plan.describe()
+    if blas:      # (sgemm reads float32: a 1 x 1 convolution's input is gathered too)
+        s.set_launch(s.plan.groups[0].id, blas=blas)
     assert s.plan.groups[0].schedule.gemm.im2col is not None
     (k,) = s.kernels()
-    assert "wb_widen_once(" in CRenderer().kernel(k)
+    src = CRenderer().kernel(k)
+    if name.startswith("pointwise") and not blas:    # bfloat16 A and B: in pairs
+        assert "wb_gemm_packed_pairs(" in src and "wb_widen_once(" not in src
+    else:         # the filters widened once, the patches as they are gathered
+        assert "wb_widen_once(" in src
     check_plan(s)
     ins = random_inputs(g, 4)
     y = s.program().run(ins)["y"]

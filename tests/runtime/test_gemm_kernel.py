@@ -493,8 +493,14 @@ def test_gemm_launch_on_whole_rows_attention_and_convolutions(monkeypatch, fresh
     s, sched = _launched(_attention, blas=1)
     assert not sched.gemm.packed_b and not sched.then.packed and sched.then.online is None
     _check(s)
-    s, sched = _launched(_conv1d_relu, tile_n=7)            # a convolution: columns only
+    s, sched = _launched(_conv1d_relu, tile_n=7)            # a convolution's columns,
     assert sched.gemm.im2col is not None and sched.gemm.tile_n == 7
+    _check(s)
+    s, sched = _launched(_conv1d_relu, tile_m=4)            # its filters (each tile
+    assert sched.gemm.tile_m == 4 and sched.gemm.row_tiles == 3   # gathers its patches)
+    _check(s)
+    s, sched = _launched(_conv1d_relu, blas=1)              # its patches for sgemm
+    assert sched.gemm.packed_b == "" and sched.gemm.im2col is not None
     _check(s)
 
 
@@ -513,7 +519,7 @@ def _conv1d_relu():
     (_ffn_gelu, {"online": 1}, "online applies to a fused attention"),
     (_ffn_layernorm, {"tile_n": 64}, "spans all columns"),
     (_attention, {"online": 1, "blas": 1}, "no online form"),
-    (_conv1d_relu, {"tile_m": 4}, "takes tile_n only"),
+    (_conv1d_relu, {"online": 0}, "no softmax"),
     (_conv1d_relu, {"tile_n": 300_000}, None),           # the whole extent: allowed
 ])
 def test_gemm_launch_refused_with_the_reason(make, params, why, monkeypatch):

@@ -227,7 +227,8 @@ class Loop:
 class WidenOnce:
     """A bfloat16 constant (``n`` elements of ``src``) widened into ``dst``, a
     persistent float32 workspace, on the kernel's first run only (a bfloat16
-    convolution's filters, multiplied by sgemm, which reads float32)."""
+    convolution's filters, multiplied in float32 by the micro-kernel against its
+    widened patches, or by sgemm)."""
     src: Buffer
     dst: Buffer
     n: int

@@ -312,18 +312,25 @@ class _Lowerer:
                                                        pairs)
             pack = b_pack + pack
             gather, right = (), (packed, f"{b_off} + c0 * {kw}", PANEL, False)
-        elif t.im2col is None:
+        elif t.im2col is None or t.in_place:    # B read in place
             gather, right = (), (self.buffers[t.b.value],
                                  f"{b.batch_offset('bt')} + c0 * {b.col_stride}", b.ld, b.trans)
-        else:       # B is the tile's patches of the input, gathered into a buffer
+        elif not t.packed_b:    # B is the tile's patches of the input, gathered
             cols = Scratch("wb_cols", t.b.value, DType.float32, K * t.tile_n)
             gather = (DeclareScratch(cols), Comment("the tile's patches of the input, "
                                                     "gathered (im2col)"), self._im2col(cols))
             right = (cols, "0", t.tile_n, False)
+        else:       # the tile's patches gathered straight into panels (PACK_TILE)
+            cols = Scratch("wb_cols", t.b.value, DType.float32,
+                           K * -(-t.tile_n // PANEL) * PANEL)
+            gather = (DeclareScratch(cols), Comment("the tile's patches of the input, "
+                                                    "gathered (im2col) into column panels"),
+                      self._im2col_panels(cols))
+            right = (cols, "0", PANEL, False)
         bbuf, b_off, ldb, trans_b = right
         abuf = self.buffers[t.a.value]
-        if not t.packed_b and abuf.dtype is DType.bfloat16:
-            # (a bfloat16 convolution: its filters widened once, for sgemm)
+        if not pairs and abuf.dtype is DType.bfloat16:
+            # (a bfloat16 convolution: its filters widened once, for float32 products)
             wide = self.workspace("wide", DType.float32, abuf.numel + STATE_SLOTS,
                                   persistent=True)
             pack = (Comment(f"{t.a.value}, a bfloat16 constant, widened on the first run"),
@@ -380,7 +387,8 @@ class _Lowerer:
         of rows (codegen/microkernel.py): wherever its A is bfloat16 (A and B then are
         both: a matmul's operands share their type)."""
         t = self.sched.gemm
-        return bool(t.packed_b) and self.g.value(t.a.value).dtype is DType.bfloat16
+        return (t.packed_b in (PACK_ONCE, PACK_PER_RUN)
+                and self.g.value(t.a.value).dtype is DType.bfloat16)
 
     def _pack_per_run(self, name: str, b, k: int, n: int, batch: int, node: str,
                       pairs: bool = False):
@@ -402,10 +410,27 @@ class _Lowerer:
                          "tiles"), Loop("pk", items * panels, "grid", body))
         return packed, stmts, "0" if items == 1 else f"bt * {size}"
 
-    def _im2col(self, cols: Scratch) -> Loop:
-        """Fill ``cols`` ([C x taps, tile columns]) with the patches of the tile's output
-        positions c0..c1 in batch item bt (see ``Im2col``): a tap past the input's edge
-        reads 0. Per tap, the tile's positions are walked as runs along the last
+    def _im2col_panels(self, cols: Scratch) -> Loop:
+        """Fill ``cols`` with the patches of the tile's output positions c0..c1 in the
+        micro-kernel's panel layout (codegen/microkernel.py): panel by panel, each
+        ``C x taps`` rows of PANEL columns, gathered as ``_im2col`` gathers a tile; a
+        partial last panel's columns past c1 zeros, as a packed B's are (the micro-
+        kernel multiplies whole blocks of columns and stores the ones it has)."""
+        k, size, i64 = self.sched.gemm.k, PANEL * self.sched.gemm.k, DType.int64
+        pad = Loop("j", k, "serial", (Loop("x", PANEL, "block", (
+            Store(cols, f"pc * {size} + j * {PANEL} + x", "0.0f"),), start="g1 - g0"),))
+        return Loop("pc", -(-self.sched.gemm.tile_n // PANEL), "serial", (
+            Let("g0", i64, f"c0 + pc * {PANEL}"),
+            Let("g1", i64, f"g0 + {PANEL} < c1 ? g0 + {PANEL} : c1"),
+            self._im2col(cols, "g0", "g1", PANEL, f"pc * {size}"), pad),
+            stop=f"(c1 - c0 + {PANEL - 1}) / {PANEL}")
+
+    def _im2col(self, cols: Scratch, c0: str = "c0", c1: str = "c1", ld: int = 0,
+                base: str = "") -> Loop:
+        """Fill ``cols`` ([C x taps, tile columns], rows ``ld`` apart: the tile's width
+        by default; from ``base``) with the patches of output positions c0..c1 (C
+        expressions: the tile's by default) in batch item bt (see ``Im2col``): a tap
+        past the input's edge reads 0. Per tap, the tile's positions are walked as runs along the last
         spatial axis (an output row, or the part of one the tile holds): the run's
         taps inside the input are a strided copy (contiguous at stride 1, so it
         vectorizes as plain loads), those past either edge zeros, the bounds worked
@@ -415,9 +440,9 @@ class _Lowerer:
         tap = Index.flat("j", (ic.channels,) + ic.kernel).digits()
         width, last = ic.out[-1], len(ic.spatial) - 1
         rows = Index.flat("q", ic.out[:-1]).digits() if last else []
-        run = [Let("x0", DType.int64, f"c0 > q * {width} ? c0 - q * {width} : 0"),
-               Let("x1", DType.int64, f"c1 - q * {width} < {width} ? c1 - q * {width} : "
-                                      f"{width}")]
+        run = [Let("x0", DType.int64, f"{c0} > q * {width} ? {c0} - q * {width} : 0"),
+               Let("x1", DType.int64, f"{c1} - q * {width} < {width} ? {c1} - q * {width} "
+                                      f": {width}")]
         at, inside = f"bt * {ic.channels} + {tap[0]}", []
         for i in range(last):       # the run's row: one input row per tap
             v, n = f"iy{i}", ic.spatial[i]
@@ -438,7 +463,7 @@ class _Lowerer:
         if inside:                  # a row past the edge: the whole run is zeros
             run.append(Assign("xb", f"({' && '.join(inside)}) ? xb : xa"))
         run += [Assign("xa", "xa < x1 ? xa : x1"), Assign("xb", "xb > xa ? xb : xa")]
-        to = f"j * {t.tile_n} + q * {width} + x - c0"
+        to = f"{base + ' + ' if base else ''}j * {ld or t.tile_n} + q * {width} + x - {c0}"
         src = f"({at}) * {n} + x * {st} + {shift}"
         segments = (("x0", "xa", "0.0f"), ("xa", "xb", None), ("xb", "x1", "0.0f"))
         for a, b, zero in segments:
@@ -446,8 +471,8 @@ class _Lowerer:
                     (Load("xv", x, src), Store(cols, to, "xv")))
             run.append(Loop("x", width, "block", body, start=a, stop=b))
         return Loop("j", t.k, "serial", (Loop(
-            "q", t.n // width, "serial", tuple(run), start=f"c0 / {width}",
-            stop=f"(c1 - 1) / {width} + 1"),))
+            "q", t.n // width, "serial", tuple(run), start=f"{c0} / {width}",
+            stop=f"({c1} - 1) / {width} + 1"),))
 
     def _at_rows(self, v: str) -> Index:
         """The element at (row, col) of a value seen as [rows, N] (the product, or a

@@ -168,7 +168,8 @@ WB_FN void wb_pack_b_once(const void* b, int kind, long long k, long long n, lon
 }
 
 /* a bfloat16 constant of n elements widened into w (float32, in place of it: a
-   convolution's filters for sgemm), once per buffer (the state int after them) */
+   convolution's filters, multiplied in float32), once per buffer (the state int
+   after them) */
 WB_FN void wb_widen_once(const unsigned short* x, long long n, float* w) {
   int* state = (int*)(w + n);
   if (!wb_claim_once(state)) return;

@@ -22,7 +22,9 @@ through each other:
 
 A convolution is a GEMM too (``_conv``: implicit im2col; a grouped or depthwise one a
 batch of them, one per batch item and group), with an elementwise epilogue at its
-output's shape.
+output's shape: each tile's patches gathered straight into the micro-kernel's panels
+(``PACK_TILE``), or row-major for sgemm; a 1 x 1 one's patches are its input, read in
+place (``Im2col.pointwise``).
 
 The kernel writes the product of each tile into one output of the group (``dest``:
 the matmul's result itself when it is read outside the kernel, else an epilogue output,
@@ -32,7 +34,8 @@ each element read before the same element is written, by the same thread.
 
 Only the CPU backend runs it so far (inside the kernel's OpenMP loop, each tile's
 product by the generated micro-kernel against B packed -- once where B is a constant,
-by every run before the tiles for a fused attention's K and V over long rows -- where
+by every run before the tiles for a fused attention's K and V over long rows and a
+1 x 1 convolution's input, by each tile for a convolution's patches -- where
 the vectors are wide enough (``packs``, ``GemmLaunch.packs``), else by a
 single-threaded BLAS sgemm); on a
 GPU the template is refused and the matmul stays a cuBLAS call.
@@ -54,8 +57,8 @@ from ..ops.reduce import reduce_axes
 from ..ops.strided import MatrixView, Strided
 from .devices import Device
 from .mapping import ScheduleKind
-from .schedule import (PACK_ONCE, PACK_PER_RUN, GemmShape, GroupIO, Im2col, OnlineSoftmax,
-                       Operand, Schedule, SecondGemm, group_io)
+from .schedule import (PACK_ONCE, PACK_PER_RUN, PACK_TILE, GemmShape, GroupIO, Im2col,
+                       OnlineSoftmax, Operand, Schedule, SecondGemm, group_io)
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
@@ -85,7 +88,8 @@ CONVS = ("conv", "conv2d")
 # codegen/microkernel.py), accumulated in float32 and rounded once where the epilogue
 # stores: its B is always packed (by every run where it is an activation), since sgemm
 # takes float32 only. A bfloat16 convolution's filters are widened into a float32 copy
-# on its first run (kir.WidenOnce) for sgemm, and its patches as they are gathered.
+# on its first run (kir.WidenOnce), and its patches as they are gathered (a 1 x 1 one's
+# patches, the input read in place, are packed in pairs as a matmul's B).
 GEMM_DTYPES = (DType.float32, DType.bfloat16)
 GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
 
@@ -97,10 +101,11 @@ class GemmLaunch:
 
     - ``tile_m`` / ``tile_n``: rows and columns per output tile (a packed B's tiles
       start on a panel, so ``tile_n`` is then a multiple of PANEL; tiles of whole rows,
-      an epilogue reducing rows, take no ``tile_n``; a convolution's tiles hold every
-      filter, so it takes no ``tile_m``);
+      an epilogue reducing rows, take no ``tile_n``; a convolution's rows are its
+      filters, and each of its tiles gathers the patches of its columns);
     - ``blas``: 1 multiplies by sgemm per tile where the rule packs B for the
-      micro-kernel, 0 keeps the micro-kernel (where it runs: ``packs``);
+      micro-kernel (a convolution's patches: gathered row-major for it), 0 keeps the
+      micro-kernel (where it runs: ``packs``);
     - ``online``: a fused attention's softmax a block of keys at a time (1) or over
       whole rows of scores (0), where its epilogue has the online form.
 
@@ -651,28 +656,66 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                             "buffer, so it stays a library call")
     a = Operand(conv.inputs[1], Strided.contiguous((k, depth)).matrix() if group == 1 else
                 MatrixView(0, ((n, 0), (group, k * depth)), k, depth, depth, 1))
+    if lc.online != -1:
+        raise FusionRefused(f"{conv.id} ({conv.op}) has no softmax to take a block of keys "
+                            "at a time (online)")
+    # the patches gathered straight into the micro-kernel's panels, where it runs and a
+    # panel's width of them fits a thread's buffer
+    can = PACK_TILE if device.vector_bytes >= PACK_MIN_VECTOR_BYTES and (
+        cols.pointwise or depth * PANEL <= THREAD_SCRATCH) else ""
+    packed = lc.packs(can, f"{conv.id}'s patches", per_run=True)
+    epilogue_ops = len(rest) + (len(conv.inputs) == 3)
+    if cols.pointwise and (packed or not half):
+        # the patches are the input itself: each batch item's (and group's) channels x
+        # positions, a matrix in place, packed by every run like an activation's B (or
+        # read by sgemm) -- a matmul's tiles, cut over the filters too (ResNet-50's
+        # 1 x 1 convolutions: 2048 filters over 7 x 7 positions were two tiles of 25
+        # columns). (A bfloat16 one for sgemm is widened as it is gathered, below.)
+        c, p = x.shape[1], positions
+        b = Operand(conv.inputs[0], MatrixView(0, ((n, c * p), (group, c // group * p)),
+                                               c // group, p, p, 1))
+        a = Operand(a.value, MatrixView(0, ((n, 0), (group, k * depth)), k, depth, depth, 1))
+        t = _tiling(out, a, b, conv.outputs[0], dest, device.units,
+                    packed=PACK_PER_RUN if packed else "", lc=lc)
+        return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=replace(
+            t, epilogue_ops=epilogue_ops, im2col=cols, col_axes=d, in_place=True))
     # every output channel in one tile, so each column tile's patches are gathered
     # once; columns cut so the gathered patches stay within IM2COL_TILE elements and
     # the tiles come to a multiple of the cores
     tile_n = min(positions, max(TILE_ALIGN, IM2COL_TILE // depth))
     if half:   # the product's float32 tile (every filter's row of it) fits a thread too
         tile_n = min(tile_n, max(TILE_ALIGN, IM2COL_TILE // max(k, 1)))
+    if packed and tile_n < min(PANEL, positions) and not half:
+        # deep filters over few positions (ResNet-50's last stage: 4608 weights per
+        # filter, 49 positions): the micro-kernel multiplies whole panels, so a tile of
+        # 25 columns cost what 64 do. One panel of patches (within THREAD_SCRATCH), the
+        # cores kept busy by tiles of the filters instead, each gathering the patches
+        tile_n = min(PANEL, positions)
     col_tiles = min(positions, _for_cores(n * group, -(-positions // tile_n), device.units))
+    if packed and -(-positions // col_tiles) < min(PANEL, tile_n):
+        col_tiles = -(-positions // tile_n)   # (not cut below a panel for the cores...)
     tile_n = max(1, -(-positions // col_tiles))
-    if lc.tile_m or lc.blas != -1 or lc.online != -1:
-        raise FusionRefused(f"{conv.id} ({conv.op}) as a GEMM takes tile_n only: its tiles "
-                            "hold every filter (tile_m), its products are sgemm's (blas) "
-                            "and it has no softmax (online)")
+    # (... the filters are, where the tiles come short of a multiple of the cores)
+    tile_m = _row_tile(n * group * col_tiles, k, k, device.units) if packed else k
     if lc.tile_n:
         tile_n = _set_tile("tile_n", lc.tile_n, positions, 1)
-        if max(depth, k if half else 0) * tile_n > THREAD_SCRATCH:
-            raise FusionRefused(f"tile_n={lc.tile_n}: {depth} x {tile_n} patches (and a "
-                                f"bfloat16 product's {k} x {tile_n} tile) would not fit a "
-                                "thread's buffer")
-    t = GemmShape(n * group, k, positions, depth, a, Operand(conv.inputs[0], a.view), k,
-                  tile_n, conv.outputs[0], dest, epilogue_ops=len(rest) + (len(conv.inputs) == 3),
-                  im2col=cols, col_axes=d)
+    if lc.tile_m:
+        tile_m = _set_tile("tile_m", lc.tile_m, k, 1)
+    if lc.tile_n and max(_patches(depth, tile_n, packed), k * tile_n if half else 0) > \
+            THREAD_SCRATCH:
+        raise FusionRefused(f"tile_n={lc.tile_n}: {depth} x {tile_n} patches (and a "
+                            f"bfloat16 product's {k} x {tile_n} tile) would not fit a "
+                            "thread's buffer")
+    t = GemmShape(n * group, k, positions, depth, a, Operand(conv.inputs[0], a.view), tile_m,
+                  tile_n, conv.outputs[0], dest, epilogue_ops=epilogue_ops, im2col=cols,
+                  col_axes=d, packed_b=packed)
     return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
+
+
+def _patches(depth: int, tile_n: int, packed) -> int:
+    """Floats of a convolution tile's gathered patches: ``depth`` rows of ``tile_n``
+    columns, row-major for sgemm, or whole panels for the micro-kernel (``packed``)."""
+    return depth * (-(-tile_n // PANEL) * PANEL if packed else tile_n)
 
 
 def packs(g: Graph, b: Operand, device: Device) -> str:

@@ -55,6 +55,7 @@ from .mapping import Mapping, ScheduleKind
 # how a GEMM's right operand is packed for the CPU micro-kernel (GemmShape.packed_b)
 PACK_ONCE = "once"          # a constant: by the kernel's first run, kept
 PACK_PER_RUN = "per run"    # an activation: by every run, before its tiles
+PACK_TILE = "per tile"      # a convolution's patches: gathered into panels by each tile
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,14 @@ class Im2col:
         return self.channels * math.prod(self.kernel)
 
     @property
+    def pointwise(self) -> bool:
+        """Whether the patches are the input itself (1 x 1 filters, stride 1, no
+        padding): row ``j`` input channel ``j``, column ``p`` position ``p``, read in
+        place with nothing to gather."""
+        return (all(k == 1 for k in self.kernel) and all(s == 1 for s in self.strides)
+                and self.out == self.spatial and not any(self.pads))
+
+    @property
     def padded(self) -> bool:
         """Whether some tap reads past the input's edge (then it reads 0)."""
         return any(p > 0 or (o - 1) * s - p + (k - 1) * d >= n for p, o, s, k, d, n in zip(
@@ -142,10 +151,15 @@ class GemmShape:
     # the product's columns the output's trailing ``col_axes`` (spatial) axes
     im2col: Im2col | None = None
     col_axes: int = 1
+    # (a 1 x 1 convolution, Im2col.pointwise) B is the input itself, read or packed in
+    # place through ``b``'s view: no patches gathered
+    in_place: bool = False
     # how B meets the generated micro-kernel (codegen/microkernel.py): packed into
     # column panels once (PACK_ONCE: a constant, a weight), or at the start of every
-    # run, one pack per batch item (PACK_PER_RUN: an activation, K or V of attention);
-    # "" where each tile calls BLAS sgemm (which packs B's panel again per call)
+    # run, one pack per batch item (PACK_PER_RUN: an activation, K or V of attention),
+    # or a convolution's patches gathered by each tile straight into panels
+    # (PACK_TILE); "" where each tile calls BLAS sgemm (which packs B's panel again per
+    # call; a convolution's patches are then gathered row-major)
     packed_b: str = ""
 
     @property
@@ -321,7 +335,8 @@ class Schedule:
                 how = (f", online softmax over blocks of {self.then.online.block} keys"
                        if self.then.online else "")
                 epi += f", then @ [{self.then.k}x{self.then.n}]{v} (fused attention{how})"
-            kind = "gemm" if t.im2col is None else "conv as gemm (im2col)"
+            kind = ("gemm" if t.im2col is None else "conv as gemm (1x1, input in place)"
+                    if t.in_place else "conv as gemm (im2col)")
             packed = f", B packed {t.packed_b} (micro-kernel)" if t.packed_b else ""
             return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}{packed}")

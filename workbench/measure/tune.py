@@ -105,16 +105,14 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     """A GEMM kernel's alternatives to the rule: sgemm per tile where the micro-kernel
     multiplies, the micro-kernel (B packed) where sgemm does; the other form of a
     fused attention's softmax; tiles of half and twice the rule's rows, and of half
-    and twice its columns (whole-row tiles: rows only; a convolution: columns only).
-    What the kernel refuses (no micro-kernel here, a packed B's tiles not in whole
-    panels, no online form) is dropped when the group is made."""
+    and twice its columns (whole-row tiles: rows only). What the kernel refuses (no
+    micro-kernel here, a packed B's tiles not in whole panels, no online form) is
+    dropped when the group is made."""
     t = s.gemm
-    out = []
-    if t.im2col is None:
-        out.append((("blas", 1 if t.packed_b else 0),))
+    out = [(("blas", 1 if t.packed_b else 0),)]
     if s.then is not None:
         out.append((("online", 0 if s.then.online else 1),))
-    rows = t.im2col is None
+    rows = True
     cols = s.epilogue is None
     for name, size, extent, ok in (("tile_m", t.tile_m, t.m, rows),
                                    ("tile_n", t.tile_n, t.n, cols)):

@@ -1,0 +1,200 @@
+#!/usr/bin/env python
+"""Convolutions as GEMM kernels on the CPU: how each convolution's product is made,
+side by side in one run, on whole CNN and audio models against onnxruntime.
+
+    .venv/bin/python benchmarks/conv_gemm.py                  # ResNet-50 + the zoo's
+    .venv/bin/python benchmarks/conv_gemm.py --models resnet50 --repeats 10
+
+Models: ResNet-50 (transformers' default ``ResNetConfig``, one 224 x 224 image, random
+weights) and the zoo's models with convolutions at size ``small`` (``resnet``,
+``vit``, ``whisper_encoder``, ``wav2vec2``), each exported by ``torch.onnx.export`` and
+imported from that file (the one onnxruntime runs). The workbench plans each with
+``stitch``, three ways (``Session.set_launch`` on every convolution kernel):
+
+- **rule**: the planner's choice -- each tile's patches gathered straight into the
+  micro-kernel's column panels (``PACK_TILE``), a 1 x 1 convolution's patches (the
+  input itself) packed by every run like a matmul's B, tiles of whole panels where
+  the positions are few (the filters cut into row tiles for the cores);
+- **1x1 packed, others sgemm**: ``blas=1`` on the convolutions whose patches are
+  gathered (row-major, one sgemm per tile), the 1 x 1 ones as the rule has them;
+- **all sgemm** (``blas=1`` on every convolution): every tile's patches gathered
+  row-major and multiplied by sgemm (a 1 x 1 convolution's input read by sgemm in
+  place).
+
+Before this benchmark the rule was every convolution gathered row-major for sgemm,
+1 x 1 ones too, each tile holding every filter; ``--methods rule`` on that commit
+(where ``blas`` was refused for a convolution) times it against onnxruntime the same
+way.
+
+Per method: whole-model latency (median ms of one ``Program.run``, timed in
+alternation with onnxruntime as ``benchmarks/models.py`` does), the convolution
+kernels' summed time and rate (``Program.time``: GFLOP/s over 2 x MACs), and the
+error against onnxruntime's output. Writes ``<out>/conv-gemm-<date>.json`` and
+``.md``. Never exits non-zero for a timing.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from models import alternate, first_line, log, machine  # noqa: E402
+
+MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2")
+RULE, POINTWISE, SGEMM = "rule", "1x1 packed, others sgemm", "all sgemm"
+
+
+def export(name: str, folder: Path) -> Path:
+    """The model's ONNX file, as a user exports it."""
+    import torch
+
+    from workbench import zoo
+    if name != "resnet50":
+        return zoo.export_onnx(zoo.build(name, size="small"), folder / f"{name}.onnx")
+    from transformers import ResNetConfig, ResNetModel
+    torch.manual_seed(0)
+    m = ResNetModel(ResNetConfig()).eval()
+    path = folder / "resnet50.onnx"
+    with torch.no_grad():
+        torch.onnx.export(m, (torch.randn(1, 3, 224, 224),), str(path),
+                          input_names=["pixel_values"], external_data=False)
+    return path
+
+
+def _convs(s):
+    return [gr for gr in s.plan.groups
+            if gr.schedule.gemm is not None and gr.schedule.gemm.im2col is not None]
+
+
+def plan(g, how: str):
+    """A stitch session of ``g`` with its convolutions made ``how``."""
+    import workbench as wb
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    for gr in _convs(s):
+        if how == SGEMM or (how == POINTWISE and not gr.schedule.gemm.im2col.pointwise):
+            s.set_launch(gr.id, blas=1)
+    return s
+
+
+def conv_time(s, prog, inputs) -> dict:
+    """The convolution kernels' summed median ms and GFLOP/s (Program.time)."""
+    per, _ = prog.time(inputs, warmup=2, repeats=10)
+    ids = {gr.id: gr.schedule.gemm.flops for gr in _convs(s)}
+    ms = flops = 0.0
+    for t, ck in zip(per, prog.compiled):
+        if ck.kernel.group in ids:
+            ms, flops = ms + t * 1e3, flops + ids[ck.kernel.group]
+    return {"conv_kernels": len(ids), "conv_ms": ms,
+            "conv_gflops": flops / 1e9, "conv_gflop_s": flops / (ms * 1e-3) / 1e9 if ms else 0}
+
+
+def run_model(name: str, folder: Path, rounds: int, inner: int,
+              hows=(RULE, POINTWISE, SGEMM)) -> dict:
+    import onnxruntime as ort
+
+    from workbench.frontends import load_onnx
+    rec: dict = {"model": name}
+    path = export(name, folder)
+    g = load_onnx(path)
+    rng = np.random.default_rng(0)
+    inputs = {i: rng.standard_normal(g.value(i).shape).astype(g.value(i).dtype.np)
+              for i in g.inputs}
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    want = dict(zip(names, sess.run(None, inputs)))
+    methods = {"onnxruntime": lambda: sess.run(None, inputs)}
+    for how in hows:
+        s = plan(g, how)
+        prog = s.program()
+        got = prog.run(inputs)
+        r = rec.setdefault("methods", {}).setdefault(how, {})
+        r["error_vs_onnxruntime"] = max(
+            float(np.abs(got[k] - want[k]).max() / max(np.abs(want[k]).max(), 1e-30))
+            for k in names)
+        r["kernels"] = len(prog.compiled)
+        r.update(conv_time(s, prog, inputs))
+        methods[f"workbench {how}"] = (lambda p: lambda: p.run(inputs))(prog)
+        log(f"  {name} {how}: {r['conv_kernels']} convolution kernels, "
+            f"{r['conv_ms']:.2f} ms, {r['conv_gflop_s']:.0f} GFLOP/s")
+    samples = alternate(methods, rounds, inner)
+    rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
+    return rec
+
+
+def markdown(res: dict) -> str:
+    mi = res["machine"]
+    lines = [f"# Convolutions as GEMM kernels on the CPU ({res['date']})", "",
+             f"Machine: {mi['cpu']}, {mi['cores']} cores, load average at start "
+             f"{', '.join(f'{x:.1f}' for x in res['load_average_at_start'])}; NumPy "
+             f"{mi['numpy']}, onnxruntime {mi['onnxruntime']} (default session options), "
+             f"torch {mi['torch']}; {mi['compiler']}.", "",
+             "Each model planned by `stitch`, its convolutions made three ways (see "
+             "`benchmarks/conv_gemm.py`); latency: median ms of one whole call, "
+             f"{res['rounds']} alternating rounds of {res['inner']} calls; x = "
+             "onnxruntime / method. Convolution kernels: their summed median ms "
+             "(`Program.time`) and GFLOP/s.", ""]
+    for n in res["notes"]:
+        lines += [n, ""]
+    lines += ["| model | method | latency ms | x onnxruntime | conv kernels ms | conv "
+              "GFLOP/s | error vs onnxruntime |", "|---|---|---|---|---|---|---|"]
+    for rec in res["models"]:
+        if "error" in rec:
+            lines.append(f"| {rec['model']} | failed: {rec['error']} | | | | | |")
+            continue
+        lat = rec["latency_ms"]
+        ort = lat["onnxruntime"]
+        for how, r in rec["methods"].items():
+            ms = lat[f"workbench {how}"]
+            lines.append(f"| {rec['model']} | {how} | {ms:.3f} | {ort / ms:.2f}x | "
+                         f"{r['conv_ms']:.3f} | {r['conv_gflop_s']:.0f} | "
+                         f"{r['error_vs_onnxruntime']:.1e} |")
+        lines.append(f"| {rec['model']} | onnxruntime | {ort:.3f} | 1.00x | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--repeats", type=int, default=10, help="alternating rounds")
+    ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
+    ap.add_argument("--methods", nargs="+", default=[RULE, POINTWISE, SGEMM],
+                    choices=[RULE, POINTWISE, SGEMM])
+    ap.add_argument("--note", action="append", default=[], help="a line for the report")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--tag", default="", help="appended to the result file names")
+    a = ap.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="wb-conv-gemm-"))
+    os.environ.setdefault("WORKBENCH_CACHE", str(tmp / "cache"))
+    date = _dt.date.today().isoformat()
+    res = {"date": date, "rounds": a.repeats, "inner": a.inner, "notes": a.note,
+           "load_average_at_start": list(os.getloadavg()), "models": []}
+    a.out.mkdir(parents=True, exist_ok=True)
+    stem = a.out / f"conv-gemm-{date}{a.tag}"
+    for name in a.models:
+        log(f"{name}: export, import, plan three ways, compile, time")
+        try:
+            res["models"].append(run_model(name, tmp, a.repeats, a.inner, a.methods))
+        except Exception as e:
+            res["models"].append({"model": name, "error": first_line(e)})
+            log(f"  {name}: {first_line(e)}")
+        res["machine"] = machine()
+        stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+        stem.with_suffix(".md").write_text(markdown(res))
+    print(markdown(res))
+    log(f"wrote {stem}.json and {stem}.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
