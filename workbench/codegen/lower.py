@@ -430,11 +430,11 @@ class _Lowerer:
         """Fill ``cols`` ([C x taps, tile columns], rows ``ld`` apart: the tile's width
         by default; from ``base``) with the patches of output positions c0..c1 (C
         expressions: the tile's by default) in batch item bt (see ``Im2col``): a tap
-        past the input's edge reads 0. Per tap, the tile's positions are walked as runs along the last
-        spatial axis (an output row, or the part of one the tile holds): the run's
-        taps inside the input are a strided copy (contiguous at stride 1, so it
-        vectorizes as plain loads), those past either edge zeros, the bounds worked
-        out once per run instead of a clamp and a test per element."""
+        past the input's edge reads 0. Per tap, the tile's positions are walked as
+        runs along the last spatial axis (an output row, or the part of one the tile
+        holds): the run's taps inside the input are a strided copy (contiguous at
+        stride 1, so it vectorizes as plain loads), those past either edge zeros, the
+        bounds worked out once per run instead of a clamp and a test per element."""
         t, ic = self.sched.gemm, self.sched.gemm.im2col
         x = self.buffers[ic.value]
         tap = Index.flat("j", (ic.channels,) + ic.kernel).digits()
