@@ -11,26 +11,26 @@ weights) and the zoo's models with convolutions at size ``small`` (``resnet``,
 imported from that file (the one onnxruntime runs). The workbench plans each with
 ``stitch``, three ways (``Session.set_launch`` on every convolution kernel):
 
-- **rule**: the planner's choice -- each tile's patches gathered straight into the
-  micro-kernel's column panels (``PACK_TILE``), a 1 x 1 convolution's patches (the
-  input itself) packed by every run like a matmul's B, tiles of whole panels where
-  the positions are few (the filters cut into row tiles for the cores);
-- **1x1 packed, others sgemm**: ``blas=1`` on the convolutions whose patches are
-  gathered (row-major, one sgemm per tile), the 1 x 1 ones as the rule has them;
-- **all sgemm** (``blas=1`` on every convolution): every tile's patches gathered
-  row-major and multiplied by sgemm (a 1 x 1 convolution's input read by sgemm in
-  place).
-
-Before this benchmark the rule was every convolution gathered row-major for sgemm,
-1 x 1 ones too, each tile holding every filter; ``--methods rule`` on that commit
-(where ``blas`` was refused for a convolution) times it against onnxruntime the same
-way.
+- **rule**: the planner's choice (``fusion/gemm.py``, ``CONV_MICRO_DEPTH``) -- filters
+  of fewer than 256 weights on the micro-kernel (each tile's patches gathered
+  straight into its column panels, ``PACK_TILE``; a 1 x 1 convolution's input packed
+  by every run), deeper ones by sgemm per tile (patches gathered row-major; a 1 x 1
+  convolution's input read in place);
+- **micro-kernel** (``blas=0`` on every convolution that takes it);
+- **sgemm** (``blas=1`` on every convolution).
 
 Per method: whole-model latency (median ms of one ``Program.run``, timed in
 alternation with onnxruntime as ``benchmarks/models.py`` does), the convolution
 kernels' summed time and rate (``Program.time``: GFLOP/s over 2 x MACs), and the
-error against onnxruntime's output. Writes ``<out>/conv-gemm-<date>.json`` and
-``.md``. Never exits non-zero for a timing.
+error against onnxruntime's output. Per convolution kernel, its time on the
+micro-kernel and by sgemm (the two programs' ``Program.time`` alternated
+``--kernel-rounds`` times, medians): the measurements the rule's depth comes from.
+
+Before this benchmark the rule was every convolution gathered row-major for sgemm,
+1 x 1 ones too, each tile holding every filter; ``--methods rule`` on that commit
+(where ``blas`` was refused for a convolution) times it against onnxruntime the same
+way. Writes ``<out>/conv-gemm-<date>.json`` and ``.md``. Never exits non-zero for a
+timing.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from models import alternate, first_line, log, machine  # noqa: E402
 
 MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2")
-RULE, POINTWISE, SGEMM = "rule", "1x1 packed, others sgemm", "all sgemm"
+RULE, MICRO, SGEMM = "rule", "micro-kernel", "sgemm"
 
 
 def export(name: str, folder: Path) -> Path:
@@ -79,11 +79,14 @@ def _convs(s):
 def plan(g, how: str):
     """A stitch session of ``g`` with its convolutions made ``how``."""
     import workbench as wb
+    from workbench.errors import FusionRefused
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")
-    for gr in _convs(s):
-        if how == SGEMM or (how == POINTWISE and not gr.schedule.gemm.im2col.pointwise):
-            s.set_launch(gr.id, blas=1)
+    for gr in _convs(s) if how != RULE else ():
+        try:
+            s.set_launch(gr.id, blas=0 if how == MICRO else 1)
+        except FusionRefused:      # (filters too deep for a panel of patches)
+            pass
     return s
 
 
@@ -99,8 +102,35 @@ def conv_time(s, prog, inputs) -> dict:
             "conv_gflops": flops / 1e9, "conv_gflop_s": flops / (ms * 1e-3) / 1e9 if ms else 0}
 
 
+def per_kernel(sessions: dict, programs: dict, inputs, rounds: int) -> list[dict]:
+    """Each convolution kernel's median ms on the micro-kernel and by sgemm, the two
+    programs timed in alternation."""
+    times: dict = {how: [] for how in (MICRO, SGEMM)}
+    for _ in range(rounds):
+        for how in times:
+            times[how].append(programs[how].time(inputs, warmup=1, repeats=5)[0])
+    med = {}
+    for how, runs in times.items():
+        per = np.median(np.array(runs), axis=0)
+        med[how] = {ck.kernel.group: float(t) for t, ck in zip(per, programs[how].compiled)}
+    rows = []
+    for gr in _convs(sessions[RULE]):
+        t = gr.schedule.gemm
+        r = {"kernel": gr.id, "filter": list(t.im2col.kernel),
+             "strides": list(t.im2col.strides), "m": t.m, "n": t.n, "depth": t.k,
+             "batch": t.batch, "gflop": t.flops / 1e9,
+             "rule": "micro-kernel" if t.packed_b else "sgemm"}
+        for how in (MICRO, SGEMM):
+            u = sessions[how].plan.group(gr.id).schedule.gemm
+            r[f"{how}_ms"] = med[how][gr.id] * 1e3
+            r[f"{how}_made"] = "micro-kernel" if u.packed_b else "sgemm"
+            r[f"{how}_tiles"] = f"{u.tiles} of {u.tile_m}x{u.tile_n}"
+        rows.append(r)
+    return rows
+
+
 def run_model(name: str, folder: Path, rounds: int, inner: int,
-              hows=(RULE, POINTWISE, SGEMM)) -> dict:
+              hows=(RULE, MICRO, SGEMM), kernel_rounds: int = 5) -> dict:
     import onnxruntime as ort
 
     from workbench.frontends import load_onnx
@@ -114,9 +144,10 @@ def run_model(name: str, folder: Path, rounds: int, inner: int,
     names = [o.name for o in sess.get_outputs()]
     want = dict(zip(names, sess.run(None, inputs)))
     methods = {"onnxruntime": lambda: sess.run(None, inputs)}
+    sessions, programs = {}, {}
     for how in hows:
-        s = plan(g, how)
-        prog = s.program()
+        s = sessions[how] = plan(g, how)
+        prog = programs[how] = s.program()
         got = prog.run(inputs)
         r = rec.setdefault("methods", {}).setdefault(how, {})
         r["error_vs_onnxruntime"] = max(
@@ -129,6 +160,8 @@ def run_model(name: str, folder: Path, rounds: int, inner: int,
             f"{r['conv_ms']:.2f} ms, {r['conv_gflop_s']:.0f} GFLOP/s")
     samples = alternate(methods, rounds, inner)
     rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
+    if MICRO in programs and SGEMM in programs and RULE in sessions:
+        rec["per_kernel"] = per_kernel(sessions, programs, inputs, kernel_rounds)
     return rec
 
 
@@ -160,6 +193,22 @@ def markdown(res: dict) -> str:
                          f"{r['conv_ms']:.3f} | {r['conv_gflop_s']:.0f} | "
                          f"{r['error_vs_onnxruntime']:.1e} |")
         lines.append(f"| {rec['model']} | onnxruntime | {ort:.3f} | 1.00x | | | |")
+    lines += ["", "## Each convolution kernel: micro-kernel against sgemm", "",
+              "Median ms of each kernel (`Program.time`, the two programs alternated); "
+              "GFLOP/s over 2 x MACs; the tiles each way.", "",
+              "| model | kernel | filter, stride | m x n x depth | micro-kernel ms (GFLOP/s) | "
+              "sgemm ms (GFLOP/s) | rule | micro-kernel tiles | sgemm tiles |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for rec in res["models"]:
+        for r in rec.get("per_kernel", ()):
+            mk, sg = r["micro-kernel_ms"], r["sgemm_ms"]
+            f = "x".join(map(str, r["filter"]))
+            st = "x".join(map(str, r["strides"]))
+            lines.append(
+                f"| {rec['model']} | {r['kernel']} | {f}, {st} | "
+                f"{r['batch']} x {r['m']}x{r['n']}x{r['depth']} | "
+                f"{mk:.3f} ({r['gflop'] / mk * 1e3:.0f}) | {sg:.3f} ({r['gflop'] / sg * 1e3:.0f}) "
+                f"| {r['rule']} | {r['micro-kernel_tiles']} | {r['sgemm_tiles']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -168,8 +217,10 @@ def main(argv=None) -> int:
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     ap.add_argument("--repeats", type=int, default=10, help="alternating rounds")
     ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
-    ap.add_argument("--methods", nargs="+", default=[RULE, POINTWISE, SGEMM],
-                    choices=[RULE, POINTWISE, SGEMM])
+    ap.add_argument("--methods", nargs="+", default=[RULE, MICRO, SGEMM],
+                    choices=[RULE, MICRO, SGEMM])
+    ap.add_argument("--kernel-rounds", type=int, default=5,
+                    help="alternations of the per-kernel timing")
     ap.add_argument("--note", action="append", default=[], help="a line for the report")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default="", help="appended to the result file names")
@@ -184,7 +235,8 @@ def main(argv=None) -> int:
     for name in a.models:
         log(f"{name}: export, import, plan three ways, compile, time")
         try:
-            res["models"].append(run_model(name, tmp, a.repeats, a.inner, a.methods))
+            res["models"].append(run_model(name, tmp, a.repeats, a.inner, a.methods,
+                                           a.kernel_rounds))
         except Exception as e:
             res["models"].append({"model": name, "error": first_line(e)})
             log(f"  {name}: {first_line(e)}")

@@ -15,7 +15,8 @@ import workbench as wb
 from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze
 from workbench.fusion.devices import assumed_cpu
-from workbench.fusion.gemm import PACK_MIN_VECTOR_BYTES, PANEL
+from workbench.fusion import gemm
+from workbench.fusion.gemm import CONV_MICRO_DEPTH, PACK_MIN_VECTOR_BYTES, PANEL
 from workbench.fusion.mapping import ScheduleKind
 from workbench.fusion.schedule import PACK_PER_RUN, PACK_TILE
 from workbench.session import Session
@@ -49,9 +50,10 @@ CASES = {
     "pointwise": ((2, 24, 7, 9), (40, 24, 1, 1), {}, "bias"),
     "pointwise_grouped": ((2, 12, 5, 6), (8, 6, 1, 1), {"group": 2}, "bn_relu"),
     # ResNet-50's last stage in small: deep filters (2880 weights: a panel's width of
-    # patches is more than IM2COL_TILE) over few positions, one panel of them per tile,
-    # the filters cut into row tiles for the cores instead
+    # patches is more than IM2COL_TILE) over few positions
     "deep_few": ((1, 320, 7, 7), (32, 320, 3, 3), {"pads": [1, 1, 1, 1]}, "bn_relu"),
+    # few positions, shallow filters: the micro-kernel's
+    "few": ((1, 16, 7, 7), (64, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "bn_relu"),
 }
 # sums of thousands of products: an output near zero is measured against the sum of
 # the products' magnitudes (the kernels' own bound), not against itself
@@ -106,15 +108,31 @@ def test_convolution_gemm_matches_reference(name, planner):
     t = sched.gemm
     assert sched.kind is ScheduleKind.gemm and t.im2col is not None
     if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES:
-        assert t.packed_b == (PACK_PER_RUN if name.startswith("pointwise") else PACK_TILE)
+        # the micro-kernel for shallow filters, sgemm for deep ones (CONV_MICRO_DEPTH)
+        assert t.packed_b == ("" if t.k >= CONV_MICRO_DEPTH else PACK_PER_RUN
+                              if name.startswith("pointwise") else PACK_TILE), t
         if name.startswith("split"):
             # 70 positions, rows of 10: the second panel starts inside an output row
             assert t.n > PANEL and PANEL % t.im2col.out[-1] != 0, t
-        if name == "deep_few" and s.device.units in (2, 4):
-            # one tile of 49 columns would cost what 64 do: not cut for the cores,
+        if name == "few" and s.device.units in (2, 4):
+            # one tile of 25 columns would cost what 64 do: not cut for the cores,
             # the filters are
             assert t.col_tiles == 1 and t.row_tiles == s.device.units, t
     check_plan(s, _magnitudes(name) if name in DEEP else None)
+
+
+def test_deep_filters_on_the_micro_kernel_take_a_panel_of_positions(monkeypatch):
+    """``blas=0`` on deep filters (2880 weights: IM2COL_TILE holds 45 positions of
+    patches): a tile takes a whole panel of the 49 positions instead, the filters cut
+    into row tiles for the cores."""
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s = Session(_graph("deep_few"), backend="cpu")
+    s.auto("rules")
+    s.set_launch(s.plan.groups[0].id, blas=0)
+    t = s.plan.groups[0].schedule.gemm
+    assert t.packed_b == PACK_TILE and t.tile_n == 49 and t.col_tiles == 1
+    assert t.row_tiles == (s.device.units if s.device.units in (2, 4) else t.row_tiles)
+    check_plan(s, _magnitudes("deep_few"))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

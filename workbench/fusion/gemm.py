@@ -83,6 +83,15 @@ IM2COL_TILE = 128 * 1024
 # convolution's patches, a fused attention's scores and output rows), 2 MB
 THREAD_SCRATCH = 4 * IM2COL_TILE
 CONVS = ("conv", "conv2d")
+# the deepest filters (weights each: channels x taps) whose products the rule gives the
+# micro-kernel rather than sgemm per tile. Measured kernel by kernel on 2 cores (Zen 4,
+# OpenBLAS 0.3.30 SkylakeX; benchmarks/results/conv-gemm-2026-11-24.md): below 256
+# weights the micro-kernel won or tied (ResNet-50's 1 x 1 convolutions of 64 channels
+# 174 GFLOP/s against 139, its 7 x 7 stem 148 against 143, ViT's patches 101 against
+# 93, Wav2Vec2's front end 43-102 against 34-72); from 256 sgemm won by 5-25% on most
+# (ResNet-50's 3 x 3 and 1 x 1 convolutions of its later stages: 113-142 GFLOP/s
+# against 135-174), the whole of ResNet-50's convolutions 63.6 ms against 57.5
+CONV_MICRO_DEPTH = 256
 # what a GEMM kernel reads and writes. A bfloat16 matmul is multiplied by the
 # micro-kernel two rows of k at a time (A's sliver and B packed in pairs,
 # codegen/microkernel.py), accumulated in float32 and rounded once where the epilogue
@@ -660,10 +669,13 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
         raise FusionRefused(f"{conv.id} ({conv.op}) has no softmax to take a block of keys "
                             "at a time (online)")
     # the patches gathered straight into the micro-kernel's panels, where it runs and a
-    # panel's width of them fits a thread's buffer
+    # panel's width of them fits a thread's buffer; the rule takes it for filters of
+    # fewer than CONV_MICRO_DEPTH weights (and a bfloat16 1 x 1 convolution, whose
+    # input it multiplies in pairs where sgemm would need a widened copy)
     can = PACK_TILE if device.vector_bytes >= PACK_MIN_VECTOR_BYTES and (
         cols.pointwise or depth * PANEL <= THREAD_SCRATCH) else ""
-    packed = lc.packs(can, f"{conv.id}'s patches", per_run=True)
+    packed = lc.packs(can, f"{conv.id}'s patches", per_run=depth < CONV_MICRO_DEPTH
+                      or (half and cols.pointwise))
     epilogue_ops = len(rest) + (len(conv.inputs) == 3)
     if cols.pointwise and (packed or not half):
         # the patches are the input itself: each batch item's (and group's) channels x
