@@ -98,9 +98,11 @@ def _packed(lib, b: np.ndarray, trans: bool) -> np.ndarray:
 
 
 # (m, n, k): blocks of 6 rows and 64 columns with ragged edges, k past one KC block,
-# n past one panel and under one, the degenerate 1 x 1 x 1, an empty sum (k = 0)
+# n past one panel and under one, the degenerate 1 x 1 x 1, an empty sum (k = 0); the
+# blocks at a tile's edge of 1, 2 and 3 vectors, whole (96, 48, 16) and not (196, 100)
 SHAPES = [(1, 1, 1), (4, 9, 0), (7, 100, 300), (65, 256, 1024), (13, 64, KC + 1), (6, 16, KC),
-          (130, 1000, 256), (5, 3, 40), (48, 129, 2 * KC + 7)]
+          (130, 1000, 256), (5, 3, 40), (48, 129, 2 * KC + 7), (9, 96, 70), (11, 48, 300),
+          (20, 196, 33)]
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)

@@ -16,7 +16,11 @@ The packed layout is the same on every machine: panels of ``PANEL`` columns, eac
 without knowing the ISA. The register block is chosen by the C compiler's target
 macros (``-march=native``): AVX-512 6 x 64 (24 of 32 zmm registers accumulate), AVX
 6 x 16 (12 of 16 ymm), otherwise 128-bit vectors, 6 x 16 on AArch64 (32 registers)
-and 3 x 16 elsewhere. GCC's vector extensions spell it once for every width.
+and 3 x 16 elsewhere. GCC's vector extensions spell it once for every width. A block
+at the tile's edge that one vector holds takes one vector (``wb_micro_nv``): the last 4
+of 196 columns cost one vector's products, not a whole block's
+(``benchmarks/microkernel.py``, one thread: 128 x 196 x 1024 at 95 GFLOP/s against 80
+before, 65 columns 74 against 50).
 
 bfloat16 (its bits, ``unsigned short``). Where A and B are both bfloat16, B is packed
 as **pairs** of its rows (``WB_B_PAIRS``: each 32-bit word of a panel holds rows ``2 r``
@@ -178,43 +182,56 @@ WB_FN void wb_widen_once(const unsigned short* x, long long n, float* w) {
 }
 
 /* a block's accumulators stored (first block of k) or added into c, mr rows and nb
-   columns */
+   columns: whole vectors as vectors, the columns past the last whole one (at the
+   tile's edge) one by one */
 WB_FN void wb_micro_store(wb_vf acc[WB_MR][WB_NV], float* c, long long ldc, int first,
                           int mr, int nb) {
-  if (mr == WB_MR && nb == WB_NB) {
-    for (int i = 0; i < WB_MR; i++)
-      for (int v = 0; v < WB_NV; v++) {
-        float* ci = c + i * ldc + v * WB_VW;
-        wb_vf x = acc[i][v];
-        if (!first) { wb_vf old; memcpy(&old, ci, sizeof old); x += old; }
-        memcpy(ci, &x, sizeof x);
-      }
-    return;
-  }
-  for (int i = 0; i < mr; i++)          /* a partial block at the tile's edge */
-    for (int j = 0; j < nb; j++) {
+  int whole = nb / WB_VW;
+  for (int i = 0; i < mr; i++) {
+    for (int v = 0; v < whole; v++) {
+      float* ci = c + i * ldc + v * WB_VW;
+      wb_vf x = acc[i][v];
+      if (!first) { wb_vf old; memcpy(&old, ci, sizeof old); x += old; }
+      memcpy(ci, &x, sizeof x);
+    }
+    for (int j = whole * WB_VW; j < nb; j++) {
       float x = acc[i][j / WB_VW][j % WB_VW];
       c[i * ldc + j] = first ? x : c[i * ldc + j] + x;
     }
+  }
 }
 
-/* one WB_MR x WB_NB block: acc = A sliver (kc x WB_MR, packed) @ B rows (kc x WB_NB,
-   WB_PANEL apart); stored (first block of k) or added into c, mr rows and nb columns */
-WB_FN void wb_micro(long long kc, const float* ap, const float* bp, float* c,
-                    long long ldc, int first, int mr, int nb) {
+/* one WB_MR x (nv vectors) block: acc = A sliver (kc x WB_MR, packed) @ B rows (kc x
+   nv * WB_VW, WB_PANEL apart); stored (first block of k) or added into c, mr rows and
+   nb columns. Always inlined, so that each call's constant nv unrolls its loops and
+   keeps its accumulators in registers */
+WB_FN __attribute__((always_inline)) void wb_micro_nv(
+    long long kc, const float* ap, const float* bp, float* c, long long ldc, int first,
+    int mr, int nb, const int nv) {
   wb_vf acc[WB_MR][WB_NV];
   for (int i = 0; i < WB_MR; i++)
-    for (int v = 0; v < WB_NV; v++) acc[i][v] = (wb_vf){0};
+    for (int v = 0; v < nv; v++) acc[i][v] = (wb_vf){0};
   for (long long r = 0; r < kc; r++) {
     wb_vf bv[WB_NV];
-    for (int v = 0; v < WB_NV; v++) memcpy(&bv[v], bp + r * WB_PANEL + v * WB_VW, sizeof(wb_vf));
+    for (int v = 0; v < nv; v++) memcpy(&bv[v], bp + r * WB_PANEL + v * WB_VW, sizeof(wb_vf));
 #pragma GCC unroll 8
     for (int i = 0; i < WB_MR; i++) {
       float a = ap[r * WB_MR + i];
-      for (int v = 0; v < WB_NV; v++) acc[i][v] += a * bv[v];
+      for (int v = 0; v < nv; v++) acc[i][v] += a * bv[v];
     }
   }
   wb_micro_store(acc, c, ldc, first, mr, nb);
+}
+
+/* the block of nb columns: the full register block, or at the tile's edge, where one
+   vector holds them, that one (a tail of 4 columns after 192 cost what 64 do: 196
+   positions of a convolution, 65 keys of ViT's attention). Tails of two and three
+   vectors take the full block: each variant inlined cost ~0.05 s of every GEMM
+   kernel's compile */
+WB_FN void wb_micro(long long kc, const float* ap, const float* bp, float* c,
+                    long long ldc, int first, int mr, int nb) {
+  if (nb <= WB_VW) wb_micro_nv(kc, ap, bp, c, ldc, first, mr, nb, 1);
+  else wb_micro_nv(kc, ap, bp, c, ldc, first, mr, nb, WB_NV);
 }
 
 /* as wb_micro, over kc2 pairs of k rows of bfloat16: A's sliver and B's panel rows

@@ -1,0 +1,148 @@
+#!/usr/bin/env python
+"""The CPU GEMM micro-kernel alone (``codegen/microkernel.py``), one thread: GFLOP/s of
+one tile's product against a packed B, over tile widths that end in a partial block
+of columns (16, 48, 49, 65, 196 ...) and ones that do not (64, 256), next to NumPy's
+sgemm on the same operands (one BLAS thread).
+
+    .venv/bin/python benchmarks/microkernel.py
+    .venv/bin/python benchmarks/microkernel.py --checkout /tmp/old --tag=-before
+
+The micro-kernel is compiled as the kernels are (``CRenderer().prelude()``, the
+backend's flags) with a C loop timing ``wb_gemm_packed`` (best of ``--repeats``
+batches, so that ctypes' call is not in the time). ``--checkout`` compiles the
+prelude of another checkout of the workbench (the commit before a change) for
+comparison; sgemm is timed the same way in both. Writes
+``<out>/microkernel-<date><tag>.json`` and ``.md``; never exits non-zero for a timing.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime as _dt
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# (m, n, k): a tile of 128 rows over widths with and without a partial block of
+# columns at the edge, at depths of a BERT layer (256, 1024) and a deep convolution
+SHAPES = [(128, n, k) for k in (256, 1024) for n in (16, 48, 49, 64, 65, 196, 256)]
+
+TIMER = r"""
+#include <time.h>
+double t_gemm_seconds(long long m, long long n, long long k, const float* a,
+                      const float* bp, float* c, int calls) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < calls; i++) wb_gemm_packed(m, n, k, a, k, 1, bp, c, n);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+}
+void t_pack(const float* b, long long k, long long n, float* bp) {
+  wb_pack_b_once(b, WB_B_F32, k, n, n, 1, bp);
+}
+"""
+
+
+def _library(checkout: Path):
+    """The micro-kernel of ``checkout`` compiled with a timing loop (in a child
+    process's import of that checkout, so two versions never share a module)."""
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); "
+            "from workbench.codegen.render import CRenderer; "
+            "from workbench.runtime import cc; "
+            "print(cc.build_library('t_microbench', CRenderer().prelude() + sys.argv[2]))")
+    out = subprocess.run([sys.executable, "-c", code, str(checkout), TIMER],
+                         capture_output=True, text=True, check=True)
+    sys.path.insert(0, str(ROOT))
+    from workbench.runtime import cc
+    lib = cc.load_library(out.stdout.strip().splitlines()[-1])
+    P, LL = ctypes.c_void_p, ctypes.c_longlong
+    lib.t_gemm_seconds.argtypes = [LL, LL, LL, P, P, P, ctypes.c_int]
+    lib.t_gemm_seconds.restype = ctypes.c_double
+    lib.t_pack.argtypes = [P, LL, LL, P]
+    lib.t_pack.restype = None
+    return lib
+
+
+def _best(f, repeats: int) -> float:
+    return min(f() for _ in range(repeats))
+
+
+def run(checkout: Path, repeats: int) -> list[dict]:
+    from threadpoolctl import threadpool_limits
+    sys.path.insert(0, str(ROOT))
+    from workbench.codegen.microkernel import packed_numel
+    lib = _library(checkout)
+    rows = []
+    rng = np.random.default_rng(0)
+    for m, n, k in SHAPES:
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        bp = np.zeros(packed_numel(k, n), np.float32)
+        lib.t_pack(b.ctypes.data, k, n, bp.ctypes.data)
+        c = np.empty((m, n), np.float32)
+        calls = max(1, int(2e8 // (2 * m * n * k)))
+        lib.t_gemm_seconds(m, n, k, a.ctypes.data, bp.ctypes.data, c.ctypes.data, calls)
+        err = float(np.abs(c - a @ b).max() / max(np.abs(a @ b).max(), 1e-30))
+        micro = _best(lambda: lib.t_gemm_seconds(m, n, k, a.ctypes.data, bp.ctypes.data,
+                                                 c.ctypes.data, calls), repeats) / calls
+
+        def sgemm():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                np.matmul(a, b, out=c)
+            return time.perf_counter() - t0
+        with threadpool_limits(1, user_api="blas"):
+            blas = _best(sgemm, repeats) / calls
+        flops = 2.0 * m * n * k
+        rows.append({"m": m, "n": n, "k": k, "micro_gflop_s": flops / micro / 1e9,
+                     "sgemm_gflop_s": flops / blas / 1e9, "rel_error": err})
+    return rows
+
+
+def markdown(res: dict) -> str:
+    lines = [f"# The GEMM micro-kernel alone, one thread ({res['date']})", "",
+             f"Machine: {res['cpu']}; checkout `{res['checkout']}` "
+             f"({res['commit']}); best of {res['repeats']} batches. sgemm: NumPy's, one "
+             "BLAS thread (with Python's loop in its time).", "",
+             "| m x n x k | micro-kernel GFLOP/s | sgemm GFLOP/s | error |",
+             "|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {r['micro_gflop_s']:.1f} | "
+                     f"{r['sgemm_gflop_s']:.1f} | {r['rel_error']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--checkout", type=Path, default=ROOT,
+                    help="the workbench checkout whose micro-kernel is compiled")
+    ap.add_argument("--repeats", type=int, default=7, help="batches; the best is kept")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--tag", default="", help="appended to the result file names")
+    a = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from fusion_cpu import machine_info
+    commit = subprocess.run(["git", "-C", str(a.checkout), "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    date = _dt.date.today().isoformat()
+    res = {"date": date, "checkout": str(a.checkout), "commit": commit,
+           "repeats": a.repeats, "cpu": machine_info()["cpu"],
+           "load_average_at_start": list(os.getloadavg()),
+           "rows": run(a.checkout.resolve(), a.repeats)}
+    a.out.mkdir(parents=True, exist_ok=True)
+    stem = a.out / f"microkernel-{date}{a.tag}"
+    stem.with_suffix(".json").write_text(json.dumps(res, indent=1))
+    stem.with_suffix(".md").write_text(markdown(res))
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
