@@ -2,7 +2,8 @@
 """The CPU GEMM micro-kernel alone (``codegen/microkernel.py``), one thread: GFLOP/s of
 one tile's product against a packed B, over tile widths that end in a partial block
 of columns (16, 48, 49, 65, 196 ...) and ones that do not (64, 256), next to NumPy's
-sgemm on the same operands (one BLAS thread).
+sgemm on the same operands (one BLAS thread), and the bfloat16 product in pairs of
+rows (``wb_gemm_packed_pairs``) on the operands rounded to bfloat16.
 
     .venv/bin/python benchmarks/microkernel.py
     .venv/bin/python benchmarks/microkernel.py --checkout /tmp/old --tag=-before
@@ -26,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,6 +49,17 @@ double t_gemm_seconds(long long m, long long n, long long k, const float* a,
 void t_pack(const float* b, long long k, long long n, float* bp) {
   wb_pack_b_once(b, WB_B_F32, k, n, n, 1, bp);
 }
+double t_pairs_seconds(long long m, long long n, long long k, const unsigned short* a,
+                       const float* bp, float* c, int calls) {
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < calls; i++) wb_gemm_packed_pairs(m, n, k, a, k, 1, bp, c, n);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  return (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+}
+void t_pack_pairs(const unsigned short* b, long long k, long long n, float* bp) {
+  wb_pack_b_once(b, WB_B_PAIRS, k, n, n, 1, bp);
+}
 """
 
 
@@ -65,8 +78,10 @@ def _library(checkout: Path):
     P, LL = ctypes.c_void_p, ctypes.c_longlong
     lib.t_gemm_seconds.argtypes = [LL, LL, LL, P, P, P, ctypes.c_int]
     lib.t_gemm_seconds.restype = ctypes.c_double
-    lib.t_pack.argtypes = [P, LL, LL, P]
-    lib.t_pack.restype = None
+    lib.t_pairs_seconds.argtypes = [LL, LL, LL, P, P, P, ctypes.c_int]
+    lib.t_pairs_seconds.restype = ctypes.c_double
+    lib.t_pack.argtypes = lib.t_pack_pairs.argtypes = [P, LL, LL, P]
+    lib.t_pack.restype = lib.t_pack_pairs.restype = None
     return lib
 
 
@@ -100,9 +115,19 @@ def run(checkout: Path, repeats: int) -> list[dict]:
             return time.perf_counter() - t0
         with threadpool_limits(1, user_api="blas"):
             blas = _best(sgemm, repeats) / calls
+        # bfloat16 A and B, B packed in pairs of rows (the same values rounded)
+        a16, b16 = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
+        bp2 = np.zeros(packed_numel(k, n, pairs=True), np.float32)
+        lib.t_pack_pairs(b16.ctypes.data, k, n, bp2.ctypes.data)
+        lib.t_pairs_seconds(m, n, k, a16.ctypes.data, bp2.ctypes.data, c.ctypes.data, calls)
+        want = a16.astype(np.float32) @ b16.astype(np.float32)
+        err16 = float(np.abs(c - want).max() / max(np.abs(want).max(), 1e-30))
+        pairs = _best(lambda: lib.t_pairs_seconds(m, n, k, a16.ctypes.data, bp2.ctypes.data,
+                                                  c.ctypes.data, calls), repeats) / calls
         flops = 2.0 * m * n * k
         rows.append({"m": m, "n": n, "k": k, "micro_gflop_s": flops / micro / 1e9,
-                     "sgemm_gflop_s": flops / blas / 1e9, "rel_error": err})
+                     "sgemm_gflop_s": flops / blas / 1e9, "rel_error": err,
+                     "pairs_gflop_s": flops / pairs / 1e9, "pairs_rel_error": err16})
     return rows
 
 
@@ -111,11 +136,12 @@ def markdown(res: dict) -> str:
              f"Machine: {res['cpu']}; checkout `{res['checkout']}` "
              f"({res['commit']}); best of {res['repeats']} batches. sgemm: NumPy's, one "
              "BLAS thread (with Python's loop in its time).", "",
-             "| m x n x k | micro-kernel GFLOP/s | sgemm GFLOP/s | error |",
-             "|---|---|---|---|"]
+             "| m x n x k | micro-kernel GFLOP/s | sgemm GFLOP/s | error | bfloat16 pairs "
+             "GFLOP/s | its error |", "|---|---|---|---|---|---|"]
     for r in res["rows"]:
         lines.append(f"| {r['m']}x{r['n']}x{r['k']} | {r['micro_gflop_s']:.1f} | "
-                     f"{r['sgemm_gflop_s']:.1f} | {r['rel_error']:.1e} |")
+                     f"{r['sgemm_gflop_s']:.1f} | {r['rel_error']:.1e} | "
+                     f"{r['pairs_gflop_s']:.1f} | {r['pairs_rel_error']:.1e} |")
     return "\n".join(lines) + "\n"
 
 

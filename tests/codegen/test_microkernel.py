@@ -191,7 +191,7 @@ def _pairs_packed(lib, b, trans: bool) -> np.ndarray:
 # odd k (a last pair half zero), k past one and two KC blocks, fewer rows than a
 # register block, n past one panel and under one
 PAIR_SHAPES = [(1, 1, 1), (4, 9, 0), (7, 100, 301), (65, 256, 1024), (13, 64, KC + 1),
-               (5, 3, 40), (48, 129, 2 * KC + 7)]
+               (5, 3, 40), (48, 129, 2 * KC + 7), (20, 196, 33), (9, 16, 70)]
 
 
 @pytest.mark.parametrize("m,n,k", PAIR_SHAPES)
