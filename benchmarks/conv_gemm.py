@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import sys
 import tempfile
@@ -48,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import alternate, first_line, log, machine  # noqa: E402
+from models import alternate, first_line, log, write_results  # noqa: E402
 
 MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2")
 RULE, MICRO, SGEMM = "rule", "micro-kernel", "sgemm"
@@ -240,9 +239,7 @@ def main(argv=None) -> int:
         except Exception as e:
             res["models"].append({"model": name, "error": first_line(e)})
             log(f"  {name}: {first_line(e)}")
-        res["machine"] = machine()
-        stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-        stem.with_suffix(".md").write_text(markdown(res))
+        write_results(stem, res, markdown)
     print(markdown(res))
     log(f"wrote {stem}.json and {stem}.md")
     return 0

@@ -38,29 +38,23 @@ SHAPES = [(128, n, k) for k in (256, 1024) for n in (16, 48, 49, 64, 65, 196, 25
 
 TIMER = r"""
 #include <time.h>
-double t_gemm_seconds(long long m, long long n, long long k, const float* a,
-                      const float* bp, float* c, int calls) {
+/* seconds of calls products of a (float32, or bfloat16 with pairs) by the packed bp */
+double t_seconds(int pairs, long long m, long long n, long long k, const void* a,
+                 const float* bp, float* c, int calls) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (int i = 0; i < calls; i++) wb_gemm_packed(m, n, k, a, k, 1, bp, c, n);
+  for (int i = 0; i < calls; i++) {
+    if (pairs) wb_gemm_packed_pairs(m, n, k, (const unsigned short*)a, k, 1, bp, c, n);
+    else wb_gemm_packed(m, n, k, (const float*)a, k, 1, bp, c, n);
+  }
   clock_gettime(CLOCK_MONOTONIC, &t1);
   return (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
 }
-void t_pack(const float* b, long long k, long long n, float* bp) {
-  wb_pack_b_once(b, WB_B_F32, k, n, n, 1, bp);
-}
-double t_pairs_seconds(long long m, long long n, long long k, const unsigned short* a,
-                       const float* bp, float* c, int calls) {
-  struct timespec t0, t1;
-  clock_gettime(CLOCK_MONOTONIC, &t0);
-  for (int i = 0; i < calls; i++) wb_gemm_packed_pairs(m, n, k, a, k, 1, bp, c, n);
-  clock_gettime(CLOCK_MONOTONIC, &t1);
-  return (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
-}
-void t_pack_pairs(const unsigned short* b, long long k, long long n, float* bp) {
-  wb_pack_b_once(b, WB_B_PAIRS, k, n, n, 1, bp);
+void t_pack(const void* b, int kind, long long k, long long n, float* bp) {
+  wb_pack_b_once(b, kind, k, n, n, 1, bp);
 }
 """
+F32, PAIRS = 0, 2       # the pack's kind (WB_B_F32, WB_B_PAIRS in the micro-kernel)
 
 
 def _library(checkout: Path):
@@ -76,12 +70,10 @@ def _library(checkout: Path):
     from workbench.runtime import cc
     lib = cc.load_library(out.stdout.strip().splitlines()[-1])
     P, LL = ctypes.c_void_p, ctypes.c_longlong
-    lib.t_gemm_seconds.argtypes = [LL, LL, LL, P, P, P, ctypes.c_int]
-    lib.t_gemm_seconds.restype = ctypes.c_double
-    lib.t_pairs_seconds.argtypes = [LL, LL, LL, P, P, P, ctypes.c_int]
-    lib.t_pairs_seconds.restype = ctypes.c_double
-    lib.t_pack.argtypes = lib.t_pack_pairs.argtypes = [P, LL, LL, P]
-    lib.t_pack.restype = lib.t_pack_pairs.restype = None
+    lib.t_seconds.argtypes = [ctypes.c_int, LL, LL, LL, P, P, P, ctypes.c_int]
+    lib.t_seconds.restype = ctypes.c_double
+    lib.t_pack.argtypes = [P, ctypes.c_int, LL, LL, P]
+    lib.t_pack.restype = None
     return lib
 
 
@@ -99,35 +91,35 @@ def run(checkout: Path, repeats: int) -> list[dict]:
     for m, n, k in SHAPES:
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
-        bp = np.zeros(packed_numel(k, n), np.float32)
-        lib.t_pack(b.ctypes.data, k, n, bp.ctypes.data)
         c = np.empty((m, n), np.float32)
         calls = max(1, int(2e8 // (2 * m * n * k)))
-        lib.t_gemm_seconds(m, n, k, a.ctypes.data, bp.ctypes.data, c.ctypes.data, calls)
-        err = float(np.abs(c - a @ b).max() / max(np.abs(a @ b).max(), 1e-30))
-        micro = _best(lambda: lib.t_gemm_seconds(m, n, k, a.ctypes.data, bp.ctypes.data,
-                                                 c.ctypes.data, calls), repeats) / calls
+
+        def micro(a, b, kind):
+            """(seconds per product, relative error against float32's product of the
+            operands as given) of the micro-kernel on a and b, packed as kind."""
+            bp = np.zeros(packed_numel(k, n, pairs=kind == PAIRS), np.float32)
+            lib.t_pack(b.ctypes.data, kind, k, n, bp.ctypes.data)
+            args = (int(kind == PAIRS), m, n, k, a.ctypes.data, bp.ctypes.data,
+                    c.ctypes.data, calls)
+            lib.t_seconds(*args)
+            want = a.astype(np.float32) @ b.astype(np.float32)
+            err = float(np.abs(c - want).max() / max(np.abs(want).max(), 1e-30))
+            return _best(lambda: lib.t_seconds(*args), repeats) / calls, err
 
         def sgemm():
             t0 = time.perf_counter()
             for _ in range(calls):
                 np.matmul(a, b, out=c)
             return time.perf_counter() - t0
+        t32, err = micro(a, b, F32)
+        # bfloat16 A and B, B packed in pairs of rows (the same values rounded)
+        t16, err16 = micro(a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16), PAIRS)
         with threadpool_limits(1, user_api="blas"):
             blas = _best(sgemm, repeats) / calls
-        # bfloat16 A and B, B packed in pairs of rows (the same values rounded)
-        a16, b16 = a.astype(ml_dtypes.bfloat16), b.astype(ml_dtypes.bfloat16)
-        bp2 = np.zeros(packed_numel(k, n, pairs=True), np.float32)
-        lib.t_pack_pairs(b16.ctypes.data, k, n, bp2.ctypes.data)
-        lib.t_pairs_seconds(m, n, k, a16.ctypes.data, bp2.ctypes.data, c.ctypes.data, calls)
-        want = a16.astype(np.float32) @ b16.astype(np.float32)
-        err16 = float(np.abs(c - want).max() / max(np.abs(want).max(), 1e-30))
-        pairs = _best(lambda: lib.t_pairs_seconds(m, n, k, a16.ctypes.data, bp2.ctypes.data,
-                                                  c.ctypes.data, calls), repeats) / calls
         flops = 2.0 * m * n * k
-        rows.append({"m": m, "n": n, "k": k, "micro_gflop_s": flops / micro / 1e9,
+        rows.append({"m": m, "n": n, "k": k, "micro_gflop_s": flops / t32 / 1e9,
                      "sgemm_gflop_s": flops / blas / 1e9, "rel_error": err,
-                     "pairs_gflop_s": flops / pairs / 1e9, "pairs_rel_error": err16})
+                     "pairs_gflop_s": flops / t16 / 1e9, "pairs_rel_error": err16})
     return rows
 
 

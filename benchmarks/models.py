@@ -412,12 +412,19 @@ def main(argv=None) -> int:
             rec["latency_samples_ms"] = {k: [round(x * 1e3, 4) for x in v]
                                          for k, v in samples.items()}
         res["models"].append(rec)
-        res["machine"] = machine()      # after the imports it reports on
-        stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-        stem.with_suffix(".md").write_text(markdown(res))
+        write_results(stem, res, markdown)
     print(markdown(res))
     log(f"wrote {stem}.json and {stem}.md")
     return 0
+
+
+def write_results(stem: Path, res: dict, markdown) -> None:
+    """The run so far, after each model (an interrupted run keeps what it measured):
+    ``<stem>.json`` (every sample, the machine and versions) and ``<stem>.md``
+    (``markdown(res)``)."""
+    res["machine"] = machine()      # (after the imports it reports on)
+    stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+    stem.with_suffix(".md").write_text(markdown(res))
 
 
 if __name__ == "__main__":
