@@ -133,3 +133,46 @@ def test_a_candidate_faster_once_is_not_taken_unconfirmed():
     assert not tune._confirmed(rule, lucky, 0, 1)
     rule = (1.0, None, None, _Timed([1.0] * n), {})
     assert tune._confirmed(rule, faster, 0, 1)
+
+
+def test_climb_changes_one_more_parameter_of_the_fastest(monkeypatch):
+    """From a GEMM candidate, its neighbours are its launch with one parameter more
+    set or changed, as the schedule it makes offers them (tiles halved and doubled from
+    its own)."""
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s, gr = _gemm_group(_ffn)
+    best = tune.Candidate(None, (("blas", 1),))
+    made = tune._make(s.plan, gr, best)
+    near = [dict(c.launch) for c in tune.climb(best, made)]
+    t = made.schedule.gemm
+    assert {"blas": 1, "tile_m": t.tile_m // 2} in near
+    assert {"blas": 1, "tile_n": min(t.tile_n * 2, t.n)} in near
+    for d in near:      # one parameter more set, or the one it has changed
+        assert len(set(d.items()) - {("blas", 1)}) == 1, d
+
+
+def test_gemm_parameters_are_searched_together(monkeypatch, tmp_path):
+    """Where two parameters each win alone, their combination is timed too, and kept
+    when it is faster still (the kernel's times given, as the host's load would; each
+    candidate compiled, run and checked against the reference as tuning does)."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s, gr = _gemm_group(_ffn)
+    half = gr.schedule.gemm.tile_m // 2
+    real = tune._time
+
+    def seconds(group):
+        lc = dict(group.forced_launch)
+        return 1.0 - 0.2 * (lc.get("blas") == 1) - 0.2 * (lc.get("tile_m") == half)
+
+    def given(backend, plan, group, env, warmup, repeats):
+        k, ck, seq, dev_env, _ = real(backend, plan, group, env, 0, 1)
+        seq.time_env = lambda *a: ([seconds(group)], 0.0)
+        return k, ck, seq, dev_env, seconds(group)
+    monkeypatch.setattr(tune, "_time", given)
+    s.tune(repeats=1)
+    (r,) = [r for r in s.tuning if r.chosen.schedule.kind is ScheduleKind.gemm]
+    assert dict(r.chosen.forced_launch) == {"blas": 1, "tile_m": half}
+    assert "blas=1, tile_m=%d" % half in set(r.table.candidate)
+    assert r.table[r.table.chosen].iloc[0].ok
+    check_plan(s)

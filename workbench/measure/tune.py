@@ -7,7 +7,9 @@ of the split mapping, the block size of a flat loop -- and for a GEMM kernel the
 implementation of its products (the generated micro-kernel or BLAS sgemm per tile:
 which wins depends on the shape), its tile sizes, and for a fused attention whether
 the softmax goes a block of keys at a time (online) or over whole rows of scores (see
-``fusion.gemm.GemmLaunch``). Each candidate is compiled and
+``fusion.gemm.GemmLaunch``) -- one parameter at a time from the rule, then together:
+from the fastest so far, its neighbours with one more parameter changed, for up to
+CLIMB_ROUNDS rounds (``climb``). Each candidate is compiled and
 timed on the values the kernel really receives (the plan run once); the fastest is
 checked against the NumPy reference, and kept when it is correct and faster than the
 rule's choice by more than the noise. Results are cached per device and kernel source
@@ -45,7 +47,9 @@ TUNED = (ScheduleKind.elementwise, ScheduleKind.row_reduce, ScheduleKind.gemm)
 # measured and again in CONFIRM_ROUNDS alternating rounds with the rule
 MIN_GAIN = 0.03
 CONFIRM_ROUNDS = 4
-TUNER_VERSION = 3      # part of the cache key: a new search invalidates old answers
+# rounds of a GEMM kernel's search from its fastest candidate (``climb``)
+CLIMB_ROUNDS = 2
+TUNER_VERSION = 4      # part of the cache key: a new search invalidates old answers
 TUNE_COLUMNS = ["candidate", "mapping", "threads", "rows_per_block", "splits", "ms",
                 "GBps", "ok", "chosen"]
 
@@ -98,6 +102,18 @@ def candidates(group: Group) -> list[Candidate]:
                     if cols // k >= 1024]
     elif s.kind is ScheduleKind.gemm:
         out += [Candidate(None, launch) for launch in _gemm_candidates(s)]
+    return out
+
+
+def climb(best: Candidate, group: Group) -> list[Candidate]:
+    """The neighbours of a GEMM kernel's candidate (``group``: the kernel made with
+    it): its launch with one of the parameters its own schedule offers changed too
+    (tiles halved and doubled again from its tiles, the other product or softmax)."""
+    out = []
+    for launch in _gemm_candidates(group.schedule):
+        merged = {**dict(best.launch), **dict(launch)}
+        if merged != dict(best.launch):
+            out.append(Candidate(best.mapping, tuple(sorted(merged.items()))))
     return out
 
 
@@ -187,14 +203,16 @@ def tune_group(plan: Plan, group: Group, backend, env: dict, warmup: int = 2,
         except (FusionRefused, KeyError, TypeError, ValueError):
             pass              # a stale entry: search again
     rows, timed, seen = [], [], set()
-    for cand in candidates(group):
+
+    def measure(cand: Candidate) -> bool:
+        """Time one candidate (unless the kernel refuses it or its code was timed)."""
         try:
             gr = _make(plan, group, cand)
         except FusionRefused:
-            continue
+            return False
         code = _code(lower_group(g, gr, plan.device), backend)
         if code in seen:
-            continue          # the same code for this backend (the CPU ignores threads)
+            return False      # the same code for this backend (the CPU ignores threads)
         seen.add(code)
         k, ck, seq, dev_env, t = _time(backend, plan, gr, env, warmup, repeats)
         timed.append((t, cand, gr, seq, dev_env))
@@ -206,6 +224,19 @@ def tune_group(plan: Plan, group: Group, backend, env: dict, warmup: int = 2,
                      "splits": s.splits, "ms": t * 1e3,
                      "GBps": moved / t / 1e9 if t > 0 else float("nan"),
                      "ok": None, "chosen": False})
+        return True
+
+    for cand in candidates(group):
+        measure(cand)
+    if group.schedule.kind is ScheduleKind.gemm:
+        # a GEMM kernel's parameters together: from the fastest candidate so far, each
+        # of its neighbours (one more parameter changed, on top of its own), for up to
+        # CLIMB_ROUNDS rounds while the fastest moves
+        for _ in range(CLIMB_ROUNDS):
+            t_best, c_best, g_best = min(timed, key=lambda e: e[0])[:3]
+            if not c_best.launch or not any(
+                    [measure(c) for c in climb(c_best, g_best)]):
+                break
     rule_t = timed[0][0]
     best = timed[0]
     for entry in sorted(timed, key=lambda e: e[0]):
@@ -290,5 +321,5 @@ def tune_plan(plan: Plan, backend, env: dict, groups: Iterable[str] | None = Non
                 plan.device), results
 
 
-__all__ = ["Candidate", "TUNE_COLUMNS", "TuneResult", "candidates", "tune_group", "tune_plan",
-           "tuning_key"]
+__all__ = ["Candidate", "TUNE_COLUMNS", "TuneResult", "candidates", "climb", "tune_group",
+           "tune_plan", "tuning_key"]
