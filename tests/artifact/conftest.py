@@ -48,13 +48,16 @@ def resign(root: Path, edit=None) -> None:
 
 def conv_graph():
     """GEMM kernels that read through views: a padded 3x3 convolution with its bias
-    and a ReLU (implicit im2col), its channels moved last (reshape, transpose) and
-    multiplied by a Linear's weight read transposed."""
+    and a ReLU (implicit im2col), a 1 x 1 one after it (its input read in place), its
+    channels moved last (reshape, transpose) and multiplied by a Linear's weight read
+    transposed."""
     b = GraphBuilder("conv_views")
     x = b.input("x", (2, 4, 10, 10))
     w = b.constant(random_array((8, 4, 3, 3), np.float32, 3, -0.5, 0.5), name="w")
     bias = b.constant(random_array((8,), np.float32, 4), name="bias")
     h = b.relu(b.op("conv", x, w, bias, pads=[1, 1, 1, 1]))
+    w1 = b.constant(random_array((8, 8, 1, 1), np.float32, 8, -0.5, 0.5), name="w1")
+    h = b.relu(b.op("conv", h, w1))
     h = b.op("transpose", b.op("reshape", h, shape=[2, 8, 100]), perm=[0, 2, 1])
     lin = b.constant(random_array((6, 8), np.float32, 5, -0.5, 0.5), name="lin")
     b.output(b.matmul(h, b.op("transpose", lin, perm=[1, 0])), "y")
