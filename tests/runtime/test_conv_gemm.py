@@ -156,13 +156,13 @@ def test_convolution_patches_gathered_row_major_for_sgemm(name):
 @pytest.mark.parametrize("blas", [None, 1])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_bfloat16_convolution_gemm_computes_in_float32_and_rounds_once(name, blas):
-    """A bfloat16 convolution is a GEMM kernel too: its filters widened into a float32
-    copy on the first run, its patches as they are gathered (into the micro-kernel's
-    panels, or with ``blas=1`` row-major for sgemm; a 1 x 1 one's input, read in
-    place, multiplied in pairs by the micro-kernel), the product finished from the
-    thread's float32 tile and rounded once where it stores: within one bfloat16 ulp (of
-    the largest output) of the float32 graph on the same values, and every kernel
-    within its bound."""
+    """A bfloat16 convolution is a GEMM kernel too: its patches gathered into the
+    micro-kernel's panels two rows to a word (a 1 x 1 one's input packed so, in place)
+    and multiplied in pairs with the bfloat16 filters -- or, with ``blas=1``, the
+    filters widened into a float32 copy on the first run and the patches as they are
+    gathered, for sgemm -- the product finished from the thread's float32 tile and
+    rounded once where it stores: within one bfloat16 ulp (of the largest output) of
+    the float32 graph on the same values, and every kernel within its bound."""
     from workbench.codegen.render import CRenderer
     from workbench.measure.compare import output_error
     from workbench.runtime import random_inputs, run_reference
@@ -175,10 +175,11 @@ def test_bfloat16_convolution_gemm_computes_in_float32_and_rounds_once(name, bla
     assert s.plan.groups[0].schedule.gemm.im2col is not None
     (k,) = s.kernels()
     src = CRenderer().kernel(k)
-    if name.startswith("pointwise") and not blas:    # bfloat16 A and B: in pairs
+    if blas or s.device.vector_bytes < PACK_MIN_VECTOR_BYTES:
+        # sgemm: the filters widened once, the patches as they are gathered
+        assert "wb_widen_once(" in src and "wb_gemm_packed_pairs(" not in src
+    else:         # bfloat16 filters and patches (or input) multiplied in pairs
         assert "wb_gemm_packed_pairs(" in src and "wb_widen_once(" not in src
-    else:         # the filters widened once, the patches as they are gathered
-        assert "wb_widen_once(" in src
     check_plan(s)
     ins = random_inputs(g, 4)
     y = s.program().run(ins)["y"]

@@ -320,12 +320,13 @@ class _Lowerer:
             gather = (DeclareScratch(cols), Comment("the tile's patches of the input, "
                                                     "gathered (im2col)"), self._im2col(cols))
             right = (cols, "0", t.tile_n, False)
-        else:       # the tile's patches gathered straight into panels (PACK_TILE)
-            cols = Scratch("wb_cols", t.b.value, DType.float32,
-                           K * -(-t.tile_n // PANEL) * PANEL)
-            gather = (DeclareScratch(cols), Comment("the tile's patches of the input, "
-                                                    "gathered (im2col) into column panels"),
-                      self._im2col_panels(cols))
+        else:       # the tile's patches gathered straight into panels (PACK_TILE):
+            # float32, or bfloat16 two rows to a word where the filters are bfloat16
+            cols = Scratch("wb_cols", t.b.value, DType.bfloat16 if pairs else DType.float32,
+                           (2 * kw if pairs else K) * -(-t.tile_n // PANEL) * PANEL)
+            gather = (DeclareScratch(cols), Comment(
+                "the tile's patches of the input, gathered (im2col) into column panels"
+                + (" in pairs of rows" if pairs else "")), self._im2col_panels(cols, pairs))
             right = (cols, "0", PANEL, False)
         bbuf, b_off, ldb, trans_b = right
         abuf = self.buffers[t.a.value]
@@ -387,8 +388,7 @@ class _Lowerer:
         of rows (codegen/microkernel.py): wherever its A is bfloat16 (A and B then are
         both: a matmul's operands share their type)."""
         t = self.sched.gemm
-        return (t.packed_b in (PACK_ONCE, PACK_PER_RUN)
-                and self.g.value(t.a.value).dtype is DType.bfloat16)
+        return bool(t.packed_b) and self.g.value(t.a.value).dtype is DType.bfloat16
 
     def _pack_per_run(self, name: str, b, k: int, n: int, batch: int, node: str,
                       pairs: bool = False):
@@ -410,31 +410,40 @@ class _Lowerer:
                          "tiles"), Loop("pk", items * panels, "grid", body))
         return packed, stmts, "0" if items == 1 else f"bt * {size}"
 
-    def _im2col_panels(self, cols: Scratch) -> Loop:
+    def _im2col_panels(self, cols: Scratch, pairs: bool = False) -> Loop:
         """Fill ``cols`` with the patches of the tile's output positions c0..c1 in the
         micro-kernel's panel layout (codegen/microkernel.py): panel by panel, each
-        ``C x taps`` rows of PANEL columns, gathered as ``_im2col`` gathers a tile; a
-        partial last panel's columns past c1 zeros, as a packed B's are (the micro-
-        kernel multiplies whole blocks of columns and stores the ones it has)."""
-        k, size, i64 = self.sched.gemm.k, PANEL * self.sched.gemm.k, DType.int64
-        pad = Loop("j", k, "serial", (Loop("x", PANEL, "block", (
-            Store(cols, f"pc * {size} + j * {PANEL} + x", "0.0f"),), start="g1 - g0"),))
+        ``C x taps`` rows of PANEL columns -- with ``pairs``, bfloat16 rows ``2 r`` and
+        ``2 r + 1`` of a column side by side in one 32-bit word, as ``PackB.pairs``
+        packs them -- gathered as ``_im2col`` gathers a tile; a partial last panel's
+        columns past c1 zeros, as a packed B's are (the micro-kernel multiplies whole
+        blocks of columns and stores the ones it has), and so is an odd row count's
+        missing last row of a pair."""
+        k, i64 = self.sched.gemm.k, DType.int64
+        size = PANEL * (2 * -(-k // 2) if pairs else k)     # (elements of a panel)
+        row, step = ((f"j / 2 * {2 * PANEL} + j % 2", 2) if pairs else (f"j * {PANEL}", 1))
+        pad = (Loop("j", k, "serial", (Loop("x", PANEL, "block", (
+            Store(cols, f"pc * {size} + {row} + x * {step}", "0.0f"),), start="g1 - g0"),)),)
+        if pairs and k % 2:
+            pad += (Loop("x", PANEL, "block", (
+                Store(cols, f"pc * {size} + {(k - 1) * PANEL + 1} + x * 2", "0.0f"),)),)
         return Loop("pc", -(-self.sched.gemm.tile_n // PANEL), "serial", (
             Let("g0", i64, f"c0 + pc * {PANEL}"),
             Let("g1", i64, f"g0 + {PANEL} < c1 ? g0 + {PANEL} : c1"),
-            self._im2col(cols, "g0", "g1", PANEL, f"pc * {size}"), pad),
+            self._im2col(cols, "g0", "g1", row, step, f"pc * {size}"), *pad),
             stop=f"(c1 - c0 + {PANEL - 1}) / {PANEL}")
 
-    def _im2col(self, cols: Scratch, c0: str = "c0", c1: str = "c1", ld: int = 0,
-                base: str = "") -> Loop:
-        """Fill ``cols`` ([C x taps, tile columns], rows ``ld`` apart: the tile's width
-        by default; from ``base``) with the patches of output positions c0..c1 (C
-        expressions: the tile's by default) in batch item bt (see ``Im2col``): a tap
-        past the input's edge reads 0. Per tap, the tile's positions are walked as
-        runs along the last spatial axis (an output row, or the part of one the tile
-        holds): the run's taps inside the input are a strided copy (contiguous at
-        stride 1, so it vectorizes as plain loads), those past either edge zeros, the
-        bounds worked out once per run instead of a clamp and a test per element."""
+    def _im2col(self, cols: Scratch, c0: str = "c0", c1: str = "c1", row: str = "",
+                step: int = 1, base: str = "") -> Loop:
+        """Fill ``cols`` with the patches of output positions c0..c1 (C expressions: the
+        tile's by default) in batch item bt (see ``Im2col``): row ``j`` (a C expression
+        of j: row-major over the tile's width by default) from ``base``, the positions
+        ``step`` elements apart. A tap past the input's edge reads 0. Per tap, the
+        tile's positions are walked as runs along the last spatial axis (an output
+        row, or the part of one the tile holds): the run's taps inside the input are a
+        strided copy (contiguous at stride 1, so it vectorizes as plain loads), those
+        past either edge zeros, the bounds worked out once per run instead of a clamp
+        and a test per element."""
         t, ic = self.sched.gemm, self.sched.gemm.im2col
         x = self.buffers[ic.value]
         tap = Index.flat("j", (ic.channels,) + ic.kernel).digits()
@@ -463,7 +472,8 @@ class _Lowerer:
         if inside:                  # a row past the edge: the whole run is zeros
             run.append(Assign("xb", f"({' && '.join(inside)}) ? xb : xa"))
         run += [Assign("xa", "xa < x1 ? xa : x1"), Assign("xb", "xb > xa ? xb : xa")]
-        to = f"{base + ' + ' if base else ''}j * {ld or t.tile_n} + q * {width} + x - {c0}"
+        to = (f"{base + ' + ' if base else ''}{row or f'j * {t.tile_n}'} + "
+              f"(q * {width} + x - {c0}) * {step}")
         src = f"({at}) * {n} + x * {st} + {shift}"
         segments = (("x0", "xa", "0.0f"), ("xa", "xb", None), ("xb", "x1", "0.0f"))
         for a, b, zero in segments:

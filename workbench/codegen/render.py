@@ -114,9 +114,11 @@ class CRenderer:
         if s.packed:      # A's element (i, r) at i * ars + r * acs
             ars, acs = (1, s.lda) if s.trans_a else (s.lda, 1)
             if s.pairs:   # (no accumulate or panel_rows: those multiply float32 tiles)
+                # (B's words: a float32 workspace, or a convolution's patches gathered
+                # as bfloat16 in pairs)
                 call = (f"wb_gemm_packed_pairs({s.rows}, {s.cols}, {s.k}, {s.a.name} + "
-                        f"{s.a_off}, {ars}, {acs}, {s.b.name} + {s.b_off}, {s.c.name} + "
-                        f"{s.c_off}, {s.ldc})")
+                        f"{s.a_off}, {ars}, {acs}, (const float*)({s.b.name} + {s.b_off}), "
+                        f"{s.c.name} + {s.c_off}, {s.ldc})")
                 return [self.indent_unit * depth + f"{call};{node_tag(s.node)}"]
             a, b, c = (f"{s.a.name} + {s.a_off}", f"{s.b.name} + {s.b_off}",
                        f"{s.c.name} + {s.c_off}")
@@ -286,7 +288,9 @@ class CRenderer:
         x = s.scratch
         if x.source is not None:
             return []        # (see load: the CPU reads the input again)
-        return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}[{x.numel}];"
+        # (a half type held as it is stored: a convolution's bfloat16 patches in pairs)
+        ct = self.storage[x.dtype] if x.dtype.is_half else x.dtype.c_compute
+        return [self.indent_unit * depth + f"{ct} {x.name}[{x.numel}];"
                 f" /* {x.numel * x.dtype.itemsize} B: the row kept on chip */"]
 
     # -- shared by all targets -------------------------------------------------

@@ -96,9 +96,10 @@ CONV_MICRO_DEPTH = 256
 # micro-kernel two rows of k at a time (A's sliver and B packed in pairs,
 # codegen/microkernel.py), accumulated in float32 and rounded once where the epilogue
 # stores: its B is always packed (by every run where it is an activation), since sgemm
-# takes float32 only. A bfloat16 convolution's filters are widened into a float32 copy
-# on its first run (kir.WidenOnce), and its patches as they are gathered (a 1 x 1 one's
-# patches, the input read in place, are packed in pairs as a matmul's B).
+# takes float32 only. A bfloat16 convolution is multiplied in pairs too: its patches
+# gathered into panels two rows to a word (a 1 x 1 one's input packed so, in place);
+# for sgemm (blas=1, narrow vectors) its filters are widened into a float32 copy on
+# its first run (kir.WidenOnce), and its patches as they are gathered.
 GEMM_DTYPES = (DType.float32, DType.bfloat16)
 GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
 
@@ -670,12 +671,13 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                             "at a time (online)")
     # the patches gathered straight into the micro-kernel's panels, where it runs and a
     # panel's width of them fits a thread's buffer; the rule takes it for filters of
-    # fewer than CONV_MICRO_DEPTH weights (and a bfloat16 1 x 1 convolution, whose
-    # input it multiplies in pairs where sgemm would need a widened copy)
+    # fewer than CONV_MICRO_DEPTH weights, and for every bfloat16 convolution (whose
+    # patches it multiplies in pairs, two rows of k per step, where sgemm would need
+    # them and the filters widened)
     can = PACK_TILE if device.vector_bytes >= PACK_MIN_VECTOR_BYTES and (
         cols.pointwise or depth * PANEL <= THREAD_SCRATCH) else ""
     packed = lc.packs(can, f"{conv.id}'s patches", per_run=depth < CONV_MICRO_DEPTH
-                      or (half and cols.pointwise))
+                      or half)
     epilogue_ops = len(rest) + (len(conv.inputs) == 3)
     if cols.pointwise and (packed or not half):
         # the patches are the input itself: each batch item's (and group's) channels x
