@@ -15,6 +15,7 @@ from torch.utils import _pytree as pytree
 
 from ...errors import GraphError, UnsupportedOpError, WorkbenchError
 from ...ir import Graph, GraphBuilder, Tensor
+from ...ir.batched_matmul import fold_batch_reshapes
 from ...ir.dtypes import DType
 from ..importing import located, workaround
 from . import handlers  # noqa: F401  (registers the handlers)
@@ -192,7 +193,9 @@ class _Importer(_Scope):
             raise self._unsupported_error()
         self._outputs(out_node)
         try:
-            return self.b.build()
+            # (attention's bmm over merged batch x heads axes as one matmul over them,
+            # as an ONNX export has it, so the planner can join it with its softmax)
+            return fold_batch_reshapes(self.b.build())
         except GraphError as e:
             raise GraphError(f"{self.label}: {e}") from None
 
