@@ -47,7 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import alternate, first_line, log, write_results  # noqa: E402
+from models import (alternate, first_line, log, machine_line,  # noqa: E402
+                    model_timing_args, write_results)
 
 MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2")
 RULE, MICRO, SGEMM = "rule", "micro-kernel", "sgemm"
@@ -167,10 +168,9 @@ def run_model(name: str, folder: Path, rounds: int, inner: int,
 def markdown(res: dict) -> str:
     mi = res["machine"]
     lines = [f"# Convolutions as GEMM kernels on the CPU ({res['date']})", "",
-             f"Machine: {mi['cpu']}, {mi['cores']} cores, load average at start "
-             f"{', '.join(f'{x:.1f}' for x in res['load_average_at_start'])}; NumPy "
-             f"{mi['numpy']}, onnxruntime {mi['onnxruntime']} (default session options), "
-             f"torch {mi['torch']}; {mi['compiler']}.", "",
+             f"{machine_line(res)}; NumPy {mi['numpy']}, onnxruntime "
+             f"{mi['onnxruntime']} (default session options), torch {mi['torch']}; "
+             f"{mi['compiler']}.", "",
              "Each model planned by `stitch`, its convolutions made three ways (see "
              "`benchmarks/conv_gemm.py`); latency: median ms of one whole call, "
              f"{res['rounds']} alternating rounds of {res['inner']} calls; x = "
@@ -206,22 +206,20 @@ def markdown(res: dict) -> str:
             lines.append(
                 f"| {rec['model']} | {r['kernel']} | {f}, {st} | "
                 f"{r['batch']} x {r['m']}x{r['n']}x{r['depth']} | "
-                f"{mk:.3f} ({r['gflop'] / mk * 1e3:.0f}) | {sg:.3f} ({r['gflop'] / sg * 1e3:.0f}) "
-                f"| {r['rule']} | {r['micro-kernel_tiles']} | {r['sgemm_tiles']} |")
+                f"{mk:.3f} ({r['gflop'] / mk * 1e3:.0f}) | "
+                f"{sg:.3f} ({r['gflop'] / sg * 1e3:.0f}) | {r['rule']} | "
+                f"{r['micro-kernel_tiles']} | {r['sgemm_tiles']} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    ap.add_argument("--repeats", type=int, default=10, help="alternating rounds")
-    ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
+    model_timing_args(ap, MODELS)
     ap.add_argument("--methods", nargs="+", default=[RULE, MICRO, SGEMM],
                     choices=[RULE, MICRO, SGEMM])
     ap.add_argument("--kernel-rounds", type=int, default=5,
                     help="alternations of the per-kernel timing")
     ap.add_argument("--note", action="append", default=[], help="a line for the report")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--tag", default="", help="appended to the result file names")
     a = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="wb-conv-gemm-"))

@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import alternate, log, write_results  # noqa: E402
+from models import (alternate, log, machine_line, model_timing_args,  # noqa: E402
+                    write_results)
 
 MODELS = ("bert", "distilbert", "gpt2", "llama", "t5_encoder", "vit", "whisper_encoder",
           "wav2vec2")
@@ -69,9 +70,7 @@ def run_model(name: str, rounds: int, inner: int) -> dict:
 def markdown(res: dict) -> str:
     mi = res["machine"]
     lines = [f"# Attention imported from PyTorch, folded or not ({res['date']})", "",
-             f"Machine: {mi['cpu']}, {mi['cores']} cores, load average at start "
-             f"{', '.join(f'{x:.1f}' for x in res['load_average_at_start'])}; torch "
-             f"{mi['torch']}, transformers {mi['transformers']}. Zoo size small, "
+             f"{machine_line(res)}; torch {mi['torch']}, transformers {mi['transformers']}. Zoo size small, "
              f"`stitch`; median ms of one call, {res['rounds']} alternating rounds of "
              f"{res['inner']} calls.", "",
              "| model | bmm as exported: kernels (fused attention), ms | folded: kernels "
@@ -91,10 +90,7 @@ def markdown(res: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    ap.add_argument("--repeats", type=int, default=10, help="alternating rounds")
-    ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    model_timing_args(ap, MODELS)
     a = ap.parse_args(argv)
     date = _dt.date.today().isoformat()
     res = {"date": date, "rounds": a.repeats, "inner": a.inner,

@@ -418,6 +418,22 @@ def main(argv=None) -> int:
     return 0
 
 
+def model_timing_args(ap: argparse.ArgumentParser, models, repeats: int = 10) -> None:
+    """The arguments of a benchmark timing models in alternation: which (``models``
+    the choices and the default), its rounds and calls, the results folder."""
+    ap.add_argument("--models", nargs="+", default=list(models), choices=models)
+    ap.add_argument("--repeats", type=int, default=repeats, help="alternating rounds")
+    ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+
+
+def machine_line(res: dict) -> str:
+    """The report's first words on where it ran: the CPU, its cores, the load."""
+    mi = res["machine"]
+    return (f"Machine: {mi['cpu']}, {mi['cores']} cores, load average at start "
+            f"{', '.join(f'{x:.1f}' for x in res['load_average_at_start'])}")
+
+
 def write_results(stem: Path, res: dict, markdown) -> None:
     """The run so far, after each model (an interrupted run keeps what it measured):
     ``<stem>.json`` (every sample, the machine and versions) and ``<stem>.md``
