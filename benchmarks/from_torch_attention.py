@@ -70,9 +70,9 @@ def run_model(name: str, rounds: int, inner: int) -> dict:
 def markdown(res: dict) -> str:
     mi = res["machine"]
     lines = [f"# Attention imported from PyTorch, folded or not ({res['date']})", "",
-             f"{machine_line(res)}; torch {mi['torch']}, transformers {mi['transformers']}. Zoo size small, "
-             f"`stitch`; median ms of one call, {res['rounds']} alternating rounds of "
-             f"{res['inner']} calls.", "",
+             f"{machine_line(res)}; torch {mi['torch']}, transformers "
+             f"{mi['transformers']}. Zoo size small, `stitch`; median ms of one call, "
+             f"{res['rounds']} alternating rounds of {res['inner']} calls.", "",
              "| model | bmm as exported: kernels (fused attention), ms | folded: kernels "
              "(fused attention), ms | speedup | max rel. difference |",
              "|---|---|---|---|---|"]
