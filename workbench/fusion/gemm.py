@@ -700,10 +700,11 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     if half:   # the product's float32 tile (every filter's row of it) fits a thread too
         tile_n = min(tile_n, max(TILE_ALIGN, IM2COL_TILE // max(k, 1)))
     if packed and tile_n < min(PANEL, positions) and not half:
-        # deep filters over few positions (ResNet-50's last stage: 4608 weights per
-        # filter, 49 positions): the micro-kernel multiplies whole panels, so a tile of
-        # 25 columns cost what 64 do. One panel of patches (within THREAD_SCRATCH), the
-        # cores kept busy by tiles of the filters instead, each gathering the patches
+        # deep filters over few positions on the micro-kernel (blas=0: the rule gives
+        # them to sgemm; ResNet-50's last stage, 4608 weights per filter over 49
+        # positions): it multiplies whole panels, so a tile of 25 columns cost what 64
+        # do. One panel of patches (within THREAD_SCRATCH), the cores kept busy by
+        # tiles of the filters instead, each gathering the patches
         tile_n = min(PANEL, positions)
     col_tiles = min(positions, _for_cores(n * group, -(-positions // tile_n), device.units))
     if packed and -(-positions // col_tiles) < min(PANEL, tile_n):
