@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from models import (alternate, first_line, log, machine_line,  # noqa: E402
-                    model_timing_args, write_results)
+                    model_timing_args, rel_error, write_results)
 
 MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2")
 RULE, MICRO, SGEMM = "rule", "micro-kernel", "sgemm"
@@ -150,9 +150,7 @@ def run_model(name: str, folder: Path, rounds: int, inner: int,
         prog = programs[how] = s.program()
         got = prog.run(inputs)
         r = rec.setdefault("methods", {}).setdefault(how, {})
-        r["error_vs_onnxruntime"] = max(
-            float(np.abs(got[k] - want[k]).max() / max(np.abs(want[k]).max(), 1e-30))
-            for k in names)
+        r["error_vs_onnxruntime"] = rel_error(got, want)
         r["kernels"] = len(prog.compiled)
         r.update(conv_time(s, prog, inputs))
         methods[f"workbench {how}"] = (lambda p: lambda: p.run(inputs))(prog)

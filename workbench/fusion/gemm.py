@@ -664,8 +664,11 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
         raise FusionRefused(f"{conv.id} ({conv.op}): {depth} weights per filter; even "
                             f"{TILE_ALIGN} positions of patches would not fit a thread's "
                             "buffer, so it stays a library call")
+    # the filters: one matrix, or a group's run of rows per GEMM batch item (stride 0
+    # over the batch items)
+    per_group = MatrixView(0, ((n, 0), (group, k * depth)), k, depth, depth, 1)
     a = Operand(conv.inputs[1], Strided.contiguous((k, depth)).matrix() if group == 1 else
-                MatrixView(0, ((n, 0), (group, k * depth)), k, depth, depth, 1))
+                per_group)
     if lc.online != -1:
         raise FusionRefused(f"{conv.id} ({conv.op}) has no softmax to take a block of keys "
                             "at a time (online)")
@@ -688,8 +691,8 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
         c, p = x.shape[1], positions
         b = Operand(conv.inputs[0], MatrixView(0, ((n, c * p), (group, c // group * p)),
                                                c // group, p, p, 1))
-        a = Operand(a.value, MatrixView(0, ((n, 0), (group, k * depth)), k, depth, depth, 1))
-        t = _tiling(out, a, b, conv.outputs[0], dest, device.units,
+        # (A's batch modes whatever the groups: _tiling takes the batch from them)
+        t = _tiling(out, Operand(a.value, per_group), b, conv.outputs[0], dest, device.units,
                     packed=PACK_PER_RUN if packed else "", lc=lc)
         return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=replace(
             t, epilogue_ops=epilogue_ops, im2col=cols, col_axes=d, in_place=True))

@@ -128,10 +128,8 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     out = [(("blas", 1 if t.packed_b else 0),)]
     if s.then is not None:
         out.append((("online", 0 if s.then.online else 1),))
-    rows = True
-    cols = s.epilogue is None
-    for name, size, extent, ok in (("tile_m", t.tile_m, t.m, rows),
-                                   ("tile_n", t.tile_n, t.n, cols)):
+    for name, size, extent, ok in (("tile_m", t.tile_m, t.m, True),
+                                   ("tile_n", t.tile_n, t.n, s.epilogue is None)):
         if not ok:
             continue
         for v in (size // 2, size * 2):
@@ -233,7 +231,7 @@ def tune_group(plan: Plan, group: Group, backend, env: dict, warmup: int = 2,
         # of its neighbours (one more parameter changed, on top of its own), for up to
         # CLIMB_ROUNDS rounds while the fastest moves
         for _ in range(CLIMB_ROUNDS):
-            t_best, c_best, g_best = min(timed, key=lambda e: e[0])[:3]
+            _, c_best, g_best = min(timed, key=lambda e: e[0])[:3]
             if not c_best.launch or not any(
                     [measure(c) for c in climb(c_best, g_best)]):
                 break
