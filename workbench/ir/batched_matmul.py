@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 
 from .graph import Graph, Node, Value
+from .reshape_chains import fresh, rebuild
 
 
 def fold_batch_reshapes(g: Graph) -> Graph:
@@ -42,7 +43,7 @@ def fold_batch_reshapes(g: Graph) -> Graph:
             continue
         a4, b4 = folded
         c3 = values[n.outputs[0]]
-        c4 = Value(_fresh(f"{c3.name}_batched", values), a4.shape[:-2] + c3.shape[-2:],
+        c4 = Value(fresh(f"{c3.name}_batched", values), a4.shape[:-2] + c3.shape[-2:],
                    c3.dtype)
         values[c4.name] = c4
         nodes += [Node(n.id, "matmul", (a4.name, b4.name), (c4.name,), n.attrs, n.name,
@@ -52,16 +53,7 @@ def fold_batch_reshapes(g: Graph) -> Graph:
         changed = True
     if not changed:
         return g
-    nodes = _fold_reshape_chains(nodes, values, set(g.outputs))
-    nodes = _live(nodes, set(g.outputs))
-    used = set(g.inputs) | set(g.outputs) | {x for n in nodes for x in (*n.inputs,
-                                                                         *n.outputs)}
-    renumbered = [Node(f"n{i}", n.op, n.inputs, n.outputs, n.attrs, n.name, n.origin)
-                  for i, n in enumerate(nodes)]
-    return Graph(g.name, tuple(v for k, v in values.items() if k in used),
-                 tuple(renumbered), g.inputs, g.outputs,
-                 {k: v for k, v in g.constants.items() if k in used}, g.description,
-                 dict(g.input_ranges)).verify()
+    return rebuild(g, nodes, values)
 
 
 def _unmerged(n: Node, values: dict, producer: dict):
@@ -82,44 +74,3 @@ def _unmerged(n: Node, values: dict, producer: dict):
             or math.prod(a4.shape[:-2]) != a3.shape[0]:
         return None
     return a4, b4
-
-
-def _fold_reshape_chains(nodes: list[Node], values: dict, outputs: set) -> list[Node]:
-    """Each reshape of a reshape read from the first's input instead; one that gives
-    its input's own shape back replaced by that input wherever it is read (unless it
-    is a graph output)."""
-    producer: dict[str, Node] = {}
-    alias: dict[str, str] = {}
-    out = []
-    for n in nodes:
-        n = Node(n.id, n.op, tuple(alias.get(i, i) for i in n.inputs), n.outputs, n.attrs,
-                 n.name, n.origin)
-        p = producer.get(n.inputs[0]) if n.op == "reshape" else None
-        if p is not None and p.op == "reshape":
-            src = p.inputs[0]
-            if values[src].shape == values[n.outputs[0]].shape and n.outputs[0] not in outputs:
-                alias[n.outputs[0]] = src
-                continue
-            n = Node(n.id, n.op, (src,), n.outputs, n.attrs, n.name, n.origin)
-        for o in n.outputs:
-            producer[o] = n
-        out.append(n)
-    return out
-
-
-def _live(nodes: list[Node], outputs: set) -> list[Node]:
-    """The nodes whose results something reads (every op is pure)."""
-    read = set(outputs)
-    keep = []
-    for n in reversed(nodes):
-        if any(o in read for o in n.outputs):
-            keep.append(n)
-            read.update(n.inputs)
-    return keep[::-1]
-
-
-def _fresh(name: str, values: dict) -> str:
-    out, i = name, 1
-    while out in values:
-        out, i = f"{name}_{i}", i + 1
-    return out

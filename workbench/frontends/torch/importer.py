@@ -16,6 +16,7 @@ from torch.utils import _pytree as pytree
 from ...errors import GraphError, UnsupportedOpError, WorkbenchError
 from ...ir import Graph, GraphBuilder, Tensor
 from ...ir.batched_matmul import fold_batch_reshapes
+from ...ir.matmul_rows import fold_row_reshapes
 from ...ir.dtypes import DType
 from ..importing import located, workaround
 from . import handlers  # noqa: F401  (registers the handlers)
@@ -194,8 +195,10 @@ class _Importer(_Scope):
         self._outputs(out_node)
         try:
             # (attention's bmm over merged batch x heads axes as one matmul over them,
-            # as an ONNX export has it, so the planner can join it with its softmax)
-            return fold_batch_reshapes(self.b.build())
+            # and linear layers over flattened rows as matmuls over the leading axes,
+            # as an ONNX export has them, so the planner can join each with its
+            # softmax or LayerNorm)
+            return fold_row_reshapes(fold_batch_reshapes(self.b.build()))
         except GraphError as e:
             raise GraphError(f"{self.label}: {e}") from None
 
