@@ -1,11 +1,12 @@
 #!/usr/bin/env python
-"""Models imported with ``from_torch``, with and without the import's two matmul
-rewrites, beside the same model exported to ONNX and imported from that file: each
-planned by ``stitch`` and timed side by side in one run.
+"""Models imported with ``from_torch``, with and without the import's rewrites, one
+added at a time, beside the same model exported to ONNX and imported from that file:
+each planned by ``stitch`` and timed side by side in one run.
 
-The rewrites (both in ``from_torch``): attention's batched matmuls folded into
-matmuls over batch x heads (``ir/batched_matmul.py``) and linear layers over
-flattened rows done over their leading axes (``ir/matmul_rows.py``).
+The rewrites (all in ``from_torch``): ops on constants alone computed once
+(``ir/constant_folding.py``), attention's batched matmuls folded into matmuls over
+batch x heads (``ir/batched_matmul.py``) and linear layers over flattened rows done
+over their leading axes (``ir/matmul_rows.py``).
 
     .venv/bin/python benchmarks/from_torch_folds.py
     .venv/bin/python benchmarks/from_torch_folds.py --models bert wav2vec2
@@ -13,7 +14,7 @@ flattened rows done over their leading axes (``ir/matmul_rows.py``).
 Per zoo model (size ``small``): nodes, kernels and fused attention kernels of each
 plan, median ms of one ``Program.run`` (all timed in alternation, as
 ``benchmarks/models.py`` does), and the largest difference of each output from the
-fully folded import's. Writes ``<out>/from-torch-folds-<date>.json`` and ``.md``;
+full import's. Writes ``<out>/from-torch-folds-<date>.json`` and ``.md``;
 never exits non-zero for a timing.
 """
 from __future__ import annotations
@@ -35,10 +36,11 @@ from models import (alternate, log, machine_line, model_timing_args,  # noqa: E4
                     rel_error, write_results)
 
 MODELS = ("bert", "distilbert", "gpt2", "llama", "t5_encoder", "vit", "whisper_encoder",
-          "wav2vec2")
+          "wav2vec2", "resnet")
 
 
-VARIANTS = ("as exported", "bmm folded", "both folded", "ONNX export")
+VARIANTS = ("as exported", "constants", "+ bmm", "+ rows", "ONNX export")
+FULL = "+ rows"          # what from_torch does
 
 
 def _imports(m) -> dict:
@@ -47,21 +49,23 @@ def _imports(m) -> dict:
     import workbench.frontends.torch.importer as importer
     from workbench import zoo
 
-    def imported(batch: bool, rows: bool):
-        keep = importer.fold_batch_reshapes, importer.fold_row_reshapes
-        if not batch:
-            importer.fold_batch_reshapes = lambda g: g
-        if not rows:
-            importer.fold_row_reshapes = lambda g: g
+    rewrites = ("fold_constants", "fold_batch_reshapes", "fold_row_reshapes")
+
+    def imported(n: int):
+        """The import with its first ``n`` rewrites."""
+        keep = {r: getattr(importer, r) for r in rewrites}
+        for r in rewrites[n:]:
+            setattr(importer, r, lambda g: g)
         try:
             return zoo.import_torch(m)
         finally:
-            importer.fold_batch_reshapes, importer.fold_row_reshapes = keep
+            for r, f in keep.items():
+                setattr(importer, r, f)
 
     with tempfile.TemporaryDirectory() as tmp:
         onnx_graph = wb.load(zoo.export_onnx(m, Path(tmp) / "model.onnx"))
-    return {"as exported": imported(False, False), "bmm folded": imported(True, False),
-            "both folded": imported(True, True), "ONNX export": onnx_graph}
+    return {**{v: imported(n) for n, v in enumerate(VARIANTS[:-1])},
+            "ONNX export": onnx_graph}
 
 
 def run_model(name: str, rounds: int, inner: int) -> dict:
@@ -81,7 +85,7 @@ def run_model(name: str, rounds: int, inner: int) -> dict:
                                              for gr in s.plan.groups)}
         calls[label] = (lambda p: lambda: p.run(ins))(prog)
     for label in VARIANTS:
-        rec[label]["max_rel_difference"] = rel_error(outs[label], outs["both folded"])
+        rec[label]["max_rel_difference"] = rel_error(outs[label], outs[FULL])
     samples = alternate(calls, rounds, inner)
     for label, v in samples.items():
         rec[label]["ms"] = float(np.median(v) * 1e3)
@@ -95,7 +99,9 @@ def markdown(res: dict) -> str:
              f"{mi['transformers']}. Zoo size small, `stitch`; median ms of one call, "
              f"{res['rounds']} alternating rounds of {res['inner']} calls. Each cell: "
              "nodes / kernels (fused attention kernels) / ms; x = as exported / "
-             "method. Largest difference of any output from the fully folded import's: "
+             "method. Columns: no rewrite, then one added at a time (constants folded, "
+             "attention's bmm, linear layers' rows: `+ rows` is what `from_torch` does). "
+             "Largest difference of any output from the full import's: "
              f"{res.get('max_difference', 0):.1e}.", "",
              "| model | " + " | ".join(VARIANTS) + " |",
              "|---|" + "---|" * len(VARIANTS)]
@@ -120,7 +126,7 @@ def main(argv=None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     stem = a.out / f"from-torch-folds-{date}"
     for name in a.models:
-        log(f"{name}: import four ways, plan, compile, time")
+        log(f"{name}: import five ways, plan, compile, time")
         try:
             res["models"].append(run_model(name, a.repeats, a.inner))
         except Exception as e:     # (reported, not raised: the other models still run)

@@ -127,7 +127,12 @@ def test_a_real_bert_nests_six_deep():
     ns = namespaces(g)
     paths = {ns[c].path for c in ns if ns[c].kind == "scope"}
     assert {"embeddings", "encoder", "encoder/layer.0", "encoder/layer.1/attention/self",
-            "encoder/layer.1/attention/self/query", "pooler"} <= paths
+            "pooler"} <= paths
+    # the query projection is one composite (addmm: its matmul and bias add, done over
+    # the tokens' leading axes), so its scope is that composite's box, in `self`
+    (query,) = [c for c in ns if ns[c].path == "encoder.layer.1.attention.self.query"]
+    assert ns[query].kind == "composite" and ns[query].label == "Gemm"
+    assert ns[ns[query].parent].path == "encoder/layer.1/attention/self"
     assert ns.depth() >= 5
     view = GraphView(Plan.singletons(g), collapse=True)
     top = {ns[b].label for b in view.members if ns[b].kind == "scope"}

@@ -1,21 +1,23 @@
-"""What the import-time matmul rewrites (``batched_matmul.py``, ``matmul_rows.py``)
-share: folding the reshape chains they leave, dropping what nothing reads, and
-building the rewritten graph.
+"""What the import-time rewrites (``batched_matmul.py``, ``matmul_rows.py``,
+``constant_folding.py``) share: folding the reshape chains they leave, dropping what
+nothing reads, and building the rewritten graph.
 
-Each rewrite moves a reshape from before a matmul to after it, where it meets the
-reshape the exporter put back: a reshape of a reshape reads from the first's input
-(row-major data makes that exact), and one that gives its input's shape back is
-that input.
+Each matmul rewrite moves a reshape from before a matmul to after it, where it meets
+the reshape the exporter put back: a reshape of a reshape reads from the first's
+input (row-major data makes that exact), and one that gives its input's shape back
+is that input.
 """
 from __future__ import annotations
 
 from .graph import Graph, Node
 
 
-def rebuild(g: Graph, nodes: list[Node], values: dict) -> Graph:
-    """``g`` with ``nodes`` (topological, possibly new ``values``): reshape chains
-    folded, dead nodes dropped, nodes renumbered, unused values and constants left
-    out; verified."""
+def rebuild(g: Graph, nodes: list[Node], values: dict,
+            constants: dict | None = None) -> Graph:
+    """``g`` with ``nodes`` (topological, possibly new ``values`` and ``constants``):
+    reshape chains folded, dead nodes dropped, nodes renumbered, unused values and
+    constants left out; verified."""
+    constants = g.constants if constants is None else constants
     nodes = fold_reshape_chains(nodes, values, set(g.outputs))
     nodes = live(nodes, set(g.outputs))
     used = set(g.inputs) | set(g.outputs) | {x for n in nodes for x in (*n.inputs,
@@ -24,7 +26,7 @@ def rebuild(g: Graph, nodes: list[Node], values: dict) -> Graph:
                   for i, n in enumerate(nodes)]
     return Graph(g.name, tuple(v for k, v in values.items() if k in used),
                  tuple(renumbered), g.inputs, g.outputs,
-                 {k: v for k, v in g.constants.items() if k in used}, g.description,
+                 {k: v for k, v in constants.items() if k in used}, g.description,
                  dict(g.input_ranges)).verify()
 
 

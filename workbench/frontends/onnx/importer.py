@@ -13,6 +13,7 @@ import onnx
 
 from ...errors import GraphError, UnsupportedOpError, WorkbenchError, existing_file, shown
 from ...ir import Graph, GraphBuilder, Tensor
+from ...ir.constant_folding import fold_constants
 from ...ir.dtypes import DType
 from ...ir.graph import check_shape
 from ..importing import located, workaround
@@ -237,7 +238,9 @@ class _Importer(_Scope):
             raise self._unsupported_error()
         self._outputs()
         try:
-            return self.b.build()
+            # (a composite's arithmetic on initializers alone -- an unfused
+            # BatchNormalization's -- computed once, as the torch import does)
+            return fold_constants(self.b.build())
         except GraphError as e:
             raise GraphError(f"{self.label}: {e}") from None
 

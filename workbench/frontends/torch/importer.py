@@ -16,6 +16,7 @@ from torch.utils import _pytree as pytree
 from ...errors import GraphError, UnsupportedOpError, WorkbenchError
 from ...ir import Graph, GraphBuilder, Tensor
 from ...ir.batched_matmul import fold_batch_reshapes
+from ...ir.constant_folding import fold_constants
 from ...ir.matmul_rows import fold_row_reshapes
 from ...ir.dtypes import DType
 from ..importing import located, workaround
@@ -197,8 +198,8 @@ class _Importer(_Scope):
             # (attention's bmm over merged batch x heads axes as one matmul over them,
             # and linear layers over flattened rows as matmuls over the leading axes,
             # as an ONNX export has them, so the planner can join each with its
-            # softmax or LayerNorm)
-            return fold_row_reshapes(fold_batch_reshapes(self.b.build()))
+            # softmax or LayerNorm; and composites' parameter arithmetic computed once)
+            return fold_row_reshapes(fold_batch_reshapes(fold_constants(self.b.build())))
         except GraphError as e:
             raise GraphError(f"{self.label}: {e}") from None
 
