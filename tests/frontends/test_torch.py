@@ -248,6 +248,21 @@ class Linear(nn.Module):
                 F.scaled_dot_product_attention(q, q * 0.5, q + 1.0, attn_mask=causal))
 
 
+class Strided(nn.Module):
+    """as_strided over contiguous storage: a restride that is a reshape (what Swin's
+    AdaptiveAvgPool1d pooler exports to), overlapping windows, a transpose by strides,
+    a storage offset."""
+    def __init__(self):
+        super().__init__()
+        self.pool = nn.AdaptiveAvgPool1d(1)
+
+    def forward(self, x, y):
+        flat = x.flatten()
+        return (self.pool(x.transpose(1, 2)).flatten(1), torch.as_strided(x, (2, 4, 6), (24, 6, 1)),
+                flat.as_strided((5, 4), (3, 1)), y.as_strided((4, 3), (1, 4)),
+                flat.as_strided((3, 2), (5, 2), 7) * 2.0)
+
+
 def _rand(*shape):
     return torch.randn(*shape)
 
@@ -258,6 +273,7 @@ HANDLER_CASES = {
     "activations": lambda: (Activations(), (_rand(4, 16) * 4,)),
     "reductions": lambda: (Reductions(), (_rand(2, 5, 7), torch.randint(-9, 9, (3, 4)))),
     "layout": lambda: (Layout(), (_rand(2, 4, 6), torch.tensor([3, 0, 0, 2]))),
+    "strided": lambda: (Strided(), (_rand(2, 4, 6), _rand(3, 4))),
     "linear": lambda: (Linear(), (_rand(3, 16), _rand(2, 5, 5), _rand(2, 4, 8, 8),
                                   torch.randint(0, 10, (3,)))),
 }
@@ -399,6 +415,17 @@ def test_unsupported_ops_are_listed_in_one_error():
     assert re.search(r"aten.sort.default \(2 nodes: sort in inner \(test_torch.py:\d+\), "
                      r"sort_1 in inner \(test_torch.py:\d+\)\)", msg), msg
     assert "for aten.nonzero.default: its result's shape depends on the data" in msg
+
+
+def test_as_strided_of_a_non_contiguous_tensor_is_refused_with_its_reason():
+    class Restride(nn.Module):
+        def forward(self, x):
+            return x.t().as_strided((3, 4), (1, 3)) + 1.0
+
+    with pytest.raises(UnsupportedOpError) as e:
+        wb.from_torch(Restride(), (_rand(3, 4),))
+    (key,) = e.value.unsupported
+    assert key.startswith("aten.as_strided.default") and "non-contiguous strides (1, 4)" in key
 
 
 def test_unsupported_lists_are_capped():

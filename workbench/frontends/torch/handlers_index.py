@@ -8,7 +8,9 @@
   ``triu`` / ``tril``;
 - views and copies that move nothing (``alias``, ``detach``, ``lift_fresh_copy``,
   ``contiguous``, ``_unsafe_view``, ``view_as``, ``expand_as``, a plain ``copy``...):
-  the value itself, or a reshape/expand/cast where the shape or dtype changes.
+  the value itself, or a reshape/expand/cast where the shape or dtype changes;
+  ``as_strided`` of a contiguous tensor: a reshape, or a gather at the positions
+  its strides name.
 
 Importing this module registers the handlers.
 """
@@ -58,6 +60,34 @@ def _copy(c: _Ctx):
     # copy(self, src): src broadcast into self's shape and dtype (a functionalized copy_)
     src = cast(c.b, c.x("src"), c.out_dtype)
     return src if tuple(src.shape) == c.out_shape else c.b.expand(src, shape=list(c.out_shape))
+
+
+@_handles("as_strided", "as_strided_copy")
+def _as_strided(c: _Ctx):
+    """The elements at ``storage_offset + sum(i_k * stride_k)`` of the input's storage.
+    A workbench value is row-major, so this holds only where torch's input is
+    contiguous too (then its storage is the flat value, from its own offset). Where
+    the strides are the output's own row-major ones (size-1 axes aside) from the
+    input's first element -- what a keepdim mean restrides to (Swin's pooler) -- it is
+    a reshape; else a gather of the flat input at those positions."""
+    x, meta = c.x(), c.meta("self")
+    if not meta.is_contiguous():
+        raise _Unsupported("as_strided of a tensor torch holds with non-contiguous strides "
+                           f"{tuple(meta.stride())}: its storage is not the row-major value")
+    size, stride = [int(s) for s in c.v("size")], [int(s) for s in c.v("stride")]
+    base = int(meta.storage_offset())
+    offset = c.v("storage_offset")
+    start = base if offset is None else int(offset)
+    numel = int(np.prod(x.shape, dtype=np.int64))
+    pos = np.full(size, start - base, dtype=np.int64)
+    for k, (n, st) in enumerate(zip(size, stride)):
+        pos = pos + (np.arange(n, dtype=np.int64) * st).reshape(
+            [n if j == k else 1 for j in range(len(size))])
+    if pos.size and (pos.min() < 0 or pos.max() >= numel):
+        raise _Unsupported(f"as_strided reaching outside its input ({numel} elements)")
+    if np.array_equal(pos.ravel(), np.arange(numel, dtype=np.int64)):
+        return x if list(x.shape) == size else c.b.reshape(x, shape=size)
+    return c.b.gather(c.b.reshape(x, shape=[numel]), c.b.constant(pos), axis=0)
 
 
 # -- gather / scatter ---------------------------------------------------------------------
