@@ -182,6 +182,21 @@ def _resnet(z: Size):
     return ResNetModel(cfg), "last_hidden_state", _image_inputs(z)
 
 
+def _swin(z: Size):
+    from transformers import SwinConfig, SwinModel
+    # windows of 4 x 4 patches; the pooler's AdaptiveAvgPool1d exports to an as_strided
+    cfg = SwinConfig(image_size=z.image, patch_size=4, embed_dim=z.hidden // 4, depths=[1, 1],
+                     num_heads=[2, 4], window_size=4, attn_implementation="eager")
+    return SwinModel(cfg), "last_hidden_state", _image_inputs(z)
+
+
+def _mobilenet_v2(z: Size):
+    from transformers import MobileNetV2Config, MobileNetV2Model
+    # depthwise convolutions with TensorFlow "same" padding (an explicit pad before each)
+    cfg = MobileNetV2Config(image_size=z.image, depth_multiplier=0.35)
+    return MobileNetV2Model(cfg), "last_hidden_state", _image_inputs(z)
+
+
 def _audio_features(z: Size):
     def make(gen):
         torch = _torch()
@@ -218,8 +233,8 @@ def _wav2vec2(z: Size):
 
 _BUILDERS: dict[str, Callable] = {
     "bert": _bert, "distilbert": _distilbert, "gpt2": _gpt2, "llama": _llama,
-    "t5_encoder": _t5_encoder, "vit": _vit, "resnet": _resnet,
-    "whisper_encoder": _whisper_encoder, "wav2vec2": _wav2vec2,
+    "t5_encoder": _t5_encoder, "vit": _vit, "resnet": _resnet, "swin": _swin,
+    "mobilenet_v2": _mobilenet_v2, "whisper_encoder": _whisper_encoder, "wav2vec2": _wav2vec2,
 }
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
 

@@ -14,6 +14,7 @@ import onnx
 from ...errors import GraphError, UnsupportedOpError, WorkbenchError, existing_file, shown
 from ...ir import Graph, GraphBuilder, Tensor
 from ...ir.constant_folding import fold_constants
+from ...ir.pad_folding import fold_pads_into_convs
 from ...ir.dtypes import DType
 from ...ir.graph import check_shape
 from ..importing import located, workaround
@@ -239,8 +240,9 @@ class _Importer(_Scope):
         self._outputs()
         try:
             # (a composite's arithmetic on initializers alone -- an unfused
-            # BatchNormalization's -- computed once, as the torch import does)
-            return fold_constants(self.b.build())
+            # BatchNormalization's -- computed once, and zero Pads taken into the
+            # Convs that read them, as the torch import does)
+            return fold_pads_into_convs(fold_constants(self.b.build()))
         except GraphError as e:
             raise GraphError(f"{self.label}: {e}") from None
 

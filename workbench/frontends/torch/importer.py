@@ -18,6 +18,7 @@ from ...ir import Graph, GraphBuilder, Tensor
 from ...ir.batched_matmul import fold_batch_reshapes
 from ...ir.constant_folding import fold_constants
 from ...ir.matmul_rows import fold_row_reshapes
+from ...ir.pad_folding import fold_pads_into_convs
 from ...ir.dtypes import DType
 from ..importing import located, workaround
 from . import handlers  # noqa: F401  (registers the handlers)
@@ -198,8 +199,10 @@ class _Importer(_Scope):
             # (attention's bmm over merged batch x heads axes as one matmul over them,
             # and linear layers over flattened rows as matmuls over the leading axes,
             # as an ONNX export has them, so the planner can join each with its
-            # softmax or LayerNorm; and composites' parameter arithmetic computed once)
-            return fold_row_reshapes(fold_batch_reshapes(fold_constants(self.b.build())))
+            # softmax or LayerNorm; composites' parameter arithmetic computed once, and
+            # zero pads taken into the convolutions that read them)
+            return fold_row_reshapes(fold_batch_reshapes(fold_pads_into_convs(
+                fold_constants(self.b.build()))))
         except GraphError as e:
             raise GraphError(f"{self.label}: {e}") from None
 

@@ -1,0 +1,96 @@
+"""ir/pad_folding.py: a zero pad of a convolution's spatial axes taken into the
+convolution's pads -- the same values on fresh random inputs -- and left where it is
+not a zero spatial pad; both frontends apply it, so a BatchNorm + ReLU6 + pad before
+a depthwise convolution (MobileNetV2's TensorFlow padding) joins the previous
+convolution's epilogue."""
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.ir.pad_folding import fold_pads_into_convs
+from workbench.runtime import random_inputs, run_reference
+
+
+def _padded_conv(pads, mode="constant", value=0.0, conv_pads=(1, 0, 1, 2), also=False,
+                 rank=2):
+    g = wb.GraphBuilder("padded")
+    spatial = (9, 8)[:rank]
+    x = g.input("x", (2, 4 - pads[1] - pads[rank + 3], *spatial))
+    w = g.input("w", (6, 2, *(3,) * rank))       # grouped: 2 groups
+    p = g.op("pad", x, pads=list(pads), mode=mode, value=value)
+    op = "conv2d" if rank == 2 else "conv"
+    y = g.op(op, p, w, group=2, strides=[2] * rank, pads=list(conv_pads[:2 * rank]))
+    g.output(y, "y")
+    if also:
+        g.output(g.exp(p), "e")
+    return g.build()
+
+
+def _close(g, f):
+    for seed in (0, 1):
+        ins = random_inputs(g, seed)
+        want, got = run_reference(g, ins), run_reference(f, ins)
+        for o in g.outputs:
+            assert got[o].shape == want[o].shape
+            np.testing.assert_allclose(got[o], want[o], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("rank,pads,also", [
+    (2, (0, 0, 2, 1, 0, 0, 1, 3), False),     # NCHW: begins (N, C, H, W), then ends
+    (2, (0, 0, 0, 1, 0, 0, 1, 0), True),      # the pad also read elsewhere: it stays
+    (1, (0, 0, 3, 0, 0, 2), False)])
+def test_zero_spatial_pad_joins_the_convolution(rank, pads, also):
+    g = _padded_conv(pads, also=also, rank=rank)
+    f = fold_pads_into_convs(g)
+    (conv,) = [n for n in f.nodes if n.op in ("conv", "conv2d")]
+    assert conv.inputs[0] == "x"
+    own = (1, 0, 1, 2)[:2 * rank]
+    r = rank + 2
+    want = [own[i] + pads[2 + i] for i in range(rank)] + \
+        [own[rank + i] + pads[r + 2 + i] for i in range(rank)]
+    assert list(conv.attr("pads")) == want
+    assert sum(n.op == "pad" for n in f.nodes) == int(also)
+    _close(g, f)
+
+
+@pytest.mark.parametrize("pads,mode,value", [
+    ((0, 0, 1, 1, 0, 0, 1, 1), "constant", 1.0),     # not zeros
+    ((0, 0, 1, 1, 0, 0, 1, 1), "reflect", 0.0),
+    ((0, 1, 1, 1, 0, 0, 1, 1), "constant", 0.0),     # the channels padded (3 -> 4)
+    ((0, 0, -1, 1, 0, 0, 1, 1), "constant", 0.0)])   # a crop
+def test_other_pads_are_left(pads, mode, value):
+    g = _padded_conv(pads, mode, value)
+    assert fold_pads_into_convs(g) is g
+
+
+def test_mobilenet_style_block_from_torch_plans_to_two_kernels():
+    torch = pytest.importorskip("torch")
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.expand = nn.Conv2d(8, 16, 1, bias=False)
+            self.bn = nn.BatchNorm2d(16)
+            self.depthwise = nn.Conv2d(16, 16, 3, stride=2, groups=16, bias=False)
+
+        def forward(self, x):
+            h = nn.functional.relu6(self.bn(self.expand(x)))
+            return self.depthwise(nn.functional.pad(h, (0, 1, 0, 1)))   # TF "same"
+
+    torch.manual_seed(0)
+    block = Block().eval()
+    with torch.no_grad():
+        block.bn.running_mean.uniform_(-1, 1)
+        block.bn.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 8, 10, 10)
+    g = wb.from_torch(block, (x,))
+    assert "pad" not in {n.op for n in g.nodes}
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    assert len(s.plan.groups) == 2, s.plan.describe()
+    y = s.program().run({g.inputs[0]: x.numpy()})
+    with torch.no_grad():
+        want = block(x).numpy()
+    (out,) = g.outputs
+    assert np.abs(y[out] - want).max() <= 1e-5 * np.abs(want).max()
