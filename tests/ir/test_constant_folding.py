@@ -9,7 +9,7 @@ import pytest
 import workbench as wb
 from workbench.ir.composites import batch_norm
 from workbench.ir.constant_folding import SHARED_LIMIT, fold_constants
-from workbench.runtime import random_inputs, run_reference
+from rewrite_checks import same_outputs
 
 RNG = np.random.default_rng(0)
 
@@ -28,9 +28,7 @@ def test_parameter_arithmetic_becomes_constants_with_the_same_values():
     assert [n.op for n in f.nodes] == ["sub", "mul", "add", "relu"]
     assert set(f.constants) == {n.inputs[1] for n in f.nodes[:3]}
     assert all(f.value(c).shape == (1, 6, 1, 1) for c in f.constants)
-    for seed in (0, 1):
-        ins = random_inputs(g, seed)
-        assert np.array_equal(run_reference(f, ins)["y"], run_reference(g, ins)["y"])
+    same_outputs(g, f)
 
 
 def test_broadcasts_outputs_and_shared_large_weights_are_left():
