@@ -7,16 +7,18 @@ side by side in one run, on whole CNN and audio models against onnxruntime.
 
 Models: ResNet-50 (transformers' default ``ResNetConfig``, one 224 x 224 image, random
 weights) and the zoo's models with convolutions at size ``small`` (``resnet``,
-``vit``, ``whisper_encoder``, ``wav2vec2``), each exported by ``torch.onnx.export`` and
-imported from that file (the one onnxruntime runs). The workbench plans each with
-``stitch``, three ways (``Session.set_launch`` on every convolution kernel):
+``vit``, ``whisper_encoder``, ``wav2vec2``, ``mobilenet_v2``), each exported by
+``torch.onnx.export`` and imported from that file (the one onnxruntime runs). The
+workbench plans each with ``stitch``, three ways (``Session.set_launch`` on every
+convolution kernel):
 
 - **rule**: the planner's choice (``fusion/gemm.py``, ``CONV_MICRO_DEPTH``) -- filters
   of fewer than 256 weights on the micro-kernel (each tile's patches gathered
   straight into its column panels, ``PACK_TILE``; a 1 x 1 convolution's input packed
   by every run), deeper ones by sgemm per tile (patches gathered row-major; a 1 x 1
   convolution's input read in place);
-- **micro-kernel** (``blas=0`` on every convolution that takes it);
+- **micro-kernel** (``blas=0`` on every convolution that takes it; one with one
+  filter per group, a depthwise one, is then computed tap by tap into its tile);
 - **sgemm** (``blas=1`` on every convolution).
 
 Per method: whole-model latency (median ms of one ``Program.run``, timed in
@@ -50,7 +52,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from models import (alternate, first_line, log, machine_line,  # noqa: E402
                     model_timing_args, rel_error, write_results)
 
-MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2")
+MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2", "mobilenet_v2")
 RULE, MICRO, SGEMM = "rule", "micro-kernel", "sgemm"
 
 

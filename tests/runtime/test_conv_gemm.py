@@ -43,6 +43,12 @@ CASES = {
                   {"pads": [2, 0, 1, 3], "strides": [2, 1], "dilations": [1, 2]}, "residual"),
     # MobileNet's depthwise 3x3: a GEMM per batch item and channel
     "depthwise": ((2, 6, 9, 9), (6, 1, 3, 3), {"group": 6, "pads": [1, 1, 1, 1]}, "bn_relu"),
+    # its strided blocks with TensorFlow "same" padding (after the end only), and a
+    # dilated 1-D one with a bias: one filter per group, computed tap by tap
+    "depthwise_strided": ((1, 8, 11, 10), (8, 1, 3, 3),
+                          {"group": 8, "pads": [0, 0, 1, 1], "strides": [2, 2]}, "bn_relu"),
+    "depthwise_1d": ((2, 6, 30), (6, 1, 5), {"group": 6, "pads": [2, 3], "dilations": [2]},
+                     "bias"),
     # Wav2Vec2's positional convolution: 1-D, groups of channels, a wide kernel, a bias
     "grouped_1d": ((2, 8, 40), (12, 2, 9), {"group": 4, "pads": [4, 4]}, "bias"),
     # ResNet's bottleneck 1 x 1s: the patches are the input, read in place (grouped:
@@ -118,6 +124,11 @@ def test_convolution_gemm_matches_reference(name, planner):
             # one tile of 25 columns would cost what 64 do: not cut for the cores,
             # the filters are
             assert t.col_tiles == 1 and t.row_tiles == s.device.units, t
+    if name.startswith("depthwise") and t.packed_b == PACK_TILE:
+        # one filter per group: no patches gathered, no micro-kernel (lower._direct)
+        src = s.program().compiled[0].source
+        assert "one filter per group" in src and "wb_gemm_packed(" not in src.split(
+            "void k")[-1], src[-3000:]
     check_plan(s, _magnitudes(name) if name in DEEP else None)
 
 

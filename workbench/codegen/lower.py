@@ -25,7 +25,7 @@ from ..fusion.gemm import PANEL, VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
-from ..fusion.schedule import PACK_ONCE, PACK_PER_RUN, Schedule, group_io
+from ..fusion.schedule import PACK_ONCE, PACK_PER_RUN, PACK_TILE, Schedule, group_io
 from ..ir import DType, Graph
 from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
@@ -315,6 +315,15 @@ class _Lowerer:
         elif t.im2col is None or t.in_place:    # B read in place
             gather, right = (), (self.buffers[t.b.value],
                                  f"{b.batch_offset('bt')} + c0 * {b.col_stride}", b.ld, b.trans)
+        elif self._direct():    # one filter per group: its taps straight into the tile
+            w = f"{a.batch_offset('bt')} + r0 * {a.row_stride}"
+            gather = (
+                Comment("one filter per group (a depthwise convolution): each tap times "
+                        "the input added into the tile, no patches gathered"),
+                Loop("col", t.tile_n, "block", (Store(dest, f"{c_off} + col - c0", "0.0f"),),
+                     start="c0", stop="c1"),
+                self._im2col(None, accumulate=(dest, c_off, self.buffers[t.a.value], w)))
+            right = None
         elif not t.packed_b:    # B is the tile's patches of the input, gathered
             cols = Scratch("wb_cols", t.b.value, DType.float32, K * t.tile_n)
             gather = (DeclareScratch(cols), Comment("the tile's patches of the input, "
@@ -328,7 +337,6 @@ class _Lowerer:
                 "the tile's patches of the input, gathered (im2col) into column panels"
                 + (" in pairs of rows" if pairs else "")), self._im2col_panels(cols, pairs))
             right = (cols, "0", PANEL, False)
-        bbuf, b_off, ldb, trans_b = right
         abuf = self.buffers[t.a.value]
         if not pairs and abuf.dtype is DType.bfloat16:
             # (a bfloat16 convolution: its filters widened once, for float32 products)
@@ -337,11 +345,15 @@ class _Lowerer:
             pack = (Comment(f"{t.a.value}, a bfloat16 constant, widened on the first run"),
                     WidenOnce(abuf, wide, abuf.numel, mm.id)) + pack
             abuf = wide
-        product = gather + (Gemm(abuf, bbuf, dest,
-                                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}", b_off,
-                                 c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, ldc, mm.id,
-                                 trans_a=a.trans, trans_b=trans_b, packed=bool(t.packed_b),
-                                 pairs=pairs),)
+        if right is None:
+            product = gather
+        else:
+            bbuf, b_off, ldb, trans_b = right
+            product = gather + (Gemm(abuf, bbuf, dest,
+                                     f"{a.batch_offset('bt')} + r0 * {a.row_stride}", b_off,
+                                     c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, ldc, mm.id,
+                                     trans_a=a.trans, trans_b=trans_b,
+                                     packed=bool(t.packed_b), pairs=pairs),)
         body = start + (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
@@ -356,8 +368,23 @@ class _Lowerer:
                     _widen([*pack, loop], self.wide), _launch(self.geometry, self.sched),
                     int(t.flops) + flops, tuple(self.scratch.values()))
         # the host sgemm is passed in only where a product calls it
-        sgemm = not t.packed_b or (then is not None and not then.packed)
+        sgemm = (not t.packed_b and right is not None) or (then is not None
+                                                            and not then.packed)
         return replace(k, blas="sgemm" if sgemm else "", host_only=True)
+
+    def _direct(self) -> bool:
+        """Whether the convolution is computed tap by tap into its tile (``_gemm``): one
+        filter per GEMM (a depthwise convolution; its product has one row), float32
+        throughout, on the micro-kernel's path (``blas=1`` keeps sgemm on the gathered
+        patches, for the tuner to compare). Gathering the taps of every position into
+        panels for a micro-kernel that multiplies WB_MR rows, one of them real, wrote
+        and read every tap once more than the product needs (MobileNetV2's depthwise
+        kernels: most of its time)."""
+        t = self.sched.gemm
+        return (t.im2col is not None and t.packed_b == PACK_TILE and t.m == 1
+                and self.sched.then is None and not self._pairs()
+                and self.g.value(t.a.value).dtype is DType.float32
+                and self.g.value(t.im2col.value).dtype is DType.float32)
 
     def _tile_out(self, tile: Scratch, buf: Buffer, first: str, ld: int, c0: str, c1: str,
                   node: str) -> Loop:
@@ -433,8 +460,8 @@ class _Lowerer:
             self._im2col(cols, "g0", "g1", row, step, f"pc * {size}"), *pad),
             stop=f"(c1 - c0 + {PANEL - 1}) / {PANEL}")
 
-    def _im2col(self, cols: Scratch, c0: str = "c0", c1: str = "c1", row: str = "",
-                step: int = 1, base: str = "") -> Loop:
+    def _im2col(self, cols: Scratch | None, c0: str = "c0", c1: str = "c1", row: str = "",
+                step: int = 1, base: str = "", accumulate=None) -> Loop:
         """Fill ``cols`` with the patches of output positions c0..c1 (C expressions: the
         tile's by default) in batch item bt (see ``Im2col``): row ``j`` (a C expression
         of j: row-major over the tile's width by default) from ``base``, the positions
@@ -475,14 +502,28 @@ class _Lowerer:
         to = (f"{base + ' + ' if base else ''}{row or f'j * {t.tile_n}'} + "
               f"(q * {width} + x - {c0}) * {step}")
         src = f"({at}) * {n} + x * {st} + {shift}"
-        segments = (("x0", "xa", "0.0f"), ("xa", "xb", None), ("xb", "x1", "0.0f"))
+        tap_weight: tuple = ()
+        if accumulate is None:
+            segments = (("x0", "xa", "0.0f"), ("xa", "xb", None), ("xb", "x1", "0.0f"))
+        else:
+            # (``_direct``: the taps inside the input times the filter's weight j, added
+            # into the tile's one row; the ones past an edge add nothing)
+            dest, first, filters, w = accumulate
+            to = f"{first} + q * {width} + x - {c0}"
+            segments = (("xa", "xb", None),)
+            tap_weight = (Load("wb_w", filters, f"{w} + j * {t.a.view.col_stride}"),)
         for a, b, zero in segments:
-            body = ((Store(cols, to, zero),) if zero else
-                    (Load("xv", x, src), Store(cols, to, "xv")))
+            if zero:
+                body = (Store(cols, to, zero),)
+            elif accumulate is None:
+                body = (Load("xv", x, src), Store(cols, to, "xv"))
+            else:
+                body = (Load("xv", x, src), Load("wb_d", dest, to),
+                        Store(dest, to, "wb_d + wb_w * xv"))
             run.append(Loop("x", width, "block", body, start=a, stop=b))
-        return Loop("j", t.k, "serial", (Loop(
+        return Loop("j", t.k, "serial", (*tap_weight, Loop(
             "q", t.n // width, "serial", tuple(run), start=f"{c0} / {width}",
-            stop=f"({c1} - 1) / {width} + 1"),))
+            stop=f"({c1} - 1) / {width} + 1")))
 
     def _at_rows(self, v: str) -> Index:
         """The element at (row, col) of a value seen as [rows, N] (the product, or a

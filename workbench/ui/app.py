@@ -141,6 +141,7 @@ class WorkbenchApp(w.VBox):
             c.add_class(cls)          # (stable selectors for the browser tests)
         self._message = w.HTML()
         self._message.add_class("wb-message")
+        self._message_lock = threading.Lock()
         self.progress = w.IntProgress(min=0, max=1, value=0, bar_style="info",
                                       style={"description_width": "initial"},
                                       layout=w.Layout(display="none", width="240px"))
@@ -529,9 +530,11 @@ class WorkbenchApp(w.VBox):
         if job is None or not job.running:
             self._set_message("nothing to cancel", refused=True)
             return
-        job.cancel()
-        self.buttons["Cancel"].disabled = True
+        # (said before the job is told: the job's own last word, "... cancelled", is
+        # set on its thread and must not be overwritten by this one)
         self._set_message(f"cancelling {job.label}…")
+        self.buttons["Cancel"].disabled = True
+        job.cancel()
 
     def _job_done(self, job: Job) -> None:
         # on the worker thread: the action already showed its result or refusal
@@ -587,12 +590,15 @@ class WorkbenchApp(w.VBox):
             self._chain_progress(done, total, label)
 
     def _set_message(self, text: str, refused: bool = False) -> None:
-        self._message_text = text
-        self._message.value = html.escape(text)
-        if refused:
-            self._message.add_class("wb-refused")
-        else:
-            self._message.remove_class("wb-refused")
+        # (a job's thread and the kernel's both say things: the text and its class
+        # change together, or a refusal could lose its class to the other thread)
+        with self._message_lock:
+            self._message_text = text
+            self._message.value = html.escape(text)
+            if refused:
+                self._message.add_class("wb-refused")
+            else:
+                self._message.remove_class("wb-refused")
 
     def _on_collapse_toggle(self, change) -> None:
         (self.view.collapse if change["new"] else self.view.expand)()
