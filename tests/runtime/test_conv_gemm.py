@@ -16,7 +16,8 @@ from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze
 from workbench.fusion.devices import assumed_cpu
 from workbench.fusion import gemm
-from workbench.fusion.gemm import CONV_MICRO_DEPTH, PACK_MIN_VECTOR_BYTES, PANEL
+from workbench.fusion.gemm import (CONV_MICRO_DEPTH, CONV_POINTWISE_MICRO_FILTERS,
+                                   PACK_MIN_VECTOR_BYTES, PANEL)
 from workbench.fusion.mapping import ScheduleKind
 from workbench.fusion.schedule import PACK_PER_RUN, PACK_TILE
 from workbench.session import Session
@@ -55,6 +56,9 @@ CASES = {
     # a batch item's groups one channel run after another)
     "pointwise": ((2, 24, 7, 9), (40, 24, 1, 1), {}, "bias"),
     "pointwise_grouped": ((2, 12, 5, 6), (8, 6, 1, 1), {"group": 2}, "bn_relu"),
+    # more filters than CONV_POINTWISE_MICRO_FILTERS: the micro-kernel's, its input
+    # packed by every run
+    "pointwise_wide": ((2, 24, 7, 9), (96, 24, 1, 1), {}, "bn_relu"),
     # ResNet-50's last stage in small: deep filters (2880 weights: a panel's width of
     # patches is more than IM2COL_TILE) over few positions
     "deep_few": ((1, 320, 7, 7), (32, 320, 3, 3), {"pads": [1, 1, 1, 1]}, "bn_relu"),
@@ -115,7 +119,9 @@ def test_convolution_gemm_matches_reference(name, planner):
     assert sched.kind is ScheduleKind.gemm and t.im2col is not None
     if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES:
         # the micro-kernel for shallow filters, sgemm for deep ones (CONV_MICRO_DEPTH)
-        assert t.packed_b == ("" if t.k >= CONV_MICRO_DEPTH else PACK_PER_RUN
+        # (a 1 x 1 one with few filters: sgemm on its input in place)
+        pointwise = "" if t.m <= CONV_POINTWISE_MICRO_FILTERS else PACK_PER_RUN
+        assert t.packed_b == ("" if t.k >= CONV_MICRO_DEPTH else pointwise
                               if name.startswith("pointwise") else PACK_TILE), t
         if name.startswith("split"):
             # 70 positions, rows of 10: the second panel starts inside an output row

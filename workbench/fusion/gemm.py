@@ -92,6 +92,13 @@ CONVS = ("conv", "conv2d")
 # (ResNet-50's 3 x 3 and 1 x 1 convolutions of its later stages: 113-142 GFLOP/s
 # against 135-174), the whole of ResNet-50's convolutions 63.6 ms against 57.5
 CONV_MICRO_DEPTH = 256
+# ...except a 1 x 1 convolution with at most this many filters per group: its input,
+# read in place by sgemm, would be packed by every run for the micro-kernel, an extra
+# pass that few filters do not repay (benchmarks/results/conv-gemm-2026-11-24*.md:
+# ResNet-50's 64-filter 1 x 1 0.221 ms by sgemm against 0.241; MobileNetV2's 1 x 1s of
+# 8-32 filters 0.007-0.016 against 0.011-0.019; with 128 filters and more the
+# micro-kernel won, 0.63-0.79 against 0.85-1.11)
+CONV_POINTWISE_MICRO_FILTERS = 64
 # what a GEMM kernel reads and writes. A bfloat16 matmul is multiplied by the
 # micro-kernel two rows of k at a time (A's sliver and B packed in pairs,
 # codegen/microkernel.py), accumulated in float32 and rounded once where the epilogue
@@ -679,8 +686,9 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     # them and the filters widened)
     can = PACK_TILE if device.vector_bytes >= PACK_MIN_VECTOR_BYTES and (
         cols.pointwise or depth * PANEL <= THREAD_SCRATCH) else ""
-    packed = lc.packs(can, f"{conv.id}'s patches", per_run=depth < CONV_MICRO_DEPTH
-                      or half)
+    micro = depth < CONV_MICRO_DEPTH and not (cols.pointwise
+                                              and k <= CONV_POINTWISE_MICRO_FILTERS)
+    packed = lc.packs(can, f"{conv.id}'s patches", per_run=micro or half)
     epilogue_ops = len(rest) + (len(conv.inputs) == 3)
     if cols.pointwise and (packed or not half):
         # the patches are the input itself: each batch item's (and group's) channels x
