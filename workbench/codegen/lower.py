@@ -368,8 +368,7 @@ class _Lowerer:
                     _widen([*pack, loop], self.wide), _launch(self.geometry, self.sched),
                     int(t.flops) + flops, tuple(self.scratch.values()))
         # the host sgemm is passed in only where a product calls it
-        sgemm = (not t.packed_b and right is not None) or (then is not None
-                                                            and not then.packed)
+        sgemm = not t.packed_b or (then is not None and not then.packed)
         return replace(k, blas="sgemm" if sgemm else "", host_only=True)
 
     def _direct(self) -> bool:
@@ -381,8 +380,8 @@ class _Lowerer:
         and read every tap once more than the product needs (MobileNetV2's depthwise
         kernels: most of its time)."""
         t = self.sched.gemm
+        # (float32 filters: never multiplied in pairs; a convolution has no second product)
         return (t.im2col is not None and t.packed_b == PACK_TILE and t.m == 1
-                and self.sched.then is None and not self._pairs()
                 and self.g.value(t.a.value).dtype is DType.float32
                 and self.g.value(t.im2col.value).dtype is DType.float32)
 

@@ -21,8 +21,9 @@ from typing import Iterable
 from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, RowRole, get_op
+from ..ops.conv import CONVS
 from .devices import DEFAULT_DEVICE, Device
-from .gemm import CONVS, analyze_gemm
+from .gemm import analyze_gemm
 from .geometry import (REDUCE_SLOT_BYTES, geometry, register_budget, row_slots, row_threads,
                        row_vector, rows_per_block, shared_bytes, split_count)
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping

@@ -36,8 +36,9 @@ from typing import Callable
 
 from ..errors import FusionRefused
 from ..ir import Graph
+from ..ops.conv import CONVS
 from .analysis import analyze
-from .gemm import CONVS, INVERTIBLE, prologue, view_chain
+from .gemm import INVERTIBLE, prologue, view_chain
 from .devices import Device
 from .partition import Decision, Partition
 

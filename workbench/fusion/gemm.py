@@ -52,7 +52,7 @@ from typing import Callable
 from ..errors import FusionRefused
 from ..ir import DType, Graph
 from ..ops import Kind, get_op
-from ..ops.conv import conv_attrs
+from ..ops.conv import CONVS, conv_attrs
 from ..ops.reduce import reduce_axes
 from ..ops.strided import MatrixView, Strided
 from .devices import Device
@@ -82,7 +82,6 @@ IM2COL_TILE = 128 * 1024
 # the most floats a thread's own buffers of one tile may hold (on its stack: a
 # convolution's patches, a fused attention's scores and output rows), 2 MB
 THREAD_SCRATCH = 4 * IM2COL_TILE
-CONVS = ("conv", "conv2d")
 # the deepest filters (weights each: channels x taps) whose products the rule gives the
 # micro-kernel rather than sgemm per tile. Measured kernel by kernel on 2 cores (Zen 4,
 # OpenBLAS 0.3.30 SkylakeX; benchmarks/results/conv-gemm-2026-11-24.md): below 256

@@ -22,8 +22,6 @@ anyway.
 """
 from __future__ import annotations
 
-import math
-
 from .graph import Graph
 from .reshape_chains import rebuild
 
@@ -44,7 +42,7 @@ def fold_constants(g: Graph) -> Graph:
             reads[i] = reads.get(i, 0) + 1
 
     def foldable(n) -> bool:
-        sizes = [math.prod(values[i].shape) for i in n.inputs]
+        sizes = [values[i].numel for i in n.inputs]
         return bool(n.inputs) and all(i in consts for i in n.inputs) \
             and not any(o in outputs for o in n.outputs) \
             and max(values[o].numel for o in n.outputs) <= max(sizes) \

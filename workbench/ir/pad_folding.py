@@ -20,13 +20,11 @@ from __future__ import annotations
 from .graph import Graph, Node
 from .reshape_chains import rebuild
 
-CONVS = ("conv", "conv2d")
-
 
 def fold_pads_into_convs(g: Graph) -> Graph:
     """``g`` with each zero spatial pad read by a convolution folded into it (see the
     module docstring); ``g`` itself where there is none."""
-    from ..ops.conv import conv_attrs
+    from ..ops.conv import CONVS, conv_attrs
     from ..ops.window import pad_attrs
     producer = {o: n for n in g.nodes for o in n.outputs}
     nodes, changed = [], False
@@ -43,7 +41,7 @@ def fold_pads_into_convs(g: Graph) -> Graph:
                 or any(pads[a] or pads[a + rank] for a in (0, 1)):
             nodes.append(n)
             continue
-        group, strides, dilations, own = conv_attrs(n.attr_map, spatial, n.op)
+        *_, own = conv_attrs(n.attr_map, spatial, n.op)      # (its pads)
         added = [own[i] + pads[2 + i] for i in range(spatial)] + \
                 [own[spatial + i] + pads[rank + 2 + i] for i in range(spatial)]
         nodes.append(Node.make(n.id, n.op, (p.inputs[0], *n.inputs[1:]), n.outputs,

@@ -141,3 +141,6 @@ _register("conv2d", (4,), "2-D convolution NCHW x KCRS (+bias); attrs strides, p
 _register("conv", (3, 4, 5), "convolution over 1 to 3 spatial axes, [N, C, *spatial] x "
           "[K, C/group, *kernel] (+bias [K]); attrs strides, pads (begin..., end...), "
           "dilations, group (group = C: depthwise)")
+# the convolution ops' names (conv2d is conv's 2-D spelling), for the passes that treat
+# both alike
+CONVS = ("conv", "conv2d")
