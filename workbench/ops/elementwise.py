@@ -27,9 +27,11 @@ def _limits_text() -> str:
 
 LIMITS = Helper("WB_MIN/MAX", _limits_text())
 FMAX = Helper("wb_fmax", r"""/* NaN-propagating max/min, as NumPy's maximum/minimum (fmaxf would drop the NaN) */
-/* (| not ||: no short circuit, so loops over them still vectorize) */
-WB_FN float wb_fmax(float a, float b) { return ((a != a) | (a > b)) ? a : b; }
-WB_FN float wb_fmin(float a, float b) { return ((a != a) | (a < b)) ? a : b; }
+/* (this form, not ((a != a) | (a > b)), which gives the same bits: GCC 12 could not
+   if-convert two of those in a row, a ReLU6, and left the loop scalar with a branch per
+   element, 40x slower; tests/codegen/test_vectorization.py) */
+WB_FN float wb_fmax(float a, float b) { return (a > b || a != a) ? a : b; }
+WB_FN float wb_fmin(float a, float b) { return (a < b || a != a) ? a : b; }
 """)
 # e^x on the CPU, written out rather than glibc's: its vector expf (libmvec) leaves
 # the vector path for a whole vector when one lane's result is outside float's normal

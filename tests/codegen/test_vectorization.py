@@ -1,0 +1,102 @@
+"""The generated C kernels' SIMD loops are vectorized by the compiler the CPU backend
+really uses, with the flags it really passes (GCC's own ``-fopt-info-vec`` report,
+``workbench/runtime/vectorization.py``).
+
+Why: ``#pragma omp simd`` is a request GCC may quietly decline. Until 2026-11-24 the
+NaN-propagating ``wb_fmax``/``wb_fmin`` helpers were written ``((a != a) | (a > b)) ?
+a : b``; two in a row (a ReLU6, a Clip, max after exp) could not be if-converted, so
+every MobileNetV2 convolution epilogue ran as a branch per element: MobileNetV2 as a
+whole 2.1x slower (``benchmarks/results/minmax-select-2026-11-24.md``), with every
+result still right. These tests keep such a helper form from coming back. They skip
+where the C compiler is not GCC (another compiler reports differently).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workbench.codegen import lower_plan
+from workbench.ir import GraphBuilder
+from workbench.ir import composites
+from workbench.runtime import get_backend
+from workbench.runtime.vectorization import simd_loops, supported
+from workbench.session import Session
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _gcc():
+    if not supported():
+        pytest.skip("the C compiler is not GCC: its vectorization report is not read here")
+
+
+def _kernels(g, planner: str):
+    s = Session(g, backend="cpu")
+    s.auto(planner)
+    backend = get_backend("cpu")
+    return [(k, backend.render(k)) for k in lower_plan(s.plan) if k.library is None]
+
+
+def _scalar(kernels) -> list[str]:
+    """The SIMD loops of these kernels the compiler left scalar, described."""
+    return [f"{k.name}: `{loop.text}` ({'; '.join(loop.reasons) or 'no reason given'})"
+            for k, src in kernels for loop in simd_loops(src, k.name) if not loop.vectorized]
+
+
+@pytest.mark.parametrize("first", ["relu", "max", "min", "exp", "sigmoid", "abs"])
+def test_selects_in_a_row_vectorize(first):
+    # first(x) -> max(., y) -> min(., 6): every pair of max/min in a row, and each op
+    # before one, fused into one elementwise kernel of a long loop
+    b = GraphBuilder(f"chain_{first}")
+    x, y = b.input("x", (64, 4096)), b.input("y", (64, 4096))
+    v = b.op(first, x, y) if first in ("max", "min") else b.op(first, x)
+    v = b.op("min", b.op("max", v, y), b.constant(np.float32(6.0)))
+    b.output(b.op("relu", v), "out")
+    kernels = _kernels(b.build(), "rules")
+    assert len(kernels) == 1
+    scalar = _scalar(kernels)
+    assert not scalar, scalar
+
+
+def test_a_convolution_epilogue_of_relu6_vectorizes():
+    # MobileNetV2's expansion: a 1 x 1 convolution of few channels, then ReLU6 (Clip)
+    # in its epilogue, applied to each tile while it is in cache
+    b = GraphBuilder("mbconv")
+    x = b.input("x", (2, 8, 32, 32))
+    w = b.constant(np.random.default_rng(0).standard_normal((48, 8, 1, 1), np.float32))
+    y = composites.clip(b, b.op("conv", x, w), b.constant(np.float32(0.0)),
+                        b.constant(np.float32(6.0)))
+    b.output(y, "y")
+    kernels = _kernels(b.build(), "stitch")
+    assert len(kernels) == 1 and kernels[0][0].schedule.startswith("conv as gemm")
+    loops = simd_loops(kernels[0][1], kernels[0][0].name)
+    assert loops, "the epilogue is a SIMD loop"
+    scalar = _scalar(kernels)
+    assert not scalar, scalar
+
+
+def test_softmax_rows_vectorize():
+    b = GraphBuilder("softmax")
+    x = b.input("x", (64, 1024))
+    b.output(composites.softmax(b, x), "y")
+    kernels = _kernels(b.build(), "stitch")
+    scalar = _scalar(kernels)
+    assert not scalar, scalar
+
+
+def test_the_report_names_a_loop_left_scalar_and_why():
+    # a call the compiler cannot see into keeps a loop scalar, whatever the pragma
+    src = ("float opaque(float);\n"
+           "void k(const float* restrict x, float* restrict y) {\n"
+           "  #pragma omp simd\n"
+           "  for (int i = 0; i < 4096; ++i) {\n"
+           "    y[i] = opaque(x[i]);\n"
+           "  }\n"
+           "  #pragma omp simd\n"
+           "  for (int i = 0; i < 4096; ++i) {\n"
+           "    y[i] = y[i] * 2.0f;  /* { a brace in a comment } */\n"
+           "  }\n"
+           "}\n")
+    first, second = simd_loops(src, "k")
+    assert (first.line, first.vectorized) == (4, False)
+    assert first.reasons and not any(r.startswith("couldn't") for r in first.reasons)
+    assert (second.line, second.vectorized, second.reasons) == (8, True, ())
