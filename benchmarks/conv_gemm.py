@@ -19,7 +19,10 @@ convolution kernel):
   convolution's input read in place);
 - **micro-kernel** (``blas=0`` on every convolution that takes it; one with one
   filter per group, a depthwise one, is then computed tap by tap into its tile);
-- **sgemm** (``blas=1`` on every convolution).
+- **sgemm** (``blas=1`` on every convolution);
+- **rule, positions in lanes** (``--methods``; not by default): the rule with no
+  1 x 1 convolution made transposed (``FEW_POSITIONS`` = 0), as before
+  ``PACK_FILTERS``: side by side with **rule**, what that path gains.
 
 Per method: whole-model latency (median ms of one ``Program.run``, timed in
 alternation with onnxruntime as ``benchmarks/models.py`` does), the convolution
@@ -54,6 +57,7 @@ from models import (alternate, first_line, log, machine_line,  # noqa: E402
 
 MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2", "mobilenet_v2")
 RULE, MICRO, SGEMM = "rule", "micro-kernel", "sgemm"
+LANES = "rule, positions in lanes"   # the rule before PACK_FILTERS (FEW_POSITIONS = 0)
 
 
 def export(name: str, folder: Path) -> Path:
@@ -82,9 +86,16 @@ def plan(g, how: str):
     """A stitch session of ``g`` with its convolutions made ``how``."""
     import workbench as wb
     from workbench.errors import FusionRefused
+    from workbench.fusion import gemm
     s = wb.Session(g, backend="cpu")
-    s.auto("stitch")
-    for gr in _convs(s) if how != RULE else ():
+    keep = gemm.FEW_POSITIONS
+    if how == LANES:      # no 1 x 1 convolution made transposed
+        gemm.FEW_POSITIONS = 0
+    try:
+        s.auto("stitch")
+    finally:
+        gemm.FEW_POSITIONS = keep
+    for gr in _convs(s) if how not in (RULE, LANES) else ():
         try:
             s.set_launch(gr.id, blas=0 if how == MICRO else 1)
         except FusionRefused:      # (filters too deep for a panel of patches)
@@ -136,6 +147,7 @@ def run_model(name: str, folder: Path, rounds: int, inner: int,
     import onnxruntime as ort
 
     from workbench.frontends import load_onnx
+    from workbench.fusion.schedule import PACK_FILTERS
     rec: dict = {"model": name}
     path = export(name, folder)
     g = load_onnx(path)
@@ -154,6 +166,7 @@ def run_model(name: str, folder: Path, rounds: int, inner: int,
         r = rec.setdefault("methods", {}).setdefault(how, {})
         r["error_vs_onnxruntime"] = rel_error(got, want)
         r["kernels"] = len(prog.compiled)
+        r["transposed"] = sum(gr.schedule.gemm.packed_b == PACK_FILTERS for gr in _convs(s))
         r.update(conv_time(s, prog, inputs))
         methods[f"workbench {how}"] = (lambda p: lambda: p.run(inputs))(prog)
         log(f"  {name} {how}: {r['conv_kernels']} convolution kernels, "
@@ -188,7 +201,8 @@ def markdown(res: dict) -> str:
         ort = lat["onnxruntime"]
         for how, r in rec["methods"].items():
             ms = lat[f"workbench {how}"]
-            lines.append(f"| {rec['model']} | {how} | {ms:.3f} | {ort / ms:.2f}x | "
+            made = f" ({r['transposed']} made transposed)" if r.get("transposed") else ""
+            lines.append(f"| {rec['model']} | {how}{made} | {ms:.3f} | {ort / ms:.2f}x | "
                          f"{r['conv_ms']:.3f} | {r['conv_gflop_s']:.0f} | "
                          f"{r['error_vs_onnxruntime']:.1e} |")
         lines.append(f"| {rec['model']} | onnxruntime | {ort:.3f} | 1.00x | | | |")
@@ -216,7 +230,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     model_timing_args(ap, MODELS)
     ap.add_argument("--methods", nargs="+", default=[RULE, MICRO, SGEMM],
-                    choices=[RULE, MICRO, SGEMM])
+                    choices=[RULE, MICRO, SGEMM, LANES])
     ap.add_argument("--kernel-rounds", type=int, default=5,
                     help="alternations of the per-kernel timing")
     ap.add_argument("--note", action="append", default=[], help="a line for the report")

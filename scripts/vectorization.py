@@ -4,15 +4,18 @@
     .venv/bin/python scripts/vectorization.py                       # every zoo model
     .venv/bin/python scripts/vectorization.py --models mobilenet_v2 resnet --size tiny
 
-Each zoo model (random weights) is exported by ``torch.onnx.export`` and imported
-from that file, as a user brings it, planned by ``stitch`` for this CPU, and every
-generated kernel is compiled with the CPU backend's own flags and GCC's
-``-fopt-info-vec`` report (``workbench/runtime/vectorization.py``). Lists each
-``#pragma omp simd`` loop the compiler did not vectorize, with its reasons. A loop
-with no reason was usually replaced by ``memset``/``memcpy`` or has too few iterations
-to be worth it; "control flow in loop" on a loop of many iterations is the kind of
-loss to fix (a select GCC cannot if-convert, as ``wb_fmax``'s form before
-2026-11-24). Writes ``<out>/vectorization-<date>.md`` and ``.json``.
+Each zoo model (random weights; ``--dtype bfloat16`` converts it, as a user's
+``model.to(torch.bfloat16)`` does) is exported by ``torch.onnx.export`` and imported
+from that file, as a user brings it (through ``from_torch`` where that fails), planned
+by ``stitch`` for this CPU, and every generated kernel is compiled with the CPU
+backend's own flags and GCC's ``-fopt-info-vec`` report
+(``workbench/runtime/vectorization.py``). Lists each ``#pragma omp simd`` loop the
+compiler did not vectorize, with its reasons. A loop with no reason was usually
+replaced by ``memset``/``memcpy`` or has too few iterations to be worth it; "control
+flow in loop" on a loop of many iterations is the kind of loss to fix (a select GCC
+cannot if-convert, as ``wb_fmax``'s form before 2026-11-24). Writes
+``<out>/vectorization-<date>.md`` and ``.json`` (with ``--dtype bfloat16``,
+``vectorization-<date>-bfloat16``).
 """
 from __future__ import annotations
 
@@ -36,9 +39,12 @@ from workbench.runtime.vectorization import simd_loops, supported  # noqa: E402
 from workbench.session import Session  # noqa: E402
 
 
-def audit(name: str, size: str, folder: Path) -> dict:
-    m = zoo.build(name, size=size)
-    graph = load_onnx(str(zoo.export_onnx(m, folder / f"{name}.onnx")))
+def audit(name: str, size: str, folder: Path, dtype: str = "float32") -> dict:
+    m = zoo.build(name, size=size, dtype=dtype)
+    try:
+        graph = load_onnx(str(zoo.export_onnx(m, folder / f"{name}.onnx")))
+    except Exception:   # (an export or import that fails: the model as from_torch has it)
+        graph = zoo.import_torch(m)
     s = Session(graph, backend="cpu")
     s.auto("stitch")
     backend = get_backend("cpu")
@@ -56,6 +62,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(zoo.MODELS))
     ap.add_argument("--size", default="small", choices=sorted(zoo.SIZES))
+    ap.add_argument("--dtype", default="float32", choices=zoo.DTYPES)
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = ap.parse_args(argv)
     if not supported():
@@ -65,11 +72,13 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
             print(f"[vectorization] {name} ...", flush=True)
-            results.append(audit(name, args.size, Path(tmp)))
+            results.append(audit(name, args.size, Path(tmp), args.dtype))
     day = _dt.date.today().isoformat()
+    stem = f"vectorization-{day}" + ("" if args.dtype == "float32" else f"-{args.dtype}")
     cc = find_compiler()[1]
     lines = [f"# SIMD loops GCC left scalar ({day})", "",
              f"Compiler: {cc}; flags: `{' '.join(cflags())}`. Zoo size `{args.size}`, "
+             f"{args.dtype}, "
              "ONNX export imported, `stitch` plan; every generated kernel's "
              "`#pragma omp simd` loops (`scripts/vectorization.py`).", "",
              "| model | kernels | SIMD loops | scalar |", "|---|---|---|---|"]
@@ -83,10 +92,10 @@ def main(argv=None) -> int:
             lines.append(f"| {r['model']} | {s['kernel']} | `{s['loop']}` | {why} |")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"vectorization-{day}.md").write_text("\n".join(lines) + "\n")
-    (out / f"vectorization-{day}.json").write_text(json.dumps(
+    (out / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    (out / f"{stem}.json").write_text(json.dumps(
         {"date": day, "compiler": cc, "flags": list(cflags()), "size": args.size,
-         "models": results}, indent=1))
+         "dtype": args.dtype, "models": results}, indent=1))
     print("\n".join(lines))
     return 0
 

@@ -17,9 +17,9 @@ from workbench.fusion.analysis import analyze
 from workbench.fusion.devices import assumed_cpu
 from workbench.fusion import gemm
 from workbench.fusion.gemm import (CONV_MICRO_DEPTH, CONV_POINTWISE_MICRO_FILTERS,
-                                   PACK_MIN_VECTOR_BYTES, PANEL)
+                                   FEW_POSITIONS, PACK_MIN_VECTOR_BYTES, PANEL)
 from workbench.fusion.mapping import ScheduleKind
-from workbench.fusion.schedule import PACK_PER_RUN, PACK_TILE
+from workbench.fusion.schedule import PACK_FILTERS, PACK_PER_RUN, PACK_TILE
 from workbench.session import Session
 
 from plan_checks import check_plan
@@ -59,6 +59,11 @@ CASES = {
     # more filters than CONV_POINTWISE_MICRO_FILTERS: the micro-kernel's, its input
     # packed by every run
     "pointwise_wide": ((2, 24, 7, 9), (96, 24, 1, 1), {}, "bn_relu"),
+    # MobileNetV2's last blocks: a 1 x 1 of many filters over few positions, made
+    # transposed (the filters in the vectors' lanes, packed once); and one deeper than
+    # a block of k (KC), over positions fewer than a sliver, with a bias and a residual
+    "pointwise_few": ((2, 24, 4, 4), (144, 24, 1, 1), {}, "bn_relu"),
+    "pointwise_few_deep": ((3, 300, 2, 3), (200, 300, 1, 1), {}, "residual"),
     # ResNet-50's last stage in small: deep filters (2880 weights: a panel's width of
     # patches is more than IM2COL_TILE) over few positions
     "deep_few": ((1, 320, 7, 7), (32, 320, 3, 3), {"pads": [1, 1, 1, 1]}, "bn_relu"),
@@ -67,7 +72,7 @@ CASES = {
 }
 # sums of thousands of products: an output near zero is measured against the sum of
 # the products' magnitudes (the kernels' own bound), not against itself
-DEEP = ("deep_few",)
+DEEP = ("deep_few", "pointwise_few_deep")
 
 
 def _graph(name, dtype="float32", magnitudes=False):
@@ -120,9 +125,15 @@ def test_convolution_gemm_matches_reference(name, planner):
     if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES:
         # the micro-kernel for shallow filters, sgemm for deep ones (CONV_MICRO_DEPTH)
         # (a 1 x 1 one with few filters: sgemm on its input in place)
-        pointwise = "" if t.m <= CONV_POINTWISE_MICRO_FILTERS else PACK_PER_RUN
+        # (over few positions, one group: made transposed against the filters)
+        few = t.n <= FEW_POSITIONS and name != "pointwise_grouped"
+        pointwise = ("" if t.m <= CONV_POINTWISE_MICRO_FILTERS else PACK_FILTERS if few
+                     else PACK_PER_RUN)
         assert t.packed_b == ("" if t.k >= CONV_MICRO_DEPTH else pointwise
                               if name.startswith("pointwise") else PACK_TILE), t
+        if t.packed_b == PACK_FILTERS:
+            src = s.program().compiled[0].source
+            assert "wb_gemm_packed_t(" in src.split(f"void {s.kernels()[0].name}")[-1]
         if name.startswith("split"):
             # 70 positions, rows of 10: the second panel starts inside an output row
             assert t.n > PANEL and PANEL % t.im2col.out[-1] != 0, t
@@ -150,6 +161,33 @@ def test_deep_filters_on_the_micro_kernel_take_a_panel_of_positions(monkeypatch)
     assert t.packed_b == PACK_TILE and t.tile_n == 49 and t.col_tiles == 1
     assert t.row_tiles == (s.device.units if s.device.units in (2, 4) else t.row_tiles)
     check_plan(s, _magnitudes("deep_few"))
+
+
+@pytest.mark.parametrize("tile_m", [None, 64, 128])
+@pytest.mark.parametrize("name", ["pointwise_few", "pointwise_few_deep"])
+def test_pointwise_over_few_positions_made_transposed(monkeypatch, name, tile_m):
+    """``blas=0`` (or the rule, for shallow filters) on a 1 x 1 convolution over few
+    positions: its product made transposed (``wb_gemm_packed_t``) against the filters
+    packed once, in tiles of whole panels of filters (``tile_m`` a multiple of PANEL),
+    each position's filters stored back as rows; deeper than a block of k
+    (``pointwise_few_deep``: 300 weights) the positions' sliver is taken a block at a
+    time."""
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s = Session(_graph(name), backend="cpu")
+    s.auto("stitch")
+    gid = s.plan.groups[0].id
+    s.set_launch(gid, blas=0, **({"tile_m": tile_m} if tile_m else {}))
+    t = s.plan.groups[0].schedule.gemm
+    assert t.packed_b == PACK_FILTERS and t.tile_n == t.n <= FEW_POSITIONS, t
+    assert t.tile_m % PANEL == 0 or t.tile_m == t.m, t
+    if tile_m:
+        assert t.tile_m == tile_m and t.row_tiles == -(-t.m // tile_m)
+    assert "made transposed" in s.plan.groups[0].schedule.describe()
+    check_plan(s, _magnitudes(name) if name in DEEP else None)
+    with pytest.raises(FusionRefused, match="multiple of 64"):
+        s.set_launch(gid, blas=0, tile_m=100)
+    with pytest.raises(FusionRefused, match="one tile"):
+        s.set_launch(gid, blas=0, tile_n=2)
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

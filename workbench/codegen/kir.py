@@ -172,6 +172,11 @@ class Gemm:
     # (packed only) A and B are bfloat16 and B is packed in pairs of rows (PackB.pairs):
     # the micro-kernel takes two rows of k per step (codegen/microkernel.py)
     pairs: bool = False
+    # (packed only) the product made transposed (``wb_gemm_packed_t``): ``b`` holds A
+    # transposed, packed (a 1 x 1 convolution's filters, packed once), ``a`` is B read
+    # in place (the input: element (row r, column i) at a[a_off + r x lda + i]), and
+    # each block of positions x filters is stored transposed into ``c``
+    transposed: bool = False
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,8 @@ from ..fusion.gemm import PANEL, VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
-from ..fusion.schedule import PACK_ONCE, PACK_PER_RUN, PACK_TILE, Schedule, group_io
+from ..fusion.schedule import (PACK_FILTERS, PACK_ONCE, PACK_PER_RUN, PACK_TILE, Schedule,
+                               group_io)
 from ..ir import DType, Graph
 from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
@@ -300,7 +301,20 @@ class _Lowerer:
                                "they are in cache"), *declare, second, *store)
         pairs = self._pairs()
         kw = panel_rows(K, pairs)          # (a panel's rows of words: c0's panel at c0 * kw)
-        if t.packed_b == PACK_ONCE:       # a constant B, packed by the first run
+        if t.packed_b == PACK_FILTERS:    # few positions: the product made transposed
+            packed = self.workspace("pack", DType.float32, packed_numel(K, M),
+                                    persistent=True, packed=True)
+            pack = (Comment(f"{t.a.value}, the filters, transposed and packed into column "
+                            "panels on the first run"),
+                    PackB(self.buffers[t.a.value], packed, a.offset, K, M, a.col_stride,
+                          a.row_stride, mm.id)) + pack
+            # (r0 a whole number of panels of filters, or 0)
+            gather, right = (Comment("the tile's positions x filters, stored transposed"),
+                             Gemm(self.buffers[t.b.value], packed, dest,
+                                  f"{b.batch_offset('bt')} + c0", f"r0 * {K}", c_off,
+                                  "r1 - r0", "c1 - c0", K, b.row_stride, PANEL, ldc, mm.id,
+                                  packed=True, transposed=True)), None
+        elif t.packed_b == PACK_ONCE:       # a constant B, packed by the first run
             packed = self.workspace("pack", DType.float32, packed_numel(K, N, pairs=pairs),
                                     persistent=True, packed=True)
             pack = (Comment("B, a constant, packed into column panels on the first run"),

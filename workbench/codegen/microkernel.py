@@ -364,6 +364,38 @@ WB_FN void wb_gemm_packed_pairs(long long m, long long n, long long k,
   }
 }
 
+/* c (m x n, row-major, ldc) = the transpose of x^T @ the packed panels from bp: B is
+   k x m (a 1 x 1 convolution's filters transposed, packed once: filter j its column
+   j), x^T's element (i, r) -- position i, channel r -- at x[i * xrs + r * xcs]. For
+   products of few columns (a convolution over 4 or 16 positions), where positions in
+   a vector's lanes would fill a quarter of it, the filters fill whole vectors: each
+   WB_MR positions x WB_NB filters block is multiplied into ct and stored transposed */
+WB_FN void wb_gemm_packed_t(long long m, long long n, long long k, const float* x,
+                            long long xrs, long long xcs, const float* bp, float* c,
+                            long long ldc) {
+  float ap[WB_MR * WB_KC] __attribute__((aligned(64)));
+  float ct[WB_MR * WB_NB] __attribute__((aligned(64)));
+  for (long long i0 = 0; i0 < n; i0 += WB_MR) {
+    int mr = n - i0 < WB_MR ? (int)(n - i0) : WB_MR;
+    for (long long j0 = 0; j0 < m; j0 += WB_NB) {
+      int nb = m - j0 < WB_NB ? (int)(m - j0) : WB_NB;
+      if (k == 0)   /* an empty sum: zeros */
+        for (int i = 0; i < mr; i++)
+          for (int j = 0; j < nb; j++) ct[i * WB_NB + j] = 0.0f;
+      for (long long k0 = 0; k0 < k; k0 += WB_KC) {
+        long long kc = k - k0 < WB_KC ? k - k0 : WB_KC;
+        for (long long r = 0; r < kc; r++)     /* the positions' sliver, zero past n */
+          for (int i = 0; i < WB_MR; i++)
+            ap[r * WB_MR + i] = i < mr ? x[(i0 + i) * xrs + (k0 + r) * xcs] : 0.0f;
+        const float* b = bp + (j0 / WB_PANEL * k + k0) * WB_PANEL + j0 % WB_PANEL;
+        wb_micro(kc, ap, b, ct, WB_NB, k0 == 0, mr, nb);
+      }
+      for (int j = 0; j < nb; j++)   /* stored transposed: filter j's row of positions */
+        for (int i = 0; i < mr; i++) c[(j0 + j) * ldc + i0 + i] = ct[i * WB_NB + j];
+    }
+  }
+}
+
 /* c = a @ the packed panels (each k rows long) */
 WB_FN void wb_gemm_packed(long long m, long long n, long long k, const float* a,
                           long long ars, long long acs, const float* bp, float* c,

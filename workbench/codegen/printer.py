@@ -154,6 +154,10 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
     how = ("micro-kernel, B packed" + (" in bfloat16 pairs" if s.pairs else "") if s.packed
            else f"ld {s.lda}/{s.ldb}/{s.ldc}")
     op = "+=" if s.accumulate else "="
+    if s.transposed:   # (wb_gemm_packed_t: the positions the rows, the filters packed)
+        return [f"{pad}gemm {_ref(s.c, s.c_off)} = ({_ref(s.a, s.a_off)}ᵀ @ "
+                f"{_ref(s.b, s.b_off)})ᵀ  [{_bare(s.rows)} x {_bare(s.cols)} x {s.k}, "
+                "micro-kernel, the filters packed, made transposed]"]
     return [f"{pad}gemm {_ref(s.c, s.c_off)} {op} {_ref(s.a, s.a_off)}{ta} @ "
             f"{_ref(s.b, s.b_off)}{tb}"
             f"  [{_bare(s.rows)} x {_bare(s.cols)} x {s.k}, {how}]"]

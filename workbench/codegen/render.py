@@ -111,6 +111,10 @@ class CRenderer:
         return True
 
     def gemm(self, s: Gemm, depth: int) -> list[str]:
+        if s.transposed:  # x^T's element (position i, channel r) at i + r * lda
+            call = (f"wb_gemm_packed_t({s.rows}, {s.cols}, {s.k}, {s.a.name} + {s.a_off}, 1, "
+                    f"{s.lda}, {s.b.name} + {s.b_off}, {s.c.name} + {s.c_off}, {s.ldc})")
+            return [self.indent_unit * depth + f"{call};{node_tag(s.node)}"]
         if s.packed:      # A's element (i, r) at i * ars + r * acs
             ars, acs = (1, s.lda) if s.trans_a else (s.lda, 1)
             if s.pairs:   # (no accumulate or panel_rows: those multiply float32 tiles)

@@ -57,8 +57,8 @@ from ..ops.reduce import reduce_axes
 from ..ops.strided import MatrixView, Strided
 from .devices import Device
 from .mapping import ScheduleKind
-from .schedule import (PACK_ONCE, PACK_PER_RUN, PACK_TILE, GemmShape, GroupIO, Im2col,
-                       OnlineSoftmax, Operand, Schedule, SecondGemm, group_io)
+from .schedule import (PACK_FILTERS, PACK_ONCE, PACK_PER_RUN, PACK_TILE, GemmShape, GroupIO,
+                       Im2col, OnlineSoftmax, Operand, Schedule, SecondGemm, group_io)
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
@@ -98,6 +98,14 @@ CONV_MICRO_DEPTH = 256
 # 8-32 filters 0.007-0.016 against 0.011-0.019; with 128 filters and more the
 # micro-kernel won, 0.63-0.79 against 0.85-1.11)
 CONV_POINTWISE_MICRO_FILTERS = 64
+# a 1 x 1 convolution the rule gives the micro-kernel (more than
+# CONV_POINTWISE_MICRO_FILTERS filters, fewer than CONV_MICRO_DEPTH weights each) over
+# at most this many positions (one vector's lanes on AVX-512) is multiplied transposed
+# (PACK_FILTERS): the filters in the lanes, packed once. Positions in the lanes filled
+# a quarter of each vector over 4 of them, and the filters' sliver was packed again by
+# every tile (MobileNetV2's last blocks, 2 x 2 and 4 x 4 positions: 1280 filters 72 ->
+# 22 us; fewer filters measured faster by sgemm, deeper ones no faster transposed)
+FEW_POSITIONS = 16
 # what a GEMM kernel reads and writes. A bfloat16 matmul is multiplied by the
 # micro-kernel two rows of k at a time (A's sliver and B packed in pairs,
 # codegen/microkernel.py), accumulated in float32 and rounded once where the epilogue
@@ -689,6 +697,24 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                                               and k <= CONV_POINTWISE_MICRO_FILTERS)
     packed = lc.packs(can, f"{conv.id}'s patches", per_run=micro or half)
     epilogue_ops = len(rest) + (len(conv.inputs) == 3)
+    if (cols.pointwise and group == 1 and not half and can and positions <= FEW_POSITIONS
+            and conv.inputs[1] in g.constants and (micro if lc.blas == -1 else lc.blas == 0)):
+        # few positions: the product made transposed, the filters in the vectors' lanes
+        # (packed once), the positions the micro-kernel's rows; tiles of whole panels
+        # of filters, as many as keep the cores busy
+        c = x.shape[1]
+        b = Operand(conv.inputs[0], MatrixView(0, ((n, c * positions),), c, positions,
+                                               positions, 1))
+        tile_m = _round_up(_row_tile(n, k, k, device.units), PANEL)
+        if lc.tile_m:
+            tile_m = _set_tile("tile_m", lc.tile_m, k, PANEL)
+        if lc.tile_n:
+            raise FusionRefused(f"tile_n: {conv.id}'s {positions} positions are one tile "
+                                "(its product is made transposed, positions as rows)")
+        t = GemmShape(n, k, positions, depth, a, b, min(tile_m, k), positions,
+                      conv.outputs[0], dest, epilogue_ops=epilogue_ops, im2col=cols,
+                      col_axes=d, in_place=True, packed_b=PACK_FILTERS)
+        return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
     if cols.pointwise and (packed or not half):
         # the patches are the input itself: each batch item's (and group's) channels x
         # positions, a matrix in place, packed by every run like an activation's B (or

@@ -56,6 +56,9 @@ from .mapping import Mapping, ScheduleKind
 PACK_ONCE = "once"          # a constant: by the kernel's first run, kept
 PACK_PER_RUN = "per run"    # an activation: by every run, before its tiles
 PACK_TILE = "per tile"      # a convolution's patches: gathered into panels by each tile
+# a 1 x 1 convolution over few positions: its filters, transposed, packed once as the
+# right operand, its positions the micro-kernel's rows (codegen wb_gemm_packed_t)
+PACK_FILTERS = "filters once"
 
 
 @dataclass(frozen=True)
@@ -158,8 +161,11 @@ class GemmShape:
     # column panels once (PACK_ONCE: a constant, a weight), or at the start of every
     # run, one pack per batch item (PACK_PER_RUN: an activation, K or V of attention),
     # or a convolution's patches gathered by each tile straight into panels
-    # (PACK_TILE); "" where each tile calls BLAS sgemm (which packs B's panel again per
-    # call; a convolution's patches are then gathered row-major)
+    # (PACK_TILE), or, for a 1 x 1 convolution over few positions, the product made
+    # transposed against the filters packed once (PACK_FILTERS: whole vectors of
+    # filters, where the positions would fill a fraction of one); "" where each tile
+    # calls BLAS sgemm (which packs B's panel again per call; a convolution's patches
+    # are then gathered row-major)
     packed_b: str = ""
 
     @property
@@ -337,7 +343,9 @@ class Schedule:
                 epi += f", then @ [{self.then.k}x{self.then.n}]{v} (fused attention{how})"
             kind = ("gemm" if t.im2col is None else "conv as gemm (1x1, input in place)"
                     if t.in_place else "conv as gemm (im2col)")
-            packed = f", B packed {t.packed_b} (micro-kernel)" if t.packed_b else ""
+            packed = (", made transposed against the filters packed once (micro-kernel)"
+                      if t.packed_b == PACK_FILTERS else
+                      f", B packed {t.packed_b} (micro-kernel)" if t.packed_b else "")
             return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}{packed}")
         return self.kind.value
