@@ -300,7 +300,7 @@ def edge_graphs() -> dict:
 def shape_graphs(more: bool = False) -> dict:
     """name -> (graph, inputs): row kernels at odd sizes (vector remainders, one row,
     one column; with --all the mapping rule's boundaries: few long rows, split), with
-    the sample graphs' own builders. Checked like the sample graphs (float32 rounding
+    the sample graphs' own builders, and a MobileNetV2 block (``_mbconv``). Checked like the sample graphs (float32 rounding
     through a LayerNorm of 16384 columns passes the tolerance of one op)."""
     import numpy as np
     sys.path.insert(0, str(ROOT / "sample_graphs"))
@@ -318,7 +318,36 @@ def shape_graphs(more: bool = False) -> dict:
         g = ms.block_chain(4)
         from workbench.runtime import random_inputs
         out["chain_4"] = (g, random_inputs(g, 3))
+    out["mbconv_4x4"] = _mbconv(rng)
     return out
+
+
+def _mbconv(rng):
+    """MobileNetV2's inverted residual over 4 x 4 planes, whose kernels keep buffers on
+    the stack: a 1 x 1 expansion of 24 to 144 channels (made transposed against its
+    filters packed once), a 3 x 3 depthwise convolution (the channels in the lanes),
+    each with a ReLU6, then a 1 x 1 projection back and the residual; and a strided
+    depthwise one over 40 channels of one image (a partial vector of lanes)."""
+    import numpy as np
+
+    from workbench.ir import GraphBuilder, composites
+    b = GraphBuilder("mbconv_4x4")
+    x = b.input("x", (2, 24, 4, 4))
+
+    def conv(v, shape, **attrs):
+        return b.op("conv", v, b.constant(rng.standard_normal(shape).astype(np.float32)),
+                    **attrs)
+
+    def relu6(v):
+        return composites.clip(b, v, b.constant(np.float32(0)), b.constant(np.float32(6)))
+    h = relu6(conv(x, (144, 24, 1, 1)))
+    h = relu6(conv(h, (144, 1, 3, 3), group=144, pads=[1, 1, 1, 1]))
+    b.output(conv(h, (24, 144, 1, 1)) + x, "y")
+    z = b.input("z", (1, 40, 7, 7))
+    b.output(conv(z, (40, 1, 3, 3), group=40, pads=[1, 1, 1, 1], strides=[2, 2]), "z2")
+    g = b.build()
+    return g, {"x": rng.standard_normal((2, 24, 4, 4)).astype(np.float32),
+               "z": rng.standard_normal((1, 40, 7, 7)).astype(np.float32)}
 
 
 # -- running ---------------------------------------------------------------------------

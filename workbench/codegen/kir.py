@@ -240,8 +240,32 @@ class WidenOnce:
     node: str = ""
 
 
+@dataclass(frozen=True)
+class DepthwiseLanes:
+    """A 2-D depthwise convolution of ``channels`` consecutive channels of one image,
+    the channels in the vectors' lanes (``wb_depthwise_lanes``, codegen/microkernel.py):
+    the input planes from ``x[x_off]`` (``spatial`` each), each channel's filter from
+    ``f[f_off]`` (``kernel`` taps), the output planes into ``c[c_off]`` (``out`` each);
+    ``strides``, ``dilations`` and the begin ``pads`` per axis. ``channels`` is a C
+    expression."""
+    x: Buffer
+    f: Buffer
+    c: Buffer
+    x_off: str
+    f_off: str
+    c_off: str
+    channels: str
+    spatial: tuple[int, int]
+    kernel: tuple[int, int]
+    out: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int]
+    node: str = ""
+
+
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
-             DeclareScratch, If, GridSync, Gemm, PackB, WidenOnce]
+             DeclareScratch, If, GridSync, Gemm, PackB, WidenOnce, DepthwiseLanes]
 
 
 @dataclass(frozen=True)

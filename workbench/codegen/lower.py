@@ -25,14 +25,14 @@ from ..fusion.gemm import PANEL, VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
-from ..fusion.schedule import (PACK_FILTERS, PACK_ONCE, PACK_PER_RUN, PACK_TILE, Schedule,
-                               group_io)
+from ..fusion.schedule import (DEPTHWISE_LANES, PACK_FILTERS, PACK_ONCE, PACK_PER_RUN,
+                               PACK_TILE, Schedule, group_io)
 from ..ir import DType, Graph
 from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
-from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
-                  Kernel, Launch, LibraryCall, Let, Load, Loop, OncePerBlock, PackB, Scratch,
-                  Store, WidenOnce)
+from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, DepthwiseLanes, Gemm,
+                  GridSync, If, Kernel, Launch, LibraryCall, Let, Load, Loop, OncePerBlock,
+                  PackB, Scratch, Store, WidenOnce)
 from .microkernel import STATE_SLOTS, packed_numel, panel_rows
 
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
@@ -301,7 +301,15 @@ class _Lowerer:
                                "they are in cache"), *declare, second, *store)
         pairs = self._pairs()
         kw = panel_rows(K, pairs)          # (a panel's rows of words: c0's panel at c0 * kw)
-        if t.packed_b == PACK_FILTERS:    # few positions: the product made transposed
+        if t.packed_b == DEPTHWISE_LANES:   # rows an image's channels, whole planes
+            ic = t.im2col
+            gather, right = (Comment("the tile's channels, a vector of them at a time"),
+                             DepthwiseLanes(self.buffers[ic.value], self.buffers[t.a.value],
+                                            dest, f"(bt * {M} + r0) * {math.prod(ic.spatial)}",
+                                            f"r0 * {K}", c_off, "r1 - r0", ic.spatial,
+                                            ic.kernel, ic.out, ic.strides, ic.dilations,
+                                            ic.pads, mm.id)), None
+        elif t.packed_b == PACK_FILTERS:    # few positions: the product made transposed
             packed = self.workspace("pack", DType.float32, packed_numel(K, M),
                                     persistent=True, packed=True)
             pack = (Comment(f"{t.a.value}, the filters, transposed and packed into column "

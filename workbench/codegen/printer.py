@@ -39,8 +39,9 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir import DType
-from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, Gemm, GridSync, If,
-                  Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store, WidenOnce)
+from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, DepthwiseLanes, Gemm,
+                  GridSync, If, Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store,
+                  WidenOnce)
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
@@ -175,6 +176,13 @@ def _widen_once(s: WidenOnce, pad: str) -> list[str]:
     return [f"{pad}widen {s.dst.name} = float32({s.src.name}) [{s.n}, first run only]"]
 
 
+def _depthwise_lanes(s, pad: str) -> list[str]:
+    return [f"{pad}depthwise {_ref(s.c, s.c_off)} = {_ref(s.x, s.x_off)} * "
+            f"{_ref(s.f, s.f_off)}  [{_bare(s.channels)} channels in lanes, "
+            f"{s.spatial[0]}x{s.spatial[1]} -> {s.out[0]}x{s.out[1]}, taps "
+            f"{s.kernel[0]}x{s.kernel[1]}, strides {s.strides[0]}/{s.strides[1]}]"]
+
+
 def _unknown(s, pad: str) -> list[str]:
     # a statement type added to kir.py but not here: visible, never fatal
     return [f"{pad}? {type(s).__name__}"]
@@ -184,7 +192,7 @@ STATEMENTS: dict[type, Callable[[object, str], list[str]]] = {
     Let: _let, Assign: _assign, Load: _load, Store: _store, Loop: _loop,
     BlockReduce: _block_reduce, OncePerBlock: _once_per_block, If: _if,
     GridSync: _grid_sync, Comment: _comment, DeclareScratch: _declare_scratch,
-    Gemm: _gemm, PackB: _pack_b, WidenOnce: _widen_once,
+    Gemm: _gemm, PackB: _pack_b, WidenOnce: _widen_once, DepthwiseLanes: _depthwise_lanes,
 }
 
 

@@ -59,6 +59,9 @@ PACK_TILE = "per tile"      # a convolution's patches: gathered into panels by e
 # a 1 x 1 convolution over few positions: its filters, transposed, packed once as the
 # right operand, its positions the micro-kernel's rows (codegen wb_gemm_packed_t)
 PACK_FILTERS = "filters once"
+# a 2-D depthwise convolution over small planes: each tile's channels computed with the
+# channels in the vectors' lanes (codegen wb_depthwise_lanes), no micro-kernel
+DEPTHWISE_LANES = "depthwise, channels in lanes"
 
 
 @dataclass(frozen=True)
@@ -163,7 +166,10 @@ class GemmShape:
     # or a convolution's patches gathered by each tile straight into panels
     # (PACK_TILE), or, for a 1 x 1 convolution over few positions, the product made
     # transposed against the filters packed once (PACK_FILTERS: whole vectors of
-    # filters, where the positions would fill a fraction of one); "" where each tile
+    # filters, where the positions would fill a fraction of one); a depthwise
+    # convolution over small planes computed with its channels in the lanes
+    # (DEPTHWISE_LANES: the GEMM's rows are then an image's channels, its batch the
+    # images, its depth the taps, each tile whole planes); "" where each tile
     # calls BLAS sgemm (which packs B's panel again per call; a convolution's patches
     # are then gathered row-major)
     packed_b: str = ""
@@ -345,6 +351,8 @@ class Schedule:
                     if t.in_place else "conv as gemm (im2col)")
             packed = (", made transposed against the filters packed once (micro-kernel)"
                       if t.packed_b == PACK_FILTERS else
+                      ", depthwise, the channels in the vectors' lanes"
+                      if t.packed_b == DEPTHWISE_LANES else
                       f", B packed {t.packed_b} (micro-kernel)" if t.packed_b else "")
             return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}{packed}")
