@@ -300,8 +300,9 @@ def edge_graphs() -> dict:
 def shape_graphs(more: bool = False) -> dict:
     """name -> (graph, inputs): row kernels at odd sizes (vector remainders, one row,
     one column; with --all the mapping rule's boundaries: few long rows, split), with
-    the sample graphs' own builders, and a MobileNetV2 block (``_mbconv``). Checked like the sample graphs (float32 rounding
-    through a LayerNorm of 16384 columns passes the tolerance of one op)."""
+    the sample graphs' own builders, and a MobileNetV2 block (``_mbconv``). Checked
+    like the sample graphs (float32 rounding through a LayerNorm of 16384 columns
+    passes the tolerance of one op)."""
     import numpy as np
     sys.path.insert(0, str(ROOT / "sample_graphs"))
     import make_samples as ms
