@@ -22,7 +22,8 @@ from workbench.fusion.gemm import (CONV_MICRO_DEPTH, CONV_POINTWISE_MICRO_FILTER
                                    DEPTHWISE_LANES_SPAN, FEW_POSITIONS, PACK_MIN_VECTOR_BYTES,
                                    PANEL)
 from workbench.fusion.mapping import ScheduleKind
-from workbench.fusion.schedule import DEPTHWISE_LANES, PACK_FILTERS, PACK_PER_RUN, PACK_TILE
+from workbench.fusion.schedule import (DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
+                                       PACK_PER_RUN, PACK_TILE)
 from workbench.session import Session
 
 from plan_checks import check_plan
@@ -55,15 +56,20 @@ CASES = {
                      "bias"),
     # over small planes, the channels in the vectors' lanes (DEPTHWISE_LANES): a
     # channel count no multiple of the lanes, strided over one image (its channels cut
-    # into two tiles, the second a partial vector), and dilated
+    # into two tiles, the second a partial vector), and dilated; over larger ones a
+    # padded plane at a time (DEPTHWISE_PLANES, as "depthwise" and "depthwise_strided"
+    # above), dilated too
     "depthwise_lanes": ((2, 21, 4, 4), (21, 1, 3, 3), {"group": 21, "pads": [1, 1, 1, 1]},
                         "bn_relu"),
-    "depthwise_lanes_strided": ((1, 40, 7, 7), (40, 1, 3, 3),
+    "depthwise_lanes_strided": ((1, 40, 5, 5), (40, 1, 3, 3),
                                 {"group": 40, "pads": [1, 1, 1, 1], "strides": [2, 2]},
                                 "bias"),
-    "depthwise_lanes_dilated": ((2, 20, 6, 6), (20, 1, 3, 3),
+    "depthwise_lanes_dilated": ((2, 20, 3, 3), (20, 1, 3, 3),
                                 {"group": 20, "pads": [2, 2, 2, 2], "dilations": [2, 2]},
                                 "residual"),
+    "depthwise_planes_dilated": ((2, 12, 10, 9), (12, 1, 3, 3),
+                                 {"group": 12, "pads": [2, 1, 2, 3], "dilations": [2, 2]},
+                                 "residual"),
     # Wav2Vec2's positional convolution: 1-D, groups of channels, a wide kernel, a bias
     "grouped_1d": ((2, 8, 40), (12, 2, 9), {"group": 4, "pads": [4, 4]}, "bias"),
     # ResNet's bottleneck 1 x 1s: the patches are the input, read in place (grouped:
@@ -143,17 +149,20 @@ def test_convolution_gemm_matches_reference(name, planner):
         few = t.n <= FEW_POSITIONS and name != "pointwise_grouped"
         pointwise = ("" if t.m <= CONV_POINTWISE_MICRO_FILTERS else PACK_FILTERS if few
                      else PACK_PER_RUN)
-        # (a 2-D depthwise one over small planes: the channels in the lanes)
-        lanes = (name.startswith("depthwise") and len(t.im2col.out) == 2
-                 and math.prod(gemm._span(t.im2col)) <= DEPTHWISE_LANES_SPAN)
+        # (a 2-D depthwise one: over small planes the channels in the lanes, else a
+        # padded plane at a time)
+        planar = name.startswith("depthwise") and len(t.im2col.out) == 2
+        depthwise = (DEPTHWISE_LANES if math.prod(t.im2col.span) <= DEPTHWISE_LANES_SPAN
+                     else DEPTHWISE_PLANES)
         assert t.packed_b == ("" if t.k >= CONV_MICRO_DEPTH else pointwise
-                              if name.startswith("pointwise") else DEPTHWISE_LANES
-                              if lanes else PACK_TILE), t
-        if lanes:
+                              if name.startswith("pointwise") else depthwise
+                              if planar else PACK_TILE), t
+        if planar:
             # an image's channels the rows, whole planes in every tile
             assert (t.batch, t.m, t.tile_n) == (*CASES[name][0][:2], t.n), t
-            src = s.program().compiled[0].source
-            assert "wb_depthwise_lanes(" in src.split(f"void {s.kernels()[0].name}")[-1]
+            src = s.program().compiled[0].source.split(f"void {s.kernels()[0].name}")[-1]
+            assert ("wb_depthwise_lanes(" in src) == (depthwise == DEPTHWISE_LANES)
+            assert ("wb_xp[" in src) == (depthwise == DEPTHWISE_PLANES)
         if t.packed_b == PACK_FILTERS:
             src = s.program().compiled[0].source
             assert "wb_gemm_packed_t(" in src.split(f"void {s.kernels()[0].name}")[-1]
@@ -214,18 +223,20 @@ def test_pointwise_over_few_positions_made_transposed(monkeypatch, name, tile_m)
 
 
 @pytest.mark.parametrize("name", ["depthwise", "depthwise_lanes_strided"])
-def test_depthwise_in_lanes_tiles_and_the_tap_by_tap_path(name):
-    """A depthwise convolution with its channels in the lanes takes tiles of any number
-    of channels (a partial vector at the end), never a cut plane; ``blas=0`` gives
-    the tap-by-tap path (``lower._direct``) for the tuner to compare."""
+def test_depthwise_tiles_of_channels_and_the_tap_by_tap_path(name):
+    """A 2-D depthwise convolution (its channels in the lanes, or a padded plane at a
+    time) takes tiles of any number of channels (in the lanes, a partial vector at the
+    end), never a cut plane; ``blas=0`` gives the tap-by-tap path (``lower._direct``)
+    for the tuner to compare."""
     s = Session(_graph(name), backend="cpu")
     s.auto("rules")
     gid = s.plan.groups[0].id
-    if s.plan.groups[0].schedule.gemm.packed_b != DEPTHWISE_LANES:
+    how = s.plan.groups[0].schedule.gemm.packed_b
+    if how not in (DEPTHWISE_LANES, DEPTHWISE_PLANES):
         pytest.skip("the micro-kernel's vectors are too narrow here")
     s.set_launch(gid, tile_m=5)
     t = s.plan.groups[0].schedule.gemm
-    assert t.packed_b == DEPTHWISE_LANES and t.tile_m == 5 and t.row_tiles == -(-t.m // 5)
+    assert t.packed_b == how and t.tile_m == 5 and t.row_tiles == -(-t.m // 5)
     check_plan(s)
     with pytest.raises(FusionRefused, match="planes are whole"):
         s.set_launch(gid, tile_n=4)

@@ -25,8 +25,8 @@ from ..fusion.gemm import PANEL, VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
-from ..fusion.schedule import (DEPTHWISE_LANES, PACK_FILTERS, PACK_ONCE, PACK_PER_RUN,
-                               PACK_TILE, Schedule, group_io)
+from ..fusion.schedule import (DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS, PACK_ONCE,
+                               PACK_PER_RUN, PACK_TILE, Schedule, group_io)
 from ..ir import DType, Graph
 from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
@@ -309,6 +309,8 @@ class _Lowerer:
                                             f"r0 * {K}", c_off, "r1 - r0", ic.spatial,
                                             ic.kernel, ic.out, ic.strides, ic.dilations,
                                             ic.pads, mm.id)), None
+        elif t.packed_b == DEPTHWISE_PLANES:
+            gather, right = self._depthwise_planes(dest, c_off), None
         elif t.packed_b == PACK_FILTERS:    # few positions: the product made transposed
             packed = self.workspace("pack", DType.float32, packed_numel(K, M),
                                     persistent=True, packed=True)
@@ -406,6 +408,39 @@ class _Lowerer:
         return (t.im2col is not None and t.packed_b == PACK_TILE and t.m == 1
                 and self.g.value(t.a.value).dtype is DType.float32
                 and self.g.value(t.im2col.value).dtype is DType.float32)
+
+    def _depthwise_planes(self, dest, first: str) -> tuple:
+        """A 2-D depthwise convolution (``DEPTHWISE_PLANES``), the tile's channels one
+        plane at a time: the plane copied into the inside of ``wb_xp``,
+        whose border of zeros (what the taps meet past the edges) is written once per
+        tile, then per output row one loop over its positions, each the sum of its
+        taps in a register, stored once -- where adding each tap into the tile in memory
+        (``_direct``) read and wrote every output once per tap."""
+        t, ic = self.sched.gemm, self.sched.gemm.im2col
+        x, f = self.buffers[ic.value], self.buffers[t.a.value]
+        (h, w), (kh, kw), (oh, ow) = ic.spatial, ic.kernel, ic.out
+        (sy, sx), (dy, dx), (py, px) = ic.strides, ic.dilations, ic.pads
+        hp, wp = ic.span
+        xp = Scratch("wb_xp", ic.value, DType.float32, hp * wp)
+        # the border zeroed once per tile; each channel's plane then copied into its
+        # inside, row by row (contiguous: plain vector copies), as much of it as the
+        # taps meet
+        zero = Loop("i", hp * wp, "block", (Store(xp, "i", "0.0f"),))
+        fill = Loop("y", max(0, min(h, hp - py)), "serial", (
+            Loop("x", max(0, min(w, wp - px)), "block", (
+                Load("xv", x, f"(bt * {t.m} + r) * {h * w} + y * {w} + x"),
+                Store(xp, f"(y + {py}) * {wp} + x + {px}", "xv"))),))
+        taps = [(ky, kx) for ky in range(kh) for kx in range(kw)]
+        weights = tuple(Load(f"wb_w{j}", f, f"r * {kh * kw} + {j}") for j in range(len(taps)))
+        reads = tuple(Load(f"xv{j}", xp, f"(q * {sy} + {ky * dy}) * {wp} + x * {sx} + "
+                                         f"{kx * dx}") for j, (ky, kx) in enumerate(taps))
+        # (in the taps' order, as the reference adds them)
+        total = " + ".join(f"wb_w{j} * xv{j}" for j in range(len(taps)))
+        rows = Loop("q", oh, "serial", (Loop("x", ow, "block", (
+            *reads, Store(dest, f"{first} + (r - r0) * {oh * ow} + q * {ow} + x", total))),))
+        return (DeclareScratch(xp), Comment("a padded plane at a time, each output's taps "
+                                            "summed in a register"), zero,
+                Loop("r", t.m, "serial", (fill, *weights, rows), start="r0", stop="r1"))
 
     def _tile_out(self, tile: Scratch, buf: Buffer, first: str, ld: int, c0: str, c1: str,
                   node: str) -> Loop:

@@ -57,9 +57,9 @@ from ..ops.reduce import reduce_axes
 from ..ops.strided import MatrixView, Strided
 from .devices import Device
 from .mapping import ScheduleKind
-from .schedule import (DEPTHWISE_LANES, PACK_FILTERS, PACK_ONCE, PACK_PER_RUN, PACK_TILE,
-                       GemmShape, GroupIO, Im2col, OnlineSoftmax, Operand, Schedule,
-                       SecondGemm, group_io)
+from .schedule import (DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS, PACK_ONCE,
+                       PACK_PER_RUN, PACK_TILE, GemmShape, GroupIO, Im2col, OnlineSoftmax,
+                       Operand, Schedule, SecondGemm, group_io)
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
@@ -107,13 +107,21 @@ CONV_POINTWISE_MICRO_FILTERS = 64
 # every tile (MobileNetV2's last blocks, 2 x 2 and 4 x 4 positions: 1280 filters 72 ->
 # 22 us; fewer filters measured faster by sgemm, deeper ones no faster transposed)
 FEW_POSITIONS = 16
-# a 2-D depthwise convolution whose taps meet at most this many input positions per
-# plane (its zero border included) is computed with the channels in the vectors'
-# lanes (DEPTHWISE_LANES). A plane per channel walked loops a few positions long:
-# MobileNetV2's 4 x 4 planes (36 positions with the border) 15.5 -> 4.4 us, 2 x 2
-# 18.0 -> 5.2, 8 x 8 (100) 17.9 -> 13.9; from 16 x 16 (289, 324) copying the planes
-# into the lanes and back cost more (12.0 -> 18.4, 33.3 -> 36.0)
-DEPTHWISE_LANES_SPAN = 128
+# A 2-D depthwise convolution (float32, on the micro-kernel's vectors) is computed with
+# an image's channels as the GEMM's rows, each tile whole planes, one of two ways:
+# - where its taps meet at most DEPTHWISE_LANES_SPAN input positions per plane (its
+#   zero border included), the channels in the vectors' lanes (DEPTHWISE_LANES): a
+#   plane per channel walks loops a few positions long;
+# - else, up to DEPTHWISE_PLANE_SPAN positions (a 126 x 126 plane, 64 KiB of a
+#   thread's stack), a padded plane at a time, each output's taps summed in a register
+#   (DEPTHWISE_PLANES).
+# Measured on MobileNetV2 (small, one process, alternating): against the tap-by-tap
+# loops (lower._direct, which add each tap into the tile in memory) 4 x 4 planes 24 ->
+# 11 us in the lanes, 16 x 16 35 -> 10 and 32 x 32 25 -> 12 as planes, strided 41 ->
+# 22; lanes against planes: 2 x 2 (16 positions with the border) 7.1 against 13.5 us,
+# 4 x 4 (36) 6.4 against 8.5, 8 x 8 (100) 11.4 against 7.8
+DEPTHWISE_LANES_SPAN = 64
+DEPTHWISE_PLANE_SPAN = 16384
 LANES_ALIGN = 16      # channels per tile a multiple of the widest vector's lanes
 # what a GEMM kernel reads and writes. A bfloat16 matmul is multiplied by the
 # micro-kernel two rows of k at a time (A's sliver and B packed in pairs,
@@ -707,22 +715,26 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     packed = lc.packs(can, f"{conv.id}'s patches", per_run=micro or half)
     epilogue_ops = len(rest) + (len(conv.inputs) == 3)
     taps = math.prod(cols.kernel)
+    span = math.prod(cols.span)
+    lanes = span <= DEPTHWISE_LANES_SPAN
     if (d == 2 and k == 1 and cols.channels == 1 and not half and can and lc.blas == -1
-            and math.prod(_span(cols)) <= DEPTHWISE_LANES_SPAN):
-        # a depthwise convolution over small planes: an image's channels are the rows,
-        # computed a vector of channels at a time (tiles of whole planes); blas=0 keeps
-        # the tap-by-tap path (lower._direct), blas=1 sgemm, for the tuner to compare
+            and (lanes or span <= DEPTHWISE_PLANE_SPAN)):
+        # a depthwise convolution: an image's channels are the rows, tiles of whole
+        # planes, computed a vector of channels at a time over small planes, else (of
+        # stride 1) a padded plane at a time; blas=0 keeps the tap-by-tap path
+        # (lower._direct), blas=1 sgemm, for the tuner to compare
         if lc.tile_n:
             raise FusionRefused(f"tile_n: {conv.id}'s planes are whole in each tile (a "
-                                "depthwise convolution with its channels in the lanes)")
-        tile_m = (_set_tile("tile_m", lc.tile_m, group, 1) if lc.tile_m else
-                  min(group, _round_up(_row_tile(n, group, group, device.units),
-                                       LANES_ALIGN)))
+                                "depthwise convolution, its channels the rows)")
+        tile_m = (min(group, _round_up(_row_tile(n, group, group, device.units),
+                                       LANES_ALIGN)) if lanes else 1)
+        if lc.tile_m:
+            tile_m = _set_tile("tile_m", lc.tile_m, group, 1)
         t = GemmShape(n, group, positions, taps,
                       Operand(conv.inputs[1], Strided.contiguous((group, taps)).matrix()),
                       Operand(conv.inputs[0], a.view), tile_m, positions, conv.outputs[0],
                       dest, epilogue_ops=epilogue_ops, im2col=cols, col_axes=d,
-                      packed_b=DEPTHWISE_LANES)
+                      packed_b=DEPTHWISE_LANES if lanes else DEPTHWISE_PLANES)
         return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
     if (cols.pointwise and group == 1 and not half and can and positions <= FEW_POSITIONS
             and conv.inputs[1] in g.constants and (micro if lc.blas == -1 else lc.blas == 0)):
@@ -788,12 +800,6 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                   tile_n, conv.outputs[0], dest, epilogue_ops=epilogue_ops, im2col=cols,
                   col_axes=d, packed_b=packed)
     return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
-
-
-def _span(cols: Im2col) -> tuple[int, ...]:
-    """Per spatial axis, the input positions a convolution's taps meet (from -pad)."""
-    return tuple((o - 1) * s + (kk - 1) * dl + 1 for o, s, kk, dl in zip(
-        cols.out, cols.strides, cols.kernel, cols.dilations))
 
 
 def _patches(depth: int, tile_n: int, packed) -> int:

@@ -62,6 +62,10 @@ PACK_FILTERS = "filters once"
 # a 2-D depthwise convolution over small planes: each tile's channels computed with the
 # channels in the vectors' lanes (codegen wb_depthwise_lanes), no micro-kernel
 DEPTHWISE_LANES = "depthwise, channels in lanes"
+# a 2-D depthwise convolution over larger planes: each tile's channels a plane at a
+# time, the plane with its zero border copied once, each output row's taps
+# summed in registers (codegen lower._depthwise_planes)
+DEPTHWISE_PLANES = "depthwise, planes"
 
 
 @dataclass(frozen=True)
@@ -122,6 +126,13 @@ class Im2col:
                 and self.out == self.spatial and not any(self.pads))
 
     @property
+    def span(self) -> tuple[int, ...]:
+        """Per spatial axis, the input positions the taps meet, from ``-pad``:
+        ``(out - 1) * stride + (kernel - 1) * dilation + 1`` (a plane and its border)."""
+        return tuple((o - 1) * s + (k - 1) * d + 1
+                     for o, s, k, d in zip(self.out, self.strides, self.kernel, self.dilations))
+
+    @property
     def padded(self) -> bool:
         """Whether some tap reads past the input's edge (then it reads 0)."""
         return any(p > 0 or (o - 1) * s - p + (k - 1) * d >= n for p, o, s, k, d, n in zip(
@@ -169,7 +180,9 @@ class GemmShape:
     # filters, where the positions would fill a fraction of one); a depthwise
     # convolution over small planes computed with its channels in the lanes
     # (DEPTHWISE_LANES: the GEMM's rows are then an image's channels, its batch the
-    # images, its depth the taps, each tile whole planes); "" where each tile
+    # images, its depth the taps, each tile whole planes), or, over larger planes, a
+    # padded plane at a time (DEPTHWISE_PLANES, the same tiles); "" where
+    # each tile
     # calls BLAS sgemm (which packs B's panel again per call; a convolution's patches
     # are then gathered row-major)
     packed_b: str = ""
@@ -353,6 +366,8 @@ class Schedule:
                       if t.packed_b == PACK_FILTERS else
                       ", depthwise, the channels in the vectors' lanes"
                       if t.packed_b == DEPTHWISE_LANES else
+                      ", depthwise, a padded plane at a time, taps summed in registers"
+                      if t.packed_b == DEPTHWISE_PLANES else
                       f", B packed {t.packed_b} (micro-kernel)" if t.packed_b else "")
             return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}{packed}")
