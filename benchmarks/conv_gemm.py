@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from models import (alternate, first_line, log, machine_line,  # noqa: E402
-                    model_timing_args, rel_error, write_results)
+                    method_rows, model_timing_args, rel_error, write_results)
 
 MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2", "mobilenet_v2")
 RULE, MICRO, SGEMM = "rule", "micro-kernel", "sgemm"
@@ -193,19 +193,10 @@ def markdown(res: dict) -> str:
         lines += [n, ""]
     lines += ["| model | method | latency ms | x onnxruntime | conv kernels ms | conv "
               "GFLOP/s | error vs onnxruntime |", "|---|---|---|---|---|---|---|"]
-    for rec in res["models"]:
-        if "error" in rec:
-            lines.append(f"| {rec['model']} | failed: {rec['error']} | | | | | |")
-            continue
-        lat = rec["latency_ms"]
-        ort = lat["onnxruntime"]
-        for how, r in rec["methods"].items():
-            ms = lat[f"workbench {how}"]
-            made = f" ({r['transposed']} made transposed)" if r.get("transposed") else ""
-            lines.append(f"| {rec['model']} | {how}{made} | {ms:.3f} | {ort / ms:.2f}x | "
-                         f"{r['conv_ms']:.3f} | {r['conv_gflop_s']:.0f} | "
-                         f"{r['error_vs_onnxruntime']:.1e} |")
-        lines.append(f"| {rec['model']} | onnxruntime | {ort:.3f} | 1.00x | | | |")
+    lines += method_rows(res, lambda r: [""] * 3 if r is None else [
+        f"{r['conv_ms']:.3f}", f"{r['conv_gflop_s']:.0f}", f"{r['error_vs_onnxruntime']:.1e}"],
+        lambda how, r: how + (f" ({r['transposed']} made transposed)"
+                              if r.get("transposed") else ""))
     lines += ["", "## Each convolution kernel: micro-kernel against sgemm", "",
               "Median ms of each kernel (`Program.time`, the two programs alternated); "
               "GFLOP/s over 2 x MACs; the tiles each way.", "",

@@ -434,6 +434,28 @@ def machine_line(res: dict) -> str:
             f"{', '.join(f'{x:.1f}' for x in res['load_average_at_start'])}")
 
 
+def method_rows(res: dict, cells, label=lambda how, r: how) -> list[str]:
+    """The rows of a table of methods against onnxruntime: per model, each workbench
+    method's median latency and its ratio to onnxruntime's, then its own cells
+    (``cells(r)``, a list of strings from the method's record ``r``; ``cells(None)``
+    says how many), then onnxruntime's row; a model that failed is one row saying
+    why. ``label`` names a method's row."""
+    width = len(cells(None))
+    rows = []
+    for rec in res["models"]:
+        if "error" in rec:
+            rows.append(f"| {rec['model']} | failed: {rec['error']} |" + " |" * (2 + width))
+            continue
+        lat = rec["latency_ms"]
+        ort = lat["onnxruntime"]
+        for how, r in rec["methods"].items():
+            ms = lat[f"workbench {how}"]
+            rows.append(" | ".join([f"| {rec['model']}", label(how, r), f"{ms:.3f}",
+                                    f"{ort / ms:.2f}x", *cells(r)]) + " |")
+        rows.append(f"| {rec['model']} | onnxruntime | {ort:.3f} | 1.00x |" + " |" * width)
+    return rows
+
+
 def write_results(stem: Path, res: dict, markdown) -> None:
     """The run so far, after each model (an interrupted run keeps what it measured):
     ``<stem>.json`` (every sample, the machine and versions) and ``<stem>.md``

@@ -18,6 +18,7 @@ the same schedule the GPU does, with one thread per block.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Mapping as MappingType, Union
 
 from ..fusion.geometry import REDUCE_SLOT_BYTES
@@ -348,16 +349,18 @@ class Kernel:
     # BLAS; it has no CUDA rendering), whether or not it calls ``blas``
     host_only: bool = False
 
-    @property
+    # (cached: a program asks for them on every launch of every run, and the kernel is
+    # a frozen value)
+    @cached_property
     def inputs(self) -> tuple[Buffer, ...]:
         return tuple(b for b in self.params if not b.is_output)
 
-    @property
+    @cached_property
     def outputs(self) -> tuple[Buffer, ...]:
         """Graph values the kernel writes (workspace excluded)."""
         return tuple(b for b in self.params if b.is_output and not b.workspace)
 
-    @property
+    @cached_property
     def workspace(self) -> tuple[Buffer, ...]:
         """Global memory the kernel owns: values between phases, split partials."""
         return tuple(b for b in self.params if b.workspace)
