@@ -67,6 +67,10 @@ CASES = {
     "depthwise_lanes_dilated": ((2, 20, 3, 3), (20, 1, 3, 3),
                                 {"group": 20, "pads": [2, 2, 2, 2], "dilations": [2, 2]},
                                 "residual"),
+    # MobileNetV2's last strided block: TensorFlow "same" pads (after the end only)
+    "depthwise_lanes_same": ((2, 24, 4, 4), (24, 1, 3, 3),
+                             {"group": 24, "pads": [0, 0, 1, 1], "strides": [2, 2]},
+                             "bn_relu"),
     "depthwise_planes_dilated": ((2, 12, 10, 9), (12, 1, 3, 3),
                                  {"group": 12, "pads": [2, 1, 2, 3], "dilations": [2, 2]},
                                  "residual"),
