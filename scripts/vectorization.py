@@ -10,12 +10,12 @@ from that file, as a user brings it (through ``from_torch`` where that fails), p
 by ``stitch`` for this CPU, and every generated kernel is compiled with the CPU
 backend's own flags and GCC's ``-fopt-info-vec`` report
 (``workbench/runtime/vectorization.py``). Lists each ``#pragma omp simd`` loop the
-compiler did not vectorize, with its reasons. A loop with no reason was usually
-replaced by ``memset``/``memcpy`` or has too few iterations to be worth it; "control
-flow in loop" on a loop of many iterations is the kind of loss to fix (a select GCC
-cannot if-convert, as ``wb_fmax``'s form before 2026-11-24). Writes
-``<out>/vectorization-<date>.md`` and ``.json`` (with ``--dtype bfloat16``,
-``vectorization-<date>-bfloat16``).
+compiler did not vectorize, with its reasons. A loop GCC turned into ``memset`` or
+``memcpy`` says so ("statement clobbers memory"); one with no reason has too few
+iterations to be worth it; "control flow in loop" on a loop of many iterations is the
+kind of loss to fix (a select GCC cannot if-convert, as ``wb_fmax``'s form before
+2026-11-24). Writes ``<out>/vectorization-<date>.md`` and ``.json`` (with ``--dtype
+bfloat16``, ``vectorization-<date>-bfloat16``).
 """
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def main(argv=None) -> int:
               "| model | kernel | loop | GCC's reasons |", "|---|---|---|---|"]
     for r in results:
         for s in r["scalar"]:
-            why = "; ".join(s["reasons"]) or "(none: a library call, or too few iterations)"
+            why = "; ".join(s["reasons"]) or "(none: too few iterations)"
             lines.append(f"| {r['model']} | {s['kernel']} | `{s['loop']}` | {why} |")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

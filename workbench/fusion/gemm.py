@@ -720,9 +720,9 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     if (d == 2 and k == 1 and cols.channels == 1 and not half and can and lc.blas == -1
             and (lanes or span <= DEPTHWISE_PLANE_SPAN)):
         # a depthwise convolution: an image's channels are the rows, tiles of whole
-        # planes, computed a vector of channels at a time over small planes, else (of
-        # stride 1) a padded plane at a time; blas=0 keeps the tap-by-tap path
-        # (lower._direct), blas=1 sgemm, for the tuner to compare
+        # planes, computed a vector of channels at a time over small planes, else a
+        # padded plane at a time; blas=0 keeps the tap-by-tap path (lower._direct),
+        # blas=1 sgemm, for the tuner to compare
         if lc.tile_n:
             raise FusionRefused(f"tile_n: {conv.id}'s planes are whole in each tile (a "
                                 "depthwise convolution, its channels the rows)")
