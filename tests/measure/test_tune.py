@@ -11,6 +11,8 @@ import pytest
 import workbench as wb
 from workbench.fusion import gemm
 from workbench.fusion.mapping import ScheduleKind
+from workbench.fusion.schedule import DEPTHWISE_LANES
+from workbench.ir import GraphBuilder
 from workbench.measure import tune
 from workbench.session import Session
 
@@ -76,6 +78,27 @@ def test_gemm_candidates_by_kind(monkeypatch):
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)     # sgemm per tile
     _, gr = _gemm_group(_ffn)
     assert "blas=1" not in _labels(gr)      # (blas=0 is offered, and refused when made)
+
+
+def test_a_depthwise_convolution_offers_its_tap_by_tap_path_and_sgemm(monkeypatch, tmp_path):
+    """A depthwise convolution in the lanes (or a plane at a time) offers both other
+    ways: blas=0 (tap by tap into the tile) and blas=1 (sgemm on gathered patches);
+    tuning times all three and keeps a correct one."""
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))     # no earlier answers
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    b = GraphBuilder("dw")
+    x = b.input("x", (2, 32, 4, 4))
+    w = b.constant(np.random.default_rng(0).standard_normal((32, 1, 3, 3), np.float32))
+    b.output(b.relu(b.op("conv", x, w, group=32, pads=[1, 1, 1, 1])), "y")
+    s = Session(b.build(), backend="cpu")
+    s.auto("rules")
+    (gr,) = s.plan.groups
+    assert gr.schedule.gemm.packed_b == DEPTHWISE_LANES
+    assert {"rule", "blas=0", "blas=1"} <= set(_labels(gr))
+    s.tune(repeats=2)
+    (r,) = s.tuning
+    assert {"rule", "blas=0", "blas=1"} <= set(r.table.candidate) and r.table.ok.all()
+    check_plan(s)
 
 
 @pytest.mark.parametrize("make", [_ffn, _attention])
