@@ -411,11 +411,11 @@ class _Lowerer:
 
     def _depthwise_planes(self, dest, first: str) -> tuple:
         """A 2-D depthwise convolution (``DEPTHWISE_PLANES``), the tile's channels one
-        plane at a time: the plane copied into the inside of ``wb_xp``,
-        whose border of zeros (what the taps meet past the edges) is written once per
-        tile, then per output row one loop over its positions, each the sum of its
-        taps in a register, stored once -- where adding each tap into the tile in memory
-        (``_direct``) read and wrote every output once per tap."""
+        plane at a time: the plane copied into the inside of ``wb_xp``, whose border of
+        zeros (what the taps meet past the edges) is written once per tile, then per
+        output row one loop over its positions, each the sum of its taps in a register,
+        stored once -- where adding each tap into the tile in memory (``_direct``) read
+        and wrote every output once per tap."""
         t, ic = self.sched.gemm, self.sched.gemm.im2col
         x, f = self.buffers[ic.value], self.buffers[t.a.value]
         (h, w), (kh, kw), (oh, ow) = ic.spatial, ic.kernel, ic.out

@@ -714,8 +714,13 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                                               and k <= CONV_POINTWISE_MICRO_FILTERS)
     packed = lc.packs(can, f"{conv.id}'s patches", per_run=micro or half)
     epilogue_ops = len(rest) + (len(conv.inputs) == 3)
-    taps = math.prod(cols.kernel)
+    taps, c = math.prod(cols.kernel), x.shape[1]
     span = math.prod(cols.span)
+    # a 1 x 1 convolution's patches are the input itself: each batch item's (and
+    # group's) channels x positions, a matrix in place
+    in_place = Operand(conv.inputs[0], MatrixView(
+        0, ((n, c * positions), (group, c // group * positions)), c // group, positions,
+        positions, 1))
     lanes = span <= DEPTHWISE_LANES_SPAN
     if (d == 2 and k == 1 and cols.channels == 1 and not half and can and lc.blas == -1
             and (lanes or span <= DEPTHWISE_PLANE_SPAN)):
@@ -741,31 +746,24 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
         # few positions: the product made transposed, the filters in the vectors' lanes
         # (packed once), the positions the micro-kernel's rows; tiles of whole panels
         # of filters, as many as keep the cores busy
-        c = x.shape[1]
-        b = Operand(conv.inputs[0], MatrixView(0, ((n, c * positions),), c, positions,
-                                               positions, 1))
         tile_m = _round_up(_row_tile(n, k, k, device.units), PANEL)
         if lc.tile_m:
             tile_m = _set_tile("tile_m", lc.tile_m, k, PANEL)
         if lc.tile_n:
             raise FusionRefused(f"tile_n: {conv.id}'s {positions} positions are one tile "
                                 "(its product is made transposed, positions as rows)")
-        t = GemmShape(n, k, positions, depth, a, b, min(tile_m, k), positions,
+        t = GemmShape(n, k, positions, depth, a, in_place, min(tile_m, k), positions,
                       conv.outputs[0], dest, epilogue_ops=epilogue_ops, im2col=cols,
                       col_axes=d, in_place=True, packed_b=PACK_FILTERS)
         return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
     if cols.pointwise and (packed or not half):
-        # the patches are the input itself: each batch item's (and group's) channels x
-        # positions, a matrix in place, packed by every run like an activation's B (or
-        # read by sgemm) -- a matmul's tiles, cut over the filters too (ResNet-50's
-        # 1 x 1 convolutions: 2048 filters over 7 x 7 positions were two tiles of 25
+        # the input in place, packed by every run like an activation's B (or read by
+        # sgemm) -- a matmul's tiles, cut over the filters too (ResNet-50's 1 x 1
+        # convolutions: 2048 filters over 7 x 7 positions were two tiles of 25
         # columns). (A bfloat16 one for sgemm is widened as it is gathered, below.)
-        c, p = x.shape[1], positions
-        b = Operand(conv.inputs[0], MatrixView(0, ((n, c * p), (group, c // group * p)),
-                                               c // group, p, p, 1))
         # (A's batch modes whatever the groups: _tiling takes the batch from them)
-        t = _tiling(out, Operand(a.value, per_group), b, conv.outputs[0], dest, device.units,
-                    packed=PACK_PER_RUN if packed else "", lc=lc)
+        t = _tiling(out, Operand(a.value, per_group), in_place, conv.outputs[0], dest,
+                    device.units, packed=PACK_PER_RUN if packed else "", lc=lc)
         return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=replace(
             t, epilogue_ops=epilogue_ops, im2col=cols, col_axes=d, in_place=True))
     # every output channel in one tile, so each column tile's patches are gathered

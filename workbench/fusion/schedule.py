@@ -66,6 +66,11 @@ DEPTHWISE_LANES = "depthwise, channels in lanes"
 # time, the plane with its zero border copied once, each output row's taps
 # summed in registers (codegen lower._depthwise_planes)
 DEPTHWISE_PLANES = "depthwise, planes"
+# how a schedule's description names the products that are no packed B
+_PRODUCT_TEXT = {
+    PACK_FILTERS: ", made transposed against the filters packed once (micro-kernel)",
+    DEPTHWISE_LANES: ", depthwise, the channels in the vectors' lanes",
+    DEPTHWISE_PLANES: ", depthwise, a padded plane at a time, taps summed in registers"}
 
 
 @dataclass(frozen=True)
@@ -181,8 +186,7 @@ class GemmShape:
     # convolution over small planes computed with its channels in the lanes
     # (DEPTHWISE_LANES: the GEMM's rows are then an image's channels, its batch the
     # images, its depth the taps, each tile whole planes), or, over larger planes, a
-    # padded plane at a time (DEPTHWISE_PLANES, the same tiles); "" where
-    # each tile
+    # padded plane at a time (DEPTHWISE_PLANES, the same tiles); "" where each tile
     # calls BLAS sgemm (which packs B's panel again per call; a convolution's patches
     # are then gathered row-major)
     packed_b: str = ""
@@ -362,13 +366,8 @@ class Schedule:
                 epi += f", then @ [{self.then.k}x{self.then.n}]{v} (fused attention{how})"
             kind = ("gemm" if t.im2col is None else "conv as gemm (1x1, input in place)"
                     if t.in_place else "conv as gemm (im2col)")
-            packed = (", made transposed against the filters packed once (micro-kernel)"
-                      if t.packed_b == PACK_FILTERS else
-                      ", depthwise, the channels in the vectors' lanes"
-                      if t.packed_b == DEPTHWISE_LANES else
-                      ", depthwise, a padded plane at a time, taps summed in registers"
-                      if t.packed_b == DEPTHWISE_PLANES else
-                      f", B packed {t.packed_b} (micro-kernel)" if t.packed_b else "")
+            packed = _PRODUCT_TEXT.get(t.packed_b, f", B packed {t.packed_b} (micro-kernel)"
+                                       if t.packed_b else "")
             return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "
                     f"{t.tiles} tiles of {t.tile_m}x{t.tile_n}{packed}")
         return self.kind.value

@@ -122,11 +122,10 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     """A GEMM kernel's alternatives to the rule: sgemm per tile where the micro-kernel
     multiplies, the micro-kernel (B packed) where sgemm does, both for a depthwise
     convolution computed in the lanes or a plane at a time (blas=0 its tap-by-tap
-    path); the other form of a
-    fused attention's softmax; tiles of half and twice the rule's rows, and of half
-    and twice its columns (whole-row tiles: rows only). What the kernel refuses (no
-    micro-kernel here, a packed B's tiles not in whole panels, no online form) is
-    dropped when the group is made."""
+    path); the other form of a fused attention's softmax; tiles of half and twice the
+    rule's rows, and of half and twice its columns (whole-row tiles: rows only). What
+    the kernel refuses (no micro-kernel here, a packed B's tiles not in whole panels,
+    no online form) is dropped when the group is made."""
     t = s.gemm
     out = [(("blas", 1 if t.packed_b else 0),)]
     if t.packed_b in (DEPTHWISE_LANES, DEPTHWISE_PLANES):

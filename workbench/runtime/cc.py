@@ -191,13 +191,20 @@ def machine_cflags() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
-def vector_bytes() -> int:
-    """The SIMD register width, in bytes, the compiler targets with the backend's flags
-    (``-march=native``), from its predefined macros: 64 with AVX-512, 32 with AVX, 16
-    with SSE2 or NEON, 0 when it cannot say."""
+def compiler_macros() -> frozenset[str]:
+    """The macros the compiler predefines with the backend's flags (``-march=native``),
+    empty when it cannot say: what it targets and which compiler it is."""
     cc, _ = find_compiler()
     r = _run([cc, *BASE_CFLAGS, "-dM", "-E", "-x", "c", os.devnull])
-    macros = set(re.findall(r"^#define (\w+)", r.stdout, re.M)) if r.returncode == 0 else set()
+    return frozenset(re.findall(r"^#define (\w+)", r.stdout, re.M) if r.returncode == 0
+                     else ())
+
+
+def vector_bytes() -> int:
+    """The SIMD register width, in bytes, the compiler targets with the backend's flags,
+    from its predefined macros: 64 with AVX-512, 32 with AVX, 16 with SSE2 or NEON, 0
+    when it cannot say."""
+    macros = compiler_macros()
     for macro, width in (("__AVX512F__", 64), ("__AVX__", 32), ("__SSE2__", 16),
                          ("__ARM_NEON", 16)):
         if macro in macros:

@@ -14,15 +14,13 @@ says whether this compiler's report can be read.
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import tempfile
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
-from .cc import cflags, find_compiler
+from .cc import cflags, compiler_macros, find_compiler
 
 _REPORT = re.compile(r"^[^:\n]*\.c:(\d+):\d+: (optimized|missed): (.*)$", re.M)
 _COMMENT = re.compile(r"/\*.*?\*/", re.S)
@@ -40,13 +38,10 @@ class SimdLoop:
     reasons: tuple[str, ...] = ()
 
 
-@lru_cache(maxsize=None)
 def supported() -> bool:
     """Whether the C compiler is GCC (whose ``-fopt-info`` report this module reads),
     from its predefined macros (``cc --version`` need not say "gcc")."""
-    cc, _ = find_compiler()
-    r = subprocess.run([cc, "-dM", "-E", "-x", "c", os.devnull], capture_output=True, text=True)
-    macros = set(re.findall(r"^#define (\w+)", r.stdout, re.M)) if r.returncode == 0 else set()
+    macros = compiler_macros()
     return "__GNUC__" in macros and "__clang__" not in macros
 
 
@@ -66,6 +61,9 @@ def simd_loops(src: str, function: str | None = None) -> list[SimdLoop]:
         raise RuntimeError(f"the compiler rejected the source: {r.stderr[-500:]}")
     reports = [(int(m.group(1)), m.group(2), m.group(3)) for m in _REPORT.finditer(r.stderr)]
     lines = src.splitlines()
+    # (comments blanked, their newlines kept, so that braces in them count for nothing
+    # and lines keep their numbers)
+    code = _COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), src).splitlines()
     start = 0
     if function is not None:
         start = next(i for i, s in enumerate(lines) if re.match(rf"\w.*\b{function}\(", s))
@@ -74,7 +72,7 @@ def simd_loops(src: str, function: str | None = None) -> list[SimdLoop]:
         if "#pragma omp" not in lines[i] or "simd" not in lines[i]:
             continue
         first = i + 2                            # the for line, 1-based
-        last = _loop_end(lines, i + 1) + 1
+        last = _loop_end(code, i + 1) + 1
         inside = [(kind, text) for ln, kind, text in reports if first <= ln <= last]
         done = any(kind == "optimized" and "loop vectorized" in text for kind, text in inside)
         reasons = () if done else tuple(dict.fromkeys(
@@ -84,20 +82,19 @@ def simd_loops(src: str, function: str | None = None) -> list[SimdLoop]:
     return loops
 
 
-def _loop_end(lines: list[str], at: int) -> int:
-    """Index of the line where the loop starting at ``lines[at]`` ends (its braces
-    balanced; comments ignored), or ``at`` for a loop without braces."""
+def _loop_end(code: list[str], at: int) -> int:
+    """Index of the line where the loop starting at ``code[at]`` ends (its braces
+    balanced; ``code`` has its comments blanked), or of its one statement's line for a
+    loop without braces."""
     depth, opened = 0, False
-    # (a comment's newlines kept, so that lines keep their numbers)
-    text = _COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), "\n".join(lines[at:]))
-    for k, line in enumerate(text.split("\n")):
-        for ch in line:
+    for k in range(at, len(code)):
+        for ch in code[k]:
             if ch == "{":
                 depth, opened = depth + 1, True
             elif ch == "}":
                 depth -= 1
         if opened and depth <= 0:
-            return at + k
-        if not opened and line.rstrip().endswith(";"):
-            return at + k
-    return len(lines) - 1
+            return k
+        if not opened and code[k].rstrip().endswith(";"):
+            return k
+    return len(code) - 1
