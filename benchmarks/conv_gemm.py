@@ -12,11 +12,14 @@ weights) and the zoo's models with convolutions at size ``small`` (``resnet``,
 workbench plans each with ``stitch``, three ways (``Session.set_launch`` on every
 convolution kernel):
 
-- **rule**: the planner's choice (``fusion/gemm.py``, ``CONV_MICRO_DEPTH``) -- filters
-  of fewer than 256 weights on the micro-kernel (each tile's patches gathered
-  straight into its column panels, ``PACK_TILE``; a 1 x 1 convolution's input packed
-  by every run), deeper ones by sgemm per tile (patches gathered row-major; a 1 x 1
-  convolution's input read in place);
+- **rule**: the planner's choice (``fusion/gemm.py``) -- a 1-D or 2-D convolution of
+  one group whose filters hold at most ``CONV_DIRECT_WEIGHTS`` weights computed
+  directly, the filters in the vectors' lanes and no patches (``CONV_DIRECT``);
+  otherwise filters of fewer than ``CONV_MICRO_DEPTH`` (256) weights on the
+  micro-kernel (each tile's patches gathered straight into its column panels,
+  ``PACK_TILE``; a 1 x 1 convolution's input packed by every run), deeper ones by
+  sgemm per tile (patches gathered row-major; a 1 x 1 convolution's input read in
+  place);
 - **micro-kernel** (``blas=0`` on every convolution that takes it; one with one
   filter per group, a depthwise one, is then computed tap by tap into its tile);
 - **sgemm** (``blas=1`` on every convolution);
@@ -27,9 +30,11 @@ convolution kernel):
 Per method: whole-model latency (median ms of one ``Program.run``, timed in
 alternation with onnxruntime as ``benchmarks/models.py`` does), the convolution
 kernels' summed time and rate (``Program.time``: GFLOP/s over 2 x MACs), and the
-error against onnxruntime's output. Per convolution kernel, its time on the
-micro-kernel and by sgemm (the two programs' ``Program.time`` alternated
-``--kernel-rounds`` times, medians): the measurements the rule's depth comes from.
+error against onnxruntime's output. Per convolution kernel, its time as the rule makes
+it, on the micro-kernel and by sgemm (the programs' ``Program.time`` alternated
+``--kernel-rounds`` times, medians): the measurements the rule's depth and its
+direct convolutions' weights come from (``--direct-weights N`` sets the latter for one
+run).
 
 Before this benchmark the rule was every convolution gathered row-major for sgemm,
 1 x 1 ones too, each tile holding every filter; ``--methods rule`` on that commit
@@ -115,10 +120,19 @@ def conv_time(s, prog, inputs) -> dict:
             "conv_gflops": flops / 1e9, "conv_gflop_s": flops / (ms * 1e-3) / 1e9 if ms else 0}
 
 
+def made(t) -> str:
+    """How a convolution's product is made, in a word or two."""
+    from workbench.fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
+                                           PACK_FILTERS)
+    return {CONV_DIRECT: "direct", DEPTHWISE_LANES: "depthwise lanes",
+            DEPTHWISE_PLANES: "depthwise planes", PACK_FILTERS: "transposed",
+            "": "sgemm"}.get(t.packed_b, "micro-kernel")
+
+
 def per_kernel(sessions: dict, programs: dict, inputs, rounds: int) -> list[dict]:
-    """Each convolution kernel's median ms on the micro-kernel and by sgemm, the two
-    programs timed in alternation."""
-    times: dict = {how: [] for how in (MICRO, SGEMM)}
+    """Each convolution kernel's median ms as the rule makes it, on the micro-kernel
+    and by sgemm, the programs timed in alternation."""
+    times: dict = {how: [] for how in (RULE, MICRO, SGEMM) if how in programs}
     for _ in range(rounds):
         for how in times:
             times[how].append(programs[how].time(inputs, warmup=1, repeats=5)[0])
@@ -131,12 +145,11 @@ def per_kernel(sessions: dict, programs: dict, inputs, rounds: int) -> list[dict
         t = gr.schedule.gemm
         r = {"kernel": gr.id, "filter": list(t.im2col.kernel),
              "strides": list(t.im2col.strides), "m": t.m, "n": t.n, "depth": t.k,
-             "batch": t.batch, "gflop": t.flops / 1e9,
-             "rule": "micro-kernel" if t.packed_b else "sgemm"}
-        for how in (MICRO, SGEMM):
+             "batch": t.batch, "gflop": t.flops / 1e9, "rule": made(t)}
+        for how in times:
             u = sessions[how].plan.group(gr.id).schedule.gemm
             r[f"{how}_ms"] = med[how][gr.id] * 1e3
-            r[f"{how}_made"] = "micro-kernel" if u.packed_b else "sgemm"
+            r[f"{how}_made"] = made(u)
             r[f"{how}_tiles"] = f"{u.tiles} of {u.tile_m}x{u.tile_n}"
         rows.append(r)
     return rows
@@ -197,23 +210,28 @@ def markdown(res: dict) -> str:
         f"{r['conv_ms']:.3f}", f"{r['conv_gflop_s']:.0f}", f"{r['error_vs_onnxruntime']:.1e}"],
         lambda how, r: how + (f" ({r['transposed']} made transposed)"
                               if r.get("transposed") else ""))
-    lines += ["", "## Each convolution kernel: micro-kernel against sgemm", "",
-              "Median ms of each kernel (`Program.time`, the two programs alternated); "
-              "GFLOP/s over 2 x MACs; the tiles each way.", "",
-              "| model | kernel | filter, stride | m x n x depth | micro-kernel ms (GFLOP/s) | "
-              "sgemm ms (GFLOP/s) | rule | micro-kernel tiles | sgemm tiles |",
-              "|---|---|---|---|---|---|---|---|---|"]
+    lines += ["", "## Each convolution kernel: the rule, the micro-kernel, sgemm", "",
+              "Median ms of each kernel (`Program.time`, the programs alternated); "
+              "GFLOP/s over 2 x MACs; how the rule makes it (direct: the filters in the "
+              "lanes, no patches), and the tiles each way.", "",
+              "| model | kernel | filter, stride | m x n x depth | rule ms (GFLOP/s) | "
+              "micro-kernel ms (GFLOP/s) | sgemm ms (GFLOP/s) | rule | rule tiles | "
+              "micro-kernel tiles | sgemm tiles |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+
+    def rate(r, how):
+        ms = r.get(f"{how}_ms")
+        return "" if ms is None else f"{ms:.3f} ({r['gflop'] / ms * 1e3:.0f})"
     for rec in res["models"]:
         for r in rec.get("per_kernel", ()):
-            mk, sg = r["micro-kernel_ms"], r["sgemm_ms"]
             f = "x".join(map(str, r["filter"]))
             st = "x".join(map(str, r["strides"]))
             lines.append(
                 f"| {rec['model']} | {r['kernel']} | {f}, {st} | "
-                f"{r['batch']} x {r['m']}x{r['n']}x{r['depth']} | "
-                f"{mk:.3f} ({r['gflop'] / mk * 1e3:.0f}) | "
-                f"{sg:.3f} ({r['gflop'] / sg * 1e3:.0f}) | {r['rule']} | "
-                f"{r['micro-kernel_tiles']} | {r['sgemm_tiles']} |")
+                f"{r['batch']} x {r['m']}x{r['n']}x{r['depth']} | {rate(r, RULE)} | "
+                f"{rate(r, MICRO)} | {rate(r, SGEMM)} | {r['rule']} | "
+                f"{r.get('rule_tiles', '')} | {r['micro-kernel_tiles']} | "
+                f"{r['sgemm_tiles']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -224,9 +242,16 @@ def main(argv=None) -> int:
                     choices=[RULE, MICRO, SGEMM, LANES])
     ap.add_argument("--kernel-rounds", type=int, default=5,
                     help="alternations of the per-kernel timing")
+    ap.add_argument("--direct-weights", type=int, default=None,
+                    help="the rule's CONV_DIRECT_WEIGHTS for this run (the most weights "
+                    "the filters of a convolution computed directly hold)")
     ap.add_argument("--note", action="append", default=[], help="a line for the report")
     ap.add_argument("--tag", default="", help="appended to the result file names")
     a = ap.parse_args(argv)
+    if a.direct_weights is not None:
+        from workbench.fusion import gemm
+        gemm.CONV_DIRECT_WEIGHTS = a.direct_weights
+        a.note.append(f"CONV_DIRECT_WEIGHTS = {a.direct_weights} in this run.")
     tmp = Path(tempfile.mkdtemp(prefix="wb-conv-gemm-"))
     os.environ.setdefault("WORKBENCH_CACHE", str(tmp / "cache"))
     date = _dt.date.today().isoformat()

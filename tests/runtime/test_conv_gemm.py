@@ -18,12 +18,12 @@ from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze
 from workbench.fusion.devices import assumed_cpu
 from workbench.fusion import gemm
-from workbench.fusion.gemm import (CONV_MICRO_DEPTH, CONV_POINTWISE_MICRO_FILTERS,
-                                   DEPTHWISE_LANES_SPAN, FEW_POSITIONS, PACK_MIN_VECTOR_BYTES,
-                                   PANEL)
+from workbench.fusion.gemm import (CONV_DIRECT_ALIGN, CONV_DIRECT_WEIGHTS, CONV_MICRO_DEPTH,
+                                   CONV_POINTWISE_MICRO_FILTERS, DEPTHWISE_LANES_SPAN,
+                                   FEW_POSITIONS, PACK_MIN_VECTOR_BYTES, PANEL)
 from workbench.fusion.mapping import ScheduleKind
-from workbench.fusion.schedule import (DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
-                                       PACK_PER_RUN, PACK_TILE)
+from workbench.fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
+                                       PACK_FILTERS, PACK_PER_RUN, PACK_TILE)
 from workbench.session import Session
 
 from plan_checks import check_plan
@@ -93,6 +93,22 @@ CASES = {
     "deep_few": ((1, 320, 7, 7), (32, 320, 3, 3), {"pads": [1, 1, 1, 1]}, "bn_relu"),
     # few positions, shallow filters: the micro-kernel's
     "few": ((1, 16, 7, 7), (64, 16, 3, 3), {"pads": [1, 1, 1, 1]}, "bn_relu"),
+    # computed directly, the filters in the lanes (CONV_DIRECT; "patches", "same_3x3",
+    # "odd", "audio_1d", "split_*", "deep_few" and "few" above are too): ResNet's 7 x 7
+    # stem (output rows of 11: a block and a part of one); 40 filters over one image (a
+    # pair of vectors, then a part of one vector; the rows cut for the cores); a stride
+    # of 3 (no specialized block), dilated, asymmetric pads; a strided 1 x 1 (its
+    # patches not the input itself)
+    "direct_stem": ((2, 3, 23, 21), (16, 3, 7, 7), {"strides": [2, 2], "pads": [3, 3, 3, 3]},
+                    "bn_relu"),
+    "direct_wide": ((1, 5, 9, 14), (40, 5, 3, 3), {"pads": [1, 1, 1, 1]}, "bias"),
+    "direct_stride3": ((2, 4, 17, 19), (20, 4, 5, 3),
+                       {"strides": [3, 3], "dilations": [2, 1], "pads": [2, 0, 3, 1]},
+                       "residual"),
+    "direct_1x1_strided": ((2, 8, 9, 9), (16, 8, 1, 1), {"strides": [2, 2]}, None),
+    # one filter: its bias a one-element constant, inlined as a literal (it has no
+    # buffer; lowering its epilogue failed before)
+    "one_filter": ((1, 4, 8, 8), (1, 4, 3, 3), {"pads": [1, 1, 1, 1]}, "bias"),
 }
 # sums of thousands of products: an output near zero is measured against the sum of
 # the products' magnitudes (the kernels' own bound), not against itself
@@ -158,9 +174,19 @@ def test_convolution_gemm_matches_reference(name, planner):
         planar = name.startswith("depthwise") and len(t.im2col.out) == 2
         depthwise = (DEPTHWISE_LANES if math.prod(t.im2col.span) <= DEPTHWISE_LANES_SPAN
                      else DEPTHWISE_PLANES)
-        assert t.packed_b == ("" if t.k >= CONV_MICRO_DEPTH else pointwise
-                              if name.startswith("pointwise") else depthwise
+        # (a 1-D or 2-D one of one group, not a 1 x 1 in place: direct)
+        direct = (len(t.im2col.out) <= 2 and not t.im2col.pointwise
+                  and t.m * t.k <= CONV_DIRECT_WEIGHTS and CASES[name][2].get("group", 1) == 1)
+        assert t.packed_b == (CONV_DIRECT if direct else "" if t.k >= CONV_MICRO_DEPTH
+                              else pointwise if name.startswith("pointwise") else depthwise
                               if planar else PACK_TILE), t
+        if direct:
+            # whole output rows of one image in each tile, every filter
+            src = s.program().compiled[0].source.split(f"void {s.kernels()[0].name}")[-1]
+            assert "wb_conv_lanes(" in src and "wb_cols" not in src, src
+            assert t.tile_n % t.im2col.out[-1] == 0 and t.tile_m == t.m, t
+            if s.device.units == 2 and name == "direct_wide":
+                assert t.col_tiles == 2, t       # (one image: its rows cut for the cores)
         if planar:
             # an image's channels the rows, whole planes in every tile
             assert (t.batch, t.m, t.tile_n) == (*CASES[name][0][:2], t.n), t
@@ -170,19 +196,104 @@ def test_convolution_gemm_matches_reference(name, planner):
         if t.packed_b == PACK_FILTERS:
             src = s.program().compiled[0].source
             assert "wb_gemm_packed_t(" in src.split(f"void {s.kernels()[0].name}")[-1]
-        if name.startswith("split"):
-            # 70 positions, rows of 10: the second panel starts inside an output row
-            assert t.n > PANEL and PANEL % t.im2col.out[-1] != 0, t
-        if name == "few" and s.device.units in (2, 4):
-            # one tile of 25 columns would cost what 64 do: not cut for the cores,
-            # the filters are
-            assert t.col_tiles == 1 and t.row_tiles == s.device.units, t
     if name.startswith("depthwise") and t.packed_b == PACK_TILE:
         # one filter per group: no patches gathered, no micro-kernel (lower._direct)
         src = s.program().compiled[0].source
         assert "one filter per group" in src and "wb_gemm_packed(" not in src.split(
             "void k")[-1], src[-3000:]
     check_plan(s, _magnitudes(name) if name in DEEP else None)
+
+
+DIRECT = sorted(n for n, (xs, ws, attrs, _) in CASES.items()
+                if len(xs) <= 4 and attrs.get("group", 1) == 1
+                and math.prod(ws) <= CONV_DIRECT_WEIGHTS and not (ws[2:] == (1, 1) and not attrs))
+
+
+@pytest.mark.parametrize("name", DIRECT)
+def test_blas0_gathers_the_patches_of_a_direct_convolution(monkeypatch, name):
+    """``blas=0`` on a convolution the rule computes directly: its patches gathered
+    into the micro-kernel's panels (``PACK_TILE``) instead, for the tuner to compare:
+    the gather's runs starting inside an output row, a panel of positions for a tile
+    of few columns."""
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s = Session(_graph(name), backend="cpu")
+    s.auto("rules")
+    assert s.plan.groups[0].schedule.gemm.packed_b == CONV_DIRECT
+    s.set_launch(s.plan.groups[0].id, blas=0)
+    t = s.plan.groups[0].schedule.gemm
+    assert t.packed_b == PACK_TILE, t
+    if name.startswith("split"):
+        # 70 positions, rows of 10: the second panel starts inside an output row
+        assert t.n > PANEL and PANEL % t.im2col.out[-1] != 0, t
+    if name == "few" and s.device.units in (2, 4):
+        # one tile of 25 columns would cost what 64 do: not cut for the cores, the
+        # filters are
+        assert t.col_tiles == 1 and t.row_tiles == s.device.units, t
+    assert "wb_conv_lanes(" not in s.program().compiled[0].source.split("void k")[-1]
+    check_plan(s, _magnitudes(name) if name in DEEP else None)
+
+
+def test_direct_convolution_tiles(monkeypatch):
+    """A direct convolution's tiles: ``tile_m`` whole pairs of vectors of filters (or
+    all of them), ``tile_n`` taken up to whole output rows; a thread's buffer too small
+    for every row cuts them into more tiles, and one too small for a tile_n asked for
+    is refused."""
+    s = Session(_graph("few"), backend="cpu")         # 64 filters over 7 x 7 positions
+    s.auto("rules")
+    gid = s.plan.groups[0].id
+    if s.plan.groups[0].schedule.gemm.packed_b != CONV_DIRECT:
+        pytest.skip("the micro-kernel's vectors are too narrow here")
+    s.set_launch(gid, tile_m=CONV_DIRECT_ALIGN, tile_n=10)
+    t = s.plan.groups[0].schedule.gemm
+    assert (t.tile_m, t.tile_n, t.row_tiles, t.col_tiles) == (32, 14, 2, 4), t
+    check_plan(s)
+    with pytest.raises(FusionRefused, match="multiple of 32 filters"):
+        s.set_launch(gid, tile_m=48)
+    # a buffer holding three output rows' input
+    monkeypatch.setattr(gemm, "CONV_DIRECT_SCRATCH", gemm._direct_scratch(t.im2col, 3))
+    s2 = Session(_graph("few"), backend="cpu")
+    s2.auto("rules")
+    t = s2.plan.groups[0].schedule.gemm
+    assert t.packed_b == CONV_DIRECT and t.tile_n <= 3 * 7 and t.col_tiles >= 3, t
+    check_plan(s2)
+    with pytest.raises(FusionRefused, match="thread's buffer"):
+        s2.set_launch(s2.plan.groups[0].id, tile_n=28)
+
+
+def _random_direct(seed):
+    """A seeded random 1-D or 2-D convolution the rule computes directly: 1 to 9
+    channels, 1 to 70 filters, kernels 1 to 5, strides 1 to 3, dilations 1 to 2, pads
+    0 to 3 before and after each axis, planes 1 to 20 (as small as the kernel meets)."""
+    rng = np.random.default_rng(seed)
+    d = int(rng.integers(1, 3))
+    kern = tuple(int(v) for v in rng.integers(1, 6, d))
+    dil = tuple(int(v) for v in rng.integers(1, 3, d))
+    pads = tuple(int(v) for v in rng.integers(0, 4, 2 * d))
+    size = tuple(max(int(rng.integers(1, 21)), (k - 1) * dl + 1 - p0 - p1)
+                 for k, dl, p0, p1 in zip(kern, dil, pads[:d], pads[d:]))
+    c, m = int(rng.integers(1, 10)), int(rng.integers(1, 71))
+    attrs = {"strides": [int(v) for v in rng.integers(1, 4, d)], "dilations": list(dil),
+             "pads": list(pads)}
+    if all(k == 1 for k in kern) and not any(pads) and attrs["strides"] == [1] * d:
+        attrs["strides"][0] = 2     # (a 1 x 1 read in place is no direct convolution)
+    b = wb.GraphBuilder(f"direct_{seed}")
+    x = b.input("x", (int(rng.integers(1, 3)), c, *size))
+    w = b.constant(rng.standard_normal((m, c, *kern)).astype(np.float32), "w")
+    y = b.op("conv", x, w, b.constant(rng.standard_normal(m).astype(np.float32), "b"), **attrs)
+    b.output(b.relu(y), "y")
+    return b.build()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_direct_convolutions_match_reference(seed):
+    """Seeded random shapes through the direct path: every edge (rows past the input,
+    blocks past the row's end, partial vectors of filters, unspecialized strides)."""
+    s = Session(_random_direct(seed), backend="cpu")
+    s.auto("rules")
+    t = s.plan.groups[0].schedule.gemm
+    if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES:
+        assert t.packed_b == CONV_DIRECT, s.plan.describe()
+    check_plan(s)
 
 
 def test_deep_filters_on_the_micro_kernel_take_a_panel_of_positions(monkeypatch):

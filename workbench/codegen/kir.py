@@ -265,8 +265,37 @@ class DepthwiseLanes:
     node: str = ""
 
 
+@dataclass(frozen=True)
+class ConvLanes:
+    """A 2-D convolution of one image computed directly, the filters in the vectors'
+    lanes (``wb_conv_lanes``, codegen/microkernel.py): ``channels`` input planes from
+    ``x[x_off]`` (``spatial`` each), filters ``f0`` to ``f1`` of ``f`` (the filters
+    transposed and packed into panels, as :class:`PackB` packs them), output rows
+    ``oy0`` to ``oy1`` into ``c[c_off]`` (filter ``f0``'s first, the filters ``ldc``
+    apart); ``strides``, ``dilations`` and the begin ``pads`` per axis. ``f0``, ``f1``,
+    ``oy0`` and ``oy1`` are C expressions."""
+    x: Buffer
+    f: Buffer
+    c: Buffer
+    x_off: str
+    c_off: str
+    ldc: int
+    f0: str
+    f1: str
+    oy0: str
+    oy1: str
+    channels: int
+    spatial: tuple[int, int]
+    kernel: tuple[int, int]
+    out: tuple[int, int]
+    strides: tuple[int, int]
+    dilations: tuple[int, int]
+    pads: tuple[int, int]
+    node: str = ""
+
+
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
-             DeclareScratch, If, GridSync, Gemm, PackB, WidenOnce, DepthwiseLanes]
+             DeclareScratch, If, GridSync, Gemm, PackB, WidenOnce, DepthwiseLanes, ConvLanes]
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,14 @@ from ..fusion.gemm import PANEL, VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
-from ..fusion.schedule import (DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS, PACK_ONCE,
-                               PACK_PER_RUN, PACK_TILE, Schedule, group_io)
+from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
+                               PACK_ONCE, PACK_PER_RUN, PACK_TILE, Schedule, group_io)
 from ..ir import DType, Graph
 from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
-from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, DepthwiseLanes, Gemm,
-                  GridSync, If, Kernel, Launch, LibraryCall, Let, Load, Loop, OncePerBlock,
-                  PackB, Scratch, Store, WidenOnce)
+from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
+                  DepthwiseLanes, Gemm, GridSync, If, Kernel, Launch, LibraryCall, Let, Load,
+                  Loop, OncePerBlock, PackB, Scratch, Store, WidenOnce)
 from .microkernel import STATE_SLOTS, packed_numel, panel_rows
 
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
@@ -311,6 +311,23 @@ class _Lowerer:
                                             ic.pads, mm.id)), None
         elif t.packed_b == DEPTHWISE_PLANES:
             gather, right = self._depthwise_planes(dest, c_off), None
+        elif t.packed_b == CONV_DIRECT:     # no patches: the filters in the lanes
+            ic = t.im2col.planar()          # (a 1-D convolution: one row)
+            packed = self.workspace("pack", DType.float32, packed_numel(K, M),
+                                    persistent=True, packed=True)
+            pack = (Comment(f"{t.a.value}, the filters, transposed and packed into column "
+                            "panels on the first run"),
+                    PackB(self.buffers[t.a.value], packed, a.offset, K, M, a.col_stride,
+                          a.row_stride, mm.id)) + pack
+            # (c0 and c1 whole output rows; r0 a multiple of two vectors of filters)
+            ow = ic.out[1]
+            gather, right = (Comment("the tile's output rows: each tap's input times a "
+                                     "vector of filters, no patches gathered"),
+                             ConvLanes(self.buffers[ic.value], packed, dest,
+                                       f"bt * {ic.channels * math.prod(ic.spatial)}", c_off,
+                                       ldc, "r0", "r1", f"c0 / {ow}", f"c1 / {ow}",
+                                       ic.channels, ic.spatial, ic.kernel, ic.out, ic.strides,
+                                       ic.dilations, ic.pads, mm.id)), None
         elif t.packed_b == PACK_FILTERS:    # few positions: the product made transposed
             packed = self.workspace("pack", DType.float32, packed_numel(K, M),
                                     persistent=True, packed=True)
@@ -713,9 +730,12 @@ class _Lowerer:
         if t.im2col is not None and len(conv.inputs) == 3:
             # the convolution's own bias, per output channel: the tile's row, or with
             # groups (a GEMM batch item per batch item and group) the row's channel
-            bias, channels = self.fresh(), g.value(conv.inputs[2]).numel
+            b = conv.inputs[2]
+            bias, channels = self.fresh(), g.value(b).numel
             channel = "r" if channels == t.m else f"row % {channels}"
-            scope.stmts += [Load(bias, self.buffers[conv.inputs[2]], channel),
+            # (one filter's bias, a one-element constant, is a literal with no buffer)
+            scope.stmts += [Let(bias, DType.float32, c_literal(g.constants[b], DType.float32))
+                            if self._inline_constant(b) else Load(bias, self.buffers[b], channel),
                             Let(f"{product}b", DType.float32, f"{product} + {bias}", conv.id)]
             product = f"{product}b"
             if t.result in self.io.outputs and not tiled:   # (tiled: stored below)

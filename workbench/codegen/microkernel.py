@@ -433,6 +433,101 @@ WB_FN void wb_depthwise_lanes(long long cn, const float* x, long long h, long lo
   }
 }
 
+/* positions per block of a direct convolution (wb_conv_lanes): with two vectors of
+   filters, 16 accumulators of AVX-512's or AArch64's 32 registers, 12 of AVX's 16 */
+#if WB_VW == 16 || defined(__aarch64__)
+#define WB_CR 8
+#else
+#define WB_CR 6
+#endif
+
+/* a block of WB_CR output positions (their input sx apart from xt) x nv vectors of
+   filters (tap j's at fp + j * WB_PANEL), summed over the k taps (tap j's input at
+   xt + off[j]); stored transposed, rn positions of fn filters, filter f's row at
+   y + f * ldy. Always inlined, so that each call's constant sx and nv unroll its loops
+   and keep its accumulators in registers (each input a broadcast operand of its
+   multiply-adds) */
+WB_FN __attribute__((always_inline)) void wb_conv_block(
+    const float* xt, const int* off, long long k, const float* fp, float* y,
+    long long ldy, int rn, int fn, const int sx, const int nv) {
+  wb_vf acc[WB_CR][2];
+  for (int r = 0; r < WB_CR; r++)
+    for (int v = 0; v < nv; v++) acc[r][v] = (wb_vf){0};
+  for (long long j = 0; j < k; j++) {
+    const float* xj = xt + off[j];
+    wb_vf wv[2];
+    for (int v = 0; v < nv; v++) memcpy(&wv[v], fp + j * WB_PANEL + v * WB_VW, sizeof(wb_vf));
+    for (int r = 0; r < WB_CR; r++) {
+      float a = xj[r * sx];
+      for (int v = 0; v < nv; v++) acc[r][v] += a * wv[v];
+    }
+  }
+  for (int f = 0; f < fn; f++)
+    for (int r = 0; r < rn; r++) y[f * ldy + r] = acc[r][f / WB_VW][f % WB_VW];
+}
+
+/* the block at sx 1, 2 or any other, with nv filter vectors */
+WB_FN __attribute__((always_inline)) void wb_conv_block_sx(
+    const float* xt, const int* off, long long k, const float* fp, float* y,
+    long long ldy, int rn, int fn, long long sx, const int nv) {
+  if (sx == 1) wb_conv_block(xt, off, k, fp, y, ldy, rn, fn, 1, nv);
+  else if (sx == 2) wb_conv_block(xt, off, k, fp, y, ldy, rn, fn, 2, nv);
+  else wb_conv_block(xt, off, k, fp, y, ldy, rn, fn, (int)sx, nv);
+}
+
+/* a 2-D convolution computed directly, the filters in the vectors' lanes (no patches
+   gathered): one image's c input planes (h x w from x), filters f0..f1 of the packed
+   panels fp (PackB of the filters transposed: k = c x kh x kw rows of WB_PANEL filters;
+   f0 a multiple of 2 WB_VW), output rows oy0..oy1 (ow positions each) into y (filter
+   f0's first position at y, the filters ldy apart). The input rows those read are
+   copied first, with the zeros around them the taps meet, into xp, whose rows are
+   wide enough for whole blocks past the row's end (computed, never stored): each
+   block of WB_CR positions then reads its taps at fixed distances, with no test for
+   an edge. Where the patches were gathered for the micro-kernel, every input element
+   was written once per tap that meets it before it was multiplied (fusion/gemm.py
+   CONV_DIRECT_WEIGHTS). A 1-D convolution is one row of a plane one row high */
+WB_FN void wb_conv_lanes(const float* x, long long c, long long h, long long w,
+                         const float* fp, long long f0, long long f1, float* y,
+                         long long ldy, long long oy0, long long oy1, long long ow,
+                         long long kh, long long kw, long long sy, long long sx,
+                         long long dy, long long dx, long long py, long long px) {
+  long long k = c * kh * kw, blocks = (ow + WB_CR - 1) / WB_CR;
+  long long hp = (oy1 - oy0 - 1) * sy + (kh - 1) * dy + 1;
+  long long wp = (blocks * WB_CR - 1) * sx + (kw - 1) * dx + 1, top = oy0 * sy - py;
+  float xp[c * hp * wp];
+  int off[k];
+  for (long long ci = 0; ci < c; ci++)
+    for (long long i = 0; i < hp; i++) {
+      long long iy = top + i;
+      float* d = xp + (ci * hp + i) * wp;
+      /* zeros left of the plane, its row (none above or below it), zeros right of it.
+         (memset and memcpy: GCC 12 at -O3 vectorized these rows' loops, once the call's
+         constants were propagated into them, into code that copied wrong rows) */
+      long long a = px < wp ? px : wp, e = px + w < wp ? px + w : wp;
+      if (iy < 0 || iy >= h) a = e = wp;
+      memset(d, 0, a * sizeof(float));
+      if (e > a) memcpy(d + a, x + (ci * h + iy) * w + a - px, (e - a) * sizeof(float));
+      memset(d + e, 0, (wp - e) * sizeof(float));
+    }
+  for (long long ci = 0, j = 0; ci < c; ci++)   /* each tap's input, from a block's */
+    for (long long ky = 0; ky < kh; ky++)
+      for (long long kx = 0; kx < kw; kx++, j++)
+        off[j] = (int)((ci * hp + ky * dy) * wp + kx * dx);
+  for (long long oy = oy0; oy < oy1; oy++)
+    for (long long b = 0; b < blocks; b++) {
+      const float* xt = xp + (oy - oy0) * sy * wp + b * WB_CR * sx;
+      int rn = ow - b * WB_CR < WB_CR ? (int)(ow - b * WB_CR) : WB_CR;
+      float* yb = y + (oy - oy0) * ow + b * WB_CR;
+      for (long long fc = f0; fc < f1; fc += 2 * WB_VW) {
+        int fn = f1 - fc < 2 * WB_VW ? (int)(f1 - fc) : 2 * WB_VW;
+        const float* fpc = fp + fc / WB_PANEL * k * WB_PANEL + fc % WB_PANEL;
+        if (fn > WB_VW) wb_conv_block_sx(xt, off, k, fpc, yb + (fc - f0) * ldy, ldy, rn, fn,
+                                         sx, 2);
+        else wb_conv_block_sx(xt, off, k, fpc, yb + (fc - f0) * ldy, ldy, rn, fn, sx, 1);
+      }
+    }
+}
+
 /* c = a @ the packed panels (each k rows long) */
 WB_FN void wb_gemm_packed(long long m, long long n, long long k, const float* a,
                           long long ars, long long acs, const float* bp, float* c,

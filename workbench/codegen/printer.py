@@ -39,9 +39,9 @@ from __future__ import annotations
 from typing import Callable
 
 from ..ir import DType
-from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, DepthwiseLanes, Gemm,
-                  GridSync, If, Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store,
-                  WidenOnce)
+from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
+                  DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
+                  PackB, Scratch, Store, WidenOnce)
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
@@ -183,6 +183,14 @@ def _depthwise_lanes(s, pad: str) -> list[str]:
             f"{s.kernel[0]}x{s.kernel[1]}, strides {s.strides[0]}/{s.strides[1]}]"]
 
 
+def _conv_lanes(s, pad: str) -> list[str]:
+    return [f"{pad}conv {_ref(s.c, s.c_off)} = {_ref(s.x, s.x_off)} * {s.f.name}  "
+            f"[filters {_bare(s.f0)}..{_bare(s.f1)} in lanes, output rows "
+            f"{_bare(s.oy0)}..{_bare(s.oy1)}, {s.channels} channels {s.spatial[0]}x"
+            f"{s.spatial[1]} -> {s.out[0]}x{s.out[1]}, taps {s.kernel[0]}x{s.kernel[1]}, "
+            f"strides {s.strides[0]}/{s.strides[1]}, direct]"]
+
+
 def _unknown(s, pad: str) -> list[str]:
     # a statement type added to kir.py but not here: visible, never fatal
     return [f"{pad}? {type(s).__name__}"]
@@ -193,6 +201,7 @@ STATEMENTS: dict[type, Callable[[object, str], list[str]]] = {
     BlockReduce: _block_reduce, OncePerBlock: _once_per_block, If: _if,
     GridSync: _grid_sync, Comment: _comment, DeclareScratch: _declare_scratch,
     Gemm: _gemm, PackB: _pack_b, WidenOnce: _widen_once, DepthwiseLanes: _depthwise_lanes,
+    ConvLanes: _conv_lanes,
 }
 
 

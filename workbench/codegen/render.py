@@ -15,9 +15,9 @@ from ..fusion.geometry import CPU_ROW_TILE, REDUCE_SLOT_WORDS
 from ..ir import DType
 from ..ir.dtypes import C_STORAGE
 from ..ops import all_helpers
-from .kir import (Assign, BlockReduce, Buffer, Comment, DeclareScratch, DepthwiseLanes, Gemm,
-                  GridSync, If, Kernel, Let, Load, Loop, OncePerBlock, PackB, Scratch, Store,
-                  WidenOnce)
+from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
+                  DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
+                  PackB, Scratch, Store, WidenOnce)
 from .microkernel import MICRO_KERNEL_C
 
 # name -> arity; powf too, or one powf call would keep a whole fused loop scalar
@@ -332,6 +332,13 @@ class CRenderer:
                 out.append(f"{pad}wb_depthwise_lanes({s.channels}, {s.x.name} + {s.x_off}, "
                            f"{h}, {w}, {s.f.name} + {s.f_off}, {kh}, {kw}, "
                            f"{s.c.name} + {s.c_off}, {oh}, {ow}, {s.strides[0]}, "
+                           f"{s.strides[1]}, {s.dilations[0]}, {s.dilations[1]}, "
+                           f"{s.pads[0]}, {s.pads[1]});{node_tag(s.node)}")
+            elif isinstance(s, ConvLanes):
+                (h, w), (kh, kw), (oh, ow) = s.spatial, s.kernel, s.out
+                out.append(f"{pad}wb_conv_lanes({s.x.name} + {s.x_off}, {s.channels}, {h}, "
+                           f"{w}, {s.f.name}, {s.f0}, {s.f1}, {s.c.name} + {s.c_off}, "
+                           f"{s.ldc}, {s.oy0}, {s.oy1}, {ow}, {kh}, {kw}, {s.strides[0]}, "
                            f"{s.strides[1]}, {s.dilations[0]}, {s.dilations[1]}, "
                            f"{s.pads[0]}, {s.pads[1]});{node_tag(s.node)}")
             elif isinstance(s, WidenOnce):

@@ -57,7 +57,7 @@ from ..ops.reduce import reduce_axes
 from ..ops.strided import MatrixView, Strided
 from .devices import Device
 from .mapping import ScheduleKind
-from .schedule import (DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS, PACK_ONCE,
+from .schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS, PACK_ONCE,
                        PACK_PER_RUN, PACK_TILE, GemmShape, GroupIO, Im2col, OnlineSoftmax,
                        Operand, Schedule, SecondGemm, group_io)
 
@@ -123,6 +123,23 @@ FEW_POSITIONS = 16
 DEPTHWISE_LANES_SPAN = 64
 DEPTHWISE_PLANE_SPAN = 16384
 LANES_ALIGN = 16      # channels per tile a multiple of the widest vector's lanes
+# A 1-D or 2-D float32 convolution of one group with constant filters of at most
+# CONV_DIRECT_WEIGHTS weights in all, not a 1 x 1 read in place, is computed directly
+# (CONV_DIRECT, codegen wb_conv_lanes): each tap's input a broadcast operand of
+# multiply-adds into vectors of filters, no patches gathered; tiles whole output rows
+# of one image, their input rows copied with their zero border into a thread's buffer
+# of at most CONV_DIRECT_SCRATCH floats. Gathering the patches wrote each input element
+# once per tap meeting it before the product read it (benchmarks/results/
+# conv-gemm-2026-11-24-direct*.md, kernels timed alternating in one process: the small
+# ResNet's 7 x 7 stem 0.152 -> 0.080 ms, its 3 x 3s 0.039 -> 0.026 and 0.052 -> 0.023;
+# ResNet-50's stem 1.56 -> 1.31, its 3 x 3s of 64 to 256 filters 1.50 -> 1.20, 1.74 ->
+# 1.35, 2.18 -> 1.60). Every block of positions streams all the filters, so filters
+# larger than the caches lost: ResNet-50's last stage (512 filters of 4608 weights,
+# 2048 of 1024 over 7 x 7 positions) 2.70 against 2.14 ms
+CONV_DIRECT_WEIGHTS = 1 << 20
+CONV_DIRECT_SCRATCH = 32768
+CONV_DIRECT_ALIGN = 2 * LANES_ALIGN   # filters per tile: whole pairs of vectors
+CONV_DIRECT_BLOCKS = (6, 8)   # positions per block (WB_CR: 6 on 16 registers, 8 on 32)
 # what a GEMM kernel reads and writes. A bfloat16 matmul is multiplied by the
 # micro-kernel two rows of k at a time (A's sliver and B packed in pairs,
 # codegen/microkernel.py), accumulated in float32 and rounded once where the epilogue
@@ -741,6 +758,14 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                       dest, epilogue_ops=epilogue_ops, im2col=cols, col_axes=d,
                       packed_b=DEPTHWISE_LANES if lanes else DEPTHWISE_PLANES)
         return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
+    if (d <= 2 and group == 1 and not half and can and not cols.pointwise
+            and conv.inputs[1] in g.constants and lc.blas == -1
+            and k * depth <= CONV_DIRECT_WEIGHTS
+            and _direct_scratch(cols.planar(), 1) <= CONV_DIRECT_SCRATCH):
+        # computed directly, the filters in the lanes; blas=0 keeps the patches
+        # gathered for the micro-kernel, blas=1 sgemm, for the tuner to compare
+        return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=_direct_tiling(
+            conv, cols, a, n, k, dest, epilogue_ops, device.units, lc))
     if (cols.pointwise and group == 1 and not half and can and positions <= FEW_POSITIONS
             and conv.inputs[1] in g.constants and (micro if lc.blas == -1 else lc.blas == 0)):
         # few positions: the product made transposed, the filters in the vectors' lanes
@@ -862,6 +887,46 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
     if lc.tile_n:
         tile_n = _set_tile("tile_n", lc.tile_n, n, PANEL if packed else 1)
     return GemmShape(batch, m, n, k, a, b, tile_m, tile_n, result, dest, packed_b=packed)
+
+
+def _direct_scratch(cols: Im2col, rows: int) -> int:
+    """Floats of a direct convolution's buffer for a tile of ``rows`` output rows
+    (codegen wb_conv_lanes; ``cols`` 2-D, ``Im2col.planar``): every channel's input
+    rows they read, each as wide as the widest block's whole blocks of positions
+    read."""
+    (oh, ow), (kh, kw), (sy, sx), (dy, dx) = cols.out, cols.kernel, cols.strides, cols.dilations
+    wide = max((-(-ow // r) * r - 1) * sx for r in CONV_DIRECT_BLOCKS) + (kw - 1) * dx + 1
+    return cols.channels * ((min(rows, oh) - 1) * sy + (kh - 1) * dy + 1) * wide
+
+
+def _direct_tiling(conv, cols: Im2col, a: Operand, n: int, k: int, dest: str,
+                   epilogue_ops: int, units: int, lc: GemmLaunch) -> GemmShape:
+    """A direct convolution's tiles (CONV_DIRECT): all its filters (or whole pairs of
+    vectors of them) by whole output rows of one image, as many rows as the buffer
+    takes, cut further where that makes the tile count a multiple of the cores (a 1-D
+    convolution: one row, whole)."""
+    oh, ow = cols.planar().out
+    fit = max(r for r in range(1, oh + 1)
+              if _direct_scratch(cols.planar(), r) <= CONV_DIRECT_SCRATCH)
+    col_tiles = min(oh, _for_cores(n, -(-oh // fit), units))
+    rows = -(-oh // col_tiles)
+    if lc.tile_n:     # (whole rows: a tile_n between two is taken up to the next)
+        rows = -(-_set_tile("tile_n", lc.tile_n, oh * ow, 1) // ow)
+        if _direct_scratch(cols.planar(), rows) > CONV_DIRECT_SCRATCH:
+            raise FusionRefused(f"tile_n={lc.tile_n}: {rows} output rows of {conv.id} "
+                                f"read more input than a thread's buffer of "
+                                f"{CONV_DIRECT_SCRATCH} floats holds (direct convolution)")
+    tile_m = k
+    if lc.tile_m:
+        tile_m = min(lc.tile_m, k)
+        if tile_m % CONV_DIRECT_ALIGN and tile_m < k:
+            raise FusionRefused(f"tile_m={lc.tile_m}: {conv.id} is computed directly, "
+                                f"{CONV_DIRECT_ALIGN} filters at a time, so tiles are a "
+                                f"multiple of {CONV_DIRECT_ALIGN} filters (or all {k})")
+    b = Operand(conv.inputs[0], a.view)     # (the input; its view unused, as im2col's)
+    return GemmShape(n, k, oh * ow, cols.rows, a, b, tile_m, rows * ow, conv.outputs[0],
+                     dest, epilogue_ops=epilogue_ops, im2col=cols,
+                     col_axes=len(cols.out), packed_b=CONV_DIRECT)
 
 
 def _set_tile(name: str, value: int, extent: int, align: int) -> int:

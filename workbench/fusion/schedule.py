@@ -66,11 +66,16 @@ DEPTHWISE_LANES = "depthwise, channels in lanes"
 # time, the plane with its zero border copied once, each output row's taps
 # summed in registers (codegen lower._depthwise_planes)
 DEPTHWISE_PLANES = "depthwise, planes"
+# a 2-D convolution of few filters computed directly (codegen wb_conv_lanes): its
+# filters in the vectors' lanes, packed once, each tap's input a broadcast operand, no
+# patches gathered; each tile whole output rows
+CONV_DIRECT = "direct, filters in lanes"
 # how a schedule's description names the products that are no packed B
 _PRODUCT_TEXT = {
     PACK_FILTERS: ", made transposed against the filters packed once (micro-kernel)",
     DEPTHWISE_LANES: ", depthwise, the channels in the vectors' lanes",
-    DEPTHWISE_PLANES: ", depthwise, a padded plane at a time, taps summed in registers"}
+    DEPTHWISE_PLANES: ", depthwise, a padded plane at a time, taps summed in registers",
+    CONV_DIRECT: ", direct, the filters in the vectors' lanes (packed once), no patches"}
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,15 @@ class Im2col:
         return tuple((o - 1) * s + (k - 1) * d + 1
                      for o, s, k, d in zip(self.out, self.strides, self.kernel, self.dilations))
 
+    def planar(self) -> "Im2col":
+        """The 2-D form of a 1-D or 2-D convolution: a 1-D one's axis as the row of a
+        plane one row high (a direct convolution's geometry, codegen wb_conv_lanes)."""
+        if len(self.spatial) != 1:
+            return self
+        return Im2col(self.value, self.channels, (1, *self.spatial), (1, *self.kernel),
+                      (1, *self.out), (1, *self.strides), (1, *self.dilations),
+                      (0, *self.pads))
+
     @property
     def padded(self) -> bool:
         """Whether some tap reads past the input's edge (then it reads 0)."""
@@ -186,7 +200,9 @@ class GemmShape:
     # convolution over small planes computed with its channels in the lanes
     # (DEPTHWISE_LANES: the GEMM's rows are then an image's channels, its batch the
     # images, its depth the taps, each tile whole planes), or, over larger planes, a
-    # padded plane at a time (DEPTHWISE_PLANES, the same tiles); "" where each tile
+    # padded plane at a time (DEPTHWISE_PLANES, the same tiles); a convolution of few
+    # filters computed directly, the filters in the lanes (CONV_DIRECT: each tile whole
+    # output rows of one image, its rows a run of filters); "" where each tile
     # calls BLAS sgemm (which packs B's panel again per call; a convolution's patches
     # are then gathered row-major)
     packed_b: str = ""
@@ -365,7 +381,8 @@ class Schedule:
                        if self.then.online else "")
                 epi += f", then @ [{self.then.k}x{self.then.n}]{v} (fused attention{how})"
             kind = ("gemm" if t.im2col is None else "conv as gemm (1x1, input in place)"
-                    if t.in_place else "conv as gemm (im2col)")
+                    if t.in_place else "conv" if t.packed_b == CONV_DIRECT
+                    else "conv as gemm (im2col)")
             packed = _PRODUCT_TEXT.get(t.packed_b, f", B packed {t.packed_b} (micro-kernel)"
                                        if t.packed_b else "")
             return (f"{kind} {batch}{t.m}x{t.n}x{t.k}{epi}, "

@@ -38,7 +38,7 @@ from ..codegen import lower_group, render_kernel
 from ..errors import FusionRefused
 from ..fusion import Group, Plan, make_group
 from ..fusion.mapping import ScheduleKind
-from ..fusion.schedule import DEPTHWISE_LANES, DEPTHWISE_PLANES
+from ..fusion.schedule import CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES
 from ..runtime.program import KernelSequence
 from .verify import check_kernel
 
@@ -50,7 +50,7 @@ MIN_GAIN = 0.03
 CONFIRM_ROUNDS = 4
 # rounds of a GEMM kernel's search from its fastest candidate (``climb``)
 CLIMB_ROUNDS = 2
-TUNER_VERSION = 5      # part of the cache key: a new search invalidates old answers
+TUNER_VERSION = 6      # part of the cache key: a new search invalidates old answers
 TUNE_COLUMNS = ["candidate", "mapping", "threads", "rows_per_block", "splits", "ms",
                 "GBps", "ok", "chosen"]
 
@@ -122,14 +122,17 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     """A GEMM kernel's alternatives to the rule: sgemm per tile where the micro-kernel
     multiplies, the micro-kernel (B packed) where sgemm does, both for a depthwise
     convolution computed in the lanes or a plane at a time (blas=0 its tap-by-tap
-    path); the other form of a fused attention's softmax; tiles of half and twice the
-    rule's rows, and of half and twice its columns (whole-row tiles: rows only). What
+    path) and for one computed directly (blas=0 its patches for the micro-kernel); the
+    other form of a fused attention's softmax; tiles of half and twice the rule's
+    rows, and of half and twice its columns (whole-row tiles: rows only). What
     the kernel refuses (no micro-kernel here, a packed B's tiles not in whole panels,
     no online form) is dropped when the group is made."""
     t = s.gemm
     out = [(("blas", 1 if t.packed_b else 0),)]
-    if t.packed_b in (DEPTHWISE_LANES, DEPTHWISE_PLANES):
-        out.append((("blas", 0),))      # (a depthwise convolution's tap-by-tap path)
+    if t.packed_b in (DEPTHWISE_LANES, DEPTHWISE_PLANES, CONV_DIRECT):
+        # (a depthwise convolution's tap-by-tap path; a direct one's patches gathered
+        # for the micro-kernel)
+        out.append((("blas", 0),))
     if s.then is not None:
         out.append((("online", 0 if s.then.online else 1),))
     for name, size, extent, ok in (("tile_m", t.tile_m, t.m, True),
