@@ -32,6 +32,11 @@ arrangements the workbench methods are timed under (``off``: BLAS left as NumPy 
 the workbench before issue 13; ``1``; ``all``; a count): each arrangement is one more
 method in the same alternation.
 
+``--one-by-one`` adds the method ``workbench stitch, kernel by kernel``: the same
+compiled stitch program with its kernels launched one by one from Python
+(``Program(plan_driver=False)``), as before the CPU's plan driver ran a whole call in
+one native call (``runtime/driver.py``).
+
 ``--dtype bfloat16`` converts each model as a user does (``model.to(torch.bfloat16)``,
 ``zoo.build(dtype=...)``); torch eager then runs bfloat16 too, and one more method,
 ``workbench stitch, bf16 matmul library calls``, plans the same graph with bfloat16
@@ -107,10 +112,12 @@ def blas_arg(v: str):
 
 # -- one model ---------------------------------------------------------------------
 def prepare_model(name: str, folder: Path, blas: list, size: str,
-                  tune: bool = False, dtype: str = "float32") -> tuple[dict, dict]:
+                  tune: bool = False, dtype: str = "float32",
+                  one_by_one: bool = False) -> tuple[dict, dict]:
     """Build, export, import, plan and compile one model. Returns its record and the
     runnable methods (label -> zero-argument call returning output name -> array).
-    ``tune``: the stitch plan tuned too (``Session.tune``), one more method."""
+    ``tune``: the stitch plan tuned too (``Session.tune``), one more method;
+    ``one_by_one``: the stitch program launched kernel by kernel, one more."""
     import torch
 
     import workbench as wb
@@ -154,6 +161,12 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
                 label = f"workbench {planner}" + ("" if len(blas) == 1 else
                                                   f" blas={'off' if b is None else b}")
                 methods[label] = _workbench_call(prog, inputs, b)
+            if one_by_one and planner == "stitch":
+                from workbench.runtime.program import Program
+                twin = Program(s.plan, prog.backend, kernels=prog.kernels,
+                               compiled=prog.compiled, plan_driver=False)
+                methods["workbench stitch, kernel by kernel"] = _workbench_call(
+                    twin, inputs, blas[0])
             if dtype == "bfloat16" and planner == "stitch":
                 before = wb.Session(graphs[source], backend="cpu")
                 with _bf16_matmuls_as_library_calls():
@@ -375,6 +388,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tune", action="store_true",
                     help="also time the stitch plan after Session.tune (its search not "
                          "cached: every kernel measured in this run)")
+    ap.add_argument("--one-by-one", action="store_true",
+                    help="also time the stitch program launched kernel by kernel (no plan "
+                         "driver)")
     ap.add_argument("--warm-cache", action="store_true",
                     help="keep $WORKBENCH_CACHE (default: a fresh one, compile is cold)")
     ap.add_argument("--shared", action="store_true",
@@ -401,7 +417,8 @@ def main(argv=None) -> int:
     for name in a.models:
         log(f"{name}: build, export, import, plan, compile")
         try:
-            rec, methods = prepare_model(name, tmp, blas, a.size, a.tune, a.dtype)
+            rec, methods = prepare_model(name, tmp, blas, a.size, a.tune, a.dtype,
+                                         a.one_by_one)
         except Exception as e:
             rec, methods = {"model": name, "error": first_line(e)}, {}
             log(f"  {name}: {first_line(e)}")

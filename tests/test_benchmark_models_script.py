@@ -24,7 +24,7 @@ def test_models_benchmark_tiny(tmp_path):
     r = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "models.py"), "--size", "tiny",
          "--models", "vit", "resnet", "--repeats", "1", "--inner", "1", "--blas", "off",
-         "1", "--tune", "--out", str(out), "--tag=-test"],
+         "1", "--tune", "--one-by-one", "--out", str(out), "--tag=-test"],
         capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(next(out.glob("models-*-test.json")).read_text())
@@ -47,6 +47,8 @@ def test_models_benchmark_tiny(tmp_path):
             p = m["planners"]["stitch"]       # --tune: the stitch plan tuned in the run
             assert p["tune_s"] > 0 and p["tuned_error_vs_torch"] < 1e-4
             assert m["latency_ms"]["workbench stitch tuned"] > 0
+            # --one-by-one: the stitch program's kernels launched from Python
+            assert m["latency_ms"]["workbench stitch, kernel by kernel"] > 0
             assert all(t["best_ms"] < t["rule_ms"] for t in p["tuned"])
         assert f"| {m['model']} |" in md
     assert "## Tuning the stitch plan" in md

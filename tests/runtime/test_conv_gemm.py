@@ -18,7 +18,8 @@ from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze
 from workbench.fusion.devices import assumed_cpu
 from workbench.fusion import gemm
-from workbench.fusion.gemm import (CONV_DIRECT_ALIGN, CONV_DIRECT_WEIGHTS, CONV_MICRO_DEPTH,
+from workbench.fusion.gemm import (CONV_DIRECT_ALIGN, CONV_DIRECT_DEPTH_RATIO,
+                                   CONV_DIRECT_WEIGHTS, CONV_MICRO_DEPTH,
                                    CONV_POINTWISE_MICRO_FILTERS, DEPTHWISE_LANES_SPAN,
                                    FEW_POSITIONS, PACK_MIN_VECTOR_BYTES, PANEL)
 from workbench.fusion.mapping import ScheduleKind
@@ -176,7 +177,8 @@ def test_convolution_gemm_matches_reference(name, planner):
                      else DEPTHWISE_PLANES)
         # (a 1-D or 2-D one of one group, not a 1 x 1 in place: direct)
         direct = (len(t.im2col.out) <= 2 and not t.im2col.pointwise
-                  and t.m * t.k <= CONV_DIRECT_WEIGHTS and CASES[name][2].get("group", 1) == 1)
+                  and t.m * t.k <= CONV_DIRECT_WEIGHTS and t.k * CONV_DIRECT_DEPTH_RATIO >= t.m
+                  and CASES[name][2].get("group", 1) == 1)
         assert t.packed_b == (CONV_DIRECT if direct else "" if t.k >= CONV_MICRO_DEPTH
                               else pointwise if name.startswith("pointwise") else depthwise
                               if planar else PACK_TILE), t
@@ -206,7 +208,9 @@ def test_convolution_gemm_matches_reference(name, planner):
 
 DIRECT = sorted(n for n, (xs, ws, attrs, _) in CASES.items()
                 if len(xs) <= 4 and attrs.get("group", 1) == 1
-                and math.prod(ws) <= CONV_DIRECT_WEIGHTS and not (ws[2:] == (1, 1) and not attrs))
+                and math.prod(ws) <= CONV_DIRECT_WEIGHTS
+                and math.prod(ws[1:]) * CONV_DIRECT_DEPTH_RATIO >= ws[0]
+                and not (ws[2:] == (1, 1) and not attrs))
 
 
 @pytest.mark.parametrize("name", DIRECT)
@@ -262,8 +266,9 @@ def test_direct_convolution_tiles(monkeypatch):
 
 def _random_direct(seed):
     """A seeded random 1-D or 2-D convolution the rule computes directly: 1 to 9
-    channels, 1 to 70 filters, kernels 1 to 5, strides 1 to 3, dilations 1 to 2, pads
-    0 to 3 before and after each axis, planes 1 to 20 (as small as the kernel meets)."""
+    channels, 1 to 70 filters (as many as the depth allows), kernels 1 to 5, strides
+    1 to 3, dilations 1 to 2, pads 0 to 3 before and after each axis, planes 1 to 20
+    (as small as the kernel meets)."""
     rng = np.random.default_rng(seed)
     d = int(rng.integers(1, 3))
     kern = tuple(int(v) for v in rng.integers(1, 6, d))
@@ -271,7 +276,8 @@ def _random_direct(seed):
     pads = tuple(int(v) for v in rng.integers(0, 4, 2 * d))
     size = tuple(max(int(rng.integers(1, 21)), (k - 1) * dl + 1 - p0 - p1)
                  for k, dl, p0, p1 in zip(kern, dil, pads[:d], pads[d:]))
-    c, m = int(rng.integers(1, 10)), int(rng.integers(1, 71))
+    c = int(rng.integers(1, 10))
+    m = int(rng.integers(1, min(70, c * math.prod(kern) * CONV_DIRECT_DEPTH_RATIO) + 1))
     attrs = {"strides": [int(v) for v in rng.integers(1, 4, d)], "dilations": list(dil),
              "pads": list(pads)}
     if all(k == 1 for k in kern) and not any(pads) and attrs["strides"] == [1] * d:

@@ -493,11 +493,13 @@ def test_gemm_launch_on_whole_rows_attention_and_convolutions(monkeypatch, fresh
     s, sched = _launched(_attention, blas=1)
     assert not sched.gemm.packed_b and not sched.then.packed and sched.then.online is None
     _check(s)
-    s, sched = _launched(_conv1d_relu, tile_n=7)            # a convolution's columns,
+    # a convolution's patches for the micro-kernel (blas=0; the rule computes this one
+    # directly): its columns, its filters (each tile gathers its patches)
+    s, sched = _launched(_conv1d_relu, blas=0, tile_n=7)
     assert sched.gemm.im2col is not None and sched.gemm.tile_n == 7
     _check(s)
-    s, sched = _launched(_conv1d_relu, tile_m=4)            # its filters (each tile
-    assert sched.gemm.tile_m == 4 and sched.gemm.row_tiles == 3   # gathers its patches)
+    s, sched = _launched(_conv1d_relu, blas=0, tile_m=4)
+    assert sched.gemm.tile_m == 4 and sched.gemm.row_tiles == 3
     _check(s)
     s, sched = _launched(_conv1d_relu, blas=1)              # its patches for sgemm
     assert sched.gemm.packed_b == "" and sched.gemm.im2col is not None

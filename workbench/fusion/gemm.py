@@ -135,8 +135,14 @@ LANES_ALIGN = 16      # channels per tile a multiple of the widest vector's lane
 # ResNet-50's stem 1.56 -> 1.31, its 3 x 3s of 64 to 256 filters 1.50 -> 1.20, 1.74 ->
 # 1.35, 2.18 -> 1.60). Every block of positions streams all the filters, so filters
 # larger than the caches lost: ResNet-50's last stage (512 filters of 4608 weights,
-# 2048 of 1024 over 7 x 7 positions) 2.70 against 2.14 ms
+# 2048 of 1024 over 7 x 7 positions) 2.70 against 2.14 ms. It also stores each block
+# transposed, element by element: a cost per output that the depth amortizes, where the
+# gather's per input element is amortized over the filters. So it takes filters at
+# least 1 / CONV_DIRECT_DEPTH_RATIO as deep as they are many: Whisper's first
+# convolution (256 filters of 48 weights) ran 0.153 ms against 0.137, Wav2Vec2's (32
+# of 10) 0.104 against 0.037; MobileNetV2's stem (16 of 27) 0.032 against 0.046
 CONV_DIRECT_WEIGHTS = 1 << 20
+CONV_DIRECT_DEPTH_RATIO = 2
 CONV_DIRECT_SCRATCH = 32768
 CONV_DIRECT_ALIGN = 2 * LANES_ALIGN   # filters per tile: whole pairs of vectors
 CONV_DIRECT_BLOCKS = (6, 8)   # positions per block (WB_CR: 6 on 16 registers, 8 on 32)
@@ -760,7 +766,7 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
         return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
     if (d <= 2 and group == 1 and not half and can and not cols.pointwise
             and conv.inputs[1] in g.constants and lc.blas == -1
-            and k * depth <= CONV_DIRECT_WEIGHTS
+            and k * depth <= CONV_DIRECT_WEIGHTS and depth * CONV_DIRECT_DEPTH_RATIO >= k
             and _direct_scratch(cols.planar(), 1) <= CONV_DIRECT_SCRATCH):
         # computed directly, the filters in the lanes; blas=0 keeps the patches
         # gathered for the micro-kernel, blas=1 sgemm, for the tuner to compare

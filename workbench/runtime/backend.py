@@ -135,6 +135,11 @@ class Backend(abc.ABC):
         ws = seq.workspace(ck) if k.workspace else {}
         self.launch(ck, [ws[b.name] if b.workspace else env[b.value] for b in k.params])
 
+    def plan_driver(self, seq):
+        """What runs every kernel of ``seq`` (a ``KernelSequence``) in one call, or None
+        (here: none; each kernel is launched by ``run_kernel``)."""
+        return None
+
     def running(self, blas: bool = True):
         """A context every run of a program happens in (the CPU backend sets the BLAS
         libraries' threads for it and restores them after: one thread pool). ``blas``:

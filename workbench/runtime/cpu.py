@@ -123,6 +123,14 @@ class CpuBackend(Backend):
                     progress(i + 1, len(kernels), ck.kernel.name)
         return done
 
+    def plan_driver(self, seq):
+        # one native call per run where every kernel is a generated C function; the
+        # environment variable turns it off (to compare, or to debug a kernel)
+        from . import driver
+        if os.environ.get("WB_PLAN_DRIVER", "1") == "0" or not driver.applies(seq.compiled):
+            return None
+        return driver.PlanDriver(seq)
+
     def launch(self, ck: CompiledKernel, args: list) -> None:
         ck.fn(*ck.addresses(args))
 

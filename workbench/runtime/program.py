@@ -88,12 +88,27 @@ class KernelSequence:
             else:
                 env[name] = poison(xp, shape, dtype)
 
+    def _alloc_fresh(self, specs, env) -> None:
+        """Poisoned arrays, new on every run, for the outputs ``specs`` lists (the
+        graph's outputs: the caller keeps them)."""
+        xp = self.backend.xp
+        for name, shape, dtype, _ in specs:
+            env[name] = poison(xp, shape, dtype)
+
     def _take_pool(self) -> dict | None:
         """The reused intermediates, or None while another thread's run holds them."""
         lock = self.__dict__.setdefault("_pool_lock", threading.Lock())
         if not lock.acquire(blocking=False):
             return None
         return self.__dict__.setdefault("_pool", {})
+
+    def _driver(self):
+        """The backend's plan driver for this sequence (the CPU's runs every kernel in
+        one native call, runtime/driver.py), made on first use; None where there is
+        none and kernels are launched one by one."""
+        if "_plan_driver" not in self.__dict__:
+            self._plan_driver = self.backend.plan_driver(self)
+        return self._plan_driver
 
     def _launch(self, ck, env) -> None:
         self.backend.run_kernel(self, ck, env)
@@ -115,9 +130,13 @@ class KernelSequence:
         pool = None if keep_all else self._take_pool()
         try:
             with self.backend.running(self.calls_blas):
-                for ck in self.compiled:
-                    self._alloc_outputs(ck, env, pool)
-                    self._launch(ck, env)
+                driver = self._driver() if pool is not None else None
+                if driver is not None:      # every kernel in one native call
+                    driver.run(env, pool)
+                else:
+                    for ck in self.compiled:
+                        self._alloc_outputs(ck, env, pool)
+                        self._launch(ck, env)
                 self.backend.synchronize()
         finally:
             if pool is not None:
@@ -174,11 +193,15 @@ class Program(KernelSequence):
     """Lowered, rendered and compiled kernels of one plan on one backend.
 
     ``kernels`` / ``compiled`` may be given (a session keeps them per group, so a
-    program is assembled from what was already built)."""
+    program is assembled from what was already built). ``plan_driver=False`` launches
+    the kernels one by one on every run (to compare with the backend's plan driver)."""
 
     def __init__(self, plan: Plan, backend, progress: Progress | None = None,
-                 kernels: Sequence[Kernel] | None = None, compiled: list | None = None):
+                 kernels: Sequence[Kernel] | None = None, compiled: list | None = None,
+                 plan_driver: bool = True):
         self.plan = plan
+        if not plan_driver:
+            self._plan_driver = None
         self.kernels = list(kernels) if kernels is not None else lower_plan(plan)
         if compiled is None:
             compiled = backend.compile(self.kernels, progress)

@@ -1,0 +1,93 @@
+"""The plan driver (runtime/driver.py): a CPU program's kernels run in one native call,
+every value bit for bit what launching them one by one gives, run after run on new
+inputs; programs it cannot call (a library call, a kernel of too many arguments, the
+driver turned off) run kernel by kernel."""
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.runtime import driver, random_inputs
+from workbench.runtime.program import Program
+
+SAMPLES = Path(__file__).resolve().parents[2] / "sample_graphs"
+
+
+def _one_by_one(prog) -> Program:
+    """The same compiled kernels, launched one by one."""
+    twin = Program(prog.plan, prog.backend, kernels=prog.kernels, compiled=prog.compiled,
+                   plan_driver=False)
+    assert twin._driver() is None
+    return twin
+
+
+@pytest.mark.parametrize("sample,planner,blas", [
+    ("bert_chain.json", "stitch", None), ("bert_chain.json", "stitch", 1),
+    ("bias_gelu_residual_layernorm.json", "none", None),
+    ("attention_softmax.json", "none", None), ("cross_entropy.json", "rules", None),
+    ("adam.json", "none", None)])
+def test_driver_gives_what_kernels_one_by_one_give(sample, planner, blas):
+    """GEMM, row and elementwise kernels (with ``blas=1`` each GEMM calls sgemm, the
+    driver passing its address), over three runs on new inputs: the graph's inputs and
+    fresh outputs are the arguments a run writes, the rest written once."""
+    s = wb.Session(str(SAMPLES / sample), backend="cpu")
+    s.auto(planner)
+    if blas is not None:
+        for gr in s.plan.groups:
+            if gr.schedule.gemm is not None:
+                s.set_launch(gr.id, blas=blas)
+    prog = s.program()
+    assert len(prog.compiled) > 1 and prog._driver() is not None
+    if blas:
+        assert any(ck.extra for ck in prog.compiled)
+    twin = _one_by_one(prog)
+    outs = []
+    for seed in range(3):
+        ins = random_inputs(s.graph, seed)
+        got, want = prog.run(ins), twin.run(ins)
+        for o in s.graph.outputs:
+            assert np.array_equal(got[o], want[o], equal_nan=True), o
+            assert not np.isnan(got[o]).any()
+        outs.append(got)
+    # every run's outputs its own arrays, kept as they were
+    first = random_inputs(s.graph, 0)
+    for o in s.graph.outputs:
+        assert np.array_equal(outs[0][o], twin.run(first)[o])
+        assert not np.shares_memory(outs[0][o], outs[1][o])
+
+
+def test_no_driver_for_a_library_call_or_too_many_arguments(monkeypatch):
+    b = wb.GraphBuilder("prefix")       # a running sum: a library call (NumPy's)
+    x = b.input("x", (8, 50))
+    b.output(b.op("tanh", b.op("cumsum", b.op("exp", x), axis=1)), "y")
+    s = wb.Session(b.build(), backend="cpu")
+    prog = s.program()
+    assert any(ck.kernel.library is not None for ck in prog.compiled)
+    assert prog._driver() is None
+    xs = random_inputs(s.graph, 0)["x"]
+    np.testing.assert_allclose(prog.run({"x": xs})["y"],
+                               np.tanh(np.cumsum(np.exp(xs), axis=1)), rtol=1e-5)
+    s = wb.Session(str(SAMPLES / "bert_chain.json"), backend="cpu")
+    s.auto("stitch")
+    widest = max(len(ck.kernel.params) + len(ck.extra) for ck in s.program().compiled)
+    monkeypatch.setattr(driver, "MAX_ARGS", widest - 1)
+    assert not driver.applies(s.program().compiled)
+    monkeypatch.setattr(driver, "MAX_ARGS", widest)
+    assert driver.applies(s.program().compiled)
+
+
+def test_driver_turned_off_by_the_environment(monkeypatch):
+    monkeypatch.setenv("WB_PLAN_DRIVER", "0")
+    s = wb.Session(str(SAMPLES / "layernorm.json"), backend="cpu")
+    prog = s.program()
+    assert prog._driver() is None
+    assert all(np.isfinite(v).all() for v in prog.run(random_inputs(s.graph, 0)).values())
+
+
+def test_driver_source_calls_each_arity():
+    """Every kernel arity up to MAX_ARGS has its call (the switch in DRIVER_C)."""
+    src = driver.DRIVER_C
+    assert "case 0: ((void (*)(void))fns[i])(); break;" in src
+    last = ", ".join(["void*"] * driver.MAX_ARGS)
+    assert f"case {driver.MAX_ARGS}: ((void (*)({last}))fns[i])(" in src

@@ -1,0 +1,131 @@
+"""The plan driver: one native call runs every kernel of a CPU program in order.
+
+Why: launching a kernel from Python costs a few microseconds -- its outputs looked up
+and poisoned, its arguments' addresses gathered, a ctypes call -- against kernels that
+run for 5-20 us in a small CNN. MobileNetV2 (small) is 53 kernels: the launches were
+64-147 us of a 470-710 us call (a run with every kernel a no-op). The driver is a small
+C function compiled once (:data:`DRIVER_C`): it takes the kernels' function pointers
+and one array of every argument, and calls each kernel with its own, so a run is a
+single ctypes call.
+
+The arguments that are the same run after run -- constants, workspaces, the
+intermediates a sequence reuses (``program.KernelSequence``), the BLAS routine a GEMM
+kernel calls -- are written into the array once, on the driver's first run; a run
+writes only the addresses of the graph's inputs and of its fresh outputs. A program
+with a library call (NumPy's matmul, which no C function can call) or a kernel of
+more than :data:`MAX_ARGS` arguments runs kernel by kernel as before.
+"""
+from __future__ import annotations
+
+import ctypes
+from functools import lru_cache
+
+import numpy as np
+
+from .cc import build_library, load_library
+
+MAX_ARGS = 64     # arguments of the widest kernel the driver calls
+
+
+def _driver_source(max_args: int = MAX_ARGS) -> str:
+    # a kernel of k arguments (every one a pointer: buffers, then a BLAS routine) is
+    # called through a pointer to a function of k void* -- the same call, on every ABI
+    # a C compiler here targets, as one through its own prototype
+    cases = []
+    for k in range(max_args + 1):
+        params = ", ".join(["void*"] * k) or "void"
+        args = ", ".join(f"a[{i}]" for i in range(k))
+        cases.append(f"    case {k}: ((void (*)({params}))fns[i])({args}); break;")
+    return "\n".join([
+        "/* the plan driver (runtime/driver.py): kernel i called with its nargs[i]",
+        "   arguments, the next ones in args */",
+        "void wb_run_plan(long long n, void* const* fns, const int* nargs,",
+        "                 void* const* args) {",
+        "  for (long long i = 0; i < n; i++) {",
+        "    void* const* a = args;",
+        "    args += nargs[i];",
+        "    switch (nargs[i]) {",
+        *cases,
+        "    }",
+        "  }",
+        "}", ""])
+
+
+DRIVER_C = _driver_source()
+
+
+@lru_cache(maxsize=None)
+def _driver():
+    """The compiled driver (built into the kernel cache once, loaded once a process)."""
+    fn = load_library(build_library("wb_run_plan", DRIVER_C)).wb_run_plan
+    fn.argtypes = [ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = None
+    return fn
+
+
+def applies(compiled) -> bool:
+    """Whether a sequence's kernels can all be called by the driver: every one a
+    generated C function of at most MAX_ARGS arguments."""
+    return bool(compiled) and all(
+        ck.kernel.library is None and getattr(ck, "fn", None) is not None
+        and len(ck.kernel.params) + len(ck.extra) <= MAX_ARGS for ck in compiled)
+
+
+class PlanDriver:
+    """Runs the kernels of one ``KernelSequence`` in a single native call, on the
+    environment and reused intermediates its run loop keeps (see the module
+    docstring). One driver is used by one thread at a time: the caller holds the
+    sequence's reused intermediates while it runs."""
+
+    def __init__(self, seq):
+        self.seq = seq
+        compiled = seq.compiled
+        self._fns = np.array([ctypes.cast(ck.fn, ctypes.c_void_p).value for ck in compiled],
+                             dtype=np.uint64)
+        self._nargs = np.array([len(ck.kernel.params) + len(ck.extra) for ck in compiled],
+                               dtype=np.int32)
+        self._args = np.zeros(int(self._nargs.sum()), dtype=np.uint64)
+        # per run: (slot, value) of each argument that is a graph input or a fresh
+        # output; the other slots are written by the first run
+        self._per_run: list[tuple[int, str]] | None = None
+        self._fresh = [spec for ck in compiled for spec in seq._output_specs[id(ck)]
+                       if not spec[3]]
+
+    def run(self, env: dict, pool: dict) -> None:
+        """Run every kernel on ``env`` (the constants and the graph's inputs), its
+        outputs poisoned: the reused intermediates from ``pool`` (made there on the
+        first run), the others fresh, as the kernel-by-kernel loop makes them."""
+        seq = self.seq
+        if self._per_run is None:
+            for ck in seq.compiled:
+                seq._alloc_outputs(ck, env, pool)
+            self._fill(env)
+        else:
+            env.update(pool)
+            seq._alloc_fresh(self._fresh, env)
+        args = self._args
+        for slot, value in self._per_run:
+            args[slot] = env[value].ctypes.data
+        _driver()(len(self._fns), self._fns.ctypes.data, self._nargs.ctypes.data,
+                  args.ctypes.data)
+
+    def _fill(self, env: dict) -> None:
+        """The first run: every argument's address, and which change from run to run
+        (the graph's inputs and the outputs made fresh by every run)."""
+        seq, per_run, slot = self.seq, [], 0
+        fresh = {spec[0] for spec in self._fresh}
+        inputs = set(seq.graph.inputs)
+        for ck in seq.compiled:
+            ws = seq.workspace(ck) if ck.kernel.workspace else {}
+            for b in ck.kernel.params:
+                if b.workspace:
+                    self._args[slot] = ws[b.name].ctypes.data
+                else:
+                    if b.value in fresh or b.value in inputs:
+                        per_run.append((slot, b.value))
+                    self._args[slot] = env[b.value].ctypes.data
+                slot += 1
+            for address in ck.extra:     # (the BLAS routine's)
+                self._args[slot] = address
+                slot += 1
+        self._per_run = per_run
