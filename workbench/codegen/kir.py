@@ -23,6 +23,7 @@ from typing import Any, Mapping as MappingType, Union
 
 from ..fusion.geometry import REDUCE_SLOT_BYTES
 from ..fusion.mapping import Mapping
+from ..fusion.schedule import Im2col
 from ..ir import DType
 
 
@@ -245,10 +246,9 @@ class WidenOnce:
 class DepthwiseLanes:
     """A 2-D depthwise convolution of ``channels`` consecutive channels of one image,
     the channels in the vectors' lanes (``wb_depthwise_lanes``, codegen/microkernel.py):
-    the input planes from ``x[x_off]`` (``spatial`` each), each channel's filter from
-    ``f[f_off]`` (``kernel`` taps), the output planes into ``c[c_off]`` (``out`` each);
-    ``strides``, ``dilations`` and the begin ``pads`` per axis. ``channels`` is a C
-    expression."""
+    the input planes from ``x[x_off]``, each channel's filter from ``f[f_off]``, the
+    output planes into ``c[c_off]``; ``window`` the convolution's 2-D geometry (planes,
+    taps, strides, dilations, begin pads). ``channels`` is a C expression."""
     x: Buffer
     f: Buffer
     c: Buffer
@@ -256,24 +256,19 @@ class DepthwiseLanes:
     f_off: str
     c_off: str
     channels: str
-    spatial: tuple[int, int]
-    kernel: tuple[int, int]
-    out: tuple[int, int]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
-    pads: tuple[int, int]
+    window: Im2col
     node: str = ""
 
 
 @dataclass(frozen=True)
 class ConvLanes:
     """A 2-D convolution of one image computed directly, the filters in the vectors'
-    lanes (``wb_conv_lanes``, codegen/microkernel.py): ``channels`` input planes from
-    ``x[x_off]`` (``spatial`` each), filters ``f0`` to ``f1`` of ``f`` (the filters
-    transposed and packed into panels, as :class:`PackB` packs them), output rows
-    ``oy0`` to ``oy1`` into ``c[c_off]`` (filter ``f0``'s first, the filters ``ldc``
-    apart); ``strides``, ``dilations`` and the begin ``pads`` per axis. ``f0``, ``f1``,
-    ``oy0`` and ``oy1`` are C expressions."""
+    lanes (``wb_conv_lanes``, codegen/microkernel.py): the input planes from
+    ``x[x_off]``, filters ``f0`` to ``f1`` of ``f`` (the filters transposed and packed
+    into panels, as :class:`PackB` packs them), output rows ``oy0`` to ``oy1`` into
+    ``c[c_off]`` (filter ``f0``'s first, the filters ``ldc`` apart); ``window`` the
+    convolution's 2-D geometry (``Im2col.planar``: its channels, planes, taps, strides,
+    dilations, begin pads). ``f0``, ``f1``, ``oy0`` and ``oy1`` are C expressions."""
     x: Buffer
     f: Buffer
     c: Buffer
@@ -284,13 +279,7 @@ class ConvLanes:
     f1: str
     oy0: str
     oy1: str
-    channels: int
-    spatial: tuple[int, int]
-    kernel: tuple[int, int]
-    out: tuple[int, int]
-    strides: tuple[int, int]
-    dilations: tuple[int, int]
-    pads: tuple[int, int]
+    window: Im2col
     node: str = ""
 
 

@@ -306,35 +306,24 @@ class _Lowerer:
             gather, right = (Comment("the tile's channels, a vector of them at a time"),
                              DepthwiseLanes(self.buffers[ic.value], self.buffers[t.a.value],
                                             dest, f"(bt * {M} + r0) * {math.prod(ic.spatial)}",
-                                            f"r0 * {K}", c_off, "r1 - r0", ic.spatial,
-                                            ic.kernel, ic.out, ic.strides, ic.dilations,
-                                            ic.pads, mm.id)), None
+                                            f"r0 * {K}", c_off, "r1 - r0", ic, mm.id)), None
         elif t.packed_b == DEPTHWISE_PLANES:
             gather, right = self._depthwise_planes(dest, c_off), None
         elif t.packed_b == CONV_DIRECT:     # no patches: the filters in the lanes
             ic = t.im2col.planar()          # (a 1-D convolution: one row)
-            packed = self.workspace("pack", DType.float32, packed_numel(K, M),
-                                    persistent=True, packed=True)
-            pack = (Comment(f"{t.a.value}, the filters, transposed and packed into column "
-                            "panels on the first run"),
-                    PackB(self.buffers[t.a.value], packed, a.offset, K, M, a.col_stride,
-                          a.row_stride, mm.id)) + pack
+            packed, packing = self._filters_packed(mm.id)
+            pack = packing + pack
             # (c0 and c1 whole output rows; r0 a multiple of two vectors of filters)
             ow = ic.out[1]
             gather, right = (Comment("the tile's output rows: each tap's input times a "
                                      "vector of filters, no patches gathered"),
                              ConvLanes(self.buffers[ic.value], packed, dest,
                                        f"bt * {ic.channels * math.prod(ic.spatial)}", c_off,
-                                       ldc, "r0", "r1", f"c0 / {ow}", f"c1 / {ow}",
-                                       ic.channels, ic.spatial, ic.kernel, ic.out, ic.strides,
-                                       ic.dilations, ic.pads, mm.id)), None
+                                       ldc, "r0", "r1", f"c0 / {ow}", f"c1 / {ow}", ic,
+                                       mm.id)), None
         elif t.packed_b == PACK_FILTERS:    # few positions: the product made transposed
-            packed = self.workspace("pack", DType.float32, packed_numel(K, M),
-                                    persistent=True, packed=True)
-            pack = (Comment(f"{t.a.value}, the filters, transposed and packed into column "
-                            "panels on the first run"),
-                    PackB(self.buffers[t.a.value], packed, a.offset, K, M, a.col_stride,
-                          a.row_stride, mm.id)) + pack
+            packed, packing = self._filters_packed(mm.id)
+            pack = packing + pack
             # (r0 a whole number of panels of filters, or 0)
             gather, right = (Comment("the tile's positions x filters, stored transposed"),
                              Gemm(self.buffers[t.b.value], packed, dest,
@@ -411,6 +400,19 @@ class _Lowerer:
         # the host sgemm is passed in only where a product calls it
         sgemm = not t.packed_b or (then is not None and not then.packed)
         return replace(k, blas="sgemm" if sgemm else "", host_only=True)
+
+    def _filters_packed(self, node: str) -> tuple[Buffer, tuple]:
+        """A convolution's filters (A: m x k) transposed and packed into column panels
+        on the first run, the right operand with the filters in the lanes (PACK_FILTERS,
+        CONV_DIRECT): the persistent workspace and the statements packing it."""
+        t = self.sched.gemm
+        a = t.a.view
+        packed = self.workspace("pack", DType.float32, packed_numel(t.k, t.m),
+                                persistent=True, packed=True)
+        return packed, (Comment(f"{t.a.value}, the filters, transposed and packed into "
+                                "column panels on the first run"),
+                        PackB(self.buffers[t.a.value], packed, a.offset, t.k, t.m,
+                              a.col_stride, a.row_stride, node))
 
     def _direct(self) -> bool:
         """Whether the convolution is computed tap by tap into its tile (``_gemm``): one

@@ -176,19 +176,23 @@ def _widen_once(s: WidenOnce, pad: str) -> list[str]:
     return [f"{pad}widen {s.dst.name} = float32({s.src.name}) [{s.n}, first run only]"]
 
 
+def _window(w) -> str:
+    """A 2-D window's planes, taps and strides, in words."""
+    return (f"{w.spatial[0]}x{w.spatial[1]} -> {w.out[0]}x{w.out[1]}, taps "
+            f"{w.kernel[0]}x{w.kernel[1]}, strides {w.strides[0]}/{w.strides[1]}")
+
+
 def _depthwise_lanes(s, pad: str) -> list[str]:
     return [f"{pad}depthwise {_ref(s.c, s.c_off)} = {_ref(s.x, s.x_off)} * "
             f"{_ref(s.f, s.f_off)}  [{_bare(s.channels)} channels in lanes, "
-            f"{s.spatial[0]}x{s.spatial[1]} -> {s.out[0]}x{s.out[1]}, taps "
-            f"{s.kernel[0]}x{s.kernel[1]}, strides {s.strides[0]}/{s.strides[1]}]"]
+            f"{_window(s.window)}]"]
 
 
 def _conv_lanes(s, pad: str) -> list[str]:
     return [f"{pad}conv {_ref(s.c, s.c_off)} = {_ref(s.x, s.x_off)} * {s.f.name}  "
             f"[filters {_bare(s.f0)}..{_bare(s.f1)} in lanes, output rows "
-            f"{_bare(s.oy0)}..{_bare(s.oy1)}, {s.channels} channels {s.spatial[0]}x"
-            f"{s.spatial[1]} -> {s.out[0]}x{s.out[1]}, taps {s.kernel[0]}x{s.kernel[1]}, "
-            f"strides {s.strides[0]}/{s.strides[1]}, direct]"]
+            f"{_bare(s.oy0)}..{_bare(s.oy1)}, {s.window.channels} channels "
+            f"{_window(s.window)}, direct]"]
 
 
 def _unknown(s, pad: str) -> list[str]:

@@ -79,6 +79,12 @@ _BLAS_PARAMS = {
 }
 
 
+
+def _steps(w) -> str:
+    """A 2-D window's strides, dilations and begin pads, as the C helpers take them
+    (``wb_depthwise_lanes``, ``wb_conv_lanes``)."""
+    return ", ".join(str(v) for v in (*w.strides, *w.dilations, *w.pads))
+
 class CRenderer:
     """C99 + OpenMP: grid-level loops run in parallel, block-level loops serially."""
 
@@ -328,19 +334,19 @@ class CRenderer:
             elif isinstance(s, Gemm):
                 out += self.gemm(s, depth)
             elif isinstance(s, DepthwiseLanes):
-                (h, w), (kh, kw), (oh, ow) = s.spatial, s.kernel, s.out
+                w = s.window
+                (h, wd), (kh, kw), (oh, ow) = w.spatial, w.kernel, w.out
                 out.append(f"{pad}wb_depthwise_lanes({s.channels}, {s.x.name} + {s.x_off}, "
-                           f"{h}, {w}, {s.f.name} + {s.f_off}, {kh}, {kw}, "
-                           f"{s.c.name} + {s.c_off}, {oh}, {ow}, {s.strides[0]}, "
-                           f"{s.strides[1]}, {s.dilations[0]}, {s.dilations[1]}, "
-                           f"{s.pads[0]}, {s.pads[1]});{node_tag(s.node)}")
+                           f"{h}, {wd}, {s.f.name} + {s.f_off}, {kh}, {kw}, "
+                           f"{s.c.name} + {s.c_off}, {oh}, {ow}, {_steps(w)});"
+                           f"{node_tag(s.node)}")
             elif isinstance(s, ConvLanes):
-                (h, w), (kh, kw), (oh, ow) = s.spatial, s.kernel, s.out
-                out.append(f"{pad}wb_conv_lanes({s.x.name} + {s.x_off}, {s.channels}, {h}, "
-                           f"{w}, {s.f.name}, {s.f0}, {s.f1}, {s.c.name} + {s.c_off}, "
-                           f"{s.ldc}, {s.oy0}, {s.oy1}, {ow}, {kh}, {kw}, {s.strides[0]}, "
-                           f"{s.strides[1]}, {s.dilations[0]}, {s.dilations[1]}, "
-                           f"{s.pads[0]}, {s.pads[1]});{node_tag(s.node)}")
+                w = s.window
+                (h, wd), (kh, kw), ow = w.spatial, w.kernel, w.out[1]
+                out.append(f"{pad}wb_conv_lanes({s.x.name} + {s.x_off}, {w.channels}, {h}, "
+                           f"{wd}, {s.f.name}, {s.f0}, {s.f1}, {s.c.name} + {s.c_off}, "
+                           f"{s.ldc}, {s.oy0}, {s.oy1}, {ow}, {kh}, {kw}, {_steps(w)});"
+                           f"{node_tag(s.node)}")
             elif isinstance(s, WidenOnce):
                 out.append(f"{pad}wb_widen_once({s.src.name}, {s.n}, {s.dst.name});"
                            f"{node_tag(s.node)}")
