@@ -26,10 +26,13 @@ from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
 from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
-                               PACK_ONCE, PACK_PER_RUN, PACK_TILE, Schedule, group_io)
+                               PACK_ONCE, PACK_PER_RUN, PACK_TILE, Im2col, Schedule,
+                               group_io)
 from ..ir import DType, Graph
 from ..ir.dtypes import c_literal
 from ..ops import Index, Kind, get_op
+from ..ops.reduce import reduce_axes
+from ..ops.window import window_attrs
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Launch, LibraryCall, Let, Load,
                   Loop, OncePerBlock, PackB, Scratch, Store, WidenOnce)
@@ -38,6 +41,11 @@ from .microkernel import STATE_SLOTS, packed_numel, panel_rows
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
 # stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
 WIDE_INDEX_FROM = 2**31 - 65535 * 256 * 4
+# a CPU pooling of at most this many taps, whose planes with their border hold at most
+# POOL_PLANE_SPAN floats (a 126 x 126 plane, 64 KiB of a thread's stack), is lowered a
+# plane at a time (_pool_planes), each output's taps read in one unrolled expression
+POOL_TAPS = 64
+POOL_PLANE_SPAN = 16384
 # an elementwise kernel moving elements loops over rows apart from columns only when a
 # row is at least this long (a shorter inner loop costs more than the divisions it saves)
 ROW_LOOP_MIN = 16
@@ -213,12 +221,65 @@ class _Lowerer:
             return self._opaque(name)
         if s.kind is ScheduleKind.gemm:
             return self._gemm(name)
+        pooled = self._pool_planes()
+        if pooled is not None:
+            return _kernel(name, self.group.id, s.describe() + ", pooled a plane at a time",
+                           self.buffers, _widen(pooled, self.wide), _launch(self.geometry, s),
+                           self.flops, tuple(self.scratch.values()))
         body = self.lower_body()
         # a split row makes one pass over the grid per reduction, plus the final one
         passes = s.reductions + 1 if s.grid_barriers else 1
         return _kernel(name, self.group.id, s.describe(), self.buffers, _widen(body, self.wide),
                        _launch(self.geometry, s), self.flops, tuple(self.scratch.values()),
                        passes, s.grid_barriers, self.geometry.reduce_slots)
+
+    def _pool_planes(self) -> list | None:
+        """A 2-D pooling on the CPU -- a group of a window over the input's last two
+        axes and a float32 max (its fill the lowest value), sum or mean (its fill zero)
+        over the window's taps, nothing else -- a plane at a time: the plane copied into a
+        buffer bordered with the fill (``_padded_plane``), then per output row one loop
+        over its positions, each the max or sum of its taps in a register, its reads
+        affine in the position (strided loads the compiler vectorizes). The row kernel
+        gathered every tap of each output through a flat row index and clamps. None
+        where the group is anything else."""
+        g, s = self.g, self.sched
+        if self.device.is_gpu or not s.gathered or len(self.group.nodes) != 2:
+            return None
+        win, red = (g.node(n) for n in self.group.nodes)
+        if win.op != "window" or red.inputs[0] != win.outputs[0]:
+            return None
+        x, y = g.value(win.inputs[0]), g.value(red.outputs[0])
+        fill = {("reduce_max", "lowest"): c_literal(-np.inf, DType.float32),
+                ("reduce_sum", "zero"): "0.0f", ("reduce_mean", "zero"): "0.0f"}.get(
+            (red.op, win.attr_map.get("fill", "zero")))
+        kernel, strides, dil, pads = window_attrs(x.shape, win.attr_map)
+        rank = len(x.shape)
+        if (fill is None or len(kernel) != 2 or x.dtype is not DType.float32
+                or y.dtype is not DType.float32 or self.io.outputs != (red.outputs[0],)
+                or reduce_axes(red.attr_map, rank + 2) != (rank, rank + 1)
+                or math.prod(kernel) > POOL_TAPS):
+            return None
+        (h, w), (oh, ow) = x.shape[-2:], g.value(win.outputs[0]).shape[rank - 2:rank]
+        window = Im2col(win.inputs[0], 1, (h, w), tuple(kernel), (oh, ow), tuple(strides),
+                        tuple(dil), tuple(pads[:2]))
+        if math.prod(window.span) > POOL_PLANE_SPAN:
+            return None
+        xp, border, copy = self._padded_plane(window, f"p * {h * w}", fill)
+        taps = [f"xv{j}" for j in range(math.prod(kernel))]
+        total = taps[0]
+        for v in taps[1:]:      # (in the taps' order, as the reference takes them)
+            total = f"wb_fmax({total}, {v})" if red.op == "reduce_max" else f"{total} + {v}"
+        if red.op == "reduce_mean":    # (an average over every tap, padding counted)
+            total = f"({total}) / {len(taps)}"
+        self.flops += y.numel * len(taps)
+        rows = Loop("q", oh, "serial", (Loop("x", ow, "block", (
+            *self._tap_reads(xp, window),
+            Store(self.buffers[red.outputs[0]], f"(p * {oh} + q) * {ow} + x", total,
+                  node=red.id))),))
+        return [Loop("p", math.prod(x.shape[:-2]), "grid", (
+            DeclareScratch(xp), Comment("the plane, bordered with the fill its taps meet "
+                                        "past the edges; each output's taps in a register"),
+            border, copy, rows))]
 
     def lower_body(self) -> list:
         """The statements of an elementwise or row template."""
@@ -436,30 +497,48 @@ class _Lowerer:
         stored once -- where adding each tap into the tile in memory (``_direct``) read
         and wrote every output once per tap."""
         t, ic = self.sched.gemm, self.sched.gemm.im2col
-        x, f = self.buffers[ic.value], self.buffers[t.a.value]
-        (h, w), (kh, kw), (oh, ow) = ic.spatial, ic.kernel, ic.out
-        (sy, sx), (dy, dx), (py, px) = ic.strides, ic.dilations, ic.pads
-        hp, wp = ic.span
-        xp = Scratch("wb_xp", ic.value, DType.float32, hp * wp)
+        f = self.buffers[t.a.value]
+        (kh, kw), (oh, ow) = ic.kernel, ic.out
         # the border zeroed once per tile; each channel's plane then copied into its
-        # inside, row by row (contiguous: plain vector copies), as much of it as the
-        # taps meet
-        zero = Loop("i", hp * wp, "block", (Store(xp, "i", "0.0f"),))
-        fill = Loop("y", max(0, min(h, hp - py)), "serial", (
-            Loop("x", max(0, min(w, wp - px)), "block", (
-                Load("xv", x, f"(bt * {t.m} + r) * {h * w} + y * {w} + x"),
-                Store(xp, f"(y + {py}) * {wp} + x + {px}", "xv"))),))
-        taps = [(ky, kx) for ky in range(kh) for kx in range(kw)]
-        weights = tuple(Load(f"wb_w{j}", f, f"r * {kh * kw} + {j}") for j in range(len(taps)))
-        reads = tuple(Load(f"xv{j}", xp, f"(q * {sy} + {ky * dy}) * {wp} + x * {sx} + "
-                                         f"{kx * dx}") for j, (ky, kx) in enumerate(taps))
+        # inside
+        xp, zero, fill = self._padded_plane(ic, f"(bt * {t.m} + r) * {math.prod(ic.spatial)}",
+                                            "0.0f")
+        weights = tuple(Load(f"wb_w{j}", f, f"r * {kh * kw} + {j}") for j in range(kh * kw))
         # (in the taps' order, as the reference adds them)
-        total = " + ".join(f"wb_w{j} * xv{j}" for j in range(len(taps)))
+        total = " + ".join(f"wb_w{j} * xv{j}" for j in range(kh * kw))
         rows = Loop("q", oh, "serial", (Loop("x", ow, "block", (
-            *reads, Store(dest, f"{first} + (r - r0) * {oh * ow} + q * {ow} + x", total))),))
+            *self._tap_reads(xp, ic),
+            Store(dest, f"{first} + (r - r0) * {oh * ow} + q * {ow} + x", total))),))
         return (DeclareScratch(xp), Comment("a padded plane at a time, each output's taps "
                                             "summed in a register"), zero,
                 Loop("r", t.m, "serial", (fill, *weights, rows), start="r0", stop="r1"))
+
+    def _padded_plane(self, window: Im2col, plane: str, fill: str
+                      ) -> tuple[Scratch, Loop, Loop]:
+        """A thread's buffer for one input plane of ``window`` and the border its taps
+        meet (``Im2col.span``): the buffer, the loop writing ``fill`` over all of it, and
+        the loop copying the plane (from C offset ``plane`` of the input) into its
+        inside, row by row (contiguous: plain vector copies), as much of it as the taps
+        meet. The copy leaves the border as it was, so one fill serves many planes."""
+        x = self.buffers[window.value]
+        (h, w), (py, px), (hp, wp) = window.spatial, window.pads, window.span
+        xp = Scratch("wb_xp", window.value, DType.float32, hp * wp)
+        border = Loop("i", hp * wp, "block", (Store(xp, "i", fill),))
+        copy = Loop("y", max(0, min(h, hp - py)), "serial", (
+            Loop("x", max(0, min(w, wp - px)), "block", (
+                Load("xv", x, f"{plane} + y * {w} + x"),
+                Store(xp, f"(y + {py}) * {wp} + x + {px}", "xv"))),))
+        return xp, border, copy
+
+    @staticmethod
+    def _tap_reads(xp: Scratch, window: Im2col) -> tuple:
+        """Loads ``xv0``, ``xv1``... of every tap of output position (``q``, ``x``) from
+        a padded plane (``_padded_plane``), in the taps' order (row-major)."""
+        (kh, kw), (sy, sx), (dy, dx) = window.kernel, window.strides, window.dilations
+        wp = window.span[1]
+        return tuple(Load(f"xv{ky * kw + kx}", xp, f"(q * {sy} + {ky * dy}) * {wp} + "
+                                                   f"x * {sx} + {kx * dx}")
+                     for ky in range(kh) for kx in range(kw))
 
     def _tile_out(self, tile: Scratch, buf: Buffer, first: str, ld: int, c0: str, c1: str,
                   node: str) -> Loop:
