@@ -300,7 +300,8 @@ def edge_graphs() -> dict:
 def shape_graphs(more: bool = False) -> dict:
     """name -> (graph, inputs): row kernels at odd sizes (vector remainders, one row,
     one column; with --all the mapping rule's boundaries: few long rows, split), with
-    the sample graphs' own builders, and a MobileNetV2 block (``_mbconv``). Checked
+    the sample graphs' own builders, a MobileNetV2 block (``_mbconv``) and ResNet's stem
+    (``_stem``). Checked
     like the sample graphs (float32 rounding through a LayerNorm of 16384 columns
     passes the tolerance of one op)."""
     import numpy as np
@@ -320,7 +321,31 @@ def shape_graphs(more: bool = False) -> dict:
         from workbench.runtime import random_inputs
         out["chain_4"] = (g, random_inputs(g, 3))
     out["mbconv_4x4"] = _mbconv(rng)
+    out["stem_23x21"] = _stem(rng)
     return out
+
+
+def _stem(rng):
+    """ResNet's stem at odd sizes, whose kernels keep buffers on the stack: a 7 x 7
+    convolution with stride 2 computed directly (the input rows copied with their
+    border; output rows of 12, a block and part of one), its ReLU, then the 3 x 3 max
+    pool a plane at a time; and a strided 1-D convolution of 40 filters (a pair of
+    vectors and part of one) with a bias."""
+    import numpy as np
+
+    from workbench.ir import GraphBuilder, composites_nn
+    b = GraphBuilder("stem_23x21")
+    x = b.input("x", (2, 3, 23, 21))
+    w = b.constant(rng.standard_normal((16, 3, 7, 7)).astype(np.float32))
+    h = b.relu(b.op("conv", x, w, strides=[2, 2], pads=[3, 3, 3, 3]))
+    b.output(composites_nn.max_pool(b, h, (3, 3), (2, 2), None, [1, 1, 1, 1]), "y")
+    a = b.input("a", (1, 6, 37))
+    b.output(b.op("conv", a, b.constant(rng.standard_normal((40, 6, 5)).astype(np.float32)),
+                  b.constant(rng.standard_normal(40).astype(np.float32)), strides=[2],
+                  pads=[2, 1]), "a2")
+    g = b.build()
+    return g, {"x": rng.standard_normal((2, 3, 23, 21)).astype(np.float32),
+               "a": rng.standard_normal((1, 6, 37)).astype(np.float32)}
 
 
 def _mbconv(rng):
