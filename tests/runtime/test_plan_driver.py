@@ -91,3 +91,17 @@ def test_driver_source_calls_each_arity():
     assert "case 0: ((void (*)(void))fns[i])(); break;" in src
     last = ", ".join(["void*"] * driver.MAX_ARGS)
     assert f"case {driver.MAX_ARGS}: ((void (*)({last}))fns[i])(" in src
+
+
+def test_a_loaded_artifact_runs_through_the_driver(tmp_path):
+    """An exported plan's shipped kernels, loaded and compiled again, run in one native
+    call too, giving what the session's program gives."""
+    s = wb.Session(str(SAMPLES / "bert_chain.json"), backend="cpu")
+    s.auto("stitch")
+    out = s.export(tmp_path / "bert_chain.zip")
+    runner = wb.load_artifact(out).runner("cpu")
+    assert runner._driver() is not None
+    ins = random_inputs(s.graph, 4)
+    got, want = runner.run(ins), s.program().run(ins)
+    for o in s.graph.outputs:
+        assert np.array_equal(got[o], want[o]), o
