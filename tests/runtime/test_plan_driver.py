@@ -105,3 +105,21 @@ def test_a_loaded_artifact_runs_through_the_driver(tmp_path):
     got, want = runner.run(ins), s.program().run(ins)
     for o in s.graph.outputs:
         assert np.array_equal(got[o], want[o]), o
+
+
+def test_time_takes_the_whole_plan_as_calls_through_the_driver(monkeypatch):
+    """``Program.time``: each kernel launched and timed one by one, then the whole plan
+    timed as calls through the driver (warm-up and timed), what a caller waits for."""
+    s = wb.Session(str(SAMPLES / "cross_entropy.json"), backend="cpu")
+    s.auto("rules")
+    prog = s.program()
+    drv = prog._driver()
+    calls = []
+    real = drv.run
+    monkeypatch.setattr(drv, "run", lambda env, pool: (calls.append(1), real(env, pool)))
+    per, total = prog.time(random_inputs(s.graph, 0), warmup=1, repeats=3)
+    assert len(per) == len(prog.compiled) > 1 and total > 0 and all(t > 0 for t in per)
+    assert len(calls) == 1 + 3
+    twin = _one_by_one(prog)
+    twin.time(random_inputs(s.graph, 0), warmup=1, repeats=3)
+    assert len(calls) == 4          # (kernel by kernel: no call through the driver)
