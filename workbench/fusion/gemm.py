@@ -131,17 +131,20 @@ LANES_ALIGN = 16      # channels per tile a multiple of the widest vector's lane
 # of at most CONV_DIRECT_SCRATCH floats. Gathering the patches wrote each input element
 # once per tap meeting it before the product read it (benchmarks/results/
 # conv-gemm-2026-11-24-direct*.md, kernels timed alternating in one process: the small
-# ResNet's 7 x 7 stem 0.152 -> 0.080 ms, its 3 x 3s 0.039 -> 0.026 and 0.052 -> 0.023;
-# ResNet-50's stem 1.56 -> 1.31, its 3 x 3s of 64 to 256 filters 1.50 -> 1.20, 1.74 ->
-# 1.35, 2.18 -> 1.60). Every block of positions streams all the filters, so filters
-# larger than the caches lost: ResNet-50's last stage (512 filters of 4608 weights,
-# 2048 of 1024 over 7 x 7 positions) 2.70 against 2.14 ms. It also stores each block
-# transposed, element by element: a cost per output that the depth amortizes, where the
-# gather's per input element is amortized over the filters. So it takes filters at
-# least 1 / CONV_DIRECT_DEPTH_RATIO as deep as they are many: Whisper's first
-# convolution (256 filters of 48 weights) ran 0.153 ms against 0.137, Wav2Vec2's (32
-# of 10) 0.104 against 0.037; MobileNetV2's stem (16 of 27) 0.032 against 0.046
-CONV_DIRECT_WEIGHTS = 1 << 20
+# ResNet's 7 x 7 stem 0.147 -> 0.069 ms, its 3 x 3s 0.041 -> 0.025 and 0.051 -> 0.021;
+# ResNet-50's 3 x 3s of 64 to 512 filters 1.71 -> 1.34, 1.93 -> 1.45, 2.04 -> 1.56 and
+# 2.40 -> 1.74 ms against the micro-kernel, all faster than sgemm too). Its filters,
+# a pair of vectors at a time, are read from the cache every block of a tile shares;
+# up to 16 MiB of them (ResNet-50's last stage: 2.4 million weights) measured faster,
+# when each block streamed all the filters they lost there (2.70 against 2.14 ms). It
+# also stores each block transposed, element by element: a cost per output that the
+# depth amortizes, where the gather's per input element is amortized over the
+# filters. So it takes filters at least 1 / CONV_DIRECT_DEPTH_RATIO as deep as they are
+# many: Whisper's first convolution (256 filters of 48 weights) ran 0.153 ms against
+# 0.137, Wav2Vec2's (32 of 10) 0.104 against 0.037; MobileNetV2's stem (16 of 27) 0.032
+# against 0.046; at the ratio, ResNet-50's strided 1 x 1s of 2 weights per filter
+# were 11% slower to 9% faster
+CONV_DIRECT_WEIGHTS = 1 << 22
 CONV_DIRECT_DEPTH_RATIO = 2
 CONV_DIRECT_SCRATCH = 32768
 CONV_DIRECT_ALIGN = 2 * LANES_ALIGN   # filters per tile: whole pairs of vectors
