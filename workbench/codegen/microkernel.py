@@ -539,8 +539,7 @@ WB_FN void wb_conv_lanes(const float* x, long long c, long long h, long long w,
         const float* xt = xp + (oy - oy0) * sy * wp + b * WB_CR * sx;
         int rn = ow - b * WB_CR < WB_CR ? (int)(ow - b * WB_CR) : WB_CR;
         float* yb = y + (fc - f0) * ldy + (oy - oy0) * ow + b * WB_CR;
-        if (fn > WB_VW) wb_conv_block_sx(xt, off, k, fpc, yb, ldy, rn, fn, sx, 2);
-        else wb_conv_block_sx(xt, off, k, fpc, yb, ldy, rn, fn, sx, 1);
+        wb_conv_block_sx(xt, off, k, fpc, yb, ldy, rn, fn, sx, fn > WB_VW ? 2 : 1);
       }
   }
 }

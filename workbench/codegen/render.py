@@ -79,11 +79,11 @@ _BLAS_PARAMS = {
 }
 
 
-
 def _steps(w) -> str:
     """A 2-D window's strides, dilations and begin pads, as the C helpers take them
     (``wb_depthwise_lanes``, ``wb_conv_lanes``)."""
     return ", ".join(str(v) for v in (*w.strides, *w.dilations, *w.pads))
+
 
 class CRenderer:
     """C99 + OpenMP: grid-level loops run in parallel, block-level loops serially."""

@@ -770,7 +770,7 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     if (d <= 2 and group == 1 and not half and can and not cols.pointwise
             and conv.inputs[1] in g.constants and lc.blas == -1
             and k * depth <= CONV_DIRECT_WEIGHTS and depth * CONV_DIRECT_DEPTH_RATIO >= k
-            and _direct_scratch(cols.planar(), 1) <= CONV_DIRECT_SCRATCH):
+            and _direct_scratch(cols, 1) <= CONV_DIRECT_SCRATCH):
         # computed directly, the filters in the lanes; blas=0 keeps the patches
         # gathered for the micro-kernel, blas=1 sgemm, for the tuner to compare
         return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=_direct_tiling(
@@ -900,9 +900,10 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
 
 def _direct_scratch(cols: Im2col, rows: int) -> int:
     """Floats of a direct convolution's buffer for a tile of ``rows`` output rows
-    (codegen wb_conv_lanes; ``cols`` 2-D, ``Im2col.planar``): every channel's input
-    rows they read, each as wide as the widest block's whole blocks of positions
-    read."""
+    (codegen wb_conv_lanes; a 1-D convolution as its plane one row high,
+    ``Im2col.planar``): every channel's input rows they read, each as wide as the
+    widest block's whole blocks of positions read."""
+    cols = cols.planar()
     (oh, ow), (kh, kw), (sy, sx), (dy, dx) = cols.out, cols.kernel, cols.strides, cols.dilations
     wide = max((-(-ow // r) * r - 1) * sx for r in CONV_DIRECT_BLOCKS) + (kw - 1) * dx + 1
     return cols.channels * ((min(rows, oh) - 1) * sy + (kh - 1) * dy + 1) * wide
@@ -916,12 +917,12 @@ def _direct_tiling(conv, cols: Im2col, a: Operand, n: int, k: int, dest: str,
     convolution: one row, whole)."""
     oh, ow = cols.planar().out
     fit = max(r for r in range(1, oh + 1)
-              if _direct_scratch(cols.planar(), r) <= CONV_DIRECT_SCRATCH)
+              if _direct_scratch(cols, r) <= CONV_DIRECT_SCRATCH)
     col_tiles = min(oh, _for_cores(n, -(-oh // fit), units))
     rows = -(-oh // col_tiles)
     if lc.tile_n:     # (whole rows: a tile_n between two is taken up to the next)
         rows = -(-_set_tile("tile_n", lc.tile_n, oh * ow, 1) // ow)
-        if _direct_scratch(cols.planar(), rows) > CONV_DIRECT_SCRATCH:
+        if _direct_scratch(cols, rows) > CONV_DIRECT_SCRATCH:
             raise FusionRefused(f"tile_n={lc.tile_n}: {rows} output rows of {conv.id} "
                                 f"read more input than a thread's buffer of "
                                 f"{CONV_DIRECT_SCRATCH} floats holds (direct convolution)")
