@@ -278,6 +278,8 @@ def _random_direct(seed):
                  for k, dl, p0, p1 in zip(kern, dil, pads[:d], pads[d:]))
     c = int(rng.integers(1, 10))
     m = int(rng.integers(1, min(70, c * math.prod(kern) * CONV_DIRECT_DEPTH_RATIO) + 1))
+    if d == 2 and c == m == 1:
+        m = 2       # (one channel, one filter: a depthwise convolution, its own path)
     attrs = {"strides": [int(v) for v in rng.integers(1, 4, d)], "dilations": list(dil),
              "pads": list(pads)}
     if all(k == 1 for k in kern) and not any(pads) and attrs["strides"] == [1] * d:
