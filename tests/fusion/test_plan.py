@@ -88,6 +88,38 @@ def test_layout_op_refused_in_reduction_kernel():
     assert p.fuse(["n0", "n1"]).groups[0].schedule.describe().startswith("stitched 2 phases")
 
 
+def _max_then_avg_pool():
+    """Inception's stem: a max pool, then a 3 x 3 average pool over its result."""
+    from workbench.ir import composites_nn
+    b = wb.GraphBuilder("pools")
+    x = b.input("x", (2, 3, 11, 11))
+    m = composites_nn.max_pool(b, x, (3, 3), (2, 2), None, [0, 0, 0, 0])
+    b.output(composites_nn.avg_pool(b, m, (3, 3), (1, 1), None, [1, 1, 1, 1],
+                                    count_include_pad=True), "y")
+    return b.build()
+
+
+def test_a_window_over_a_reduction_of_its_kernel_is_refused_or_phased():
+    """The average pool's window reads the max of neighbouring rows: one row kernel
+    cannot have them (it read its own row's max at every tap, 8x off in Inception v3),
+    so the fusion is refused or stitched into phases, and every plan is exact."""
+    from workbench.runtime.reference import run_reference
+    g = _max_then_avg_pool()
+    nodes = [n.id for n in g.nodes]
+    assert [g.node(n).op for n in nodes] == ["window", "reduce_max", "window", "reduce_mean"]
+    p = Plan.singletons(g)
+    with pytest.raises(FusionRefused, match="per-row result .* at other rows' positions"):
+        p.fuse(nodes[1:], stitch=False)
+    assert p.fuse(nodes[1:]).group(nodes[1]).schedule.kind == "stitched"
+    x = np.random.default_rng(3).standard_normal((2, 3, 11, 11)).astype(np.float32)
+    want = run_reference(g, {"x": x})["y"]
+    for planner in ("rules", "stitch", "xla"):
+        s = wb.Session(g, backend="cpu")
+        s.auto(planner)
+        np.testing.assert_allclose(s.program().run({"x": x})["y"], want, rtol=1e-6,
+                                   err_msg=planner)
+
+
 def test_refusals_and_empty_selection_messages():
     p = Plan.singletons(_ln())
     with pytest.raises(FusionRefused, match="nothing selected"):

@@ -274,13 +274,20 @@ def _per_row_values(g, ns, dom: _RowDomain) -> set[str]:
                                     f"to the reduction domain {list(dom.domain)}")
             elif _is_per_row(shape, dom.domain, dom.axes):
                 per_row.add(o)
-        if op.kind is not Kind.layout:
-            for i in n.inputs:
-                if i in per_row and not _broadcasts_to(g.value(i).shape, dom.domain):
-                    raise FusionRefused(f"{n.id} ({n.op}) reads the per-row result {i} "
-                                        f"of shape {list(g.value(i).shape)}, which does not "
-                                        f"broadcast to {list(dom.domain)}; unsqueeze it "
-                                        "first")
+        if op.row_role is RowRole.per_row_view:
+            continue
+        for i in n.inputs:
+            if i not in per_row or _broadcasts_to(g.value(i).shape, dom.domain):
+                continue
+            if op.kind is Kind.layout:
+                # a window over a reduction's result (a max pool then an average pool,
+                # Inception's) reads other rows' results, which no row has yet
+                raise FusionRefused(f"{n.id} ({n.op}) reads the per-row result {i} at "
+                                    "other rows' positions; the rows it reads must be "
+                                    "reduced first, by another kernel or phase")
+            raise FusionRefused(f"{n.id} ({n.op}) reads the per-row result {i} of shape "
+                                f"{list(g.value(i).shape)}, which does not broadcast to "
+                                f"{list(dom.domain)}; unsqueeze it first")
     return per_row
 
 
