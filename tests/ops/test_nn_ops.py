@@ -291,6 +291,11 @@ TORCH_CASES = {
                                (2, 4, 10, 10)),
     "adaptive_avg_pool1d": (lambda x: F.adaptive_avg_pool1d(x, 1), (2, 4, 9)),
     "adaptive_avg_pool2d": (lambda x: F.adaptive_avg_pool2d(x, (2, 3)), (2, 4, 8, 9)),
+    # windows of unequal size and overlapping, and more outputs than inputs (VGG's 7 x 7
+    # from a small image)
+    "adaptive_avg_pool2d_unequal": (lambda x: F.adaptive_avg_pool2d(x, (3, 7)), (2, 4, 8, 2)),
+    "adaptive_avg_pool3d_unequal": (lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)),
+                                    (1, 2, 3, 5, 6)),
     "conv1d_groups": (torch.nn.Conv1d(4, 6, 3, stride=2, padding=1, groups=2), (2, 4, 11)),
     "conv2d_depthwise": (torch.nn.Conv2d(4, 4, 3, padding=2, dilation=2, groups=4),
                          (1, 4, 9, 9)),

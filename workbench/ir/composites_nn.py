@@ -82,6 +82,37 @@ def avg_pool(b, x, kernel, strides=None, dilations=None, pads=None, ceil_mode=Fa
         return s * b.constant((1.0 / div).astype(x.dtype.np))
 
 
+def adaptive_avg_pool(b, x, out, source: str = ""):
+    """torch's adaptive average pooling to ``out`` (one size per trailing axis): output i
+    of an axis of n averages inputs floor(i n / out) to ceil((i + 1) n / out) - 1.
+    Windows of one size (out divides n) are an AveragePool; otherwise they differ in size
+    or overlap (VGG's pool to 7 x 7 from a smaller image), which no window holds, and
+    each axis is a product with its averaging matrix."""
+    d = len(out)
+    rank = len(x.shape)
+    spatial = x.shape[rank - d:]
+    if all(o == 1 for o in out):
+        with b.composite("AdaptiveAvgPool", source):
+            return b.reduce_mean(x, axes=list(range(rank - d, rank)), keepdims=True)
+    if all(n % o == 0 for n, o in zip(spatial, out)):
+        kernel = [n // o for n, o in zip(spatial, out)]
+        return avg_pool(b, x, kernel, kernel, source=source, kind="AdaptiveAvgPool")
+    with b.composite("AdaptiveAvgPool", source):
+        y = x
+        for axis, n, o in zip(range(rank - d, rank), spatial, out):
+            mean = np.zeros((n, o), x.dtype.np)
+            for i in range(o):
+                lo, hi = i * n // o, -(-(i + 1) * n // o)
+                mean[lo:hi, i] = 1.0 / (hi - lo)
+            # the axis moved last, multiplied, moved back (a swap: its own inverse)
+            swap = list(range(rank))
+            swap[axis], swap[-1] = swap[-1], swap[axis]
+            t = y if axis == rank - 1 else b.transpose(y, perm=swap)
+            t = b.matmul(t, b.constant(mean))
+            y = t if axis == rank - 1 else b.transpose(t, perm=swap)
+        return y
+
+
 def lp_pool(b, x, kernel, p: int = 2, strides=None, dilations=None, pads=None,
             ceil_mode=False, source: str = ""):
     """LpPool: (sum over the window of |x|^p)^(1/p); padding adds nothing."""

@@ -96,16 +96,9 @@ def _adaptive_avg_pool(c: _Ctx):
     x = c.x()
     d = _pool_rank(c)
     out = _expand_list(c.v("output_size"), d, "output_size")
-    spatial = x.shape[len(x.shape) - d:]
-    if all(o == 1 for o in out):
-        with c.b.composite("AdaptiveAvgPool"):
-            return c.b.reduce_mean(x, axes=list(range(len(x.shape) - d, len(x.shape))),
-                                   keepdims=True)
-    if any(o <= 0 or n % o for n, o in zip(spatial, out)):
-        raise _Unsupported(f"output_size {out} that does not divide the input's "
-                           f"{list(spatial)} (windows of unequal size)")
-    kernel = [n // o for n, o in zip(spatial, out)]
-    return composites_nn.avg_pool(c.b, x, kernel, kernel, kind="AdaptiveAvgPool")
+    if any(o <= 0 for o in out):
+        raise _Unsupported(f"output_size {out} (each must be positive)")
+    return composites_nn.adaptive_avg_pool(c.b, x, out)
 
 
 # -- normalization ------------------------------------------------------------------
