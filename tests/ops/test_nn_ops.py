@@ -1,8 +1,9 @@
-"""The CNN and audio ops (convolution 1-3-D, pooling, group/instance/mean-variance norm,
-Mod, Round, Einsum, Resize, Pad) through both frontends: ONNX models made with
-onnx.helper compared with onnxruntime, torch modules compared with torch, on fresh
-random inputs, under the planners none, rules and stitch on the cpu backend; and every
-kernel they make compiled by NVRTC as the GPU runtime compiles it."""
+"""The CNN and audio ops (convolution 1-3-D, transposed too, pooling,
+group/instance/mean-variance norm, Mod, Round, Einsum, Resize, Pad) through both
+frontends: ONNX models made with onnx.helper compared with onnxruntime, torch modules
+compared with torch, on fresh random inputs, under the planners none, rules and stitch
+on the cpu backend; and every kernel they make compiled by NVRTC as the GPU runtime
+compiles it."""
 from __future__ import annotations
 
 import numpy as np
@@ -126,6 +127,27 @@ def test_onnx_conv(shape, wshape, attrs, rng):
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
     g = _check_onnx(_model(node, [("x", shape)], [("w", w), ("b", b)]), rng, tol=2e-5)
     assert {n.op for n in g.nodes} == {"conv2d" if len(shape) == 4 else "conv"}
+
+
+@pytest.mark.parametrize("shape,wshape,attrs", [
+    ((2, 4, 5, 6), (4, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1],
+                                  "output_padding": [1, 1]}),
+    ((1, 4, 5, 5), (4, 2, 4, 4), {"strides": [2, 2], "pads": [1, 0, 2, 1], "group": 2}),
+    ((2, 3, 7), (3, 5, 5), {"strides": [3], "pads": [2, 2], "dilations": [2]}),
+    ((1, 2, 3, 4, 3), (2, 4, 2, 2, 2), {"strides": [2, 2, 2]}),
+    ((1, 3, 4, 5), (3, 2, 3, 3), {"strides": [2, 2], "output_shape": [10, 9]}),
+    ((1, 3, 4, 5), (3, 2, 3, 2), {"strides": [2, 3], "auto_pad": "SAME_UPPER"}),
+    ((1, 3, 4, 5), (3, 2, 3, 2), {"strides": [2, 3], "auto_pad": "SAME_LOWER"}),
+], ids=["2d-output-padding", "2d-groups-uneven-pads", "1d-dilated", "3d", "output-shape",
+        "same-upper", "same-lower"])
+def test_onnx_conv_transpose(shape, wshape, attrs, rng):
+    """ConvTranspose: a convolution over the input spread with zeros (``conv_transpose``)
+    against onnxruntime, auto_pad and output_shape resolved as the operator defines them."""
+    w = rng.standard_normal(wshape).astype(np.float32)
+    b = rng.standard_normal(wshape[1] * attrs.get("group", 1)).astype(np.float32)
+    node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
+    g = _check_onnx(_model(node, [("x", shape)], [("w", w), ("b", b)]), rng, tol=2e-5)
+    assert "conv2d" in {n.op for n in g.nodes} or "conv" in {n.op for n in g.nodes}
 
 
 @pytest.mark.parametrize("groups", [2, 6, 1])
@@ -300,6 +322,15 @@ TORCH_CASES = {
     "conv2d_depthwise": (torch.nn.Conv2d(4, 4, 3, padding=2, dilation=2, groups=4),
                          (1, 4, 9, 9)),
     "conv3d": (torch.nn.Conv3d(2, 3, 2, stride=(1, 2, 1)), (1, 2, 4, 5, 4)),
+    "conv_transpose2d": (torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1,
+                                                  output_padding=1), (2, 4, 5, 6)),
+    "conv_transpose2d_groups_dilated": (
+        torch.nn.ConvTranspose2d(4, 6, (3, 2), stride=(2, 3), padding=(2, 0),
+                                 output_padding=(1, 2), dilation=(1, 2), groups=2),
+        (2, 4, 5, 6)),
+    "conv_transpose1d": (torch.nn.ConvTranspose1d(3, 5, 5, stride=3, padding=2, dilation=2,
+                                                  bias=False), (2, 3, 7)),
+    "conv_transpose3d": (torch.nn.ConvTranspose3d(2, 4, 2, stride=2), (1, 2, 3, 4, 3)),
     "group_norm": (torch.nn.GroupNorm(2, 6), (2, 6, 9)),
     "group_norm_per_channel": (torch.nn.GroupNorm(4, 4), (2, 4, 5, 3)),
     "instance_norm": (lambda x: F.instance_norm(x), (2, 4, 9)),

@@ -127,6 +127,61 @@ def lp_pool(b, x, kernel, p: int = 2, strides=None, dilations=None, pads=None,
         return b.sqrt(s) if p == 2 else b.pow(s, b.as_tensor(1.0 / p, like=x))
 
 
+# -- transposed convolution ------------------------------------------------------------
+
+def conv_transpose(b, x, w, bias=None, strides=None, pads=None, dilations=None,
+                   output_padding=None, group: int = 1, source: str = ""):
+    """ConvTranspose (torch's ``conv_transpose*d``): the gradient of a convolution with
+    respect to its input, as a convolution. The input spread ``strides`` apart with zeros
+    between, bordered with ``dilation * (kernel - 1)`` zeros less ``pads`` (more at the end
+    by ``output_padding``), is convolved at stride 1 with the filters mirrored and their
+    two channel axes swapped within each group. ``w`` is [C_in, C_out / group,
+    *kernel]; ``pads`` is [begin..., end...].
+
+    Why this form: it reuses the convolution every backend already makes (its GEMM
+    template, its packing, pad folding) at the price of the zeros it multiplies
+    (strides^d times the arithmetic)."""
+    d = len(x.shape) - 2
+    ones = [1] * d
+    strides, dilations = list(strides or ones), list(dilations or ones)
+    pads, extra = list(pads or [0] * 2 * d), list(output_padding or [0] * d)
+    kernel = w.shape[2:]
+    n, cin = x.shape[:2]
+    if w.shape[0] != cin or cin % group:
+        raise GraphError(f"ConvTranspose: weight {list(w.shape)} for input {list(x.shape)} "
+                         f"with group {group} (the weight's first axis is the input's "
+                         "channels, divisible by group)")
+    cout = w.shape[1] * group
+    with b.composite("ConvTranspose", source):
+        spatial = x.shape[2:]
+        if any(s > 1 for s in strides):
+            # a unit axis after each spatial one, padded to the stride with zeros, merged
+            t = b.reshape(x, shape=[n, cin] + [v for L in spatial for v in (L, 1)])
+            gaps = [0] * (2 + 2 * d)
+            for i, s in enumerate(strides):
+                gaps[3 + 2 * i] = s - 1
+            t = b.pad(t, pads=[0] * (2 + 2 * d) + gaps, mode="constant", value=0.0)
+            x = b.reshape(t, shape=[n, cin] + [L * s for L, s in zip(spatial, strides)])
+        # the border: the zeros after the last element (stride - 1) already there
+        reach = [dl * (k - 1) for dl, k in zip(dilations, kernel)]
+        begin = [r - p for r, p in zip(reach, pads[:d])]
+        end = [r - p + e - (s - 1) for r, p, e, s in zip(reach, pads[d:], extra, strides)]
+        if any(begin + end):
+            x = b.pad(x, pads=[0, 0] + begin + [0, 0] + end, mode="constant", value=0.0)
+        # the filters mirrored along each spatial axis, [C_out, C_in / group, *kernel]
+        for axis, k in enumerate(kernel, start=2):
+            if k > 1:
+                w = b.gather(w, b.constant(np.arange(k - 1, -1, -1, dtype=np.int64)),
+                             axis=axis)
+        per = [group, cin // group, cout // group] + list(kernel)
+        w = b.reshape(w, shape=per)
+        w = b.transpose(w, perm=[0, 2, 1] + list(range(3, 3 + d)))
+        w = b.reshape(w, shape=[cout, cin // group] + list(kernel))
+        ins = [x, w] + ([bias] if bias is not None else [])
+        return b.op("conv2d" if d == 2 else "conv", *ins, strides=ones, dilations=dilations,
+                    pads=[0] * 2 * d, group=group)
+
+
 # -- normalization --------------------------------------------------------------------
 
 def _per_channel(b, t, rank):

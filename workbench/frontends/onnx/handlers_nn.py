@@ -1,6 +1,6 @@
-"""ONNX handlers of the ops CNN and audio models use: Conv (1-3 spatial axes, groups,
-dilations, auto_pad), MaxPool / AveragePool / LpPool, GroupNormalization (opset 18's
-per-group and 21's per-channel scale), InstanceNormalization,
+"""ONNX handlers of the ops CNN and audio models use: Conv and ConvTranspose (1-3
+spatial axes, groups, dilations, auto_pad), MaxPool / AveragePool / LpPool,
+GroupNormalization (opset 18's per-group and 21's per-channel scale), InstanceNormalization,
 MeanVarianceNormalization, Resize (nearest and linear), Pad, Einsum, Mod and Round.
 
 Importing this module registers them with :func:`~.common._handles`.
@@ -73,6 +73,49 @@ def _conv(c: _Ctx):
     op = "conv2d" if len(x.shape) == 4 else "conv"
     return [c.b.op(op, *ins, strides=list(strides), dilations=list(dil), pads=list(pads),
                    group=int(c.attr("group", 1)))]
+
+
+@_handles("ConvTranspose")
+def _conv_transpose(c: _Ctx):
+    x, w = c.x(0), c.x(1)
+    d = len(x.shape) - 2
+    if d not in (1, 2, 3):
+        raise _Unsupported(f"{d}-D ConvTranspose (1-D, 2-D and 3-D are supported)")
+    k = w.shape[2:]
+    if c.attr("kernel_shape") is not None and tuple(c.attr("kernel_shape")) != k:
+        raise GraphError(f"ConvTranspose {c.display!r}: kernel_shape "
+                         f"{c.attr('kernel_shape')} differs from the weight's {list(k)}")
+    strides = [int(s) for s in (c.attr("strides") or [1] * d)]
+    dil = [int(s) for s in (c.attr("dilations") or [1] * d)]
+    extra = [int(s) for s in (c.attr("output_padding") or [0] * d)]
+    if not len(strides) == len(dil) == len(extra) == d:
+        raise GraphError(f"ConvTranspose {c.display!r}: strides {strides}, dilations {dil} "
+                         f"and output_padding {extra} need {d} entries for input "
+                         f"{list(x.shape)} -- the model is malformed")
+    pads = transposed_pads(c.attr("auto_pad", "NOTSET"), c.attr("pads") or [0] * 2 * d,
+                           c.attr("output_shape"), x.shape[2:], k, strides, dil, extra)
+    return [composites_nn.conv_transpose(c.b, x, w, c.x(2) if c.has(2) else None, strides,
+                                         pads, dil, extra, int(c.attr("group", 1)),
+                                         source=c.display)]
+
+
+def transposed_pads(auto_pad, pads, output_shape, size, k, strides, dil, extra) -> list[int]:
+    """ConvTranspose's pads [begin..., end...]: given, or what ``output_shape`` or
+    auto_pad SAME_* (output = input * stride) leaves to cut (the ONNX operator's
+    definition: the odd one at the end under SAME_UPPER, at the beginning otherwise)."""
+    if output_shape is None and auto_pad in ("NOTSET", "", "VALID"):
+        return [int(p) for p in pads] if auto_pad in ("NOTSET", "") else [0] * 2 * len(size)
+    want = list(output_shape)[-len(size):] if output_shape is not None else \
+        [n * s for n, s in zip(size, strides)]
+    begin, end = [], []
+    for n, kk, s, dl, e, o in zip(size, k, strides, dil, extra, want):
+        total = s * (n - 1) + e + (kk - 1) * dl + 1 - int(o)
+        if output_shape is None:    # SAME_*: never wider than the unpadded output, as
+            total = max(total, 0)   # ONNX's shape inference and onnxruntime have it
+        lo = total // 2 if auto_pad == "SAME_UPPER" else total - total // 2
+        begin.append(lo)
+        end.append(total - lo)
+    return begin + end
 
 
 @_handles("MaxPool")

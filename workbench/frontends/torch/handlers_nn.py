@@ -1,5 +1,5 @@
 """ATen handlers of the ops CNN and audio models use: ``convolution`` (1-3-D, groups,
-dilation), ``max_pool{1,2,3}d(_with_indices)``, ``avg_pool{1,2,3}d``,
+dilation, transposed), ``max_pool{1,2,3}d(_with_indices)``, ``avg_pool{1,2,3}d``,
 ``_adaptive_avg_pool{1,2,3}d``, ``native_group_norm``, ``_native_batch_norm_legit``
 (instance norm: batch statistics), ``upsample_nearest{1,2,3}d`` /
 ``upsample_bilinear2d`` / ``upsample_linear1d``, ``constant_pad_nd``, ``fmod``,
@@ -30,18 +30,21 @@ def _expand_list(v, d: int, what: str) -> list[int]:
 @_handles("convolution")
 def _convolution(c: _Ctx):
     x, w = c.x("input"), c.x("weight")
-    if c.v("transposed"):
-        raise _Unsupported("transposed convolution")
     d = len(x.shape) - 2
     if d not in (1, 2, 3):
         raise _Unsupported(f"{d}-D convolution (1-D, 2-D and 3-D are supported)")
-    if any(int(p) for p in c.v("output_padding") or []):
-        raise _Unsupported("output_padding")
     pad = _expand_list(c.v("padding"), d, "padding")
     attrs = {"strides": _expand_list(c.v("stride"), d, "stride"), "pads": pad + pad,
              "dilations": _expand_list(c.v("dilation"), d, "dilation"),
              "group": int(c.v("groups"))}
-    ins = [x, w] + ([c.x("bias")] if c.is_tensor("bias") else [])
+    bias = c.x("bias") if c.is_tensor("bias") else None
+    if c.v("transposed"):
+        return composites_nn.conv_transpose(
+            c.b, x, w, bias, output_padding=_expand_list(c.v("output_padding") or 0, d,
+                                                         "output_padding"), **attrs)
+    if any(int(p) for p in c.v("output_padding") or []):
+        raise _Unsupported("output_padding without transposed")
+    ins = [x, w] + ([bias] if bias is not None else [])
     return c.b.op("conv2d" if d == 2 else "conv", *ins, **attrs)
 
 
