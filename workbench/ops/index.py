@@ -207,6 +207,27 @@ class Index:
             in_shape[p] = self.shape[i]
         return Index.from_digits(in_digits, in_shape)
 
+    def offset_axis(self, axis: int, start: int, in_shape) -> "Index":
+        """Index into a tensor of ``in_shape`` (this shape but along ``axis``) at this
+        index's digit on ``axis`` less ``start`` -- a concat's part -- keeping the other
+        axes' runs whole (no division per axis where the segments need none)."""
+        in_shape = tuple(in_shape)
+        segs = []
+        for e, lo, hi in self.segs:
+            if not lo <= axis < hi:
+                segs.append((e, lo, hi))
+                continue
+            inner = _prod(self.shape[axis + 1:hi])
+            if axis > lo:
+                segs.append((div(e, _prod(self.shape[axis:hi])), lo, axis))
+            digit = div(e, inner)
+            if axis > lo:
+                digit = mod(digit, self.shape[axis])
+            segs.append((add(digit, str(-start)), axis, axis + 1))
+            if hi > axis + 1:
+                segs.append((mod(e, inner), axis + 1, hi))
+        return Index(in_shape, tuple(segs))
+
     def slice_of(self, in_shape, params) -> "Index":
         """Index into the input of a slice; params are per-axis (start, step, length)."""
         digits = [add(str(s), mul(d, st)) if (s, st) != (0, 1) else d

@@ -230,8 +230,15 @@ def _concat_infer(ins, attrs):
 
 
 def _concat_index(ctx, node, k, idx: Index) -> str:
-    # Branch-free: read every part at a clamped (always valid) index, then select.
     axis = int(node.attr("axis")) % len(idx.shape)
+    part = ctx.part(node.id)
+    if part is not None:
+        # the loop was split at the parts: this one's input alone
+        start = sum(ctx.shape(v)[axis] for v in node.inputs[:part])
+        src = node.inputs[part]
+        return ctx.at(src, idx.offset_axis(axis, start, ctx.shape(src)))
+    # Branch-free: read every part at a clamped (always valid) index, then select
+    # (a GPU's threads stay together; a loop split on the CPU reads one part instead)
     d = idx.digits()
     parts, off = [], 0
     for name in node.inputs:

@@ -57,6 +57,10 @@ class IndexContext(Protocol):
     def let(self, dtype: DType, expr: str) -> str:
         """Bind ``expr`` (of compute type ``dtype``) to a fresh variable; its name."""
 
+    def part(self, node: str) -> int | None:
+        """The input of concat ``node`` that every index of the loop being emitted
+        falls in, where the lowering split the loop at the concat's parts; else None."""
+
 
 # index(ctx, node, k, idx) -> the C expression of the node's output k at idx
 IndexRule = Callable[[IndexContext, Any, int, Index], str]
