@@ -1,13 +1,14 @@
 #!/usr/bin/env python
-"""Beyond the zoo: more transformers architectures, as users bring them, through both
-import paths, planned with ``stitch``, run on the CPU backend and compared with torch
-eager.
+"""Beyond the zoo: more architectures, as users bring them, through both import paths,
+planned with ``stitch``, run on the CPU backend and compared with torch eager.
 
     .venv/bin/python scripts/architectures.py                  # every architecture
     .venv/bin/python scripts/architectures.py roberta swin      # some
 
-Each is built from its transformers config class with a tiny random-weight
-configuration (no download; seeded; eval mode; eager attention), then
+Transformers architectures are built from their config classes with tiny random-weight
+configurations (no download; seeded; eval mode; eager attention); torchvision's models
+(``tv_*``) by ``torchvision.models.get_model`` with random weights, whole, on 64 px
+images (more where a model needs it). Each is then imported two ways,
 
 - ``from_torch(model, inputs)``, and
 - ``torch.onnx.export`` (default exporter and opset) then ``load``,
@@ -19,11 +20,19 @@ one-line error. The zoo (``workbench/zoo.py``) holds the architectures the test 
 runs; this script runs the others and writes
 ``benchmarks/results/architectures-<date>.md`` (and ``.json``). Exits 1 when any
 fails to import or is off by more than ``TOLERANCE``.
+
+torchvision must match the torch it runs with. The CPU build of torch 2.13 the project
+installs has no torchvision beside it (PyPI's fails to import with it: ``operator
+torchvision::nms does not exist``), so without one the ``tv_*`` models are skipped, and
+named ones refused. To run them, a venv of their own:
+``python3 -m venv tv && tv/bin/pip install torch==2.14.1 torchvision==0.29.1 -e '.[test]'``
+then ``tv/bin/python scripts/architectures.py``.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import inspect
 import json
 import os
 import sys
@@ -41,7 +50,8 @@ BATCH, SEQ, IMAGE = 2, 16, 32
 
 
 def _text(config: str, model: str, mask: bool = True, **kw):
-    def build(T, torch):
+    def build(torch):
+        import transformers as T
         cfg = getattr(T, config)(**kw)
         cfg._attn_implementation = "eager"
         ids = torch.randint(0, 100, (BATCH, SEQ))
@@ -54,11 +64,41 @@ def _text(config: str, model: str, mask: bool = True, **kw):
 
 
 def _image(config: str, model: str, size: int = IMAGE, **kw):
-    def build(T, torch):
+    def build(torch):
+        import transformers as T
         cfg = getattr(T, config)(**kw)
         cfg._attn_implementation = "eager"
         return getattr(T, model)(cfg).eval(), (torch.randn(BATCH, 3, size, size),), \
             ("pixel_values",)
+    return build
+
+
+def _vocoder(config: str, model: str, mel: int, **kw):
+    """A vocoder: a mel spectrogram [batch, frames, mel] in, a waveform out."""
+    def build(torch):
+        import transformers as T
+        m = getattr(T, model)(getattr(T, config)(model_in_dim=mel, **kw)).eval()
+        return m, (torch.randn(BATCH, SEQ, mel),), ("spectrogram",)
+    return build
+
+
+def _vision(model: str, shape=(BATCH, 3, 64, 64), he: bool = False, **kw):
+    """A torchvision model as ``torchvision.models.get_model`` builds it (random
+    weights). ``he``: its convolutions and linears He-initialized instead, where the
+    model's own initialization fades the signal (GoogLeNet, Inception v3, ShuffleNet,
+    MNASNet and DeepLabv3 gave the same output for every image, the bias alone, which
+    any import matches; ViT's head starts at zero). Not everywhere: so initialized,
+    EfficientNetV2 and MaxViT amplify rounding (torch's own float32 and float64 outputs
+    differ by 0.54 and 1e-4 of their largest)."""
+    def build(torch):
+        from torchvision import models
+        m = models.get_model(model, weights=None, **kw).eval()
+        for layer in m.modules() if he else ():
+            if isinstance(layer, (torch.nn.Conv1d, torch.nn.Conv2d, torch.nn.Conv3d,
+                                  torch.nn.Linear)):
+                torch.nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+        # the input named as forward names it, as from_torch does
+        return m, (torch.randn(*shape),), tuple(inspect.signature(m.forward).parameters)[:1]
     return build
 
 
@@ -107,7 +147,31 @@ ARCHITECTURES = {
                         decoder_hidden_size=32),
     "mobilevit": _image("MobileViTConfig", "MobileViTModel", size=64, image_size=64,
                         hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64]),
+    # audio out: transposed convolutions upsampling a spectrogram to a waveform
+    "speecht5_hifigan": _vocoder("SpeechT5HifiGanConfig", "SpeechT5HifiGan", mel=16,
+                                 upsample_initial_channel=32, upsample_rates=[4, 4],
+                                 upsample_kernel_sizes=[8, 8], resblock_kernel_sizes=[3, 7],
+                                 resblock_dilation_sizes=[[1, 3], [1, 3]]),
 }
+# torchvision's models as users take them, whole (heads, auxiliary branches in eval mode);
+# 64 px images but where a model needs more
+TORCHVISION = {
+    "tv_" + name: _vision(name, **kw) for name, kw in {
+        "resnet18": {}, "resnet50": {}, "resnext50_32x4d": {}, "wide_resnet50_2": {},
+        "mobilenet_v2": {}, "mobilenet_v3_small": {}, "mobilenet_v3_large": {},
+        "efficientnet_b0": {}, "efficientnet_v2_s": {}, "mnasnet1_0": {"he": True},
+        "regnet_y_400mf": {}, "densenet121": {}, "squeezenet1_1": {},
+        "shufflenet_v2_x1_0": {"he": True}, "googlenet": {"he": True},
+        "inception_v3": {"shape": (BATCH, 3, 96, 96), "he": True},
+        "vgg11_bn": {}, "alexnet": {"shape": (BATCH, 3, 96, 96)},
+        "convnext_tiny": {}, "vit_b_16": {"image_size": 64, "he": True},
+        "swin_t": {}, "maxvit_t": {"shape": (BATCH, 3, 224, 224)},
+        "fcn_resnet50": {"aux_loss": True, "weights_backbone": None},
+        "deeplabv3_mobilenet_v3_large": {"weights_backbone": None, "he": True},
+        "lraspp_mobilenet_v3_large": {"weights_backbone": None},
+        "r3d_18": {"shape": (BATCH, 3, 8, 32, 32)},
+    }.items()}
+ARCHITECTURES.update(TORCHVISION)
 
 
 def _numpy(t) -> np.ndarray:
@@ -128,6 +192,10 @@ def _error(got: dict, want: dict) -> float | str:
     return max(errs)
 
 
+def _first_line(e: BaseException) -> str:
+    return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+
+
 def _planned(g, feeds: dict) -> tuple[int, dict]:
     import workbench as wb
     s = wb.Session(g, backend="cpu")
@@ -137,18 +205,30 @@ def _planned(g, feeds: dict) -> tuple[int, dict]:
 
 def probe(name: str) -> dict:
     import torch
-    import transformers
     import workbench as wb
     from workbench.zoo import _quiet
     torch.manual_seed(0)
-    with _quiet():
-        model, inputs, names = ARCHITECTURES[name](transformers, torch)
-        with torch.no_grad():
-            out = model(*inputs)
+    try:
+        with _quiet():
+            model, inputs, names = ARCHITECTURES[name](torch)
+            with torch.no_grad():
+                out = model(*inputs)
+    except Exception as e:          # noqa: BLE001 -- torch's side: reported, not ours
+        failed = {"failed": f"building it in torch: {_first_line(e)}", "ok": False,
+                  "seconds": 0.0}
+        return {"architecture": name, "outputs": [], "all_zero_outputs": [],
+                "same_for_every_example": [],
+                "from_torch": failed, "onnx": failed}
+    if isinstance(out, torch.Tensor):   # torchvision's classifiers; from_torch's name for it
+        out = {"output": out}
     want = {k: _numpy(v) for k, v in out.items() if isinstance(v, torch.Tensor)}
     zero = sorted(k for k, v in want.items() if v.size and not np.any(v))
+    # an output that hardly varies from one example to the next checks little
+    same = sorted(k for k, v in want.items() if k not in zero and v.ndim and len(v) > 1
+                  and np.max(np.ptp(v, axis=0)) <= 1e-4 * np.max(np.abs(v)))
     feeds = {n: _numpy(t) for n, t in zip(names, inputs)}
-    rec: dict = {"architecture": name, "outputs": sorted(want), "all_zero_outputs": zero}
+    rec: dict = {"architecture": name, "outputs": sorted(want), "all_zero_outputs": zero,
+                 "same_for_every_example": same}
     for path in ("from_torch", "onnx"):
         t0 = time.perf_counter()
         try:
@@ -165,18 +245,18 @@ def probe(name: str) -> dict:
             rec[path] = {"nodes": len(g.nodes), "kernels": kernels, "error": err,
                          "ok": isinstance(err, float) and err <= TOLERANCE}
         except Exception as e:      # noqa: BLE001 -- reported, the others still run
-            rec[path] = {"failed": f"{type(e).__name__}: {str(e).splitlines()[0][:300]}",
-                         "ok": False}
+            rec[path] = {"failed": _first_line(e), "ok": False}
         rec[path]["seconds"] = round(time.perf_counter() - t0, 1)
     return rec
 
 
 def markdown(res: dict) -> str:
     lines = [f"# More architectures through both imports ({res['date']})", "",
-             f"{res['machine']}. transformers {res['transformers']}, torch {res['torch']}. "
-             f"Tiny random-weight configurations, batch {BATCH}, {SEQ} tokens or "
-             f"{IMAGE}-64 px images; `stitch`, CPU backend; error: max over outputs of "
-             f"max |y - torch| / max |torch| (tolerance {TOLERANCE:g}).", "",
+             f"{res['machine']}. transformers {res['transformers']}, torch {res['torch']}, "
+             f"torchvision {res['torchvision']}. Tiny random-weight configurations, batch "
+             f"{BATCH}, {SEQ} tokens or {IMAGE}-64 px images (torchvision's `tv_*`: 64 px, "
+             f"more where the model needs it); `stitch`, CPU backend; error: max over "
+             f"outputs of max |y - torch| / max |torch| (tolerance {TOLERANCE:g}).", "",
              "| architecture | from_torch: nodes / kernels / error | ONNX export: nodes / "
              "kernels / error | note |", "|---|---|---|---|"]
     for r in res["results"]:
@@ -186,21 +266,35 @@ def markdown(res: dict) -> str:
             cells.append(f"failed: {p['failed']}" if "failed" in p else
                          f"{p['nodes']} / {p['kernels']} / {p['error']:.1e}"
                          if isinstance(p["error"], float) else str(p["error"]))
-        note = (f"torch's own {', '.join(r['all_zero_outputs'])} all zeros (random init)"
-                if r["all_zero_outputs"] else "")
+        note = "; ".join(
+            ([f"torch's own {', '.join(r['all_zero_outputs'])} all zeros (random init)"]
+             if r["all_zero_outputs"] else []) +
+            ([f"{', '.join(r['same_for_every_example'])} nearly the same for each example"]
+             if r.get("same_for_every_example") else []))
         lines.append(f"| {r['architecture']} | {cells[0]} | {cells[1]} | {note} |")
     ok = sum(r["from_torch"]["ok"] and r["onnx"]["ok"] for r in res["results"])
     lines += ["", f"{ok} of {len(res['results'])} pass both ways."]
+    if res["skipped"]:
+        lines += ["", f"Skipped (torchvision does not import): {', '.join(res['skipped'])}."]
     return "\n".join(lines) + "\n"
+
+
+def _torchvision():
+    """torchvision, or why it does not import (a build for another torch)."""
+    try:
+        import torchvision
+        return torchvision
+    except Exception as e:          # noqa: BLE001 -- reported: its models are skipped
+        return _first_line(e)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("names", nargs="*", default=list(ARCHITECTURES),
-                    help="architectures (default: all)")
+    ap.add_argument("names", nargs="*", help="architectures (default: all)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     a = ap.parse_args(argv)
-    unknown = [n for n in a.names if n not in ARCHITECTURES]
+    names = a.names or list(ARCHITECTURES)
+    unknown = [n for n in names if n not in ARCHITECTURES]
     if unknown:
         print(f"unknown architecture(s) {', '.join(unknown)}; choose from "
               f"{', '.join(ARCHITECTURES)}", file=sys.stderr)
@@ -209,11 +303,22 @@ def main(argv=None) -> int:
 
     import torch
     import transformers
+    vision = _torchvision()
+    skipped = [n for n in names if n in TORCHVISION] if isinstance(vision, str) else []
+    if skipped and a.names:
+        print(f"{', '.join(skipped)} need torchvision, which does not import here: "
+              f"{vision}\n(see this script's docstring for a venv that has it)",
+              file=sys.stderr)
+        return 2
+    if skipped:
+        names = [n for n in names if n not in skipped]
+        print(f"skipping the {len(skipped)} torchvision models: {vision}", file=sys.stderr)
     res = {"date": dt.date.today().isoformat(), "transformers": transformers.__version__,
            "torch": torch.__version__,
+           "torchvision": vision if isinstance(vision, str) else vision.__version__,
            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-           "results": []}
-    for name in a.names:
+           "skipped": skipped, "results": []}
+    for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
         res["results"].append(probe(name))
     a.out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,175 @@
+#!/usr/bin/env python
+"""torchvision's CNNs whole on the CPU, as users run them: one 224 x 224 image (299 for
+Inception v3), random weights, exported by ``torch.onnx.export`` and imported from that
+file (the one onnxruntime runs), planned by ``stitch``; side by side in one run with
+onnxruntime and torch eager.
+
+    tv/bin/python benchmarks/torchvision_models.py                 # every model
+    tv/bin/python benchmarks/torchvision_models.py --models densenet121 googlenet
+
+torchvision must match its torch; the project's CPU torch 2.13 has none beside it, so
+this runs in a venv of its own (see ``scripts/architectures.py``: ``python3 -m venv tv
+&& tv/bin/pip install torch==2.14.1 torchvision==0.29.1 -e '.[test]'``).
+
+Methods, timed in alternation as ``benchmarks/models.py`` does (median ms of one call):
+
+- **workbench stitch**;
+- **stitch, concats unsplit** (models with a concat): the same plan compiled with
+  every concat read as before ``lower._split_concat`` (each element reading every part
+  at a clamped index and keeping one): what the split gains, side by side;
+- **onnxruntime** (default session options) and **torch eager**.
+
+Per model also the error of the workbench's output against torch's, and its five
+slowest kernels (``Program.time``). Writes ``<out>/torchvision-<date>.json`` and
+``.md``; never exits non-zero for a timing.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from models import (alternate, log, machine_line, method_rows,  # noqa: E402
+                    model_timing_args, rel_error, write_results)
+
+MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "densenet121",
+          "googlenet", "inception_v3", "shufflenet_v2_x1_0", "squeezenet1_1",
+          "regnet_y_400mf", "convnext_tiny")
+UNSPLIT = "stitch, concats unsplit"
+
+
+@contextlib.contextmanager
+def _concats_unsplit():
+    """Compile with no loop split at a concat (as before ``_split_concat``)."""
+    from workbench.codegen import lower
+    kept = lower.CONCAT_SPLIT_RUN
+    lower.CONCAT_SPLIT_RUN = 1 << 62
+    try:
+        yield
+    finally:
+        lower.CONCAT_SPLIT_RUN = kept
+
+
+def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
+    import onnxruntime as ort
+    import torch
+    from torchvision import models
+
+    import workbench as wb
+    from workbench.zoo import _quiet
+    size = 299 if name == "inception_v3" else 224
+    torch.manual_seed(0)
+    with _quiet():
+        m = models.get_model(name, weights=None).eval()
+    x = torch.randn(1, 3, size, size)
+    with torch.no_grad():
+        want = {"y": m(x).numpy()}
+    path = folder / f"{name}.onnx"
+    with _quiet(), torch.no_grad():
+        torch.onnx.export(m, (x,), str(path), input_names=["x"], output_names=["y"],
+                          external_data=False)
+    g = wb.load(path)
+    feeds = {"x": x.numpy()}
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    prog = s.program()
+    rec: dict = {"model": name, "image": size, "nodes": len(g.nodes),
+                 "methods": {"stitch": {"kernels": len(prog.compiled),
+                                        "error_vs_torch": rel_error(prog.run(feeds), want)}}}
+    calls = {"workbench stitch": lambda: prog.run(feeds)}
+    if any(n.op == "concat" for n in g.nodes):
+        with _concats_unsplit():        # a session of its own: none of s's kernels
+            twin = wb.Session(g, backend="cpu")
+            twin.auto("stitch")
+            unsplit = twin.program()
+        split = sum(a.source != b.source
+                    for a, b in zip(prog.compiled, unsplit.compiled))
+        rec["methods"][UNSPLIT] = {"kernels": len(unsplit.compiled),
+                                   "error_vs_torch": rel_error(unsplit.run(feeds), want)}
+        rec["methods"]["stitch"]["concat_kernels_split"] = split
+        calls[f"workbench {UNSPLIT}"] = lambda: unsplit.run(feeds)
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    calls["onnxruntime"] = lambda: sess.run(None, feeds)
+
+    def eager():
+        with torch.no_grad():
+            return m(x)
+    calls["torch eager"] = eager
+    samples = alternate(calls, rounds, inner)
+    rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
+    rec["samples_ms"] = {k: [t * 1e3 for t in v] for k, v in samples.items()}
+    per, _ = prog.time(feeds, repeats=5)
+    rec["slowest_kernels"] = [
+        {"kernel": ck.kernel.name, "ms": t * 1e3,
+         "schedule": s.plan.group(ck.kernel.group).schedule.describe()}
+        for t, ck in sorted(zip(per, prog.compiled), key=lambda p: -p[0])[:5]]
+    return rec
+
+
+def markdown(res: dict) -> str:
+    mi = res["machine"]
+    lines = [f"# torchvision's CNNs on the CPU ({res['date']})", "",
+             f"{machine_line(res)}; torch {mi['torch']}, torchvision {res['torchvision']}, "
+             f"onnxruntime {mi['onnxruntime']}, {mi['compiler']}. One 224 x 224 image "
+             f"(Inception v3: 299), random weights, exported by `torch.onnx.export` and "
+             f"imported from that file; `stitch`. Median ms of one call, {res['rounds']} "
+             f"alternating rounds of {res['inner']} calls; x = onnxruntime / method.", "",
+             "| model | method | ms | x onnxruntime | kernels | error vs torch |",
+             "|---|---|---|---|---|---|"]
+    lines += method_rows(res, lambda r: ["", ""] if r is None else
+                         [str(r["kernels"]), f"{r['error_vs_torch']:.1e}"])
+    for rec in res["models"]:
+        eager = rec.get("latency_ms", {}).get("torch eager")
+        if eager is not None:
+            lines.append(f"| {rec['model']} | torch eager | {eager:.3f} | "
+                         f"{rec['latency_ms']['onnxruntime'] / eager:.2f}x | | |")
+    lines += ["", "## The slowest kernels of each stitch plan", "",
+              "| model | kernel | ms | schedule |", "|---|---|---|---|"]
+    for rec in res["models"]:
+        for k in rec.get("slowest_kernels", []):
+            lines.append(f"| {rec['model']} | {k['kernel']} | {k['ms']:.3f} | "
+                         f"{k['schedule'][:110]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    model_timing_args(ap, MODELS, repeats=5)
+    a = ap.parse_args(argv)
+    try:
+        import torchvision
+    except Exception as e:      # noqa: BLE001 -- not installed, or built for another torch
+        print(f"torchvision does not import here ({type(e).__name__}: "
+              f"{str(e).splitlines()[0] if str(e) else ''}); see this script's docstring "
+              "for a venv that has it", file=sys.stderr)
+        return 2
+    date = _dt.date.today().isoformat()
+    res = {"date": date, "rounds": a.repeats, "inner": a.inner,
+           "torchvision": torchvision.__version__,
+           "load_average_at_start": list(os.getloadavg()), "models": []}
+    a.out.mkdir(parents=True, exist_ok=True)
+    stem = a.out / f"torchvision-{date}"
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.models:
+            log(f"{name}: export, import, plan, compile, time")
+            try:
+                res["models"].append(run_model(name, a.repeats, a.inner, Path(tmp)))
+            except Exception as e:     # (reported, not raised: the other models still run)
+                res["models"].append({"model": name, "error": str(e).splitlines()[0]})
+            write_results(stem, res, markdown)
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
