@@ -24,7 +24,6 @@ import contextlib
 import datetime as _dt
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from models import (alternate, log, machine_line, method_rows,  # noqa: E402
-                    model_timing_args, rel_error, write_results)
+                    model_timing_args, rel_error, time_models)
 
 MODELS = ("mobilenet_v2", "resnet")
 # the helpers as they were: the same bits, but GCC leaves two in a row unvectorized
@@ -123,14 +122,9 @@ def main(argv=None) -> int:
            "load_average_at_start": list(os.getloadavg())}
     args.out.mkdir(parents=True, exist_ok=True)
     stem = args.out / f"minmax-select-{day}"
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in args.models:
-            log(f"[minmax_select] {name}")
-            try:
-                res["models"].append(run_model(name, Path(tmp), args.repeats, args.inner))
-            except Exception as e:          # a failure is a result, not a crash
-                res["models"].append({"model": name, "error": f"{type(e).__name__}: {e}"})
-            write_results(stem, res, markdown)
+    time_models(args.models, res, stem, markdown,
+                lambda name, tmp: run_model(name, tmp, args.repeats, args.inner),
+                label="[minmax_select] ")
     print(markdown(res))
     return 0
 

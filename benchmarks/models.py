@@ -482,5 +482,19 @@ def write_results(stem: Path, res: dict, markdown) -> None:
     stem.with_suffix(".md").write_text(markdown(res))
 
 
+def time_models(names, res: dict, stem: Path, markdown, run, label: str = "") -> None:
+    """Each model's record ``run(name, folder)`` appended to ``res["models"]`` (a model
+    that fails is its one-line error, and the others still run), the results written
+    after each (``write_results``); ``folder`` is a scratch folder for exports."""
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            log(f"{label}{name}")
+            try:
+                res["models"].append(run(name, Path(tmp)))
+            except Exception as e:          # a failure is a result, not a crash
+                res["models"].append({"model": name, "error": first_line(e)})
+            write_results(stem, res, markdown)
+
+
 if __name__ == "__main__":
     sys.exit(main())

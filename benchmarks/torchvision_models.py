@@ -30,7 +30,6 @@ import contextlib
 import datetime as _dt
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -39,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import (alternate, log, machine_line, method_rows,  # noqa: E402
-                    model_timing_args, rel_error, write_results)
+from models import (alternate, machine_line, method_rows,  # noqa: E402
+                    model_timing_args, rel_error, time_models)
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "densenet121",
           "googlenet", "inception_v3", "shufflenet_v2_x1_0", "squeezenet1_1",
@@ -159,14 +158,9 @@ def main(argv=None) -> int:
            "load_average_at_start": list(os.getloadavg()), "models": []}
     a.out.mkdir(parents=True, exist_ok=True)
     stem = a.out / f"torchvision-{date}"
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in a.models:
-            log(f"{name}: export, import, plan, compile, time")
-            try:
-                res["models"].append(run_model(name, a.repeats, a.inner, Path(tmp)))
-            except Exception as e:     # (reported, not raised: the other models still run)
-                res["models"].append({"model": name, "error": str(e).splitlines()[0]})
-            write_results(stem, res, markdown)
+    time_models(a.models, res, stem, markdown,
+                lambda name, tmp: run_model(name, a.repeats, a.inner, tmp),
+                label="export, import, plan, compile, time: ")
     print(markdown(res))
     return 0
 
