@@ -138,8 +138,9 @@ def test_onnx_conv(shape, wshape, attrs, rng):
     ((1, 3, 4, 5), (3, 2, 3, 3), {"strides": [2, 2], "output_shape": [10, 9]}),
     ((1, 3, 4, 5), (3, 2, 3, 2), {"strides": [2, 3], "auto_pad": "SAME_UPPER"}),
     ((1, 3, 4, 5), (3, 2, 3, 2), {"strides": [2, 3], "auto_pad": "SAME_LOWER"}),
+    ((2, 3, 9), (3, 4, 7), {"strides": [3], "pads": [2, 1], "output_padding": [1]}),
 ], ids=["2d-output-padding", "2d-groups-uneven-pads", "1d-dilated", "3d", "output-shape",
-        "same-upper", "same-lower"])
+        "same-upper", "same-lower", "1d-phases-of-unequal-taps"])
 def test_onnx_conv_transpose(shape, wshape, attrs, rng):
     """ConvTranspose: a convolution over the input spread with zeros (``conv_transpose``)
     against onnxruntime, auto_pad and output_shape resolved as the operator defines them."""
@@ -148,6 +149,20 @@ def test_onnx_conv_transpose(shape, wshape, attrs, rng):
     node = helper.make_node("ConvTranspose", ["x", "w", "b"], ["y"], **attrs)
     g = _check_onnx(_model(node, [("x", shape)], [("w", w), ("b", b)]), rng, tol=2e-5)
     assert "conv2d" in {n.op for n in g.nodes} or "conv" in {n.op for n in g.nodes}
+
+
+def test_a_strided_transposed_convolution_is_one_convolution_per_phase():
+    """Undilated, each kernel axis at least its stride: s^d convolutions of the input
+    with the taps that meet each output phase (no zeros multiplied), interleaved; a
+    dilated one spreads its input with zeros and makes one convolution."""
+    def convs(m, shape):
+        g = wb.from_torch(m, (torch.randn(*shape),))
+        return [n for n in g.nodes if n.op in ("conv", "conv2d")]
+    phased = convs(torch.nn.ConvTranspose2d(4, 6, 4, stride=2, padding=1), (1, 4, 5, 5))
+    assert len(phased) == 4
+    assert all(n.attr("strides") == (1, 1) for n in phased)
+    spread = convs(torch.nn.ConvTranspose1d(3, 5, 5, stride=3, dilation=2), (2, 3, 7))
+    assert len(spread) == 1
 
 
 @pytest.mark.parametrize("groups", [2, 6, 1])
@@ -331,6 +346,11 @@ TORCH_CASES = {
     "conv_transpose1d": (torch.nn.ConvTranspose1d(3, 5, 5, stride=3, padding=2, dilation=2,
                                                   bias=False), (2, 3, 7)),
     "conv_transpose3d": (torch.nn.ConvTranspose3d(2, 4, 2, stride=2), (1, 2, 3, 4, 3)),
+    "conv_transpose1d_phases": (torch.nn.ConvTranspose1d(3, 4, 7, stride=3, padding=2,
+                                                         output_padding=1), (2, 3, 9)),
+    "conv_transpose2d_phases_groups": (
+        torch.nn.ConvTranspose2d(4, 6, (5, 3), stride=(2, 3), padding=(1, 0), groups=2),
+        (1, 4, 5, 4)),
     "group_norm": (torch.nn.GroupNorm(2, 6), (2, 6, 9)),
     "group_norm_per_channel": (torch.nn.GroupNorm(4, 4), (2, 4, 5, 3)),
     "instance_norm": (lambda x: F.instance_norm(x), (2, 4, 9)),
