@@ -32,14 +32,13 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import (alternate, machine_line, method_rows,  # noqa: E402
-                    model_timing_args, rel_error, time_models)
+from models import (eager_rows, machine_line, method_rows,  # noqa: E402
+                    model_timing_args, rel_error, time_beside, time_models)
 
 MODELS = ("hifigan", "unet_decoder")
 
@@ -78,7 +77,6 @@ def _spread():
 
 
 def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
-    import onnxruntime as ort
     import torch
 
     import workbench as wb
@@ -105,16 +103,7 @@ def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
                                "conv_gflop": sum(ck.kernel.flops for ck in convs) / 1e9,
                                "error_vs_torch": rel_error(prog.run(feeds), want)}
         calls[f"workbench {how}"] = (lambda p: lambda: p.run(feeds))(prog)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    calls["onnxruntime"] = lambda: sess.run(None, feeds)
-
-    def eager():
-        with torch.no_grad():
-            return m(x)
-    calls["torch eager"] = eager
-    samples = alternate(calls, rounds, inner)
-    rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
-    rec["samples_ms"] = {k: [t * 1e3 for t in v] for k, v in samples.items()}
+    time_beside(calls, rec, path, feeds, m, (x,), rounds, inner)
     return rec
 
 
@@ -132,11 +121,7 @@ def markdown(res: dict) -> str:
     lines += method_rows(res, lambda r: ["", "", "", ""] if r is None else
                          [str(r["kernels"]), str(r["conv_kernels"]), f"{r['conv_gflop']:.2f}",
                           f"{r['error_vs_torch']:.1e}"])
-    for rec in res["models"]:
-        eager = rec.get("latency_ms", {}).get("torch eager")
-        if eager is not None:
-            lines.append(f"| {rec['model']} | torch eager | {eager:.3f} | "
-                         f"{rec['latency_ms']['onnxruntime'] / eager:.2f}x | | | | |")
+    lines += eager_rows(res, 4)
     return "\n".join(lines) + "\n"
 
 

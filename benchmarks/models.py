@@ -482,6 +482,37 @@ def write_results(stem: Path, res: dict, markdown) -> None:
     stem.with_suffix(".md").write_text(markdown(res))
 
 
+def time_beside(calls: dict, rec: dict, onnx_path: Path, feeds: dict, module, args: tuple,
+                rounds: int, inner: int) -> None:
+    """``calls`` (label -> zero-argument call) timed in alternation with onnxruntime
+    running ``onnx_path`` and torch eager running ``module(*args)``; each method's
+    median ms into ``rec["latency_ms"]``, its samples into ``rec["samples_ms"]``."""
+    import onnxruntime as ort
+    import torch
+    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    calls = dict(calls, onnxruntime=lambda: sess.run(None, feeds))
+
+    def eager():
+        with torch.no_grad():
+            return module(*args)
+    calls["torch eager"] = eager
+    samples = alternate(calls, rounds, inner)
+    rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
+    rec["samples_ms"] = {k: [t * 1e3 for t in v] for k, v in samples.items()}
+
+
+def eager_rows(res: dict, width: int) -> list[str]:
+    """A table row per model for torch eager against onnxruntime (as ``method_rows``
+    makes the workbench's), its ``width`` cells of its own empty."""
+    rows = []
+    for rec in res["models"]:
+        eager = rec.get("latency_ms", {}).get("torch eager")
+        if eager is not None:
+            rows.append(f"| {rec['model']} | torch eager | {eager:.3f} | "
+                        f"{rec['latency_ms']['onnxruntime'] / eager:.2f}x |" + " |" * width)
+    return rows
+
+
 def time_models(names, res: dict, stem: Path, markdown, run, label: str = "") -> None:
     """Each model's record ``run(name, folder)`` appended to ``res["models"]`` (a model
     that fails is its one-line error, and the others still run), the results written

@@ -32,14 +32,13 @@ import os
 import sys
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import (alternate, machine_line, method_rows,  # noqa: E402
-                    model_timing_args, rel_error, time_models)
+from models import (eager_rows, machine_line, method_rows,  # noqa: E402
+                    model_timing_args, rel_error, time_beside, time_models)
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "densenet121",
           "googlenet", "inception_v3", "shufflenet_v2_x1_0", "squeezenet1_1",
@@ -60,7 +59,6 @@ def _concats_unsplit():
 
 
 def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
-    import onnxruntime as ort
     import torch
     from torchvision import models
 
@@ -97,16 +95,7 @@ def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
                                    "error_vs_torch": rel_error(unsplit.run(feeds), want)}
         rec["methods"]["stitch"]["concat_kernels_split"] = split
         calls[f"workbench {UNSPLIT}"] = lambda: unsplit.run(feeds)
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    calls["onnxruntime"] = lambda: sess.run(None, feeds)
-
-    def eager():
-        with torch.no_grad():
-            return m(x)
-    calls["torch eager"] = eager
-    samples = alternate(calls, rounds, inner)
-    rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
-    rec["samples_ms"] = {k: [t * 1e3 for t in v] for k, v in samples.items()}
+    time_beside(calls, rec, path, feeds, m, (x,), rounds, inner)
     per, _ = prog.time(feeds, repeats=5)
     rec["slowest_kernels"] = [
         {"kernel": ck.kernel.name, "ms": t * 1e3,
@@ -127,11 +116,7 @@ def markdown(res: dict) -> str:
              "|---|---|---|---|---|---|"]
     lines += method_rows(res, lambda r: ["", ""] if r is None else
                          [str(r["kernels"]), f"{r['error_vs_torch']:.1e}"])
-    for rec in res["models"]:
-        eager = rec.get("latency_ms", {}).get("torch eager")
-        if eager is not None:
-            lines.append(f"| {rec['model']} | torch eager | {eager:.3f} | "
-                         f"{rec['latency_ms']['onnxruntime'] / eager:.2f}x | | |")
+    lines += eager_rows(res, 2)
     lines += ["", "## The slowest kernels of each stitch plan", "",
               "| model | kernel | ms | schedule |", "|---|---|---|---|"]
     for rec in res["models"]:
