@@ -73,6 +73,17 @@ def _image(config: str, model: str, size: int = IMAGE, **kw):
     return build
 
 
+def _model(config: str, model: str, inputs, names: tuple, **kw):
+    """Any other model: ``inputs(torch)`` its positional example inputs, ``names``
+    theirs (as its forward names them)."""
+    def build(torch):
+        import transformers as T
+        cfg = getattr(T, config)(**kw)
+        cfg._attn_implementation = "eager"
+        return getattr(T, model)(cfg).eval(), inputs(torch), names
+    return build
+
+
 def _vocoder(config: str, model: str, mel: int, **kw):
     """A vocoder: a mel spectrogram [batch, frames, mel] in, a waveform out."""
     def build(torch):
@@ -147,6 +158,45 @@ ARCHITECTURES = {
                         decoder_hidden_size=32),
     "mobilevit": _image("MobileViTConfig", "MobileViTModel", size=64, image_size=64,
                         hidden_sizes=[16, 24, 32], neck_hidden_sizes=[8, 8, 16, 16, 24, 32, 64]),
+    "dinov2": _image("Dinov2Config", "Dinov2Model", image_size=IMAGE, patch_size=8, **_H),
+    "beit": _image("BeitConfig", "BeitModel", image_size=IMAGE, patch_size=8,
+                   use_relative_position_bias=True, **_H),
+    # dense prediction: a ViT's features reassembled and upsampled (transposed
+    # convolutions), fused, to a depth map
+    "dpt": _model("DPTConfig", "DPTForDepthEstimation",
+                  lambda torch: (torch.randn(BATCH, 3, IMAGE, IMAGE),), ("pixel_values",),
+                  image_size=IMAGE, patch_size=8, hidden_size=64, num_hidden_layers=4,
+                  num_attention_heads=4, intermediate_size=128,
+                  backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[16, 32, 64, 64],
+                  fusion_hidden_size=32, head_in_index=-1),
+    # video: tubelets by a 3-D convolution
+    "videomae": _model("VideoMAEConfig", "VideoMAEModel",
+                       lambda torch: (torch.randn(BATCH, 4, 3, IMAGE, IMAGE),),
+                       ("pixel_values",), image_size=IMAGE, patch_size=8, num_frames=4,
+                       tubelet_size=2, **_H),
+    # audio in: a waveform's convolutions, a spectrogram's patches
+    "hubert": _model("HubertConfig", "HubertModel", lambda torch: (torch.randn(BATCH, 4000),),
+                     ("input_values",), conv_dim=[32, 32], conv_stride=[5, 2],
+                     conv_kernel=[10, 3], num_conv_pos_embeddings=16,
+                     num_conv_pos_embedding_groups=4, **_H),
+    "ast": _model("ASTConfig", "ASTModel", lambda torch: (torch.randn(BATCH, 64, 32),),
+                  ("input_values",), max_length=64, num_mel_bins=32, patch_size=8,
+                  frequency_stride=8, time_stride=8, **_H),
+    # encoder-decoder and two towers
+    "bart": _model("BartConfig", "BartModel",
+                   lambda torch: (torch.randint(0, 100, (BATCH, SEQ)),
+                                  torch.ones(BATCH, SEQ, dtype=torch.int64),
+                                  torch.randint(0, 100, (BATCH, SEQ))),
+                   ("input_ids", "attention_mask", "decoder_input_ids"), vocab_size=100,
+                   d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                   decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                   max_position_embeddings=40, use_cache=False),
+    "clip": _model("CLIPConfig", "CLIPModel",
+                   lambda torch: (torch.randint(0, 100, (BATCH, SEQ)),
+                                  torch.randn(BATCH, 3, IMAGE, IMAGE)),
+                   ("input_ids", "pixel_values"),
+                   text_config=dict(vocab_size=100, max_position_embeddings=40, **_H),
+                   vision_config=dict(image_size=IMAGE, patch_size=8, **_H), projection_dim=32),
     # audio out: transposed convolutions upsampling a spectrogram to a waveform
     "speecht5_hifigan": _vocoder("SpeechT5HifiGanConfig", "SpeechT5HifiGan", mel=16,
                                  upsample_initial_channel=32, upsample_rates=[4, 4],
