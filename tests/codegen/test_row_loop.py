@@ -135,3 +135,20 @@ def test_a_concat_read_otherwise_or_on_a_gpu_keeps_the_select(check_graph):
     plan, _ = run_planner("stitch", _dense(), device=H100)
     _, loops = _loops(plan)
     assert [lp.bind for lp in loops] == ["flat"]
+
+
+def test_a_concat_before_a_chain_of_diamonds_is_split_and_lowered_at_once(check_graph):
+    """x * sigmoid(x) forty times after the concat: each op of the chain is read twice,
+    so walking its readers path by path would take 2^40 steps; each op is looked at
+    once."""
+    b = GraphBuilder("diamonds")
+    y = b.op("concat", *[b.input(f"x{i}", (2, 3, 4, 8)) for i in range(3)], axis=1)
+    for _ in range(40):
+        y = y * b.sigmoid(y)
+    b.output(y, "y")
+    g = b.build()
+    s = Session(g, backend="cpu")
+    s.fuse([n.id for n in g.nodes])
+    k, (outer,) = _loops(s.plan)
+    assert sum(isinstance(p, If) for p in outer.body) == 3
+    check_graph(g, "stitch")

@@ -929,14 +929,18 @@ class _Lowerer:
 
     def _elementwise_downstream(self, v: str, shape) -> bool:
         """Every op of the group reading ``v``, and what reads theirs, is elementwise
-        with a result of ``shape``."""
-        for n in self.g.consumers.get(v, ()):
-            if n.id not in self.members:
-                continue
-            if get_op(n.op).kind is not Kind.elementwise or \
-                    any(self.g.value(o).shape != tuple(shape) for o in n.outputs) or \
-                    not all(self._elementwise_downstream(o, shape) for o in n.outputs):
-                return False
+        with a result of ``shape`` (each op looked at once: a chain of diamonds, x *
+        sigmoid(x) after x * sigmoid(x), would double the paths at each)."""
+        todo, seen = [v], set()
+        while todo:
+            for n in self.g.consumers.get(todo.pop(), ()):
+                if n.id not in self.members or n.id in seen:
+                    continue
+                seen.add(n.id)
+                if get_op(n.op).kind is not Kind.elementwise or \
+                        any(self.g.value(o).shape != tuple(shape) for o in n.outputs):
+                    return False
+                todo.extend(n.outputs)
         return True
 
     def _split_at_concat(self, concat, shape, outs, var: str) -> Loop:
@@ -949,6 +953,7 @@ class _Lowerer:
                                       (c, list(range(axis + 1, len(shape))))])
         at = self.fresh()
         body: list = [Let(at, self.index_dtype, mod(r, shape[axis]), concat.id)]
+        cols = math.prod(shape[axis + 1:])
         start = 0
         for part, src in enumerate(concat.inputs):
             n = self.g.value(src).shape[axis]
@@ -958,7 +963,6 @@ class _Lowerer:
                 e = self.at(scope, o, idx)
                 scope.stmts.append(Store(self.buffers[o], idx.offset(), e,
                                          node=self._made_by(o)))
-            cols = math.prod(shape[axis + 1:])
             body.append(If(f"{at} >= {start} && {at} < {start + n}",
                            (Loop(c, cols, "block", tuple(scope.stmts)),)))
             start += n
