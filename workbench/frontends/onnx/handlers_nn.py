@@ -58,16 +58,23 @@ def conv_pads(auto_pad, pads, size, k, strides, dil) -> tuple[int, ...]:
     return tuple(begin + end)
 
 
-@_handles("Conv")
-def _conv(c: _Ctx):
+def _conv_operands(c: _Ctx):
+    """A Conv or ConvTranspose node's input, weight and kernel (the weight's spatial
+    axes, which a kernel_shape attribute must repeat)."""
     x, w = c.x(0), c.x(1)
+    kind = "convolution" if c.node.op_type == "Conv" else c.node.op_type
     if len(x.shape) not in (3, 4, 5):
-        raise _Unsupported(f"{len(x.shape) - 2}-D convolution (1-D, 2-D and 3-D are "
-                           "supported)")
+        raise _Unsupported(f"{len(x.shape) - 2}-D {kind} (1-D, 2-D and 3-D are supported)")
     k = w.shape[2:]
     if c.attr("kernel_shape") is not None and tuple(c.attr("kernel_shape")) != k:
-        raise GraphError(f"Conv {c.display!r}: kernel_shape {c.attr('kernel_shape')} "
-                         f"differs from the weight's {list(k)}")
+        raise GraphError(f"{c.node.op_type} {c.display!r}: kernel_shape "
+                         f"{c.attr('kernel_shape')} differs from the weight's {list(k)}")
+    return x, w, k
+
+
+@_handles("Conv")
+def _conv(c: _Ctx):
+    x, w, k = _conv_operands(c)
     _, strides, dil, pads = _spatial(c, x, kernel=k)
     ins = [x, w] + ([c.x(2)] if c.has(2) else [])
     op = "conv2d" if len(x.shape) == 4 else "conv"
@@ -77,14 +84,8 @@ def _conv(c: _Ctx):
 
 @_handles("ConvTranspose")
 def _conv_transpose(c: _Ctx):
-    x, w = c.x(0), c.x(1)
+    x, w, k = _conv_operands(c)
     d = len(x.shape) - 2
-    if d not in (1, 2, 3):
-        raise _Unsupported(f"{d}-D ConvTranspose (1-D, 2-D and 3-D are supported)")
-    k = w.shape[2:]
-    if c.attr("kernel_shape") is not None and tuple(c.attr("kernel_shape")) != k:
-        raise GraphError(f"ConvTranspose {c.display!r}: kernel_shape "
-                         f"{c.attr('kernel_shape')} differs from the weight's {list(k)}")
     strides = [int(s) for s in (c.attr("strides") or [1] * d)]
     dil = [int(s) for s in (c.attr("dilations") or [1] * d)]
     extra = [int(s) for s in (c.attr("output_padding") or [0] * d)]
