@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
-import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,15 +64,10 @@ def _unet_decoder(torch):
 BUILDERS = {"hifigan": _hifigan, "unet_decoder": _unet_decoder}
 
 
-@contextlib.contextmanager
 def _spread():
+    """Import with every transposed convolution over its input spread with zeros."""
     from workbench.ir import composites_nn
-    kept = composites_nn.PHASES
-    composites_nn.PHASES = False
-    try:
-        yield
-    finally:
-        composites_nn.PHASES = kept
+    return mock.patch.object(composites_nn, "PHASES", False)
 
 
 def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
@@ -129,15 +123,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     model_timing_args(ap, MODELS, repeats=5)
     a = ap.parse_args(argv)
-    date = _dt.date.today().isoformat()
-    res = {"date": date, "rounds": a.repeats, "inner": a.inner,
-           "load_average_at_start": list(os.getloadavg()), "models": []}
-    a.out.mkdir(parents=True, exist_ok=True)
-    time_models(a.models, res, a.out / f"conv-transpose-{date}", markdown,
-                lambda name, tmp: run_model(name, a.repeats, a.inner, tmp),
-                label="export, import both ways, plan, compile, time: ")
-    print(markdown(res))
-    return 0
+    return time_models(a, "conv-transpose", markdown,
+                       lambda name, tmp: run_model(name, a.repeats, a.inner, tmp),
+                       label="export, import both ways, plan, compile, time: ")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as _dt
-import os
 import sys
 from pathlib import Path
 
@@ -117,16 +115,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     model_timing_args(ap, MODELS, repeats=15)
     args = ap.parse_args(argv)
-    day = _dt.date.today().isoformat()
-    res = {"date": day, "rounds": args.repeats, "inner": args.inner, "models": [],
-           "load_average_at_start": list(os.getloadavg())}
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = args.out / f"minmax-select-{day}"
-    time_models(args.models, res, stem, markdown,
-                lambda name, tmp: run_model(name, tmp, args.repeats, args.inner),
-                label="[minmax_select] ")
-    print(markdown(res))
-    return 0
+    return time_models(args, "minmax-select", markdown,
+                       lambda name, tmp: run_model(name, tmp, args.repeats, args.inner),
+                       label="[minmax_select] ")
 
 
 if __name__ == "__main__":

@@ -51,7 +51,6 @@ a timing or a failed model.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -61,6 +60,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from unittest import mock
 
 # read before anything imports the workbench (whose C toolchain module sets a default)
 _OMP_WAIT_POLICY_AT_START = os.environ.get("OMP_WAIT_POLICY")
@@ -208,18 +208,12 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
     return rec, methods
 
 
-@contextlib.contextmanager
 def _bf16_matmuls_as_library_calls():
     """Plan with GEMM kernels taking float32 only (as before bfloat16 GEMM kernels):
     bfloat16 matmuls and convolutions are library calls."""
     from workbench.fusion import gemm
     from workbench.ir import DType
-    kept = gemm.GEMM_DTYPES
-    gemm.GEMM_DTYPES = (DType.float32,)
-    try:
-        yield
-    finally:
-        gemm.GEMM_DTYPES = kept
+    return mock.patch.object(gemm, "GEMM_DTYPES", (DType.float32,))
 
 
 def _workbench_call(prog, inputs, blas_threads):
@@ -513,18 +507,27 @@ def eager_rows(res: dict, width: int) -> list[str]:
     return rows
 
 
-def time_models(names, res: dict, stem: Path, markdown, run, label: str = "") -> None:
-    """Each model's record ``run(name, folder)`` appended to ``res["models"]`` (a model
-    that fails is its one-line error, and the others still run), the results written
-    after each (``write_results``); ``folder`` is a scratch folder for exports."""
+def time_models(a, name: str, markdown, run, label: str = "", **extra) -> int:
+    """A benchmark's run over the models of ``a`` (``model_timing_args``): each model's
+    record ``run(name, folder)`` (``folder`` a scratch folder for exports) appended to
+    the results (a model that fails is its one-line error, and the others still run),
+    written after each (``write_results``) as ``<a.out>/<name>-<date>.json`` and
+    ``.md``, the markdown printed at the end. ``extra``: more entries of the results."""
+    date = _dt.date.today().isoformat()
+    res = {"date": date, "rounds": a.repeats, "inner": a.inner, **extra,
+           "load_average_at_start": list(os.getloadavg()), "models": []}
+    a.out.mkdir(parents=True, exist_ok=True)
+    stem = a.out / f"{name}-{date}"
     with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            log(f"{label}{name}")
+        for model in a.models:
+            log(f"{label}{model}")
             try:
-                res["models"].append(run(name, Path(tmp)))
+                res["models"].append(run(model, Path(tmp)))
             except Exception as e:          # a failure is a result, not a crash
-                res["models"].append({"model": name, "error": first_line(e)})
+                res["models"].append({"model": model, "error": first_line(e)})
             write_results(stem, res, markdown)
+    print(markdown(res))
+    return 0
 
 
 if __name__ == "__main__":

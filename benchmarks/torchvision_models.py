@@ -26,11 +26,9 @@ slowest kernels (``Program.time``). Writes ``<out>/torchvision-<date>.json`` and
 from __future__ import annotations
 
 import argparse
-import contextlib
-import datetime as _dt
-import os
 import sys
 from pathlib import Path
+from unittest import mock
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,16 +44,10 @@ MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "dens
 UNSPLIT = "stitch, concats unsplit"
 
 
-@contextlib.contextmanager
 def _concats_unsplit():
     """Compile with no loop split at a concat (as before ``_split_concat``)."""
     from workbench.codegen import lower
-    kept = lower.CONCAT_SPLIT_RUN
-    lower.CONCAT_SPLIT_RUN = 1 << 62
-    try:
-        yield
-    finally:
-        lower.CONCAT_SPLIT_RUN = kept
+    return mock.patch.object(lower, "CONCAT_SPLIT_RUN", 1 << 62)
 
 
 def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
@@ -137,17 +129,10 @@ def main(argv=None) -> int:
               f"{str(e).splitlines()[0] if str(e) else ''}); see this script's docstring "
               "for a venv that has it", file=sys.stderr)
         return 2
-    date = _dt.date.today().isoformat()
-    res = {"date": date, "rounds": a.repeats, "inner": a.inner,
-           "torchvision": torchvision.__version__,
-           "load_average_at_start": list(os.getloadavg()), "models": []}
-    a.out.mkdir(parents=True, exist_ok=True)
-    stem = a.out / f"torchvision-{date}"
-    time_models(a.models, res, stem, markdown,
-                lambda name, tmp: run_model(name, a.repeats, a.inner, tmp),
-                label="export, import, plan, compile, time: ")
-    print(markdown(res))
-    return 0
+    return time_models(a, "torchvision", markdown,
+                       lambda name, tmp: run_model(name, a.repeats, a.inner, tmp),
+                       label="export, import, plan, compile, time: ",
+                       torchvision=torchvision.__version__)
 
 
 if __name__ == "__main__":

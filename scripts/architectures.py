@@ -63,19 +63,9 @@ def _text(config: str, model: str, mask: bool = True, **kw):
     return build
 
 
-def _image(config: str, model: str, size: int = IMAGE, **kw):
-    def build(torch):
-        import transformers as T
-        cfg = getattr(T, config)(**kw)
-        cfg._attn_implementation = "eager"
-        return getattr(T, model)(cfg).eval(), (torch.randn(BATCH, 3, size, size),), \
-            ("pixel_values",)
-    return build
-
-
 def _model(config: str, model: str, inputs, names: tuple, **kw):
-    """Any other model: ``inputs(torch)`` its positional example inputs, ``names``
-    theirs (as its forward names them)."""
+    """A model built from its config class: ``inputs(torch)`` its positional example
+    inputs, ``names`` theirs (as its forward names them)."""
     def build(torch):
         import transformers as T
         cfg = getattr(T, config)(**kw)
@@ -84,13 +74,15 @@ def _model(config: str, model: str, inputs, names: tuple, **kw):
     return build
 
 
+def _image(config: str, model: str, size: int = IMAGE, **kw):
+    return _model(config, model, lambda torch: (torch.randn(BATCH, 3, size, size),),
+                  ("pixel_values",), **kw)
+
+
 def _vocoder(config: str, model: str, mel: int, **kw):
     """A vocoder: a mel spectrogram [batch, frames, mel] in, a waveform out."""
-    def build(torch):
-        import transformers as T
-        m = getattr(T, model)(getattr(T, config)(model_in_dim=mel, **kw)).eval()
-        return m, (torch.randn(BATCH, SEQ, mel),), ("spectrogram",)
-    return build
+    return _model(config, model, lambda torch: (torch.randn(BATCH, SEQ, mel),),
+                  ("spectrogram",), model_in_dim=mel, **kw)
 
 
 def _vision(model: str, shape=(BATCH, 3, 64, 64), he: bool = False, **kw):
