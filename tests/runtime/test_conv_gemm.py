@@ -183,10 +183,12 @@ def test_convolution_gemm_matches_reference(name, planner):
                               else pointwise if name.startswith("pointwise") else depthwise
                               if planar else PACK_TILE), t
         if direct:
-            # whole output rows of one image in each tile, every filter
+            # whole output rows of one image in each tile, every filter or whole pairs
+            # of vectors of them
             src = s.program().compiled[0].source.split(f"void {s.kernels()[0].name}")[-1]
             assert "wb_conv_lanes(" in src and "wb_cols" not in src, src
-            assert t.tile_n % t.im2col.out[-1] == 0 and t.tile_m == t.m, t
+            assert t.tile_n % t.im2col.out[-1] == 0, t
+            assert t.tile_m == t.m or t.tile_m % CONV_DIRECT_ALIGN == 0, t
             if s.device.units == 2 and name == "direct_wide":
                 assert t.col_tiles == 2, t       # (one image: its rows cut for the cores)
         if planar:
@@ -262,6 +264,23 @@ def test_direct_convolution_tiles(monkeypatch):
     check_plan(s2)
     with pytest.raises(FusionRefused, match="thread's buffer"):
         s2.set_launch(s2.plan.groups[0].id, tile_n=28)
+
+
+def test_direct_convolution_tiles_share_the_work_evenly():
+    """The cut of a direct convolution's tiles gives the busiest core the least work:
+    ResNet-50's last stage (7 rows, 512 filters) in two tiles of half the filters on
+    2 cores, not rows cut 4 and 3; where the rows share out evenly (14 rows, 256
+    filters) they are cut, the filters whole; a buffer of 4 rows cuts both."""
+    assert gemm._direct_split(1, 7, 7, 512, 2) == (7, 256)
+    assert gemm._direct_split(1, 14, 14, 256, 2) == (7, 256)
+    assert gemm._direct_split(1, 7, 4, 512, 2) == (4, 256)      # 4 tiles, 7 rows each core
+    assert gemm._direct_split(2, 7, 7, 512, 2) == (7, 512)      # one image a core
+    assert gemm._direct_split(1, 1, 1, 64, 1) == (1, 64)
+    # schedule(static): runs of consecutive tiles, the first cores one more
+    assert gemm._static_load([4, 3, 4, 3], 2) == 7
+    assert gemm._static_load([4, 3, 4], 2) == 7
+    assert gemm._static_load([5, 1, 1], 2) == 6
+    assert gemm._static_load([2], 4) == 2
 
 
 def _random_direct(seed):

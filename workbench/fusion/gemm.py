@@ -146,9 +146,10 @@ LANES_ALIGN = 16      # channels per tile a multiple of the widest vector's lane
 # were 11% slower to 9% faster
 CONV_DIRECT_WEIGHTS = 1 << 22
 CONV_DIRECT_DEPTH_RATIO = 2
-CONV_DIRECT_SCRATCH = 32768
+CONV_DIRECT_SCRATCH = IM2COL_TILE
 CONV_DIRECT_ALIGN = 2 * LANES_ALIGN   # filters per tile: whole pairs of vectors
-CONV_DIRECT_BLOCKS = (6, 8)   # positions per block (WB_CR: 6 on 16 registers, 8 on 32)
+CONV_DIRECT_BLOCKS = (6, 7, 8)   # positions per block (wb_conv_cr: 6 on 16 registers,
+#                                  7 or 8 on 32)
 # what a GEMM kernel reads and writes. A bfloat16 matmul is multiplied by the
 # micro-kernel two rows of k at a time (A's sliver and B packed in pairs,
 # codegen/microkernel.py), accumulated in float32 and rounded once where the epilogue
@@ -911,22 +912,20 @@ def _direct_scratch(cols: Im2col, rows: int) -> int:
 
 def _direct_tiling(conv, cols: Im2col, a: Operand, n: int, k: int, dest: str,
                    epilogue_ops: int, units: int, lc: GemmLaunch) -> GemmShape:
-    """A direct convolution's tiles (CONV_DIRECT): all its filters (or whole pairs of
-    vectors of them) by whole output rows of one image, as many rows as the buffer
-    takes, cut further where that makes the tile count a multiple of the cores (a 1-D
-    convolution: one row, whole)."""
+    """A direct convolution's tiles (CONV_DIRECT): whole pairs of vectors of filters
+    (or all of them) by whole output rows of one image (a 1-D convolution: one row),
+    as many rows as the buffer takes, cut (``_direct_split``) so the cores share the
+    work evenly."""
     oh, ow = cols.planar().out
     fit = max(r for r in range(1, oh + 1)
               if _direct_scratch(cols, r) <= CONV_DIRECT_SCRATCH)
-    col_tiles = min(oh, _for_cores(n, -(-oh // fit), units))
-    rows = -(-oh // col_tiles)
+    rows, tile_m = _direct_split(n, oh, fit, k, units)
     if lc.tile_n:     # (whole rows: a tile_n between two is taken up to the next)
         rows = -(-_set_tile("tile_n", lc.tile_n, oh * ow, 1) // ow)
         if _direct_scratch(cols, rows) > CONV_DIRECT_SCRATCH:
             raise FusionRefused(f"tile_n={lc.tile_n}: {rows} output rows of {conv.id} "
                                 f"read more input than a thread's buffer of "
                                 f"{CONV_DIRECT_SCRATCH} floats holds (direct convolution)")
-    tile_m = k
     if lc.tile_m:
         tile_m = min(lc.tile_m, k)
         if tile_m % CONV_DIRECT_ALIGN and tile_m < k:
@@ -937,6 +936,42 @@ def _direct_tiling(conv, cols: Im2col, a: Operand, n: int, k: int, dest: str,
     return GemmShape(n, k, oh * ow, cols.rows, a, b, tile_m, rows * ow, conv.outputs[0],
                      dest, epilogue_ops=epilogue_ops, im2col=cols,
                      col_axes=len(cols.out), packed_b=CONV_DIRECT)
+
+
+def _direct_split(n: int, oh: int, fit: int, k: int, units: int) -> tuple[int, int]:
+    """Output rows and filters per tile of a direct convolution (``n`` images of ``oh``
+    rows, at most ``fit`` rows a tile, ``k`` filters): the cut whose busiest core has
+    the least work (``_static_load``), then the fewest tiles, then the fewest cuts of
+    the filters. Cutting the rows alone left a core idle for part of the last round
+    where they do not share out evenly: ResNet-50's last stage, 7 rows in tiles of 4
+    and 3 on 2 cores, 1.36 ms against 1.19 in two tiles of half the filters (each
+    filter also read once where each row tile read them all; benchmarks/
+    conv_direct.py)."""
+    best = None
+    first = -(-oh // fit)
+    for row_tiles in range(first, min(oh, first + 2 * units) + 1):
+        rows = -(-oh // row_tiles)
+        row_sizes = [min(rows, oh - r) for r in range(0, oh, rows)]
+        for cuts in range(1, min(-(-k // CONV_DIRECT_ALIGN), 2 * units) + 1):
+            tile_m = min(k, _round_up(-(-k // cuts), CONV_DIRECT_ALIGN))
+            work = [min(tile_m, k - f) * r for f in range(0, k, tile_m)
+                    for r in row_sizes] * n
+            key = (_static_load(work, units), len(work), -(-k // tile_m))
+            if best is None or key < best[0]:
+                best = (key, rows, tile_m)
+    return best[1], best[2]
+
+
+def _static_load(work: list[int], units: int) -> int:
+    """The busiest core's work where a parallel loop over tiles of this ``work`` (in
+    loop order) is shared out as ``schedule(static)`` does: a run of consecutive tiles
+    each, the first ``len % units`` cores one more."""
+    q, extra = divmod(len(work), units)
+    load, i = 0, 0
+    for u in range(units):
+        take = q + (u < extra)
+        load, i = max(load, sum(work[i:i + take])), i + take
+    return load
 
 
 def _set_tile(name: str, value: int, extent: int, align: int) -> int:

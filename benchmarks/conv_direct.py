@@ -1,0 +1,214 @@
+#!/usr/bin/env python
+"""Convolutions computed directly (``CONV_DIRECT``, codegen ``wb_conv_lanes``) one by one
+on the CPU, side by side in one run with onnxruntime: how the block of positions and
+the cut of the tiles pay off.
+
+    .venv/bin/python benchmarks/conv_direct.py
+    .venv/bin/python benchmarks/conv_direct.py --shapes resnet50_l4 --repeats 20
+
+Each shape is one convolution (one image, random constant filters and bias) followed
+by a ReLU, written as an ONNX file with ``onnx.helper`` and imported from it by
+``workbench.load``; onnxruntime runs the same file. The workbench plans it with
+``stitch`` (one kernel: the convolution with its bias and ReLU), compiled these ways:
+
+- **rule**: as the planner makes it -- blocks of 7 positions where a row's last block
+  leaves fewer unused than 8 (``wb_conv_cr``), tiles cut so the busiest core has the
+  least work (``gemm._direct_split``), a thread's buffer of ``CONV_DIRECT_SCRATCH``
+  floats;
+- **blocks of 8**: the rule with every block 8 positions (``WB_CR7`` off);
+- **rows cut only**: the rule with every tile holding all the filters, the rows cut
+  for the cores (the cut before ``_direct_split``);
+- **before**: both of those and a buffer of 32768 floats (a convolution whose rows do
+  not fit it is not computed directly: ResNet-50's strided 3 x 3 of its last stage
+  went to sgemm);
+- **sgemm**: ``blas=1`` (the patches gathered for the host BLAS per tile).
+
+Times are median ms of one whole call (``Program.run``; ``InferenceSession.run``),
+the methods timed in alternation as ``benchmarks/models.py`` does, and GFLOP/s over 2
+x MACs. Writes ``<out>/conv-direct-<date>.json`` and ``.md``; never exits non-zero for
+a timing.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import math
+import os
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from models import alternate, log, machine_line, write_results  # noqa: E402
+
+# name: (channels, plane, filters, kernel, stride) -- ResNet-50's 3 x 3s by stage (and
+# their strided first ones), its 7 x 7 stem; DenseNet-121's growth convolutions (128
+# channels to 32 filters) at each stage's plane
+SHAPES = {
+    "resnet50_l1": (64, 56, 64, 3, 1),
+    "resnet50_l2": (128, 28, 128, 3, 1),
+    "resnet50_l2_s2": (128, 56, 128, 3, 2),
+    "resnet50_l3": (256, 14, 256, 3, 1),
+    "resnet50_l3_s2": (256, 28, 256, 3, 2),
+    "resnet50_l4": (512, 7, 512, 3, 1),
+    "resnet50_l4_s2": (512, 14, 512, 3, 2),
+    "resnet_stem": (3, 224, 64, 7, 2),
+    "densenet_56": (128, 56, 32, 3, 1),
+    "densenet_28": (128, 28, 32, 3, 1),
+    "densenet_14": (128, 14, 32, 3, 1),
+    "densenet_7": (128, 7, 32, 3, 1),
+}
+METHODS = ("rule", "blocks of 8", "rows cut only", "before", "sgemm")
+
+
+def onnx_file(name: str, folder: Path) -> Path:
+    """One convolution with its bias, then a ReLU, as an ONNX file."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    c, hw, k, r, s = SHAPES[name]
+    rng = np.random.default_rng(0)
+    w = (rng.standard_normal((k, c, r, r)) / math.sqrt(c * r * r)).astype(np.float32)
+    b = rng.standard_normal(k).astype(np.float32)
+    out = (hw + 2 * (r // 2) - r) // s + 1
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[r // 2] * 4,
+                          strides=[s, s], kernel_shape=[r, r]),
+         helper.make_node("Relu", ["c"], ["y"])],
+        name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, k, out, out])],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    path = folder / f"{name}.onnx"
+    onnx.save(model, str(path))
+    return path
+
+
+def _rows_cut_only(n, oh, fit, k, units):
+    """The cut before ``_direct_split``: all the filters in every tile, the rows cut
+    into as many tiles as the buffer needs, more where that makes their count a
+    multiple of the cores."""
+    from workbench.fusion import gemm
+    col_tiles = min(oh, gemm._for_cores(n, -(-oh // fit), units))
+    return -(-oh // col_tiles), k
+
+
+def _settings(how: str):
+    """The planner and code generator patched to make ``how``."""
+    from workbench.codegen import render
+    from workbench.fusion import gemm
+    patches = []
+    if how in ("blocks of 8", "before"):
+        patches.append(mock.patch.object(
+            render, "MICRO_KERNEL_C",
+            render.MICRO_KERNEL_C.replace("#define WB_CR7 1", "#define WB_CR7 0")))
+    if how in ("rows cut only", "before"):
+        patches.append(mock.patch.object(gemm, "_direct_split", _rows_cut_only))
+    if how == "before":
+        patches.append(mock.patch.object(gemm, "CONV_DIRECT_SCRATCH", 32768))
+    return patches
+
+
+def program(g, how: str):
+    """``g``'s stitch plan compiled ``how``: the program, the convolution's schedule."""
+    import workbench as wb
+    with ExitStack() as stack:
+        for p in _settings(how):
+            stack.enter_context(p)
+        s = wb.Session(g, backend="cpu")
+        s.auto("stitch")
+        conv = next(gr for gr in s.plan.groups if gr.schedule.gemm is not None)
+        if how == "sgemm":
+            s.set_launch(conv.id, blas=1)
+            conv = s.plan.group(conv.id)
+        return s.program(), conv.schedule
+
+
+def run_shape(name: str, folder: Path, rounds: int, inner: int) -> dict:
+    import onnxruntime as ort
+
+    import workbench as wb
+    path = onnx_file(name, folder)
+    g = wb.load(path)
+    x = np.random.default_rng(1).standard_normal(g.value("x").shape).astype(np.float32)
+    feeds = {"x": x}
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    want = sess.run(None, feeds)[0]
+    rec = {"shape": name, "conv": dict(zip(("channels", "plane", "filters", "kernel",
+                                            "stride"), SHAPES[name])), "methods": {}}
+    calls = {}
+    for how in METHODS:
+        prog, sched = program(g, how)
+        got = prog.run(feeds)["y"]
+        rec["methods"][how] = {
+            "schedule": sched.describe(), "gflop": sched.gemm.flops / 1e9,
+            "error_vs_onnxruntime": float(np.abs(got - want).max() / np.abs(want).max())}
+        calls[how] = (lambda p: lambda: p.run(feeds))(prog)
+    calls["onnxruntime"] = lambda: sess.run(None, feeds)
+    samples = alternate(calls, rounds, inner)
+    rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
+    rec["samples_ms"] = {k: [t * 1e3 for t in v] for k, v in samples.items()}
+    return rec
+
+
+def markdown(res: dict) -> str:
+    mi = res["machine"]
+    lines = [f"# Direct convolutions one by one on the CPU ({res['date']})", "",
+             f"{machine_line(res)}; onnxruntime {mi.get('onnxruntime')}, "
+             f"{mi.get('compiler')}. One image, a convolution + bias + ReLU; median ms of "
+             f"one call, {res['rounds']} alternating rounds of {res['inner']} calls; x = "
+             "onnxruntime / method.", "",
+             "| shape | C -> K, plane, kernel/stride | method | ms | GFLOP/s | x onnxruntime "
+             "| schedule |", "|---|---|---|---|---|---|---|"]
+    for rec in res["models"]:
+        if "error" in rec:
+            lines.append(f"| {rec['shape']} | failed: {rec['error']} | | | | | |")
+            continue
+        c = rec["conv"]
+        geo = (f"{c['channels']} -> {c['filters']}, {c['plane']}^2, "
+               f"{c['kernel']}x{c['kernel']}/{c['stride']}")
+        lat = rec["latency_ms"]
+        ort = lat["onnxruntime"]
+        for how, m in rec["methods"].items():
+            ms = lat[how]
+            lines.append(f"| {rec['shape']} | {geo} | {how} | {ms:.3f} | "
+                         f"{m['gflop'] / ms * 1e3:.0f} | {ort / ms:.2f}x | "
+                         f"{m['schedule'][:90]} |")
+        gflop = rec["methods"]["rule"]["gflop"]
+        lines.append(f"| {rec['shape']} | {geo} | onnxruntime | {ort:.3f} | "
+                     f"{gflop / ort * 1e3:.0f} | 1.00x | |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--repeats", type=int, default=10, help="alternating rounds")
+    ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    a = ap.parse_args(argv)
+    date = _dt.date.today().isoformat()
+    res = {"date": date, "rounds": a.repeats, "inner": a.inner,
+           "load_average_at_start": list(os.getloadavg()), "models": []}
+    a.out.mkdir(parents=True, exist_ok=True)
+    stem = a.out / f"conv-direct-{date}"
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in a.shapes:
+            log(f"{name}: plan {len(METHODS)} ways, compile, time")
+            try:
+                res["models"].append(run_shape(name, Path(tmp), a.repeats, a.inner))
+            except Exception as e:         # a failure is a result, not a crash
+                res["models"].append({"shape": name, "error": f"{type(e).__name__}: {e}"})
+            write_results(stem, res, markdown)
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
