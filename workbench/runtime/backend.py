@@ -140,10 +140,12 @@ class Backend(abc.ABC):
         (here: none; each kernel is launched by ``run_kernel``)."""
         return None
 
-    def running(self, blas: bool = True):
+    def running(self, blas: bool = True, place: bool = True):
         """A context every run of a program happens in (the CPU backend sets the BLAS
-        libraries' threads for it and restores them after: one thread pool). ``blas``:
-        whether the run may call BLAS at all (a library call, a kernel's sgemm)."""
+        libraries' threads for it and restores them after: one thread pool; and holds
+        the threads each on a CPU of their own). ``blas``: whether the run may call
+        BLAS at all (a library call, a kernel's sgemm); ``place``: whether the run is
+        long enough to repay placing its threads (``placement.PLACE_MIN_S``)."""
         return contextlib.nullcontext()
 
     def timer(self):

@@ -3,6 +3,7 @@ run through ctypes on NumPy arrays. Its device is this machine's CPU, measured o
 a compiled probe and cached (:mod:`.calibrate`)."""
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import weakref
@@ -18,6 +19,7 @@ from ..fusion.devices import Device
 from .backend import Backend, CompiledKernel, Progress
 from .blas import blas_function
 from .cc import build_library, cpu_model, find_compiler, load_library, unload_library
+from .placement import placed
 from .threads import default_blas_threads, one_pool
 from .threads import rescan as rescan_blas
 
@@ -84,10 +86,14 @@ class CpuBackend(Backend):
         self.blas_threads = (default_blas_threads() if blas_threads == "default"
                              else blas_threads)
 
-    def running(self, blas: bool = True):
+    @contextlib.contextmanager
+    def running(self, blas: bool = True, place: bool = True):
         # a program that calls no BLAS (every GEMM the micro-kernel's) leaves it alone:
-        # setting and restoring its threads costs 15-40 us a run
-        return one_pool(self.blas_threads if blas else None)
+        # setting and restoring its threads costs 15-40 us a run; the threads each on
+        # a CPU of their own while it runs, where that repays its cost (placement.py)
+        with one_pool(self.blas_threads if blas else None), \
+                (placed() if place else contextlib.nullcontext()):
+            yield
 
     def describe_device(self) -> Device:
         from .calibrate import cpu_device

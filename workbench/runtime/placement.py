@@ -1,0 +1,155 @@
+"""One core per thread while a program runs: the calling thread held on the CPU it is
+on, each OpenMP thread of the kernels on a CPU of its own.
+
+Why: between two calls of a program the kernels' OpenMP threads sleep (their short
+spin, ``cc._OPENMP_WAIT``, is over long before Python calls again). A call wakes them,
+and Linux may wake a thread on the CPU of the thread that woke it: on the 2-core
+development VM the calling thread and the one OpenMP worker were seen on CPU 0
+together, CPU 1 idle, for whole seconds of calls, each call then taking twice as long
+(a 3 x 3 convolution of ResNet-50's last stage 2.8 ms a call against 1.2; read from
+``/proc/<pid>/task/*/stat``). With every thread held on its own CPU the same calls ran
+1.1-1.4 ms throughout; side by side, placed against unplaced, LayerNorm's sample graph
+ran 1.33x faster, its parameter gradients 1.66x, the convolution's 90th percentile
+1.44 ms against 3.10 (``benchmarks/results/placement-2026-11-25.md``).
+
+So while a program runs (``CpuBackend.running``; a program whose last run took less
+than ``PLACE_MIN_S`` is not placed, its runs too short to repay it), the calling
+thread is bound to the CPU it is running on, and each OpenMP thread to another CPU of
+the calling thread's own set (a user's ``taskset`` is kept), one each as far as they
+go; when the call returns the calling thread gets its own set back, so a user's
+thread is never left bound. The OpenMP threads stay where they were put (they run
+nothing else) and are moved, by a parallel region of the helper's, only when the
+calling thread's CPU (or the team's size) changes. Nested runs bind once. A run costs
+four system calls and two calls through ctypes: about 8 us on the development VM,
+where one small kernel's whole run took 16 us.
+
+Left alone where the user places threads (``OMP_PROC_BIND``, ``OMP_PLACES``,
+``GOMP_CPU_AFFINITY``, ``KMP_AFFINITY`` set), where ``$WB_PLACE_THREADS`` is ``0``, and
+off Linux (the helper then does nothing).
+"""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+from functools import lru_cache
+from typing import Iterator
+
+from .cc import build_library, load_library
+
+ENV = "WB_PLACE_THREADS"
+# the shortest run worth placing (the last run of the program as long): placing costs
+# about 8 us, and a run of 16 us (one small kernel) took 30 placed
+PLACE_MIN_S = 5e-4
+# set by the user: their placement stands
+USER_PLACEMENT = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
+
+PLACEMENT_C = r"""/* thread placement for a program's run (runtime/placement.py) */
+#define _GNU_SOURCE
+#include <omp.h>
+#ifdef __linux__
+#include <sched.h>
+
+static __thread int wb_depth = 0;        /* runs nested on this calling thread */
+static __thread cpu_set_t wb_saved;      /* its own set, given back at the end */
+static __thread int wb_cpu = -1;         /* the CPU an OpenMP thread was bound to */
+/* the calling thread's CPU and team size its team was last placed around (each thread
+   that starts parallel regions has a team of its own): the same again, no region */
+static __thread int wb_team_cpu = -1, wb_team_size = 0;
+
+static void wb_bind(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  sched_setaffinity(0, sizeof one, &one);
+}
+
+/* bind the calling thread to its CPU and the team's threads to the other CPUs of its
+   set (a thread past them shares one, in turn); 1 when bound */
+int wb_place_team(void) {
+  if (wb_depth++ > 0) return 0;
+  if (sched_getaffinity(0, sizeof wb_saved, &wb_saved) != 0) return 0;
+  int me = sched_getcpu(), n = 0, others[CPU_SETSIZE];
+  if (me < 0 || CPU_COUNT(&wb_saved) < 2) return 0;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (c != me && CPU_ISSET(c, &wb_saved)) others[n++] = c;
+  wb_bind(me);
+  if (me == wb_team_cpu && omp_get_max_threads() == wb_team_size) return 1;
+  wb_team_cpu = me;
+  wb_team_size = omp_get_max_threads();
+#pragma omp parallel
+  {
+    int t = omp_get_thread_num();
+    if (t > 0) {
+      int cpu = others[(t - 1) % n];
+      if (wb_cpu != cpu) {
+        wb_bind(cpu);
+        wb_cpu = cpu;
+      }
+    }
+  }
+  return 1;
+}
+
+/* the end of a run: the calling thread's own set back (the outermost run's) */
+void wb_unplace(int placed) {
+  if (--wb_depth == 0 && placed) sched_setaffinity(0, sizeof wb_saved, &wb_saved);
+}
+
+/* the team's threads given the calling thread's set (as a process starts them) */
+void wb_free_team(void) {
+  cpu_set_t own;
+  if (sched_getaffinity(0, sizeof own, &own) != 0) return;
+  wb_team_cpu = -1;
+#pragma omp parallel
+  if (omp_get_thread_num() > 0) {
+    sched_setaffinity(0, sizeof own, &own);
+    wb_cpu = -1;
+  }
+}
+#else
+int wb_place_team(void) { return 0; }
+void wb_unplace(int placed) { (void)placed; }
+void wb_free_team(void) {}
+#endif
+"""
+
+
+def enabled() -> bool:
+    """Whether runs place their threads (see the module docstring)."""
+    if os.environ.get(ENV, "1").strip() == "0":
+        return False
+    return not any(os.environ.get(v) for v in USER_PLACEMENT)
+
+
+@lru_cache(maxsize=None)
+def _helper() -> tuple:
+    """The compiled helper's two functions (built into the kernel cache once, loaded
+    once a process, with the OpenMP runtime the kernels use)."""
+    lib = load_library(build_library("wb_placement", PLACEMENT_C))
+    place, unplace, free = lib.wb_place_team, lib.wb_unplace, lib.wb_free_team
+    place.argtypes, place.restype = [], ctypes.c_int
+    unplace.argtypes, unplace.restype = [ctypes.c_int], None
+    free.argtypes, free.restype = [], None
+    return place, unplace, free
+
+
+def free_team() -> None:
+    """Give the OpenMP threads the calling thread's CPU set again, as a process starts
+    them (to time runs unplaced, ``benchmarks/placement.py``, and for tests)."""
+    _helper()[2]()
+
+
+@contextlib.contextmanager
+def placed() -> Iterator[None]:
+    """Run the block with the calling thread and the OpenMP threads each on a CPU of
+    their own, the calling thread's own set given back after, also when it raises."""
+    if not enabled():
+        yield
+        return
+    place, unplace, _ = _helper()
+    bound = place()
+    try:
+        yield
+    finally:
+        unplace(bound)
