@@ -438,7 +438,8 @@ WB_FN void wb_depthwise_lanes(long long cn, const float* x, long long h, long lo
    With 32 registers a row of positions is cut into blocks of 7 where that leaves fewer
    positions unused in its last block than 8 does (WB_CR7): rows of 7, 14 and 28
    positions, ResNet's last three stages, filled 7 of 8, 14 of 16 and 28 of 32 lanes'
-   worth of work, and ran 12-20% faster in blocks of 7 (benchmarks/conv_direct.py) */
+   worth of work, and ran 10-13% faster in blocks of 7 (benchmarks/results/
+   conv-direct-2026-11-25.md) */
 #if WB_VW == 16 || defined(__aarch64__)
 #define WB_CR 8
 #define WB_CR7 1
