@@ -17,6 +17,9 @@ Methods, timed in alternation as ``benchmarks/models.py`` does (median ms of one
 - **stitch, concats unsplit** (models with a concat): the same plan compiled with
   every concat read as before ``lower._split_concat`` (each element reading every part
   at a clamped index and keeping one): what the split gains, side by side;
+- **stitch, one buffer per value**: the same compiled kernels with every intermediate
+  an array of its own (``$WB_MEMORY_PLAN=0``), as before ``runtime/memory_plan.py``
+  laid them out in one shared arena: what the memory plan gains, side by side;
 - **onnxruntime** (default session options) and **torch eager**.
 
 Per model also the error of the workbench's output against torch's, and its five
@@ -26,6 +29,7 @@ slowest kernels (``Program.time``). Writes ``<out>/torchvision-<date>.json`` and
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from unittest import mock
@@ -42,6 +46,7 @@ MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "dens
           "googlenet", "inception_v3", "shufflenet_v2_x1_0", "squeezenet1_1",
           "regnet_y_400mf", "convnext_tiny")
 UNSPLIT = "stitch, concats unsplit"
+UNPLANNED = "stitch, one buffer per value"
 
 
 def _concats_unsplit():
@@ -76,6 +81,13 @@ def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
                  "methods": {"stitch": {"kernels": len(prog.compiled),
                                         "error_vs_torch": rel_error(prog.run(feeds), want)}}}
     calls = {"workbench stitch": lambda: prog.run(feeds)}
+    from workbench.runtime.memory_plan import MEMORY_PLAN_ENV
+    from workbench.runtime.program import Program
+    with mock.patch.dict(os.environ, {MEMORY_PLAN_ENV: "0"}):
+        unplanned = Program(s.plan, prog.backend, kernels=prog.kernels, compiled=prog.compiled)
+    rec["methods"][UNPLANNED] = {"kernels": len(unplanned.compiled),
+                                 "error_vs_torch": rel_error(unplanned.run(feeds), want)}
+    calls[f"workbench {UNPLANNED}"] = lambda: unplanned.run(feeds)
     if any(n.op == "concat" for n in g.nodes):
         with _concats_unsplit():        # a session of its own: none of s's kernels
             twin = wb.Session(g, backend="cpu")

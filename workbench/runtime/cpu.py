@@ -81,6 +81,7 @@ class CpuBackend(Backend):
     name = "cpu"
     target = "c"
     xp = np
+    plans_memory = True     # a program's intermediates share an arena (memory_plan.py)
 
     def __init__(self, blas_threads: int | None | str = "default"):
         self.blas_threads = (default_blas_threads() if blas_threads == "default"

@@ -14,6 +14,7 @@ run) and a run beside another in a second thread allocate afresh.
 """
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Mapping, Sequence
@@ -26,6 +27,7 @@ from ..fusion import Plan
 from ..ir import DType, Graph
 from ..ops.bfloat16 import QUIET_NAN
 from .backend import Progress
+from .memory_plan import ALIGN, MEMORY_PLAN_ENV, plan_memory
 from .placement import PLACE_MIN_S
 from .reference import check_inputs
 
@@ -40,6 +42,18 @@ def poison(xp, shape, dtype: DType):
         a.view(np.uint8)[...] = 0xAB
         return a
     return xp.full(shape, np.iinfo(dtype.np).min + 7, dtype=dtype.np)
+
+
+def poison_in(arena: np.ndarray, offset: int, shape, dtype: DType) -> np.ndarray:
+    """A NumPy array of ``shape`` and ``dtype`` at byte ``offset`` of ``arena``,
+    poisoned as :func:`poison` makes one."""
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    a = arena[offset:offset + n].view(dtype.np).reshape(shape)
+    if dtype.kind == "b":
+        a.view(np.uint8)[...] = 0xAB
+    else:
+        a[...] = np.nan if dtype.is_float else np.iinfo(dtype.np).min + 7
+    return a
 
 
 class KernelSequence:
@@ -67,6 +81,18 @@ class KernelSequence:
             (b.value, v.shape, v.dtype, b.value not in outs and ck.kernel.library is None)
             for b in ck.kernel.outputs for v in (graph.value(b.value),)) for ck in compiled}
         self._consts = {k: backend.asarray(v) for k, v in graph.constants.items()}
+        # the reused intermediates share one arena where their lifetimes allow
+        # (memory_plan.py; the CPU's, where arrays are NumPy's)
+        self._memory = None
+        if getattr(backend, "plans_memory", False) and os.environ.get(
+                MEMORY_PLAN_ENV, "1") != "0":
+            sizes = {name: int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                     for specs in self._output_specs.values()
+                     for name, shape, dtype, poolable in specs if poolable}
+            order = [(tuple(b.value for b in ck.kernel.inputs),
+                      tuple(b.value for b in ck.kernel.outputs)) for ck in compiled]
+            self._memory = plan_memory(order, sizes) if sizes else None
+        self._arenas: dict = {}     # id(pool) -> the arena of that pool's values
 
     # -- running ---------------------------------------------------------------
     def check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict:
@@ -85,10 +111,25 @@ class KernelSequence:
         for name, shape, dtype, poolable in self._output_specs[id(ck)]:
             if pool is not None and poolable:
                 if name not in pool:
-                    pool[name] = poison(xp, shape, dtype)
+                    pool[name] = self._pooled(pool, name, shape, dtype)
                 env[name] = pool[name]
             else:
                 env[name] = poison(xp, shape, dtype)
+
+    def _pooled(self, pool: dict, name: str, shape, dtype: DType):
+        """A reused intermediate's array, poisoned: its place in the pool's arena, as
+        the memory plan lays it out (the arena made with the first), else one of its
+        own. Made as its kernel is about to run (a pool's first run goes kernel by
+        kernel), so memory it shares with a value that died before it is poisoned after
+        that value's last use."""
+        mp = self._memory
+        if mp is None:
+            return poison(self.backend.xp, shape, dtype)
+        arena = self._arenas.get(id(pool))
+        if arena is None:
+            raw = np.empty(mp.size + ALIGN, dtype=np.uint8)
+            arena = self._arenas[id(pool)] = raw[-raw.ctypes.data % ALIGN:]
+        return poison_in(arena, mp.offsets[name], shape, dtype)
 
     def _alloc_fresh(self, specs, env) -> None:
         """Poisoned arrays, new on every run, for the outputs ``specs`` lists (the
@@ -136,7 +177,10 @@ class KernelSequence:
         try:
             t0 = time.perf_counter()
             with self.backend.running(self.calls_blas, place):
-                driver = self._driver() if pool is not None else None
+                # the first pooled run goes kernel by kernel: each reused intermediate
+                # made and poisoned just before its kernel (see _pooled)
+                made = pool is not None and self.__dict__.get("_pool_made", False)
+                driver = self._driver() if made else None
                 if driver is not None:      # every kernel in one native call
                     driver.run(env, pool)
                 else:
@@ -145,6 +189,8 @@ class KernelSequence:
                         self._launch(ck, env)
                 self.backend.synchronize()
             self._last_run_s = time.perf_counter() - t0
+            if pool is not None:
+                self._pool_made = True
         finally:
             if pool is not None:
                 self._pool_lock.release()
@@ -188,9 +234,12 @@ class KernelSequence:
     def time_env(self, env: dict, warmup: int = 2, repeats: int = 10,
                  progress: Progress | None = None) -> tuple[list[float], float]:
         """:meth:`time` on an environment of backend arrays already holding every value
-        the kernels read (the tuner times one kernel on the values it really gets)."""
+        the kernels read (the tuner times one kernel on the values it really gets). The
+        kernels' intermediates are laid out as a run lays them out (the memory plan),
+        in an arena of the timing's own."""
+        timing: dict = {}
         for ck in self.compiled:
-            self._alloc_outputs(ck, env)
+            self._alloc_outputs(ck, env, timing)
         timer = self.backend.timer()
         with self.backend.running(self.calls_blas):
             for _ in range(max(1, warmup)):
@@ -208,6 +257,7 @@ class KernelSequence:
                 totals.append(timer.stop(t_all))
                 if progress:
                     progress(len(totals), repeats, "timed run")
+        self._arenas.pop(id(timing), None)
         return [float(np.median(p)) for p in per], float(np.median(totals))
 
 
