@@ -4,7 +4,7 @@ on the CPU, side by side in one run with onnxruntime: how the block of positions
 the cut of the tiles pay off.
 
     .venv/bin/python benchmarks/conv_direct.py
-    .venv/bin/python benchmarks/conv_direct.py --shapes resnet50_l4 --repeats 20
+    .venv/bin/python benchmarks/conv_direct.py --models resnet50_l4 --repeats 20
 
 Each shape is one convolution (one image, random constant filters and bias) followed
 by a ReLU, written as an ONNX file with ``onnx.helper`` and imported from it by
@@ -36,11 +36,8 @@ timing.
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import math
-import os
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from unittest import mock
@@ -51,7 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import alternate, log, machine_line, write_results  # noqa: E402
+from models import (alternate, machine_line, model_timing_args,  # noqa: E402
+                    time_models)
 
 # name: (channels, plane, filters, kernel, stride) -- ResNet-50's 3 x 3s by stage (and
 # their strided first ones), its 7 x 7 stem; DenseNet-121's growth convolutions (128
@@ -145,7 +143,7 @@ def run_shape(name: str, folder: Path, rounds: int, inner: int) -> dict:
     feeds = {"x": x}
     sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     want = sess.run(None, feeds)[0]
-    rec = {"shape": name, "conv": dict(zip(("channels", "plane", "filters", "kernel",
+    rec = {"model": name, "conv": dict(zip(("channels", "plane", "filters", "kernel",
                                             "stride"), SHAPES[name])), "methods": {}}
     calls = {}
     for how in METHODS:
@@ -175,7 +173,7 @@ def markdown(res: dict) -> str:
              "| median ms | schedule |", "|---|---|---|---|---|---|---|---|"]
     for rec in res["models"]:
         if "error" in rec:
-            lines.append(f"| {rec['shape']} | failed: {rec['error']} | | | | | |")
+            lines.append(f"| {rec['model']} | failed: {rec['error']} | | | | | | |")
             continue
         c = rec["conv"]
         geo = (f"{c['channels']} -> {c['filters']}, {c['plane']}^2, "
@@ -184,37 +182,22 @@ def markdown(res: dict) -> str:
         ort = quiet["onnxruntime"]
         for how, m in rec["methods"].items():
             ms = quiet[how]
-            lines.append(f"| {rec['shape']} | {geo} | {how} | {ms:.3f} | "
+            lines.append(f"| {rec['model']} | {geo} | {how} | {ms:.3f} | "
                          f"{m['gflop'] / ms * 1e3:.0f} | {ort / ms:.2f}x | {lat[how]:.3f} | "
                          f"{m['schedule'][:90]} |")
         gflop = rec["methods"]["rule"]["gflop"]
-        lines.append(f"| {rec['shape']} | {geo} | onnxruntime | {ort:.3f} | "
+        lines.append(f"| {rec['model']} | {geo} | onnxruntime | {ort:.3f} | "
                      f"{gflop / ort * 1e3:.0f} | 1.00x | {lat['onnxruntime']:.3f} | |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    ap.add_argument("--repeats", type=int, default=10, help="alternating rounds")
-    ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    model_timing_args(ap, list(SHAPES))     # (--models: the shapes)
     a = ap.parse_args(argv)
-    date = _dt.date.today().isoformat()
-    res = {"date": date, "rounds": a.repeats, "inner": a.inner,
-           "load_average_at_start": list(os.getloadavg()), "models": []}
-    a.out.mkdir(parents=True, exist_ok=True)
-    stem = a.out / f"conv-direct-{date}"
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in a.shapes:
-            log(f"{name}: plan {len(METHODS)} ways, compile, time")
-            try:
-                res["models"].append(run_shape(name, Path(tmp), a.repeats, a.inner))
-            except Exception as e:         # a failure is a result, not a crash
-                res["models"].append({"shape": name, "error": f"{type(e).__name__}: {e}"})
-            write_results(stem, res, markdown)
-    print(markdown(res))
-    return 0
+    return time_models(a, "conv-direct", markdown,
+                       lambda name, tmp: run_shape(name, tmp, a.repeats, a.inner),
+                       label=f"plan {len(METHODS)} ways, compile, time: ")
 
 
 if __name__ == "__main__":
