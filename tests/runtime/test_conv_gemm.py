@@ -20,7 +20,8 @@ from workbench.fusion.devices import assumed_cpu
 from workbench.fusion import gemm
 from workbench.fusion.gemm import (CONV_DIRECT_ALIGN, CONV_DIRECT_DEPTH_RATIO,
                                    CONV_DIRECT_WEIGHTS, CONV_MICRO_DEPTH,
-                                   CONV_POINTWISE_MICRO_FILTERS, DEPTHWISE_LANES_SPAN,
+                                   CONV_POINTWISE_MICRO_FILTERS,
+                                   CONV_POINTWISE_MICRO_POSITIONS, DEPTHWISE_LANES_SPAN,
                                    FEW_POSITIONS, PACK_MIN_VECTOR_BYTES, PANEL)
 from workbench.fusion.mapping import ScheduleKind
 from workbench.fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
@@ -82,12 +83,14 @@ CASES = {
     "pointwise": ((2, 24, 7, 9), (40, 24, 1, 1), {}, "bias"),
     "pointwise_grouped": ((2, 12, 5, 6), (8, 6, 1, 1), {"group": 2}, "bn_relu"),
     # more filters than CONV_POINTWISE_MICRO_FILTERS: the micro-kernel's, its input
-    # packed by every run
-    "pointwise_wide": ((2, 24, 7, 9), (96, 24, 1, 1), {}, "bn_relu"),
+    # packed by every run; over 63 positions (fewer than CONV_POINTWISE_MICRO_POSITIONS,
+    # more than FEW_POSITIONS) sgemm's
+    "pointwise_wide": ((2, 24, 7, 10), (256, 24, 1, 1), {}, "bn_relu"),
+    "pointwise_wide_few": ((2, 24, 7, 9), (256, 24, 1, 1), {}, "bn_relu"),
     # MobileNetV2's last blocks: a 1 x 1 of many filters over few positions, made
     # transposed (the filters in the vectors' lanes, packed once); and one deeper than
     # a block of k (KC), over positions fewer than a sliver, with a bias and a residual
-    "pointwise_few": ((2, 24, 4, 4), (144, 24, 1, 1), {}, "bn_relu"),
+    "pointwise_few": ((2, 24, 4, 4), (208, 24, 1, 1), {}, "bn_relu"),
     "pointwise_few_deep": ((3, 300, 2, 3), (200, 300, 1, 1), {}, "residual"),
     # ResNet-50's last stage in small: deep filters (2880 weights: a panel's width of
     # patches is more than IM2COL_TILE) over few positions
@@ -168,8 +171,9 @@ def test_convolution_gemm_matches_reference(name, planner):
         # (a 1 x 1 one with few filters: sgemm on its input in place)
         # (over few positions, one group: made transposed against the filters)
         few = t.n <= FEW_POSITIONS and name != "pointwise_grouped"
-        pointwise = ("" if t.m <= CONV_POINTWISE_MICRO_FILTERS else PACK_FILTERS if few
-                     else PACK_PER_RUN)
+        pointwise = ("" if t.m <= CONV_POINTWISE_MICRO_FILTERS
+                     or FEW_POSITIONS < t.n < CONV_POINTWISE_MICRO_POSITIONS
+                     else PACK_FILTERS if few else PACK_PER_RUN)
         # (a 2-D depthwise one: over small planes the channels in the lanes, else a
         # padded plane at a time)
         planar = name.startswith("depthwise") and len(t.im2col.out) == 2

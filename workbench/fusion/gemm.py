@@ -92,13 +92,19 @@ THREAD_SCRATCH = 4 * IM2COL_TILE
 # (ResNet-50's 3 x 3 and 1 x 1 convolutions of its later stages: 113-142 GFLOP/s
 # against 135-174), the whole of ResNet-50's convolutions 63.6 ms against 57.5
 CONV_MICRO_DEPTH = 256
-# ...except a 1 x 1 convolution with at most this many filters per group: its input,
-# read in place by sgemm, would be packed by every run for the micro-kernel, an extra
-# pass that few filters do not repay (benchmarks/results/conv-gemm-2026-11-24*.md:
-# ResNet-50's 64-filter 1 x 1 0.221 ms by sgemm against 0.241; MobileNetV2's 1 x 1s of
-# 8-32 filters 0.007-0.016 against 0.011-0.019; with 128 filters and more the
-# micro-kernel won, 0.63-0.79 against 0.85-1.11)
-CONV_POINTWISE_MICRO_FILTERS = 64
+# ...except a 1 x 1 convolution with at most this many filters per group, or over
+# more than FEW_POSITIONS and fewer than this many positions: its input, read in place
+# by sgemm, would be packed by every run for the micro-kernel, an extra pass that few
+# filters do not repay, into panels of 64 positions that 49 fill three quarters of
+# (benchmarks/results/conv-gemm-2026-11-24*.md: ResNet-50's 64-filter 1 x 1 0.221 ms
+# by sgemm against 0.241; MobileNetV2's 1 x 1s of 8-32 filters 0.007-0.016 against
+# 0.011-0.019. Kernels alone, 2026-11-25: MobileNetV3's 72, 120 and 184 filters 0.066,
+# 0.046 and 0.037 ms by sgemm against 0.089, 0.072 and 0.041, its 960 over 7 x 7
+# positions 0.074 against 0.108; 672 filters tied, ResNet-50's 256 and 512 were 7% and
+# 4% faster on the micro-kernel. Whole, in one process: MobileNetV3 5.27 -> 4.98 ms,
+# EfficientNet-B0 10.78 -> 10.35, ShuffleNetV2 4.09 -> 3.86, SqueezeNet even)
+CONV_POINTWISE_MICRO_FILTERS = 192
+CONV_POINTWISE_MICRO_POSITIONS = 64
 # a 1 x 1 convolution the rule gives the micro-kernel (more than
 # CONV_POINTWISE_MICRO_FILTERS filters, fewer than CONV_MICRO_DEPTH weights each) over
 # at most this many positions (one vector's lanes on AVX-512) is multiplied transposed
@@ -737,8 +743,9 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     # them and the filters widened)
     can = PACK_TILE if device.vector_bytes >= PACK_MIN_VECTOR_BYTES and (
         cols.pointwise or depth * PANEL <= THREAD_SCRATCH) else ""
-    micro = depth < CONV_MICRO_DEPTH and not (cols.pointwise
-                                              and k <= CONV_POINTWISE_MICRO_FILTERS)
+    micro = depth < CONV_MICRO_DEPTH and not (cols.pointwise and (
+        k <= CONV_POINTWISE_MICRO_FILTERS
+        or FEW_POSITIONS < positions < CONV_POINTWISE_MICRO_POSITIONS))
     packed = lc.packs(can, f"{conv.id}'s patches", per_run=micro or half)
     epilogue_ops = len(rest) + (len(conv.inputs) == 3)
     taps, c = math.prod(cols.kernel), x.shape[1]
