@@ -17,6 +17,9 @@ Methods, timed in alternation as ``benchmarks/models.py`` does (median ms of one
 - **stitch, concats unsplit** (models with a concat): the same plan compiled with
   every concat read as before ``lower._split_concat`` (each element reading every part
   at a clamped index and keeping one): what the split gains, side by side;
+- **stitch, 1 x 1s on the micro-kernel from 65 filters**: planned with the rule for
+  1 x 1 convolutions before 2026-11-25 (``CONV_POINTWISE_MICRO_FILTERS`` = 64 and no
+  ``CONV_POINTWISE_MICRO_POSITIONS``), side by side with the rule now;
 - **stitch, one buffer per value**: the same compiled kernels with every intermediate
   an array of its own (``$WB_MEMORY_PLAN=0``), as before ``runtime/memory_plan.py``
   laid them out in one shared arena: what the memory plan gains, side by side;
@@ -47,6 +50,7 @@ MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "dens
           "regnet_y_400mf", "convnext_tiny")
 UNSPLIT = "stitch, concats unsplit"
 UNPLANNED = "stitch, one buffer per value"
+POINTWISE_BEFORE = "stitch, 1 x 1s on the micro-kernel from 65 filters"
 
 
 def _concats_unsplit():
@@ -85,6 +89,15 @@ def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
     from workbench.runtime.program import Program
     with mock.patch.dict(os.environ, {MEMORY_PLAN_ENV: "0"}):
         unplanned = Program(s.plan, prog.backend, kernels=prog.kernels, compiled=prog.compiled)
+    from workbench.fusion import gemm
+    with mock.patch.object(gemm, "CONV_POINTWISE_MICRO_FILTERS", 64), \
+            mock.patch.object(gemm, "CONV_POINTWISE_MICRO_POSITIONS", 0):
+        before = wb.Session(g, backend="cpu")
+        before.auto("stitch")
+        pointwise = before.program()
+    rec["methods"][POINTWISE_BEFORE] = {"kernels": len(pointwise.compiled),
+                                        "error_vs_torch": rel_error(pointwise.run(feeds), want)}
+    calls[f"workbench {POINTWISE_BEFORE}"] = lambda: pointwise.run(feeds)
     rec["methods"][UNPLANNED] = {"kernels": len(unplanned.compiled),
                                  "error_vs_torch": rel_error(unplanned.run(feeds), want)}
     calls[f"workbench {UNPLANNED}"] = lambda: unplanned.run(feeds)
