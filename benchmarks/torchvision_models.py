@@ -59,6 +59,14 @@ def _concats_unsplit():
     return mock.patch.object(lower, "CONCAT_SPLIT_RUN", 1 << 62)
 
 
+def _stitched(g):
+    """A CPU session of ``g`` planned by ``stitch``."""
+    import workbench as wb
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    return s
+
+
 def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
     import torch
     from torchvision import models
@@ -78,40 +86,34 @@ def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
                           external_data=False)
     g = wb.load(path)
     feeds = {"x": x.numpy()}
-    s = wb.Session(g, backend="cpu")
-    s.auto("stitch")
+    rec: dict = {"model": name, "image": size, "nodes": len(g.nodes), "methods": {}}
+    calls = {}
+
+    def method(label: str, p) -> None:
+        """One more program to time beside the others, and its error against torch."""
+        rec["methods"][label] = {"kernels": len(p.compiled),
+                                 "error_vs_torch": rel_error(p.run(feeds), want)}
+        calls[f"workbench {label}"] = lambda: p.run(feeds)
+
+    s = _stitched(g)
     prog = s.program()
-    rec: dict = {"model": name, "image": size, "nodes": len(g.nodes),
-                 "methods": {"stitch": {"kernels": len(prog.compiled),
-                                        "error_vs_torch": rel_error(prog.run(feeds), want)}}}
-    calls = {"workbench stitch": lambda: prog.run(feeds)}
+    method("stitch", prog)
+    from workbench.fusion import gemm
+    with mock.patch.object(gemm, "CONV_POINTWISE_MICRO_FILTERS", 64), \
+            mock.patch.object(gemm, "CONV_POINTWISE_MICRO_POSITIONS", 0):
+        pointwise = _stitched(g).program()
+    method(POINTWISE_BEFORE, pointwise)
     from workbench.runtime.memory_plan import MEMORY_PLAN_ENV
     from workbench.runtime.program import Program
     with mock.patch.dict(os.environ, {MEMORY_PLAN_ENV: "0"}):
         unplanned = Program(s.plan, prog.backend, kernels=prog.kernels, compiled=prog.compiled)
-    from workbench.fusion import gemm
-    with mock.patch.object(gemm, "CONV_POINTWISE_MICRO_FILTERS", 64), \
-            mock.patch.object(gemm, "CONV_POINTWISE_MICRO_POSITIONS", 0):
-        before = wb.Session(g, backend="cpu")
-        before.auto("stitch")
-        pointwise = before.program()
-    rec["methods"][POINTWISE_BEFORE] = {"kernels": len(pointwise.compiled),
-                                        "error_vs_torch": rel_error(pointwise.run(feeds), want)}
-    calls[f"workbench {POINTWISE_BEFORE}"] = lambda: pointwise.run(feeds)
-    rec["methods"][UNPLANNED] = {"kernels": len(unplanned.compiled),
-                                 "error_vs_torch": rel_error(unplanned.run(feeds), want)}
-    calls[f"workbench {UNPLANNED}"] = lambda: unplanned.run(feeds)
+    method(UNPLANNED, unplanned)
     if any(n.op == "concat" for n in g.nodes):
         with _concats_unsplit():        # a session of its own: none of s's kernels
-            twin = wb.Session(g, backend="cpu")
-            twin.auto("stitch")
-            unsplit = twin.program()
-        split = sum(a.source != b.source
-                    for a, b in zip(prog.compiled, unsplit.compiled))
-        rec["methods"][UNSPLIT] = {"kernels": len(unsplit.compiled),
-                                   "error_vs_torch": rel_error(unsplit.run(feeds), want)}
-        rec["methods"]["stitch"]["concat_kernels_split"] = split
-        calls[f"workbench {UNSPLIT}"] = lambda: unsplit.run(feeds)
+            unsplit = _stitched(g).program()
+        method(UNSPLIT, unsplit)
+        rec["methods"]["stitch"]["concat_kernels_split"] = sum(
+            a.source != b.source for a, b in zip(prog.compiled, unsplit.compiled))
     time_beside(calls, rec, path, feeds, m, (x,), rounds, inner)
     per, _ = prog.time(feeds, repeats=5)
     rec["slowest_kernels"] = [

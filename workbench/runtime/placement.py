@@ -69,14 +69,15 @@ static void wb_bind(int cpu) {
 int wb_place_team(void) {
   if (wb_depth++ > 0) return 0;
   if (sched_getaffinity(0, sizeof wb_saved, &wb_saved) != 0) return 0;
-  int me = sched_getcpu(), n = 0, others[CPU_SETSIZE];
+  int me = sched_getcpu();
   if (me < 0 || CPU_COUNT(&wb_saved) < 2) return 0;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (c != me && CPU_ISSET(c, &wb_saved)) others[n++] = c;
   wb_bind(me);
   if (me == wb_team_cpu && omp_get_max_threads() == wb_team_size) return 1;
   wb_team_cpu = me;
   wb_team_size = omp_get_max_threads();
+  int n = 0, others[CPU_SETSIZE];
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (c != me && CPU_ISSET(c, &wb_saved)) others[n++] = c;
 #pragma omp parallel
   {
     int t = omp_get_thread_num();
@@ -124,8 +125,9 @@ def enabled() -> bool:
 
 @lru_cache(maxsize=None)
 def _helper() -> tuple:
-    """The compiled helper's two functions (built into the kernel cache once, loaded
-    once a process, with the OpenMP runtime the kernels use)."""
+    """The compiled helper's functions -- place, unplace, free the team -- (built into
+    the kernel cache once, loaded once a process, with the OpenMP runtime the kernels
+    use)."""
     lib = load_library(build_library("wb_placement", PLACEMENT_C))
     place, unplace, free = lib.wb_place_team, lib.wb_unplace, lib.wb_free_team
     place.argtypes, place.restype = [], ctypes.c_int

@@ -35,25 +35,30 @@ from .reference import check_inputs
 def poison(xp, shape, dtype: DType):
     if dtype is DType.bfloat16 and xp is not np:   # its bits (Backend.bf16_as_bits)
         return xp.full(shape, QUIET_NAN, dtype=np.uint16)
-    if dtype.is_float:
-        return xp.full(shape, np.nan, dtype=dtype.np)
-    if dtype.kind == "b":
-        a = xp.empty(shape, dtype=np.bool_)
-        a.view(np.uint8)[...] = 0xAB
-        return a
-    return xp.full(shape, np.iinfo(dtype.np).min + 7, dtype=dtype.np)
+    return _poisoned(xp.empty(shape, dtype=dtype.np), dtype)
 
 
 def poison_in(arena: np.ndarray, offset: int, shape, dtype: DType) -> np.ndarray:
     """A NumPy array of ``shape`` and ``dtype`` at byte ``offset`` of ``arena``,
     poisoned as :func:`poison` makes one."""
     n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    a = arena[offset:offset + n].view(dtype.np).reshape(shape)
+    return _poisoned(arena[offset:offset + n].view(dtype.np).reshape(shape), dtype)
+
+
+def _poisoned(a, dtype: DType):
+    """``a`` filled with the poison of ``dtype``: NaN for floats, 0xAB bytes for bool,
+    a sentinel near the smallest integer for integers."""
     if dtype.kind == "b":
         a.view(np.uint8)[...] = 0xAB
     else:
         a[...] = np.nan if dtype.is_float else np.iinfo(dtype.np).min + 7
     return a
+
+
+class _Pool(dict):
+    """A sequence's reused intermediates by value name, and the arena the memory plan
+    lays them out in (made with the first of them)."""
+    arena: np.ndarray | None = None
 
 
 class KernelSequence:
@@ -92,7 +97,6 @@ class KernelSequence:
             order = [(tuple(b.value for b in ck.kernel.inputs),
                       tuple(b.value for b in ck.kernel.outputs)) for ck in compiled]
             self._memory = plan_memory(order, sizes) if sizes else None
-        self._arenas: dict = {}     # id(pool) -> the arena of that pool's values
 
     # -- running ---------------------------------------------------------------
     def check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict:
@@ -116,7 +120,7 @@ class KernelSequence:
             else:
                 env[name] = poison(xp, shape, dtype)
 
-    def _pooled(self, pool: dict, name: str, shape, dtype: DType):
+    def _pooled(self, pool: _Pool, name: str, shape, dtype: DType):
         """A reused intermediate's array, poisoned: its place in the pool's arena, as
         the memory plan lays it out (the arena made with the first), else one of its
         own. Made as its kernel is about to run (a pool's first run goes kernel by
@@ -125,11 +129,10 @@ class KernelSequence:
         mp = self._memory
         if mp is None:
             return poison(self.backend.xp, shape, dtype)
-        arena = self._arenas.get(id(pool))
-        if arena is None:
+        if pool.arena is None:
             raw = np.empty(mp.size + ALIGN, dtype=np.uint8)
-            arena = self._arenas[id(pool)] = raw[-raw.ctypes.data % ALIGN:]
-        return poison_in(arena, mp.offsets[name], shape, dtype)
+            pool.arena = raw[-raw.ctypes.data % ALIGN:]
+        return poison_in(pool.arena, mp.offsets[name], shape, dtype)
 
     def _alloc_fresh(self, specs, env) -> None:
         """Poisoned arrays, new on every run, for the outputs ``specs`` lists (the
@@ -138,12 +141,12 @@ class KernelSequence:
         for name, shape, dtype, _ in specs:
             env[name] = poison(xp, shape, dtype)
 
-    def _take_pool(self) -> dict | None:
+    def _take_pool(self) -> _Pool | None:
         """The reused intermediates, or None while another thread's run holds them."""
         lock = self.__dict__.setdefault("_pool_lock", threading.Lock())
         if not lock.acquire(blocking=False):
             return None
-        return self.__dict__.setdefault("_pool", {})
+        return self.__dict__.setdefault("_pool", _Pool())
 
     def _driver(self):
         """The backend's plan driver for this sequence (the CPU's runs every kernel in
@@ -237,7 +240,7 @@ class KernelSequence:
         the kernels read (the tuner times one kernel on the values it really gets). The
         kernels' intermediates are laid out as a run lays them out (the memory plan),
         in an arena of the timing's own."""
-        timing: dict = {}
+        timing = _Pool()
         for ck in self.compiled:
             self._alloc_outputs(ck, env, timing)
         timer = self.backend.timer()
@@ -257,7 +260,6 @@ class KernelSequence:
                 totals.append(timer.stop(t_all))
                 if progress:
                     progress(len(totals), repeats, "timed run")
-        self._arenas.pop(id(timing), None)
         return [float(np.median(p)) for p in per], float(np.median(totals))
 
 
