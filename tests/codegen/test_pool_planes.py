@@ -1,8 +1,9 @@
 """2-D pooling on the CPU a plane at a time (``lower._pool_planes``): a window and its
 max, sum or mean over the taps, nothing else in the kernel, lowered as the plane
-copied into a buffer bordered with the window's fill and each output's taps read
-affinely in one expression -- against torch's pooling on fresh random inputs (NaN
-poisoned outputs), every kernel within its bound; other groups keep the row kernel."""
+copied into its stride phases bordered with the window's fill and each output's taps
+read at a constant offset from its flat position (codegen/planes.py) -- against
+torch's pooling on fresh random inputs (NaN poisoned outputs), every kernel within its
+bound; other groups keep the row kernel."""
 import numpy as np
 import pytest
 
@@ -19,7 +20,9 @@ CASES = [  # input, kernel, strides, pads (torch: symmetric), dilation, ceil_mod
     ((2, 16, 32, 32), 3, 2, 1, 1, False),      # ResNet's max pool
     ((1, 3, 11, 10), 3, 2, 0, 1, True),        # ceil mode: a last window past the end
     ((2, 4, 9, 13), (3, 2), (1, 2), (1, 1), (2, 1), False),   # dilated, uneven
-    ((3, 5, 7, 7), 2, 2, 0, 1, False),
+    ((3, 5, 7, 7), 2, 2, 0, 1, False),    # its positions the output's (no row dropped)
+    ((1, 2, 17, 19), 3, 3, 1, 1, True),   # nine stride phases, a window past the end
+    ((2, 3, 15, 16), (5, 3), (2, 3), (2, 1), (1, 2), False),   # uneven phases, dilated
 ]
 
 

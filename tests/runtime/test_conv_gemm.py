@@ -76,6 +76,15 @@ CASES = {
     "depthwise_planes_dilated": ((2, 12, 10, 9), (12, 1, 3, 3),
                                  {"group": 12, "pads": [2, 1, 2, 3], "dilations": [2, 2]},
                                  "residual"),
+    # a plane's stride phases (codegen/planes.py): EfficientNet's strided 5 x 5 (four
+    # phases, rows of 7 past which 2 positions are dropped); strides 3 x 2, dilated,
+    # uneven pads and kernel (six phases, some taps' rows starting inside the border)
+    "depthwise_planes_5x5_strided": ((1, 20, 14, 14), (20, 1, 5, 5),
+                                     {"group": 20, "pads": [2, 2, 2, 2], "strides": [2, 2]},
+                                     "bn_relu"),
+    "depthwise_planes_phases": ((2, 6, 17, 16), (6, 1, 3, 5),
+                                {"group": 6, "pads": [1, 2, 0, 1], "strides": [3, 2],
+                                 "dilations": [1, 2]}, "bias"),
     # Wav2Vec2's positional convolution: 1-D, groups of channels, a wide kernel, a bias
     "grouped_1d": ((2, 8, 40), (12, 2, 9), {"group": 4, "pads": [4, 4]}, "bias"),
     # ResNet's bottleneck 1 x 1s: the patches are the input, read in place (grouped:
@@ -324,6 +333,41 @@ def test_random_direct_convolutions_match_reference(seed):
     t = s.plan.groups[0].schedule.gemm
     if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES:
         assert t.packed_b == CONV_DIRECT, s.plan.describe()
+    check_plan(s)
+
+
+def _random_depthwise(seed):
+    """A seeded random 2-D depthwise convolution over planes the lanes do not take: 1 to
+    20 channels, kernels 1 to 7, strides 1 to 4, dilations 1 to 3, pads 0 to 3 before
+    and after each axis, planes 6 to 30 (as small as the kernel meets)."""
+    rng = np.random.default_rng(1000 + seed)
+    kern = tuple(int(v) for v in rng.integers(1, 8, 2))
+    dil = tuple(int(v) for v in rng.integers(1, 4, 2))
+    pads = tuple(int(v) for v in rng.integers(0, 4, 4))
+    size = tuple(max(int(rng.integers(6, 31)), (k - 1) * dl + 1 - p0 - p1)
+                 for k, dl, p0, p1 in zip(kern, dil, pads[:2], pads[2:]))
+    c = int(rng.integers(1, 21))
+    attrs = {"strides": [int(v) for v in rng.integers(1, 5, 2)], "dilations": list(dil),
+             "pads": list(pads), "group": c}
+    b = wb.GraphBuilder(f"depthwise_{seed}")
+    x = b.input("x", (int(rng.integers(1, 3)), c, *size))
+    w = b.constant(rng.standard_normal((c, 1, *kern)).astype(np.float32), "w")
+    y = b.op("conv", x, w, b.constant(rng.standard_normal(c).astype(np.float32), "b"), **attrs)
+    b.output(b.relu(y), "y")
+    return b.build()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_depthwise_planes_match_reference(seed):
+    """Seeded random shapes through a plane's stride phases (codegen/planes.py): every
+    phase's edge (rows and columns of a phase that the plane does not reach, taps
+    starting inside the border), dropped positions past each row, strides up to 4."""
+    s = Session(_random_depthwise(seed), backend="cpu")
+    s.auto("rules")
+    t = s.plan.groups[0].schedule.gemm
+    if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES and \
+            math.prod(t.im2col.span) > DEPTHWISE_LANES_SPAN:
+        assert t.packed_b == DEPTHWISE_PLANES, s.plan.describe()
     check_plan(s)
 
 

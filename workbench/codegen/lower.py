@@ -37,6 +37,7 @@ from ..ops.window import window_attrs
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Launch, LibraryCall, Let, Load,
                   Loop, OncePerBlock, PackB, Scratch, Store, WidenOnce)
+from . import planes
 from .microkernel import STATE_SLOTS, packed_numel, panel_rows
 
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
@@ -243,12 +244,12 @@ class _Lowerer:
     def _pool_planes(self) -> list | None:
         """A 2-D pooling on the CPU -- a group of a window over the input's last two
         axes and a float32 max (its fill the lowest value), sum or mean (its fill zero)
-        over the window's taps, nothing else -- a plane at a time: the plane copied into a
-        buffer bordered with the fill (``_padded_plane``), then per output row one loop
-        over its positions, each the max or sum of its taps in a register, its reads
-        affine in the position (strided loads the compiler vectorizes). The row kernel
-        gathered every tap of each output through a flat row index and clamps. None
-        where the group is anything else."""
+        over the window's taps, nothing else -- a plane at a time: the plane copied into
+        its stride phases bordered with the fill, then one flat loop over its positions,
+        each the max or sum of its taps in a register, contiguous vector loads whatever
+        the stride (``codegen/planes.py``). The row kernel gathered every tap of each
+        output through a flat row index and clamps. None where the group is anything
+        else."""
         g, s = self.g, self.sched
         if self.device.is_gpu or not s.gathered or len(self.group.nodes) != 2:
             return None
@@ -271,7 +272,9 @@ class _Lowerer:
                         tuple(dil), tuple(pads[:2]))
         if math.prod(window.span) > POOL_PLANE_SPAN:
             return None
-        xp, border, copy = self._padded_plane(window, f"p * {h * w}", fill)
+        ph = planes.Phases(window)
+        xp, border, copy = planes.padded_plane(self.buffers[window.value], ph, f"p * {h * w}",
+                                               fill)
         taps = [f"xv{j}" for j in range(math.prod(kernel))]
         total = taps[0]
         for v in taps[1:]:      # (in the taps' order, as the reference takes them)
@@ -279,14 +282,13 @@ class _Lowerer:
         if red.op == "reduce_mean":    # (an average over every tap, padding counted)
             total = f"({total}) / {len(taps)}"
         self.flops += y.numel * len(taps)
-        rows = Loop("q", oh, "serial", (Loop("x", ow, "block", (
-            *self._tap_reads(xp, window),
-            Store(self.buffers[red.outputs[0]], f"(p * {oh} + q) * {ow} + x", total,
-                  node=red.id))),))
+        rows_out, rows = planes.window_rows(xp, ph, total, self.buffers[red.outputs[0]],
+                                            f"p * {oh * ow}", node=red.id)
         return [Loop("p", math.prod(x.shape[:-2]), "grid", (
-            DeclareScratch(xp), Comment("the plane, bordered with the fill its taps meet "
-                                        "past the edges; each output's taps in a register"),
-            border, copy, rows))]
+            DeclareScratch(xp), *map(DeclareScratch, rows_out),
+            Comment("the plane's stride phases, bordered with the fill its taps meet "
+                    "past the edges; each output's taps in a register (codegen/planes.py)"),
+            border, *copy, *rows))]
 
     def lower_body(self) -> list:
         """The statements of an elementwise or row template."""
@@ -498,54 +500,28 @@ class _Lowerer:
 
     def _depthwise_planes(self, dest, first: str) -> tuple:
         """A 2-D depthwise convolution (``DEPTHWISE_PLANES``), the tile's channels one
-        plane at a time: the plane copied into the inside of ``wb_xp``, whose border of
-        zeros (what the taps meet past the edges) is written once per tile, then per
-        output row one loop over its positions, each the sum of its taps in a register,
-        stored once -- where adding each tap into the tile in memory (``_direct``) read
-        and wrote every output once per tap."""
+        plane at a time: the plane copied into the inside of its stride phases
+        (``codegen/planes.py``), whose border of zeros (what the taps meet past the
+        edges) is written once per tile, then one flat loop over its positions, each
+        the sum of its taps in a register, stored once -- where adding each tap into
+        the tile in memory (``_direct``) read and wrote every output once per tap."""
         t, ic = self.sched.gemm, self.sched.gemm.im2col
         f = self.buffers[t.a.value]
         (kh, kw), (oh, ow) = ic.kernel, ic.out
         # the border zeroed once per tile; each channel's plane then copied into its
         # inside
-        xp, zero, fill = self._padded_plane(ic, f"(bt * {t.m} + r) * {math.prod(ic.spatial)}",
-                                            "0.0f")
+        ph = planes.Phases(ic)
+        xp, zero, fill = planes.padded_plane(
+            self.buffers[ic.value], ph, f"(bt * {t.m} + r) * {math.prod(ic.spatial)}", "0.0f")
         weights = tuple(Load(f"wb_w{j}", f, f"r * {kh * kw} + {j}") for j in range(kh * kw))
         # (in the taps' order, as the reference adds them)
         total = " + ".join(f"wb_w{j} * xv{j}" for j in range(kh * kw))
-        rows = Loop("q", oh, "serial", (Loop("x", ow, "block", (
-            *self._tap_reads(xp, ic),
-            Store(dest, f"{first} + (r - r0) * {oh * ow} + q * {ow} + x", total))),))
-        return (DeclareScratch(xp), Comment("a padded plane at a time, each output's taps "
-                                            "summed in a register"), zero,
-                Loop("r", t.m, "serial", (fill, *weights, rows), start="r0", stop="r1"))
-
-    def _padded_plane(self, window: Im2col, plane: str, fill: str
-                      ) -> tuple[Scratch, Loop, Loop]:
-        """A thread's buffer for one input plane of ``window`` and the border its taps
-        meet (``Im2col.span``): the buffer, the loop writing ``fill`` over all of it, and
-        the loop copying the plane (from C offset ``plane`` of the input) into its
-        inside, row by row (contiguous: plain vector copies), as much of it as the taps
-        meet. The copy leaves the border as it was, so one fill serves many planes."""
-        x = self.buffers[window.value]
-        (h, w), (py, px), (hp, wp) = window.spatial, window.pads, window.span
-        xp = Scratch("wb_xp", window.value, DType.float32, hp * wp)
-        border = Loop("i", hp * wp, "block", (Store(xp, "i", fill),))
-        copy = Loop("y", max(0, min(h, hp - py)), "serial", (
-            Loop("x", max(0, min(w, wp - px)), "block", (
-                Load("xv", x, f"{plane} + y * {w} + x"),
-                Store(xp, f"(y + {py}) * {wp} + x + {px}", "xv"))),))
-        return xp, border, copy
-
-    @staticmethod
-    def _tap_reads(xp: Scratch, window: Im2col) -> tuple:
-        """Loads ``xv0``, ``xv1``... of every tap of output position (``q``, ``x``) from
-        a padded plane (``_padded_plane``), in the taps' order (row-major)."""
-        (kh, kw), (sy, sx), (dy, dx) = window.kernel, window.strides, window.dilations
-        wp = window.span[1]
-        return tuple(Load(f"xv{ky * kw + kx}", xp, f"(q * {sy} + {ky * dy}) * {wp} + "
-                                                   f"x * {sx} + {kx * dx}")
-                     for ky in range(kh) for kx in range(kw))
+        rows_out, rows = planes.window_rows(xp, ph, total, dest,
+                                            f"{first} + (r - r0) * {oh * ow}")
+        return (DeclareScratch(xp), *map(DeclareScratch, rows_out),
+                Comment("a padded plane at a time, split into its stride phases; each "
+                        "output's taps summed in a register (codegen/planes.py)"), zero,
+                Loop("r", t.m, "serial", (*fill, *weights, *rows), start="r0", stop="r1"))
 
     def _tile_out(self, tile: Scratch, buf: Buffer, first: str, ld: int, c0: str, c1: str,
                   node: str) -> Loop:
