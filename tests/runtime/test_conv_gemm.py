@@ -20,7 +20,7 @@ from workbench.fusion.devices import assumed_cpu
 from workbench.fusion import gemm
 from workbench.fusion.gemm import (CONV_DIRECT_ALIGN, CONV_DIRECT_DEPTH_RATIO,
                                    CONV_DIRECT_WEIGHTS, CONV_MICRO_DEPTH,
-                                   CONV_POINTWISE_MICRO_FILTERS,
+                                   CONV_POINTWISE_DIRECT_DEPTH, CONV_POINTWISE_MICRO_FILTERS,
                                    CONV_POINTWISE_MICRO_POSITIONS, DEPTHWISE_LANES_SPAN,
                                    FEW_POSITIONS, PACK_MIN_VECTOR_BYTES, PANEL)
 from workbench.fusion.mapping import ScheduleKind
@@ -101,6 +101,11 @@ CASES = {
     # a block of k (KC), over positions fewer than a sliver, with a bias and a residual
     "pointwise_few": ((2, 24, 4, 4), (208, 24, 1, 1), {}, "bn_relu"),
     "pointwise_few_deep": ((3, 300, 2, 3), (200, 300, 1, 1), {}, "residual"),
+    # deep ones computed directly (CONV_POINTWISE_DIRECT_DEPTH): as deep as many (a
+    # late stage of ResNet-50 over 7 x 7), and more filters than weights over fewer
+    # positions than a panel holds
+    "pointwise_deep": ((2, 272, 7, 7), (64, 272, 1, 1), {}, "bn_relu"),
+    "pointwise_deep_many": ((1, 256, 5, 6), (600, 256, 1, 1), {}, "bias"),
     # ResNet-50's last stage in small: deep filters (2880 weights: a panel's width of
     # patches is more than IM2COL_TILE) over few positions
     "deep_few": ((1, 320, 7, 7), (32, 320, 3, 3), {"pads": [1, 1, 1, 1]}, "bn_relu"),
@@ -189,8 +194,13 @@ def test_convolution_gemm_matches_reference(name, planner):
         depthwise = (DEPTHWISE_LANES if math.prod(t.im2col.span) <= DEPTHWISE_LANES_SPAN
                      else DEPTHWISE_PLANES)
         # (a 1-D or 2-D one of one group, not a 1 x 1 in place: direct)
-        direct = (len(t.im2col.out) <= 2 and not t.im2col.pointwise
-                  and t.m * t.k <= CONV_DIRECT_WEIGHTS and t.k * CONV_DIRECT_DEPTH_RATIO >= t.m
+        # (a 1 x 1 one in place too, where deep: CONV_POINTWISE_DIRECT_DEPTH)
+        deep_pointwise = (t.im2col.pointwise and t.n > FEW_POSITIONS
+                          and t.k >= CONV_POINTWISE_DIRECT_DEPTH
+                          and (t.k >= t.m or t.n < CONV_POINTWISE_MICRO_POSITIONS))
+        direct = (len(t.im2col.out) <= 2 and (not t.im2col.pointwise or deep_pointwise)
+                  and t.m * t.k <= CONV_DIRECT_WEIGHTS
+                  and (t.k * CONV_DIRECT_DEPTH_RATIO >= t.m or deep_pointwise)
                   and CASES[name][2].get("group", 1) == 1)
         assert t.packed_b == (CONV_DIRECT if direct else "" if t.k >= CONV_MICRO_DEPTH
                               else pointwise if name.startswith("pointwise") else depthwise

@@ -179,6 +179,27 @@ class Gemm:
     # in place (the input: element (row r, column i) at a[a_off + r x lda + i]), and
     # each block of positions x filters is stored transposed into ``c``
     transposed: bool = False
+    # (packed only) ``a`` is a constant A packed once into the micro-kernel's slivers
+    # (PackA), ``a_off`` the tile's: no sliver is copied while the tile is multiplied
+    a_packed: bool = False
+
+
+@dataclass(frozen=True)
+class PackA:
+    """Copy a constant left operand (``m x k``, element ``(i, r)`` at ``a[a_off + i x
+    row_stride + r x col_stride]``) into ``packed`` on the kernel's first run, in the
+    slivers the GEMM micro-kernel reads, tile by tile of ``tile_m`` rows
+    (``wb_pack_a_once``, codegen/microkernel.py); ``packed`` is a persistent workspace
+    that records when it is done."""
+    a: Buffer
+    packed: Buffer
+    a_off: int | str
+    m: int
+    k: int
+    row_stride: int
+    col_stride: int
+    tile_m: int
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -284,7 +305,8 @@ class ConvLanes:
 
 
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
-             DeclareScratch, If, GridSync, Gemm, PackB, WidenOnce, DepthwiseLanes, ConvLanes]
+             DeclareScratch, If, GridSync, Gemm, PackA, PackB, WidenOnce, DepthwiseLanes,
+             ConvLanes]
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,10 @@ from ..ops.reduce import reduce_axes
 from ..ops.window import window_attrs
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Launch, LibraryCall, Let, Load,
-                  Loop, OncePerBlock, PackB, Scratch, Store, WidenOnce)
+                  Loop, OncePerBlock, PackA, PackB, Scratch, Store, WidenOnce)
 from . import planes
-from .microkernel import STATE_SLOTS, packed_numel, panel_rows
+from .microkernel import (STATE_SLOTS, a_tile_stride, packed_a_numel, packed_numel,
+                          panel_rows)
 
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
 # stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
@@ -445,15 +446,28 @@ class _Lowerer:
             pack = (Comment(f"{t.a.value}, a bfloat16 constant, widened on the first run"),
                     WidenOnce(abuf, wide, abuf.numel, mm.id)) + pack
             abuf = wide
+        a_off, a_packed = f"{a.batch_offset('bt')} + r0 * {a.row_stride}", False
+        if (right is not None and t.packed_b and then is None and not pairs
+                and abuf is self.buffers[t.a.value] and abuf.dtype is DType.float32
+                and t.a.value in g.constants and a.one_matrix):
+            # a constant A (a convolution's filters) packed once into the slivers the
+            # micro-kernel reads, tile by tile, so that no tile copies them again
+            abuf = self.workspace("apack", DType.float32, packed_a_numel(M, K, t.tile_m),
+                                  persistent=True)
+            pack = (Comment(f"{t.a.value}, a constant, packed into the micro-kernel's "
+                            "slivers on the first run"),
+                    PackA(self.buffers[t.a.value], abuf, a.offset, M, K, a.row_stride,
+                          a.col_stride, t.tile_m, mm.id)) + pack
+            a_off, a_packed = f"r0 / {t.tile_m} * {a_tile_stride(K, t.tile_m)}", True
         if right is None:
             product = gather
         else:
             bbuf, b_off, ldb, trans_b = right
-            product = gather + (Gemm(abuf, bbuf, dest,
-                                     f"{a.batch_offset('bt')} + r0 * {a.row_stride}", b_off,
+            product = gather + (Gemm(abuf, bbuf, dest, a_off, b_off,
                                      c_off, "r1 - r0", "c1 - c0", K, a.ld, ldb, ldc, mm.id,
                                      trans_a=a.trans, trans_b=trans_b,
-                                     packed=bool(t.packed_b), pairs=pairs),)
+                                     packed=bool(t.packed_b), pairs=pairs,
+                                     a_packed=a_packed),)
         body = start + (
             Let("bt", i64, f"tile / {per}"),
             Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),

@@ -63,6 +63,22 @@ def packed_numel(k: int, n: int, once: bool = True, pairs: bool = False) -> int:
     return -(-n // PANEL) * PANEL * panel_rows(k, pairs) + (STATE_SLOTS if once else 0)
 
 
+# the most rows of A a sliver of any target's micro-kernel holds (WB_MR: 6, or 3)
+SLIVER_ROWS = 6
+
+
+def a_tile_stride(k: int, tile_m: int) -> int:
+    """Floats between two tiles' slivers of an A packed once (``wb_pack_a_once``):
+    enough for ``tile_m`` rows in slivers of 6 or of 3, each ``k`` long."""
+    return -(-tile_m // SLIVER_ROWS) * SLIVER_ROWS * k
+
+
+def packed_a_numel(m: int, k: int, tile_m: int) -> int:
+    """Floats of A (``m x k``) packed once into the slivers of tiles of ``tile_m`` rows,
+    with its state slots."""
+    return -(-m // tile_m) * a_tile_stride(k, tile_m) + STATE_SLOTS
+
+
 def panel_rows(k: int, pairs: bool = False) -> int:
     """Rows of 32-bit words in a panel of B's ``k`` rows."""
     return -(-k // 2) if pairs else k
@@ -308,12 +324,36 @@ WB_FN void wb_micro_pairs1(long long kc2, const unsigned int* ap, const unsigned
 }
 #endif
 
+/* a constant A (m x k, element (i, r) at a[i * ars + r * acs]) packed once, on the
+   first run, into the slivers the micro-kernel reads: per tile of tile_m rows (tile t
+   from ap + t * tstride), its slivers of WB_MR rows one after another (sliver s from
+   s * WB_MR * k), each k rows of WB_MR floats, zero past the tile and past m; the state
+   int after the tiles (as wb_pack_b_once) */
+WB_FN void wb_pack_a_once(const float* a, long long m, long long k, long long ars,
+                          long long acs, long long tile_m, long long tstride, float* ap) {
+  long long tiles = (m + tile_m - 1) / tile_m;
+  int* state = (int*)(ap + tiles * tstride);
+  if (!wb_claim_once(state)) return;
+  for (long long t = 0; t < tiles; t++)
+    for (long long i0 = 0; i0 < tile_m; i0 += WB_MR) {
+      float* sl = ap + t * tstride + i0 * k;
+      for (long long r = 0; r < k; r++)
+        for (int i = 0; i < WB_MR; i++) {
+          long long row = t * tile_m + i0 + i;
+          sl[r * WB_MR + i] = i0 + i < tile_m && row < m ? a[row * ars + r * acs] : 0.0f;
+        }
+    }
+  __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
+}
+
 /* c (m x n, row-major, ldc) = a (m x k, element (i, r) at a[i * ars + r * acs]) @ the
    packed panels starting at bp (the tile's first column, a panel boundary; each panel
-   kp rows long, the tile's k rows from its first), or with add, c += that product */
-WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const float* a,
-                               long long ars, long long acs, const float* bp, long long kp,
-                               float* c, long long ldc, int add) {
+   kp rows long, the tile's k rows from its first), or with add, c += that product. A's
+   slivers are copied for each block of k, or, where apk is given, read from A packed
+   once (wb_pack_a_once: apk the tile's slivers) */
+WB_FN void wb_gemm_core(long long m, long long n, long long k, const float* a, long long ars,
+                        long long acs, const float* apk, const float* bp, long long kp,
+                        float* c, long long ldc, int add) {
   float ap[WB_MR * WB_KC] __attribute__((aligned(64)));
   if (k == 0 && !add)   /* an empty sum: zeros, as sgemm with beta = 0 writes */
     for (long long i = 0; i < m; i++)
@@ -322,16 +362,31 @@ WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const floa
     long long kc = k - k0 < WB_KC ? k - k0 : WB_KC;
     for (long long i0 = 0; i0 < m; i0 += WB_MR) {
       int mr = m - i0 < WB_MR ? (int)(m - i0) : WB_MR;
-      for (long long r = 0; r < kc; r++)       /* the sliver, zero past m */
-        for (int i = 0; i < WB_MR; i++)
-          ap[r * WB_MR + i] = i < mr ? a[(i0 + i) * ars + (k0 + r) * acs] : 0.0f;
+      const float* sl = ap;
+      if (apk) sl = apk + i0 * k + k0 * WB_MR;
+      else
+        for (long long r = 0; r < kc; r++)       /* the sliver, zero past m */
+          for (int i = 0; i < WB_MR; i++)
+            ap[r * WB_MR + i] = i < mr ? a[(i0 + i) * ars + (k0 + r) * acs] : 0.0f;
       for (long long j0 = 0; j0 < n; j0 += WB_NB) {
         int nb = n - j0 < WB_NB ? (int)(n - j0) : WB_NB;
         const float* b = bp + (j0 / WB_PANEL * kp + k0) * WB_PANEL + j0 % WB_PANEL;
-        wb_micro(kc, ap, b, c + i0 * ldc + j0, ldc, k0 == 0 && !add, mr, nb);
+        wb_micro(kc, sl, b, c + i0 * ldc + j0, ldc, k0 == 0 && !add, mr, nb);
       }
     }
   }
+}
+
+WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const float* a,
+                               long long ars, long long acs, const float* bp, long long kp,
+                               float* c, long long ldc, int add) {
+  wb_gemm_core(m, n, k, a, ars, acs, 0, bp, kp, c, ldc, add);
+}
+
+/* c (m x n) = the tile's A packed once (apk, wb_pack_a_once) @ the packed panels bp */
+WB_FN void wb_gemm_packed_a(long long m, long long n, long long k, const float* apk,
+                            const float* bp, float* c, long long ldc) {
+  wb_gemm_core(m, n, k, 0, 0, 0, apk, bp, k, c, ldc, 0);
 }
 
 /* c (m x n, row-major, ldc) = a (m x k bfloat16, element (i, r) at a[i * ars + r * acs])

@@ -41,7 +41,7 @@ from typing import Callable
 from ..ir import DType
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
-                  PackB, Scratch, Store, WidenOnce)
+                  PackA, PackB, Scratch, Store, WidenOnce)
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
@@ -152,7 +152,8 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
     # one tile's product (sgemm on the CPU, or the micro-kernel against packed panels),
     # its extents as C expressions
     ta, tb = ("ᵀ" if t else "" for t in (s.trans_a, s.trans_b))
-    how = ("micro-kernel, B packed" + (" in bfloat16 pairs" if s.pairs else "") if s.packed
+    how = ("micro-kernel, B packed" + (" in bfloat16 pairs" if s.pairs else "")
+           + (", A packed once" if s.a_packed else "") if s.packed
            else f"ld {s.lda}/{s.ldb}/{s.ldc}")
     op = "+=" if s.accumulate else "="
     if s.transposed:   # (wb_gemm_packed_t: the positions the rows, the filters packed)
@@ -170,6 +171,12 @@ def _pack_b(s: PackB, pad: str) -> list[str]:
     dst = _ref(s.packed, s.packed_off) if s.panel else s.packed.name
     return [f"{pad}pack_b {dst} = {_ref(s.b, str(s.b_off))} "
             f"[{s.k} x {s.n}, strides {s.row_stride}/{s.col_stride}, {which}]"]
+
+
+def _pack_a(s: PackA, pad: str) -> list[str]:
+    return [f"{pad}pack_a {s.packed.name} = {_ref(s.a, str(s.a_off))} "
+            f"[{s.m} x {s.k}, strides {s.row_stride}/{s.col_stride}, slivers of tiles of "
+            f"{s.tile_m} rows, first run only]"]
 
 
 def _widen_once(s: WidenOnce, pad: str) -> list[str]:
@@ -204,8 +211,8 @@ STATEMENTS: dict[type, Callable[[object, str], list[str]]] = {
     Let: _let, Assign: _assign, Load: _load, Store: _store, Loop: _loop,
     BlockReduce: _block_reduce, OncePerBlock: _once_per_block, If: _if,
     GridSync: _grid_sync, Comment: _comment, DeclareScratch: _declare_scratch,
-    Gemm: _gemm, PackB: _pack_b, WidenOnce: _widen_once, DepthwiseLanes: _depthwise_lanes,
-    ConvLanes: _conv_lanes,
+    Gemm: _gemm, PackA: _pack_a, PackB: _pack_b, WidenOnce: _widen_once,
+    DepthwiseLanes: _depthwise_lanes, ConvLanes: _conv_lanes,
 }
 
 

@@ -17,8 +17,8 @@ from ..ir.dtypes import C_STORAGE
 from ..ops import all_helpers
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
-                  PackB, Scratch, Store, WidenOnce)
-from .microkernel import MICRO_KERNEL_C
+                  PackA, PackB, Scratch, Store, WidenOnce)
+from .microkernel import MICRO_KERNEL_C, a_tile_stride
 
 # name -> arity; powf too, or one powf call would keep a whole fused loop scalar
 _VECTOR_MATH = {"expf": 1, "logf": 1, "erff": 1, "tanhf": 1, "sinf": 1, "cosf": 1,
@@ -133,7 +133,10 @@ class CRenderer:
                 return [self.indent_unit * depth + f"{call};{node_tag(s.node)}"]
             a, b, c = (f"{s.a.name} + {s.a_off}", f"{s.b.name} + {s.b_off}",
                        f"{s.c.name} + {s.c_off}")
-            if s.accumulate or s.panel_rows:
+            if s.a_packed:    # (no accumulate or panel_rows: a convolution's tile)
+                call = (f"wb_gemm_packed_a({s.rows}, {s.cols}, {s.k}, {a}, {b}, {c}, "
+                        f"{s.ldc})")
+            elif s.accumulate or s.panel_rows:
                 call = (f"wb_gemm_packed_into({s.rows}, {s.cols}, {s.k}, {a}, {ars}, {acs}, "
                         f"{b}, {s.panel_rows or s.k}, {c}, {s.ldc}, {int(s.accumulate)})")
             else:
@@ -349,6 +352,11 @@ class CRenderer:
                            f"{node_tag(s.node)}")
             elif isinstance(s, WidenOnce):
                 out.append(f"{pad}wb_widen_once({s.src.name}, {s.n}, {s.dst.name});"
+                           f"{node_tag(s.node)}")
+            elif isinstance(s, PackA):
+                out.append(f"{pad}wb_pack_a_once({s.a.name} + {s.a_off}, {s.m}, {s.k}, "
+                           f"{s.row_stride}, {s.col_stride}, {s.tile_m}, "
+                           f"{a_tile_stride(s.k, s.tile_m)}, {s.packed.name});"
                            f"{node_tag(s.node)}")
             elif isinstance(s, PackB):
                 # how the micro-kernel packs it: WB_B_PAIRS, WB_B_BF16 (widened), WB_B_F32

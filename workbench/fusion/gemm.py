@@ -136,7 +136,8 @@ DEPTHWISE_PLANE_SPAN = 16384
 DEPTHWISE_PLANE_TILES = 8
 LANES_ALIGN = 16      # channels per tile a multiple of the widest vector's lanes
 # A 1-D or 2-D float32 convolution of one group with constant filters of at most
-# CONV_DIRECT_WEIGHTS weights in all, not a 1 x 1 read in place, is computed directly
+# CONV_DIRECT_WEIGHTS weights in all, not a 1 x 1 read in place (but see
+# CONV_POINTWISE_DIRECT_DEPTH), is computed directly
 # (CONV_DIRECT, codegen wb_conv_lanes): each tap's input a broadcast operand of
 # multiply-adds into vectors of filters, no patches gathered; tiles whole output rows
 # of one image, their input rows copied with their zero border into a thread's buffer
@@ -158,6 +159,21 @@ LANES_ALIGN = 16      # channels per tile a multiple of the widest vector's lane
 # were 11% slower to 9% faster
 CONV_DIRECT_WEIGHTS = 1 << 22
 CONV_DIRECT_DEPTH_RATIO = 2
+# ...and a 1 x 1 convolution read in place (the micro-kernel's or sgemm's otherwise)
+# of filters at least CONV_POINTWISE_DIRECT_DEPTH deep, over more than FEW_POSITIONS
+# positions, where they are at least as deep as they are many, or where the positions
+# are fewer than CONV_POINTWISE_MICRO_POSITIONS (a GEMM tile of 49 columns fills 49 of a
+# panel's 64; the direct blocks of 7 positions fill a row of 7 whole). Kernels alone,
+# the three ways alternated in one process (2 cores, Zen 4): ResNet-50's 1024 -> 256
+# and 1024 -> 512 over 14 x 14 216 and 218 GFLOP/s against 196-197 (the rule's sgemm),
+# 512 -> 128 over 28 x 28 210 against 180, 2048 -> 512 and 512 -> 2048 over 7 x 7 217
+# and 213 against 170-172; GoogLeNet's 832 -> 384 over 7 x 7 207 against 149;
+# EfficientNet-B0's 1152 -> 320 206 against 142, 672 -> 112 177 against 160;
+# MobileNetV3's 960 -> 160 175 against 165; 256 deep over 56 x 56 even. Shallower, or
+# more filters than weights each, it lost: 256 -> 1024 over 14 x 14 115 against 181,
+# 128 -> 512 over 28 x 28 173 against 201, 64 -> 64 over 56 x 56 150 against 204,
+# MobileNetV3's 160 -> 960 over 7 x 7 193 against 208
+CONV_POINTWISE_DIRECT_DEPTH = 256
 CONV_DIRECT_SCRATCH = IM2COL_TILE
 CONV_DIRECT_ALIGN = 2 * LANES_ALIGN   # filters per tile: whole pairs of vectors
 CONV_DIRECT_BLOCKS = (6, 7, 8)   # positions per block (wb_conv_cr: 6 on 16 registers,
@@ -782,9 +798,14 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                       dest, epilogue_ops=epilogue_ops, im2col=cols, col_axes=d,
                       packed_b=DEPTHWISE_LANES if lanes else DEPTHWISE_PLANES)
         return Schedule(ScheduleKind.gemm, elements=out.numel, gemm=t)
-    if (d <= 2 and group == 1 and not half and can and not cols.pointwise
+    # a deep 1 x 1 convolution directly too (CONV_POINTWISE_DIRECT_DEPTH)
+    deep_pointwise = (cols.pointwise and positions > FEW_POSITIONS
+                      and depth >= CONV_POINTWISE_DIRECT_DEPTH
+                      and (depth >= k or positions < CONV_POINTWISE_MICRO_POSITIONS))
+    if (d <= 2 and group == 1 and not half and can and (not cols.pointwise or deep_pointwise)
             and conv.inputs[1] in g.constants and lc.blas == -1
-            and k * depth <= CONV_DIRECT_WEIGHTS and depth * CONV_DIRECT_DEPTH_RATIO >= k
+            and k * depth <= CONV_DIRECT_WEIGHTS and (depth * CONV_DIRECT_DEPTH_RATIO >= k
+                                                 or deep_pointwise)
             and _direct_scratch(cols, 1) <= CONV_DIRECT_SCRATCH):
         # computed directly, the filters in the lanes; blas=0 keeps the patches
         # gathered for the micro-kernel, blas=1 sgemm, for the tuner to compare

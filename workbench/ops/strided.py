@@ -55,9 +55,9 @@ class MatrixView:
 
     @property
     def one_matrix(self) -> bool:
-        """Whether one matrix serves every batch item (no batch, or every batch
-        stride 0: broadcast)."""
-        return all(s == 0 for _, s in self.batch)
+        """Whether one matrix serves every batch item (no batch, or every batch mode
+        broadcast -- stride 0 -- or of one item: a convolution's one group)."""
+        return all(s == 0 or e == 1 for e, s in self.batch)
 
     def batch_offset(self, index: str) -> str:
         """A C expression: the offset of batch item ``index`` (row-major over the batch
