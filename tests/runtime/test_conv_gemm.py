@@ -106,6 +106,8 @@ CASES = {
     # positions than a panel holds
     "pointwise_deep": ((2, 272, 7, 7), (64, 272, 1, 1), {}, "bn_relu"),
     "pointwise_deep_many": ((1, 256, 5, 6), (600, 256, 1, 1), {}, "bias"),
+    # (not where a pair of vectors of filters would be half idle: sgemm)
+    "pointwise_deep_few": ((1, 256, 9, 9), (48, 256, 1, 1), {}, "bias"),
     # ResNet-50's last stage in small: deep filters (2880 weights: a panel's width of
     # patches is more than IM2COL_TILE) over few positions
     "deep_few": ((1, 320, 7, 7), (32, 320, 3, 3), {"pads": [1, 1, 1, 1]}, "bn_relu"),
@@ -197,7 +199,8 @@ def test_convolution_gemm_matches_reference(name, planner):
         # (a 1 x 1 one in place too, where deep: CONV_POINTWISE_DIRECT_DEPTH)
         deep_pointwise = (t.im2col.pointwise and t.n > FEW_POSITIONS
                           and t.k >= CONV_POINTWISE_DIRECT_DEPTH
-                          and (t.k >= t.m or t.n < CONV_POINTWISE_MICRO_POSITIONS))
+                          and (t.k >= t.m or t.n < CONV_POINTWISE_MICRO_POSITIONS)
+                          and -(-t.m // CONV_DIRECT_ALIGN) * CONV_DIRECT_ALIGN * 7 <= t.m * 8)
         direct = (len(t.im2col.out) <= 2 and (not t.im2col.pointwise or deep_pointwise)
                   and t.m * t.k <= CONV_DIRECT_WEIGHTS
                   and (t.k * CONV_DIRECT_DEPTH_RATIO >= t.m or deep_pointwise)

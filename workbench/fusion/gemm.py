@@ -172,7 +172,10 @@ CONV_DIRECT_DEPTH_RATIO = 2
 # MobileNetV3's 960 -> 160 175 against 165; 256 deep over 56 x 56 even. Shallower, or
 # more filters than weights each, it lost: 256 -> 1024 over 14 x 14 115 against 181,
 # 128 -> 512 over 28 x 28 173 against 201, 64 -> 64 over 56 x 56 150 against 204,
-# MobileNetV3's 160 -> 960 over 7 x 7 193 against 208
+# MobileNetV3's 160 -> 960 over 7 x 7 193 against 208. So did filters that leave more
+# than an eighth of the last pair of vectors' lanes idle: SqueezeNet's 384 -> 48 and
+# 256 -> 48 over 27 x 27 130-137 against 166-177 (EfficientNet's 112 filters, an
+# eighth idle, still won)
 CONV_POINTWISE_DIRECT_DEPTH = 256
 CONV_DIRECT_SCRATCH = IM2COL_TILE
 CONV_DIRECT_ALIGN = 2 * LANES_ALIGN   # filters per tile: whole pairs of vectors
@@ -801,7 +804,8 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     # a deep 1 x 1 convolution directly too (CONV_POINTWISE_DIRECT_DEPTH)
     deep_pointwise = (cols.pointwise and positions > FEW_POSITIONS
                       and depth >= CONV_POINTWISE_DIRECT_DEPTH
-                      and (depth >= k or positions < CONV_POINTWISE_MICRO_POSITIONS))
+                      and (depth >= k or positions < CONV_POINTWISE_MICRO_POSITIONS)
+                      and _round_up(k, CONV_DIRECT_ALIGN) * 7 <= k * 8)
     if (d <= 2 and group == 1 and not half and can and (not cols.pointwise or deep_pointwise)
             and conv.inputs[1] in g.constants and lc.blas == -1
             and k * depth <= CONV_DIRECT_WEIGHTS and (depth * CONV_DIRECT_DEPTH_RATIO >= k
