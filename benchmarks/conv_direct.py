@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from models import (alternate, machine_line, model_timing_args,  # noqa: E402
-                    time_models)
+                    quiet_ms, time_models)
 
 # name: (channels, plane, filters, kernel, stride) -- ResNet-50's 3 x 3s by stage (and
 # their strided first ones), its 7 x 7 stem; DenseNet-121's growth convolutions (128
@@ -71,18 +71,21 @@ SHAPES = {
 METHODS = ("rule", "blocks of 8", "rows cut only", "before", "sgemm")
 
 
-def onnx_file(name: str, folder: Path) -> Path:
-    """One convolution with its bias, then a ReLU, as an ONNX file."""
+def onnx_file(name: str, folder: Path, shape: tuple | None = None) -> Path:
+    """One convolution with its bias, then a ReLU, as an ONNX file: ``shape`` (else
+    ``SHAPES[name]``) is (channels, plane, filters, kernel, stride[, groups])."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
-    c, hw, k, r, s = SHAPES[name]
+    c, hw, k, r, s, *groups = shape or SHAPES[name]
+    group = groups[0] if groups else 1
     rng = np.random.default_rng(0)
-    w = (rng.standard_normal((k, c, r, r)) / math.sqrt(c * r * r)).astype(np.float32)
+    w = (rng.standard_normal((k, c // group, r, r))
+         / math.sqrt(c // group * r * r)).astype(np.float32)
     b = rng.standard_normal(k).astype(np.float32)
     out = (hw + 2 * (r // 2) - r) // s + 1
     graph = helper.make_graph(
         [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[r // 2] * 4,
-                          strides=[s, s], kernel_shape=[r, r]),
+                          strides=[s, s], kernel_shape=[r, r], group=group),
          helper.make_node("Relu", ["c"], ["y"])],
         name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, hw, hw])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, k, out, out])],
@@ -156,8 +159,7 @@ def run_shape(name: str, folder: Path, rounds: int, inner: int) -> dict:
     calls["onnxruntime"] = lambda: sess.run(None, feeds)
     samples = alternate(calls, rounds, inner)
     rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
-    rec["quiet_ms"] = {k: min(float(np.median(v[i:i + inner])) * 1e3
-                              for i in range(0, len(v), inner)) for k, v in samples.items()}
+    rec["quiet_ms"] = {k: quiet_ms(v, inner) for k, v in samples.items()}
     rec["samples_ms"] = {k: [t * 1e3 for t in v] for k, v in samples.items()}
     return rec
 

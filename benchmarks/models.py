@@ -247,6 +247,14 @@ def alternate(methods: dict, rounds: int, inner: int) -> dict[str, list[float]]:
     return samples
 
 
+def quiet_ms(samples: list[float], inner: int) -> float:
+    """ms of the fastest block's median, blocks of ``inner`` calls as ``alternate``
+    timed them: on a host that now and then runs whole blocks at half speed (the
+    development VM, onnxruntime's calls too), the method at its quiet pace."""
+    return min(float(np.median(samples[i:i + inner])) * 1e3
+               for i in range(0, len(samples), inner))
+
+
 # -- the run -------------------------------------------------------------------------
 def machine() -> dict:
     info = machine_info()

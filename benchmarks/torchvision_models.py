@@ -17,9 +17,9 @@ Methods, timed in alternation as ``benchmarks/models.py`` does (median ms of one
 - **stitch, concats unsplit** (models with a concat): the same plan compiled with
   every concat read as before ``lower._split_concat`` (each element reading every part
   at a clamped index and keeping one): what the split gains, side by side;
-- **stitch, 1 x 1s on the micro-kernel from 65 filters**: planned with the rule for
-  1 x 1 convolutions before 2026-11-25 (``CONV_POINTWISE_MICRO_FILTERS`` = 64 and no
-  ``CONV_POINTWISE_MICRO_POSITIONS``), side by side with the rule now;
+- **stitch, deep 1 x 1s by GEMM**: planned with every 1 x 1 convolution read in place
+  multiplied as a GEMM (sgemm or the micro-kernel), as before deep ones were computed
+  directly (``CONV_POINTWISE_DIRECT_DEPTH``, 2026-11-25), side by side with the rule now;
 - **stitch, one buffer per value**: the same compiled kernels with every intermediate
   an array of its own (``$WB_MEMORY_PLAN=0``), as before ``runtime/memory_plan.py``
   laid them out in one shared arena: what the memory plan gains, side by side;
@@ -50,7 +50,7 @@ MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "dens
           "regnet_y_400mf", "convnext_tiny")
 UNSPLIT = "stitch, concats unsplit"
 UNPLANNED = "stitch, one buffer per value"
-POINTWISE_BEFORE = "stitch, 1 x 1s on the micro-kernel from 65 filters"
+POINTWISE_BEFORE = "stitch, deep 1 x 1s by GEMM"
 
 
 def _concats_unsplit():
@@ -99,8 +99,7 @@ def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
     prog = s.program()
     method("stitch", prog)
     from workbench.fusion import gemm
-    with mock.patch.object(gemm, "CONV_POINTWISE_MICRO_FILTERS", 64), \
-            mock.patch.object(gemm, "CONV_POINTWISE_MICRO_POSITIONS", 0):
+    with mock.patch.object(gemm, "CONV_POINTWISE_DIRECT_DEPTH", 1 << 62):
         pointwise = _stitched(g).program()
     method(POINTWISE_BEFORE, pointwise)
     from workbench.runtime.memory_plan import MEMORY_PLAN_ENV

@@ -78,3 +78,18 @@ def test_a_pool_with_more_in_its_kernel_keeps_the_row_kernel():
     assert len(sess.plan.groups) == 1
     assert all("pooled" not in k.schedule for k in sess.kernels())
     check_plan(sess)
+
+
+def test_a_pool_of_more_stride_phases_than_planes_take_keeps_the_row_kernel():
+    """Strides of 5 x 5 would make 25 phases, a copy loop each (more than
+    ``PLANE_PHASES_MAX``): the row kernel, matching torch."""
+    case = ((1, 3, 23, 21), 5, 5, 1, 1, False)
+    sess = Session(_pool("max", case), backend="cpu")
+    sess.auto("rules")
+    (k0,) = sess.kernels()
+    assert "pooled a plane at a time" not in k0.schedule, k0.schedule
+    check_plan(sess)
+    x = np.random.default_rng(5).standard_normal(case[0]).astype(np.float32)
+    y = sess.program().run({"x": x})["y"]
+    want = F.max_pool2d(torch.from_numpy(x), 5, 5, 1).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)

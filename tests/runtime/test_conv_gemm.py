@@ -22,7 +22,8 @@ from workbench.fusion.gemm import (CONV_DIRECT_ALIGN, CONV_DIRECT_DEPTH_RATIO,
                                    CONV_DIRECT_WEIGHTS, CONV_MICRO_DEPTH,
                                    CONV_POINTWISE_DIRECT_DEPTH, CONV_POINTWISE_MICRO_FILTERS,
                                    CONV_POINTWISE_MICRO_POSITIONS, DEPTHWISE_LANES_SPAN,
-                                   FEW_POSITIONS, PACK_MIN_VECTOR_BYTES, PANEL)
+                                   FEW_POSITIONS, PACK_MIN_VECTOR_BYTES, PANEL,
+                                   PLANE_PHASES_MAX)
 from workbench.fusion.mapping import ScheduleKind
 from workbench.fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
                                        PACK_FILTERS, PACK_PER_RUN, PACK_TILE)
@@ -85,6 +86,9 @@ CASES = {
     "depthwise_planes_phases": ((2, 6, 17, 16), (6, 1, 3, 5),
                                 {"group": 6, "pads": [1, 2, 0, 1], "strides": [3, 2],
                                  "dilations": [1, 2]}, "bias"),
+    # strides of 5 x 4, twenty phases: tap by tap instead (PLANE_PHASES_MAX)
+    "depthwise_many_phases": ((1, 4, 31, 29), (4, 1, 5, 5),
+                              {"group": 4, "pads": [2, 2, 2, 2], "strides": [5, 4]}, "bias"),
     # Wav2Vec2's positional convolution: 1-D, groups of channels, a wide kernel, a bias
     "grouped_1d": ((2, 8, 40), (12, 2, 9), {"group": 4, "pads": [4, 4]}, "bias"),
     # ResNet's bottleneck 1 x 1s: the patches are the input, read in place (grouped:
@@ -194,7 +198,8 @@ def test_convolution_gemm_matches_reference(name, planner):
         # padded plane at a time)
         planar = name.startswith("depthwise") and len(t.im2col.out) == 2
         depthwise = (DEPTHWISE_LANES if math.prod(t.im2col.span) <= DEPTHWISE_LANES_SPAN
-                     else DEPTHWISE_PLANES)
+                     else DEPTHWISE_PLANES if math.prod(t.im2col.strides) <= PLANE_PHASES_MAX
+                     else PACK_TILE)
         # (a 1-D or 2-D one of one group, not a 1 x 1 in place: direct)
         # (a 1 x 1 one in place too, where deep: CONV_POINTWISE_DIRECT_DEPTH)
         deep_pointwise = (t.im2col.pointwise and t.n > FEW_POSITIONS
@@ -217,7 +222,7 @@ def test_convolution_gemm_matches_reference(name, planner):
             assert t.tile_m == t.m or t.tile_m % CONV_DIRECT_ALIGN == 0, t
             if s.device.units == 2 and name == "direct_wide":
                 assert t.col_tiles == 2, t       # (one image: its rows cut for the cores)
-        if planar:
+        if planar and depthwise != PACK_TILE:
             # an image's channels the rows, whole planes in every tile
             assert (t.batch, t.m, t.tile_n) == (*CASES[name][0][:2], t.n), t
             src = s.program().compiled[0].source.split(f"void {s.kernels()[0].name}")[-1]

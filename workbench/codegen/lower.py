@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
-from ..fusion.gemm import PANEL, VIEWS
+from ..fusion.gemm import PANEL, PLANE_PHASES_MAX, VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
@@ -271,7 +271,7 @@ class _Lowerer:
         (h, w), (oh, ow) = x.shape[-2:], g.value(win.outputs[0]).shape[rank - 2:rank]
         window = Im2col(win.inputs[0], 1, (h, w), tuple(kernel), (oh, ow), tuple(strides),
                         tuple(dil), tuple(pads[:2]))
-        if math.prod(window.span) > POOL_PLANE_SPAN:
+        if math.prod(window.span) > POOL_PLANE_SPAN or math.prod(strides) > PLANE_PHASES_MAX:
             return None
         ph = planes.Phases(window)
         xp, border, copy = planes.padded_plane(self.buffers[window.value], ph, f"p * {h * w}",

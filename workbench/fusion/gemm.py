@@ -128,6 +128,10 @@ FEW_POSITIONS = 16
 # 4 x 4 (36) 6.4 against 8.5, 8 x 8 (100) 11.4 against 7.8
 DEPTHWISE_LANES_SPAN = 64
 DEPTHWISE_PLANE_SPAN = 16384
+# a plane is computed through its stride phases (codegen/planes.py), a copy loop each:
+# at most this many (strides of 4 x 4), else tap by tap (a depthwise convolution) or
+# the row kernel (a pooling)
+PLANE_PHASES_MAX = 16
 # the planes dealt out in DEPTHWISE_PLANE_TILES tiles a core (not a tile a plane), so
 # the zero border of a tile's buffer, written once per tile, serves many planes.
 # Measured one call at a time against a tile a plane: 672 channels of 14 x 14, 5 x 5
@@ -782,7 +786,8 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
         positions, 1))
     lanes = span <= DEPTHWISE_LANES_SPAN
     if (d == 2 and k == 1 and cols.channels == 1 and not half and can and lc.blas == -1
-            and (lanes or span <= DEPTHWISE_PLANE_SPAN)):
+            and (lanes or (span <= DEPTHWISE_PLANE_SPAN
+                           and math.prod(strides) <= PLANE_PHASES_MAX))):
         # a depthwise convolution: an image's channels are the rows, tiles of whole
         # planes, computed a vector of channels at a time over small planes, else a
         # padded plane at a time; blas=0 keeps the tap-by-tap path (lower._direct),
