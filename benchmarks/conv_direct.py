@@ -164,6 +164,20 @@ def run_shape(name: str, folder: Path, rounds: int, inner: int) -> dict:
     return rec
 
 
+def shapes_described(res: dict, lines: list[str], columns: int):
+    """Each shape's record that ran, with its convolution in words (C -> K, plane,
+    kernel/stride); a shape that failed becomes a row of its own in ``lines`` (a table
+    of ``columns``)."""
+    for rec in res["models"]:
+        if "error" in rec:
+            lines.append(f"| {rec['model']} | failed: {rec['error']} |" + " |" * (columns - 2))
+            continue
+        c = rec["conv"]
+        yield rec, (f"{c['channels']} -> {c['filters']}"
+                    + (" depthwise" if c.get("groups", 1) > 1 else "")
+                    + f", {c['plane']}^2, {c['kernel']}x{c['kernel']}/{c['stride']}")
+
+
 def markdown(res: dict) -> str:
     mi = res["machine"]
     lines = [f"# Direct convolutions one by one on the CPU ({res['date']})", "",
@@ -173,13 +187,7 @@ def markdown(res: dict) -> str:
              "onnxruntime / method.", "",
              "| shape | C -> K, plane, kernel/stride | method | quiet ms | GFLOP/s | x onnxruntime "
              "| median ms | schedule |", "|---|---|---|---|---|---|---|---|"]
-    for rec in res["models"]:
-        if "error" in rec:
-            lines.append(f"| {rec['model']} | failed: {rec['error']} | | | | | | |")
-            continue
-        c = rec["conv"]
-        geo = (f"{c['channels']} -> {c['filters']}, {c['plane']}^2, "
-               f"{c['kernel']}x{c['kernel']}/{c['stride']}")
+    for rec, geo in shapes_described(res, lines, 8):
         lat, quiet = rec["latency_ms"], rec["quiet_ms"]
         ort = quiet["onnxruntime"]
         for how, m in rec["methods"].items():

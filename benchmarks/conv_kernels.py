@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from conv_direct import onnx_file  # noqa: E402
+from conv_direct import onnx_file, shapes_described  # noqa: E402
 from models import (alternate, machine_line, model_timing_args,  # noqa: E402
                     quiet_ms, time_models)
 
@@ -120,14 +120,7 @@ def markdown(res: dict) -> str:
              "| shape | C -> K, plane, kernel/stride | method | kernel ms | GFLOP/s "
              "| call ms | x onnxruntime | error | schedule |",
              "|---|---|---|---|---|---|---|---|---|"]
-    for rec in res["models"]:
-        if "error" in rec:
-            lines.append(f"| {rec['model']} | failed: {rec['error']} | | | | | | | |")
-            continue
-        c = rec["conv"]
-        geo = (f"{c['channels']} -> {c['filters']}" + (" depthwise" if c["groups"] > 1
-                                                       else "")
-               + f", {c['plane']}^2, {c['kernel']}x{c['kernel']}/{c['stride']}")
+    for rec, geo in shapes_described(res, lines, 9):
         calls = rec["call_ms"]
         ort = calls["onnxruntime"]
         for how, m in rec["methods"].items():
