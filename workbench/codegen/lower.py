@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
-from ..fusion.gemm import PANEL, PLANE_PHASES_MAX, VIEWS
+from ..fusion.gemm import PANEL, PLANE_PHASES_MAX, PLANE_TILES, VIEWS
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
@@ -285,11 +285,16 @@ class _Lowerer:
         self.flops += y.numel * len(taps)
         rows_out, rows = planes.window_rows(xp, ph, total, self.buffers[red.outputs[0]],
                                             f"p * {oh * ow}", node=red.id)
-        return [Loop("p", math.prod(x.shape[:-2]), "grid", (
+        # tiles of several planes, so that the border, written once a tile, serves them all
+        n = math.prod(x.shape[:-2])
+        per = -(-n // min(n, self.device.units * PLANE_TILES))
+        return [Loop("tile", -(-n // per), "grid", (
             DeclareScratch(xp), *map(DeclareScratch, rows_out),
-            Comment("the plane's stride phases, bordered with the fill its taps meet "
+            Comment("the planes' stride phases, bordered with the fill their taps meet "
                     "past the edges; each output's taps in a register (codegen/planes.py)"),
-            border, *copy, *rows))]
+            border,
+            Loop("p", per, "serial", (*copy, *rows), start=f"tile * {per}",
+                 stop=f"(tile * {per} + {per} < {n} ? tile * {per} + {per} : {n})")))]
 
     def lower_body(self) -> list:
         """The statements of an elementwise or row template."""

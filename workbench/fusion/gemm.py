@@ -132,12 +132,13 @@ DEPTHWISE_PLANE_SPAN = 16384
 # at most this many (strides of 4 x 4), else tap by tap (a depthwise convolution) or
 # the row kernel (a pooling)
 PLANE_PHASES_MAX = 16
-# the planes dealt out in DEPTHWISE_PLANE_TILES tiles a core (not a tile a plane), so
-# the zero border of a tile's buffer, written once per tile, serves many planes.
+# a depthwise convolution's planes (and a pooling's, codegen lower._pool_planes) dealt
+# out in PLANE_TILES tiles a core (not a tile a plane), so the border of a tile's
+# buffer, written once per tile, serves many planes.
 # Measured one call at a time against a tile a plane: 672 channels of 14 x 14, 5 x 5
 # of stride 2, 0.067 -> 0.058 ms; 96 of 112 x 112, 3 x 3 of stride 2, 0.171 -> 0.154;
 # 1152 of 7 x 7, 5 x 5, even within the noise (0.080 against 0.078-0.087)
-DEPTHWISE_PLANE_TILES = 8
+PLANE_TILES = 8
 LANES_ALIGN = 16      # channels per tile a multiple of the widest vector's lanes
 # A 1-D or 2-D float32 convolution of one group with constant filters of at most
 # CONV_DIRECT_WEIGHTS weights in all, not a 1 x 1 read in place (but see
@@ -797,7 +798,7 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                                 "depthwise convolution, its channels the rows)")
         tile_m = (min(group, _round_up(_row_tile(n, group, group, device.units),
                                        LANES_ALIGN)) if lanes
-                  else max(1, group // (device.units * DEPTHWISE_PLANE_TILES)))
+                  else max(1, group // (device.units * PLANE_TILES)))
         if lc.tile_m:
             tile_m = _set_tile("tile_m", lc.tile_m, group, 1)
         t = GemmShape(n, group, positions, taps,
