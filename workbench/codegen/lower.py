@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
-from ..fusion.gemm import PANEL, PLANE_PHASES_MAX, PLANE_TILES, VIEWS
+from ..fusion.gemm import PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
 from ..fusion.geometry import Geometry, geometry, vector_width
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
@@ -287,7 +287,7 @@ class _Lowerer:
                                             f"p * {oh * ow}", node=red.id)
         # tiles of several planes, so that the border, written once a tile, serves them all
         n = math.prod(x.shape[:-2])
-        per = -(-n // min(n, self.device.units * PLANE_TILES))
+        per = plane_tile(n, self.device.units)
         return [Loop("tile", -(-n // per), "grid", (
             DeclareScratch(xp), *map(DeclareScratch, rows_out),
             Comment("the planes' stride phases, bordered with the fill their taps meet "

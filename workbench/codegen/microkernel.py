@@ -324,6 +324,15 @@ WB_FN void wb_micro_pairs1(long long kc2, const unsigned int* ap, const unsigned
 }
 #endif
 
+/* the sliver the micro-kernel reads of rows (i, r) of a (element (i, r) at a[i * ars +
+   r * acs]), i < WB_MR, r < kc: sl[r * WB_MR + i], zero from row mr on (past the
+   matrix or its tile) */
+WB_FN void wb_sliver(const float* a, long long ars, long long acs, long long mr,
+                     long long kc, float* sl) {
+  for (long long r = 0; r < kc; r++)
+    for (int i = 0; i < WB_MR; i++) sl[r * WB_MR + i] = i < mr ? a[i * ars + r * acs] : 0.0f;
+}
+
 /* a constant A (m x k, element (i, r) at a[i * ars + r * acs]) packed once, on the
    first run, into the slivers the micro-kernel reads: per tile of tile_m rows (tile t
    from ap + t * tstride), its slivers of WB_MR rows one after another (sliver s from
@@ -336,12 +345,9 @@ WB_FN void wb_pack_a_once(const float* a, long long m, long long k, long long ar
   if (!wb_claim_once(state)) return;
   for (long long t = 0; t < tiles; t++)
     for (long long i0 = 0; i0 < tile_m; i0 += WB_MR) {
-      float* sl = ap + t * tstride + i0 * k;
-      for (long long r = 0; r < k; r++)
-        for (int i = 0; i < WB_MR; i++) {
-          long long row = t * tile_m + i0 + i;
-          sl[r * WB_MR + i] = i0 + i < tile_m && row < m ? a[row * ars + r * acs] : 0.0f;
-        }
+      long long row = t * tile_m + i0, rows = tile_m - i0 < m - row ? tile_m - i0 : m - row;
+      /* (a sliver past m all zeros: rows <= 0, a itself passed, never read) */
+      wb_sliver(rows > 0 ? a + row * ars : a, ars, acs, rows, k, ap + t * tstride + i0 * k);
     }
   __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
 }
@@ -364,10 +370,7 @@ WB_FN void wb_gemm_core(long long m, long long n, long long k, const float* a, l
       int mr = m - i0 < WB_MR ? (int)(m - i0) : WB_MR;
       const float* sl = ap;
       if (apk) sl = apk + i0 * k + k0 * WB_MR;
-      else
-        for (long long r = 0; r < kc; r++)       /* the sliver, zero past m */
-          for (int i = 0; i < WB_MR; i++)
-            ap[r * WB_MR + i] = i < mr ? a[(i0 + i) * ars + (k0 + r) * acs] : 0.0f;
+      else wb_sliver(a + i0 * ars + k0 * acs, ars, acs, mr, kc, ap);
       for (long long j0 = 0; j0 < n; j0 += WB_NB) {
         int nb = n - j0 < WB_NB ? (int)(n - j0) : WB_NB;
         const float* b = bp + (j0 / WB_PANEL * kp + k0) * WB_PANEL + j0 % WB_PANEL;
@@ -439,9 +442,7 @@ WB_FN void wb_gemm_packed_t(long long m, long long n, long long k, const float* 
           for (int j = 0; j < nb; j++) ct[i * WB_NB + j] = 0.0f;
       for (long long k0 = 0; k0 < k; k0 += WB_KC) {
         long long kc = k - k0 < WB_KC ? k - k0 : WB_KC;
-        for (long long r = 0; r < kc; r++)     /* the positions' sliver, zero past n */
-          for (int i = 0; i < WB_MR; i++)
-            ap[r * WB_MR + i] = i < mr ? x[(i0 + i) * xrs + (k0 + r) * xcs] : 0.0f;
+        wb_sliver(x + i0 * xrs + k0 * xcs, xrs, xcs, mr, kc, ap);  /* positions' sliver */
         const float* b = bp + (j0 / WB_PANEL * k + k0) * WB_PANEL + j0 % WB_PANEL;
         wb_micro(kc, ap, b, ct, WB_NB, k0 == 0, mr, nb);
       }

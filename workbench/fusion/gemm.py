@@ -798,7 +798,7 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
                                 "depthwise convolution, its channels the rows)")
         tile_m = (min(group, _round_up(_row_tile(n, group, group, device.units),
                                        LANES_ALIGN)) if lanes
-                  else max(1, group // (device.units * PLANE_TILES)))
+                  else plane_tile(group, device.units))
         if lc.tile_m:
             tile_m = _set_tile("tile_m", lc.tile_m, group, 1)
         t = GemmShape(n, group, positions, taps,
@@ -1057,6 +1057,12 @@ def _fold_rows(a: Operand) -> Operand:
         if s != e2 * s2:
             return a
     return replace(a, view=replace(v, batch=(), rows=v.rows * v.batch_size))
+
+
+def plane_tile(planes: int, units: int) -> int:
+    """Planes per tile of a kernel taking a plane at a time (a depthwise convolution's,
+    a pooling's): PLANE_TILES tiles a core, or a plane each where there are fewer."""
+    return -(-planes // min(planes, units * PLANE_TILES))
 
 
 def _round_up(x: int, to: int) -> int:
