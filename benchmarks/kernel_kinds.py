@@ -88,19 +88,8 @@ def _graph(name: str, folder: Path) -> Path:
     """The model's ONNX file: the given one, or torchvision's exported into folder."""
     if name.endswith(".onnx"):
         return Path(name)
-    import torch
-    from torchvision import models
-
-    from workbench.zoo import _quiet
-    size = 299 if name == "inception_v3" else 224
-    torch.manual_seed(0)
-    with _quiet():
-        m = models.get_model(name, weights=None).eval()
-    path = folder / f"{name}.onnx"
-    with _quiet(), torch.no_grad():
-        torch.onnx.export(m, (torch.randn(1, 3, size, size),), str(path),
-                          input_names=["x"], output_names=["y"], external_data=False)
-    return path
+    from torchvision_models import export
+    return export(name, folder)[2]
 
 
 def run_model(name: str, folder: Path, rounds: int, inner: int) -> dict:

@@ -67,23 +67,34 @@ def _stitched(g):
     return s
 
 
-def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
+def export(name: str, folder: Path):
+    """torchvision's model ``name`` (random weights, seeded), one image for it (224 x
+    224, Inception v3 299) and the ONNX file ``torch.onnx.export`` writes of it into
+    ``folder``: (module, image, path)."""
     import torch
     from torchvision import models
 
-    import workbench as wb
     from workbench.zoo import _quiet
     size = 299 if name == "inception_v3" else 224
     torch.manual_seed(0)
     with _quiet():
         m = models.get_model(name, weights=None).eval()
     x = torch.randn(1, 3, size, size)
-    with torch.no_grad():
-        want = {"y": m(x).numpy()}
     path = folder / f"{name}.onnx"
     with _quiet(), torch.no_grad():
         torch.onnx.export(m, (x,), str(path), input_names=["x"], output_names=["y"],
                           external_data=False)
+    return m, x, path
+
+
+def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
+    import torch
+
+    import workbench as wb
+    m, x, path = export(name, folder)
+    size = x.shape[-1]
+    with torch.no_grad():
+        want = {"y": m(x).numpy()}
     g = wb.load(path)
     feeds = {"x": x.numpy()}
     rec: dict = {"model": name, "image": size, "nodes": len(g.nodes), "methods": {}}
