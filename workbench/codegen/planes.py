@@ -81,9 +81,9 @@ def padded_plane(x: Buffer, ph: Phases, plane: str, fill: str
     the buffer, the loop writing ``fill`` over all of it, and the loops copying the
     plane into each phase's inside (the border left as it was, so one fill serves
     many planes)."""
-    w_ = ph.window
-    (h, w), (py, px), (sy, sx) = w_.spatial, w_.pads, w_.strides
-    xp = Scratch("wb_xp", w_.value, DType.float32, ph.numel)
+    win = ph.window
+    (h, w), (py, px), (sy, sx) = win.spatial, win.pads, win.strides
+    xp = Scratch("wb_xp", win.value, DType.float32, ph.numel)
     border = Loop("i", ph.numel, "block", (Store(xp, "i", fill),))
     copies = []
     for a in range(sy):
