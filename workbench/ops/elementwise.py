@@ -51,7 +51,9 @@ WB_FN float wb_exp_core(float x) {                       /* x in [-104, 88.75] *
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * (r * r) + r + 1.0f;                            /* e^r */
-  const int32_t k = (int32_t)n, k1 = k / 2, k2 = k - k1; /* 2^n = 2^k1 2^k2, each normal */
+  /* 2^n = 2^k1 2^k2, each normal; k >> 1 (GCC's shift is arithmetic) rounds down
+     where k / 2 truncates: the same product, three vector instructions fewer */
+  const int32_t k = (int32_t)n, k1 = k >> 1, k2 = k - k1;
   union { int32_t i; float f; } s1, s2;
   s1.i = (k1 + 127) << 23;
   s2.i = (k2 + 127) << 23;
