@@ -93,3 +93,29 @@ def test_a_pool_of_more_stride_phases_than_planes_take_keeps_the_row_kernel():
     y = sess.program().run({"x": x})["y"]
     want = F.max_pool2d(torch.from_numpy(x), 5, 5, 1).numpy()
     np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[4]],
+                         ids=lambda c: "x".join(map(str, c[0])))
+def test_a_max_pool_is_nan_where_a_tap_is_and_keeps_the_later_of_equal_taps(case):
+    """The planes' max chains maxps (which drops a NaN) and looks for a NaN once per
+    window (``planes.any_nan``): NaN exactly where torch's is, whichever tap of the
+    window holds it (an odd tap count leaves the last unpaired); infinities and signed
+    zeros as the NaN-propagating ``wb_fmax`` chain gives them -- bit for bit, the later
+    of equal taps (-0 beside +0)."""
+    shape, k, s, p, d, ceil = case
+    sess = Session(_pool("max", case), backend="cpu")
+    sess.auto("rules")
+    (k0,) = sess.kernels()
+    assert "pooled a plane at a time" in k0.schedule
+    rng = np.random.default_rng(11)
+    x = rng.choice(np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 2.0], np.float32),
+                   size=shape, p=[0.02, 0.02, 0.06, 0.2, 0.2, 0.2, 0.2, 0.1]).astype(np.float32)
+    y = sess.program().run({"x": x})["y"]
+    want = F.max_pool2d(torch.from_numpy(x), k, s, p, d, ceil_mode=ceil).numpy()
+    np.testing.assert_array_equal(np.isnan(y), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(y[ok], want[ok])
+    # the later of equal taps, bit for bit: the reference's op by op
+    ref = wb.runtime.run_reference(sess.graph, {"x": x})["y"]
+    np.testing.assert_array_equal(np.signbit(y[ok]), np.signbit(ref[ok]))

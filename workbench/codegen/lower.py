@@ -277,14 +277,14 @@ class _Lowerer:
         xp, border, copy = planes.padded_plane(self.buffers[window.value], ph, f"p * {h * w}",
                                                fill)
         taps = [f"xv{j}" for j in range(math.prod(kernel))]
-        total = taps[0]
-        for v in taps[1:]:      # (in the taps' order, as the reference takes them)
-            total = f"wb_fmax({total}, {v})" if red.op == "reduce_max" else f"{total} + {v}"
+        lets, total = (), " + ".join(taps)   # (in the taps' order, as the reference does)
+        if red.op == "reduce_max":
+            lets, total = planes.window_max(taps)
         if red.op == "reduce_mean":    # (an average over every tap, padding counted)
             total = f"({total}) / {len(taps)}"
         self.flops += y.numel * len(taps)
         rows_out, rows = planes.window_rows(xp, ph, total, self.buffers[red.outputs[0]],
-                                            f"p * {oh * ow}", node=red.id)
+                                            f"p * {oh * ow}", node=red.id, lets=lets)
         # tiles of several planes, so that the border, written once a tile, serves them all
         n = math.prod(x.shape[:-2])
         per = plane_tile(n, self.device.units)
