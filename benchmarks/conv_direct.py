@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import (alternate, machine_line, model_timing_args,  # noqa: E402
+from models import (alternate, machine_line, model_timing_args, one_op_case,  # noqa: E402
                     quiet_ms, time_models)
 
 # name: (channels, plane, filters, kernel, stride) -- ResNet-50's 3 x 3s by stage (and
@@ -137,15 +137,7 @@ def program(g, how: str):
 
 
 def run_shape(name: str, folder: Path, rounds: int, inner: int) -> dict:
-    import onnxruntime as ort
-
-    import workbench as wb
-    path = onnx_file(name, folder)
-    g = wb.load(path)
-    x = np.random.default_rng(1).standard_normal(g.value("x").shape).astype(np.float32)
-    feeds = {"x": x}
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)[0]
+    g, feeds, sess, want = one_op_case(onnx_file(name, folder))
     rec = {"model": name, "conv": dict(zip(("channels", "plane", "filters", "kernel",
                                             "stride"), SHAPES[name])), "methods": {}}
     calls = {}

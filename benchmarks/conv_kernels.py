@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from conv_direct import onnx_file, shapes_described  # noqa: E402
-from models import (alternate, machine_line, model_timing_args,  # noqa: E402
-                    quiet_ms, time_models)
+from models import (machine_line, model_timing_args, one_op_case,  # noqa: E402
+                    time_beside_onnxruntime, time_models)
 
 # name: (channels, plane, filters, kernel, stride[, groups])
 SHAPES = {
@@ -77,34 +77,20 @@ def program(g, how: str):
 
 
 def run_shape(name: str, folder: Path, rounds: int, inner: int) -> dict:
-    import onnxruntime as ort
-
-    import workbench as wb
-    path = onnx_file(name, folder, SHAPES[name])
-    g = wb.load(path)
-    x = np.random.default_rng(1).standard_normal(g.value("x").shape).astype(np.float32)
-    feeds = {"x": x}
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    want = sess.run(None, feeds)[0]
+    g, feeds, sess, want = one_op_case(onnx_file(name, folder, SHAPES[name]))
     c, hw, k, r, s, *groups = SHAPES[name]
     rec = {"model": name, "conv": {"channels": c, "plane": hw, "filters": k, "kernel": r,
                                    "stride": s, "groups": groups[0] if groups else 1},
            "methods": {}}
-    calls, progs = {}, {}
+    progs = {}
     for how in (DEPTHWISE if groups else POINTWISE):
         prog, sched = program(g, how)
         got = prog.run(feeds)["y"]
         rec["methods"][how] = {
             "schedule": sched.describe(), "gflop": sched.gemm.flops / 1e9,
             "error_vs_onnxruntime": float(np.abs(got - want).max() / np.abs(want).max())}
-        calls[how] = (lambda p: lambda: p.run(feeds))(prog)
         progs[how] = prog
-    calls["onnxruntime"] = lambda: sess.run(None, feeds)
-    samples = alternate(calls, rounds, inner)
-    rec["call_ms"] = {k: quiet_ms(v, inner) for k, v in samples.items()}
-    for how, prog in progs.items():      # the kernel alone, blocks of launches
-        blocks = [prog.time(feeds, warmup=1, repeats=inner)[0][0] for _ in range(rounds)]
-        rec["methods"][how]["kernel_ms"] = min(blocks) * 1e3
+    time_beside_onnxruntime(progs, feeds, sess, rounds, inner, rec)
     return rec
 
 

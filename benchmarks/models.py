@@ -255,6 +255,35 @@ def quiet_ms(samples: list[float], inner: int) -> float:
                for i in range(0, len(samples), inner))
 
 
+
+def one_op_case(path):
+    """A one-input ONNX file (input ``x``) of a benchmark of single ops: its graph as
+    the workbench loads it, feeds of random normal values (seed 1), onnxruntime's
+    session and its output."""
+    import onnxruntime as ort
+
+    import workbench as wb
+    g = wb.load(path)
+    x = np.random.default_rng(1).standard_normal(g.value("x").shape).astype(np.float32)
+    feeds = {"x": x}
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return g, feeds, sess, sess.run(None, feeds)[0]
+
+
+def time_beside_onnxruntime(progs: dict, feeds, sess, rounds: int, inner: int,
+                            rec: dict) -> None:
+    """Into ``rec``: each program's whole call and onnxruntime's, timed in alternation
+    (``call_ms``: quiet ms), then each program's first kernel alone (``methods[how]
+    ["kernel_ms"]``: the fastest block's median launch, ``Program.time``)."""
+    calls = {how: (lambda p: lambda: p.run(feeds))(prog) for how, prog in progs.items()}
+    calls["onnxruntime"] = lambda: sess.run(None, feeds)
+    samples = alternate(calls, rounds, inner)
+    rec["call_ms"] = {k: quiet_ms(v, inner) for k, v in samples.items()}
+    for how, prog in progs.items():      # the kernel alone, blocks of launches
+        blocks = [prog.time(feeds, warmup=1, repeats=inner)[0][0] for _ in range(rounds)]
+        rec["methods"][how]["kernel_ms"] = min(blocks) * 1e3
+
+
 # -- the run -------------------------------------------------------------------------
 def machine() -> dict:
     info = machine_info()
