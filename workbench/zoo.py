@@ -61,6 +61,11 @@ SIZES = {
     # the benchmark's: 2 layers at BERT-mini-like widths (issue 13's whole-model runs)
     "small": Size(batch=2, seq=128, vocab=1000, hidden=256, heads=4, layers=2, ffn=1024,
                   image=64, frames=256, samples=6400),
+    # 2 layers at BERT-base widths (768 wide, 12 heads, 3072 in the FFN), one sequence
+    # of 128 tokens and BERT's vocabulary: the matmuls and heads a user's real model
+    # has, at a depth a benchmark can afford
+    "base": Size(batch=1, seq=128, vocab=30522, hidden=768, heads=12, layers=2, ffn=3072,
+                 image=128, frames=400, samples=16000),
 }
 
 

@@ -564,10 +564,16 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
         raise FusionRefused(f"{mm2.id} (matmul): V {list(vv.shape)} broadcasts the "
                             f"probabilities {list(pv.shape)} to more batches")
     b = operand(g, mm2, v, members, out.shape)
+    if b.value in g.constants:
+        # (a weight after a row epilogue is a projection, not attention: LLaMA's last
+        # RMSNorm then its LM head, whose 768 x 30522 weights, packed by every run and
+        # read by every row tile, took 66 ms where the two kernels take 33)
+        raise FusionRefused(f"{mm2.id} (matmul): its right operand {v} is a constant (a "
+                            "weight); a fused attention packs V by every run, its own GEMM "
+                            "packs it once")
     n, d = vv.shape[-2:]
     views = t.views + tuple(x.id for x in v_views + after if x.id not in t.views)
-    # V is packed by every run with K (a constant V too: the probabilities are never
-    # a weight's partner in a model)
+    # V is packed by every run with K (never a constant: refused above)
     v_packed = (PACK_PER_RUN if lc.packs(packs(g, b, device), f"{mm2.id}'s V", per_run)
                 else "")
     if half and not v_packed:
