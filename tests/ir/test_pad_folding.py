@@ -85,3 +85,66 @@ def test_mobilenet_style_block_from_torch_plans_to_two_kernels():
         want = block(x).numpy()
     (out,) = g.outputs
     assert np.abs(y[out] - want).max() <= 1e-5 * np.abs(want).max()
+
+
+def _padded_pool(pads, reduce="reduce_max", fill=None, pool_pads=(0, 0, 0, 0)):
+    g = wb.GraphBuilder("padded_pool")
+    x = g.input("x", (2, 3, 9, 8))
+    p = g.op("pad", g.relu(x) if reduce == "reduce_max" else x, pads=list(pads),
+             mode="constant", value=0.0)
+    attrs = {"kernel": [3, 3], "strides": [2, 2], "pads": list(pool_pads)}
+    if fill:
+        attrs["fill"] = fill
+    w = g.op("window", p, **attrs)
+    g.output(g.op(reduce, w, axes=[4, 5], keepdims=False), "y")
+    return g.build()
+
+
+@pytest.mark.parametrize("reduce,fill,pool_pads", [
+    ("reduce_max", "lowest", (0, 0, 0, 0)),      # Keras' ZeroPadding2D then MaxPool
+    ("reduce_mean", "zero", (1, 0, 0, 1)),       # an average pool with zero pads of its own
+    ("reduce_max", None, (0, 0, 0, 0))])
+def test_zero_pad_joins_a_pooling_window_with_zeros_for_its_border(reduce, fill, pool_pads):
+    pads = (0, 0, 1, 2, 0, 0, 1, 0)
+    g = _padded_pool(pads, reduce, fill, pool_pads)
+    f = fold_pads_into_convs(g)
+    assert "pad" not in {n.op for n in f.nodes}
+    (win,) = [n for n in f.nodes if n.op == "window"]
+    assert win.attr("fill") == "zero"
+    assert list(win.attr("pads")) == [pool_pads[0] + 1, pool_pads[1] + 2, pool_pads[2] + 1,
+                                      pool_pads[3] + 0]
+    same_outputs(g, f, exact=True)
+
+
+def test_a_pool_with_a_border_of_the_lowest_value_keeps_the_pad():
+    """A max pool's own pads hold the lowest value; a zero pad before it cannot join
+    them (the window has one fill)."""
+    g = _padded_pool((0, 0, 1, 1, 0, 0, 1, 1), "reduce_max", "lowest", (1, 1, 1, 1))
+    assert fold_pads_into_convs(g) is g
+
+
+def test_keras_resnet_stem_pool_as_tf2onnx_writes_it(tmp_path):
+    """tf2onnx's ResNet50 stem: Relu, Pad (ZeroPadding2D, 1 each side), MaxPool 3 x 3
+    stride 2 -- one pooling kernel, a plane at a time, equal to onnxruntime's output."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]),
+         helper.make_node("Pad", ["r", "pads"], ["p"], mode="constant"),
+         helper.make_node("MaxPool", ["p"], ["y"], kernel_shape=[3, 3], strides=[2, 2])],
+        "stem_pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 20, 20])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 10, 10])],
+        [helper.make_tensor("pads", TensorProto.INT64, [8], [0, 0, 1, 1, 0, 0, 1, 1])])
+    path = tmp_path / "stem_pool.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+              str(path))
+    g = wb.load(path)
+    assert "pad" not in {n.op for n in g.nodes}
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    assert any("pooled a plane at a time" in k.schedule for k in s.kernels())
+    x = np.random.default_rng(0).standard_normal((1, 8, 20, 20)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    np.testing.assert_array_equal(s.program().run({"x": x})["y"], want)

@@ -258,9 +258,12 @@ class _Lowerer:
         if win.op != "window" or red.inputs[0] != win.outputs[0]:
             return None
         x, y = g.value(win.inputs[0]), g.value(red.outputs[0])
-        fill = {("reduce_max", "lowest"): c_literal(-np.inf, DType.float32),
-                ("reduce_sum", "zero"): "0.0f", ("reduce_mean", "zero"): "0.0f"}.get(
-            (red.op, win.attr_map.get("fill", "zero")))
+        # the border holds the window's fill whatever the reduction: a max over zeros
+        # too (a zero pad before a max pool, taken into it: ir/pad_folding.py)
+        fill = {"lowest": c_literal(-np.inf, DType.float32), "zero": "0.0f"}.get(
+            win.attr_map.get("fill", "zero"))
+        if red.op not in ("reduce_max", "reduce_sum", "reduce_mean"):
+            fill = None
         kernel, strides, dil, pads = window_attrs(x.shape, win.attr_map)
         rank = len(x.shape)
         if (fill is None or len(kernel) != 2 or x.dtype is not DType.float32

@@ -1,6 +1,6 @@
 """A zero ``pad`` of a convolution's spatial axes taken into the convolution's own
 ``pads``, as the ONNX exporter's optimizer does: ``conv(pad(x))`` becomes ``conv(x)``
-with the pads added.
+with the pads added; and one before a pooling window into the window's.
 
 Why: a model that pads explicitly (transformers' MobileNetV2 with its TensorFlow
 "same" padding: ``F.pad`` before each depthwise convolution) has the pad between the
@@ -10,8 +10,15 @@ so no epilogue holds it, and each BatchNorm + ReLU6 + pad ran as a kernel of its
 reads outside its input as zeros, so the pad adds nothing the convolution's pads do
 not: the result is the same, element for element.
 
-Only constant pads with value 0, none on the batch and channel axes and none
-negative (a crop) are taken; the pad stays where something else reads it too.
+The same for a pooling window (``window``, the max or average pool's taps): a zero
+pad before it becomes the window's own pads with the fill ``zero`` -- where the window
+has no pads of its own, or pads of that fill. tf2onnx writes Keras' ZeroPadding2D
+before ResNet50's max pool as such a pad: a ReLU and the pad ran as a kernel of their
+own, 2.7 ms of a 46 ms model, its clamped reads gathered element by element.
+
+Only constant pads with value 0, none on the axes the convolution or window does not
+slide over and none negative (a crop) are taken; the pad stays where something else
+reads it too.
 
     >>> g2 = fold_pads_into_convs(g)        # doctest: +SKIP
 """
@@ -22,31 +29,47 @@ from .reshape_chains import rebuild
 
 
 def fold_pads_into_convs(g: Graph) -> Graph:
-    """``g`` with each zero spatial pad read by a convolution folded into it (see the
-    module docstring); ``g`` itself where there is none."""
-    from ..ops.conv import CONVS, conv_attrs
-    from ..ops.window import pad_attrs
+    """``g`` with each zero pad read by a convolution or a pooling window folded into it
+    (see the module docstring); ``g`` itself where there is none."""
     producer = {o: n for n in g.nodes for o in n.outputs}
     nodes, changed = [], False
     for n in g.nodes:
-        p = producer.get(n.inputs[0]) if n.op in CONVS else None
-        if p is None or p.op != "pad" or len(p.inputs) != 1:
-            nodes.append(n)
-            continue
-        x = g.value(p.inputs[0])
-        rank = len(x.shape)
-        pads, mode, value = pad_attrs(x.shape, p.attr_map)
-        spatial = rank - 2
-        if mode != "constant" or value != 0 or min(pads) < 0 \
-                or any(pads[a] or pads[a + rank] for a in (0, 1)):
-            nodes.append(n)
-            continue
-        *_, own = conv_attrs(n.attr_map, spatial, n.op)      # (its pads)
-        added = [own[i] + pads[2 + i] for i in range(spatial)] + \
-                [own[spatial + i] + pads[rank + 2 + i] for i in range(spatial)]
-        nodes.append(Node.make(n.id, n.op, (p.inputs[0], *n.inputs[1:]), n.outputs,
-                               {**n.attr_map, "pads": added}, n.name, n.origin))
-        changed = True
+        p = producer.get(n.inputs[0]) if n.inputs else None
+        folded = None
+        if p is not None and p.op == "pad" and len(p.inputs) == 1:
+            folded = _folded(g, n, p)
+        nodes.append(folded or n)
+        changed |= folded is not None
     if not changed:
         return g
     return rebuild(g, nodes, {v.name: v for v in g.values})
+
+
+def _folded(g: Graph, n: Node, p: Node) -> Node | None:
+    """``n`` (a convolution or a window) reading ``p``'s input with ``p``'s zero pads
+    added to its own, or None where they cannot be."""
+    from ..ops.conv import CONVS, conv_attrs
+    from ..ops.window import pad_attrs, window_attrs
+    x = g.value(p.inputs[0])
+    rank = len(x.shape)
+    pads, mode, value = pad_attrs(x.shape, p.attr_map)
+    if mode != "constant" or value != 0 or min(pads) < 0:
+        return None
+    if n.op in CONVS:
+        spatial = rank - 2
+        *_, own = conv_attrs(n.attr_map, spatial, n.op)      # (its pads)
+        attrs = {}
+    elif n.op == "window":
+        kernel, _, _, own = window_attrs(x.shape, n.attr_map)
+        spatial = len(kernel)
+        if any(own) and n.attr_map.get("fill", "zero") != "zero":
+            return None         # (its own border is the lowest value, not zeros)
+        attrs = {"fill": "zero"}
+    else:
+        return None
+    if any(pads[a] or pads[a + rank] for a in range(rank - spatial)):
+        return None             # (a pad of an axis it does not slide over)
+    added = [own[i] + pads[rank - spatial + i] for i in range(spatial)] + \
+            [own[spatial + i] + pads[2 * rank - spatial + i] for i in range(spatial)]
+    return Node.make(n.id, n.op, (p.inputs[0], *n.inputs[1:]), n.outputs,
+                     {**n.attr_map, **attrs, "pads": added}, n.name, n.origin)
