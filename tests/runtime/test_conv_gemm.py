@@ -130,6 +130,15 @@ CASES = {
                        {"strides": [3, 3], "dilations": [2, 1], "pads": [2, 0, 3, 1]},
                        "residual"),
     "direct_1x1_strided": ((2, 8, 9, 9), (16, 8, 1, 1), {"strides": [2, 2]}, None),
+    # a strided 1 x 1 copies only the rows and columns it reads (wb_conv_lanes): with
+    # pads past either edge, unequal strides, 1-D, and deep as ResNet50 v1's stage
+    # entries (Keras: the stride on the 1 x 1)
+    "direct_1x1_strided_padded": ((1, 8, 10, 9), (16, 8, 1, 1),
+                                  {"strides": [2, 3], "pads": [1, 0, 0, 2]}, "bias"),
+    "direct_1x1_strided_1d": ((2, 6, 17), (12, 6, 1), {"strides": [3], "pads": [1, 1]},
+                              "bn_relu"),
+    "direct_1x1_strided_deep": ((1, 272, 14, 14), (64, 272, 1, 1), {"strides": [2, 2]},
+                                "residual"),
     # one filter: its bias a one-element constant, inlined as a literal (it has no
     # buffer; lowering its epilogue failed before)
     "one_filter": ((1, 4, 8, 8), (1, 4, 3, 3), {"pads": [1, 1, 1, 1]}, "bias"),

@@ -584,22 +584,39 @@ WB_FN int wb_conv_cr(long long ow, long long sx) {
    block of cr positions (wb_conv_cr) then reads its taps at fixed distances, with no test for
    an edge. Where the patches were gathered for the micro-kernel, every input element
    was written once per tap that meets it before it was multiplied (fusion/gemm.py
-   CONV_DIRECT_WEIGHTS). A 1-D convolution is one row of a plane one row high */
+   CONV_DIRECT_WEIGHTS). A 1-D convolution is one row of a plane one row high. A
+   strided 1 x 1 reads only every sy-th row and sx-th column: those alone are copied,
+   then read at stride 1 (ResNet50 v1's 1024 -> 2048 of stride 2, as Keras builds it:
+   the copy of its skipped rows limited a tile to 3 of its 7 output rows, the filters
+   read once per row tile) -- fusion/gemm.py's _direct_scratch sizes the copy the same
+   way */
 WB_FN void wb_conv_lanes(const float* x, long long c, long long h, long long w,
                          const float* fp, long long f0, long long f1, float* y,
                          long long ldy, long long oy0, long long oy1, long long ow,
                          long long kh, long long kw, long long sy, long long sx,
                          long long dy, long long dx, long long py, long long px) {
+  long long top = oy0 * sy - py, ry = 1, rx = 1;  /* input rows, columns a copied one */
+  if (kh == 1 && kw == 1 && (sy > 1 || sx > 1)) {
+    ry = sy; rx = sx; sy = sx = 1;
+  }
   int cr = wb_conv_cr(ow, sx);
   long long k = c * kh * kw, blocks = (ow + cr - 1) / cr;
   long long hp = (oy1 - oy0 - 1) * sy + (kh - 1) * dy + 1;
-  long long wp = (blocks * cr - 1) * sx + (kw - 1) * dx + 1, top = oy0 * sy - py;
+  long long wp = (blocks * cr - 1) * sx + (kw - 1) * dx + 1;
   float xp[c * hp * wp];
   int off[k];
   for (long long ci = 0; ci < c; ci++)
     for (long long i = 0; i < hp; i++) {
-      long long iy = top + i;
+      long long iy = top + i * ry;
       float* d = xp + (ci * hp + i) * wp;
+      if (rx > 1) {        /* a strided 1 x 1's columns: every rx-th, zeros past the edges */
+        const float* row = x + (ci * h + (iy < 0 || iy >= h ? 0 : iy)) * w;
+        for (long long j = 0; j < wp; j++) {
+          long long ix = j * rx - px;
+          d[j] = iy >= 0 && iy < h && ix >= 0 && ix < w ? row[ix] : 0.0f;
+        }
+        continue;
+      }
       /* zeros left of the plane, its row (none above or below it), zeros right of it.
          (memset and memcpy: GCC 12 at -O3 vectorized these rows' loops, once the call's
          constants were propagated into them, into code that copied wrong rows) */

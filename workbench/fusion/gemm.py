@@ -957,6 +957,8 @@ def _direct_scratch(cols: Im2col, rows: int) -> int:
     widest block's whole blocks of positions read."""
     cols = cols.planar()
     (oh, ow), (kh, kw), (sy, sx), (dy, dx) = cols.out, cols.kernel, cols.strides, cols.dilations
+    if (kh, kw) == (1, 1):      # (a strided 1 x 1's buffer holds the rows and columns read)
+        sy = sx = 1
     wide = max((-(-ow // r) * r - 1) * sx for r in CONV_DIRECT_BLOCKS) + (kw - 1) * dx + 1
     return cols.channels * ((min(rows, oh) - 1) * sy + (kh - 1) * dy + 1) * wide
 
