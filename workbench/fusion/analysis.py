@@ -95,6 +95,15 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
         if g.value(name).numel > INDEX_LIMIT:
             raise FusionRefused(f"value {name} has {g.value(name).numel} elements, more than "
                                 "kernel indexing allows")
+    spread = [n for n in ns if n.op == "window" and n.outputs[0] in io.outputs]
+    if spread and len(ns) > 1:
+        # (stitch fused Keras InceptionV3's ReLUs and concat with the window of the
+        # average pool that reads them, leaving the sum to another kernel: each such
+        # kernel wrote 9 floats per pooled one, 3.9 ms against 0.2)
+        n = spread[0]
+        raise FusionRefused(f"{n.id} (window): its taps ({g.value(n.outputs[0]).numel} "
+                            "elements, one per tap of every window) would be written out; "
+                            "a window joins a kernel only with the reductions of its taps")
     opaque = [n for n in ns if kinds[n.id] is Kind.opaque]
     if opaque:
         if len(ns) > 1:
@@ -512,6 +521,15 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
             analyze(g, (nid,), device=device)   # a single op that fits no template says why
             phases.append([nid])
             phase_of[nid] = len(phases) - 1
+    pooled = next((nid for nid in nodes if g.node(nid).op == "window"
+                   and g.node(nid).inputs[0] in made_by), None)
+    if pooled and not device.is_gpu:
+        # (Keras InceptionV3's ReLUs and concat, then an average pool's window and sum:
+        # 2.9 ms stitched against 0.05 + 0.13 as two kernels)
+        raise FusionRefused(f"{pooled} (window): on the CPU a pooling of a value made in "
+                            "the kernel gathers each tap from the phase before it, 20x "
+                            "slower than a kernel of its own reading it a plane at a time "
+                            "(codegen/planes.py)")
     # the phases' row caches share one block's shared memory, which keeps room for
     # eight block-reduction slots
     limit = device.shared_limit

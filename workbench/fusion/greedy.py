@@ -41,7 +41,8 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False,
     Equivalent to merging with ``make_group`` and ``check_acyclic`` at every step, but
     linear on long chains: two groups without reductions always merge into one
     elementwise kernel (so no schedule is analysed until the end; a merge with a
-    reduction is checked by ``analyze``), the groups are made once at the end, and the
+    reduction, or into a pooling window, is checked by ``analyze``), the groups are
+    made once at the end, and the
     cycle search skips groups of nodes not yet visited -- such a group holds one op
     that reads only from earlier ops, and can only feed ops later still, never the
     selection.
@@ -64,7 +65,10 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False,
             if why is None and reduction_ends_kernel and part.has_reduce(theirs):
                 why = ("a reduction ends its kernel (XLA/TVM): its consumers start a "
                        "new one")
-            if why is None and (part.has_reduce(mine) or part.has_reduce(theirs)):
+            # (a window is checked too: joined to its producer before its reduction
+            # joins it, its taps would be written out -- analysis.py refuses that)
+            if why is None and (part.has_reduce(mine) or part.has_reduce(theirs)
+                                or node.op == "window"):
                 ns = tuple(sorted(part.members[mine] + part.members[theirs],
                                   key=part.index.__getitem__))
                 # a model's repeated layers ask again for kernels of the same shape:
