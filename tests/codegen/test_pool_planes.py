@@ -23,6 +23,7 @@ CASES = [  # input, kernel, strides, pads (torch: symmetric), dilation, ceil_mod
     ((3, 5, 7, 7), 2, 2, 0, 1, False),    # its positions the output's (no row dropped)
     ((1, 2, 17, 19), 3, 3, 1, 1, True),   # nine stride phases, a window past the end
     ((2, 3, 15, 16), (5, 3), (2, 3), (2, 1), (1, 2), False),   # uneven phases, dilated
+    ((1, 2, 147, 147), 3, 2, 1, 1, False),    # Xception's first: a plane past 126 x 126
 ]
 
 

@@ -45,10 +45,12 @@ from .microkernel import (STATE_SLOTS, a_tile_stride, packed_a_numel, packed_num
 # stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
 WIDE_INDEX_FROM = 2**31 - 65535 * 256 * 4
 # a CPU pooling of at most this many taps, whose planes with their border hold at most
-# POOL_PLANE_SPAN floats (a 126 x 126 plane, 64 KiB of a thread's stack), is lowered a
-# plane at a time (_pool_planes), each output's taps read in one unrolled expression
+# POOL_PLANE_SPAN floats (a 181 x 181 plane, 128 KiB of a thread's stack), is lowered a
+# plane at a time (_pool_planes), each output's taps read in one unrolled expression.
+# (16384 before: Xception's and InceptionV3's first max pools, over 147 x 147, went to
+# the row kernel, its taps gathered: Xception's 4.7 ms)
 POOL_TAPS = 64
-POOL_PLANE_SPAN = 16384
+POOL_PLANE_SPAN = 32768
 # an elementwise kernel moving elements loops over rows apart from columns only when a
 # row is at least this long (a shorter inner loop costs more than the divisions it saves)
 ROW_LOOP_MIN = 16
