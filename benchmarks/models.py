@@ -286,15 +286,18 @@ def time_beside_onnxruntime(progs: dict, feeds, sess, rounds: int, inner: int,
 
 # -- the run -------------------------------------------------------------------------
 def machine() -> dict:
+    import importlib.metadata as metadata
     info = machine_info()
     from threadpoolctl import threadpool_info
 
-    import onnx
-    import onnxscript
-    import transformers
+    def version(package: str):      # (None where a benchmark's venv has no such package)
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return None
     info.update({
-        "transformers": transformers.__version__, "onnx": onnx.__version__,
-        "onnxscript": onnxscript.__version__,
+        "transformers": version("transformers"), "onnx": version("onnx"),
+        "onnxscript": version("onnxscript"),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
         "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE", "unset"),
         "OMP_WAIT_POLICY_at_start": _OMP_WAIT_POLICY_AT_START or "unset",
