@@ -148,3 +148,49 @@ def test_keras_resnet_stem_pool_as_tf2onnx_writes_it(tmp_path):
     want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
         None, {"x": x})[0]
     np.testing.assert_array_equal(s.program().run({"x": x})["y"], want)
+
+
+def test_a_pad_between_transposes_moves_after_them_and_joins_the_convolution(tmp_path):
+    """tf2onnx's MobileNetV3 (Keras): NCHW to NHWC, a ReLU, ZeroPadding2D as a Pad of
+    the NHWC axes, back to NCHW, a strided depthwise convolution. The pad moves after
+    the second transpose (its pads permuted) and joins the convolution; the output
+    equals onnxruntime's."""
+    onnx = pytest.importorskip("onnx")
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((6, 1, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+         helper.make_node("Relu", ["t"], ["r"]),
+         helper.make_node("Pad", ["r", "pads"], ["p"], mode="constant"),
+         helper.make_node("Transpose", ["p"], ["back"], perm=[0, 3, 1, 2]),
+         helper.make_node("Conv", ["back", "w"], ["y"], group=6, strides=[2, 2],
+                          kernel_shape=[3, 3])],
+        "nhwc_pad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 14, 14])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 7, 7])],
+        [numpy_helper.from_array(w, "w"),
+         helper.make_tensor("pads", TensorProto.INT64, [8], [0, 0, 0, 0, 0, 1, 1, 0])])
+    path = tmp_path / "nhwc_pad.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]),
+              str(path))
+    g = wb.load(path)
+    assert "pad" not in {n.op for n in g.nodes}
+    (conv,) = [n for n in g.nodes if n.op in ("conv", "conv2d")]
+    assert list(conv.attr("pads")) == [0, 0, 1, 1]
+    x = rng.standard_normal((1, 6, 14, 14)).astype(np.float32)
+    want = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    np.testing.assert_allclose(s.program().run({"x": x})["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_pad_read_by_more_than_the_transpose_stays():
+    g = wb.GraphBuilder("pad_twice_read")
+    x = g.input("x", (1, 5, 6, 3))
+    p = g.op("pad", x, pads=[0, 1, 0, 0, 0, 0, 2, 0], mode="constant", value=0.0)
+    g.output(g.op("transpose", p, perm=[0, 3, 1, 2]), "t")
+    g.output(g.exp(p), "e")
+    g = g.build()
+    assert fold_pads_into_convs(g) is g
