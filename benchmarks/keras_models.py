@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from models import (alternate, machine_line, model_timing_args,  # noqa: E402
-                    quiet_ms, rel_error, time_models)
+                    quiet_ms, rel_error, slowest_kernels, slowest_rows, time_models)
 
 # (ConvNeXtTiny is not among them: tf2onnx 1.17 leaves a StatefulPartitionedCall in
 # its file, which neither onnxruntime nor the workbench runs -- the workbench says so:
@@ -107,11 +107,7 @@ def run_model(name: str, rounds: int, inner: int, folder: Path, tf_python: str) 
     rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
     rec["quiet_ms"] = {k: quiet_ms(v, inner) for k, v in samples.items()}
     rec["samples_ms"] = {k: [t * 1e3 for t in v] for k, v in samples.items()}
-    per, _ = prog.time(feeds, repeats=5)
-    rec["slowest_kernels"] = [
-        {"kernel": ck.kernel.name, "ms": t * 1e3,
-         "schedule": s.plan.group(ck.kernel.group).schedule.describe()}
-        for t, ck in sorted(zip(per, prog.compiled), key=lambda p: -p[0])[:5]]
+    rec["slowest_kernels"] = slowest_kernels(s, prog, feeds)
     return rec
 
 
@@ -141,12 +137,7 @@ def markdown(res: dict) -> str:
         lines.append(f"| {rec['model']} | onnxruntime | {lat['onnxruntime']:.3f} / "
                      f"{q['onnxruntime']:.3f} | 1.00x | | "
                      f"{rec['onnxruntime_error_vs_keras']:.1e} |")
-    lines += ["", "## The slowest kernels of each stitch plan", "",
-              "| model | kernel | ms | schedule |", "|---|---|---|---|"]
-    for rec in res["models"]:
-        for k in rec.get("slowest_kernels", []):
-            lines.append(f"| {rec['model']} | {k['kernel']} | {k['ms']:.3f} | "
-                         f"{k['schedule'][:110]} |")
+    lines += slowest_rows(res)
     return "\n".join(lines) + "\n"
 
 

@@ -284,6 +284,27 @@ def time_beside_onnxruntime(progs: dict, feeds, sess, rounds: int, inner: int,
         rec["methods"][how]["kernel_ms"] = min(blocks) * 1e3
 
 
+
+def slowest_kernels(s, prog, feeds, count: int = 5) -> list[dict]:
+    """The ``count`` slowest kernels of session ``s``'s program (``Program.time``, 5
+    runs): name, ms and schedule each."""
+    per, _ = prog.time(feeds, repeats=5)
+    return [{"kernel": ck.kernel.name, "ms": t * 1e3,
+             "schedule": s.plan.group(ck.kernel.group).schedule.describe()}
+            for t, ck in sorted(zip(per, prog.compiled), key=lambda p: -p[0])[:count]]
+
+
+def slowest_rows(res: dict) -> list[str]:
+    """The report's section of each model's slowest kernels (``slowest_kernels``)."""
+    lines = ["", "## The slowest kernels of each stitch plan", "",
+             "| model | kernel | ms | schedule |", "|---|---|---|---|"]
+    for rec in res["models"]:
+        for k in rec.get("slowest_kernels", []):
+            lines.append(f"| {rec['model']} | {k['kernel']} | {k['ms']:.3f} | "
+                         f"{k['schedule'][:110]} |")
+    return lines
+
+
 # -- the run -------------------------------------------------------------------------
 def machine() -> dict:
     import importlib.metadata as metadata

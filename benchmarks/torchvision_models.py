@@ -43,7 +43,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from models import (eager_rows, machine_line, method_rows,  # noqa: E402
-                    model_timing_args, rel_error, time_beside, time_models)
+                    model_timing_args, rel_error, slowest_kernels, slowest_rows,
+                    time_beside, time_models)
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "densenet121",
           "googlenet", "inception_v3", "shufflenet_v2_x1_0", "squeezenet1_1",
@@ -125,11 +126,7 @@ def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
         rec["methods"]["stitch"]["concat_kernels_split"] = sum(
             a.source != b.source for a, b in zip(prog.compiled, unsplit.compiled))
     time_beside(calls, rec, path, feeds, m, (x,), rounds, inner)
-    per, _ = prog.time(feeds, repeats=5)
-    rec["slowest_kernels"] = [
-        {"kernel": ck.kernel.name, "ms": t * 1e3,
-         "schedule": s.plan.group(ck.kernel.group).schedule.describe()}
-        for t, ck in sorted(zip(per, prog.compiled), key=lambda p: -p[0])[:5]]
+    rec["slowest_kernels"] = slowest_kernels(s, prog, feeds)
     return rec
 
 
@@ -146,12 +143,7 @@ def markdown(res: dict) -> str:
     lines += method_rows(res, lambda r: ["", ""] if r is None else
                          [str(r["kernels"]), f"{r['error_vs_torch']:.1e}"])
     lines += eager_rows(res, 2)
-    lines += ["", "## The slowest kernels of each stitch plan", "",
-              "| model | kernel | ms | schedule |", "|---|---|---|---|"]
-    for rec in res["models"]:
-        for k in rec.get("slowest_kernels", []):
-            lines.append(f"| {rec['model']} | {k['kernel']} | {k['ms']:.3f} | "
-                         f"{k['schedule'][:110]} |")
+    lines += slowest_rows(res)
     return "\n".join(lines) + "\n"
 
 
