@@ -53,6 +53,7 @@ from ..errors import FusionRefused
 from ..ir import DType, Graph
 from ..ops import Kind, get_op
 from ..ops.conv import CONVS, conv_attrs
+from ..ops.layout import transpose_perm
 from ..ops.reduce import reduce_axes
 from ..ops.strided import MatrixView, Strided
 from .devices import Device
@@ -704,7 +705,7 @@ def _written_through(g: Graph, mm, chain) -> Operand:
     for p in reversed(chain):
         src = g.value(p.inputs[0]).shape
         if p.op == "transpose":
-            perm = p.attr("perm") or tuple(reversed(range(len(src))))
+            perm = transpose_perm(p.attr_map, len(src))
             layout = layout.permute(tuple(sorted(range(len(perm)), key=perm.__getitem__)))
         else:
             layout = layout.reshape(src)

@@ -86,6 +86,7 @@ def _pads_after_transposes(g: Graph) -> Graph:
     transpose. tf2onnx writes Keras' ZeroPadding2D in the model's NHWC layout between
     two transposes (MobileNetV3: transpose, hard-swish, pad, transpose back, depthwise
     convolution); moved after the second, the pad joins the convolution."""
+    from ..ops.layout import transpose_perm
     from ..ops.window import pad_attrs
     producer = {o: n for n in g.nodes for o in n.outputs}
     values = {v.name: v for v in g.values}
@@ -98,7 +99,7 @@ def _pads_after_transposes(g: Graph) -> Graph:
             continue
         x = g.value(p.inputs[0])
         rank = len(x.shape)
-        perm = tuple(n.attr_map.get("perm") or reversed(range(rank)))
+        perm = transpose_perm(n.attr_map, rank)
         pads, _, _ = pad_attrs(x.shape, p.attr_map)
         moved = f"{n.outputs[0]}__unpadded"
         while moved in values:

@@ -103,9 +103,15 @@ class _V:
         self.shape, self.dtype, self.numel = tuple(a.shape), DType.of(a.dtype), a.size
 
 
+def transpose_perm(attrs, rank: int) -> tuple[int, ...]:
+    """A transpose node's permutation: its attr perm, or the axes reversed (ONNX's and
+    NumPy's default)."""
+    return tuple(attr_ints(attrs, "perm", None) or reversed(range(rank)))
+
+
 def _transpose_infer(ins, attrs):
     x = ins[0]
-    perm = attr_ints(attrs, "perm", None) or tuple(reversed(range(len(x.shape))))
+    perm = transpose_perm(attrs, len(x.shape))
     if sorted(perm) != list(range(len(x.shape))):
         raise GraphError(f"perm {list(perm)!r:.80} is not a permutation of the axes "
                          f"0..{len(x.shape) - 1} (the input has rank {len(x.shape)})")
@@ -114,15 +120,13 @@ def _transpose_infer(ins, attrs):
 
 def _transpose_index(ctx, node, k, idx: Index) -> str:
     src = node.inputs[0]
-    perm = node.attr("perm") or tuple(reversed(range(len(ctx.shape(src)))))
-    return ctx.at(src, idx.transpose(perm))
+    return ctx.at(src, idx.transpose(transpose_perm(node.attr_map, len(ctx.shape(src)))))
 
 
 register(OpDef("transpose", Kind.layout, (1, 1), _transpose_infer,
-               lambda xs, a: [_contig(np.transpose(xs[0], a.get("perm") or None))],
+               lambda xs, a: [_contig(np.transpose(xs[0], transpose_perm(a, xs[0].ndim)))],
                None, "permute axes (attr perm)", index=_transpose_index,
-               view=lambda x, a, k, shape: x.permute(
-                   a.get("perm") or tuple(reversed(range(len(shape))))),
+               view=lambda x, a, k, shape: x.permute(transpose_perm(a, len(shape))),
                row_role=RowRole.never))
 
 
