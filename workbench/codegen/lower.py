@@ -264,11 +264,10 @@ class _Lowerer:
         # too (a zero pad before a max pool, taken into it: ir/pad_folding.py)
         fill = {"lowest": c_literal(-np.inf, DType.float32), "zero": "0.0f"}.get(
             win.attr_map.get("fill", "zero"))
-        if red.op not in ("reduce_max", "reduce_sum", "reduce_mean"):
-            fill = None
         kernel, strides, dil, pads = window_attrs(x.shape, win.attr_map)
         rank = len(x.shape)
-        if (fill is None or len(kernel) != 2 or x.dtype is not DType.float32
+        if (fill is None or red.op not in ("reduce_max", "reduce_sum", "reduce_mean")
+                or len(kernel) != 2 or x.dtype is not DType.float32
                 or y.dtype is not DType.float32 or self.io.outputs != (red.outputs[0],)
                 or reduce_axes(red.attr_map, rank + 2) != (rank, rank + 1)
                 or math.prod(kernel) > POOL_TAPS):

@@ -55,6 +55,8 @@ def _folded(g: Graph, n: Node, p: Node) -> Node | None:
     added to its own, or None where they cannot be."""
     from ..ops.conv import CONVS, conv_attrs
     from ..ops.window import pad_attrs, window_attrs
+    if n.op not in CONVS and n.op != "window":
+        return None
     x = g.value(p.inputs[0])
     rank = len(x.shape)
     pads, mode, value = pad_attrs(x.shape, p.attr_map)
@@ -64,14 +66,12 @@ def _folded(g: Graph, n: Node, p: Node) -> Node | None:
         spatial = rank - 2
         *_, own = conv_attrs(n.attr_map, spatial, n.op)      # (its pads)
         attrs = {}
-    elif n.op == "window":
+    else:                       # (a window)
         kernel, _, _, own = window_attrs(x.shape, n.attr_map)
         spatial = len(kernel)
         if any(own) and n.attr_map.get("fill", "zero") != "zero":
             return None         # (its own border is the lowest value, not zeros)
         attrs = {"fill": "zero"}
-    else:
-        return None
     if any(pads[a] or pads[a + rank] for a in range(rank - spatial)):
         return None             # (a pad of an axis it does not slide over)
     added = [own[i] + pads[rank - spatial + i] for i in range(spatial)] + \
