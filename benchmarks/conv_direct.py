@@ -35,7 +35,6 @@ timing.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from contextlib import ExitStack
@@ -48,8 +47,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import (alternate, machine_line, model_timing_args, one_op_case,  # noqa: E402
-                    quiet_ms, time_models)
+from models import (alternate, machine_line, one_op_case, quiet_ms,  # noqa: E402
+                    shapes_main)
 
 # name: (channels, plane, filters, kernel, stride) -- ResNet-50's 3 x 3s by stage (and
 # their strided first ones), its 7 x 7 stem; DenseNet-121's growth convolutions (128
@@ -194,12 +193,8 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    model_timing_args(ap, list(SHAPES))     # (--models: the shapes)
-    a = ap.parse_args(argv)
-    return time_models(a, "conv-direct", markdown,
-                       lambda name, tmp: run_shape(name, tmp, a.repeats, a.inner),
-                       label=f"plan {len(METHODS)} ways, compile, time: ")
+    return shapes_main(argv, __doc__, SHAPES, "conv-direct", markdown, run_shape,
+                       f"plan {len(METHODS)} ways, compile, time: ")
 
 
 if __name__ == "__main__":

@@ -31,7 +31,6 @@ and then on the development VM, onnxruntime's too). Writes
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -42,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from conv_direct import onnx_file, shapes_described  # noqa: E402
-from models import (machine_line, model_timing_args, one_op_case,  # noqa: E402
-                    time_beside_onnxruntime, time_models)
+from models import (machine_line, one_op_case, shapes_main,  # noqa: E402
+                    time_beside_onnxruntime)
 
 # name: (channels, plane, filters, kernel, stride[, groups])
 SHAPES = {
@@ -122,12 +121,8 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    model_timing_args(ap, list(SHAPES), repeats=6)     # (--models: the shapes)
-    a = ap.parse_args(argv)
-    return time_models(a, "conv-kernels", markdown,
-                       lambda name, tmp: run_shape(name, tmp, a.repeats, a.inner),
-                       label="plan each way, compile, time: ")
+    return shapes_main(argv, __doc__, SHAPES, "conv-kernels", markdown, run_shape,
+                       "plan each way, compile, time: ", repeats=6)
 
 
 if __name__ == "__main__":

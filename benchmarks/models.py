@@ -499,6 +499,18 @@ def model_timing_args(ap: argparse.ArgumentParser, models, repeats: int = 10) ->
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
 
 
+def shapes_main(argv, doc: str, shapes, stem: str, markdown, run_shape, label: str,
+                repeats: int = 10) -> int:
+    """The command line of a benchmark of single ops, one per named shape (``--models``
+    the shapes): each shape's record ``run_shape(name, folder, rounds, inner)``,
+    written as ``<out>/<stem>-<date>``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    model_timing_args(ap, list(shapes), repeats=repeats)
+    a = ap.parse_args(argv)
+    return time_models(a, stem, markdown,
+                       lambda name, tmp: run_shape(name, tmp, a.repeats, a.inner),
+                       label=label)
+
 def machine_line(res: dict) -> str:
     """The report's first words on where it ran: the CPU, its cores, the load."""
     mi = res["machine"]

@@ -19,7 +19,6 @@ non-zero for a timing.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from unittest import mock
@@ -30,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from models import (machine_line, model_timing_args, one_op_case,  # noqa: E402
-                    time_beside_onnxruntime, time_models)
+from models import (machine_line, one_op_case, shapes_main,  # noqa: E402
+                    time_beside_onnxruntime)
 
 # name: (channels, plane, kernel, stride, pads (top, left, bottom, right))
 SHAPES = {
@@ -129,12 +128,8 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    model_timing_args(ap, list(SHAPES), repeats=6)     # (--models: the shapes)
-    a = ap.parse_args(argv)
-    return time_models(a, "pool-planes", markdown,
-                       lambda name, tmp: run_shape(name, tmp, a.repeats, a.inner),
-                       label="plan each way, compile, time: ")
+    return shapes_main(argv, __doc__, SHAPES, "pool-planes", markdown, run_shape,
+                       "plan each way, compile, time: ", repeats=6)
 
 
 if __name__ == "__main__":
