@@ -609,11 +609,12 @@ WB_FN void wb_conv_lanes(const float* x, long long c, long long h, long long w,
     for (long long i = 0; i < hp; i++) {
       long long iy = top + i * ry;
       float* d = xp + (ci * hp + i) * wp;
-      if (rx > 1) {        /* a strided 1 x 1's columns: every rx-th, zeros past the edges */
-        const float* row = x + (ci * h + (iy < 0 || iy >= h ? 0 : iy)) * w;
+      if (rx > 1 && iy >= 0 && iy < h) {   /* a strided 1 x 1's columns: every rx-th,
+                                              zeros past the edges (rows past them below) */
+        const float* row = x + (ci * h + iy) * w;
         for (long long j = 0; j < wp; j++) {
           long long ix = j * rx - px;
-          d[j] = iy >= 0 && iy < h && ix >= 0 && ix < w ? row[ix] : 0.0f;
+          d[j] = ix >= 0 && ix < w ? row[ix] : 0.0f;
         }
         continue;
       }
