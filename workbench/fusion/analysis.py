@@ -496,6 +496,15 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
             raise FusionRefused(f"{nid} ({n.op}) is a library call and cannot share a "
                                 "kernel with other ops, stitched or not")
     made_by = {o: nid for nid in nodes for o in g.node(nid).outputs}
+    pooled = next((nid for nid in nodes if g.node(nid).op == "window"
+                   and g.node(nid).inputs[0] in made_by), None)
+    if pooled and not device.is_gpu:
+        # (Keras InceptionV3's ReLUs and concat, then an average pool's window and sum:
+        # 2.9 ms stitched against 0.05 + 0.13 as two kernels)
+        raise FusionRefused(f"{pooled} (window): on the CPU a pooling of a value made in "
+                            "the kernel gathers each tap from the phase before it, 20x "
+                            "slower than a kernel of its own reading it a plane at a time "
+                            "(codegen/planes.py)")
     phases: list[list[str]] = []
     phase_of: dict[str, int] = {}
 
@@ -521,15 +530,6 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
             analyze(g, (nid,), device=device)   # a single op that fits no template says why
             phases.append([nid])
             phase_of[nid] = len(phases) - 1
-    pooled = next((nid for nid in nodes if g.node(nid).op == "window"
-                   and g.node(nid).inputs[0] in made_by), None)
-    if pooled and not device.is_gpu:
-        # (Keras InceptionV3's ReLUs and concat, then an average pool's window and sum:
-        # 2.9 ms stitched against 0.05 + 0.13 as two kernels)
-        raise FusionRefused(f"{pooled} (window): on the CPU a pooling of a value made in "
-                            "the kernel gathers each tap from the phase before it, 20x "
-                            "slower than a kernel of its own reading it a plane at a time "
-                            "(codegen/planes.py)")
     # the phases' row caches share one block's shared memory, which keeps room for
     # eight block-reduction slots
     limit = device.shared_limit
