@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import os
 import time
 from functools import cached_property
 from typing import Any, Callable, ClassVar, Mapping, Sequence
@@ -51,6 +52,21 @@ class WallTimer:
 
     def stop(self, t0) -> float:
         return time.perf_counter() - t0
+
+
+def compile_in_parallel(kernels: Sequence[Kernel], build, progress: Progress | None = None
+                        ) -> list[CompiledKernel]:
+    """``build(kernel)`` for each kernel, a thread per core: the compiler is a separate
+    process, so threads overlap its runs (``progress`` after each, in order)."""
+    from concurrent.futures import ThreadPoolExecutor
+    done = []
+    workers = max(1, min(len(kernels), os.cpu_count() or 1))
+    with ThreadPoolExecutor(workers) as pool:
+        for i, ck in enumerate(pool.map(build, kernels)):
+            done.append(ck)
+            if progress:
+                progress(i + 1, len(kernels), ck.kernel.name)
+    return done
 
 
 class Backend(abc.ABC):

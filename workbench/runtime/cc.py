@@ -234,26 +234,42 @@ def build_library(name: str, src: str, origin: str = "", extra: bool = True) -> 
     harmlessly). ``origin`` says where a rejected source came from, for the message.
     ``name`` must be a C identifier (it names files in the cache and the symbol).
     ``extra=False`` leaves out ``$WB_EXTRA_CFLAGS`` (the CPU probe)."""
+    cc, version = find_compiler()
+    return build_shared(name, src, compiler=(cc, version),
+                        flags=cflags() if extra else machine_cflags(), link=link_flags(),
+                        origin=origin, check=_check_toolchain)
+
+
+def build_shared(name: str, src: str, *, compiler: tuple[str, str], flags, link=(),
+                 suffix: str = ".c", origin: str = "", check=None, language: str = "C",
+                 cache: Path | None = None) -> Path:
+    """Compile ``src`` with ``compiler`` (path, version line) and ``flags`` into a
+    shared library in ``cache`` (the kernel cache by default), cached by source,
+    flags and compiler version and installed atomically. ``check()`` runs when the
+    compiler rejects the source, to blame a broken toolchain rather than the source.
+    The C kernels build through it (:func:`build_library`), and so does the CUDA
+    emulator (``cuda_emu``) with a C++ compiler."""
     if not isinstance(name, str) or not _KERNEL_NAME.fullmatch(name):
         raise WorkbenchError(f"kernel name {str(name)[:80]!r} is not a C identifier of at most "
                              "128 characters; refusing to build it (it would name files "
                              "outside the kernel cache)")
-    cc, version = find_compiler()
-    flags = cflags() if extra else machine_cflags()
+    cc, version = compiler
+    cache = cache or cache_dir()
     # every flag, quoted (unchanged for plain flags), so that no two lists of flags --
     # with the extra ones or without -- share a key
     key = hashlib.sha256("\0".join([src, " ".join(map(shlex.quote, flags)), version]
                                    ).encode()).hexdigest()[:24]
-    out = cache_dir() / f"{name}-{key}.so"
+    out = cache / f"{name}-{key}.so"
     if not out.exists():
-        with tempfile.TemporaryDirectory(dir=cache_dir()) as tmp:
-            c_file, so_tmp = Path(tmp) / f"{name}.c", Path(tmp) / "k.so"
+        with tempfile.TemporaryDirectory(dir=cache) as tmp:
+            c_file, so_tmp = Path(tmp) / f"{name}{suffix}", Path(tmp) / "k.so"
             c_file.write_text(src)
-            r = _run([cc, *flags, str(c_file), "-o", str(so_tmp), *link_flags()])
+            r = _run([cc, *flags, str(c_file), "-o", str(so_tmp), *link])
             if r.returncode != 0:
-                _check_toolchain()   # a compiler that cannot build anything: say so
+                if check is not None:
+                    check()   # a compiler that cannot build anything: say so
                 raise WorkbenchError(
-                    f"the C compiler rejected kernel {name}:\n{r.stderr[-2000:]}\n"
+                    f"the {language} compiler rejected kernel {name}:\n{r.stderr[-2000:]}\n"
                     + (origin or "this is a workbench bug; please report it with the graph"))
             os.replace(so_tmp, out)
     return out

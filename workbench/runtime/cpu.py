@@ -7,7 +7,6 @@ import contextlib
 import ctypes
 import os
 import weakref
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -16,7 +15,7 @@ import numpy as np
 from ..codegen.kir import Kernel
 from ..errors import WorkbenchError
 from ..fusion.devices import Device
-from .backend import Backend, CompiledKernel, Progress
+from .backend import Backend, CompiledKernel, Progress, compile_in_parallel
 from .blas import blas_function
 from .cc import build_library, cpu_model, find_compiler, load_library, unload_library
 from .placement import placed
@@ -110,25 +109,14 @@ class CpuBackend(Backend):
                 ) -> list[CompiledKernel]:
         find_compiler()   # fail early with a clear message
         rescan_blas()     # a BLAS library imported since the last program is covered
-        return self._parallel(kernels, lambda k: compile_kernel(k, self.render(k)), progress)
+        return compile_in_parallel(kernels, lambda k: compile_kernel(k, self.render(k)),
+                                   progress)
 
     def compile_sources(self, kernels: Sequence[Kernel], sources: Mapping[str, str],
                         origin: str = "") -> list[CompiledKernel]:
         find_compiler()
-        return self._parallel(kernels, lambda k: compile_kernel(k, sources.get(k.name, ""),
-                                                                origin))
-
-    @staticmethod
-    def _parallel(kernels, build, progress=None) -> list[CompiledKernel]:
-        # the compiler is a separate process: threads overlap its runs
-        done = []
-        workers = max(1, min(len(kernels), os.cpu_count() or 1))
-        with ThreadPoolExecutor(workers) as pool:
-            for i, ck in enumerate(pool.map(build, kernels)):
-                done.append(ck)
-                if progress:
-                    progress(i + 1, len(kernels), ck.kernel.name)
-        return done
+        return compile_in_parallel(kernels, lambda k: compile_kernel(
+            k, sources.get(k.name, ""), origin))
 
     def plan_driver(self, seq):
         # one native call per run where every kernel is a generated C function; the
