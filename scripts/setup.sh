@@ -23,6 +23,8 @@ need_apt=()
 command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)
 python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv python3-dev)
 command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)            # the notebook's graph view
+case ",$extras," in *,test,*)                                     # the CUDA emulator (cuda-emu)
+  command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || need_apt+=(g++) ;; esac
 case ",$extras," in *,test,*)                                     # the real-browser test
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium fonts-liberation) ;; esac
 if [ ${#need_apt[@]} -gt 0 ]; then

@@ -76,6 +76,9 @@ def cmd_optimize(args) -> int:
     print(_fmt_table(rows, args.counters))
     if rows:
         print(f"backend {rows[0]['backend']} on {rows[0]['device']}")
+        if s.backend.emulated:
+            print("latency ms and speedup are the emulation's on this CPU, not the GPU's; "
+                  "kernel err / output err / ok are the CUDA kernels' own")
     for why in dict.fromkeys(r["dram_source"] for r in rows if args.counters):
         if why != "ncu":
             print(f"DRAM MB not measured: {why.removeprefix('unavailable: ')}",

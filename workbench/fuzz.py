@@ -402,9 +402,11 @@ def check_plan(s, inputs, refs, cuda: bool = False) -> str | None:
     return None
 
 
-def run_case(seed: int, edits: int = 4, max_ops: int = 10, cuda: bool = False
-             ) -> tuple[Case, list[Failure]]:
-    """Draw case ``seed``, check the unfused plan, then each accepted random edit."""
+def run_case(seed: int, edits: int = 4, max_ops: int = 10, cuda: bool = False,
+             backend: str = "cpu") -> tuple[Case, list[Failure]]:
+    """Draw case ``seed``, check the unfused plan, then each accepted random edit, on
+    ``backend`` (``cuda-emu``: the plans are the GPU's and its CUDA kernels run in the
+    emulator)."""
     from .runtime import run_reference
     from .session import Session
     g = draw_graph(seed, max_ops)
@@ -413,7 +415,7 @@ def run_case(seed: int, edits: int = 4, max_ops: int = 10, cuda: bool = False
     fails: list[Failure] = []
     try:
         refs = run_reference(g, inputs)
-        s = Session(g, backend="cpu", seed=seed)
+        s = Session(g, backend=backend, seed=seed)
         rng = np.random.default_rng(seed + 104729)
         todo = ["none"] + [None] * edits
         for step in todo:
@@ -444,13 +446,13 @@ class Report:
 
 
 def fuzz(seeds, seconds: float | None = None, edits: int = 4, max_ops: int = 10,
-         progress=None, cuda: bool = False) -> Report:
+         progress=None, cuda: bool = False, backend: str = "cpu") -> Report:
     """Run cases for ``seeds`` in order, stopping early once ``seconds`` have passed."""
     rep, t0 = Report(), time.perf_counter()
     for seed in seeds:
         if seconds is not None and time.perf_counter() - t0 > seconds:
             break
-        case, fails = run_case(int(seed), edits, max_ops, cuda)
+        case, fails = run_case(int(seed), edits, max_ops, cuda, backend)
         rep.cases += 1
         rep.plans += case.plans_checked
         rep.ops += len(case.graph.nodes)
@@ -478,12 +480,14 @@ def _print_progress(case, fails):
 
 
 def _batch(first: int, count: int, seconds: float, edits: int, max_ops: int,
-           cuda: bool) -> Report:
-    return fuzz(range(first, first + count), seconds, edits, max_ops, _print_progress, cuda)
+           cuda: bool, backend: str) -> Report:
+    return fuzz(range(first, first + count), seconds, edits, max_ops, _print_progress, cuda,
+                backend)
 
 
 def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int = 10,
-                      cuda: bool = False, per_process: int = SEEDS_PER_PROCESS) -> Report:
+                      cuda: bool = False, per_process: int = SEEDS_PER_PROCESS,
+                      backend: str = "cpu") -> Report:
     """:func:`fuzz` from seed ``start`` for ``seconds``, ``per_process`` seeds in each
     fresh child process (see SEEDS_PER_PROCESS), progress printed as it goes."""
     import multiprocessing
@@ -491,7 +495,8 @@ def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int =
     rep, t0, first = Report(), time.perf_counter(), start
     while (left := seconds - (time.perf_counter() - t0)) > 0:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-            part = ex.submit(_batch, first, per_process, left, edits, max_ops, cuda).result()
+            part = ex.submit(_batch, first, per_process, left, edits, max_ops, cuda,
+                             backend).result()
         for k in ("cases", "plans", "ops"):
             setattr(rep, k, getattr(rep, k) + getattr(part, k))
         rep.failures += part.failures
@@ -515,7 +520,8 @@ def _markdown(rep: Report, args) -> str:
              f"workbench {__version__}",
              f"- command: `python -m workbench.fuzz --seconds {args.seconds} --start "
              f"{args.start} --edits {args.edits} --max-ops {args.max_ops}"
-             f"{' --cuda' if args.cuda else ''}`",
+             f"{' --cuda' if args.cuda else ''}"
+             f"{f' --backend {args.backend}' if args.backend != 'cpu' else ''}`",
              f"- {rep.cases} graphs ({rep.ops} ops), {rep.plans} plans compiled, run and "
              f"checked kernel by kernel, in {rep.seconds:.0f} s",
              f"- failures: {len(rep.failures)}", ""]
@@ -533,10 +539,14 @@ def main(argv=None) -> int:
     p.add_argument("--max-ops", type=int, default=10, help="ops per graph, at most")
     p.add_argument("--cuda", action="store_true",
                    help="also compile every plan's CUDA kernels with NVRTC (no GPU needed)")
+    p.add_argument("--backend", default="cpu", choices=["cpu", "cuda-emu"],
+                   help="where the plans run: cpu (default), or cuda-emu: the GPU's plans, "
+                        "their CUDA kernels run in the CUDA emulator (no GPU needed)")
     p.add_argument("--out", help="write a markdown report here")
     a = p.parse_args(argv)
 
-    rep = fuzz_in_processes(a.start, a.seconds, a.edits, a.max_ops, a.cuda)
+    rep = fuzz_in_processes(a.start, a.seconds, a.edits, a.max_ops, a.cuda,
+                            backend=a.backend)
     text = _markdown(rep, a)
     print(text)
     if a.out:

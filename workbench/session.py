@@ -84,7 +84,9 @@ class Session:
         self.tuning: list = []         # the last tune()'s results (measure.tune.TuneResult)
         self._cost_model = None        # assigned by the user, or fitted to measurements
         self._device_model = None      # the device's uncalibrated model
-        self.calibrate = calibrate     # refit the model after every new measurement
+        # refit the model after every new measurement -- of the device's own timings
+        # (the CUDA emulator's are the CPU's, and would teach the GPU's model nonsense)
+        self.calibrate = calibrate and not self.backend.emulated
 
     # -- the current state -----------------------------------------------------
     @property
@@ -148,6 +150,11 @@ class Session:
         really receives; ``self.tuning`` holds every candidate's time, and the cost
         model learns from them. Results are cached per device and kernel source."""
         from .measure.tune import tune_plan
+        if self.backend.emulated:
+            raise WorkbenchError(
+                f"tuning chooses by measured time, and backend {self.backend.name}'s times "
+                "are not the device's (the CUDA emulator's are the CPU's): tune on the "
+                "device itself (backend cupy on a GPU)")
         groups = None if refs is None else {self.plan.group(r).id for r in refs}
         env = self.program().run(self.inputs, keep_all=True)
         plan, results = tune_plan(self.plan, self.backend, env, groups, repeats=repeats,

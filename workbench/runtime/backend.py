@@ -76,6 +76,11 @@ class Backend(abc.ABC):
     name: ClassVar[str]          # the registry key ("cpu", "cupy", ...)
     target: ClassVar[str]        # the source language it compiles: "c", "cuda" ("": none)
     xp: Any                      # the array module its buffers live in
+    # whether it runs its target's code somewhere else than the device the plans are
+    # for (the CUDA emulator, on the CPU): then its timings are not the device's (the
+    # cost model does not learn from them, tuning refuses) and it has no hardware
+    # counters
+    emulated: ClassVar[bool] = False
 
     @classmethod
     def unavailable(cls) -> str | None:

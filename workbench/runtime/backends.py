@@ -3,18 +3,19 @@
 The session, the CLI, the app and the artifact loader all read this one table.
 
     >>> backend_names()
-    ('auto', 'cpu', 'cupy', 'reference')
+    ('auto', 'cpu', 'cupy', 'reference', 'cuda-emu')
 """
 from __future__ import annotations
 
 from ..errors import BackendUnavailable, WorkbenchError
 from .backend import Backend
 from .cpu import CpuBackend
+from .cuda_emu import CudaEmuBackend
 from .cupy_backend import CupyBackend
 from .reference_backend import ReferenceBackend
 
 BACKENDS: dict[str, type[Backend]] = {b.name: b for b in (CpuBackend, CupyBackend,
-                                                          ReferenceBackend)}
+                                                          ReferenceBackend, CudaEmuBackend)}
 # what ``auto`` picks: the first of these that can run here
 AUTO_ORDER = ("cupy", "cpu")
 

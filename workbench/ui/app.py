@@ -112,7 +112,7 @@ class WorkbenchApp(w.VBox):
         self.repeats = 10     # Measure's timed runs (the median is reported)
         # Measure also reads each kernel's DRAM bytes from the hardware counters (Nsight
         # Compute) on a GPU backend, shown beside the counted bytes; settable
-        self.counters = session.backend.target == "cuda"
+        self.counters = session.backend.target == "cuda" and not session.backend.emulated
         self.planner = w.Dropdown(options=list(PLANNERS), value="rules" if "rules" in PLANNERS
                                   else list(PLANNERS)[0], layout=w.Layout(width="110px"))
         self.overlay = w.Dropdown(options=OVERLAYS, value="none", description="color",
