@@ -33,6 +33,22 @@ def test_fuzz_fixed_seeds(nvrtc_toolchain):
         f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
 
 
+def test_fuzz_fixed_seeds_in_the_cuda_emulator():
+    """The same seeds on the GPU's plans, their CUDA kernels run in the CUDA emulator
+    (runtime/cuda_emu.py) and checked kernel by kernel. Seed 37 found an integer max
+    whose combiner called __shfl_down_sync in one arm of ?:, so that only some lanes
+    of the warp called it (undefined with a full mask): the emulator reported the
+    lanes waiting for each other."""
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
+        pytest.skip(CudaEmuBackend.unavailable())
+    rep = fuzz.fuzz(SEEDS, seconds=2 * BUDGET_S, backend="cuda-emu")
+    assert rep.cases >= 10, f"only {rep.cases} cases ran"
+    assert 37 in SEEDS[:rep.cases]
+    assert not rep.failures, "\n".join(
+        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
+
+
 def test_drawn_cases_reach_what_they_are_meant_to():
     """The generator is not quietly narrow: over the test seeds it draws every dtype,
     empty tensors, long rows, casts, gathers, matmuls, and boundary input values."""

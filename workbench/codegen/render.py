@@ -618,14 +618,19 @@ class CudaRenderer(CRenderer):
         p = self.indent_unit * depth
         ct = s.dtype.c_compute
         comb = lambda a, b: s.combine.format(a, b)
+
+        def shuffled(fn: str) -> str:
+            # the lane's partner into a variable first: a combiner may name its operand
+            # twice (an integer max: a > b ? a : b), and a warp function written in one
+            # arm of ?: is called by only some lanes -- undefined with a full mask (the
+            # CUDA emulator found the lanes waiting for each other)
+            return (f"for (int o = 16; o > 0; o >>= 1) {{ const {ct} wb_o = "
+                    f"{fn}(0xffffffffu, {s.var}, o); {s.var} = {comb(s.var, 'wb_o')}; }}")
         if s.width == "warp":
             # butterfly: every lane ends with the warp's result, no shared memory
-            return [p + "/* warp-wide reduction */",
-                    p + f"for (int o = 16; o > 0; o >>= 1) {s.var} = "
-                        f"{comb(s.var, f'__shfl_xor_sync(0xffffffffu, {s.var}, o)')};"]
+            return [p + "/* warp-wide reduction */", p + shuffled("__shfl_xor_sync")]
         sh = f"wb_red{s.slot}"
-        shfl = (f"for (int o = 16; o > 0; o >>= 1) "
-                f"{s.var} = {comb(s.var, f'__shfl_down_sync(0xffffffffu, {s.var}, o)')};")
+        shfl = shuffled("__shfl_down_sync")
         if s.dtype.kind == "f":
             put, get = (lambda x: f"(double){x}"), (lambda x: f"({ct}){x}")
         else:   # integers pass through the double slots bit for bit (a 64-bit sum is exact)
