@@ -200,3 +200,22 @@ def test_cupy_arrays_run_the_cuda_sources(exported, wb):
     outs = gpu(**s.inputs)
     assert all(isinstance(v, np.ndarray) for v in outs.values())
     wb.assert_matches(s.graph, outs, run_reference(s.graph, s.inputs))
+
+
+@pytest.mark.parametrize("graph, planner", [("small", "stitch"), ("cross_entropy", "stitch"),
+                                            ("attention", "rules"), ("layernorm", "none")])
+def test_a_gpu_plans_shipped_cuda_runs_in_the_emulator(art, wb, tmp_path, graph, planner):
+    """What ships for a GPU -- a plan made for the H100, its CUDA sources -- loaded with
+    the CUDA emulator (backend 'cuda-emu'): the shipped .cu files compiled and run with
+    CUDA's semantics, cooperative launches and workspaces included, against the
+    reference. Without a GPU this is the one run the shipped CUDA gets."""
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
+        pytest.skip(CudaEmuBackend.unavailable())
+    g = (art.small_graph() if graph == "small" else art.attention_graph()
+         if graph == "attention" else workbench.load(f"sample_graphs/{graph}.json"))
+    s = Session(g, backend="cuda-emu", seed=4)
+    s.auto(planner)
+    model = load_artifact(s.export(tmp_path / "gpu.zip"), backend="cuda-emu")
+    assert all("cuda" in k.sources for k in model.manifest.kernels if k.library is None)
+    wb.assert_matches(s.graph, model(**s.inputs), run_reference(s.graph, s.inputs))

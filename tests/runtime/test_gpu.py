@@ -1,20 +1,54 @@
-"""The cupy backend against the reference, on every sample graph (needs a GPU)."""
+"""The GPU's plans and CUDA kernels against the reference: on a GPU through the cupy
+backend, and -- the same plans, the same CUDA source -- in the CUDA emulator on the CPU
+(``cuda-emu``, runtime/cuda_emu.py), which runs everywhere. The emulator takes the
+shapes of at most EMU_ELEMENTS elements (it runs each GPU thread as a fiber: about a
+second per 4M elements) and each plan once; what needs a real GPU (CuPy arrays, 2^31
+elements, the driver's register counts) runs on the cupy backend only."""
+import math
+import os
 from pathlib import Path
 
 import pytest
 
 from workbench.runtime import gpu_available
+from workbench.runtime.cuda_emu import CudaEmuBackend
 from workbench.session import Session
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")]
+GPU_ONLY = [pytest.mark.gpu,
+            pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")]
+# (CI sets WB_REQUIRE_CUDA_EMU: there the emulator's tests fail rather than skip)
+EMU_MISSING = None if os.environ.get("WB_REQUIRE_CUDA_EMU") else CudaEmuBackend.unavailable()
+BACKENDS = [pytest.param("cupy", marks=GPU_ONLY),
+            pytest.param("cuda-emu", marks=pytest.mark.skipif(EMU_MISSING is not None,
+                                                              reason=str(EMU_MISSING)))]
+EMU_ELEMENTS = 300_000
 
 SAMPLES = sorted(Path("sample_graphs").glob("*.json")) + sorted(
     Path("sample_graphs").glob("*.onnx"))
 
 
+@pytest.fixture(params=BACKENDS)
+def backend(request):
+    return request.param
+
+
+def _measure(s, plan=None):
+    """The plan run, checked kernel by kernel and timed: on the GPU 3 repeats, in the
+    emulator once."""
+    if s.backend.name == "cuda-emu":
+        return s.measure(plan, warmup=0, repeats=1)
+    return s.measure(plan, repeats=3)
+
+
+def _small_enough(backend, *shape):
+    if backend == "cuda-emu" and math.prod(shape) > EMU_ELEMENTS:
+        pytest.skip(f"{shape}: more than the emulator's {EMU_ELEMENTS} elements")
+
+
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
 @pytest.mark.parametrize("planner", ["none", "xla", "rules", "stitch"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")
 def test_cupy_matches_reference(path, planner):
     s = Session(str(path), backend="cupy")
     if planner != "none":
@@ -36,38 +70,42 @@ def _norm(kind, rows, cols):
 
 
 @pytest.mark.parametrize("rows, cols", [(3, 33), (1057, 700), (5, 2501), (4, 70000),
-                                        (2048, 4096), (64, 32768)])
+                                        (2048, 4096), (64, 32768), (19, 1000)])
 @pytest.mark.parametrize("kind", ["layer_norm", "softmax"])
 @pytest.mark.parametrize("mapping", ["warp", "block", "split", "thread"])
-def test_cupy_every_thread_mapping(kind, rows, cols, mapping):
-    s = Session(_norm(kind, rows, cols), backend="cupy")
+def test_every_thread_mapping(backend, kind, rows, cols, mapping):
+    _small_enough(backend, rows, cols)
+    s = Session(_norm(kind, rows, cols), backend=backend)
     s.auto("rules")
     s.set_mapping("k0", mapping)
-    m = s.measure(repeats=3)
+    m = _measure(s)
     assert m.within_tolerance, (m.max_rel_error, m.per_kernel)
 
 
-@pytest.mark.parametrize("rows, cols", [(37, 45), (4096, 1024), (8, 65536)])
-def test_cupy_global_stitch_cooperative_launch(rows, cols):
+@pytest.mark.parametrize("rows, cols", [(37, 45), (4096, 1024), (8, 65536), (3, 20000)])
+def test_global_stitch_cooperative_launch(backend, rows, cols):
     # the mean through global memory behind a grid barrier: a cooperative launch
-    s = Session(_norm("layer_norm", rows, cols), backend="cupy")
+    _small_enough(backend, rows, cols)
+    s = Session(_norm("layer_norm", rows, cols), backend=backend)
     s.auto("rules")
     s.set_scheme(s.graph.node("n0").outputs[0], "global")
     assert s.kernels()[0].launch.cooperative
-    m = s.measure(repeats=3)
+    m = _measure(s)
     assert m.within_tolerance, (m.max_rel_error, m.per_kernel)
 
 
 @pytest.mark.parametrize("name", ["cross_entropy.json", "layernorm_param_grad.json",
                                   "bias_gelu_residual_layernorm.json", "adam.json"])
-def test_cupy_whole_graph_stitched(name):
-    s = Session(f"sample_graphs/{name}", backend="cupy")
+def test_whole_graph_stitched(backend, name):
+    s = Session(f"sample_graphs/{name}", backend=backend)
     if len(s.graph.nodes) > 1:
         s.fuse([n.id for n in s.graph.nodes])
-    m = s.measure(repeats=3)
+    m = _measure(s)
     assert m.within_tolerance, (m.max_rel_error, m.per_kernel)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")
 def test_offsets_past_2_to_the_31_use_64_bit_indices():
     """An elementwise exp over 2,147,483,644 elements (an int grid-stride loop wrapped
     negative there): every element written and right (checked on the device)."""
@@ -92,6 +130,8 @@ def test_offsets_past_2_to_the_31_use_64_bit_indices():
     cp.get_default_memory_pool().free_all_blocks()
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")
 def test_misaligned_cupy_inputs_are_copied_not_read_as_vectors():
     """16-byte loads need 16-byte-aligned rows: a CuPy view that starts mid-vector is
     copied first, not read out of alignment."""
@@ -109,6 +149,8 @@ def test_misaligned_cupy_inputs_are_copied_not_read_as_vectors():
     np.testing.assert_allclose(cp.asnumpy(y), ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")
 def test_row_kernel_compiled_for_the_device_fits_its_registers():
     """The GPU's own compile: the LayerNorm row kept in registers spills nothing, and a
     cooperative kernel's grid is capped to what the compiled kernel lets reside."""
@@ -129,28 +171,55 @@ def test_row_kernel_compiled_for_the_device_fits_its_registers():
 
 
 @pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm", "gelu_residual_ln"])
-@pytest.mark.parametrize("rows, cols", [(67, 520), (4096, 1024), (64, 32768)])
-def test_cupy_bfloat16_rows_under_every_mapping(kind, rows, cols):
+@pytest.mark.parametrize("rows, cols", [(67, 520), (4096, 1024), (64, 32768), (5, 3001)])
+def test_bfloat16_rows_under_every_mapping(backend, kind, rows, cols):
     """bfloat16 held as its bits on the GPU: poisoned, launched, read back as
     ml_dtypes' bfloat16 and checked kernel by kernel under every mapping."""
     from test_bfloat16_storage import _mappings, _row_graph
 
     from workbench.fusion import run_planner
-    s = Session(_row_graph(kind, rows, cols), backend="cupy")
+    _small_enough(backend, rows, cols)
+    s = Session(_row_graph(kind, rows, cols), backend=backend)
     plan, _ = run_planner("rules", s.graph)
     for label, p in _mappings(plan):
-        m = s.measure(p, repeats=3)
+        m = _measure(s, p)
         assert m.within_tolerance and m.max_rel_error <= 2.0 ** -8, (label, m.per_kernel)
         assert s.program(p).run(s.inputs)["y"].dtype.name == "bfloat16"
 
 
-def test_cupy_bfloat16_library_matmul():
+def test_bfloat16_library_matmul(backend):
     from workbench.ir import GraphBuilder
     b = GraphBuilder("bf16_matmul")
     y = b.gelu(b.matmul(b.input("x", (64, 96), "bfloat16"), b.input("w", (96, 48), "bfloat16")))
     b.output(y, "y")
-    s = Session(b.build(), backend="cupy")
+    s = Session(b.build(), backend=backend)
     for planner in ("none", "rules"):
         s.auto(planner)
-        m = s.measure(repeats=3)
+        m = _measure(s)
         assert m.within_tolerance, (planner, m.per_kernel)
+
+
+@pytest.mark.parametrize("kind, rows, cols", [("softmax", 3, 4099), ("layer_norm", 37, 2048),
+                                              ("softmax", 6, 8192), ("layer_norm", 130, 96)])
+@pytest.mark.skipif(EMU_MISSING is not None, reason=str(EMU_MISSING))
+def test_every_tuning_candidate_runs_right(kind, rows, cols):
+    """What ``Session.tune`` may launch on a GPU: every candidate of the row kernel
+    (threads, rows per block, splits, and the mappings they imply) run in the emulator
+    and checked against the reference. The tuner checks only the one it keeps; a
+    candidate that faulted or hung on a GPU would take the process with it."""
+    from workbench.errors import FusionRefused
+    from workbench.fusion import run_planner
+    from workbench.measure.tune import _make, candidates
+    s = Session(_norm(kind, rows, cols), backend="cuda-emu")
+    plan, _ = run_planner("rules", s.graph)
+    gr = plan.groups[0]
+    ran = set()
+    for cand in candidates(gr):
+        try:
+            tuned = plan._replace({gr.id}, [_make(plan, gr, cand)], "tuned")
+        except FusionRefused:
+            continue
+        m = s.measure(tuned, warmup=0, repeats=1)
+        assert m.within_tolerance, (cand.label, m.max_rel_error, m.per_kernel)
+        ran.add(cand.label)
+    assert len(ran) >= 3, ran
