@@ -250,3 +250,54 @@ def test_the_emulators_times_are_not_taken_for_the_gpus(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "emulated on the CPU" in r.stdout and "emulation's on this CPU" in r.stdout
     assert r.stdout.count(" True") == 2                 # both steps within tolerance
+
+
+SHARED = r"""
+#ifndef WB_SHARED
+#define WB_SHARED(type, name, n) __shared__ type name[n]
+#endif
+extern "C" __global__ void t_shared(const float* __restrict__ x, float* __restrict__ y, int how) {
+  WB_SHARED(float, s, 64);
+  const int t = threadIdx.x;
+  if (how != 1 || t != 5) s[t] = x[blockIdx.x * 64 + t];     /* 1: element 5 left unwritten */
+  if (how != 0) __syncthreads();                            /* 0: no barrier */
+  float v = s[63 - t];
+  if (how == 2) v += s[t + 1];                              /* 2: one past the end */
+  if (how == 3) { __syncthreads(); s[t] = v; s[(t + 1) & 63] = v; }   /* 3: two writers */
+  y[blockIdx.x * 64 + t] = v;
+}
+"""
+
+
+@pytest.mark.parametrize("how, message", [
+    (0, r"(a race on shared s\[\d+\]|reads shared s\[\d+\] before any thread of this "
+        r"block wrote it \(a missing __syncthreads)"),
+    (1, r"reads shared s\[5\] before any thread of this block wrote it"),
+    (2, r"shared s\[64\] is out of its bounds \[0, 64\)"),
+    (3, r"a race on shared s\[\d+\]: written here and by thread"),
+])
+def test_shared_memory_races_bounds_and_leftovers_are_named(how, message):
+    """The workbench's CUDA declares shared arrays through WB_SHARED: plain __shared__
+    arrays for NVRTC, checked ones in the emulator. Each element's accesses since the
+    last __syncthreads are compared: another thread's write and a read or write of it
+    is a race; an element no thread of the block wrote holds another block's data."""
+    fn = cuda_emu.build("t_shared", SHARED)
+    x = np.random.default_rng(1).standard_normal(3 * 64).astype(np.float32)
+    y = np.full_like(x, np.nan)
+    with pytest.raises(cuda_emu.EmulatedLaunchError, match=message):
+        cuda_emu.run(fn, 3, 64, [x, y, np.array(how, np.int32)])
+    cuda_emu.run(fn, 3, 64, [x, y, np.array(4, np.int32)])      # barrier, in bounds
+    np.testing.assert_array_equal(y, x.reshape(3, 64)[:, ::-1].ravel())
+
+
+def test_the_workbench_declares_its_shared_arrays_checked():
+    from workbench.codegen import lower_plan, render_kernel
+    from workbench.fusion import run_planner
+    from workbench.ir import GraphBuilder
+    b = GraphBuilder("ln")
+    x = b.input("x", (4, 70000))
+    b.output(b.layer_norm(x, b.input("g", (70000,)), b.input("b", (70000,))), "y")
+    plan, _ = run_planner("rules", b.build())
+    src = render_kernel(lower_plan(plan.set_mapping("k0", "block"))[0], "cuda")
+    assert "WB_SHARED(double, wb_red0, 33);" in src and "__shared__ double" not in \
+        src.split("extern \"C\"")[-1]

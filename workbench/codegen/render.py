@@ -426,6 +426,8 @@ class CudaRenderer(CRenderer):
                 "#define WB_FN __device__ __forceinline__\n"
                 "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
                 "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
+                "#ifndef WB_SHARED  /* (the CUDA emulator defines its own, checked) */\n"
+                "#define WB_SHARED(type, name, n) __shared__ type name[n]\n#endif\n"
                 + _GRID_SYNC + _helpers(self.target))
 
     def to_compute(self, dtype: DType, src: str) -> str:
@@ -446,9 +448,11 @@ class CudaRenderer(CRenderer):
         # scratch per block reduction: one partial per warp, plus the broadcast result;
         # row caches: each thread stores and reloads only its own columns, so they
         # need no barrier of their own (warp mapping: one row slice per warp)
-        return ([f"  __shared__ double wb_red{i}[{REDUCE_SLOT_WORDS}];"
+        # (WB_SHARED: the prelude's plain __shared__ array; the CUDA emulator's own
+        # checks each access for races and bounds)
+        return ([f"  WB_SHARED(double, wb_red{i}, {REDUCE_SLOT_WORDS});"
                  for i in range(k.reductions)]
-                + [f"  __shared__ {x.dtype.c_compute} {x.name}[{x.numel * x.rows}];"
+                + [f"  WB_SHARED({x.dtype.c_compute}, {x.name}, {x.numel * x.rows});"
                    for x in k.scratch if x.space == "shared"])
 
     def grid_sync(self, s: GridSync, depth: int) -> list[str]:

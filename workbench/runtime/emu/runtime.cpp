@@ -126,6 +126,7 @@ struct Runner {                    /* one OS thread running blocks */
   std::size_t stack_span = 0;
   Fiber* cur = nullptr;
   unsigned int live = 0, at_barrier = 0;
+  unsigned long long epoch = 0;      /* barrier intervals, counted over every block run */
   unsigned long long rng = 0;
   char altstack[64 * 1024];
 };
@@ -171,6 +172,7 @@ void release_barrier(Runner* r) {
   for (Fiber& f : r->fibers)
     if (f.state == AT_BARRIER) f.state = RUNNABLE;
   r->at_barrier = 0;
+  r->epoch += 1;
 }
 
 void fiber_main() {
@@ -220,9 +222,10 @@ std::string ranges(const std::vector<unsigned int>& ids) {
 
 void run_block(Runner* r, unsigned int bid) {
   const unsigned int n = g_block;
+  r->epoch += 1;
   for (unsigned int t = 0; t < n; ++t) {
     Fiber& f = r->fibers[t];
-    f.ids = {{t, 0, 0}, {bid, 0, 0}, {g_block, 1, 1}, {g_grid, 1, 1}};
+    f.ids = {{t, 0, 0}, {bid, 0, 0}, {g_block, 1, 1}, {g_grid, 1, 1}, &r->epoch, r->epoch};
     f.state = RUNNABLE;
     f.lane = t & 31u;
     f.warp = t >> 5;

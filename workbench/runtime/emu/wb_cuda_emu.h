@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <type_traits>
 #include <utility>
@@ -24,7 +25,11 @@
 struct uint3 { unsigned int x, y, z; };
 struct dim3 { unsigned int x, y, z; };
 
-struct wb_emu_ids { uint3 tid; uint3 bid; dim3 bdim; dim3 gdim; };
+struct wb_emu_ids {
+  uint3 tid; uint3 bid; dim3 bdim; dim3 gdim;
+  const unsigned long long* epoch;     /* the block's barrier interval, counted up */
+  unsigned long long block_start;      /* the epoch the block began in */
+};
 
 /* what Python passes for one launch (cuda_emu.py's _Launch mirrors it) */
 struct wb_emu_launch_args {
@@ -220,6 +225,70 @@ inline unsigned int __ballot_sync(unsigned int mask, int pred) {
 }
 inline int __any_sync(unsigned int mask, int pred) { return __ballot_sync(mask, pred) != 0; }
 inline int __all_sync(unsigned int mask, int pred) { return __ballot_sync(mask, pred) == mask; }
+
+/* -- shared memory, checked (WB_SHARED: the CUDA prelude's is a plain __shared__ array) --
+   Every access is checked against the array's bounds, and against the other threads'
+   accesses since the block's last __syncthreads: a write and another thread's read or
+   write of the same element in one barrier interval is a race (the GPU orders neither);
+   a read of an element no thread of this block has written yet reads another block's
+   leftovers (undefined), or comes before a write it was meant to follow. */
+template <class T, unsigned long long N> struct wb_emu_shared {
+  struct Meta { unsigned long long w_epoch, r_epoch; unsigned int w_tid, r_tid; bool r_many; };
+  const char* name;
+  T v[N];
+  Meta m[N];
+  explicit wb_emu_shared(const char* n) : name(n), v(), m() {}
+
+  [[noreturn]] void fail(const char* what, unsigned long long i, unsigned int other) const {
+    char b[256];
+    std::snprintf(b, sizeof b, what, name, i, other);
+    wb_emu_fail(b);
+  }
+  void read(unsigned long long i) {
+    const wb_emu_ids* d = wb_emu_current();
+    const unsigned long long e = *d->epoch;
+    Meta& x = m[i];
+    if (x.w_epoch < d->block_start)
+      fail("reads shared %s[%llu] before any thread of this block wrote it (a missing "
+           "__syncthreads, or another block's leftovers)%.0u", i, 0);
+    if (x.w_epoch == e && x.w_tid != d->tid.x)
+      fail("a race on shared %s[%llu]: read here, written by thread %u since the last "
+           "__syncthreads", i, x.w_tid);
+    if (x.r_epoch == e && x.r_tid != d->tid.x) x.r_many = true;
+    else if (x.r_epoch != e) { x.r_epoch = e; x.r_tid = d->tid.x; x.r_many = false; }
+  }
+  void write(unsigned long long i) {
+    const wb_emu_ids* d = wb_emu_current();
+    const unsigned long long e = *d->epoch;
+    Meta& x = m[i];
+    if (x.w_epoch == e && x.w_tid != d->tid.x)
+      fail("a race on shared %s[%llu]: written here and by thread %u since the last "
+           "__syncthreads", i, x.w_tid);
+    if (x.r_epoch == e && (x.r_many || x.r_tid != d->tid.x))
+      fail("a race on shared %s[%llu]: written here, read by thread %u since the last "
+           "__syncthreads", i, x.r_tid);
+    x.w_epoch = e;
+    x.w_tid = d->tid.x;
+  }
+  struct Ref {
+    wb_emu_shared* s;
+    unsigned long long i;
+    operator T() const { s->read(i); return s->v[i]; }
+    Ref& operator=(T x) { s->write(i); s->v[i] = x; return *this; }
+    Ref& operator=(const Ref& o) { return *this = (T)o; }
+    Ref& operator+=(T x) { return *this = (T)*this + x; }
+  };
+  template <class I> Ref operator[](I i) {
+    if ((std::is_signed<I>::value && i < 0) || (unsigned long long)i >= N) {
+      char b[160];
+      std::snprintf(b, sizeof b, "shared %s[%lld] is out of its bounds [0, %llu)", name,
+                    (long long)i, N);
+      wb_emu_fail(b);
+    }
+    return Ref{this, (unsigned long long)i};
+  }
+};
+#define WB_SHARED(type, name, n) static thread_local wb_emu_shared<type, n> name(#name)
 
 /* -- the entry point of one kernel library ---------------------------------------- */
 template <class T> struct wb_emu_kind { static constexpr int value = 0; };     /* scalar */
