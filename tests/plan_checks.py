@@ -1,7 +1,10 @@
 """``check_plan``: the one correctness check of a session's plan that the GEMM kernel
-tests share (imported by name: ``tests/`` is on sys.path while pytest runs)."""
+tests share, and ``plan_variants``: a plan under every mapping and scheme, the matrix
+the NVRTC check compiles and the CUDA emulator runs (imported by name: ``tests/`` is on
+sys.path while pytest runs)."""
 from __future__ import annotations
 
+from workbench.errors import FusionRefused
 from workbench.measure import verify_kernels
 from workbench.measure.compare import max_rel_error, output_error, tolerance
 from workbench.runtime import random_inputs, run_reference
@@ -28,3 +31,26 @@ def check_plan(s: Session, scale=None, seeds=(0, 1)) -> None:
             err = (max_rel_error(env[o], ref[o], mags[o]) if o in mags
                    else output_error(dt, env[o], ref[o]))
             assert err <= tolerance(g.value(o).dtype), (o, err)
+
+
+MAPPINGS = ("warp", "block", "split", "thread", "auto")
+SCHEMES = ("local", "regional", "global")
+
+
+def plan_variants(plan):
+    """The plan, each row kernel under each mapping, each internal edge under each
+    scheme (the refused ones left out)."""
+    yield plan
+    for gr in plan.groups:
+        if gr.schedule.kind == "row_reduce":
+            for m in MAPPINGS:
+                try:
+                    yield plan.set_mapping(gr.id, m)
+                except FusionRefused:
+                    pass
+        for v, _ in gr.schemes:
+            for sc in SCHEMES:
+                try:
+                    yield plan.set_scheme(v, sc)
+                except FusionRefused:
+                    pass

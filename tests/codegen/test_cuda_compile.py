@@ -18,34 +18,14 @@ import numpy as np
 import pytest
 
 from workbench.codegen import lower_plan, render_kernel
-from workbench.errors import FusionRefused
 from workbench.frontends import load
 from workbench.fusion import run_planner
 from workbench.ir import GraphBuilder
 
+from plan_checks import plan_variants
+
 SAMPLES = sorted(Path("sample_graphs").glob("*.json")) + sorted(
     Path("sample_graphs").glob("*.onnx"))
-MAPPINGS = ("warp", "block", "split", "thread", "auto")
-SCHEMES = ("local", "regional", "global")
-
-
-def _variants(plan):
-    """The plan, each row kernel under each mapping, each internal edge under each
-    scheme (the refused ones left out)."""
-    yield plan
-    for gr in plan.groups:
-        if gr.schedule.kind == "row_reduce":
-            for m in MAPPINGS:
-                try:
-                    yield plan.set_mapping(gr.id, m)
-                except FusionRefused:
-                    pass
-        for v, _ in gr.schemes:
-            for sc in SCHEMES:
-                try:
-                    yield plan.set_scheme(v, sc)
-                except FusionRefused:
-                    pass
 
 
 @pytest.mark.parametrize("path", SAMPLES, ids=lambda p: p.name)
@@ -55,7 +35,7 @@ def test_every_kernel_compiles_as_the_runtime_compiles_it(path, nvrtc_toolchain)
     sources = {}
     for planner in ("none", "xla", "rules", "stitch"):
         plan, _ = run_planner(planner, g)
-        for variant in _variants(plan) if planner in ("rules", "stitch") else [plan]:
+        for variant in plan_variants(plan) if planner in ("rules", "stitch") else [plan]:
             for k in lower_plan(variant):
                 if k.library is None:
                     sources.setdefault(render_kernel(k, "cuda"), k.name)

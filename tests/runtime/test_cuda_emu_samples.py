@@ -1,0 +1,85 @@
+"""Every sample graph, at small sizes, under every planner, thread mapping and stitch
+scheme -- the matrix the NVRTC check compiles (tests/codegen/test_cuda_compile.py) --
+run in the CUDA emulator with the H100's plans, each kernel checked against the NumPy
+reference on fresh random inputs with its outputs poisoned. Where a sample has more
+than MAX_PLANS variants (the ONNX BERT layer: 228), a seeded sample of them runs, the
+planners' own plans always among them. The sizes keep the shapes'
+character (odd row counts, rows not a multiple of the vector width, long rows, a
+BERT block with its matmuls) at a few thousand elements per row at most."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from workbench.fusion import run_planner
+from workbench.measure import verify_kernels
+from workbench.runtime.cuda_emu import CudaEmuBackend
+from workbench.session import Session
+
+from plan_checks import plan_variants
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_graphs"))
+import make_onnx_samples  # noqa: E402
+import make_samples  # noqa: E402
+
+# (CI sets WB_REQUIRE_CUDA_EMU: there these fail rather than skip)
+EMU_MISSING = None if os.environ.get("WB_REQUIRE_CUDA_EMU") else CudaEmuBackend.unavailable()
+pytestmark = pytest.mark.skipif(EMU_MISSING is not None, reason=str(EMU_MISSING))
+
+SMALL = {"layernorm": dict(rows=37, cols=1000), "rmsnorm": dict(rows=19, cols=2052),
+         "softmax": dict(rows=37, cols=1000),
+         "attention_softmax": dict(batch=1, heads=2, seq=40),
+         "bias_gelu": dict(rows=9, cols=772),
+         "bias_gelu_residual_layernorm": dict(rows=13, cols=1000),
+         "bias_gelu_residual_layernorm_bf16": dict(rows=13, cols=1000),
+         "cross_entropy": dict(rows=11, classes=3001), "adam": dict(rows=7, cols=999),
+         "bias_grad": dict(rows=300, cols=77), "layernorm_param_grad": dict(rows=300, cols=77),
+         "bert_chain": dict(tokens=24, hidden=64, ffn=256),
+         # the ONNX samples, imported from files as they are
+         "bert_chain.onnx": dict(batch=1, seq=16, hidden=64, heads=4, ffn=128),
+         "layernorm_gelu.onnx": dict(tokens=24, hidden=96)}
+
+
+MAX_PLANS = 80
+
+
+def test_every_sample_is_covered():
+    files = {p.name for p in Path("sample_graphs").glob("*.json")} | {
+        p.name for p in Path("sample_graphs").glob("*.onnx")}
+    assert {n if n.endswith(".onnx") else n + ".json" for n in SMALL} == files
+
+
+def _small(name: str, tmp_path):
+    if name.endswith(".onnx"):
+        import onnx
+        model = getattr(make_onnx_samples, name[:-5])(**SMALL[name])[0]
+        onnx.save(model, tmp_path / name)
+        return str(tmp_path / name)
+    return getattr(make_samples, name)(**SMALL[name])
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_every_variant_of_a_sample_runs_right(name, tmp_path):
+    s = Session(_small(name, tmp_path), backend="cuda-emu", seed=len(name))
+    g = s.graph
+    planned, variants = {}, {}
+    for planner in ("none", "xla", "rules", "stitch"):
+        plan, _ = run_planner(planner, g, device=s.device)
+        planned.setdefault(plan, None)
+        for p in plan_variants(plan) if planner in ("rules", "stitch") else []:
+            variants.setdefault(p, None)
+    rest = [p for p in variants if p not in planned]
+    if len(planned) + len(rest) > MAX_PLANS:
+        pick = np.random.default_rng(7).choice(len(rest), MAX_PLANS - len(planned), False)
+        rest = [rest[i] for i in sorted(pick)]
+    plans = list(planned) + rest
+    for p in plans:
+        prog = s.program(p)
+        env = prog.run(s.inputs, keep_all=True)
+        bad = [c for c in verify_kernels(prog, env) if not c.within_tolerance]
+        assert not bad, (p.describe(), bad)
+    assert len(plans) >= 6
