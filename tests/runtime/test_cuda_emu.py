@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 
+from workbench.codegen.render import _GRID_SYNC
 from workbench.runtime import cuda_emu
 
 # (CI sets WB_REQUIRE_CUDA_EMU: there these fail rather than skip)
@@ -174,19 +175,8 @@ def test_undefined_behaviour_is_reported(how, message):
                                  np.array(how, np.int32)])
 
 
-GRID_SUM = r"""
-__device__ unsigned int wb_grid_bar;
-__device__ __forceinline__ void wb_grid_sync() {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    __threadfence();
-    const unsigned int old = atomicAdd(&wb_grid_bar, add);
-    while (((old ^ *(volatile unsigned int*)&wb_grid_bar) & 0x80000000u) == 0) {}
-    __threadfence();
-  }
-  __syncthreads();
-}
+# the kernels' own grid barrier, as the CUDA prelude writes it
+GRID_SUM = _GRID_SYNC + r"""
 extern "C" __global__ void t_grid(float* __restrict__ part, float* __restrict__ total) {
   if (threadIdx.x == 0) part[blockIdx.x] = (float)(blockIdx.x + 1);
   for (int round = 0; round < 3; ++round) {
@@ -205,14 +195,36 @@ def test_a_cooperative_launch_runs_the_kernels_own_grid_barrier():
     """The kernels' spin barrier (render._GRID_SYNC's), three rounds: every block's
     write is seen after it; without a cooperative launch blocks run a few at a time and
     the barrier never completes -- a hang the emulator stops."""
-    from workbench.codegen.render import _GRID_SYNC
-    assert _GRID_SYNC.split("*/", 1)[1].strip() in GRID_SUM
     fn = cuda_emu.build("t_grid", GRID_SUM)
     part, total = np.zeros(8, np.float32), np.zeros(3, np.float32)
     cuda_emu.run(fn, 8, 64, [part, total], cooperative=True)
     np.testing.assert_array_equal(total, [36.0] * 3)
     with pytest.raises(cuda_emu.EmulatedLaunchError, match="did not finish in 2 s"):
         cuda_emu.run(fn, 64, 64, [np.zeros(64, np.float32), total], timeout_s=2)
+
+
+ATOMICS = r"""
+extern "C" __global__ void t_atomics(unsigned int* __restrict__ n, int* __restrict__ hi,
+                                     int* __restrict__ lo, float* __restrict__ sum) {
+  const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+  atomicAdd(n, 1u);
+  atomicMax(hi, i * 7 % 1000);
+  atomicMin(lo, 500 - i);
+  atomicAdd(sum, 0.5f);
+}
+"""
+
+
+def test_atomics_hold_across_blocks_run_at_once():
+    """Blocks on several OS threads at once (a cooperative launch: one each) all
+    adding into one word: no update lost."""
+    fn = cuda_emu.build("t_atomics", ATOMICS)
+    n, hi, lo = np.zeros(1, np.uint32), np.array([-1], np.int32), np.array([10**6], np.int32)
+    total = np.zeros(1, np.float32)
+    cuda_emu.run(fn, 8, 96, [n, hi, lo, total], cooperative=True)
+    ids = np.arange(8 * 96)
+    assert n[0] == 768 and hi[0] == (ids * 7 % 1000).max() and lo[0] == 500 - 767
+    assert total[0] == 384.0
 
 
 def test_the_launch_is_checked_before_it_runs():

@@ -155,19 +155,19 @@ template <class T> inline T atomicCAS(T* p, T cmp, T v) {
   __atomic_compare_exchange_n(p, &cmp, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
   return cmp;
 }
-template <class T> inline T atomicMax(T* p, T v) {
+/* the max or min: replaced while v is still the better one */
+template <class T, class Better> inline T wb_emu_atomic_keep(T* p, T v, Better better) {
   T old;
   __atomic_load(p, &old, __ATOMIC_SEQ_CST);
-  while (old < v && !__atomic_compare_exchange(p, &old, &v, false, __ATOMIC_SEQ_CST,
-                                               __ATOMIC_SEQ_CST)) {}
+  while (better(v, old) && !__atomic_compare_exchange(p, &old, &v, false, __ATOMIC_SEQ_CST,
+                                                      __ATOMIC_SEQ_CST)) {}
   return old;
 }
+template <class T> inline T atomicMax(T* p, T v) {
+  return wb_emu_atomic_keep(p, v, [](T a, T b) { return b < a; });
+}
 template <class T> inline T atomicMin(T* p, T v) {
-  T old;
-  __atomic_load(p, &old, __ATOMIC_SEQ_CST);
-  while (v < old && !__atomic_compare_exchange(p, &old, &v, false, __ATOMIC_SEQ_CST,
-                                               __ATOMIC_SEQ_CST)) {}
-  return old;
+  return wb_emu_atomic_keep(p, v, [](T a, T b) { return a < b; });
 }
 
 /* -- warp functions ---------------------------------------------------------------- */
