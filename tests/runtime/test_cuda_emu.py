@@ -234,6 +234,11 @@ def test_the_launch_is_checked_before_it_runs():
         cuda_emu.run(fn, 1, 4, [x, x])
     with pytest.raises(cuda_emu.EmulatedLaunchError, match="block 2048"):
         cuda_emu.run(fn, 1, 2048, [x, x, np.array(4, np.int32)])
+    bounded = cuda_emu.build("t_bounded", REVERSE.replace(
+        "__global__ void t_reverse", "__global__ void __launch_bounds__(128, 1) t_bounded"))
+    with pytest.raises(cuda_emu.EmulatedLaunchError, match=r"256 threads.*__launch_bounds__"
+                                                            r"\(128\)"):
+        cuda_emu.run(bounded, 1, 256, [x, x, np.array(4, np.int32)])
 
 
 def test_the_emulators_times_are_not_taken_for_the_gpus(tmp_path):

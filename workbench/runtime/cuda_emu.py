@@ -28,6 +28,7 @@ import _ctypes
 import ctypes
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -141,6 +142,9 @@ def build(name: str, source: str, origin: str = ""):
     fn.restype = ctypes.c_int
     fn.library = lib          # kept alive with the function
     fn.kernel_name = name
+    # a GPU refuses a launch of more threads than the kernel's __launch_bounds__
+    bound = re.search(rf"__launch_bounds__\((\d+)[^)]*\)\s+{name}\s*\(", source)
+    fn.max_threads = int(bound.group(1)) if bound else None
     return fn
 
 
@@ -154,6 +158,11 @@ def run(entry, grid: int, block: int, args, cooperative: bool = False, seed: int
     parameter order: a buffer's contents are copied to the emulated device and back only
     when the launch ran cleanly; a scalar parameter takes a 0-d array of its type).
     Raises :class:`EmulatedLaunchError` saying what went wrong."""
+    if entry.max_threads is not None and block > entry.max_threads:
+        raise EmulatedLaunchError(
+            f"kernel {entry.kernel_name} launched with {block} threads a block, past its "
+            f"__launch_bounds__({entry.max_threads}): a GPU refuses the launch "
+            "(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)")
     n = len(args)
     values = (ctypes.c_void_p * max(n, 1))(*[a.ctypes.data for a in args])
     base = ctypes.addressof(values)
