@@ -270,7 +270,8 @@ def dram_bytes(session_or_plan, inputs: Mapping[str, np.ndarray] | None = None, 
     one-line reason when nothing could be measured.
     """
     plan, inputs, backend = _resolve(session_or_plan, inputs, backend)
-    if backend is None or getattr(backend, "target", "") != "cuda" or backend.emulated:
+    if (backend is None or getattr(backend, "target", "") != "cuda"
+            or getattr(backend, "emulated", False)):
         name = getattr(backend, "name", None) or "none"
         raise CountersUnavailable(f"backend {name} does not run on an NVIDIA GPU; DRAM "
                                   "counters need the cupy backend")
