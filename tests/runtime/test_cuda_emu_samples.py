@@ -1,7 +1,12 @@
 """Every sample graph, at small sizes, under every planner, thread mapping and stitch
 scheme -- the matrix the NVRTC check compiles (tests/codegen/test_cuda_compile.py) --
 run in the CUDA emulator with the H100's plans, each kernel checked against the NumPy
-reference on fresh random inputs with its outputs poisoned. Where a sample has more
+reference on fresh random inputs with its outputs poisoned; and each kernel's global
+memory accesses, counted by the emulator, against what the kernel IR and the cost model
+say it does: every output byte written once, every input read in full, a row kernel's
+row-long inputs read again exactly as often as the cost model prices it (each element
+once where the row stays on chip), and a vectorized row's buffers moved only in
+accesses of its vector's width (16 bytes: 4 float32, 8 bfloat16). Where a sample has more
 than MAX_PLANS variants (the ONNX BERT layer: 228), a seeded sample of them runs, the
 planners' own plans always among them. The sizes keep the shapes'
 character (odd row counts, rows not a multiple of the vector width, long rows, a
@@ -16,6 +21,9 @@ import numpy as np
 import pytest
 
 from workbench.fusion import run_planner
+from workbench.fusion.cost import _reread_bytes
+from workbench.fusion.mapping import ScheduleKind
+from workbench.fusion.schedule import group_io
 from workbench.measure import verify_kernels
 from workbench.runtime.cuda_emu import CudaEmuBackend
 from workbench.session import Session
@@ -82,4 +90,32 @@ def test_every_variant_of_a_sample_runs_right(name, tmp_path):
         env = prog.run(s.inputs, keep_all=True)
         bad = [c for c in verify_kernels(prog, env) if not c.within_tolerance]
         assert not bad, (p.describe(), bad)
+        groups = {gr.id: gr for gr in p.groups}
+        for ck in prog.compiled:
+            if ck.kernel.library is None:
+                _check_accesses(g, groups[ck.kernel.group], ck.kernel, ck.accesses)
     assert len(plans) >= 6
+
+
+def _check_accesses(g, gr, k, accesses):
+    """One launch's counted accesses (``cuda_emu.Accesses`` per parameter) against the
+    kernel's and the cost model's account of them."""
+    where = f"{k.name} ({k.schedule})"
+    for b, a in zip(k.params, accesses):
+        if b.is_output and not b.workspace:
+            assert a.written == a.written_distinct == b.nbytes, (where, b.name, a)
+        elif not b.is_output:
+            assert a.read_distinct == b.nbytes, (where, b.name, a)
+    s = gr.schedule
+    if s.kind is not ScheduleKind.row_reduce:
+        return
+    io = group_io(g, gr.nodes)
+    row_long = {v for v in (*io.inputs, *io.outputs) if g.value(v).shape == tuple(s.domain)}
+    reread = sum(a.read - b.nbytes for b, a in zip(k.params, accesses)
+                 if not b.is_output and b.value in row_long)
+    assert reread == _reread_bytes(g, gr.nodes, io, s), (where, reread)
+    if s.innermost and s.vector > 1:
+        for b, a in zip(k.params, accesses):
+            if b.value in row_long and not b.workspace:
+                width = b.dtype.itemsize * s.vector
+                assert a.vector_fraction(width) == 1.0, (where, b.name, width, a)

@@ -242,13 +242,15 @@ def build_library(name: str, src: str, origin: str = "", extra: bool = True) -> 
 
 def build_shared(name: str, src: str, *, compiler: tuple[str, str], flags, link=(),
                  suffix: str = ".c", origin: str = "", check=None, language: str = "C",
-                 cache: Path | None = None) -> Path:
+                 cache: Path | None = None, compile_only=()) -> Path:
     """Compile ``src`` with ``compiler`` (path, version line) and ``flags`` into a
     shared library in ``cache`` (the kernel cache by default), cached by source,
     flags and compiler version and installed atomically. ``check()`` runs when the
     compiler rejects the source, to blame a broken toolchain rather than the source.
-    The C kernels build through it (:func:`build_library`), and so does the CUDA
-    emulator (``cuda_emu``) with a C++ compiler."""
+    ``compile_only``: flags of the compile step alone, which then runs apart from the
+    link (an instrumentation whose runtime the link must not pull in). The C kernels
+    build through it (:func:`build_library`), and so does the CUDA emulator
+    (``cuda_emu``) with a C++ compiler."""
     if not isinstance(name, str) or not _KERNEL_NAME.fullmatch(name):
         raise WorkbenchError(f"kernel name {str(name)[:80]!r} is not a C identifier of at most "
                              "128 characters; refusing to build it (it would name files "
@@ -257,14 +259,20 @@ def build_shared(name: str, src: str, *, compiler: tuple[str, str], flags, link=
     cache = cache or cache_dir()
     # every flag, quoted (unchanged for plain flags), so that no two lists of flags --
     # with the extra ones or without -- share a key
-    key = hashlib.sha256("\0".join([src, " ".join(map(shlex.quote, flags)), version]
-                                   ).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([src, " ".join(map(shlex.quote, (*flags, *compile_only))),
+                                    version]).encode()).hexdigest()[:24]
     out = cache / f"{name}-{key}.so"
     if not out.exists():
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             c_file, so_tmp = Path(tmp) / f"{name}{suffix}", Path(tmp) / "k.so"
             c_file.write_text(src)
-            r = _run([cc, *flags, str(c_file), "-o", str(so_tmp), *link])
+            if compile_only:
+                obj = Path(tmp) / "k.o"
+                r = _run([cc, *flags, *compile_only, "-c", str(c_file), "-o", str(obj)])
+                if r.returncode == 0:
+                    r = _run([cc, *flags, str(obj), "-o", str(so_tmp), *link])
+            else:
+                r = _run([cc, *flags, str(c_file), "-o", str(so_tmp), *link])
             if r.returncode != 0:
                 if check is not None:
                     check()   # a compiler that cannot build anything: say so

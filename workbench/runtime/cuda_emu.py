@@ -33,6 +33,7 @@ import shutil
 import tempfile
 import threading
 import weakref
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -51,6 +52,10 @@ RUNTIME = EMU_DIR / "runtime.cpp"
 # -O1: fast enough to run, quick to build; UBSan stops at the first undefined behaviour
 CXX_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-w")
 SANITIZE = ("-fsanitize=undefined", "-fno-sanitize-recover=undefined")
+# every memory access through a hook (GCC's ThreadSanitizer instrumentation; the hooks
+# are the emulator runtime's, which counts global-memory traffic -- the compile step
+# alone, so that the link does not pull in TSan's own runtime)
+COUNT_ACCESSES = ("-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0")
 # the blocks a cooperative launch runs at once here: each on an OS thread of its own,
 # spinning in the kernel's grid barrier. Fewer than a GPU holds, which every kernel
 # must take (its loops stride over the grid; the cupy backend caps the grid too).
@@ -65,7 +70,41 @@ class _Launch(ctypes.Structure):
                 ("args", ctypes.POINTER(ctypes.c_void_p)),
                 ("sizes", ctypes.POINTER(ctypes.c_ulonglong)),
                 ("timeout_s", ctypes.c_double), ("seed", ctypes.c_ulonglong),
-                ("error", ctypes.c_void_p), ("error_len", ctypes.c_ulonglong)]
+                ("error", ctypes.c_void_p), ("error_len", ctypes.c_ulonglong),
+                ("accesses", ctypes.POINTER(ctypes.c_ulonglong))]
+
+
+WIDTHS = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class Accesses:
+    """The global-memory accesses of one launch to one buffer, counted by the emulator:
+    bytes read and written by access width (``WIDTHS``: 1 to 16 bytes), and how many
+    distinct bytes were read and written."""
+    read_by_width: tuple[int, ...]
+    written_by_width: tuple[int, ...]
+    read_distinct: int
+    written_distinct: int
+
+    @property
+    def read(self) -> int:
+        return sum(self.read_by_width)
+
+    @property
+    def written(self) -> int:
+        return sum(self.written_by_width)
+
+    @property
+    def reads_per_byte(self) -> float:
+        """How often each byte read was read (1.0: each once)."""
+        return self.read / self.read_distinct if self.read_distinct else 0.0
+
+    def vector_fraction(self, width: int = 16) -> float:
+        """The share of the bytes read and written in accesses of ``width`` bytes."""
+        k = WIDTHS.index(width)
+        total = self.read + self.written
+        return (self.read_by_width[k] + self.written_by_width[k]) / total if total else 0.0
 
 
 @lru_cache(maxsize=None)
@@ -132,7 +171,7 @@ def build(name: str, source: str, origin: str = ""):
     runtime_library()
     path = build_shared(name, f"{source}\nWB_EMU_ENTRY({name})\n", compiler=find_cxx(),
                         flags=flags(), suffix=".cpp", origin=origin, language="C++",
-                        cache=_emu_cache())
+                        cache=_emu_cache(), compile_only=COUNT_ACCESSES)
     lib = ctypes.CDLL(str(path))
     # closed with the last reference to its entry: only child processes run kernel
     # code, so the parent may unmap it at any time (a long fuzz run loads thousands)
@@ -153,11 +192,12 @@ class EmulatedLaunchError(WorkbenchError):
 
 
 def run(entry, grid: int, block: int, args, cooperative: bool = False, seed: int = 0,
-        timeout_s: float | None = None) -> None:
+        timeout_s: float | None = None) -> tuple[Accesses, ...]:
     """Launch a built kernel (:func:`build`) on NumPy arrays (``args``, in the kernel's
     parameter order: a buffer's contents are copied to the emulated device and back only
     when the launch ran cleanly; a scalar parameter takes a 0-d array of its type).
-    Raises :class:`EmulatedLaunchError` saying what went wrong."""
+    Returns each parameter's global-memory accesses (nothing for a scalar). Raises
+    :class:`EmulatedLaunchError` saying what went wrong."""
     if entry.max_threads is not None and block > entry.max_threads:
         raise EmulatedLaunchError(
             f"kernel {entry.kernel_name} launched with {block} threads a block, past its "
@@ -172,13 +212,17 @@ def run(entry, grid: int, block: int, args, cooperative: bool = False, seed: int
     error = ctypes.create_string_buffer(4096)
     if timeout_s is None:
         timeout_s = float(os.environ.get(TIMEOUT_ENV, "120"))
+    counts = (ctypes.c_ulonglong * (12 * max(n, 1)))()
     la = _Launch(grid, block, int(cooperative), n, argv, sizes, timeout_s, seed,
-                 ctypes.cast(error, ctypes.c_void_p), len(error))
+                 ctypes.cast(error, ctypes.c_void_p), len(error), counts)
     if entry(ctypes.byref(la)) != 0:
         raise EmulatedLaunchError(
             f"kernel {entry.kernel_name} failed in the CUDA emulator (grid {grid}, block {block}"
             f"{', cooperative' if cooperative else ''}, seed {seed}): "
             f"{error.value.decode(errors='replace')}")
+    c = list(counts)
+    return tuple(Accesses(tuple(c[12 * i:12 * i + 5]), tuple(c[12 * i + 5:12 * i + 10]),
+                          c[12 * i + 10], c[12 * i + 11]) for i in range(n))
 
 
 class CudaEmuBackend(Backend):
@@ -230,7 +274,8 @@ class CudaEmuBackend(Backend):
         with self._count_lock:
             seed = self.seed + self._launches
             self._launches += 1
-        run(ck.fn, grid, k.launch.block, args, k.launch.cooperative, seed)
+        # the launch's global-memory accesses, per parameter (the last launch's)
+        ck.accesses = run(ck.fn, grid, k.launch.block, args, k.launch.cooperative, seed)
 
     def asarray(self, a):
         return np.ascontiguousarray(a) if np.ndim(a) else np.array(a)

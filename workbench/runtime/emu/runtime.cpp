@@ -13,7 +13,11 @@
  *   past a buffer, a write before or after it, a write into a `const` parameter, a
  *   crash, undefined behaviour (the kernel library is built with UBSan) or a hang
  *   becomes an error message naming the parameter, the block and the thread, and the
- *   calling process stays as it was. Only a clean run's buffers are copied back. */
+ *   calling process stays as it was. Only a clean run's buffers are copied back.
+ * - Every global-memory access is counted (the kernel library is compiled with GCC's
+ *   ThreadSanitizer instrumentation, whose hooks -- __tsan_read4 and the rest -- are
+ *   defined here instead of by TSan's runtime): per parameter, the bytes read and
+ *   written by access width, and the distinct bytes read and written. */
 #include "wb_cuda_emu.h"
 
 #include <signal.h>
@@ -117,7 +121,12 @@ struct Fiber {
   int group, parity, op;           /* the warp exchange it waits in */
 };
 
+/* one parameter's accesses: bytes by access width (1, 2, 4, 8, 16), read and written */
+struct Counts { unsigned long long bytes[2][5]; };
+constexpr int STAT_WORDS = 12;     /* per parameter: read[5], written[5], distinct r, w */
+
 struct Runner {                    /* one OS thread running blocks */
+  std::vector<Counts> counts;      /* per parameter */
   Context sched;
   std::vector<Fiber> fibers;
   std::vector<int> order;
@@ -138,6 +147,10 @@ void (*g_trampoline)(void*, void**);
 void** g_args;
 unsigned int g_grid, g_block;
 std::vector<Buffer> g_buffers;     /* one per parameter (size 0: a scalar) */
+std::vector<unsigned char*> g_touched;   /* per parameter, per byte: 1 read, 2 written */
+unsigned long long* g_stats;       /* shared with the parent: STAT_WORDS a parameter */
+const char* g_lo;                  /* where the parameters' buffers lie, all of them */
+const char* g_hi;
 char* g_error;                     /* shared with the parent */
 std::size_t g_error_len;
 bool g_in_child = false;
@@ -268,6 +281,7 @@ Runner* new_runner(unsigned long long seed) {
   for (unsigned int i = 0; i < n; ++i)                 /* a guard below each stack */
     mprotect(r->stacks + i * r->stack_span, page_size(), PROT_NONE);
   r->rng = seed | 1;
+  r->counts.assign(g_buffers.size(), Counts{});
   return r;
 }
 
@@ -312,6 +326,12 @@ void on_fault(int sig, siginfo_t* info, void*) {
   for (unsigned int i = 0; i < grid; ++i) order[i] = i;
   unsigned long long s = la->seed * 0xD1342543DE82EF95ULL + 1;
   for (unsigned int i = grid; i > 1; --i) std::swap(order[i - 1], order[next_random(s) % i]);
+  g_lo = (const char*)~(std::uintptr_t)0;
+  g_hi = nullptr;
+  for (const Buffer& b : g_buffers) {
+    g_touched.push_back(b.size ? (unsigned char*)std::calloc(b.size, 1) : nullptr);
+    if (b.size) { g_lo = std::min<const char*>(g_lo, b.start); g_hi = std::max<const char*>(g_hi, b.start + b.size); }
+  }
   g_runners.assign(workers, nullptr);
   for (unsigned int w = 0; w < workers; ++w) g_runners[w] = new_runner(la->seed + w);
   std::atomic<unsigned int> next{0};
@@ -323,6 +343,16 @@ void on_fault(int sig, siginfo_t* info, void*) {
       for (unsigned int i; (i = next.fetch_add(1)) < grid;) run_block(r, order[i]);
     });
   for (auto& t : threads) t.join();
+  for (std::size_t i = 0; i < g_buffers.size(); ++i) {     /* the counts, to the parent */
+    unsigned long long* out = g_stats + i * STAT_WORDS;
+    for (Runner* r : g_runners)
+      for (int w = 0; w < 2; ++w)
+        for (int k = 0; k < 5; ++k) out[w * 5 + k] += r->counts[i].bytes[w][k];
+    for (unsigned long long j = 0; j < g_buffers[i].size; ++j) {
+      out[10] += g_touched[i][j] & 1u;
+      out[11] += (g_touched[i][j] >> 1) & 1u;
+    }
+  }
   std::fflush(stderr);
   _exit(0);
 }
@@ -343,6 +373,85 @@ std::string read_all(FILE* f) {
   return s;
 }
 
+
+/* -- global-memory accesses: ThreadSanitizer's instrumentation calls these ---------- */
+void count_access(const void* p, unsigned long long n, int write) {
+  const char* a = (const char*)p;
+  if (a < g_lo || a >= g_hi) return;       /* the stack, shared memory: not global */
+  Runner* r = tls_runner;
+  if (!r) return;
+  for (std::size_t i = 0; i < g_buffers.size(); ++i) {
+    const Buffer& b = g_buffers[i];
+    if (a < b.start || a >= b.start + b.size) continue;
+    const int k = n >= 16 ? 4 : n >= 8 ? 3 : n >= 4 ? 2 : n >= 2 ? 1 : 0;
+    r->counts[i].bytes[write][k] += n;
+    unsigned char* t = g_touched[i] + (a - b.start);
+    const unsigned long long m = std::min<unsigned long long>(n, b.start + b.size - a);
+    const unsigned char bit = (unsigned char)(1u << write);
+    for (unsigned long long j = 0; j < m; ++j)                 /* (mostly set already) */
+      if (!(__atomic_load_n(t + j, __ATOMIC_RELAXED) & bit))
+        __atomic_fetch_or(t + j, bit, __ATOMIC_RELAXED);
+    return;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+void __tsan_init(void) {}
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit(void) {}
+void __tsan_vptr_read(void**) {}
+void __tsan_vptr_update(void**, void*) {}
+void __tsan_read_range(void* p, unsigned long n) { count_access(p, n, 0); }
+void __tsan_write_range(void* p, unsigned long n) { count_access(p, n, 1); }
+#define WB_EMU_RW(n)                                                            \
+  void __tsan_read##n(void* p) { count_access(p, n, 0); }                      \
+  void __tsan_write##n(void* p) { count_access(p, n, 1); }                     \
+  void __tsan_unaligned_read##n(void* p) { count_access(p, n, 0); }            \
+  void __tsan_unaligned_write##n(void* p) { count_access(p, n, 1); }           \
+  void __tsan_volatile_read##n(void* p) { count_access(p, n, 0); }             \
+  void __tsan_volatile_write##n(void* p) { count_access(p, n, 1); }
+WB_EMU_RW(1) WB_EMU_RW(2) WB_EMU_RW(4) WB_EMU_RW(8) WB_EMU_RW(16)
+#undef WB_EMU_RW
+/* atomics: done here (seq_cst whatever the order asked), each counted as a read and a
+   write of its width */
+#define WB_EMU_ATOMIC(bits, T)                                                             \
+  T __tsan_atomic##bits##_load(const volatile T* a, int) {                                 \
+    count_access((const void*)a, sizeof(T), 0);                                           \
+    return __atomic_load_n(a, __ATOMIC_SEQ_CST); }                                        \
+  void __tsan_atomic##bits##_store(volatile T* a, T v, int) {                              \
+    count_access((const void*)a, sizeof(T), 1);                                           \
+    __atomic_store_n(a, v, __ATOMIC_SEQ_CST); }                                           \
+  T __tsan_atomic##bits##_exchange(volatile T* a, T v, int) {                              \
+    count_access((const void*)a, sizeof(T), 0); count_access((const void*)a, sizeof(T), 1); \
+    return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); }                                 \
+  WB_EMU_RMW(bits, T, fetch_add) WB_EMU_RMW(bits, T, fetch_sub)                            \
+  WB_EMU_RMW(bits, T, fetch_and) WB_EMU_RMW(bits, T, fetch_or)                             \
+  WB_EMU_RMW(bits, T, fetch_xor) WB_EMU_RMW(bits, T, fetch_nand)                           \
+  int __tsan_atomic##bits##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {  \
+    count_access((const void*)a, sizeof(T), 0); count_access((const void*)a, sizeof(T), 1); \
+    return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+  int __tsan_atomic##bits##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {    \
+    count_access((const void*)a, sizeof(T), 0); count_access((const void*)a, sizeof(T), 1); \
+    return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+  T __tsan_atomic##bits##_compare_exchange_val(volatile T* a, T c, T v, int, int) {        \
+    count_access((const void*)a, sizeof(T), 0); count_access((const void*)a, sizeof(T), 1); \
+    __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);     \
+    return c; }
+#define WB_EMU_RMW(bits, T, op)                                                            \
+  T __tsan_atomic##bits##_##op(volatile T* a, T v, int) {                                  \
+    count_access((const void*)a, sizeof(T), 0); count_access((const void*)a, sizeof(T), 1); \
+    return __atomic_##op(a, v, __ATOMIC_SEQ_CST); }
+WB_EMU_ATOMIC(8, unsigned char) WB_EMU_ATOMIC(16, unsigned short)
+WB_EMU_ATOMIC(32, unsigned int) WB_EMU_ATOMIC(64, unsigned long long)
+#undef WB_EMU_ATOMIC
+#undef WB_EMU_RMW
+void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+}
+
+namespace {
 }  // namespace
 
 /* -- what kernels call ----------------------------------------------------------- */
@@ -427,7 +536,8 @@ extern "C" int wb_emu_run(void* kernel, void (*trampoline)(void*, void**), const
      no access may touch */
   const std::size_t guard_bytes = (GUARD_BYTES + page - 1) / page * page;
   std::vector<std::size_t> offset(nparams, 0), span(nparams, 0);
-  std::size_t total = page;
+  const std::size_t stat_bytes = (nparams * STAT_WORDS * 8 + page - 1) / page * page;
+  std::size_t total = page + stat_bytes;
   for (int i = 0; i < nparams; ++i)
     if (kinds[i] != 0) {
       span[i] = (la->sizes[i] + 16 + page - 1) / page * page;
@@ -458,6 +568,7 @@ extern "C" int wb_emu_run(void* kernel, void (*trampoline)(void*, void**), const
   }
   char* error = shm;
   error[0] = 0;
+  unsigned long long* stats = (unsigned long long*)(shm + page);   /* zero: a new mapping */
   FILE* err_file = std::tmpfile();
   std::fflush(nullptr);
   const pid_t pid = fork();
@@ -468,6 +579,7 @@ extern "C" int wb_emu_run(void* kernel, void (*trampoline)(void*, void**), const
     g_grid = la->grid;
     g_block = la->block;
     g_buffers = buffers;
+    g_stats = stats;
     g_error = error;
     g_error_len = page;
     child_main(la, err_file ? fileno(err_file) : 2);
@@ -523,9 +635,12 @@ extern "C" int wb_emu_run(void* kernel, void (*trampoline)(void*, void**), const
         rc = 5;
       }
     }
-    if (rc == 0)
+    if (rc == 0) {
       for (int i = 0; i < nparams; ++i)
         if (kinds[i] == 1) std::memcpy(*(void**)la->args[i], buffers[i].start, buffers[i].size);
+      if (la->accesses)
+        std::memcpy(la->accesses, stats, nparams * STAT_WORDS * sizeof(unsigned long long));
+    }
   }
   if (err_file) std::fclose(err_file);
   munmap(shm, total);

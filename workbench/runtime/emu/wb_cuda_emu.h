@@ -43,6 +43,10 @@ struct wb_emu_launch_args {
   unsigned long long seed;             /* the order blocks and threads are run in */
   char* error;                         /* what went wrong, for the exception */
   unsigned long long error_len;
+  /* where a clean launch leaves its global-memory accesses, 12 words a parameter: bytes
+     read by access width (1, 2, 4, 8, 16 bytes), bytes written so, distinct bytes read,
+     distinct bytes written (null: not wanted) */
+  unsigned long long* accesses;
 };
 
 extern "C" {
