@@ -5,8 +5,9 @@ reference on fresh random inputs with its outputs poisoned; and each kernel's gl
 memory accesses, counted by the emulator, against what the kernel IR and the cost model
 say it does: every output byte written once, every input read in full, a row kernel's
 row-long inputs read again exactly as often as the cost model prices it (each element
-once where the row stays on chip), and a vectorized row's buffers moved only in
-accesses of its vector's width (16 bytes: 4 float32, 8 bfloat16). Where a sample has more
+once where the row stays on chip), a vectorized row's buffers moved only in accesses
+of its vector's width (16 bytes: 4 float32, 8 bfloat16), and an elementwise loop's
+outputs stored in accesses of its vector's width but for the tail. Where a sample has more
 than MAX_PLANS variants (the ONNX BERT layer: 228), a seeded sample of them runs, the
 planners' own plans always among them. The sizes keep the shapes'
 character (odd row counts, rows not a multiple of the vector width, long rows, a
@@ -25,7 +26,8 @@ from workbench.fusion.cost import _reread_bytes
 from workbench.fusion.mapping import ScheduleKind
 from workbench.fusion.schedule import group_io
 from workbench.measure import verify_kernels
-from workbench.runtime.cuda_emu import CudaEmuBackend
+from workbench.codegen.kir import Loop
+from workbench.runtime.cuda_emu import WIDTHS, CudaEmuBackend
 from workbench.session import Session
 
 from plan_checks import plan_variants
@@ -107,6 +109,17 @@ def _check_accesses(g, gr, k, accesses):
         elif not b.is_output:
             assert a.read_distinct == b.nbytes, (where, b.name, a)
     s = gr.schedule
+    if s.kind is ScheduleKind.elementwise:
+        # a flat loop's outputs are stored at its index: 16 bytes at a time (8 bytes
+        # for a 2-byte type by 4 beside a 4-byte one), the tail element by element
+        (loop,) = [x for x in k.body if isinstance(x, Loop) and x.bind == "flat"] or [None]
+        for b, a in zip(k.params, accesses):
+            if loop is None or loop.vector == 1 or not b.is_output or b.workspace:
+                continue
+            width = b.dtype.itemsize * loop.vector
+            if width in WIDTHS and b.nbytes == loop.extent * b.dtype.itemsize:
+                tail = loop.extent % loop.vector * b.dtype.itemsize
+                assert a.written_by_width[WIDTHS.index(width)] == b.nbytes - tail, (where, b.name, a)
     if s.kind is not ScheduleKind.row_reduce:
         return
     io = group_io(g, gr.nodes)

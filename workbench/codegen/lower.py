@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
 from ..fusion.gemm import PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
-from ..fusion.geometry import Geometry, geometry, vector_width
+from ..fusion.geometry import Geometry, flat_vector, geometry
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
 from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
@@ -900,8 +900,19 @@ class _Lowerer:
                 body.append(Loop(r, rows, "grid", (Loop(c, shape[-1], "block",
                                                         tuple(scope.stmts)),)))
             else:
-                body.append(Loop(var, n, "flat", tuple(scope.stmts), vector_width(n)))
+                body.append(Loop(var, n, "flat", tuple(scope.stmts), self._flat_vector(
+                    n, scope.stmts, var)))
         return body
+
+    @staticmethod
+    def _flat_vector(n: int, stmts, var: str) -> int:
+        """A flat loop's vector, by geometry.flat_vector's rule over the buffers the loop
+        moves at its own index. (The launch is sized by the schedule's, the same rule
+        over the group's values: they differ only where a stitched phase also moves a
+        wider workspace buffer, and then the grid-stride loop covers the difference.)"""
+        at = [x.buf.dtype.itemsize for x in stmts
+              if isinstance(x, (Load, Store)) and x.offset == var]
+        return flat_vector(n, max(at, default=4))
 
     def _split_concat(self, shape):
         """The concat an elementwise loop over ``shape`` is split at on a CPU (None:

@@ -574,13 +574,15 @@ class CudaRenderer(CRenderer):
 
     def _vector_loop(self, s: Loop, depth: int) -> list[str]:
         """Each thread takes `vector` consecutive elements; buffers read and written at
-        exactly the loop index move as one access of them: a 16-byte float4 for
-        float32, 8 bytes (uint2) for float16 and bfloat16."""
+        exactly the loop index move as one access of them where that is 4, 8 or 16
+        bytes (a float4 for float32 by 4, a uint4 for a 2-byte type by 8, a uint2 for
+        one by 4). The last ``extent % vector`` elements, if any, follow one per
+        thread (the tail)."""
         pad = self.indent_unit * depth
         v, n, w = s.var, s.extent, s.vector
 
         def vt(x) -> str:
-            if x.offset != v or not x.buf.dtype.is_float:
+            if x.offset != v:
                 return ""
             return "float4" if x.buf.dtype is DType.float32 and w == 4 \
                 else self._vector_type(x, w)
@@ -588,8 +590,11 @@ class CudaRenderer(CRenderer):
         vec_stores = [x for x in s.body if isinstance(x, Store) and vt(x)]
         base = f"{v}_base"
         ix = _ix(s)
-        lines = [pad + f"for ({ix} {base} = (({ix})blockIdx.x * blockDim.x + threadIdx.x) * {w}; "
-                       f"{base} < {n}; {base} += ({ix})gridDim.x * blockDim.x * {w}) {{"]
+        main = n - n % w
+        first = f"(({ix})blockIdx.x * blockDim.x + threadIdx.x)"
+        stride = f"({ix})gridDim.x * blockDim.x"
+        lines = [pad + f"for ({ix} {base} = {first} * {w}; {base} < {main}; "
+                       f"{base} += {stride} * {w}) {{"]
         inner = pad + self.indent_unit
         for ld in vec_loads:
             lines.append(inner + f"const {vt(ld)} {ld.var}_v = reinterpret_cast<const "
@@ -616,6 +621,11 @@ class CudaRenderer(CRenderer):
             lines.append(inner + f"reinterpret_cast<{vt(st)}*>({st.buf.name})[{base} / {w}] = "
                                  f"{st.buf.name}_v;")
         lines.append(pad + "}")
+        if main < n:
+            lines.append(pad + f"for ({ix} {v} = {main} + {first}; {v} < {n}; {v} += {stride}) "
+                               "{  /* the tail */")
+            lines += self.stmts(list(s.body), depth + 1)
+            lines.append(pad + "}")
         return lines
 
     def block_reduce(self, s: BlockReduce, depth: int) -> list[str]:

@@ -24,8 +24,8 @@ from ..ops import Kind, RowRole, get_op
 from ..ops.conv import CONVS
 from .devices import DEFAULT_DEVICE, Device
 from .gemm import analyze_gemm
-from .geometry import (REDUCE_SLOT_BYTES, geometry, register_budget, row_slots, row_threads,
-                       row_vector, rows_per_block, shared_bytes, split_count)
+from .geometry import (REDUCE_SLOT_BYTES, flat_vector, geometry, register_budget, row_slots,
+                       row_threads, row_vector, rows_per_block, shared_bytes, split_count)
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
 from .schedule import Phase, Schedule, group_io
 
@@ -119,10 +119,14 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
                                        set(local), device, launch)
             check_resources(sched, device)
             return sched
-        sched = Schedule(ScheduleKind.elementwise,
-                         elements=max((g.value(o).numel for o in io.outputs), default=1),
+        n = max((g.value(o).numel for o in io.outputs), default=1)
+        # (the widest element of what the loop over n moves at its own index)
+        itemsize = max((g.value(v).dtype.itemsize for v in (*io.inputs, *io.outputs)
+                        if g.value(v).numel == n), default=4)
+        sched = Schedule(ScheduleKind.elementwise, elements=n,
                          threads=_launch_param(launch, "threads", 0, "an elementwise",
-                                               ("threads",)))
+                                               ("threads",)),
+                         vector=flat_vector(n, itemsize))
     if forced is not None or auto:
         raise FusionRefused(f"a thread mapping applies to a row-reduction kernel; this "
                             f"one is {sched.kind.value}")

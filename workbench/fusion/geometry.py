@@ -88,10 +88,18 @@ def register_budget(threads: int, device: Device) -> int:
     return max(0, min(REG_CACHE_MAX, regs // threads - REG_OVERHEAD))
 
 
-def vector_width(n: int) -> int:
-    """Elements per thread per step of a flat loop over ``n`` elements (float4 when
-    the loop is long and divisible)."""
-    return 4 if n % 4 == 0 and n >= 1024 else 1
+FLAT_VECTOR_MIN = 1024       # elements of a flat loop worth 16-byte accesses
+
+
+def flat_vector(n: int, itemsize: int = 4) -> int:
+    """Elements per thread per step of a flat loop over ``n`` elements, once it is long
+    (FLAT_VECTOR_MIN): a 16-byte access of each buffer the loop moves at its own index
+    -- 4 of a 4-byte type, 8 where every such buffer's elements are 2 bytes or less
+    (float16, bfloat16, bool, 8-bit integers); ``itemsize`` is the widest of them. The
+    last ``n % vector`` elements go one by one (the loop's tail)."""
+    if n < FLAT_VECTOR_MIN:
+        return 1
+    return 8 if itemsize <= 2 else 4
 
 
 def rows_per_block(mapping: Mapping, rows: int, units: int) -> int:
@@ -164,7 +172,7 @@ def geometry(s: Schedule, device: Device) -> Geometry:
     """The geometry of a schedule on a device (library calls: one item)."""
     if s.kind is ScheduleKind.elementwise:
         n, threads = s.elements, s.threads or FLAT_BLOCK
-        blocks = max(1, -(-n // (threads * vector_width(n))))
+        blocks = max(1, -(-n // (threads * s.vector)))
         return Geometry(threads, blocks, min(MAX_GRID, blocks), cpu_items=max(1, n))
     if s.kind is ScheduleKind.row_reduce:
         return _row_geometry(s, device)
