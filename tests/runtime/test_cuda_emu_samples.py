@@ -27,7 +27,7 @@ from workbench.fusion.mapping import ScheduleKind
 from workbench.fusion.schedule import group_io
 from workbench.measure import verify_kernels
 from workbench.codegen.kir import Loop
-from workbench.runtime.cuda_emu import WIDTHS, CudaEmuBackend
+from workbench.runtime.cuda_emu import WIDTHS, CudaEmuBackend, counting
 from workbench.session import Session
 
 from plan_checks import plan_variants
@@ -74,6 +74,8 @@ def _small(name: str, tmp_path):
 
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_every_variant_of_a_sample_runs_right(name, tmp_path):
+    # (without GCC's -fsanitize=thread the accesses are not counted: CI has GCC)
+    assert counting() or not os.environ.get("WB_REQUIRE_CUDA_EMU")
     s = Session(_small(name, tmp_path), backend="cuda-emu", seed=len(name))
     g = s.graph
     planned, variants = {}, {}
@@ -94,7 +96,7 @@ def test_every_variant_of_a_sample_runs_right(name, tmp_path):
         assert not bad, (p.describe(), bad)
         groups = {gr.id: gr for gr in p.groups}
         for ck in prog.compiled:
-            if ck.kernel.library is None:
+            if ck.kernel.library is None and counting():
                 _check_accesses(g, groups[ck.kernel.group], ck.kernel, ck.accesses)
     assert len(plans) >= 6
 

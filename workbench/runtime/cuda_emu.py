@@ -30,6 +30,7 @@ import hashlib
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import weakref
@@ -136,6 +137,24 @@ def _sanitize_flags() -> tuple[str, ...]:
 
 
 @lru_cache(maxsize=None)
+def count_flags() -> tuple[str, ...]:
+    """COUNT_ACCESSES where the compiler takes them (GCC), else none: the kernels still
+    run and are checked, and every launch's accesses read zero (``counting()``)."""
+    cxx = find_cxx()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "c.cpp"
+        src.write_text("extern \"C\" void wb_c(int* p) { *p += 1; }\n")
+        r = _run([cxx[0], "-std=c++17", *COUNT_ACCESSES, "-c", str(src), "-o",
+                  str(Path(tmp) / "c.o")])
+    return COUNT_ACCESSES if r.returncode == 0 else ()
+
+
+def counting() -> bool:
+    """Whether launches count their global-memory accesses here."""
+    return bool(count_flags())
+
+
+@lru_cache(maxsize=None)
 def flags() -> tuple[str, ...]:
     """What every kernel library of the emulator is built with (the header's hash among
     them, so a changed header rebuilds every kernel)."""
@@ -171,7 +190,7 @@ def build(name: str, source: str, origin: str = ""):
     runtime_library()
     path = build_shared(name, f"{source}\nWB_EMU_ENTRY({name})\n", compiler=find_cxx(),
                         flags=flags(), suffix=".cpp", origin=origin, language="C++",
-                        cache=_emu_cache(), compile_only=COUNT_ACCESSES)
+                        cache=_emu_cache(), compile_only=count_flags())
     lib = ctypes.CDLL(str(path))
     # closed with the last reference to its entry: only child processes run kernel
     # code, so the parent may unmap it at any time (a long fuzz run loads thousands)
@@ -234,6 +253,9 @@ class CudaEmuBackend(Backend):
 
     @classmethod
     def unavailable(cls) -> str | None:
+        if not sys.platform.startswith("linux"):
+            # (fork, anonymous shared mappings, ELF symbols in its stack switch)
+            return f"backend cuda-emu runs on Linux only, not {sys.platform}; use --backend cpu"
         return None if find_cxx() is not None else _NO_CXX
 
     def __init__(self, seed: int = 0):
