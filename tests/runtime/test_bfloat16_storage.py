@@ -275,9 +275,9 @@ def test_bfloat16_kernels_of_every_planner_compile(nvrtc_compile_plans):
     assert nvrtc_compile_plans(graphs, ("none", "xla", "rules", "stitch")) > 8
     k = lower_plan(run_planner("rules", graphs[-1])[0])[0]
     ptx = _ptx(k)
-    # 4 x 2 bytes at once (ptxas spells an 8-byte store v2.u32 or v4.u16)
-    assert re.findall(r"ld\.global(?:\.nc)?\.(?:v2\.[ub]32|v4\.[ub]16)", ptx)
-    assert re.findall(r"st\.global\.(?:v2\.[ub]32|v4\.[ub]16)", ptx)
+    # 8 x 2 bytes at once (ptxas spells a 16-byte store v4.u32 or v8.u16)
+    assert re.findall(r"ld\.global(?:\.nc)?\.(?:v4\.[ub]32|v8\.[ub]16)", ptx)
+    assert re.findall(r"st\.global\.(?:v4\.[ub]32|v8\.[ub]16)", ptx)
     assert not re.findall(r"(ld|st)\.global(\.nc)?\.[ub]16", ptx)
 
 
