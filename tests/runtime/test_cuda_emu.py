@@ -259,8 +259,36 @@ def test_global_accesses_are_counted_by_width():
     assert ay.written_by_width == (0, 0, 0, 512, 0) and ay.written_distinct == 512
     assert ah.written_by_width == (0, 6, 0, 0, 0) and ah.written_distinct == 6
     assert ay.vector_fraction(8) == 1.0 and ax.vector_fraction(16) == 0.8
+    # two warps: the vector loads 16 sectors a request, x[0] one, the float2 stores 8
+    assert (ax.load_requests, ax.load_sectors) == (4, 2 * 16 + 2 * 1)
+    assert (ay.store_requests, ay.store_sectors) == (2, 2 * 8) and ay.efficiency(True) == 1.0
+    assert (ah.store_requests, ah.store_sectors) == (1, 1)
     np.testing.assert_allclose(y[0::2], x[0::4] + x[1::4] + x[0], rtol=1e-6)
     np.testing.assert_allclose(y[1::2], x[2::4] - x[3::4], rtol=1e-6)
+
+
+STRIDED = r"""
+extern "C" __global__ void t_strided(const float* __restrict__ x, float* __restrict__ y,
+                                     int stride) {
+  y[threadIdx.x] = x[threadIdx.x * stride];
+}
+"""
+
+
+@pytest.mark.parametrize("stride, sectors", [(1, 4), (2, 8), (8, 32), (64, 32)])
+def test_a_warps_requests_cost_the_sectors_its_lanes_touch(stride, sectors):
+    """The lanes' loads of one instruction make one request, costing the 32-byte
+    sectors they touch, as a GPU's memory pipeline counts them: 32 lanes of 4 bytes
+    side by side take 4 sectors, 8 apart 32 (one each)."""
+    if not cuda_emu.counting() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
+        pytest.skip("the C++ compiler here does not take GCC's -fsanitize=thread")
+    fn = cuda_emu.build("t_strided", STRIDED)
+    x, y = np.arange(32 * 64, dtype=np.float32), np.zeros(32, np.float32)
+    ax, ay, _ = cuda_emu.run(fn, 1, 32, [x, y, np.array(stride, np.int32)])
+    assert (ax.load_requests, ax.load_sectors) == (1, sectors)
+    assert ax.efficiency() == 128 / (32 * sectors)
+    assert (ay.store_requests, ay.store_sectors) == (1, 4)
+    np.testing.assert_array_equal(y, x[::stride][:32])
 
 
 def test_the_launch_is_checked_before_it_runs():

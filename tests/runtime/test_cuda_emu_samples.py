@@ -6,8 +6,12 @@ memory accesses, counted by the emulator, against what the kernel IR and the cos
 say it does: every output byte written once, every input read in full, a row kernel's
 row-long inputs read again exactly as often as the cost model prices it (each element
 once where the row stays on chip), a vectorized row's buffers moved only in accesses
-of its vector's width (16 bytes: 4 float32, 8 bfloat16), and an elementwise loop's
-outputs stored in accesses of its vector's width but for the tail. Where a sample has more
+of its vector's width (16 bytes: 4 float32, 8 bfloat16), an elementwise loop's
+outputs stored in accesses of its vector's width but for the tail; and the warp-wide
+requests coalesced (at most one 32-byte sector a request beyond its bytes) for an
+elementwise loop's outputs and the inputs it reads at its index or broadcasts along it,
+and for a row kernel's row-long buffers exactly where the cost model's scatter factor
+says. Where a sample has more
 than MAX_PLANS variants (the ONNX BERT layer: 228), a seeded sample of them runs, the
 planners' own plans always among them. The sizes keep the shapes'
 character (odd row counts, rows not a multiple of the vector width, long rows, a
@@ -15,6 +19,7 @@ BERT block with its matmuls) at a few thousand elements per row at most."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -22,11 +27,12 @@ import numpy as np
 import pytest
 
 from workbench.fusion import run_planner
-from workbench.fusion.cost import _reread_bytes
+from workbench.fusion.cost import _reread_bytes, _scatter
+from workbench.fusion.devices import DEFAULT_DEVICE
 from workbench.fusion.mapping import ScheduleKind
 from workbench.fusion.schedule import group_io
 from workbench.measure import verify_kernels
-from workbench.codegen.kir import Loop
+from workbench.codegen.kir import Load, Loop
 from workbench.runtime.cuda_emu import WIDTHS, CudaEmuBackend, counting
 from workbench.session import Session
 
@@ -101,6 +107,14 @@ def test_every_variant_of_a_sample_runs_right(name, tmp_path):
     assert len(plans) >= 6
 
 
+def coalesced(a, write: bool = False) -> bool:
+    """Whether a buffer's loads (stores) coalesce: no warp-wide request touches more
+    than one 32-byte sector beyond what its bytes need (summed over the requests)."""
+    sectors, requests, asked = ((a.store_sectors, a.store_requests, a.written) if write
+                                else (a.load_sectors, a.load_requests, a.read))
+    return sectors <= -(-asked // 32) + requests
+
+
 def _check_accesses(g, gr, k, accesses):
     """One launch's counted accesses (``cuda_emu.Accesses`` per parameter) against the
     kernel's and the cost model's account of them."""
@@ -122,6 +136,19 @@ def _check_accesses(g, gr, k, accesses):
             if width in WIDTHS and b.nbytes == loop.extent * b.dtype.itemsize:
                 tail = loop.extent % loop.vector * b.dtype.itemsize
                 assert a.written_by_width[WIDTHS.index(width)] == b.nbytes - tail, (where, b.name, a)
+        # its outputs, the inputs read at the loop's index, and those broadcast along
+        # it by a multiple of the vector (a row vector at i % C, a per-row value at
+        # i / C) coalesce; a transpose's or a gather's need not
+        if loop is not None:
+            plain = {x.buf.name for x in loop.body if isinstance(x, Load) and (
+                x.offset == loop.var or (m := re.fullmatch(rf"\({loop.var} [%/] (\d+)\)",
+                                                           x.offset))
+                and int(m.group(1)) % loop.vector == 0)}
+            for b, a in zip(k.params, accesses):
+                if b.is_output and not b.workspace:
+                    assert coalesced(a, write=True), (where, b.name, a)
+                elif b.name in plain:
+                    assert coalesced(a), (where, b.name, a)
     if s.kind is not ScheduleKind.row_reduce:
         return
     io = group_io(g, gr.nodes)
@@ -129,6 +156,16 @@ def _check_accesses(g, gr, k, accesses):
     reread = sum(a.read - b.nbytes for b, a in zip(k.params, accesses)
                  if not b.is_output and b.value in row_long)
     assert reread == _reread_bytes(g, gr.nodes, io, s), (where, reread)
+    # the row-long buffers coalesce exactly where the cost model says they do (its
+    # scatter factor: 1 where the mapping's threads run along the reduced axis as the
+    # layout does)
+    # (where a request moves 64 bytes on average or more: with only a few lanes
+    # active -- a handful of rows a thread each -- the two look alike)
+    scattered = _scatter(g, s, DEFAULT_DEVICE) > 1
+    for b, a in zip(k.params, accesses):
+        asked, requests = (a.written, a.store_requests) if b.is_output else (a.read, a.load_requests)
+        if b.value in row_long and not b.workspace and asked >= 64 * requests > 0:
+            assert coalesced(a, write=b.is_output) != scattered, (where, b.name, a)
     if s.innermost and s.vector > 1:
         for b, a in zip(k.params, accesses):
             if b.value in row_long and not b.workspace:

@@ -428,6 +428,8 @@ class CudaRenderer(CRenderer):
                 "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
                 "#ifndef WB_SHARED  /* (the CUDA emulator defines its own, checked) */\n"
                 "#define WB_SHARED(type, name, n) __shared__ type name[n]\n#endif\n"
+                "/* 32 bytes a thread moves as two 16-byte accesses (4 of an 8-byte type) */\n"
+                "struct __align__(16) wb_bytes32 { uint4 lo, hi; };\n"
                 + _GRID_SYNC + _helpers(self.target))
 
     def to_compute(self, dtype: DType, src: str) -> str:
@@ -568,8 +570,9 @@ class CudaRenderer(CRenderer):
 
     def _vector_type(self, x, elems: int | None = None) -> str:
         """The type one access of ``elems`` (default x.vector) elements moves as, when
-        it is one of 4, 8 or 16 bytes ("" otherwise: element by element)."""
-        return {4: "unsigned int", 8: "uint2", 16: "uint4"}.get(
+        it is one of 4, 8, 16 or 32 bytes (two 16-byte accesses); "" otherwise: element
+        by element."""
+        return {4: "unsigned int", 8: "uint2", 16: "uint4", 32: "wb_bytes32"}.get(
             (elems or x.vector) * x.buf.dtype.itemsize, "")
 
     def _vector_loop(self, s: Loop, depth: int) -> list[str]:
@@ -581,15 +584,25 @@ class CudaRenderer(CRenderer):
         pad = self.indent_unit * depth
         v, n, w = s.var, s.extent, s.vector
 
+        base = f"{v}_base"
+        ix = _ix(s)
+        # a broadcast operand: a row vector read at i % C moves as one access too when
+        # C is a multiple of the vector (its w elements are then side by side and
+        # aligned); a per-row value read at i / C is one element for all w lanes
+        periodic = {x: _broadcast_period(x.offset, v, w) for x in s.body
+                    if isinstance(x, Load) and isinstance(x.buf, Buffer)}
+        at = {x: base if x.offset == v else f"({base} % {periodic[x][1]})"
+              for x in s.body if isinstance(x, (Load, Store))
+              and (x.offset == v or (periodic.get(x) or ("",))[0] == "%")}
+
         def vt(x) -> str:
-            if x.offset != v:
+            if x not in at:
                 return ""
             return "float4" if x.buf.dtype is DType.float32 and w == 4 \
                 else self._vector_type(x, w)
         vec_loads = [x for x in s.body if isinstance(x, Load) and vt(x)]
         vec_stores = [x for x in s.body if isinstance(x, Store) and vt(x)]
-        base = f"{v}_base"
-        ix = _ix(s)
+        per_row = [x for x, p in periodic.items() if p and p[0] == "/"]
         main = n - n % w
         first = f"(({ix})blockIdx.x * blockDim.x + threadIdx.x)"
         stride = f"({ix})gridDim.x * blockDim.x"
@@ -598,7 +611,10 @@ class CudaRenderer(CRenderer):
         inner = pad + self.indent_unit
         for ld in vec_loads:
             lines.append(inner + f"const {vt(ld)} {ld.var}_v = reinterpret_cast<const "
-                                 f"{vt(ld)}*>({ld.buf.name})[{base} / {w}];")
+                                 f"{vt(ld)}*>({ld.buf.name})[{at[ld]} / {w}];")
+        for ld in per_row:
+            lines.append(inner + f"{ld.buf.dtype.c_compute} {ld.var} = " + self.to_compute(
+                ld.buf.dtype, f"{ld.buf.name}[({base} / {periodic[ld][1]})]") + ";")
         for st in vec_stores:
             lines.append(inner + f"{vt(st)} {st.buf.name}_v;")
         lines.append(inner + "#pragma unroll")
@@ -607,6 +623,8 @@ class CudaRenderer(CRenderer):
         lines.append(body_pad + f"const {ix} {v} = {base} + {v}_lane;")
         for x in s.body:
             st = self.storage[x.buf.dtype] if x in vec_loads or x in vec_stores else ""
+            if x in per_row:
+                continue          # (loaded once for the thread's w elements, above)
             if x in vec_loads:
                 elem = f"reinterpret_cast<const {st}*>(&{x.var}_v)[{v}_lane]"
                 lines.append(body_pad + f"{x.buf.dtype.c_compute} {x.var} = "
@@ -618,7 +636,7 @@ class CudaRenderer(CRenderer):
                 lines += self.stmts([x], depth + 2)
         lines.append(inner + "}")
         for st in vec_stores:
-            lines.append(inner + f"reinterpret_cast<{vt(st)}*>({st.buf.name})[{base} / {w}] = "
+            lines.append(inner + f"reinterpret_cast<{vt(st)}*>({st.buf.name})[{at[st]} / {w}] = "
                                  f"{st.buf.name}_v;")
         lines.append(pad + "}")
         if main < n:
@@ -670,6 +688,15 @@ class CudaRenderer(CRenderer):
         p = self.indent_unit * depth
         who = "(threadIdx.x & 31) == 0" if s.width == "warp" else "threadIdx.x == 0"
         return [p + f"if ({who}) {{"] + self.stmts(s.body, depth + 1) + [p + "}"]
+
+
+def _broadcast_period(offset: str, var: str, w: int) -> tuple[str, int] | None:
+    """("%", C) for an offset ``(var % C)``, ("/", C) for ``(var / C)``, where C is a
+    multiple of ``w`` (else None): a row vector, or a per-row value, of a flat loop."""
+    m = re.fullmatch(rf"\({re.escape(var)} ([%/]) (\d+)\)", offset)
+    if m is None or int(m.group(2)) % w:
+        return None
+    return m.group(1), int(m.group(2))
 
 
 def _ix(loop: Loop) -> str:

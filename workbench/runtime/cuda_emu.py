@@ -76,6 +76,7 @@ class _Launch(ctypes.Structure):
 
 
 WIDTHS = (1, 2, 4, 8, 16)
+STAT_WORDS = 16        # what the runtime reports per parameter (wb_emu_launch_args)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,12 @@ class Accesses:
     written_by_width: tuple[int, ...]
     read_distinct: int
     written_distinct: int
+    # warp-wide requests and the 32-byte sectors they touched (the lanes' k-th execution
+    # of one load or store instruction is one request), loads and stores
+    load_requests: int = 0
+    load_sectors: int = 0
+    store_requests: int = 0
+    store_sectors: int = 0
 
     @property
     def read(self) -> int:
@@ -100,6 +107,14 @@ class Accesses:
     def reads_per_byte(self) -> float:
         """How often each byte read was read (1.0: each once)."""
         return self.read / self.read_distinct if self.read_distinct else 0.0
+
+    def efficiency(self, write: bool = False) -> float:
+        """The share of the bytes its sectors move that the loads (or stores) asked for:
+        1.0 when every request is coalesced (a warp's lanes side by side), 0.125 when
+        each lane's 4 bytes take a 32-byte sector of their own."""
+        sectors = self.store_sectors if write else self.load_sectors
+        asked = self.written if write else self.read
+        return asked / (32 * sectors) if sectors else 1.0
 
     def vector_fraction(self, width: int = 16) -> float:
         """The share of the bytes read and written in accesses of ``width`` bytes."""
@@ -231,7 +246,7 @@ def run(entry, grid: int, block: int, args, cooperative: bool = False, seed: int
     error = ctypes.create_string_buffer(4096)
     if timeout_s is None:
         timeout_s = float(os.environ.get(TIMEOUT_ENV, "120"))
-    counts = (ctypes.c_ulonglong * (12 * max(n, 1)))()
+    counts = (ctypes.c_ulonglong * (STAT_WORDS * max(n, 1)))()
     la = _Launch(grid, block, int(cooperative), n, argv, sizes, timeout_s, seed,
                  ctypes.cast(error, ctypes.c_void_p), len(error), counts)
     if entry(ctypes.byref(la)) != 0:
@@ -239,9 +254,8 @@ def run(entry, grid: int, block: int, args, cooperative: bool = False, seed: int
             f"kernel {entry.kernel_name} failed in the CUDA emulator (grid {grid}, block {block}"
             f"{', cooperative' if cooperative else ''}, seed {seed}): "
             f"{error.value.decode(errors='replace')}")
-    c = list(counts)
-    return tuple(Accesses(tuple(c[12 * i:12 * i + 5]), tuple(c[12 * i + 5:12 * i + 10]),
-                          c[12 * i + 10], c[12 * i + 11]) for i in range(n))
+    c = [list(counts[STAT_WORDS * i:STAT_WORDS * (i + 1)]) for i in range(n)]
+    return tuple(Accesses(tuple(w[0:5]), tuple(w[5:10]), *w[10:16]) for w in c)
 
 
 class CudaEmuBackend(Backend):

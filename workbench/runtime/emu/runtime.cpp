@@ -17,7 +17,10 @@
  * - Every global-memory access is counted (the kernel library is compiled with GCC's
  *   ThreadSanitizer instrumentation, whose hooks -- __tsan_read4 and the rest -- are
  *   defined here instead of by TSan's runtime): per parameter, the bytes read and
- *   written by access width, and the distinct bytes read and written. */
+ *   written by access width, and the distinct bytes read and written; and how they
+ *   coalesce: the lanes of a warp whose k-th execution of one access site it is make
+ *   one request, and the request costs the 32-byte sectors its lanes touch, as a GPU's
+ *   memory pipeline counts them (Nsight Compute's sectors per request). */
 #include "wb_cuda_emu.h"
 
 #include <signal.h>
@@ -29,6 +32,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <unordered_map>
 #include <cstdarg>
 #include <cstdio>
 #include <string>
@@ -115,6 +119,7 @@ struct WarpGroup {                 /* the lanes of one warp meeting in one mask 
 
 struct Fiber {
   Context ctx;
+  std::unordered_map<const void*, unsigned int> sites;   /* executions of each access site */
   wb_emu_ids ids;
   State state;
   unsigned int lane, warp;
@@ -122,11 +127,36 @@ struct Fiber {
 };
 
 /* one parameter's accesses: bytes by access width (1, 2, 4, 8, 16), read and written */
-struct Counts { unsigned long long bytes[2][5]; };
-constexpr int STAT_WORDS = 12;     /* per parameter: read[5], written[5], distinct r, w */
+struct Counts {
+  unsigned long long bytes[2][5];  /* read, written: by access width */
+  unsigned long long requests[2], sectors[2];
+};
+/* per parameter: read[5], written[5], distinct read, distinct written, load requests,
+   load sectors, store requests, store sectors */
+constexpr int STAT_WORDS = 16;
+
+/* one warp-wide request: the lanes' k-th execution of one access site */
+struct RequestKey {
+  const void* site;
+  unsigned int nth;
+  bool operator==(const RequestKey& o) const { return site == o.site && nth == o.nth; }
+};
+struct RequestKeyHash {
+  std::size_t operator()(const RequestKey& k) const {
+    return std::hash<const void*>()(k.site) ^ (std::size_t)k.nth * 0x9E3779B97F4A7C15ULL;
+  }
+};
+struct Request {
+  int param, write;
+  unsigned int sectors;
+  unsigned long long sector[64];   /* the distinct 32-byte sectors touched (a warp's 32
+                                      lanes of 16 bytes touch 64 at most, misaligned) */
+};
 
 struct Runner {                    /* one OS thread running blocks */
   std::vector<Counts> counts;      /* per parameter */
+  /* per warp of the block running: its requests so far */
+  std::vector<std::unordered_map<RequestKey, Request, RequestKeyHash>> requests;
   Context sched;
   std::vector<Fiber> fibers;
   std::vector<int> order;
@@ -247,6 +277,7 @@ void run_block(Runner* r, unsigned int bid) {
   }
   for (auto& w : r->warps)
     for (WarpGroup& g : w) g = WarpGroup();
+  for (Fiber& f : r->fibers) f.sites.clear();
   r->live = n;
   r->at_barrier = 0;
   r->rng = (bid + 1) * 0x9E3779B97F4A7C15ULL ^ r->rng;
@@ -264,6 +295,14 @@ void run_block(Runner* r, unsigned int bid) {
     if (!ran) deadlock(r);
   }
   r->cur = nullptr;
+  for (auto& warp : r->requests) {             /* the block's requests, costed */
+    for (auto& kv : warp) {
+      Counts& c = r->counts[kv.second.param];
+      c.requests[kv.second.write] += 1;
+      c.sectors[kv.second.write] += kv.second.sectors;
+    }
+    warp.clear();
+  }
 }
 
 Runner* new_runner(unsigned long long seed) {
@@ -282,6 +321,7 @@ Runner* new_runner(unsigned long long seed) {
     mprotect(r->stacks + i * r->stack_span, page_size(), PROT_NONE);
   r->rng = seed | 1;
   r->counts.assign(g_buffers.size(), Counts{});
+  r->requests.resize((n + 31) / 32);
   return r;
 }
 
@@ -346,8 +386,11 @@ void on_fault(int sig, siginfo_t* info, void*) {
   for (std::size_t i = 0; i < g_buffers.size(); ++i) {     /* the counts, to the parent */
     unsigned long long* out = g_stats + i * STAT_WORDS;
     for (Runner* r : g_runners)
-      for (int w = 0; w < 2; ++w)
+      for (int w = 0; w < 2; ++w) {
         for (int k = 0; k < 5; ++k) out[w * 5 + k] += r->counts[i].bytes[w][k];
+        out[12 + 2 * w] += r->counts[i].requests[w];
+        out[13 + 2 * w] += r->counts[i].sectors[w];
+      }
     for (unsigned long long j = 0; j < g_buffers[i].size; ++j) {
       out[10] += g_touched[i][j] & 1u;
       out[11] += (g_touched[i][j] >> 1) & 1u;
@@ -375,7 +418,22 @@ std::string read_all(FILE* f) {
 
 
 /* -- global-memory accesses: ThreadSanitizer's instrumentation calls these ---------- */
-void count_access(const void* p, unsigned long long n, int write) {
+void count_request(Runner* r, std::size_t param, unsigned long long offset,
+                   unsigned long long n, int write, const void* site) {
+  Fiber* f = r->cur;
+  const unsigned int nth = f->sites[site]++;
+  Request& q = r->requests[f->warp].try_emplace(RequestKey{site, nth}).first->second;
+  if (q.sectors == 0) { q.param = (int)param; q.write = write; }
+  for (unsigned long long s = offset >> 5; s <= (offset + n - 1) >> 5; ++s) {
+    unsigned int j = 0;
+    while (j < q.sectors && q.sector[j] != s) ++j;
+    if (j == q.sectors && q.sectors < 64) q.sector[q.sectors++] = s;
+  }
+}
+
+/* one access of n bytes at p by the running GPU thread (site: the instruction making
+   it; null for atomics, which are not costed as requests) */
+void count_access(const void* p, unsigned long long n, int write, const void* site = nullptr) {
   const char* a = (const char*)p;
   if (a < g_lo || a >= g_hi) return;       /* the stack, shared memory: not global */
   Runner* r = tls_runner;
@@ -385,6 +443,8 @@ void count_access(const void* p, unsigned long long n, int write) {
     if (a < b.start || a >= b.start + b.size) continue;
     const int k = n >= 16 ? 4 : n >= 8 ? 3 : n >= 4 ? 2 : n >= 2 ? 1 : 0;
     r->counts[i].bytes[write][k] += n;
+    /* (sectors of the buffer's own offsets: a cudaMalloc'd buffer starts 256-aligned) */
+    if (site && r->cur) count_request(r, i, (unsigned long long)(a - b.start), n, write, site);
     unsigned char* t = g_touched[i] + (a - b.start);
     const unsigned long long m = std::min<unsigned long long>(n, b.start + b.size - a);
     const unsigned char bit = (unsigned char)(1u << write);
@@ -403,15 +463,16 @@ void __tsan_func_entry(void*) {}
 void __tsan_func_exit(void) {}
 void __tsan_vptr_read(void**) {}
 void __tsan_vptr_update(void**, void*) {}
-void __tsan_read_range(void* p, unsigned long n) { count_access(p, n, 0); }
-void __tsan_write_range(void* p, unsigned long n) { count_access(p, n, 1); }
-#define WB_EMU_RW(n)                                                            \
-  void __tsan_read##n(void* p) { count_access(p, n, 0); }                      \
-  void __tsan_write##n(void* p) { count_access(p, n, 1); }                     \
-  void __tsan_unaligned_read##n(void* p) { count_access(p, n, 0); }            \
-  void __tsan_unaligned_write##n(void* p) { count_access(p, n, 1); }           \
-  void __tsan_volatile_read##n(void* p) { count_access(p, n, 0); }             \
-  void __tsan_volatile_write##n(void* p) { count_access(p, n, 1); }
+#define WB_EMU_SITE __builtin_return_address(0)
+void __tsan_read_range(void* p, unsigned long n) { count_access(p, n, 0, WB_EMU_SITE); }
+void __tsan_write_range(void* p, unsigned long n) { count_access(p, n, 1, WB_EMU_SITE); }
+#define WB_EMU_RW(n)                                                                    \
+  void __tsan_read##n(void* p) { count_access(p, n, 0, WB_EMU_SITE); }                 \
+  void __tsan_write##n(void* p) { count_access(p, n, 1, WB_EMU_SITE); }                \
+  void __tsan_unaligned_read##n(void* p) { count_access(p, n, 0, WB_EMU_SITE); }       \
+  void __tsan_unaligned_write##n(void* p) { count_access(p, n, 1, WB_EMU_SITE); }      \
+  void __tsan_volatile_read##n(void* p) { count_access(p, n, 0, WB_EMU_SITE); }        \
+  void __tsan_volatile_write##n(void* p) { count_access(p, n, 1, WB_EMU_SITE); }
 WB_EMU_RW(1) WB_EMU_RW(2) WB_EMU_RW(4) WB_EMU_RW(8) WB_EMU_RW(16)
 #undef WB_EMU_RW
 /* atomics: done here (seq_cst whatever the order asked), each counted as a read and a

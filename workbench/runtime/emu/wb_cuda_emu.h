@@ -43,9 +43,10 @@ struct wb_emu_launch_args {
   unsigned long long seed;             /* the order blocks and threads are run in */
   char* error;                         /* what went wrong, for the exception */
   unsigned long long error_len;
-  /* where a clean launch leaves its global-memory accesses, 12 words a parameter: bytes
+  /* where a clean launch leaves its global-memory accesses, 16 words a parameter: bytes
      read by access width (1, 2, 4, 8, 16 bytes), bytes written so, distinct bytes read,
-     distinct bytes written (null: not wanted) */
+     distinct bytes written, load requests, their 32-byte sectors, store requests,
+     their sectors (null: not wanted) */
   unsigned long long* accesses;
 };
 
@@ -69,6 +70,7 @@ int wb_emu_run(void* kernel, void (*trampoline)(void*, void**), const int* kinds
 #define __forceinline__ inline __attribute__((always_inline))
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 /* shared memory: one copy per block; a block runs on one OS thread at a time */
 #define __shared__ static thread_local
 #define __constant__ static
