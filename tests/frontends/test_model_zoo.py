@@ -20,6 +20,8 @@ module runs in one xdist group so one worker builds them.
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -105,21 +107,48 @@ def test_from_torch_imports_plans_runs_and_matches_torch(name, zoo_dir):
     check_outputs(m, s.run)
 
 
+@pytest.mark.parametrize("name", zoo.MODELS)
+def test_the_gpu_plan_of_every_model_runs_in_the_cuda_emulator(name, zoo_dir):
+    """What a GPU user runs: the model through from_torch, planned for the H100 with
+    stitch, its CUDA kernels (masks, rotary tables, gathers, convolutions' epilogues,
+    the attention softmax...) run in the CUDA emulator, every kernel within its bound
+    and the outputs matching torch as on the CPU."""
+    from workbench.measure import verify_kernels
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
+        pytest.skip(CudaEmuBackend.unavailable())
+    m, _ = built(name, zoo_dir)
+    s = wb.Session(zoo.import_torch(m), backend="cuda-emu")
+    s.auto("stitch")
+    assert s.device.is_gpu and any(k.library is None for k in s.kernels())
+    prog = s.program()
+    env = prog.run(m.numpy_inputs(fresh=True), keep_all=True)
+    assert all(c.within_tolerance for c in verify_kernels(prog, env))
+    check_outputs(m, s.run)
+
+
 # -- bfloat16: the user's model.to(torch.bfloat16) -------------------------------------
 # scripts/zoo_bfloat16.py runs the whole zoo both ways (benchmarks/results/zoo-bfloat16-*)
-@pytest.mark.parametrize("name, path", [("bert", "onnx"), ("bert", "torch"),
-                                        ("llama", "torch")])
-def test_a_bfloat16_model_runs_in_bfloat16_as_accurately_as_torch(name, path, tmp_path):
+@pytest.mark.parametrize("name, path, backend", [
+    ("bert", "onnx", "cpu"), ("bert", "torch", "cpu"), ("llama", "torch", "cpu"),
+    # the GPU's plans, their bfloat16 CUDA kernels run in the CUDA emulator
+    ("bert", "onnx", "cuda-emu"), ("llama", "torch", "cuda-emu")])
+def test_a_bfloat16_model_runs_in_bfloat16_as_accurately_as_torch(name, path, backend,
+                                                                  tmp_path):
     """Imported with bfloat16 storage, every kernel within its bound, the output
     bfloat16, and no further from the float32 model than twice torch's own bfloat16
     output is (fused kernels round once per store where torch rounds per op)."""
     import torch
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if backend == "cuda-emu" and CudaEmuBackend.unavailable() and not os.environ.get(
+            "WB_REQUIRE_CUDA_EMU"):
+        pytest.skip(CudaEmuBackend.unavailable())
     m32, m = zoo.build(name), zoo.build(name, dtype="bfloat16")
     assert all(p.dtype is torch.bfloat16 for p in m.module.parameters())
     g = zoo.import_torch(m) if path == "torch" else wb.load(
         str(zoo.export_onnx(m, tmp_path / f"{name}.onnx")))
     assert g.value(g.outputs[0]).dtype.value == "bfloat16"
-    s = wb.Session(g, backend="cpu")
+    s = wb.Session(g, backend=backend)
     s.auto("stitch")
     assert s.measure(warmup=1, repeats=1).within_tolerance
     for fresh in (False, True):
