@@ -1,9 +1,11 @@
 #!/usr/bin/env python
 """Beyond the zoo: more architectures, as users bring them, through both import paths,
-planned with ``stitch``, run on the CPU backend and compared with torch eager.
+planned with ``stitch``, run on the CPU backend (or, ``--backend cuda-emu``, the GPU's
+plans in the CUDA emulator) and compared with torch eager.
 
     .venv/bin/python scripts/architectures.py                  # every architecture
     .venv/bin/python scripts/architectures.py roberta swin      # some
+    .venv/bin/python scripts/architectures.py --backend cuda-emu
 
 Transformers architectures are built from their config classes with tiny random-weight
 configurations (no download; seeded; eval mode; eager attention); torchvision's models
@@ -234,18 +236,22 @@ def _error(got: dict, want: dict) -> float | str:
     return max(errs)
 
 
+_BACKEND_TEXT = {"cpu": "CPU backend",
+                 "cuda-emu": "planned for the H100, its CUDA kernels run in the CUDA emulator"}
+
+
 def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
 
 
-def _planned(g, feeds: dict) -> tuple[int, dict]:
+def _planned(g, feeds: dict, backend: str = "cpu") -> tuple[int, dict]:
     import workbench as wb
-    s = wb.Session(g, backend="cpu")
+    s = wb.Session(g, backend=backend)
     s.auto("stitch")
     return len(s.plan.groups), s.program().run(feeds)
 
 
-def probe(name: str) -> dict:
+def probe(name: str, backend: str = "cpu") -> dict:
     import torch
     import workbench as wb
     from workbench.zoo import _quiet
@@ -282,7 +288,7 @@ def probe(name: str) -> dict:
                     torch.onnx.export(model, inputs, f, input_names=list(names),
                                       output_names=list(want), external_data=False)
                     g = wb.load(f)
-            kernels, got = _planned(g, feeds)
+            kernels, got = _planned(g, feeds, backend)
             err = _error(got, want)
             rec[path] = {"nodes": len(g.nodes), "kernels": kernels, "error": err,
                          "ok": isinstance(err, float) and err <= TOLERANCE}
@@ -297,7 +303,8 @@ def markdown(res: dict) -> str:
              f"{res['machine']}. transformers {res['transformers']}, torch {res['torch']}, "
              f"torchvision {res['torchvision']}. Tiny random-weight configurations, batch "
              f"{BATCH}, {SEQ} tokens or {IMAGE}-64 px images (torchvision's `tv_*`: 64 px, "
-             f"more where the model needs it); `stitch`, CPU backend; error: max over "
+             f"more where the model needs it); `stitch`, "
+             f"{_BACKEND_TEXT[res.get('backend', 'cpu')]}; error: max over "
              f"outputs of max |y - torch| / max |torch| (tolerance {TOLERANCE:g}).", "",
              "| architecture | from_torch: nodes / kernels / error | ONNX export: nodes / "
              "kernels / error | note |", "|---|---|---|---|"]
@@ -334,6 +341,9 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("names", nargs="*", help="architectures (default: all)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--backend", default="cpu", choices=sorted(_BACKEND_TEXT),
+                    help="cpu (default), or cuda-emu: the H100's plans, their CUDA kernels "
+                         "run in the CUDA emulator")
     a = ap.parse_args(argv)
     names = a.names or list(ARCHITECTURES)
     unknown = [n for n in names if n not in ARCHITECTURES]
@@ -359,12 +369,13 @@ def main(argv=None) -> int:
            "torch": torch.__version__,
            "torchvision": vision if isinstance(vision, str) else vision.__version__,
            "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-           "skipped": skipped, "results": []}
+           "skipped": skipped, "backend": a.backend, "results": []}
     for name in names:
         print(f"{name} ...", file=sys.stderr, flush=True)
-        res["results"].append(probe(name))
+        res["results"].append(probe(name, a.backend))
     a.out.mkdir(parents=True, exist_ok=True)
-    stem = a.out / f"architectures-{res['date']}"
+    stem = a.out / (f"architectures-{res['date']}"
+                     + ("" if a.backend == "cpu" else f"-{a.backend}"))
     stem.with_suffix(".json").write_text(json.dumps(res, indent=1))
     stem.with_suffix(".md").write_text(markdown(res))
     print(markdown(res))

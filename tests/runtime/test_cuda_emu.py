@@ -111,7 +111,8 @@ extern "C" __global__ void t_masked(float* __restrict__ y) {
 
 def test_reading_a_lane_outside_the_mask_is_an_error():
     fn = cuda_emu.build("t_masked", MASKED)
-    with pytest.raises(cuda_emu.EmulatedLaunchError, match=r"reads lane (1[6-9]|2[0-3]), which its mask 0x0000ffff"):
+    with pytest.raises(cuda_emu.EmulatedLaunchError,
+                       match=r"reads lane (1[6-9]|2[0-3]), which its mask 0x0000ffff"):
         cuda_emu.run(fn, 1, 32, [np.zeros(32, np.float32)])
 
 

@@ -135,7 +135,8 @@ def _check_accesses(g, gr, k, accesses):
             width = b.dtype.itemsize * loop.vector
             if width in WIDTHS and b.nbytes == loop.extent * b.dtype.itemsize:
                 tail = loop.extent % loop.vector * b.dtype.itemsize
-                assert a.written_by_width[WIDTHS.index(width)] == b.nbytes - tail, (where, b.name, a)
+                assert a.written_by_width[WIDTHS.index(width)] == b.nbytes - tail, \
+                    (where, b.name, a)
         # its outputs, the inputs read at the loop's index, and those broadcast along
         # it by a multiple of the vector (a row vector at i % C, a per-row value at
         # i / C) coalesce; a transpose's or a gather's need not
@@ -163,7 +164,8 @@ def _check_accesses(g, gr, k, accesses):
     # active -- a handful of rows a thread each -- the two look alike)
     scattered = _scatter(g, s, DEFAULT_DEVICE) > 1
     for b, a in zip(k.params, accesses):
-        asked, requests = (a.written, a.store_requests) if b.is_output else (a.read, a.load_requests)
+        asked, requests = ((a.written, a.store_requests) if b.is_output
+                           else (a.read, a.load_requests))
         if b.value in row_long and not b.workspace and asked >= 64 * requests > 0:
             assert coalesced(a, write=b.is_output) != scattered, (where, b.name, a)
     if s.innermost and s.vector > 1:

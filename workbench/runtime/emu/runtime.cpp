@@ -360,8 +360,8 @@ void on_fault(int sig, siginfo_t* info, void*) {
   sigaction(SIGSEGV, &sa, nullptr);
   sigaction(SIGBUS, &sa, nullptr);
   const unsigned int grid = g_grid;
-  unsigned int workers = la->cooperative ? grid
-      : std::min<unsigned int>(grid, std::max(1u, std::min(8u, std::thread::hardware_concurrency())));
+  const unsigned int cores = std::max(1u, std::min(8u, std::thread::hardware_concurrency()));
+  const unsigned int workers = la->cooperative ? grid : std::min(grid, cores);
   std::vector<unsigned int> order(grid);
   for (unsigned int i = 0; i < grid; ++i) order[i] = i;
   unsigned long long s = la->seed * 0xD1342543DE82EF95ULL + 1;
@@ -370,7 +370,10 @@ void on_fault(int sig, siginfo_t* info, void*) {
   g_hi = nullptr;
   for (const Buffer& b : g_buffers) {
     g_touched.push_back(b.size ? (unsigned char*)std::calloc(b.size, 1) : nullptr);
-    if (b.size) { g_lo = std::min<const char*>(g_lo, b.start); g_hi = std::max<const char*>(g_hi, b.start + b.size); }
+    if (b.size) {
+      g_lo = std::min<const char*>(g_lo, b.start);
+      g_hi = std::max<const char*>(g_hi, b.start + b.size);
+    }
   }
   g_runners.assign(workers, nullptr);
   for (unsigned int w = 0; w < workers; ++w) g_runners[w] = new_runner(la->seed + w);
@@ -672,9 +675,11 @@ extern "C" int wb_emu_run(void* kernel, void (*trampoline)(void*, void**), const
     const std::string report = err_file ? read_all(err_file) : std::string();
     if (rc == 0 && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
       rc = WIFEXITED(status) ? 4 : 5;
-      std::string what = error[0] ? std::string(error)
-          : WIFSIGNALED(status) ? "the emulated launch died of signal " + std::to_string(WTERMSIG(status))
-                                : "the emulated launch exited with " + std::to_string(WEXITSTATUS(status));
+      std::string what =
+          error[0] ? std::string(error)
+          : WIFSIGNALED(status)
+              ? "the emulated launch died of signal " + std::to_string(WTERMSIG(status))
+              : "the emulated launch exited with " + std::to_string(WEXITSTATUS(status));
       if (!report.empty()) what += "\n" + report.substr(0, 4000);
       say(la, "%s", what.c_str());
     }
