@@ -43,6 +43,12 @@ def graphs() -> dict:
     out["ln_96x16384"] = ms.layernorm(96, 16384)
     out["ln_40x512"] = ms.layernorm(40, 512)
     out["softmax_1x8192"] = ms.softmax(1, 8192)
+    # rows whose length no 16-byte vector divides (GPT-2's 50257-word vocabulary, 77
+    # CLIP tokens, bfloat16 rows of 1002)
+    out["ln_64x1001"] = ms.layernorm(64, 1001)
+    out["softmax_96x77"] = ms.softmax(96, 77)
+    out["xent_8x50257"] = ms.cross_entropy(8, 50257)
+    out["bgrln_bf16_64x1002"] = ms.bias_gelu_residual_layernorm_bf16(64, 1002)
     out["chain_4"] = ms.block_chain(4)
     out["stack_300"] = ms.transformer_stack(300)
     return out

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from workbench.codegen import lower_plan, render_kernel
+from workbench.codegen.kir import Loop
 from workbench.frontends import load
 from workbench.fusion import run_planner
 from workbench.ir import GraphBuilder
@@ -125,6 +126,47 @@ def test_row_kernels_read_each_element_once_with_16_byte_accesses(kind, rows, co
     # two blocks fit an SM: registers x threads within half the register file
     threads = s.block
     assert rep.registers * threads <= 65536 // (2 if threads <= 512 else 1)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm"])
+@pytest.mark.parametrize("rows,cols,mapping", [(4096, 1001, None), (1024, 77, "warp"),
+                                               (64, 50257, None), (2048, 30522, None)])
+def test_rows_no_vector_divides_move_16_bytes_inside_the_row(kind, rows, cols, mapping,
+                                                             nvrtc_toolchain):
+    """A row length 4 does not divide (GPT-2's 50257-word vocabulary, 77 CLIP tokens):
+    the tile is shifted by the row's misalignment, so each thread's 4 columns inside
+    the row still move as one 16-byte access (one ld.global.v4 and one st.global.v4
+    per slot), and only the row's two ends element by element; no local memory, no
+    spills. (Counted in the CUDA emulator: tests/runtime/test_cuda_emu_samples.py.)"""
+    from workbench.runtime import nvrtc
+    k = _row_kernel(kind, rows, cols, mapping)
+    assert all(x.space == "register" for x in k.scratch)
+    (loop,) = [x for x in k.body if isinstance(x, Loop)]
+    tile = next(x.tile for x in _loops(loop) if x.tile)
+    assert tile[2] == 4 and tile[3] == f"(int)(row * {cols} % 4)"
+    per_thread = tile[1]
+    ptx = _ptx(k)
+    # x moves in 16-byte loads: once per slot when its row stays in registers, else once
+    # per pass (50257 floats: the row is read again); w and b (read at the column, not
+    # where the row starts) element by element
+    v4_loads = len(re.findall(r"ld\.global(?:\.nc)?\.v4\.[fub]32", ptx))
+    if k.scratch:
+        assert v4_loads == per_thread
+    else:
+        assert v4_loads in (2 * per_thread, 3 * per_thread)
+    assert len(re.findall(r"st\.global\.v4\.[fub]32", ptx)) == per_thread
+    # the ends: at most a vector's elements of each slot, one by one
+    assert 0 < len(re.findall(r"st\.global\.f32", ptx)) <= 4 * per_thread
+    assert ".local" not in ptx
+    rep = nvrtc.ptxas_report(render_kernel(k, "cuda"), k.name)
+    assert rep.spill_bytes == 0 and rep.stack_bytes == 0
+
+
+def _loops(loop):
+    yield loop
+    for x in loop.body:
+        if isinstance(x, Loop):
+            yield from _loops(x)
 
 
 def test_elementwise_kernels_move_16_bytes_per_access(nvrtc_toolchain):

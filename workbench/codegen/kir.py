@@ -242,10 +242,12 @@ class Loop:
     per_block: int = 1    # warp loops: iterations (rows) one block takes at a time
     start: str = ""       # C expressions overriding the range [0, extent) (a split
     stop: str = ""        # row's chunk of columns)
-    # block / lane loops over a row kept on chip: (threads, per_thread, vector) -- the
-    # row's columns dealt out so thread t owns (k * threads + t) * vector + v for
-    # k < per_thread, v < vector (the GPU unrolls this tile; the CPU loops over the row)
-    tile: tuple[int, int, int] | None = None
+    # block / lane loops over a row kept on chip: (threads, per_thread, vector, shift)
+    # -- the row's columns dealt out so thread t owns (k * threads + t) * vector + v
+    # - shift for k < per_thread, v < vector (the GPU unrolls this tile; the CPU loops
+    # over the row); shift: "" or a C expression, the row's misalignment when the
+    # vector does not divide its length
+    tile: tuple[int, int, int, str] | None = None
     # index arithmetic in 64 bits: the kernel touches a buffer whose offsets (plus a
     # grid stride) can pass 2^31 - 1
     wide: bool = False

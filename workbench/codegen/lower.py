@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
 from ..fusion.gemm import PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
-from ..fusion.geometry import Geometry, flat_vector, geometry
+from ..fusion.geometry import Geometry, flat_vector, geometry, row_shifted, row_slots
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
 from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
@@ -67,13 +67,15 @@ def identifier(text: str) -> str:
 
 class _Scope:
     """Statements being emitted at one loop level, with their memo table; ``vector``:
-    the width a tiled column loop moves per access (1 elsewhere)."""
+    the width a tiled column loop moves per access (1 elsewhere); ``row_base``: where
+    a shifted tile's row starts (the offset its vectors align to), "" if not shifted."""
 
-    def __init__(self, parent: "_Scope | None" = None, vector: int = 1):
+    def __init__(self, parent: "_Scope | None" = None, vector: int = 1, row_base: str = ""):
         self.stmts: list = []
         self.memo: dict = {}
         self.parent = parent
         self.vector = vector
+        self.row_base = row_base
 
     def lookup(self, key):
         s = self
@@ -196,11 +198,15 @@ class _Lowerer:
         n = self.producer.get(value)
         return n.id if n is not None else ""
 
-    @staticmethod
-    def _vector(scope: _Scope, idx: Index) -> int:
+    def _vector(self, scope: _Scope, idx: Index) -> int:
         """The access width at idx in this scope: the tile's vector when the access is
-        unit-stride in the column over a run the vector divides, else 1."""
+        unit-stride in the column over a run the vector divides, else 1. In a shifted
+        tile only the accesses that start where the row does line up with its
+        vectors (a row of the domain; not a broadcast row such as LayerNorm's gamma)."""
         run = idx.unit_stride("col") if scope.vector > 1 else 0
+        if scope.row_base:
+            same = self._row_index(idx).offset() == scope.row_base
+            return scope.vector if run == self.sched.cols and same else 1
         return scope.vector if run and run % scope.vector == 0 else 1
 
     def _row_index(self, idx: Index) -> Index:
@@ -1006,7 +1012,7 @@ class _Lowerer:
         columns into scope; returns (acc, compute dtype, combiner, identity)."""
         dt, ident, comb = self._accumulator(r)
         acc = f"acc{slot}"
-        col_scope = _Scope(scope, self._tile()[2] if self._tile() else 1)
+        col_scope = self._col_scope(scope, self._tile())
         e = self.at(col_scope, r.inputs[0], dom)
         scope.stmts.append(Let(acc, dt, ident, r.id))
         simd = comb.simd_op[0 if dt.kind == "f" else 1]
@@ -1027,13 +1033,29 @@ class _Lowerer:
                                 reduction=(acc, simd), tile=self._tile(), **loop_kw))
         return acc, dt, comb, ident
 
-    def _tile(self) -> tuple[int, int, int] | None:
+    def _tile(self) -> tuple[int, int, int, str] | None:
         """How a row kept on chip deals its columns to threads (threads, per_thread,
-        vector), or None when a row is not kept in one block."""
+        vector, shift), or None when a row is not kept in one block; shift: the C
+        expression of the row's first offset mod vector when the vector does not
+        divide the row ("" when it does)."""
         s = self.sched
         if s.kind is not ScheduleKind.row_reduce or not s.mapping.info.on_chip:
             return None
-        return (s.threads, -(-s.cols // (s.threads * s.vector)), s.vector)
+        shift = ""
+        if row_shifted(s.cols, s.vector):
+            shift = f"(int)({self._row_base()} % {s.vector})"
+        return (s.threads, row_slots(s.cols, s.threads, s.vector) // s.vector, s.vector,
+                shift)
+
+    def _row_base(self) -> str:
+        """The offset of a row's first element in a buffer of the domain's shape."""
+        return self._row_index(self._domain()).offset()
+
+    def _col_scope(self, parent: _Scope, tile) -> _Scope:
+        """The scope of a column loop over a tile (or over a row not kept on chip)."""
+        if tile is None:
+            return _Scope(parent)
+        return _Scope(parent, tile[2], self._row_base() if tile[3] else "")
 
     def _accumulator(self, r):
         """(accumulator type, identity, combiner) of reduction r: integers accumulate
@@ -1120,7 +1142,7 @@ class _Lowerer:
         if not elem_out:
             return
         tile = None if start else self._tile()
-        col_scope = _Scope(row_scope, tile[2] if tile else 1)
+        col_scope = self._col_scope(row_scope, tile)
         for o in elem_out:
             e = self.at(col_scope, o, dom)
             col_scope.stmts.append(Store(self.buffers[o], dom.offset(), e,

@@ -513,13 +513,37 @@ class CudaRenderer(CRenderer):
         (k * threads + t) * vector + v, k < per_thread, v < vector, fully unrolled so the
         register copies (indexed k * vector + v) stay in registers; unit-stride loads
         and stores of a thread's ``vector`` consecutive elements move as one 16-byte
-        (or narrower) access."""
+        (or narrower) access. A shifted tile (the vector does not divide the row)
+        starts ``shift`` columns before the row, where the row's offset is aligned:
+        a thread's vector inside the row moves as one access, one holding an end of
+        the row element by element."""
         pad, u = self.indent_unit * depth, self.indent_unit
-        T, K, V = s.tile
+        T, K, V, shift = s.tile
         v, n = s.var, s.extent
         tid = "threadIdx.x" if s.bind == "block" else "(threadIdx.x & 31)"
-        slot = f"{v}_k * {V} + {v}_v" if V > 1 else f"{v}_k"
-        body = [_at_slot(x, slot) for x in s.body]
+        first = f"({v}_k * {T} + {tid}) * {V}" + (f" - {shift}" if shift else "")
+        lines = [pad + "#pragma unroll",
+                 pad + f"for (int {v}_k = 0; {v}_k < {K}; ++{v}_k) {{",
+                 pad + u + f"const {_ix(s)} {v}_b = {first};",
+                 pad + u + f"if ({tid} < {T} && {v}_b < {n}) {{"]
+        if not shift:
+            lines += self._tile_vectors(s, depth + 2)
+        else:
+            lines += [pad + u + u + f"if ({v}_b >= 0 && {v}_b + {V} <= {n}) {{",
+                      *self._tile_vectors(s, depth + 3),
+                      pad + u + u + "} else {  /* an end of the row */",
+                      *self._tile_elements(s, depth + 3),
+                      pad + u + u + "}"]
+        return lines + [pad + u + "}", pad + "}"]
+
+    def _tile_vectors(self, s: Loop, depth: int) -> list[str]:
+        """A thread's ``vector`` columns of a tile, starting at ``<var>_b``, every one
+        inside the row: unit-stride accesses move as one access each."""
+        _, _, V, _ = s.tile
+        v = s.var
+        inner, u = self.indent_unit * depth, self.indent_unit
+        body_pad = inner + (u if V > 1 else "")
+        body = [_at_slot(x, _tile_slot(s)) for x in s.body]
         vec = {i: self._vector_type(x) for i, x in enumerate(body)
                if isinstance(x, (Load, Store)) and isinstance(x.buf, Buffer) and x.vector > 1
                and self._vector_type(x)}
@@ -528,11 +552,7 @@ class CudaRenderer(CRenderer):
         def at_base(x) -> str:
             return f"{x.buf.name} + {word.sub(f'{v}_b', x.offset)}"
 
-        inner, body_pad = pad + u + u, pad + u + u + (u if V > 1 else "")
-        lines = [pad + "#pragma unroll",
-                 pad + f"for (int {v}_k = 0; {v}_k < {K}; ++{v}_k) {{",
-                 pad + u + f"const {_ix(s)} {v}_b = ({v}_k * {T} + {tid}) * {V};",
-                 pad + u + f"if ({tid} < {T} && {v}_b < {n}) {{"]
+        lines = []
         for i, vt in vec.items():
             x = body[i]
             if isinstance(x, Load):
@@ -555,7 +575,7 @@ class CudaRenderer(CRenderer):
                 lines.append(body_pad + f"reinterpret_cast<{st}*>(&{x.buf.name}_v)[{v}_v] = "
                                         f"{self.to_storage(x.buf.dtype, x.expr)};")
             else:
-                lines += self.stmts([x], depth + (3 if V > 1 else 2))
+                lines += self.stmts([x], depth + (1 if V > 1 else 0))
         if any(word.search(line) for line in lines[declared:]):   # (else: unused)
             lines.insert(declared, body_pad + f"const {_ix(s)} {v} = {v}_b"
                                               + (f" + {v}_v;" if V > 1 else ";"))
@@ -566,7 +586,22 @@ class CudaRenderer(CRenderer):
             if isinstance(x, Store):
                 lines.append(inner + f"*reinterpret_cast<{vt}*>({at_base(x)}) = "
                                      f"{x.buf.name}_v;")
-        return lines + [pad + u + "}", pad + "}"]
+        return lines
+
+    def _tile_elements(self, s: Loop, depth: int) -> list[str]:
+        """A thread's ``vector`` columns of a shifted tile that hold an end of the row:
+        each column inside the row on its own, element by element."""
+        _, _, V, _ = s.tile
+        v, n = s.var, s.extent
+        pad, u = self.indent_unit * depth, self.indent_unit
+        body = [_at_slot(x, _tile_slot(s)) for x in s.body]
+        return [pad + "#pragma unroll",
+                pad + f"for (int {v}_v = 0; {v}_v < {V}; ++{v}_v) {{",
+                pad + u + f"const {_ix(s)} {v} = {v}_b + {v}_v;",
+                pad + u + f"if ({v} >= 0 && {v} < {n}) {{",
+                *self.stmts(body, depth + 2),
+                pad + u + "}",
+                pad + "}"]
 
     def _vector_type(self, x, elems: int | None = None) -> str:
         """The type one access of ``elems`` (default x.vector) elements moves as, when
@@ -702,6 +737,12 @@ def _broadcast_period(offset: str, var: str, w: int) -> tuple[str, int] | None:
 def _ix(loop: Loop) -> str:
     """The C type of a loop's index arithmetic (64 bits where offsets can pass 2^31)."""
     return "long long" if loop.wide else "int"
+
+
+def _tile_slot(loop: Loop) -> str:
+    """The register slot of a tile's column: k * vector + v."""
+    v, V = loop.var, loop.tile[2]
+    return f"{v}_k * {V} + {v}_v" if V > 1 else f"{v}_k"
 
 
 def _at_slot(x, slot: str):

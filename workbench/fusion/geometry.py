@@ -66,18 +66,43 @@ def row_threads(cols: int) -> int:
     return threads
 
 
+ROW_SHIFT_MIN = 64           # columns of a row worth peeled 16-byte accesses
+
+
 def row_vector(cols: int, itemsize: int = 4) -> int:
     """Elements one thread moves per access in a row kept in registers: 4 (a 16-byte
-    float4 for float32) when the row length allows, else 1; 8 when every row-long
-    buffer is 2 bytes wide or less (float16, bfloat16: 16 bytes again)."""
+    float4 for float32), 8 when every row-long buffer is 2 bytes wide or less
+    (float16, bfloat16: 16 bytes again). A row length the vector does not divide
+    (GPT-2's 50257-word vocabulary) starts each row at a different alignment: its
+    tile is shifted so the accesses inside the row stay aligned (``row_span``), when
+    the row is long enough (ROW_SHIFT_MIN) to pay for the peeled ends; shorter ones
+    move element by element. A bfloat16 row of 4k + 4 keeps its aligned 8-byte
+    accesses."""
     if itemsize <= 2 and cols % 8 == 0:
         return 8
-    return 4 if cols % 4 == 0 else 1
+    if cols % 4 == 0:
+        return 4
+    if cols < ROW_SHIFT_MIN:
+        return 1
+    return 8 if itemsize <= 2 else 4
+
+
+def row_shifted(cols: int, vector: int) -> bool:
+    """Whether a row's tile starts at the row's misalignment (its length is no
+    multiple of the vector): thread t's columns are then (k * threads + t) * vector
+    + v - shift, shift = the row's first offset mod vector."""
+    return vector > 1 and cols % vector != 0
+
+
+def row_span(cols: int, vector: int) -> int:
+    """Columns a row's tile covers: the row, plus up to vector - 1 before it when the
+    tile is shifted."""
+    return cols + vector - 1 if row_shifted(cols, vector) else cols
 
 
 def row_slots(cols: int, threads: int, vector: int) -> int:
     """Register slots per thread one cached value of a row takes (its K x V tile)."""
-    return -(-cols // (threads * vector)) * vector
+    return -(-row_span(cols, vector) // (threads * vector)) * vector
 
 
 def register_budget(threads: int, device: Device) -> int:
