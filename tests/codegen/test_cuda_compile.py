@@ -140,26 +140,67 @@ def test_rows_no_vector_divides_move_16_bytes_inside_the_row(kind, rows, cols, m
     spills. (Counted in the CUDA emulator: tests/runtime/test_cuda_emu_samples.py.)"""
     from workbench.runtime import nvrtc
     k = _row_kernel(kind, rows, cols, mapping)
-    assert all(x.space == "register" for x in k.scratch)
+    # x kept on chip: in registers, or (50257 floats) in shared memory
+    assert k.scratch[0].value == "x"
     (loop,) = [x for x in k.body if isinstance(x, Loop)]
     tile = next(x.tile for x in _loops(loop) if x.tile)
     assert tile[2] == 4 and tile[3] == f"(int)(row * {cols} % 4)"
     per_thread = tile[1]
     ptx = _ptx(k)
-    # x moves in 16-byte loads: once per slot when its row stays in registers, else once
-    # per pass (50257 floats: the row is read again); w and b (read at the column, not
-    # where the row starts) element by element
-    v4_loads = len(re.findall(r"ld\.global(?:\.nc)?\.v4\.[fub]32", ptx))
-    if k.scratch:
-        assert v4_loads == per_thread
-    else:
-        assert v4_loads in (2 * per_thread, 3 * per_thread)
+    # x moves in 16-byte loads, once per slot; w and b (read at the column, not where
+    # the row starts) element by element
+    assert len(re.findall(r"ld\.global(?:\.nc)?\.v4\.[fub]32", ptx)) == per_thread
     assert len(re.findall(r"st\.global\.v4\.[fub]32", ptx)) == per_thread
     # the ends: at most a vector's elements of each slot, one by one
     assert 0 < len(re.findall(r"st\.global\.f32", ptx)) <= 4 * per_thread
     assert ".local" not in ptx
     rep = nvrtc.ptxas_report(render_kernel(k, "cuda"), k.name)
     assert rep.spill_bytes == 0 and rep.stack_bytes == 0
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm"])
+@pytest.mark.parametrize("cols, dtype", [(50257, "float32"), (40000, "float32"),
+                                         (50257, "bfloat16")])
+def test_rows_too_long_for_registers_are_kept_in_dynamic_shared_memory(kind, cols, dtype,
+                                                                       nvrtc_toolchain):
+    """A row no block's registers hold (GPT-2's logits, 50257 float32) is kept in
+    shared memory past the static 48 KB: declared in dynamic shared memory, which the
+    launch sizes and the kernel opts in to, and read from global memory once (16-byte
+    loads, one per slot); ptxas sees no static shared memory beyond the reduction
+    slots. (A bfloat16 row is kept as float32.) 65536 float32 (256 KB) fit nowhere and
+    are read once per pass."""
+    from workbench.fusion.devices import H100
+    from workbench.runtime import nvrtc
+    b = GraphBuilder(f"{kind}_{cols}")
+    x = b.input("x", (8, cols), dtype)
+    y = b.softmax(x, axis=-1) if kind == "softmax" else b.layer_norm(
+        x, b.constant(np.linspace(0.5, 1.5, cols, dtype=np.float32), "w"),
+        b.constant(np.linspace(-0.5, 0.5, cols, dtype=np.float32), "b"))
+    b.output(y, "y")
+    (k,) = lower_plan(run_planner("rules", b.build(), device=H100)[0])
+    (cache,) = k.scratch
+    assert cache.space == "shared" and cache.value == "x"
+    assert k.dynamic_shared == {cache.name: 0}
+    assert cols * 4 <= k.dynamic_shared_bytes <= H100.shared_optin_limit
+    src = render_kernel(k, "cuda")
+    assert f"WB_SHARED_DYN(float, {cache.name}, {cols}, 0);" in src
+    rep = nvrtc.ptxas_report(src, k.name)
+    assert rep.spill_bytes == 0 and rep.shared_bytes <= 1024      # the reduction slots
+    ptx = _ptx(k)
+    (loop,) = [s for s in k.body if isinstance(s, Loop)]
+    per_thread = next(t.tile for t in _loops(loop) if t.tile)[1]
+    # x once per slot; LayerNorm's w and b too where the row is aligned (8 float32 of
+    # each beside 8 bfloat16: two 16-byte loads)
+    v4_loads = len(re.findall(r"ld\.global(?:\.nc)?\.v4\.[fub]32", ptx))
+    assert v4_loads == per_thread or (kind == "layer_norm" and cols % 4 == 0
+                                      and v4_loads in (3 * per_thread, 5 * per_thread))
+
+
+def test_a_row_too_long_for_shared_memory_is_read_again():
+    b = GraphBuilder("softmax_65536")
+    b.output(b.softmax(b.input("x", (8, 65536)), axis=-1), "y")
+    (k,) = lower_plan(run_planner("rules", b.build())[0])
+    assert not k.scratch and not k.dynamic_shared_bytes
 
 
 def _loops(loop):

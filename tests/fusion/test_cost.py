@@ -129,7 +129,8 @@ def test_occupancy_limits_bite():
     # shared memory beyond the per-block limit is illegal on that device: analysis
     # refuses the kernel with the numbers
     with pytest.raises(FusionRefused, match="KB > 1 KB limit per block"):
-        make_group(g, gr.nodes, forced=gr.forced, device=H100.with_(shared_per_block=1024))
+        make_group(g, gr.nodes, forced=gr.forced,
+                   device=H100.with_(shared_per_block=1024, shared_optin_per_block=0))
 
 
 def test_too_few_rows_leave_the_gpu_idle():

@@ -181,3 +181,30 @@ def _check_accesses(g, gr, k, accesses):
                 width = b.dtype.itemsize * s.vector
                 assert a.vector_fraction(width) == pytest.approx(
                     1 - ends / (rows * s.cols)), (where, b.name, width, a)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "layer_norm"])
+def test_a_row_too_long_for_registers_is_read_once_from_shared_memory(kind):
+    """GPT-2's logits, 50257 float32 a row: more than a block's registers hold, so the
+    row is kept in dynamic shared memory (past the static 48 KB) -- read from global
+    memory once, 16 bytes an access but for the row's two ends, every output byte
+    written once -- and the result matches the reference."""
+    from workbench.ir import GraphBuilder
+    b = GraphBuilder(f"{kind}_50257")
+    x = b.input("x", (3, 50257))
+    cols = x.shape[-1]
+    y = b.softmax(x, axis=-1) if kind == "softmax" else b.layer_norm(
+        x, b.constant(np.linspace(0.5, 1.5, cols, dtype=np.float32), "w"),
+        b.constant(np.linspace(-0.5, 0.5, cols, dtype=np.float32), "b"))
+    b.output(y, "y")
+    s = Session(b.build(), backend="cuda-emu", seed=5)
+    plan, _ = run_planner("rules", s.graph, device=s.device)
+    prog = s.program(plan)
+    env = prog.run(s.inputs, keep_all=True)
+    assert all(c.within_tolerance for c in verify_kernels(prog, env))
+    (ck,) = prog.compiled
+    assert ck.kernel.dynamic_shared_bytes >= 50257 * 4
+    if counting():
+        _check_accesses(s.graph, plan.groups[0], ck.kernel, ck.accesses)
+        (a,) = [a for p, a in zip(ck.kernel.params, ck.accesses) if p.value == "x"]
+        assert a.read == a.read_distinct == 3 * 50257 * 4

@@ -70,7 +70,7 @@ def _norm(kind, rows, cols):
 
 
 @pytest.mark.parametrize("rows, cols", [(3, 33), (1057, 700), (5, 2501), (4, 70000), (7, 77),
-                                        (2048, 4096), (64, 32768), (19, 1000)])
+                                        (3, 50257), (2048, 4096), (64, 32768), (19, 1000)])
 @pytest.mark.parametrize("kind", ["layer_norm", "softmax"])
 @pytest.mark.parametrize("mapping", ["warp", "block", "split", "thread"])
 def test_every_thread_mapping(backend, kind, rows, cols, mapping):

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping as MappingType, Union
 
+from ..fusion.devices import PORTABLE_SHARED_PER_BLOCK
 from ..fusion.geometry import REDUCE_SLOT_BYTES
 from ..fusion.mapping import Mapping
 from ..fusion.schedule import Im2col
@@ -435,3 +436,24 @@ class Kernel:
         return self.reductions * REDUCE_SLOT_BYTES + sum(x.numel * x.rows * x.dtype.itemsize
                                                          for x in self.scratch
                                                          if x.space == "shared")
+
+    @property
+    def dynamic_shared(self) -> dict[str, int]:
+        """Where each shared row cache starts in dynamic shared memory, when the kernel's
+        shared memory passes the static limit (48 KB: a row too long for registers
+        kept in shared memory): the launch then sizes it (``dynamic_shared_bytes``)
+        and the kernel opts in to it. Empty otherwise (static ``__shared__`` arrays)."""
+        if self.shared_bytes <= PORTABLE_SHARED_PER_BLOCK:
+            return {}
+        at, out = 0, {}
+        for x in self.scratch:
+            if x.space == "shared":
+                out[x.name] = at
+                at += -(-x.numel * x.rows * x.dtype.itemsize // 16) * 16
+        return out
+
+    @property
+    def dynamic_shared_bytes(self) -> int:
+        """Bytes of dynamic shared memory a launch of this kernel passes (0: none)."""
+        return sum(-(-x.numel * x.rows * x.dtype.itemsize // 16) * 16
+                   for x in self.scratch if x.name in self.dynamic_shared)

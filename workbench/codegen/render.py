@@ -428,6 +428,10 @@ class CudaRenderer(CRenderer):
                 "#ifndef NAN\n#define NAN __int_as_float(0x7fffffff)\n#endif\n"
                 "#ifndef WB_SHARED  /* (the CUDA emulator defines its own, checked) */\n"
                 "#define WB_SHARED(type, name, n) __shared__ type name[n]\n#endif\n"
+                "#ifndef WB_SHARED_DYN  /* n elements at byte `at` of dynamic shared memory */\n"
+                "#define WB_SHARED_DYN(type, name, n, at) extern __shared__ __align__(16) "
+                "unsigned char wb_dyn_shared[]; type* const name = "
+                "reinterpret_cast<type*>(wb_dyn_shared + (at))\n#endif\n"
                 "/* 32 bytes a thread moves as two 16-byte accesses (4 of an 8-byte type) */\n"
                 "struct __align__(16) wb_bytes32 { uint4 lo, hi; };\n"
                 + _GRID_SYNC + _helpers(self.target))
@@ -452,9 +456,14 @@ class CudaRenderer(CRenderer):
         # need no barrier of their own (warp mapping: one row slice per warp)
         # (WB_SHARED: the prelude's plain __shared__ array; the CUDA emulator's own
         # checks each access for races and bounds)
+        # (WB_SHARED_DYN: a cache in the dynamic shared memory the launch sizes, at its
+        # byte offset, when the kernel's shared memory passes the static 48 KB)
+        dyn = k.dynamic_shared
         return ([f"  WB_SHARED(double, wb_red{i}, {REDUCE_SLOT_WORDS});"
                  for i in range(k.reductions)]
-                + [f"  WB_SHARED({x.dtype.c_compute}, {x.name}, {x.numel * x.rows});"
+                + [f"  WB_SHARED_DYN({x.dtype.c_compute}, {x.name}, {x.numel * x.rows}, "
+                   f"{dyn[x.name]});" if x.name in dyn else
+                   f"  WB_SHARED({x.dtype.c_compute}, {x.name}, {x.numel * x.rows});"
                    for x in k.scratch if x.space == "shared"])
 
     def grid_sync(self, s: GridSync, depth: int) -> list[str]:

@@ -174,7 +174,7 @@ def _launch_param(launch: dict, key: str, rule: int, what: str, allowed) -> int:
 
 def check_resources(s: Schedule, device: Device) -> None:
     """Refuse a schedule whose blocks need more than the device gives a block."""
-    smem, limit = shared_bytes(s), device.shared_limit
+    smem, limit = shared_bytes(s), device.shared_optin_limit
     if smem > limit:
         raise FusionRefused(f"shared memory {smem // 1024} KB > {limit // 1024} KB "
                             f"limit per block on {device.name}")
@@ -357,14 +357,22 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
     costly = _costly(ns, element)
     slots, reg_budget = row_slots(dom.cols, threads, vector), register_budget(threads, device)
     no_registers: set[str] = set()
+    input_budget = 0
     while True:
         registers, shared, shared_used, starved = _sweep(
             g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, costly, slots,
-            reg_budget, regional, local, no_registers)
+            reg_budget, regional, local, no_registers, input_budget)
         results = [v for v in registers if v in made and v not in regional]
-        if not starved or not results:
-            break
-        no_registers.add(results[-1])
+        if starved and results:
+            no_registers.add(results[-1])
+            continue
+        if starved and not input_budget and input_cache_budget(device, threads):
+            # no register left for an input even with every result recomputed: keep
+            # it in shared memory past the static limit (the results keep registers)
+            input_budget, no_registers = input_cache_budget(device, threads), set()
+            continue
+        break
+    shared_used = sum(_cache_bytes(g, v, dom, rpb) for v in shared if v in made)
     if shared_used > ROW_CACHE_BUDGET:
         v = next(x for x in shared if x in regional)
         raise FusionRefused(f"regional {v}: shared memory {shared_used // 1024} KB > "
@@ -378,9 +386,10 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
 
 
 def _sweep(g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, costly, slots,
-           reg_budget, regional, local, no_registers):
+           reg_budget, regional, local, no_registers, input_budget=0):
     """One backward sweep of :func:`_row_storage`: (registers, shared, shared bytes,
-    whether a full-row input two passes read found no register)."""
+    whether a full-row input two passes read found no place on chip); an input finds
+    one in shared memory within ``input_budget`` bytes (0: registers only)."""
     registers, shared = [], []
     shared_used = 0
 
@@ -396,7 +405,8 @@ def _sweep(g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, co
         if v not in no_registers and slots * (len(registers) + 1) <= reg_budget:
             registers.append(v)
             return True
-        if v in made and shared_used + _cache_bytes(g, v, dom, rpb) <= ROW_CACHE_BUDGET:
+        if shared_used + _cache_bytes(g, v, dom, rpb) <= (
+                ROW_CACHE_BUDGET if v in made else input_budget):
             shared.append(v)
             shared_used += _cache_bytes(g, v, dom, rpb)
             return True
@@ -428,6 +438,22 @@ def _sweep(g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, co
                 if kept is shared:
                     shared_used -= _cache_bytes(g, o, dom, rpb)
     return registers, shared, shared_used, starved
+
+
+def input_cache_budget(device: Device, threads: int) -> int:
+    """Shared memory a row kernel of ``threads`` per block may keep a group input's
+    rows in when registers cannot hold them (a 50257-word vocabulary's logits): what
+    the device lets a kernel opt in to past the static limit, less room for eight
+    block-reduction slots, and no more than lets blocks of half the SM's threads be
+    resident (a 1024-thread block may take 227 KB on an H100, a warp of 32 lanes 7 KB:
+    a long row is a block's, not a warp's); 0 where there is no opt-in (a CPU plan:
+    its kernels also render as CUDA within the portable static limit). The row is
+    then read from global memory once, not once per pass (QuACK keeps it in shared
+    memory too)."""
+    if not device.is_gpu or device.shared_optin_limit <= device.shared_limit:
+        return 0
+    occupancy = 2 * threads * device.shared_per_unit // max(device.max_threads_per_unit, 1)
+    return min(device.shared_optin_limit - 8 * REDUCE_SLOT_BYTES, occupancy)
 
 
 def _costly(ns, element: set[str]) -> dict[str, bool]:
@@ -494,6 +520,8 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
     """
     forced = set(through_global)
     regional, local = set(regional), set(local)
+    # the phases share the static shared memory: none keeps an input row past it
+    device = device.with_(shared_optin_per_block=0)
     for nid in nodes:
         n = g.node(nid)
         if get_op(n.op).kind is Kind.opaque:

@@ -31,6 +31,9 @@ class Device:
     units: int                      # SMs or cores
     peak_flops: float               # float32 flop/s (no tensor cores)
     shared_per_block: int = 0       # bytes of shared memory a block may use (0: no limit)
+    # what a kernel may opt in to past that (dynamic shared memory, cuFuncSetAttribute
+    # MAX_DYNAMIC_SHARED_SIZE_BYTES): where a row too long for registers is kept
+    shared_optin_per_block: int = 0
     shared_per_unit: int = 0        # bytes per SM (0: no limit)
     registers_per_unit: int = 0     # 32-bit registers per SM (0: no limit)
     max_threads_per_unit: int = 1
@@ -65,6 +68,12 @@ class Device:
         return self.shared_per_block or PORTABLE_SHARED_PER_BLOCK
 
     @property
+    def shared_optin_limit(self) -> int:
+        """Shared memory one block may use once the kernel opts in (dynamic shared
+        memory past the static limit); the static limit where there is no opt-in."""
+        return max(self.shared_optin_per_block, self.shared_limit)
+
+    @property
     def is_gpu(self) -> bool:
         return self.kind == "gpu"
 
@@ -95,6 +104,7 @@ H100 = Device(
     units=132,                      # 132 SMs (SXM5)
     peak_flops=67e12,               # FP32 67 TFLOPS, non-tensor (datasheet)
     shared_per_block=48 * 1024,     # without opt-in (227 KB with cudaFuncSetAttribute)
+    shared_optin_per_block=227 * 1024,
     shared_per_unit=228 * 1024,     # up to 228 KB shared memory per SM (whitepaper)
     registers_per_unit=65536,       # 64K 32-bit registers per SM
     max_threads_per_unit=2048, max_threads_per_block=1024, max_blocks_per_unit=32,
@@ -113,6 +123,7 @@ A100 = Device(
     units=108,                      # 108 SMs
     peak_flops=19.5e12,             # FP32 19.5 TFLOPS, non-tensor
     shared_per_block=48 * 1024,     # without opt-in (163 KB with it)
+    shared_optin_per_block=163 * 1024,
     shared_per_unit=164 * 1024,     # 164 KB per SM
     registers_per_unit=65536,
     max_threads_per_unit=2048, max_threads_per_block=1024, max_blocks_per_unit=32,

@@ -196,6 +196,8 @@ def _gpu_description(cp) -> Device:
         launch_overhead=ASSUMED_GPU_LAUNCH, units=sms,
         peak_flops=2.0 * 128 * sms * props["clockRate"] * 1e3,
         shared_per_block=int(props["sharedMemPerBlock"]),
+        shared_optin_per_block=int(props.get("sharedMemPerBlockOptin",
+                                             props["sharedMemPerBlock"])),
         shared_per_unit=int(props["sharedMemPerMultiprocessor"]),
         registers_per_unit=int(props["regsPerMultiprocessor"]),
         max_threads_per_unit=int(props["maxThreadsPerMultiProcessor"]),

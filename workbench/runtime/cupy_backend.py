@@ -92,6 +92,12 @@ class CupyBackend(Backend):
             ck.module = self.cp.cuda.function.Module()
             ck.module.load(cubin)
             ck.fn = ck.module.get_function(kernel.name)
+            if kernel.dynamic_shared_bytes:
+                # a row kept in shared memory past the static 48 KB: the kernel opts in
+                drv = self.cp.cuda.driver
+                drv.funcSetAttribute(ck.fn.ptr,
+                                     drv.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                     kernel.dynamic_shared_bytes)
         return ck
 
     def launch(self, ck: CompiledKernel, args) -> None:
@@ -100,7 +106,7 @@ class CupyBackend(Backend):
         if k.launch.cooperative:
             # grid barriers need all blocks resident: cuLaunchCooperativeKernel
             grid = min(grid, self.co_resident_grid(ck))
-        ck.fn((grid,), (k.launch.block,), tuple(args),
+        ck.fn((grid,), (k.launch.block,), tuple(args), shared_mem=k.dynamic_shared_bytes,
               enable_cooperative_groups=k.launch.cooperative)
 
     def co_resident_grid(self, ck: CompiledKernel) -> int:
@@ -111,7 +117,7 @@ class CupyBackend(Backend):
         would make the cooperative launch fail."""
         if ck.grid_cap is None:
             per_sm = self.cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(
-                ck.fn.ptr, ck.kernel.launch.block, 0)
+                ck.fn.ptr, ck.kernel.launch.block, ck.kernel.dynamic_shared_bytes)
             ck.grid_cap = max(1, per_sm) * self.device.units
         return ck.grid_cap
 

@@ -295,6 +295,8 @@ template <class T, unsigned long long N> struct wb_emu_shared {
   }
 };
 #define WB_SHARED(type, name, n) static thread_local wb_emu_shared<type, n> name(#name)
+/* (a cache in dynamic shared memory: checked the same way, an array of its own) */
+#define WB_SHARED_DYN(type, name, n, at) WB_SHARED(type, name, n)
 
 /* -- the entry point of one kernel library ---------------------------------------- */
 template <class T> struct wb_emu_kind { static constexpr int value = 0; };     /* scalar */
