@@ -203,19 +203,28 @@ def test_cupy_arrays_run_the_cuda_sources(exported, wb):
 
 
 @pytest.mark.parametrize("graph, planner", [("small", "stitch"), ("cross_entropy", "stitch"),
-                                            ("attention", "rules"), ("layernorm", "none")])
+                                            ("attention", "rules"), ("layernorm", "none"),
+                                            ("softmax_long", "rules")])
 def test_a_gpu_plans_shipped_cuda_runs_in_the_emulator(art, wb, tmp_path, graph, planner):
     """What ships for a GPU -- a plan made for the H100, its CUDA sources -- loaded with
     the CUDA emulator (backend 'cuda-emu'): the shipped .cu files compiled and run with
-    CUDA's semantics, cooperative launches and workspaces included, against the
-    reference. Without a GPU this is the one run the shipped CUDA gets."""
+    CUDA's semantics, cooperative launches, workspaces and a row split between
+    registers and dynamic shared memory (softmax over 65537 columns) included, against
+    the reference. Without a GPU this is the one run the shipped CUDA gets."""
     from workbench.runtime.cuda_emu import CudaEmuBackend
     if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
         pytest.skip(CudaEmuBackend.unavailable())
-    g = (art.small_graph() if graph == "small" else art.attention_graph()
-         if graph == "attention" else workbench.load(f"sample_graphs/{graph}.json"))
+    if graph == "softmax_long":
+        b = workbench.GraphBuilder("softmax_long")
+        b.output(b.softmax(b.input("x", (2, 65537)), axis=-1), "y")
+        g = b.build()
+    else:
+        g = (art.small_graph() if graph == "small" else art.attention_graph()
+             if graph == "attention" else workbench.load(f"sample_graphs/{graph}.json"))
     s = Session(g, backend="cuda-emu", seed=4)
     s.auto(planner)
     model = load_artifact(s.export(tmp_path / "gpu.zip"), backend="cuda-emu")
     assert all("cuda" in k.sources for k in model.manifest.kernels if k.library is None)
+    if graph == "softmax_long":
+        assert [x["space"] for k in model.manifest.kernels for x in k.scratch] == ["hybrid"]
     wb.assert_matches(s.graph, model(**s.inputs), run_reference(s.graph, s.inputs))

@@ -196,11 +196,34 @@ def test_rows_too_long_for_registers_are_kept_in_dynamic_shared_memory(kind, col
                                       and v4_loads in (3 * per_thread, 5 * per_thread))
 
 
-def test_a_row_too_long_for_shared_memory_is_read_again():
-    b = GraphBuilder("softmax_65536")
-    b.output(b.softmax(b.input("x", (8, 65536)), axis=-1), "y")
-    (k,) = lower_plan(run_planner("rules", b.build())[0])
-    assert not k.scratch and not k.dynamic_shared_bytes
+@pytest.mark.parametrize("cols", [65536, 70001])
+def test_a_row_too_long_for_either_is_split_between_registers_and_shared_memory(
+        cols, nvrtc_toolchain):
+    """65536 float32 (256 KB, the issue's softmax_long) fit neither the registers a
+    1024-thread block has left (32 a thread: 128 KB) nor the shared memory (227 KB)
+    alone: each thread keeps its tile's first 8 steps in registers (5 of a shifted
+    tile: 70001 columns) and the rest in
+    dynamic shared memory (a warp's lanes on 32 consecutive words), so the row is
+    still read from global memory once -- one 16-byte load per slot -- with no local
+    memory and no spills."""
+    from workbench.fusion.devices import H100
+    from workbench.runtime import nvrtc
+    b = GraphBuilder(f"softmax_{cols}")
+    b.output(b.softmax(b.input("x", (8, cols)), axis=-1), "y")
+    (k,) = lower_plan(run_planner("rules", b.build(), device=H100)[0])
+    (x,) = k.scratch
+    assert x.space == "hybrid" and x.value == "x" and x.threads == k.launch.block == 1024
+    (loop,) = [s for s in k.body if isinstance(s, Loop)]
+    _, steps, vector, _ = next(t.tile for t in _loops(loop) if t.tile)
+    kept = 8 if cols % 4 == 0 else 5        # (a shifted tile needs 12 registers more)
+    assert x.slots == kept * vector and x.numel == (steps - kept) * vector * 1024
+    assert k.dynamic_shared == {x.name: 0} and k.dynamic_shared_bytes == x.numel * 4
+    src = render_kernel(k, "cuda")
+    ptx = _ptx(k)
+    assert len(re.findall(r"ld\.global(?:\.nc)?\.v4\.[fub]32", ptx)) == steps
+    assert ".local" not in ptx
+    rep = nvrtc.ptxas_report(src, k.name)
+    assert rep.spill_bytes == 0 and rep.stack_bytes == 0 and rep.shared_bytes <= 1024
 
 
 def _loops(loop):

@@ -413,8 +413,10 @@ class _Checker:
             if k == "rows":
                 self.int(x[k], c, 1, MAX_BLOCK)
             elif k == "space":
-                if x[k] not in ("shared", "register"):
-                    raise self.fail(c, f"{show(x[k])} is not shared or register")
+                if x[k] not in ("shared", "register", "hybrid"):
+                    raise self.fail(c, f"{show(x[k])} is not shared, register or hybrid")
+            elif k == "threads":
+                self.int(x[k], c, 0, MAX_BLOCK)
             elif k == "slots":
                 self.int(x[k], c, 0, MAX_GRID)
             elif k == "source":

@@ -56,17 +56,22 @@ class Scratch:
     """On-chip storage for one value across a row, indexed by the column: in shared
     memory (regional stitching; per warp under the warp mapping), or in registers
     (``space="register"``: each thread keeps the ``slots`` elements of its own columns,
-    its tile of the row). On the CPU either is a per-thread array -- except that a
-    register copy of a group input (``source``) is simply read again from memory there,
-    where the caches keep the row."""
+    its tile of the row), or both (``space="hybrid"``, a group input's row too long
+    for either alone: the tile's first ``slots`` elements of each thread in registers,
+    the rest in shared memory, ``numel`` of them, element j of thread t at
+    j * ``threads`` + t, so a warp's lanes hit 32 banks). On the CPU either is a
+    per-thread array -- except that a register (or hybrid) copy of a group input
+    (``source``) is simply read again from memory there, where the caches keep the
+    row."""
     name: str
     value: str
     dtype: DType          # compute type
     numel: int
     rows: int = 1         # rows of a block sharing the array (warp mapping: one per warp)
-    space: str = "shared"  # shared | register
+    space: str = "shared"  # shared | register | hybrid
     slots: int = 0        # register: elements per thread (its tile: per_thread x vector)
     source: "Buffer | None" = None   # register: the input buffer the row was read from
+    threads: int = 0      # hybrid: threads sharing the row (the shared part's stride)
 
 
 @dataclass(frozen=True)
@@ -435,7 +440,7 @@ class Kernel:
         """Block-reduction slots plus shared row caches (what the CUDA source declares)."""
         return self.reductions * REDUCE_SLOT_BYTES + sum(x.numel * x.rows * x.dtype.itemsize
                                                          for x in self.scratch
-                                                         if x.space == "shared")
+                                                         if x.space != "register")
 
     @property
     def dynamic_shared(self) -> dict[str, int]:
@@ -447,7 +452,7 @@ class Kernel:
             return {}
         at, out = 0, {}
         for x in self.scratch:
-            if x.space == "shared":
+            if x.space != "register":
                 out[x.name] = at
                 at += -(-x.numel * x.rows * x.dtype.itemsize // 16) * 16
         return out

@@ -1090,11 +1090,17 @@ class _Lowerer:
         width = info.reduce_width        # "" when one thread owns the row
         row_scope = _Scope()
         self.row_scope = row_scope
-        for k, v in enumerate(s.row_cached):
-            self.scratch[v] = Scratch(f"wb_{self.prefix}row{k}", v, g.value(v).dtype.compute,
-                                      s.cols, s.rows_per_block)
-            row_scope.stmts.append(DeclareScratch(self.scratch[v]))
         tile = self._tile()
+        for k, v in enumerate(s.row_cached):
+            if v == s.hybrid:       # (an input: its first tile steps in registers)
+                T, K, V = tile[0], tile[1], tile[2]
+                self.scratch[v] = Scratch(f"wb_{self.prefix}row{k}", v,
+                                          g.value(v).dtype.compute, (K - s.hybrid_steps) * V * T,
+                                          1, "hybrid", s.hybrid_steps * V, self.buffers[v], T)
+            else:
+                self.scratch[v] = Scratch(f"wb_{self.prefix}row{k}", v,
+                                          g.value(v).dtype.compute, s.cols, s.rows_per_block)
+            row_scope.stmts.append(DeclareScratch(self.scratch[v]))
         for k, v in enumerate(s.row_registers):
             self.scratch[v] = Scratch(f"wb_{self.prefix}reg{k}", v, g.value(v).dtype.compute,
                                       s.cols, 1, "register", tile[1] * tile[2],

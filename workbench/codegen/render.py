@@ -442,6 +442,9 @@ class CudaRenderer(CRenderer):
     def store(self, s: Store) -> str:
         if isinstance(s.buf, Scratch) and s.buf.space == "register":
             return f"{s.buf.name}[{s.offset}] = {s.expr};"
+        if isinstance(s.buf, Scratch) and s.buf.space == "hybrid":
+            reg, shared = _hybrid_at(s.buf, s.offset)
+            return f"if ({s.offset} < {s.buf.slots}) {reg} = {s.expr}; else {shared} = {s.expr};"
         s = Store(s.buf, self._scratch_offset(s.buf, s.offset), s.expr)
         return f"{s.buf.name}[{s.offset}] = {self.to_storage(s.buf.dtype, s.expr)};"
 
@@ -464,7 +467,7 @@ class CudaRenderer(CRenderer):
                 + [f"  WB_SHARED_DYN({x.dtype.c_compute}, {x.name}, {x.numel * x.rows}, "
                    f"{dyn[x.name]});" if x.name in dyn else
                    f"  WB_SHARED({x.dtype.c_compute}, {x.name}, {x.numel * x.rows});"
-                   for x in k.scratch if x.space == "shared"])
+                   for x in k.scratch if x.space != "register"])
 
     def grid_sync(self, s: GridSync, depth: int) -> list[str]:
         return [self.indent_unit * depth + f"wb_grid_sync();  /* {s.reason} */"]
@@ -484,6 +487,12 @@ class CudaRenderer(CRenderer):
     def load(self, s: Load) -> str:
         if isinstance(s.buf, Scratch) and s.buf.space == "register":
             return f"{s.buf.dtype.c_compute} {s.var} = {s.buf.name}[{s.offset}];"
+        if isinstance(s.buf, Scratch) and s.buf.space == "hybrid":
+            # (the slot is a constant once the tile is unrolled: one side of the
+            # choice survives, and the register array keeps constant indices)
+            reg, shared = _hybrid_at(s.buf, s.offset)
+            return (f"{s.buf.dtype.c_compute} {s.var} = {s.offset} < {s.buf.slots} ? "
+                    f"{reg} : {shared};")
         return super().load(Load(s.var, s.buf, self._scratch_offset(s.buf, s.offset)))
 
     def declare_scratch(self, s: DeclareScratch, depth: int) -> list[str]:
@@ -491,6 +500,10 @@ class CudaRenderer(CRenderer):
         if x.space == "register":
             return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}[{x.slots}];  "
                     "/* this thread's columns of the row, in registers */"]
+        if x.space == "hybrid":
+            return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}_r[{x.slots}];  "
+                    "/* this thread's first columns of the row, in registers (the rest "
+                    "in shared memory) */"]
         return []   # declared in shared memory at the top of the kernel
 
     def loop(self, s: Loop, depth: int) -> list[str]:
@@ -757,9 +770,18 @@ def _tile_slot(loop: Loop) -> str:
 def _at_slot(x, slot: str):
     """A statement of a tiled loop with its register-copy accesses at the thread's
     slot (the renderer of the tile knows the slot; the IR indexes by column)."""
-    if isinstance(x, (Load, Store)) and isinstance(x.buf, Scratch) and x.buf.space == "register":
+    if (isinstance(x, (Load, Store)) and isinstance(x.buf, Scratch)
+            and x.buf.space in ("register", "hybrid")):
         return replace(x, offset=slot)
     return x
+
+
+def _hybrid_at(x: Scratch, slot: str) -> tuple[str, str]:
+    """A hybrid row copy's element at a thread's tile slot: (in registers, in shared
+    memory) -- slots past the register part at (slot - registers) * threads + the
+    thread, so a warp's lanes read 32 consecutive words."""
+    return (f"{x.name}_r[{slot}]",
+            f"{x.name}[({slot} - {x.slots}) * {x.threads} + threadIdx.x]")
 
 
 RENDERERS = {"c": CRenderer(), "cuda": CudaRenderer()}

@@ -24,8 +24,9 @@ from ..ops import Kind, RowRole, get_op
 from ..ops.conv import CONVS
 from .devices import DEFAULT_DEVICE, Device
 from .gemm import analyze_gemm
-from .geometry import (REDUCE_SLOT_BYTES, flat_vector, geometry, register_budget, row_slots,
-                       row_threads, row_vector, rows_per_block, shared_bytes, split_count)
+from .geometry import (REDUCE_SLOT_BYTES, flat_vector, geometry, register_budget, row_shifted,
+                       row_slots, row_threads, row_vector, rows_per_block, shared_bytes,
+                       split_count)
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
 from .schedule import Phase, Schedule, group_io
 
@@ -221,15 +222,19 @@ def _analyze_row_group(g, ns, reduces, io, forced: Mapping | None, auto: bool,
                   if g.value(v).shape == dom.domain), default=4)
     threads, vector = _row_tiling(mapping, dom, widest)
     threads = _launch_param(launch, "threads", threads, what, tunable)
-    registers, cached = _row_storage(g, ns, reduces, io, per_row, dom, mapping, rpb,
-                                     threads, vector, device, regional, local)
-    cache_bytes = sum(_cache_bytes(g, v, dom, rpb) for v in cached)
+    registers, cached, hybrid, steps = _row_storage(g, ns, reduces, io, per_row, dom, mapping,
+                                                    rpb, threads, vector, device, regional,
+                                                    local)
+    cache_bytes = sum(_cache_bytes(g, v, dom, rpb) for v in cached if v != hybrid)
+    if hybrid:
+        cache_bytes += _hybrid_bytes(g, hybrid, dom, threads, vector, steps)
     splits = _launch_param(launch, "splits", split_count(dom.rows, dom.cols, device.units)
                            if mapping is Mapping.split else 1, what, tunable)
     return Schedule(ScheduleKind.row_reduce, dom.domain, dom.axes, mapping,
                     frozenset(per_row), cached, rpb, splits, len(reduces),
                     cache_bytes=cache_bytes, threads=threads, vector=vector,
-                    row_registers=registers, gathered=dom.gathered)
+                    row_registers=registers, hybrid=hybrid, hybrid_steps=steps,
+                    gathered=dom.gathered)
 
 
 def _row_tiling(mapping: Mapping, dom: "_RowDomain", itemsize: int) -> tuple[int, int]:
@@ -304,6 +309,13 @@ def _per_row_values(g, ns, dom: _RowDomain) -> set[str]:
     return per_row
 
 
+def _hybrid_bytes(g, v: str, dom: _RowDomain, threads: int, vector: int, steps: int) -> int:
+    """Shared memory of a hybrid row copy: the tile's steps past the first ``steps``
+    (those in registers), every thread's."""
+    total = row_slots(dom.cols, threads, vector) // vector
+    return (total - steps) * vector * threads * g.value(v).dtype.compute.itemsize
+
+
 def _cache_bytes(g, v: str, dom: _RowDomain, rpb: int) -> int:
     """Shared memory keeping value v of a row (of each of a block's rows) takes."""
     return dom.cols * g.value(v).dtype.compute.itemsize * rpb
@@ -325,10 +337,11 @@ def _check_row_outputs(g, io, per_row, dom: _RowDomain) -> None:
 
 def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping, rpb: int,
                  threads: int, vector: int, device: Device, regional: set, local: set
-                 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+                 ) -> tuple[tuple[str, ...], tuple[str, ...], str, int]:
     """Where the row's later passes find what an earlier pass read or made: (values in
-    registers, values in shared memory), each in topological order (group inputs
-    first). Only mappings that keep a row in one block keep anything.
+    registers, values in shared memory, the hybrid input, its register steps), each in
+    topological order (group inputs first). Only mappings that keep a row in one block
+    keep anything.
 
     One backward sweep over the group (consumers before producers), so each value's
     set of passes is complete when it is decided: a full-row value that two or more
@@ -349,7 +362,7 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
                                 "mapping does not keep a row in one block, so there is no "
                                 "block-shared memory to keep it in; use mapping block or "
                                 "warp")
-        return (), ()
+        return (), (), "", 0
     made = {o: n for n in ns for o in n.outputs}
     element = {o for o in made if o not in per_row}
     full_inputs = [i for i in io.inputs if g.value(i).shape == dom.domain
@@ -363,7 +376,7 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
             g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, costly, slots,
             reg_budget, regional, local, no_registers, input_budget)
         results = [v for v in registers if v in made and v not in regional]
-        if starved and results:
+        if starved and results and not input_budget:
             no_registers.add(results[-1])
             continue
         if starved and not input_budget and input_cache_budget(device, threads):
@@ -372,6 +385,24 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
             input_budget, no_registers = input_cache_budget(device, threads), set()
             continue
         break
+    hybrid, steps = "", 0
+    if starved and input_budget and mapping is Mapping.block:
+        # a row neither holds alone (65536 float32: 64 slots a thread, 32 registers
+        # left; 256 KB): the tile's first steps in the registers left, the rest in
+        # shared memory -- the row still read from global memory once
+        # (a shifted tile's two paths hold more registers: ptxas spilled 52-64 bytes a
+        # thread at 65537 and 70001 columns with 8 steps in registers, 16 at 70001 with
+        # 6, none with 5)
+        total = slots // vector
+        steps = min(total - 1, (reg_budget - slots * len(registers)) // vector
+                    - (3 if row_shifted(dom.cols, vector) else 0))
+        used = sum(_cache_bytes(g, v, dom, rpb) for v in shared)
+        if steps > 0 and used + _hybrid_bytes(g, starved, dom, threads, vector,
+                                              steps) <= input_budget:
+            hybrid = starved
+            shared = shared + [starved]
+        else:
+            steps = 0
     shared_used = sum(_cache_bytes(g, v, dom, rpb) for v in shared if v in made)
     if shared_used > ROW_CACHE_BUDGET:
         v = next(x for x in shared if x in regional)
@@ -382,14 +413,14 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
     order = {o: i for i, n in enumerate(ns) for o in n.outputs}
     order.update({i: -len(full_inputs) + k for k, i in enumerate(full_inputs)})
     return (tuple(sorted(registers, key=order.__getitem__)),
-            tuple(sorted(shared, key=order.__getitem__)))
+            tuple(sorted(shared, key=order.__getitem__)), hybrid, steps)
 
 
 def _sweep(g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, costly, slots,
            reg_budget, regional, local, no_registers, input_budget=0):
     """One backward sweep of :func:`_row_storage`: (registers, shared, shared bytes,
-    whether a full-row input two passes read found no place on chip); an input finds
-    one in shared memory within ``input_budget`` bytes (0: registers only)."""
+    a full-row input two passes read that found no place on chip, or ""); an input
+    finds one in shared memory within ``input_budget`` bytes (0: registers only)."""
     registers, shared = [], []
     shared_used = 0
 
@@ -422,9 +453,10 @@ def _sweep(g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, co
             for i in n.inputs:
                 if i in need:
                     need[i] |= mask
-    starved = False
+    starved = ""
     for i in full_inputs:
-        starved |= not keep(i, need[i]) and bin(need[i]).count("1") >= 2 and i not in local
+        if not keep(i, need[i]) and bin(need[i]).count("1") >= 2 and i not in local:
+            starved = starved or i
     # a kept result one cheap op away from kept (or per-row, or broadcast) values is
     # recomputed instead: LayerNorm's h - mean once h is kept
     for n in ns:

@@ -294,6 +294,7 @@ def _registers(g: Graph, nodes: Sequence[str], io, s: Schedule, device: Device) 
     regs = 24 + 2 * (len(io.inputs) + len(io.outputs)) + 2 * shared + 6 * reduces
     if s.row_registers:     # each thread's columns of the values kept in registers
         regs += len(s.row_registers) * row_slots(s.cols, s.threads, s.vector)
+    regs += s.hybrid_steps * s.vector      # (a hybrid row copy's register part)
     return min(device.max_registers_per_thread or regs, regs)
 
 

@@ -300,6 +300,11 @@ class Schedule:
     threads: int = 0
     vector: int = 1
     row_registers: tuple[str, ...] = ()
+    # row_reduce, block mapping: a group input (one of row_cached) whose row neither the
+    # registers nor the shared memory holds alone (65536 float32): each thread keeps its
+    # tile's first ``hybrid_steps`` steps in registers, the rest in shared memory
+    hybrid: str = ""
+    hybrid_steps: int = 0
     # row_reduce over a window's taps (pooling): the reduced elements are gathered
     # from the input, spread over its rows, contiguous under no mapping
     gathered: bool = False
@@ -338,6 +343,12 @@ class Schedule:
         return self.cache_bytes
 
     @property
+    def tile_steps(self) -> int:
+        """row_reduce kept on chip: the steps (per_thread) of a thread's tile of the row."""
+        from .geometry import row_slots
+        return row_slots(self.cols, self.threads, self.vector) // self.vector
+
+    @property
     def cooperative(self) -> bool:
         """Whether the GPU must launch it cooperatively (all blocks co-resident)."""
         return self.grid_barriers > 0
@@ -363,6 +374,9 @@ class Schedule:
             cached = f", {len(self.row_cached)} cached on chip" if self.row_cached else ""
             if self.row_registers:
                 cached += f", {len(self.row_registers)} in registers"
+            if self.hybrid:
+                cached += (f" ({self.hybrid_steps} of {self.tile_steps} steps of "
+                           f"{self.hybrid} in registers)")
             how = self.mapping.info.describe(self.rows_per_block, self.splits)
             return f"row_reduce rows={self.rows} cols={self.cols} {how}{cached}"
         if self.kind is ScheduleKind.stitched:
