@@ -140,28 +140,29 @@ def _emu_cache() -> Path:
     return p
 
 
+def _compiler_takes(extra: tuple[str, ...], link: bool) -> tuple[str, ...]:
+    """``extra`` where the C++ compiler builds a one-line source with it -- linked into
+    a shared library when ``link``, compiled only otherwise -- else none."""
+    cxx = find_cxx()
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text("extern \"C\" void wb_probe(int* p) { *p += 1; }\n")
+        how = (*CXX_FLAGS, *extra) if link else ("-std=c++17", *extra, "-c")
+        r = _run([cxx[0], *how, str(src), "-o", str(Path(tmp) / "probe.o")])
+    return extra if r.returncode == 0 else ()
+
+
 @lru_cache(maxsize=None)
 def _sanitize_flags() -> tuple[str, ...]:
     """UBSan's flags where the compiler can link with them (libubsan present), else none."""
-    cxx = find_cxx()
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "u.cpp"
-        src.write_text("extern \"C\" int wb_u(int a, int b) { return a + b; }\n")
-        r = _run([cxx[0], *CXX_FLAGS, *SANITIZE, str(src), "-o", str(Path(tmp) / "u.so")])
-    return SANITIZE if r.returncode == 0 else ()
+    return _compiler_takes(SANITIZE, link=True)
 
 
 @lru_cache(maxsize=None)
 def count_flags() -> tuple[str, ...]:
     """COUNT_ACCESSES where the compiler takes them (GCC), else none: the kernels still
     run and are checked, and every launch's accesses read zero (``counting()``)."""
-    cxx = find_cxx()
-    with tempfile.TemporaryDirectory() as tmp:
-        src = Path(tmp) / "c.cpp"
-        src.write_text("extern \"C\" void wb_c(int* p) { *p += 1; }\n")
-        r = _run([cxx[0], "-std=c++17", *COUNT_ACCESSES, "-c", str(src), "-o",
-                  str(Path(tmp) / "c.o")])
-    return COUNT_ACCESSES if r.returncode == 0 else ()
+    return _compiler_takes(COUNT_ACCESSES, link=False)
 
 
 def counting() -> bool:
