@@ -448,17 +448,22 @@ class Kernel:
         shared memory passes the static limit (48 KB: a row too long for registers
         kept in shared memory): the launch then sizes it (``dynamic_shared_bytes``)
         and the kernel opts in to it. Empty otherwise (static ``__shared__`` arrays)."""
+        return self._dynamic_layout[0]
+
+    @property
+    def dynamic_shared_bytes(self) -> int:
+        """Bytes of dynamic shared memory a launch of this kernel passes (0: none)."""
+        return self._dynamic_layout[1]
+
+    @cached_property
+    def _dynamic_layout(self) -> tuple[dict[str, int], int]:
+        """(offset of each shared row cache, bytes in all), each cache 16-byte aligned;
+        ({}, 0) within the static limit."""
         if self.shared_bytes <= PORTABLE_SHARED_PER_BLOCK:
-            return {}
+            return {}, 0
         at, out = 0, {}
         for x in self.scratch:
             if x.space != "register":
                 out[x.name] = at
                 at += -(-x.numel * x.rows * x.dtype.itemsize // 16) * 16
-        return out
-
-    @property
-    def dynamic_shared_bytes(self) -> int:
-        """Bytes of dynamic shared memory a launch of this kernel passes (0: none)."""
-        return sum(-(-x.numel * x.rows * x.dtype.itemsize // 16) * 16
-                   for x in self.scratch if x.name in self.dynamic_shared)
+        return out, at
