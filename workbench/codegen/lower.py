@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
 from ..fusion.gemm import PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
-from ..fusion.geometry import Geometry, flat_vector, geometry, row_shifted, row_slots
+from ..fusion.geometry import Geometry, flat_vector, geometry, row_shifted
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
 from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
@@ -1044,8 +1044,7 @@ class _Lowerer:
         shift = ""
         if row_shifted(s.cols, s.vector):
             shift = f"(int)({self._row_base()} % {s.vector})"
-        return (s.threads, row_slots(s.cols, s.threads, s.vector) // s.vector, s.vector,
-                shift)
+        return (s.threads, s.tile_steps, s.vector, shift)
 
     def _row_base(self) -> str:
         """The offset of a row's first element in a buffer of the domain's shape."""

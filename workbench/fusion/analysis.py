@@ -370,19 +370,19 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
     costly = _costly(ns, element)
     slots, reg_budget = row_slots(dom.cols, threads, vector), register_budget(threads, device)
     no_registers: set[str] = set()
-    input_budget = 0
+    input_budget, spill_budget = 0, input_cache_budget(device, threads)
     while True:
-        registers, shared, shared_used, starved = _sweep(
+        registers, shared, shared_total, starved = _sweep(
             g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, costly, slots,
             reg_budget, regional, local, no_registers, input_budget)
         results = [v for v in registers if v in made and v not in regional]
         if starved and results and not input_budget:
             no_registers.add(results[-1])
             continue
-        if starved and not input_budget and input_cache_budget(device, threads):
+        if starved and not input_budget and spill_budget:
             # no register left for an input even with every result recomputed: keep
             # it in shared memory past the static limit (the results keep registers)
-            input_budget, no_registers = input_cache_budget(device, threads), set()
+            input_budget, no_registers = spill_budget, set()
             continue
         break
     hybrid, steps = "", 0
@@ -396,9 +396,8 @@ def _row_storage(g, ns, reduces, io, per_row, dom: _RowDomain, mapping: Mapping,
         total = slots // vector
         steps = min(total - 1, (reg_budget - slots * len(registers)) // vector
                     - (3 if row_shifted(dom.cols, vector) else 0))
-        used = sum(_cache_bytes(g, v, dom, rpb) for v in shared)
-        if steps > 0 and used + _hybrid_bytes(g, starved, dom, threads, vector,
-                                              steps) <= input_budget:
+        if steps > 0 and shared_total + _hybrid_bytes(g, starved, dom, threads, vector,
+                                                      steps) <= input_budget:
             hybrid = starved
             shared = shared + [starved]
         else:
