@@ -70,13 +70,22 @@ def test_a_lone_matmul_is_a_gemm_kernel_on_the_cpu_and_a_library_call_on_the_gpu
     assert analyze(g, tuple(n.id for n in g.nodes), device=CPU).kind is ScheduleKind.opaque
 
 
-def test_gpu_plans_are_unchanged_and_the_template_says_why():
+def test_gpu_rules_plans_keep_cublas_and_the_gpu_template_is_a_block_gemm():
+    """``rules`` leaves a GPU's matmuls to cuBLAS (the generated GEMM joins only where a
+    cost model says: tests/runtime/test_gpu_gemm.py); the template itself takes the
+    group as the GPU's block GEMM. A convolution says why not."""
     g = _ffn()
     plan, log = run_planner("rules", g, device=H100)
     assert _kinds(plan) == [ScheduleKind.opaque, ScheduleKind.elementwise]
     nodes = tuple(n.id for n in g.nodes)
+    sched = analyze(g, nodes, device=H100)
+    assert sched.kind is ScheduleKind.gemm and sched.gemm.block is not None
+    b = wb.GraphBuilder("conv_relu")
+    x = b.input("x", (1, 3, 8, 8))
+    b.output(b.relu(b.op("conv", x, b.input("w", (4, 3, 3, 3)))), "y")
+    g = b.build()
     with pytest.raises(FusionRefused, match=GPU_REFUSAL):
-        analyze(g, nodes, device=H100)
+        analyze(g, tuple(n.id for n in g.nodes), device=H100)
 
 
 def test_float16_keeps_the_library_call_with_a_reason():

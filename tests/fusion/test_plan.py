@@ -54,13 +54,19 @@ def test_cycle_is_refused_with_the_node_named():
 
 
 def test_library_op_refuses_company():
+    # a matmul shares its kernel only with its epilogue (the GEMM template): not with
+    # what computes its operand, not with a second library call
     b = wb.GraphBuilder("mm")
     x = b.input("x", (4, 8))
     w = b.input("w", (8, 3))
-    b.output(b.exp(b.matmul(x, w)), "y")
+    y = b.exp(b.matmul(b.exp(x), w))
+    b.output(b.matmul(y, b.input("w2", (3, 5))), "y")
     p = Plan.singletons(b.build())
     with pytest.raises(FusionRefused, match="library call"):
         p.fuse(["n0", "n1"])
+    with pytest.raises(FusionRefused, match="library call"):
+        p.fuse(["n1", "n2", "n3"])
+    assert p.fuse(["n1", "n2"]).group("n1").schedule.gemm.block is not None
 
 
 def test_reductions_over_different_domains_refused():

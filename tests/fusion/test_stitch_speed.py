@@ -118,7 +118,9 @@ def test_every_kernel_of_a_plan_lies_in_one_region():
         for planner in ("rules", "stitch"):
             plan, _ = run_planner(planner, g, model=CostModel.for_device(DEVICES["h100"]))
             for gr in plan.groups:
-                if gr.schedule.kind != "opaque":
+                # (a GEMM kernel -- a matmul with its operand views and epilogue -- is
+                # made after the region search, by the epilogue pass: fusion/epilogue.py)
+                if gr.schedule.kind not in ("opaque", "gemm"):
                     assert len({where[n] for n in gr.nodes}) == 1, (name, planner, gr.id)
 
 

@@ -24,7 +24,7 @@ from typing import Any, Mapping as MappingType, Union
 from ..fusion.devices import PORTABLE_SHARED_PER_BLOCK
 from ..fusion.geometry import REDUCE_SLOT_BYTES
 from ..fusion.mapping import Mapping
-from ..fusion.schedule import Im2col
+from ..fusion.schedule import BlockTile, Im2col
 from ..ir import DType
 
 
@@ -77,6 +77,7 @@ class Scratch:
 @dataclass(frozen=True)
 class DeclareScratch:
     scratch: Scratch
+    note: str = ""        # what it holds, for the declaration's comment ("": a row's)
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,28 @@ class Gemm:
     # (packed only) ``a`` is a constant A packed once into the micro-kernel's slivers
     # (PackA), ``a_off`` the tile's: no sliver is copied while the tile is multiplied
     a_packed: bool = False
+    # a GPU tile (fusion.schedule.BlockTile): the block's threads compute it together,
+    # each its own elements into ``c``, a register Scratch (the CUDA prelude's
+    # wb_gemm_block); ``ldc`` unused. The C rendering computes the whole tile into
+    # ``c`` row-major (``block.n`` wide), as one thread does the block's work there
+    block: BlockTile | None = None
+
+
+@dataclass(frozen=True)
+class ThreadTile:
+    """Each element of a GPU GEMM tile (``block``) this thread holds, rows ``r0`` to
+    ``r1`` and columns ``c0`` to ``c1`` of the product (C expressions): ``body`` runs
+    with ``r`` (the row in the batch item), ``col`` and ``wb_s``, the element's slot in
+    the accumulator :class:`Gemm` filled, bound. The CUDA rendering unrolls the
+    thread's ``thread_m x thread_n`` elements (constant slots: the accumulator stays in
+    registers); the C rendering runs over the whole tile (slot ``(r - r0) x block.n +
+    col - c0``)."""
+    block: BlockTile
+    r0: str
+    r1: str
+    c0: str
+    c1: str
+    body: tuple["Stmt", ...]
 
 
 @dataclass(frozen=True)
@@ -313,8 +336,8 @@ class ConvLanes:
 
 
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
-             DeclareScratch, If, GridSync, Gemm, PackA, PackB, WidenOnce, DepthwiseLanes,
-             ConvLanes]
+             DeclareScratch, If, GridSync, Gemm, ThreadTile, PackA, PackB, WidenOnce,
+             DepthwiseLanes, ConvLanes]
 
 
 @dataclass(frozen=True)
@@ -338,6 +361,11 @@ class Launch:
     splits: int = 1
     shared_bytes: int = 0      # static shared memory per block
     stitched: bool = False
+    # blocks per SM the compiler keeps registers for (``__launch_bounds__``' second
+    # argument): 2 for a GPU GEMM kernel (128 registers a thread, no spills), whose
+    # second block hides the first's panel loads; 1 elsewhere (part of the source text,
+    # so the manifest need not record it)
+    resident: int = 1
 
     def __str__(self) -> str:
         s = f"grid={self.grid} block={self.block}"

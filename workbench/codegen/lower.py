@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
-from ..fusion.gemm import PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
+from ..fusion.gemm import GPU_GEMM_RESIDENT, PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
 from ..fusion.geometry import Geometry, flat_vector, geometry, row_shifted
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
@@ -36,7 +36,7 @@ from ..ops.reduce import reduce_axes
 from ..ops.window import window_attrs
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Launch, LibraryCall, Let, Load,
-                  Loop, OncePerBlock, PackA, PackB, Scratch, Store, WidenOnce)
+                  Loop, OncePerBlock, PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
 from . import planes
 from .microkernel import (STATE_SLOTS, a_tile_stride, packed_a_numel, packed_numel,
                           panel_rows)
@@ -336,6 +336,8 @@ class _Lowerer:
         while it is in cache and writing every output (``dest`` in place: each element
         is read before it is written, by the same thread)."""
         g, t, then = self.g, self.sched.gemm, self.sched.then
+        if t.block is not None:
+            return self._block_gemm(name)
         if then is not None and then.online is not None:
             return self._online_attention(name)
         mm = g.producer[t.result]
@@ -499,6 +501,38 @@ class _Lowerer:
         # the host sgemm is passed in only where a product calls it
         sgemm = not t.packed_b or (then is not None and not then.packed)
         return replace(k, blas="sgemm" if sgemm else "", host_only=True)
+
+    def _block_gemm(self, name: str) -> Kernel:
+        """A GPU GEMM kernel: a thread block per tile (the grid strides over them), the
+        tile's product into each thread's registers (wb_gemm_block), then the epilogue
+        on each element the thread holds, writing every output of the group: the
+        product never passes through memory unless it is an output itself."""
+        g, t = self.g, self.sched.gemm
+        mm = g.producer[t.result]
+        a, b, blk = t.a.view, t.b.view, t.block
+        i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
+        acc = Scratch("wb_acc", t.result, DType.float32, blk.m * blk.n, space="register",
+                      slots=blk.thread_m * blk.thread_n)
+        body = (
+            Let("bt", i64, f"tile / {per}"),
+            Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
+            Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
+            Let("r1", i64, f"r0 + {t.tile_m} < {t.m} ? r0 + {t.tile_m} : {t.m}"),
+            Let("c1", i64, f"c0 + {t.tile_n} < {t.n} ? c0 + {t.tile_n} : {t.n}"),
+            DeclareScratch(acc, "this thread's elements of the tile"),
+            Comment("the tile's product, each thread's part of it in registers"),
+            Gemm(self.buffers[t.a.value], self.buffers[t.b.value], acc,
+                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
+                 f"{b.batch_offset('bt')} + c0 * {b.col_stride}", "0", "r1 - r0", "c1 - c0",
+                 t.k, a.ld, b.ld, 0, mm.id, trans_a=a.trans, trans_b=b.trans, block=blk),
+            Comment("the epilogue on each element, from the registers"),
+            self._elementwise_epilogue(acc))
+        loop = Loop("tile", t.tiles, "grid", body)
+        flops = self.flops * g.value(t.result).numel     # (the epilogue's, per element)
+        return _kernel(name, self.group.id, self.sched.describe(), self.buffers,
+                       _widen([loop], self.wide),
+                       replace(_launch(self.geometry, self.sched), resident=GPU_GEMM_RESIDENT),
+                       int(t.flops) + flops, ())
 
     def _filters_packed(self, node: str) -> tuple[Buffer, tuple]:
         """A convolution's filters (A: m x k) transposed and packed into column panels
@@ -809,7 +843,7 @@ class _Lowerer:
                     tuple(self.scratch.values()))
         return replace(k, host_only=True)   # (both products the micro-kernel's: no sgemm)
 
-    def _elementwise_epilogue(self, dest: Buffer) -> Loop:
+    def _elementwise_epilogue(self, dest: Buffer) -> Loop | ThreadTile:
         """The tile's rows and columns, each element of the product read back from
         ``dest`` and finished: every output of the group stored there."""
         g, t = self.g, self.sched.gemm
@@ -817,7 +851,8 @@ class _Lowerer:
         scope = _Scope()
         product, at = self.fresh(), at_rows(t.result)
         tiled = isinstance(dest, Scratch)     # (a thread's tile from column c0: see _gemm)
-        scope.stmts.append(Load(product, dest, f"(r - r0) * {t.tile_n} + col - c0" if tiled
+        scope.stmts.append(Load(product, dest, "wb_s" if t.block is not None else
+                                f"(r - r0) * {t.tile_n} + col - c0" if tiled
                                 else at.offset()))
         conv = g.producer[t.result]
         if t.im2col is not None and len(conv.inputs) == 3:
@@ -845,6 +880,9 @@ class _Lowerer:
                 e = self.at(scope, o, idx)
                 scope.stmts.append(Store(self.buffers[o], idx.offset(), e,
                                          node=self._made_by(o)))
+        if t.block is not None:
+            return ThreadTile(t.block, "r0", "r1", "c0", "c1",
+                              (Let("row", DType.int64, f"bt * {t.m} + r"), *scope.stmts))
         return Loop("r", t.m, "serial", (
             Let("row", DType.int64, f"bt * {t.m} + r"),
             Loop("col", t.n, "block", tuple(scope.stmts), start="c0", stop="c1")),
@@ -1221,7 +1259,7 @@ def _rebase(stmt, tile: Scratch, base: str):
     if (isinstance(stmt, Load) and isinstance(stmt.buf, Scratch)
             and stmt.buf.source is tile):     # a register copy of the tile's row
         return replace(stmt, src_offset=f"{stmt.src_offset} - {base}")
-    if isinstance(stmt, (Loop, If, OncePerBlock)):
+    if isinstance(stmt, (Loop, If, OncePerBlock, ThreadTile)):
         return replace(stmt, body=tuple(_rebase(x, tile, base) for x in stmt.body))
     return stmt
 
@@ -1255,7 +1293,7 @@ def _widen(body, wide: bool) -> list:
     for x in body:
         if isinstance(x, Loop):
             x = replace(x, wide=True, body=tuple(_widen(x.body, True)))
-        elif isinstance(x, (If, OncePerBlock)):
+        elif isinstance(x, (If, OncePerBlock, ThreadTile)):
             x = replace(x, body=tuple(_widen(x.body, True)))
         out.append(x)
     return out

@@ -41,7 +41,7 @@ from typing import Callable
 from ..ir import DType
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
-                  PackA, PackB, Scratch, Store, WidenOnce)
+                  PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
@@ -154,6 +154,7 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
     ta, tb = ("ᵀ" if t else "" for t in (s.trans_a, s.trans_b))
     how = ("micro-kernel, B packed" + (" in bfloat16 pairs" if s.pairs else "")
            + (", A packed once" if s.a_packed else "") if s.packed
+           else f"ld {s.lda}/{s.ldb}, block tile {_block(s.block)}" if s.block
            else f"ld {s.lda}/{s.ldb}/{s.ldc}")
     op = "+=" if s.accumulate else "="
     if s.transposed:   # (wb_gemm_packed_t: the positions the rows, the filters packed)
@@ -163,6 +164,19 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
     return [f"{pad}gemm {_ref(s.c, s.c_off)} {op} {_ref(s.a, s.a_off)}{ta} @ "
             f"{_ref(s.b, s.b_off)}{tb}"
             f"  [{_bare(s.rows)} x {_bare(s.cols)} x {s.k}, {how}]"]
+
+
+def _block(b) -> str:
+    return (f"{b.m}x{b.n}, {b.thread_m}x{b.thread_n} per thread, panels {b.depth} deep "
+            "in shared memory")
+
+
+def _thread_tile(s: ThreadTile, pad: str) -> list[str]:
+    # the elements of a GPU GEMM tile each thread holds (codegen: render ThreadTile)
+    b = s.block
+    return [f"{pad}for each of this thread's {b.thread_m}x{b.thread_n} elements (r, col) "
+            f"in rows {_bare(s.r0)}..{_bare(s.r1)}, columns {_bare(s.c0)}..{_bare(s.c1)}, "
+            "slot wb_s:"] + _body(s.body, pad + INDENT)
 
 
 def _pack_b(s: PackB, pad: str) -> list[str]:
@@ -212,7 +226,7 @@ STATEMENTS: dict[type, Callable[[object, str], list[str]]] = {
     BlockReduce: _block_reduce, OncePerBlock: _once_per_block, If: _if,
     GridSync: _grid_sync, Comment: _comment, DeclareScratch: _declare_scratch,
     Gemm: _gemm, PackA: _pack_a, PackB: _pack_b, WidenOnce: _widen_once,
-    DepthwiseLanes: _depthwise_lanes, ConvLanes: _conv_lanes,
+    DepthwiseLanes: _depthwise_lanes, ConvLanes: _conv_lanes, ThreadTile: _thread_tile,
 }
 
 

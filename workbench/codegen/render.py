@@ -17,7 +17,7 @@ from ..ir.dtypes import C_STORAGE
 from ..ops import all_helpers
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
-                  PackA, PackB, Scratch, Store, WidenOnce)
+                  PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
 from .microkernel import MICRO_KERNEL_C, a_tile_stride
 
 # name -> arity; powf too, or one powf call would keep a whole fused loop scalar
@@ -55,6 +55,59 @@ def _helpers(target: str) -> str:
 # so the counter's top bit flips exactly when all have arrived; each block waits for
 # the flip. The counter is a module global (zero when the module loads) and returns to
 # its low bits after every barrier, so it serves any number of barriers and launches.
+# One thread block's tile of a GEMM (fusion.schedule.BlockTile; kir.Gemm with a block).
+# Each of the NT threads accumulates TM x TN outputs in registers, rows i * BM/TM + ty
+# and columns j * BN/TN + tx: a warp reads neighbouring words of B's panel (no bank
+# conflicts) and two words of A's (a broadcast). The panels pass through shared memory
+# BK deep, each loaded along its operand's unit stride (coalesced), A's stored
+# transposed; rows padded by 4 words so that a panel stored across its rows hits 32
+# distinct banks. Past rows, cols or k the panels hold zeros. No prefetch of the next
+# panels into registers: it took ptxas past the 128 registers two resident blocks
+# leave (16 bytes spilled for BERT's FFN); the second block hides the first's loads.
+_GEMM_BLOCK = r"""/* one thread block's GEMM tile: acc = A[rows x k] @ B[k x cols] */
+template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB>
+WB_FN void wb_gemm_block(float (&acc)[TM * TN], const float* __restrict__ a, long long lda,
+                         const float* __restrict__ b, long long ldb, long long rows,
+                         long long cols, long long k) {
+  constexpr int NT = (BM / TM) * (BN / TN), SA = BM + 4, SB = BN + 4;
+  static_assert(BM * BK % NT == 0 && BN * BK % NT == 0, "panels in whole rounds");
+  WB_SHARED(float, wb_as, BK * SA);   /* A's panel, [p][i] */
+  WB_SHARED(float, wb_bs, BK * SB);   /* B's panel, [p][j] */
+  const int t = threadIdx.x, tx = t % (BN / TN), ty = t / (BN / TN);
+#pragma unroll
+  for (int s = 0; s < TM * TN; ++s) acc[s] = 0.0f;
+  for (long long p0 = 0; p0 < k; p0 += BK) {
+    /* the panels, each loaded along its operand's unit stride, zero past the edges */
+#pragma unroll
+    for (int q = 0; q < BM * BK / NT; ++q) {
+      const int e = q * NT + t, i = TA ? e % BM : e / BK, p = TA ? e / BM : e % BK;
+      const long long gp = p0 + p;
+      wb_as[p * SA + i] = i < rows && gp < k ? a[TA ? gp * lda + i : i * lda + gp] : 0.0f;
+    }
+#pragma unroll
+    for (int q = 0; q < BN * BK / NT; ++q) {
+      const int e = q * NT + t, j = TB ? e / BK : e % BN, p = TB ? e % BK : e / BN;
+      const long long gp = p0 + p;
+      wb_bs[p * SB + j] = j < cols && gp < k ? b[TB ? j * ldb + gp : gp * ldb + j] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int p = 0; p < BK; ++p) {
+      float av[TM], bv[TN];
+#pragma unroll
+      for (int i = 0; i < TM; ++i) av[i] = wb_as[p * SA + i * (BM / TM) + ty];
+#pragma unroll
+      for (int j = 0; j < TN; ++j) bv[j] = wb_bs[p * SB + j * (BN / TN) + tx];
+#pragma unroll
+      for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i * TN + j] = fmaf(av[i], bv[j], acc[i * TN + j]);
+    }
+    __syncthreads();   /* (the next panels overwrite these) */
+  }
+}
+"""
+
 _GRID_SYNC = r"""/* grid-wide barrier (cooperative launch: every block is resident) */
 __device__ unsigned int wb_grid_bar;
 __device__ __forceinline__ void wb_grid_sync() {
@@ -118,6 +171,8 @@ class CRenderer:
         return True
 
     def gemm(self, s: Gemm, depth: int) -> list[str]:
+        if s.block is not None:
+            return self._block_gemm(s, depth)
         if s.transposed:  # x^T's element (position i, channel r) at i + r * lda
             call = (f"wb_gemm_packed_t({s.rows}, {s.cols}, {s.k}, {s.a.name} + {s.a_off}, 1, "
                     f"{s.lda}, {s.b.name} + {s.b_off}, {s.c.name} + {s.c_off}, {s.ldc})")
@@ -150,6 +205,37 @@ class CRenderer:
                 + f"wb_sgemm(101, {ta}, {tb}, {s.rows}, {s.cols}, {s.k}, 1.0f, "
                   f"{s.a.name} + {s.a_off}, {s.lda}, {s.b.name} + {s.b_off}, {s.ldb}, 0.0f, "
                   f"{s.c.name} + {s.c_off}, {s.ldc});{node_tag(s.node)}"]
+
+    def _block_gemm(self, s: Gemm, depth: int) -> list[str]:
+        """A GPU GEMM tile on the CPU (an artifact planned for a GPU, run where there is
+        none): the whole tile by one thread, row-major ``block.n`` wide, each element
+        summed over k in order. Correct, not fast: CPU plans use the micro-kernel."""
+        pad, u = self.indent_unit * depth, self.indent_unit
+        a = f"{s.a.name}[{s.a_off} + " + ("wb_p * {0} + wb_i]" if s.trans_a
+                                           else "wb_i * {0} + wb_p]").format(s.lda)
+        b = f"{s.b.name}[{s.b_off} + " + ("wb_j * {0} + wb_p]" if s.trans_b
+                                           else "wb_p * {0} + wb_j]").format(s.ldb)
+        return [pad + f"for (long long wb_i = 0; wb_i < {s.rows}; ++wb_i) {{",
+                pad + u + f"for (long long wb_j = 0; wb_j < {s.cols}; ++wb_j) {{",
+                pad + u * 2 + "float wb_sum = 0.0f;",
+                pad + u * 2 + f"for (long long wb_p = 0; wb_p < {s.k}; ++wb_p) "
+                              f"wb_sum += {self.to_compute(s.a.dtype, a)} * "
+                              f"{self.to_compute(s.b.dtype, b)};",
+                pad + u * 2 + f"{s.c.name}[wb_i * {s.block.n} + wb_j] = wb_sum;"
+                              f"{node_tag(s.node)}",
+                pad + u + "}",
+                pad + "}"]
+
+    def thread_tile(self, s: ThreadTile, depth: int) -> list[str]:
+        """Every element of the tile (one CPU thread holds the block's whole tile)."""
+        pad, u = self.indent_unit * depth, self.indent_unit
+        return [pad + f"for (long long r = {s.r0}; r < {s.r1}; ++r) {{",
+                pad + u + f"for (long long col = {s.c0}; col < {s.c1}; ++col) {{",
+                pad + u * 2 + f"const long long wb_s = (r - {s.r0}) * {s.block.n} + col - "
+                              f"{s.c0};",
+                *self.stmts(s.body, depth + 2),
+                pad + u + "}",
+                pad + "}"]
 
     def load(self, s: Load) -> str:
         if isinstance(s.buf, Scratch) and s.buf.source is not None:
@@ -336,6 +422,8 @@ class CRenderer:
                 out += self.grid_sync(s, depth)
             elif isinstance(s, Gemm):
                 out += self.gemm(s, depth)
+            elif isinstance(s, ThreadTile):
+                out += self.thread_tile(s, depth)
             elif isinstance(s, DepthwiseLanes):
                 w = s.window
                 (h, wd), (kh, kw), (oh, ow) = w.spatial, w.kernel, w.out
@@ -419,7 +507,8 @@ class CudaRenderer(CRenderer):
         # block: 64 each) rather than failing the launch, and does not squeeze them
         # for two blocks per SM into spills
         return super().signature(k).replace(
-            "__global__ void", f"__global__ void __launch_bounds__({k.launch.block}, 1)", 1)
+            "__global__ void",
+            f"__global__ void __launch_bounds__({k.launch.block}, {k.launch.resident})", 1)
 
     def prelude(self) -> str:
         return ("#include <cuda_fp16.h>\n"
@@ -434,7 +523,7 @@ class CudaRenderer(CRenderer):
                 "reinterpret_cast<type*>(wb_dyn_shared + (at))\n#endif\n"
                 "/* 32 bytes a thread moves as two 16-byte accesses (4 of an 8-byte type) */\n"
                 "struct __align__(16) wb_bytes32 { uint4 lo, hi; };\n"
-                + _GRID_SYNC + _helpers(self.target))
+                + _GRID_SYNC + _GEMM_BLOCK + _helpers(self.target))
 
     def to_compute(self, dtype: DType, src: str) -> str:
         return f"__half2float({src})" if dtype is DType.float16 else super().to_compute(dtype, src)
@@ -476,8 +565,38 @@ class CudaRenderer(CRenderer):
         return not (k.blas or k.host_only)
 
     def gemm(self, s: Gemm, depth: int) -> list[str]:
-        raise WorkbenchError("GEMM epilogue fusion runs on the CPU backend only so far; "
-                             "this kernel has no CUDA rendering (plan for the GPU instead)")
+        if s.block is None:
+            raise WorkbenchError("this GEMM kernel was planned for the CPU (the host BLAS "
+                                 "or the C micro-kernel), so it has no CUDA rendering; "
+                                 "plan for the GPU instead")
+        b = s.block
+        return [self.indent_unit * depth
+                + f"wb_gemm_block<{b.m}, {b.n}, {b.depth}, {b.thread_m}, {b.thread_n}, "
+                  f"{str(s.trans_a).lower()}, {str(s.trans_b).lower()}>({s.c.name}, "
+                  f"{s.a.name} + {s.a_off}, {s.lda}, {s.b.name} + {s.b_off}, {s.ldb}, "
+                  f"{s.rows}, {s.cols}, {s.k});{node_tag(s.node)}"]
+
+    def thread_tile(self, s: ThreadTile, depth: int) -> list[str]:
+        """The thread's ``thread_m x thread_n`` elements of the tile, unrolled: row i
+        ``i * m / thread_m + ty``, column j ``j * n / thread_n + tx`` of the tile
+        (wb_gemm_block's layout), slot ``i * thread_n + j`` a constant."""
+        pad, u = self.indent_unit * depth, self.indent_unit
+        b = s.block
+        across = b.n // b.thread_n
+        return [pad + "#pragma unroll",
+                pad + f"for (int wb_i = 0; wb_i < {b.thread_m}; ++wb_i) {{",
+                pad + u + f"const long long r = {s.r0} + wb_i * {b.m // b.thread_m} + "
+                          f"(int)threadIdx.x / {across};",
+                pad + u + "#pragma unroll",
+                pad + u + f"for (int wb_j = 0; wb_j < {b.thread_n}; ++wb_j) {{",
+                pad + u * 2 + f"const long long col = {s.c0} + wb_j * {across} + "
+                              f"(int)threadIdx.x % {across};",
+                pad + u * 2 + f"const int wb_s = wb_i * {b.thread_n} + wb_j;",
+                pad + u * 2 + f"if (r < {s.r1} && col < {s.c1}) {{",
+                *self.stmts(s.body, depth + 3),
+                pad + u * 2 + "}",
+                pad + u + "}",
+                pad + "}"]
 
     def _scratch_offset(self, buf, offset: str) -> str:
         if isinstance(buf, Scratch) and buf.rows > 1:
@@ -498,8 +617,9 @@ class CudaRenderer(CRenderer):
     def declare_scratch(self, s: DeclareScratch, depth: int) -> list[str]:
         x = s.scratch
         if x.space == "register":
+            what = s.note or "this thread's columns of the row"
             return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}[{x.slots}];  "
-                    "/* this thread's columns of the row, in registers */"]
+                    f"/* {what}, in registers */"]
         if x.space == "hybrid":
             return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}_r[{x.slots}];  "
                     "/* this thread's first columns of the row, in registers (the rest "

@@ -53,6 +53,7 @@ from .mapping import Mapping, ScheduleKind
 from .plan import Group, Plan
 from .analysis import pass_needs
 from .geometry import row_slots, shared_bytes
+from .gemm import GPU_GEMM_EFFICIENCY
 from .schedule import Schedule, group_io
 
 # Fraction of the SM's threads that must be resident for a memory-bound kernel to keep
@@ -381,6 +382,8 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     # (none of B where it is a constant packed once, GemmShape.packed_b). Charging an
     # elementwise epilogue for them kept each 3x3 convolution of ResNet-50's third
     # stage (2.4 MB of filters, 4 column tiles) apart from its ReLU under stitch
+    if t.block is not None:
+        return _block_gemm_features(g, group, device, read, written, a, b)
     b_repacks = 0 if t.packed_b else b * (t.row_tiles - 1)
     repacked = 0 if s.epilogue is None else a * (t.col_tiles - 1) + b_repacks
     util = min(1.0, t.tiles / max(1, device.units))
@@ -394,6 +397,27 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
                           1, t.tiles, 0, 0, 1.0, util, mem,
                           flops / (device.peak_flops * util), lib / (device.peak_flops
                                                                      * util))
+
+
+def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeatures:
+    """A GPU GEMM kernel (a thread block per tile): the product at the fraction of the
+    float32 peak the generated GEMM is assumed to reach (GPU_GEMM_EFFICIENCY: cuBLAS,
+    the library call, is priced at the peak), on the SMs its tiles occupy; its operands
+    and epilogue inputs read and its outputs written once, plus A's rows read again by
+    each further column tile and B's columns by each further row tile (from L2,
+    mostly, priced at its rate). The product itself stays in registers."""
+    s = group.schedule
+    t = s.gemm
+    blk = t.block
+    util = min(1.0, t.tiles / max(1, device.units))
+    again = a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
+    flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
+                      if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
+    mem = (read + written + again / L2_SPEEDUP) / device.dram_bandwidth
+    return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, t.flops, 1, 0,
+                          blk.threads, t.tiles, blk.shared_bytes, 0, 1.0, util, mem,
+                          flops / (device.peak_flops * util),
+                          t.flops / (device.peak_flops * GPU_GEMM_EFFICIENCY * util))
 
 
 def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:

@@ -10,8 +10,10 @@ the library call and the epilogue kernel apart. A consumer kernel that is not an
 epilogue as a whole (a bias add with a LayerNorm, a reshape into attention heads)
 stays apart, with the reason logged.
 
-Only on a CPU device: on a GPU the template is refused, so nothing is tried (and
-nothing is logged) there.
+On a GPU (a float32 matmul with an elementwise epilogue only, the GPU's block GEMM)
+only under a cost model: ``rules`` leaves the GPU's matmuls to cuBLAS, which outruns
+the generated GEMM; ``stitch`` joins where the saved round trip of the product
+outweighs that.
 
     >>> log = absorb_epilogues(g, part, cpu)             # doctest: +SKIP
     >>> print(log[0])                                     # doctest: +SKIP
@@ -55,7 +57,10 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
     GEMM with a row epilogue (attention: softmax(Q Kᵀ) then @ V), each only when
     legal (and, given ``price``, predicted faster joined); returns the log. ``part``
     is changed in place."""
-    if device.is_gpu:
+    if device.is_gpu and price is None:
+        # on a GPU the library GEMM (cuBLAS) outruns the generated one
+        # (gemm.GPU_GEMM_EFFICIENCY), so a GEMM kernel wins only where the epilogue's
+        # round trip through memory costs more than that: only a cost model says where
         return []
     log: list[Decision] = []
     _take_views(g, part, device, price, log)

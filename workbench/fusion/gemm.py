@@ -37,8 +37,12 @@ product by the generated micro-kernel against B packed -- once where B is a cons
 by every run before the tiles for a fused attention's K and V over long rows and a
 1 x 1 convolution's input, by each tile for a convolution's patches -- where
 the vectors are wide enough (``packs``, ``GemmLaunch.packs``), else by a
-single-threaded BLAS sgemm); on a
-GPU the template is refused and the matmul stays a cuBLAS call.
+single-threaded BLAS sgemm). On a GPU (``_gpu_tiling``) the template takes one float32
+matmul with an elementwise epilogue and its prologue views: a thread block per tile of
+128 x 128 (or 64 x 64) outputs, each thread's 8 x 8 (4 x 4) of them accumulated in
+registers and finished there by the epilogue (``BlockTile``; codegen's wb_gemm_block),
+so the product is never stored unless it is an output. Row epilogues, attention,
+convolutions and half precision stay cuBLAS/cuDNN calls on a GPU so far.
 
     >>> analyze_gemm(g, ("n0", "n1", "n2"), cpu)      # doctest: +SKIP
     Schedule(kind=<ScheduleKind.gemm: 'gemm'>, ...)
@@ -59,8 +63,8 @@ from ..ops.strided import MatrixView, Strided
 from .devices import Device
 from .mapping import ScheduleKind
 from .schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS, PACK_ONCE,
-                       PACK_PER_RUN, PACK_TILE, GemmShape, GroupIO, Im2col, OnlineSoftmax,
-                       Operand, Schedule, SecondGemm, group_io)
+                       PACK_PER_RUN, PACK_TILE, BlockTile, GemmShape, GroupIO, Im2col,
+                       OnlineSoftmax, Operand, Schedule, SecondGemm, group_io)
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and
@@ -196,7 +200,28 @@ CONV_DIRECT_BLOCKS = (6, 7, 8)   # positions per block (wb_conv_cr: 6 on 16 regi
 # for sgemm (blas=1, narrow vectors) its filters are widened into a float32 copy on
 # its first run (kir.WidenOnce), and its patches as they are gathered.
 GEMM_DTYPES = (DType.float32, DType.bfloat16)
-GPU_REFUSAL = "GEMM epilogue fusion runs on the CPU backend only so far"
+# (a GPU's GEMM kernel takes matmuls only: _gpu_tiling)
+GPU_REFUSAL = "a convolution's GEMM kernel runs on the CPU backend only so far"
+
+# On a GPU a thread block computes each tile (codegen: wb_gemm_block in the CUDA
+# prelude), 256 threads each holding an 8 x 8 of a 128 x 128 tile in registers, or a
+# 4 x 4 of a 64 x 64 one where the large tiles would leave SMs idle; A's and B's
+# panels pass through shared memory GPU_GEMM_DEPTH deep. float32 FMAs on the CUDA
+# cores: float32 is the exact default, and cuBLAS runs float32 the same way (the
+# H100 FFN GEMMs of issue 10 ran at cuBLAS's 42-45 TFLOP/s without TF32).
+GPU_GEMM_DEPTH = 8
+GPU_GEMM_TILES = {(128, 128): BlockTile(128, 128, GPU_GEMM_DEPTH, 8, 8),
+                  (64, 64): BlockTile(64, 64, GPU_GEMM_DEPTH, 4, 4)}
+# blocks of it an SM holds at once: the compiler is asked to leave registers for two
+# (ptxas: 128 a thread at 128 x 128, no spills; left to itself it took 150, one block
+# an SM), so one block's panel loads overlap the other's arithmetic
+GPU_GEMM_RESIDENT = 2
+# what the cost model assumes the generated GEMM reaches, as a fraction of the float32
+# peak cuBLAS is priced at: a register-blocked SIMT GEMM without cp.async pipelining
+# (the classic 8 x 8-per-thread kernel) reaches about 70% of cuBLAS in published
+# measurements; unmeasured here (no GPU yet), so fusing a GEMM with its epilogue
+# wins only where the epilogue's saved round trip outweighs 30% of the product
+GPU_GEMM_EFFICIENCY = 0.7
 
 
 @dataclass(frozen=True)
@@ -294,8 +319,6 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
                             "with other ops (only one matmul with its elementwise epilogue "
                             "can)")
     mm = mms[0]
-    if device.is_gpu:
-        raise FusionRefused(f"{mm.id} (matmul) with an epilogue: {GPU_REFUSAL}")
     result = mm.outputs[0]
     out = g.value(result)
     if len(out.shape) < 2 or any(len(g.value(i).shape) < 2 for i in mm.inputs):
@@ -330,6 +353,11 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
                             "write the product into; its epilogue ends in another dtype "
                             "or shape")
     a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
+    if device.is_gpu:
+        tiling = _gpu_tiling(g, mm, a, b, result, dest, device, row is not None, lc)
+        return Schedule(ScheduleKind.gemm, elements=out.numel,
+                        gemm=replace(tiling, epilogue_ops=len(ns) - 1,
+                                     views=tuple(v.id for v in views)))
     packed = lc.packs(packs(g, b, device), f"{mm.id}'s right operand", per_run or half)
     if half and not packed:
         raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: only the micro-kernel "
@@ -918,12 +946,7 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
     round) where that keeps tiles at least TILE_ALIGN wide (PANEL when B is
     ``packed``). ``whole_rows`` (an epilogue reducing rows): every tile spans all
     columns (see the rule inside)."""
-    m, k, n = a.view.rows, a.view.cols, b.view.cols
-    batch = a.view.batch_size
-    if b.view.one_matrix:
-        a = _fold_rows(a)                # one B: A's batch rows are more rows
-        if not a.view.batch:
-            batch, m = 1, a.view.rows
+    batch, m, n, k, a = _problem(a, b)
     if whole_rows:
         # each tile reads all of B (K x N; sgemm packs it again), so as few tiles as
         # keep every core busy, capped so a tile of whole rows stays within 2 x TILE_M
@@ -949,6 +972,52 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
     if lc.tile_n:
         tile_n = _set_tile("tile_n", lc.tile_n, n, PANEL if packed else 1)
     return GemmShape(batch, m, n, k, a, b, tile_m, tile_n, result, dest, packed_b=packed)
+
+
+def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
+                device: Device, whole_rows: bool, lc: GemmLaunch) -> GemmShape:
+    """A GPU GEMM's tiles: one thread block per tile (GPU_GEMM_TILES), 128 x 128 where
+    there are enough of them to give every SM one, else 64 x 64; FusionRefused for what
+    the GPU kernel does not do yet (an epilogue reducing rows, a product not float32,
+    ``blas``). ``tile_m`` and ``tile_n`` set together pick one of the block tiles."""
+    out = g.value(result)
+    if whole_rows:
+        raise FusionRefused(f"{mm.id} (matmul) with an epilogue reducing rows: on a GPU the "
+                            "GEMM kernel takes an elementwise epilogue only so far, so the "
+                            "reduction stays a kernel of its own")
+    if out.dtype is not DType.float32 or any(g.value(i).dtype is not DType.float32
+                                             for i in mm.inputs):
+        raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: the GPU GEMM kernel "
+                            "multiplies float32 on the CUDA cores; cuBLAS's tensor cores run "
+                            "half precision faster, so it stays a library call")
+    if lc.blas != -1:
+        raise FusionRefused("blas applies to the CPU's GEMM kernel (sgemm per tile or the "
+                            "micro-kernel); a GPU tile is the generated block GEMM")
+    batch, m, n, k, a = _problem(a, b)
+    if lc.tile_m or lc.tile_n:
+        block = GPU_GEMM_TILES.get((lc.tile_m, lc.tile_n))
+        if block is None:
+            raise FusionRefused(f"tile_m={lc.tile_m}, tile_n={lc.tile_n}: a GPU GEMM tile is "
+                                + " or ".join(f"{x} x {y}" for x, y in GPU_GEMM_TILES)
+                                + " (set both)")
+    else:
+        big = GPU_GEMM_TILES[(128, 128)]
+        large = batch * -(-m // big.m) * -(-n // big.n) >= device.units
+        block = big if large else GPU_GEMM_TILES[(64, 64)]
+    return GemmShape(batch, m, n, k, a, b, block.m, block.n, result, dest, block=block)
+
+
+def _problem(a: Operand, b: Operand) -> tuple[int, int, int, int, Operand]:
+    """The product as ``batch`` GEMMs of ``m x k`` by ``k x n``: (batch, m, n, k, A),
+    A's batch folded into its rows where one B serves every batch item and A's rows
+    run on through its batch."""
+    m, k, n = a.view.rows, a.view.cols, b.view.cols
+    batch = a.view.batch_size
+    if b.view.one_matrix:
+        a = _fold_rows(a)                # one B: A's batch rows are more rows
+        if not a.view.batch:
+            batch, m = 1, a.view.rows
+    return batch, m, n, k, a
 
 
 def _direct_scratch(cols: Im2col, rows: int) -> int:

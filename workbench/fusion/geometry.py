@@ -212,7 +212,11 @@ def geometry(s: Schedule, device: Device) -> Geometry:
                         reduce_slots(s), shared, s.cooperative,
                         max(p.cpu_items for p in phases))
     if s.kind is ScheduleKind.gemm:     # one work item per output tile
-        return Geometry(1, s.gemm.tiles, s.gemm.tiles, cpu_items=s.gemm.tiles)
+        t = s.gemm
+        if t.block is not None:         # (a GPU: a thread block per tile)
+            return Geometry(t.block.threads, t.tiles, min(MAX_GRID, t.tiles),
+                            shared_bytes=t.block.shared_bytes, cpu_items=t.tiles)
+        return Geometry(1, t.tiles, t.tiles, cpu_items=t.tiles)
     return Geometry(1, 1, 1)
 
 

@@ -206,6 +206,9 @@ class GemmShape:
     # calls BLAS sgemm (which packs B's panel again per call; a convolution's patches
     # are then gathered row-major)
     packed_b: str = ""
+    # on a GPU: how a thread block computes each tile (its threads' sub-tiles in
+    # registers, panels of A and B staged through shared memory); None on a CPU
+    block: "BlockTile | None" = None
 
     @property
     def row_tiles(self) -> int:
@@ -223,6 +226,38 @@ class GemmShape:
     @property
     def flops(self) -> float:
         return 2.0 * self.batch * self.m * self.n * self.k
+
+
+@dataclass(frozen=True)
+class BlockTile:
+    """A GPU GEMM tile of ``m x n`` outputs computed by one thread block: each thread
+    holds ``thread_m x thread_n`` of them in registers, rows ``i * m / thread_m + ty``
+    and columns ``j * n / thread_n + tx`` of the tile (``ty``, ``tx`` its place in the
+    block's ``m / thread_m x n / thread_n`` grid of threads), so that a warp's lanes
+    read neighbouring columns of shared memory and store neighbouring elements of a
+    row. ``depth`` columns of A's rows and rows of B's columns pass through shared
+    memory at a time (``shared_bytes``), each panel's rows padded by ``PAD`` floats so
+    that a panel stored transposed falls in distinct banks.
+
+    >>> BlockTile(128, 128, 8, 8, 8).threads
+    256
+    """
+    m: int
+    n: int
+    depth: int
+    thread_m: int
+    thread_n: int
+
+    PAD = 4
+
+    @property
+    def threads(self) -> int:
+        return (self.m // self.thread_m) * (self.n // self.thread_n)
+
+    @property
+    def shared_bytes(self) -> int:
+        """A's and B's panels in shared memory, float32."""
+        return 4 * self.depth * (self.m + self.n + 2 * self.PAD)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from ..codegen import lower_group, render_kernel
 from ..errors import FusionRefused
 from ..fusion import Group, Plan, make_group
 from ..fusion.mapping import ScheduleKind
+from ..fusion.gemm import GPU_GEMM_TILES
 from ..fusion.schedule import CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES
 from ..runtime.program import KernelSequence
 from .verify import check_kernel
@@ -124,10 +125,14 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     convolution computed in the lanes or a plane at a time (blas=0 its tap-by-tap
     path) and for one computed directly (blas=0 its patches for the micro-kernel); the
     other form of a fused attention's softmax; tiles of half and twice the rule's
-    rows, and of half and twice its columns (whole-row tiles: rows only). What
+    rows, and of half and twice its columns (whole-row tiles: rows only); on a GPU,
+    the other block tiles (fusion.gemm.GPU_GEMM_TILES). What
     the kernel refuses (no micro-kernel here, a packed B's tiles not in whole panels,
     no online form) is dropped when the group is made."""
     t = s.gemm
+    if t.block is not None:     # a GPU's GEMM: its other block tiles
+        return [(("tile_m", m), ("tile_n", n)) for m, n in GPU_GEMM_TILES
+                if (m, n) != (t.tile_m, t.tile_n)]
     out = [(("blas", 1 if t.packed_b else 0),)]
     if t.packed_b in (DEPTHWISE_LANES, DEPTHWISE_PLANES, CONV_DIRECT):
         # (a depthwise convolution's tap-by-tap path; a direct one's patches gathered
