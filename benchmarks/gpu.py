@@ -352,7 +352,7 @@ class Case:
 @dataclass
 class Workload:
     name: str
-    group: str                  # "row" (memory-bound row kernels) or "model"
+    group: str                  # "row" (memory-bound row kernels), "gemm" or "model"
     build: Callable[[bool], Case]
     big: bool = False           # a 32768x4096 row workload (the 95% target)
     dtype: str = "float32"
@@ -464,6 +464,37 @@ def bf16_row_case(kind: str, rows: int, cols: int) -> Case:
                 + [T.tensor(g32.constants[k], "bfloat16") for k in consts])
     return Case(desc, unsupported=why, torch_fn=lambda T: torch_fns[kind](T.torch),
                 torch_args=args, fallback_inputs=fallback, torch_dtype="bfloat16")
+
+
+def attention_scores_case(batch, heads, seq, head_dim):
+    """BERT's attention scores: q @ kᵀ (K transposed in place), scaled, plus the
+    padding mask -- a GEMM of depth 64 whose epilogue the GPU's block GEMM fuses
+    under stitch (rules: cuBLAS, then an elementwise kernel)."""
+    b = GraphBuilder("attention_scores",
+                     f"Attention scores q[{batch},{heads},{seq},{head_dim}] @ kᵀ "
+                     f"/ sqrt({head_dim}) + mask[{batch},1,1,{seq}]")
+    q = b.input("q", (batch, heads, seq, head_dim))
+    k = b.input("k", (batch, heads, seq, head_dim))
+    z = b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * (1.0 / math.sqrt(head_dim))
+    b.output(z + b.input("mask", (batch, 1, 1, seq), range=(-1.0, 0.0)), "s")
+    scale = 1.0 / math.sqrt(head_dim)
+    return _graph_case(b.build(), lambda torch: lambda q, k, m: (
+        torch.matmul(q, k.transpose(-1, -2)) * scale + m))
+
+
+def ffn_gelu_case(rows, hidden, inter):
+    """BERT's FFN up-projection: x @ W + bias, GELU (a GEMM of depth 768: the cost
+    model keeps cuBLAS for it; the tuned and forced rows say whether it should)."""
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("ffn_gelu", f"FFN up: gelu(x[{rows},{hidden}] @ W[{hidden},{inter}] "
+                                 "+ bias)")
+    x = b.input("x", (rows, hidden))
+    w = b.constant((rng.standard_normal((hidden, inter)) / math.sqrt(hidden))
+                   .astype(np.float32), "w")
+    h = b.matmul(x, w) + b.constant(rng.standard_normal(inter).astype(np.float32), "bias")
+    b.output(b.gelu(h), "y")
+    return _graph_case(b.build(), lambda torch: lambda x, w, bias: (
+        torch.nn.functional.gelu(x @ w + bias)))
 
 
 # transformers layers: sizes (batch, seq, hidden, heads, intermediate)
@@ -585,6 +616,12 @@ WORKLOADS = [
     # file holds it (kept in dynamic shared memory)
     Workload("cross_entropy_gpt2", "row",
              lambda q: cross_entropy_case(*_rc(q, (4096, 50257), (64, 1001)))),
+    # a GEMM with its elementwise epilogue: the GPU's block GEMM (stitch) against
+    # cuBLAS plus an epilogue kernel (rules) and torch
+    Workload("attention_scores", "gemm",
+             lambda q: attention_scores_case(*_rc(q, (8, 12, 512, 64), (1, 2, 64, 16)))),
+    Workload("ffn_gelu", "gemm", lambda q: ffn_gelu_case(*_rc(q, (4096, 768, 3072),
+                                                              (64, 64, 256)))),
     Workload("bert_layer", "model", bert_case),
     Workload("gpt2_block", "model", gpt2_case),
     Workload("llama_layer", "model", llama_case),
@@ -602,6 +639,7 @@ BY_NAME = {w.name: w for w in WORKLOADS}
 GROUPS = {"all": [w.name for w in WORKLOADS],
           "rows": [w.name for w in WORKLOADS if w.group == "row" and w.dtype == "float32"],
           "models": [w.name for w in WORKLOADS if w.group == "model"],
+          "gemm": [w.name for w in WORKLOADS if w.group == "gemm"],
           "bf16": [w.name for w in WORKLOADS if w.dtype == "bfloat16"]}
 
 
