@@ -30,7 +30,8 @@ PLANNERS = ("none", "rules", "stitch")
 # the first word a statement prints as (an Assign prints as "<var> =")
 _KEYWORD = {Let: "let", Load: "load", Store: "store", Loop: "loop",
             BlockReduce: "block_reduce", OncePerBlock: "once", If: "if",
-            GridSync: "grid_sync", Comment: "#", DeclareScratch: "scratch"}
+            GridSync: "grid_sync", Comment: "#", DeclareScratch: "scratch",
+            kir.Gemm: "gemm", kir.ThreadTile: "for each", kir.OnlineStep: "online"}
 
 
 def _sample(name: str):
@@ -41,7 +42,7 @@ def _walk(body, depth=0):
     """(depth, statement) for every statement, nested bodies in order."""
     for s in body:
         yield depth, s
-        if isinstance(s, (Loop, OncePerBlock, If)):
+        if isinstance(s, (Loop, OncePerBlock, If, kir.ThreadTile)):
             yield from _walk(s.body, depth + 1)
 
 

@@ -25,25 +25,19 @@ from workbench.ir import DType
 from workbench.runtime.cuda_emu import CudaEmuBackend, counting
 from workbench.session import Session
 
+import test_gemm_kernel
 from plan_checks import check_plan
 
 EMU_MISSING = None if os.environ.get("WB_REQUIRE_CUDA_EMU") else CudaEmuBackend.unavailable()
 needs_emu = pytest.mark.skipif(EMU_MISSING is not None, reason=str(EMU_MISSING))
 
 RNG = np.random.default_rng(11)
+# (the CPU GEMM kernel's own: 2 x 70 rows and 300 columns, ragged tiles on both edges)
+_ffn_gelu = test_gemm_kernel._ffn_gelu
 
 
 def _w(*shape):
     return RNG.standard_normal(shape).astype(np.float32)
-
-
-def _ffn_gelu():
-    # 2 x 70 rows and 300 columns: ragged tiles on both edges
-    b = wb.GraphBuilder("ffn_gelu")
-    x = b.input("x", (2, 70, 96))
-    h = b.matmul(x, b.constant(_w(96, 300), "w")) + b.constant(_w(300), "bias")
-    b.output(b.gelu(h), "y")
-    return b.build()
 
 
 def _linear_residual():
@@ -268,3 +262,94 @@ def test_the_tuner_s_candidates_for_a_gpu_gemm_kernel_are_the_other_block_tile()
         assert (other["tile_m"], other["tile_n"]) in GPU_GEMM_TILES
         made = make_group(plan.graph, gr.nodes, device=H100, launch=cand.launch)
         assert made.schedule.gemm.block is GPU_GEMM_TILES[other["tile_m"], other["tile_n"]]
+
+
+# -- fused attention on the GPU (FlashAttention's online softmax) ---------------------
+@needs_emu
+@pytest.mark.parametrize("seed,shape", list(enumerate([
+    (2, 3, 1, 1, 1, 8), (1, 2, 5, 135, 12, 20), (2, 1, 70, 90, 24, 16),
+    (1, 1, 62, 257, 128, 57), (1, 2, 89, 200, 72, 7), (2, 1, 130, 129, 64, 64)])))
+def test_gpu_fused_attention_on_random_shapes(seed, shape):
+    """softmax(q kᵀ x scale + mask) v as one kernel on the emulated H100, shapes
+    (batch, heads, queries, keys, values, depth) from one key to several blocks of
+    64, ragged everything, K read transposed in place where the seed is even, the
+    heads merged back after it where it is 2 or 3; masks -inf at random and (odd seeds)
+    over the first half of the keys (blocks with no finite logit before the first one)
+    and over every key of one query (its softmax is 0/0): NaNs where NumPy has them,
+    the rest within float32's bound of the magnitudes summed. Scores and probabilities
+    are never written: the kernel's only output is the attention's."""
+    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.runtime import random_inputs, run_reference
+    rng = np.random.default_rng(200 + seed)
+    n, h, q, keys, d, dk = shape
+    scale = float(rng.uniform(0.05, 1.0))
+    mask = np.where(rng.random((n, 1, q, keys)) < 0.2, -np.inf, 0).astype(np.float32)
+    if seed % 2:
+        mask[..., : keys // 2] = -np.inf
+        mask[0, :, q // 2, :] = -np.inf         # (a query masked on every key: NaN)
+    b = wb.GraphBuilder("attention_shapes")
+    if seed % 2 == 0:
+        k = b.op("transpose", b.input("k", (n, h, keys, dk)), perm=[0, 1, 3, 2])
+    else:
+        k = b.input("kt", (n, h, dk, keys))
+    z = b.matmul(b.input("q", (n, h, q, dk)), k) * scale + b.constant(mask, "mask")
+    o = b.matmul(b.softmax(z, axis=-1), b.input("v", (n, h, keys, d)))
+    merged = seed in (2, 3)
+    if merged:
+        o = b.op("reshape", b.op("transpose", o, perm=[0, 2, 1, 3]), shape=[n, q, h * d])
+    b.output(o, "o")
+    g = b.build()
+    s = Session(g, backend="cuda-emu")
+    s.fuse([x.id for x in g.nodes])
+    (gr,) = s.plan.groups
+    assert gr.schedule.then.online is not None and gr.schedule.gemm.block is not None
+    (ck,) = s.program().compiled
+    assert [x.value for x in ck.kernel.outputs] == ["o"] and not ck.kernel.workspace
+    ins = random_inputs(g, seed)
+    got, want = s.program().run(ins)["o"], run_reference(g, ins)["o"]
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    kt = ins["kt"] if "kt" in ins else ins["k"].transpose(0, 1, 3, 2)
+    zz = (ins["q"].astype(np.float64) @ kt) * scale + mask
+    with np.errstate(invalid="ignore"):
+        e = np.exp(zz - zz.max(axis=-1, keepdims=True))
+        mags = (e / e.sum(axis=-1, keepdims=True)) @ np.abs(ins["v"])
+    if merged:
+        mags = mags.transpose(0, 2, 1, 3).reshape(n, q, h * d)
+    ok = ~np.isnan(want)
+    assert np.isnan(want).any() or seed % 2 == 0
+    if ok.any():
+        assert max_rel_error(got[ok], want[ok], mags[ok]) <= tolerance(DType.float32)
+
+
+def _bert_attention(n=8, h=12, s=512, d=64):
+    b = wb.GraphBuilder("bert_attention")
+    q, k, v = (b.input(x, (n, h, s, d)) for x in "qkv")
+    z = (b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * 0.125
+         + b.input("mask", (n, 1, 1, s)))
+    o = b.matmul(b.softmax(z, axis=-1), v)
+    b.output(b.op("reshape", b.op("transpose", o, perm=[0, 2, 1, 3]), shape=[n, s, h * d]),
+             "o")
+    return b.build()
+
+
+def test_stitch_fuses_bert_s_attention_into_one_gpu_kernel_that_compiles(nvrtc_toolchain):
+    """BERT-base's attention on the H100: ``stitch`` takes the scores' GEMM, the
+    softmax kernel and the second product as one kernel (the heads merged back by its
+    stores), predicted faster than ``rules``' five; NVRTC compiles it with the
+    runtime's options within 128 registers, no spills, its shared memory (two
+    products' panels and the probabilities) as geometry says."""
+    from workbench.codegen import lower_plan, render_kernel
+    from workbench.runtime import nvrtc
+    g = _bert_attention()
+    model = CostModel.for_device(H100)
+    stitch, log = run_planner("stitch", g, device=H100)
+    rules, _ = run_planner("rules", g, device=H100)
+    (gr,) = stitch.groups
+    assert gr.schedule.then.online is not None and gr.schedule.then.out is not None
+    assert any("as one fused attention" in str(d) for d in log)
+    assert model.plan_seconds(stitch) < model.plan_seconds(rules)
+    assert len(rules.groups) == 5
+    (k,) = lower_plan(stitch)
+    rep = nvrtc.ptxas_report(render_kernel(k, "cuda"), k.name)
+    assert rep.spill_bytes == 0 and rep.stack_bytes == 0 and rep.registers <= 128, rep.log
+    assert rep.shared_bytes == k.launch.shared_bytes, rep.log

@@ -78,6 +78,7 @@ class Scratch:
 class DeclareScratch:
     scratch: Scratch
     note: str = ""        # what it holds, for the declaration's comment ("": a row's)
+    init: str = ""        # a C expression every element starts as ("": none)
 
 
 @dataclass(frozen=True)
@@ -200,8 +201,9 @@ class Gemm:
 class ThreadTile:
     """Each element of a GPU GEMM tile (``block``) this thread holds, rows ``r0`` to
     ``r1`` and columns ``c0`` to ``c1`` of the product (C expressions): ``body`` runs
-    with ``r`` (the row in the batch item), ``col`` and ``wb_s``, the element's slot in
-    the accumulator :class:`Gemm` filled, bound. The CUDA rendering unrolls the
+    with ``r`` (the row in the batch item), ``col``, ``wb_s`` (the element's slot in
+    the accumulator :class:`Gemm` filled) and ``wb_si`` (its row's slot in a per-row
+    register array, :class:`OnlineStep`'s ``m`` and ``l``) bound. The CUDA rendering unrolls the
     thread's ``thread_m x thread_n`` elements (constant slots: the accumulator stays in
     registers); the C rendering runs over the whole tile (slot ``(r - r0) x block.n +
     col - c0``)."""
@@ -211,6 +213,26 @@ class ThreadTile:
     c0: str
     c1: str
     body: tuple["Stmt", ...]
+
+
+@dataclass(frozen=True)
+class OnlineStep:
+    """Fused attention on a GPU, one block of keys (FlashAttention's online softmax;
+    the CUDA prelude's wb_online_step): ``s`` holds the block's logits as a
+    :class:`Gemm` with ``block`` left them (key columns from ``valid``, a C expression,
+    on ignored), ``m`` and ``l`` the running maximum and sum of each row the thread
+    holds, ``o`` its output elements (``out_block``'s layout, the same rows), rescaled;
+    the probabilities are written to ``p`` (shared, ``block.m`` rows of ``block.n`` +
+    ``BlockTile.PAD``), for the second product. The C rendering does the whole tile."""
+    s: Scratch
+    o: Scratch
+    m: Scratch
+    l: Scratch
+    p: Scratch
+    block: BlockTile
+    out_block: BlockTile
+    valid: str
+    node: str = ""
 
 
 @dataclass(frozen=True)
@@ -336,8 +358,8 @@ class ConvLanes:
 
 
 Stmt = Union[Let, Assign, Load, Store, BlockReduce, OncePerBlock, Comment, Loop,
-             DeclareScratch, If, GridSync, Gemm, ThreadTile, PackA, PackB, WidenOnce,
-             DepthwiseLanes, ConvLanes]
+             DeclareScratch, If, GridSync, Gemm, ThreadTile, OnlineStep, PackA, PackB,
+             WidenOnce, DepthwiseLanes, ConvLanes]
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ from ..ops.reduce import reduce_axes
 from ..ops.window import window_attrs
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Launch, LibraryCall, Let, Load,
-                  Loop, OncePerBlock, PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
+                  Loop, OncePerBlock, OnlineStep, PackA, PackB, Scratch, Store, ThreadTile,
+                  WidenOnce)
 from . import planes
 from .microkernel import (STATE_SLOTS, a_tile_stride, packed_a_numel, packed_numel,
                           panel_rows)
@@ -508,6 +509,8 @@ class _Lowerer:
         on each element the thread holds, writing every output of the group: the
         product never passes through memory unless it is an output itself."""
         g, t = self.g, self.sched.gemm
+        if self.sched.then is not None:
+            return self._block_attention(name)
         mm = g.producer[t.result]
         a, b, blk = t.a.view, t.b.view, t.block
         i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
@@ -533,6 +536,84 @@ class _Lowerer:
                        _widen([loop], self.wide),
                        replace(_launch(self.geometry, self.sched), resident=GPU_GEMM_RESIDENT),
                        int(t.flops) + flops, ())
+
+    def _block_attention(self, name: str) -> Kernel:
+        """Fused attention on a GPU (FlashAttention's online softmax): a thread block
+        per tile of query rows takes the keys a block at a time -- the scores' block
+        into each thread's registers (wb_gemm_tile), the prefix ops (scale, mask)
+        making the logits in place, the running maximum and sum and the output rows
+        rescaled with the probabilities passed through shared memory
+        (wb_online_step), and the output rows += the probabilities @ V's block; at the
+        end each output element divided by its row's sum and stored where the layout
+        ops after the product put it. Scores and probabilities never reach memory."""
+        g, t, then = self.g, self.sched.gemm, self.sched.then
+        on = then.online
+        mm, mm2 = g.producer[t.result], g.producer[then.result]
+        a, kt, v = t.a.view, t.b.view, then.b.view
+        M, N, K, D = t.m, t.n, t.k, then.n
+        blk = t.block
+        ob = blk.over(D)
+        f32, i64 = DType.float32, DType.int64
+        s_blk = Scratch("wb_sc", t.result, f32, blk.m * blk.n, space="register",
+                        slots=blk.thread_m * blk.thread_n)
+        o_acc = Scratch("wb_o", then.result, f32, ob.m * ob.n, space="register",
+                        slots=ob.thread_m * ob.thread_n)
+        m_run = Scratch("wb_m", on.logits, f32, blk.m, space="register", slots=blk.thread_m)
+        l_run = Scratch("wb_l", then.value, f32, blk.m, space="register", slots=blk.thread_m)
+        probs = Scratch("wb_probs", then.value, f32, blk.m * (blk.n + blk.PAD))
+        out, o_off, ldo = self._attention_out()
+        # the logits of the block, in place: the prefix ops (scale, mask) at (row, col)
+        scope = _Scope()
+        prod, at = self.fresh(), self._at_rows(t.result)
+        scope.stmts.append(Load(prod, s_blk, "wb_s"))
+        scope.memo[(t.result, at.key)] = prod
+        z = self.at(scope, on.logits, self._at_rows(on.logits))
+        scope.stmts.append(Store(s_blk, "wb_s", z))
+        logits = ThreadTile(blk, "r0", "r1", "c0", "c1",
+                            (Let("row", i64, f"bt * {M} + r"), *scope.stmts))
+        blocks = Loop("kb", -(-N // blk.n), "serial", (
+            Let("c0", i64, f"kb * {blk.n}"),
+            Let("c1", i64, f"c0 + {blk.n} < {N} ? c0 + {blk.n} : {N}"),
+            Comment("the scores' block: Q's rows @ the block of Kᵀ, in registers"),
+            Gemm(self.buffers[t.a.value], self.buffers[t.b.value], s_blk,
+                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
+                 f"{kt.batch_offset('bt')} + c0 * {kt.col_stride}", "0", "r1 - r0",
+                 "c1 - c0", K, a.ld, kt.ld, 0, mm.id, trans_a=a.trans, trans_b=kt.trans,
+                 block=blk),
+            Comment("the logits (the ops before the softmax), in place"), logits,
+            Comment("per row: the running maximum and sum, the probabilities (to shared "
+                    "memory), the output rows rescaled"),
+            OnlineStep(s_blk, o_acc, m_run, l_run, probs, blk, ob, "c1 - c0",
+                       self._made_by(then.value)),
+            Comment(f"the output rows += the probabilities @ the block of {mm2.id}'s V"),
+            Gemm(probs, self.buffers[then.b.value], o_acc, "0",
+                 f"{v.batch_offset('bt')} + c0 * {v.row_stride}", "0", "r1 - r0", str(D),
+                 "c1 - c0", blk.n + blk.PAD, v.ld, 0, mm2.id, trans_b=v.trans,
+                 accumulate=True, block=ob)))
+        div = get_op("div").scalar
+        finish = ThreadTile(ob, "r0", "r1", "0", str(D), (
+            Load("wb_l0", l_run, "wb_si"),
+            Load("wb_y", o_acc, "wb_s"),
+            Store(out, f"{o_off} + (r - r0) * {ldo} + col",
+                  div(["wb_y", "wb_l0"], [f32, f32], f32, {}),
+                  node=self._made_by(then.value))))
+        per = t.row_tiles
+        body = (Let("bt", i64, f"tile / {per}"),
+                Let("r0", i64, f"tile % {per} * {blk.m}"),
+                Let("r1", i64, f"r0 + {blk.m} < {M} ? r0 + {blk.m} : {M}"),
+                DeclareScratch(s_blk, "this thread's scores of the block"),
+                DeclareScratch(o_acc, "this thread's elements of the output rows", "0.0f"),
+                DeclareScratch(m_run, "its rows' running maximum", "-INFINITY"),
+                DeclareScratch(l_run, "its rows' running sum", "0.0f"),
+                DeclareScratch(probs, "a block's probabilities"),
+                blocks, Comment("each output element divided by its row's sum"), finish)
+        loop = Loop("tile", t.batch * per, "grid", body)
+        flops = self.flops * g.value(t.result).numel
+        lib = t.flops + 2.0 * t.batch * M * N * D
+        return _kernel(name, self.group.id, self.sched.describe(), self.buffers,
+                       _widen([loop], self.wide),
+                       replace(_launch(self.geometry, self.sched), resident=GPU_GEMM_RESIDENT),
+                       int(lib) + flops, (probs,))
 
     def _filters_packed(self, node: str) -> tuple[Buffer, tuple]:
         """A convolution's filters (A: m x k) transposed and packed into column panels

@@ -41,7 +41,7 @@ from typing import Callable
 from ..ir import DType
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
-                  PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
+                  OnlineStep, PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph
@@ -179,6 +179,11 @@ def _thread_tile(s: ThreadTile, pad: str) -> list[str]:
             "slot wb_s:"] + _body(s.body, pad + INDENT)
 
 
+def _online_step(s: OnlineStep, pad: str) -> list[str]:
+    return [f"{pad}online softmax step: {s.s.name} (keys < {_bare(s.valid)}) -> "
+            f"{s.p.name}, running max {s.m.name} and sum {s.l.name}, {s.o.name} rescaled"]
+
+
 def _pack_b(s: PackB, pad: str) -> list[str]:
     which = (f"panel {s.panel}" if s.panel else "first run only") + (
         ", bfloat16 pairs" if s.pairs else "")
@@ -227,6 +232,7 @@ STATEMENTS: dict[type, Callable[[object, str], list[str]]] = {
     GridSync: _grid_sync, Comment: _comment, DeclareScratch: _declare_scratch,
     Gemm: _gemm, PackA: _pack_a, PackB: _pack_b, WidenOnce: _widen_once,
     DepthwiseLanes: _depthwise_lanes, ConvLanes: _conv_lanes, ThreadTile: _thread_tile,
+    OnlineStep: _online_step,
 }
 
 

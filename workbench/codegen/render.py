@@ -17,7 +17,8 @@ from ..ir.dtypes import C_STORAGE
 from ..ops import all_helpers
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
-                  PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
+                  OnlineStep, PackA, PackB, Scratch, Store, ThreadTile,
+                  WidenOnce)
 from .microkernel import MICRO_KERNEL_C, a_tile_stride
 
 # name -> arity; powf too, or one powf call would keep a whole fused loop scalar
@@ -59,36 +60,44 @@ def _helpers(target: str) -> str:
 # Each of the NT threads accumulates TM x TN outputs in registers, rows i * BM/TM + ty
 # and columns j * BN/TN + tx: a warp reads neighbouring words of B's panel (no bank
 # conflicts) and two words of A's (a broadcast). The panels pass through shared memory
-# BK deep, each loaded along its operand's unit stride (coalesced), A's stored
-# transposed; rows padded by 4 words so that a panel stored across its rows hits 32
-# distinct banks. Past rows, cols or k the panels hold zeros. No prefetch of the next
-# panels into registers: it took ptxas past the 128 registers two resident blocks
-# leave (16 bytes spilled for BERT's FFN); the second block hides the first's loads.
-_GEMM_BLOCK = r"""/* one thread block's GEMM tile: acc = A[rows x k] @ B[k x cols] */
-template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB>
-WB_FN void wb_gemm_block(float (&acc)[TM * TN], const float* __restrict__ a, long long lda,
-                         const float* __restrict__ b, long long ldb, long long rows,
-                         long long cols, long long k) {
+# BK deep, each loaded along its operand's unit stride (TA, TB: stored column-major;
+# coalesced), A's stored transposed; rows padded by 4 words so that a panel stored
+# across its rows hits 32 distinct banks. Past rows, cols or k the panels hold zeros.
+# The operands are read through loaders (a_at(i, p), b_at(p, j): global memory, or a
+# fused attention's probabilities in shared memory). No prefetch of the next panels
+# into registers: it took ptxas past the 128 registers two resident blocks leave (16
+# bytes spilled for BERT's FFN); the second block hides the first's loads.
+#
+# The online softmax's step over one block of keys (FlashAttention's recurrence, as
+# the CPU's fused attention takes it: codegen/lower.py _online_attention): a row's
+# logits lie in the registers of the 16 lanes sharing its ty (half a warp), so its
+# maximum and sum are butterfly shuffles over those lanes.
+_GEMM_BLOCK = r"""/* one thread block's GEMM tile: acc (+)= A[rows x k] @ B[k x cols] */
+template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool ACC, class LA,
+          class LB>
+WB_FN void wb_gemm_tile(float (&acc)[TM * TN], LA a_at, LB b_at, long long rows,
+                        long long cols, long long k) {
   constexpr int NT = (BM / TM) * (BN / TN), SA = BM + 4, SB = BN + 4;
-  static_assert(BM * BK % NT == 0 && BN * BK % NT == 0, "panels in whole rounds");
   WB_SHARED(float, wb_as, BK * SA);   /* A's panel, [p][i] */
   WB_SHARED(float, wb_bs, BK * SB);   /* B's panel, [p][j] */
   const int t = threadIdx.x, tx = t % (BN / TN), ty = t / (BN / TN);
+  if (!ACC) {
 #pragma unroll
-  for (int s = 0; s < TM * TN; ++s) acc[s] = 0.0f;
+    for (int s = 0; s < TM * TN; ++s) acc[s] = 0.0f;
+  }
   for (long long p0 = 0; p0 < k; p0 += BK) {
     /* the panels, each loaded along its operand's unit stride, zero past the edges */
 #pragma unroll
-    for (int q = 0; q < BM * BK / NT; ++q) {
+    for (int q = 0; q < (BM * BK + NT - 1) / NT; ++q) {
       const int e = q * NT + t, i = TA ? e % BM : e / BK, p = TA ? e / BM : e % BK;
       const long long gp = p0 + p;
-      wb_as[p * SA + i] = i < rows && gp < k ? a[TA ? gp * lda + i : i * lda + gp] : 0.0f;
+      if (e < BM * BK) wb_as[p * SA + i] = i < rows && gp < k ? a_at(i, gp) : 0.0f;
     }
 #pragma unroll
-    for (int q = 0; q < BN * BK / NT; ++q) {
+    for (int q = 0; q < (BN * BK + NT - 1) / NT; ++q) {
       const int e = q * NT + t, j = TB ? e / BK : e % BN, p = TB ? e % BK : e / BN;
       const long long gp = p0 + p;
-      wb_bs[p * SB + j] = j < cols && gp < k ? b[TB ? j * ldb + gp : gp * ldb + j] : 0.0f;
+      if (e < BN * BK) wb_bs[p * SB + j] = j < cols && gp < k ? b_at(gp, j) : 0.0f;
     }
     __syncthreads();
 #pragma unroll
@@ -105,6 +114,44 @@ WB_FN void wb_gemm_block(float (&acc)[TM * TN], const float* __restrict__ a, lon
     }
     __syncthreads();   /* (the next panels overwrite these) */
   }
+}
+
+/* the online softmax over a block of keys: s the block's logits (this thread's, as
+   wb_gemm_tile lays them out; key columns from `valid` on ignored), m and l the
+   running maximum and sum of the thread's TM rows, o its TM x TO output elements
+   (same rows) rescaled; the probabilities written to p (BM rows of BN + 4) */
+template <int BM, int BN, int TM, int TN, int TO, class P>
+WB_FN void wb_online_step(float (&s)[TM * TN], float (&o)[TM * TO], float (&m)[TM],
+                          float (&l)[TM], P& p, long long valid) {
+  const int t = threadIdx.x, tx = t % (BN / TN), ty = t / (BN / TN);
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    float mx = m[i];
+#pragma unroll
+    for (int j = 0; j < TN; ++j)
+      if (j * (BN / TN) + tx < valid) mx = fmaxf(mx, s[i * TN + j]);
+#pragma unroll
+    for (int off = BN / TN / 2; off > 0; off /= 2)
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    /* (a row with no finite logit yet takes 0 as its base: exp gives 0, not NaN) */
+    const float base = mx == -INFINITY ? 0.0f : mx, alpha = expf(m[i] - base);
+    float sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < TN; ++j) {
+      const int c = j * (BN / TN) + tx;
+      const float e = c < valid ? expf(s[i * TN + j] - base) : 0.0f;
+      p[(i * (BM / TM) + ty) * (BN + 4) + c] = e;
+      sum += e;
+    }
+#pragma unroll
+    for (int off = BN / TN / 2; off > 0; off /= 2)
+      sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    l[i] = l[i] * alpha + sum;
+    m[i] = mx;
+#pragma unroll
+    for (int j = 0; j < TO; ++j) o[i * TO + j] *= alpha;
+  }
+  __syncthreads();   /* (the probabilities, before the product reads them) */
 }
 """
 
@@ -211,30 +258,52 @@ class CRenderer:
         none): the whole tile by one thread, row-major ``block.n`` wide, each element
         summed over k in order. Correct, not fast: CPU plans use the micro-kernel."""
         pad, u = self.indent_unit * depth, self.indent_unit
-        a = f"{s.a.name}[{s.a_off} + " + ("wb_p * {0} + wb_i]" if s.trans_a
-                                           else "wb_i * {0} + wb_p]").format(s.lda)
-        b = f"{s.b.name}[{s.b_off} + " + ("wb_j * {0} + wb_p]" if s.trans_b
-                                           else "wb_p * {0} + wb_j]").format(s.ldb)
+        a = self.to_compute(s.a.dtype, _element(s.a, s.a_off, s.lda, s.trans_a, "wb_i", "wb_p"))
+        b = self.to_compute(s.b.dtype, _element(s.b, s.b_off, s.ldb, s.trans_b, "wb_p", "wb_j"))
         return [pad + f"for (long long wb_i = 0; wb_i < {s.rows}; ++wb_i) {{",
                 pad + u + f"for (long long wb_j = 0; wb_j < {s.cols}; ++wb_j) {{",
                 pad + u * 2 + "float wb_sum = 0.0f;",
                 pad + u * 2 + f"for (long long wb_p = 0; wb_p < {s.k}; ++wb_p) "
-                              f"wb_sum += {self.to_compute(s.a.dtype, a)} * "
-                              f"{self.to_compute(s.b.dtype, b)};",
-                pad + u * 2 + f"{s.c.name}[wb_i * {s.block.n} + wb_j] = wb_sum;"
-                              f"{node_tag(s.node)}",
+                              f"wb_sum += {a} * {b};",
+                pad + u * 2 + f"{s.c.name}[wb_i * {s.block.n} + wb_j] "
+                              f"{'+=' if s.accumulate else '='} wb_sum;{node_tag(s.node)}",
                 pad + u + "}",
                 pad + "}"]
 
     def thread_tile(self, s: ThreadTile, depth: int) -> list[str]:
         """Every element of the tile (one CPU thread holds the block's whole tile)."""
         pad, u = self.indent_unit * depth, self.indent_unit
+        body = self.stmts(s.body, depth + 2)
         return [pad + f"for (long long r = {s.r0}; r < {s.r1}; ++r) {{",
                 pad + u + f"for (long long col = {s.c0}; col < {s.c1}; ++col) {{",
-                pad + u * 2 + f"const long long wb_s = (r - {s.r0}) * {s.block.n} + col - "
-                              f"{s.c0};",
-                *self.stmts(s.body, depth + 2),
+                *_slots(body, pad + u * 2, f"(r - {s.r0}) * {s.block.n} + col - {s.c0}",
+                        f"r - {s.r0}", "long long"),
+                *body,
                 pad + u + "}",
+                pad + "}"]
+
+    def online_step(self, s: OnlineStep, depth: int) -> list[str]:
+        """The whole tile's rows, one after another (see kir.OnlineStep)."""
+        pad, u = self.indent_unit * depth, self.indent_unit
+        bn, on, w = s.block.n, s.out_block.n, s.block.n + s.block.PAD
+        x, o, m, l, p = (v.name for v in (s.s, s.o, s.m, s.l, s.p))
+        return [pad + f"for (long long wb_r = 0; wb_r < {s.block.m}; ++wb_r) {{"
+                      f"{node_tag(s.node)}",
+                pad + u + f"float wb_mx = {m}[wb_r], wb_sum = 0.0f;",
+                pad + u + f"for (long long wb_c = 0; wb_c < {s.valid}; ++wb_c) "
+                          f"wb_mx = fmaxf(wb_mx, {x}[wb_r * {bn} + wb_c]);",
+                pad + u + "const float wb_base = wb_mx == -INFINITY ? 0.0f : wb_mx;",
+                pad + u + f"const float wb_alpha = expf({m}[wb_r] - wb_base);",
+                pad + u + f"for (long long wb_c = 0; wb_c < {bn}; ++wb_c) {{",
+                pad + u * 2 + f"const float wb_e = wb_c < {s.valid} ? "
+                              f"expf({x}[wb_r * {bn} + wb_c] - wb_base) : 0.0f;",
+                pad + u * 2 + f"{p}[wb_r * {w} + wb_c] = wb_e;",
+                pad + u * 2 + "wb_sum += wb_e;",
+                pad + u + "}",
+                pad + u + f"{l}[wb_r] = {l}[wb_r] * wb_alpha + wb_sum;",
+                pad + u + f"{m}[wb_r] = wb_mx;",
+                pad + u + f"for (long long wb_d = 0; wb_d < {on}; ++wb_d) "
+                          f"{o}[wb_r * {on} + wb_d] *= wb_alpha;",
                 pad + "}"]
 
     def load(self, s: Load) -> str:
@@ -390,8 +459,11 @@ class CRenderer:
             return []        # (see load: the CPU reads the input again)
         # (a half type held as it is stored: a convolution's bfloat16 patches in pairs)
         ct = self.storage[x.dtype] if x.dtype.is_half else x.dtype.c_compute
-        return [self.indent_unit * depth + f"{ct} {x.name}[{x.numel}];"
-                f" /* {x.numel * x.dtype.itemsize} B: the row kept on chip */"]
+        pad = self.indent_unit * depth
+        return [pad + f"{ct} {x.name}[{x.numel}];"
+                f" /* {x.numel * x.dtype.itemsize} B: {s.note or 'the row kept on chip'} */"
+                ] + ([pad + f"for (long long wb_q = 0; wb_q < {x.numel}; ++wb_q) "
+                            f"{x.name}[wb_q] = {s.init};"] if s.init else [])
 
     # -- shared by all targets -------------------------------------------------
     def stmts(self, body, depth: int) -> list[str]:
@@ -424,6 +496,8 @@ class CRenderer:
                 out += self.gemm(s, depth)
             elif isinstance(s, ThreadTile):
                 out += self.thread_tile(s, depth)
+            elif isinstance(s, OnlineStep):
+                out += self.online_step(s, depth)
             elif isinstance(s, DepthwiseLanes):
                 w = s.window
                 (h, wd), (kh, kw), (oh, ow) = w.spatial, w.kernel, w.out
@@ -569,12 +643,25 @@ class CudaRenderer(CRenderer):
             raise WorkbenchError("this GEMM kernel was planned for the CPU (the host BLAS "
                                  "or the C micro-kernel), so it has no CUDA rendering; "
                                  "plan for the GPU instead")
+        b, pad = s.block, self.indent_unit * (depth + 2)
+        flag = {True: "true", False: "false"}
+        a_ij = _element(s.a, s.a_off, s.lda, s.trans_a, "i", "p")
+        b_ij = _element(s.b, s.b_off, s.ldb, s.trans_b, "p", "j")
+        return [self.indent_unit * depth
+                + f"wb_gemm_tile<{b.m}, {b.n}, {b.depth}, {b.thread_m}, {b.thread_n}, "
+                  f"{flag[s.trans_a]}, {flag[s.trans_b]}, {flag[s.accumulate]}>({s.c.name},",
+                pad + "[&](long long i, long long p) -> float { return "
+                    f"{self.to_compute(s.a.dtype, a_ij)}; }},",
+                pad + "[&](long long p, long long j) -> float { return "
+                    f"{self.to_compute(s.b.dtype, b_ij)}; }},",
+                pad + f"{s.rows}, {s.cols}, {s.k});{node_tag(s.node)}"]
+
+    def online_step(self, s: OnlineStep, depth: int) -> list[str]:
         b = s.block
         return [self.indent_unit * depth
-                + f"wb_gemm_block<{b.m}, {b.n}, {b.depth}, {b.thread_m}, {b.thread_n}, "
-                  f"{str(s.trans_a).lower()}, {str(s.trans_b).lower()}>({s.c.name}, "
-                  f"{s.a.name} + {s.a_off}, {s.lda}, {s.b.name} + {s.b_off}, {s.ldb}, "
-                  f"{s.rows}, {s.cols}, {s.k});{node_tag(s.node)}"]
+                + f"wb_online_step<{b.m}, {b.n}, {b.thread_m}, {b.thread_n}, "
+                  f"{s.out_block.thread_n}>({s.s.name}, {s.o.name}, {s.m.name}, {s.l.name}, "
+                  f"{s.p.name}, {s.valid});{node_tag(s.node)}"]
 
     def thread_tile(self, s: ThreadTile, depth: int) -> list[str]:
         """The thread's ``thread_m x thread_n`` elements of the tile, unrolled: row i
@@ -583,6 +670,7 @@ class CudaRenderer(CRenderer):
         pad, u = self.indent_unit * depth, self.indent_unit
         b = s.block
         across = b.n // b.thread_n
+        body = self.stmts(s.body, depth + 3)
         return [pad + "#pragma unroll",
                 pad + f"for (int wb_i = 0; wb_i < {b.thread_m}; ++wb_i) {{",
                 pad + u + f"const long long r = {s.r0} + wb_i * {b.m // b.thread_m} + "
@@ -591,9 +679,9 @@ class CudaRenderer(CRenderer):
                 pad + u + f"for (int wb_j = 0; wb_j < {b.thread_n}; ++wb_j) {{",
                 pad + u * 2 + f"const long long col = {s.c0} + wb_j * {across} + "
                               f"(int)threadIdx.x % {across};",
-                pad + u * 2 + f"const int wb_s = wb_i * {b.thread_n} + wb_j;",
+                *_slots(body, pad + u * 2, f"wb_i * {b.thread_n} + wb_j", "wb_i", "int"),
                 pad + u * 2 + f"if (r < {s.r1} && col < {s.c1}) {{",
-                *self.stmts(s.body, depth + 3),
+                *body,
                 pad + u * 2 + "}",
                 pad + u + "}",
                 pad + "}"]
@@ -618,8 +706,12 @@ class CudaRenderer(CRenderer):
         x = s.scratch
         if x.space == "register":
             what = s.note or "this thread's columns of the row"
-            return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}[{x.slots}];  "
-                    f"/* {what}, in registers */"]
+            pad = self.indent_unit * depth
+            return [pad + f"{x.dtype.c_compute} {x.name}[{x.slots}];  /* {what}, in "
+                          "registers */"] + ([
+                pad + "#pragma unroll",
+                pad + f"for (int wb_q = 0; wb_q < {x.slots}; ++wb_q) {x.name}[wb_q] = {s.init};"]
+                if s.init else [])
         if x.space == "hybrid":
             return [self.indent_unit * depth + f"{x.dtype.c_compute} {x.name}_r[{x.slots}];  "
                     "/* this thread's first columns of the row, in registers (the rest "
@@ -874,6 +966,21 @@ def _broadcast_period(offset: str, var: str, w: int) -> tuple[str, int] | None:
     if m is None or int(m.group(2)) % w:
         return None
     return m.group(1), int(m.group(2))
+
+
+def _slots(body: list[str], pad: str, slot: str, row_slot: str, ix: str) -> list[str]:
+    """A ThreadTile's bindings of ``wb_s`` (the element's slot) and ``wb_si`` (its
+    row's), each where the body uses it."""
+    text = "\n".join(body)
+    return [pad + f"const {ix} {v} = {e};" for v, e in (("wb_s", slot), ("wb_si", row_slot))
+            if re.search(rf"\b{v}\b", text)]
+
+
+def _element(buf, off: str, ld: int, trans: bool, row: str, col: str) -> str:
+    """Element (row, col) of a matrix at ``off`` in ``buf``, row-major with leading
+    dimension ``ld`` (``trans``: stored column-major)."""
+    return (f"{buf.name}[{off} + {col} * {ld} + {row}]" if trans
+            else f"{buf.name}[{off} + {row} * {ld} + {col}]")
 
 
 def _ix(loop: Loop) -> str:

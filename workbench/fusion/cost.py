@@ -411,13 +411,17 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
     blk = t.block
     util = min(1.0, t.tiles / max(1, device.units))
     again = a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
+    lib = t.flops
+    if s.then is not None:      # attention: V read again by each further tile of queries
+        lib += 2.0 * t.batch * t.m * s.then.k * s.then.n
+        again += g.value(s.then.b.value).nbytes * (t.row_tiles - 1)
     flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
                       if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
     mem = (read + written + again / L2_SPEEDUP) / device.dram_bandwidth
-    return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, t.flops, 1, 0,
-                          blk.threads, t.tiles, blk.shared_bytes, 0, 1.0, util, mem,
-                          flops / (device.peak_flops * util),
-                          t.flops / (device.peak_flops * GPU_GEMM_EFFICIENCY * util))
+    return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
+                          blk.threads, t.tiles, geometry(s, device).shared_bytes, 0, 1.0,
+                          util, mem, flops / (device.peak_flops * util),
+                          lib / (device.peak_flops * GPU_GEMM_EFFICIENCY * util))
 
 
 def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:

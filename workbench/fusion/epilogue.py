@@ -13,7 +13,9 @@ stays apart, with the reason logged.
 On a GPU (a float32 matmul with an elementwise epilogue only, the GPU's block GEMM)
 only under a cost model: ``rules`` leaves the GPU's matmuls to cuBLAS, which outruns
 the generated GEMM; ``stitch`` joins where the saved round trip of the product
-outweighs that.
+outweighs that. A GPU's GEMM kernel takes no row epilogue, so there the second
+matmul of an attention joins its softmax kernel and the scores' kernel in one step
+(``_scores_kernel``; the fused attention, online softmax).
 
     >>> log = absorb_epilogues(g, part, cpu)             # doctest: +SKIP
     >>> print(log[0])                                     # doctest: +SKIP
@@ -76,7 +78,15 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
             attention = part.owner[left.id]
             readers[attention] = None            # (tried last)
         for theirs in readers:
-            if theirs == attention:
+            if theirs == attention and device.is_gpu:
+                scores = _scores_kernel(g, part, theirs)
+                if scores is None:
+                    continue
+                what = (f"{node.id} matmul, the softmax kernel of {part.first(theirs)} and "
+                        f"the scores' kernel of {part.first(scores)} as one fused attention "
+                        "(online softmax): scores and probabilities never leave the chip")
+                theirs = {theirs, scores}
+            elif theirs == attention:
                 what = (f"{node.id} matmul into the GEMM kernel of {part.first(theirs)} as "
                         "fused attention: each tile's probabilities are multiplied while in "
                         "cache, never written and read back")
@@ -220,24 +230,38 @@ def _lone(g: Graph, part: Partition, node) -> bool:
 
 
 def _join(g, part, node, theirs, device, price, log, what: str) -> bool:
-    """Merge the matmul's kernel with kernel ``theirs`` when legal (and, given
-    ``price``, predicted faster); log it either way."""
+    """Merge the matmul's kernel with kernel ``theirs`` (or with each of a set of
+    kernels) when legal (and, given ``price``, predicted faster); log it either way."""
     mine = part.owner[node.id]
-    nodes = sorted(part.members[theirs] + part.members[mine], key=part.index.__getitem__)
-    why = _refusal(g, part, {mine, theirs}, nodes, device)
+    others = set(theirs) if isinstance(theirs, (set, frozenset)) else {theirs}
+    gids = others | {mine}
+    nodes = sorted((n for x in gids for n in part.members[x]), key=part.index.__getitem__)
+    why = _refusal(g, part, gids, nodes, device)
     gain = ""
     if why is None and price is not None:
-        apart = price(frozenset(part.members[mine])) + price(frozenset(part.members[theirs]))
+        apart = sum(price(frozenset(part.members[x])) for x in gids)
         joined = price(frozenset(nodes))
         if not joined < apart:
             why = f"the GEMM kernel is predicted no faster ({_us(apart)} apart -> {_us(joined)})"
         gain = f"; predicted {_us(apart)} -> {_us(joined)}"
     if why is not None:
-        log.append(Decision("not fused", (node.id, part.first(theirs)), why))
+        first = min((part.first(x) for x in others), key=part.index.__getitem__)
+        log.append(Decision("not fused", (node.id, first), why))
         return False
-    part.merge({mine, theirs})
+    part.merge(gids)
     log.append(Decision("fused", tuple(nodes), what + gain))
     return True
+
+
+def _scores_kernel(g, part, softmax: str) -> str | None:
+    """The kernel whose matmul gives kernel ``softmax`` its scores (a fused attention
+    on a GPU takes both at once: the GPU's GEMM kernel takes no row epilogue to
+    stand between), or None unless exactly one does."""
+    mine = set(part.members[softmax])
+    owners = {part.owner[p.id] for n in mine for i in g.node(n).inputs
+              if (p := g.producer.get(i)) is not None and p.id not in mine}
+    scores = [x for x in owners if any(g.node(n).op == "matmul" for n in part.members[x])]
+    return scores[0] if len(scores) == 1 else None
 
 
 def _refusal(g, part, gids: set, nodes, device) -> str | None:

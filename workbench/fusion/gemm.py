@@ -41,8 +41,10 @@ single-threaded BLAS sgemm). On a GPU (``_gpu_tiling``) the template takes one f
 matmul with an elementwise epilogue and its prologue views: a thread block per tile of
 128 x 128 (or 64 x 64) outputs, each thread's 8 x 8 (4 x 4) of them accumulated in
 registers and finished there by the epilogue (``BlockTile``; codegen's wb_gemm_block),
-so the product is never stored unless it is an output. Row epilogues, attention,
-convolutions and half precision stay cuBLAS/cuDNN calls on a GPU so far.
+so the product is never stored unless it is an output; and a fused attention whose
+softmax has the online form (``_gpu_attention_scores``: a block of 64 queries takes 64
+keys at a time, FlashAttention's recurrence). Other row epilogues, convolutions and
+half precision stay cuBLAS/cuDNN calls on a GPU so far.
 
     >>> analyze_gemm(g, ("n0", "n1", "n2"), cpu)      # doctest: +SKIP
     Schedule(kind=<ScheduleKind.gemm: 'gemm'>, ...)
@@ -216,6 +218,11 @@ GPU_GEMM_TILES = {(128, 128): BlockTile(128, 128, GPU_GEMM_DEPTH, 8, 8),
 # (ptxas: 128 a thread at 128 x 128, no spills; left to itself it took 150, one block
 # an SM), so one block's panel loads overlap the other's arithmetic
 GPU_GEMM_RESIDENT = 2
+# a GPU's fused attention: a block of 64 queries takes 64 keys at a time (the scores'
+# block in registers, 4 x 4 a thread; the probabilities through 17 KB of shared memory
+# to the second product), its output rows up to 128 values (8 a thread) in registers
+GPU_ATTENTION_TILE = GPU_GEMM_TILES[(64, 64)]
+GPU_ATTENTION_MAX_VALUES = 128
 # what the cost model assumes the generated GEMM reaches, as a fraction of the float32
 # peak cuBLAS is priced at: a register-blocked SIMT GEMM without cp.async pipelining
 # (the classic 8 x 8-per-thread kernel) reaches about 70% of cuBLAS in published
@@ -573,11 +580,14 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     keys = g.value(mm1.outputs[0]).shape[-1]
     half = g.value(mm2.outputs[0]).dtype is not DType.float32   # (packed: see GEMM_DTYPES)
     per_run = lc.online == 1 or keys >= ATTENTION_PACK_MIN_KEYS or half
-    # (the first product's tiles are set below, once the softmax's form is known)
-    sub = analyze_gemm(g, first, io1, device, rows, replace(lc, tile_m=0, online=-1),
-                       per_run=per_run)
+    if device.is_gpu:
+        sub = _gpu_attention_scores(g, first, mm1, mm2, p, lc)
+    else:
+        # (the first product's tiles are set below, once the softmax's form is known)
+        sub = analyze_gemm(g, first, io1, device, rows, replace(lc, tile_m=0, online=-1),
+                           per_run=per_run)
     t = sub.gemm
-    if sub.epilogue is None or t.dest != p:
+    if not device.is_gpu and (sub.epilogue is None or t.dest != p):
         raise FusionRefused(f"{mm2.id} (matmul) joins a GEMM kernel only after an epilogue "
                             f"reducing rows whose result {p} it reads (attention)")
     pv, vv, out = g.value(p), g.value(v), g.value(mm2.outputs[0])
@@ -598,10 +608,24 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
         # RMSNorm then its LM head, whose 768 x 30522 weights, packed by every run and
         # read by every row tile, took 66 ms where the two kernels take 33)
         raise FusionRefused(f"{mm2.id} (matmul): its right operand {v} is a constant (a "
-                            "weight); a fused attention packs V by every run, its own GEMM "
-                            "packs it once")
+                            "weight); a fused attention reads V again for every tile of "
+                            "rows (on the CPU: packs it by every run), its own GEMM once")
     n, d = vv.shape[-2:]
     views = t.views + tuple(x.id for x in v_views + after if x.id not in t.views)
+    if device.is_gpu:
+        online = _online_softmax(g, first, mm1, t, p, io1)
+        if online is None:
+            raise FusionRefused(f"{mm2.id} (matmul): on a GPU a fused attention takes the "
+                                "online softmax only (FlashAttention's): elementwise logits "
+                                "then exactly a softmax over the keys, read by nothing but "
+                                "the second product")
+        if d > GPU_ATTENTION_MAX_VALUES:
+            raise FusionRefused(f"{mm2.id} (matmul): rows of {d} values; a GPU's fused "
+                                "attention keeps each thread's part of its output rows in "
+                                f"registers, up to {GPU_ATTENTION_MAX_VALUES} values a row")
+        return replace(sub, gemm=replace(t, views=views), then=SecondGemm(
+            p, b, n, d, mm2.outputs[0], _written_through(g, mm2, after) if after else None,
+            "", replace(online, block=t.block.n)))
     # V is packed by every run with K (never a constant: refused above)
     v_packed = (PACK_PER_RUN if lc.packs(packs(g, b, device), f"{mm2.id}'s V", per_run)
                 else "")
@@ -1005,6 +1029,26 @@ def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
         large = batch * -(-m // big.m) * -(-n // big.n) >= device.units
         block = big if large else GPU_GEMM_TILES[(64, 64)]
     return GemmShape(batch, m, n, k, a, b, block.m, block.n, result, dest, block=block)
+
+
+def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch) -> Schedule:
+    """The scores' product of a fused attention on a GPU (its second product and softmax
+    are added by _attention): a thread block per GPU_ATTENTION_TILE rows of queries,
+    taking the keys a block tile's columns at a time (the online softmax), float32."""
+    if any(g.value(x).dtype is not DType.float32 for x in (*mm.inputs, *mm2.inputs)):
+        raise FusionRefused(f"{mm2.id} (matmul): a GPU's fused attention multiplies float32 "
+                            "on the CUDA cores so far; half precision stays cuBLAS's")
+    if lc != GemmLaunch():
+        raise FusionRefused("a GPU's fused attention has no launch parameters to set yet")
+    members = {n.id for n in first}
+    views = prologue(g, mm, members)
+    shape = g.value(mm.outputs[0]).shape
+    a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
+    batch, m, n, k, a = _problem(a, b)
+    block = GPU_ATTENTION_TILE
+    t = GemmShape(batch, m, n, k, a, b, block.m, max(n, 1), mm.outputs[0], p,
+                  views=tuple(v.id for v in views), block=block)
+    return Schedule(ScheduleKind.gemm, elements=g.value(mm.outputs[0]).numel, gemm=t)
 
 
 def _problem(a: Operand, b: Operand) -> tuple[int, int, int, int, Operand]:

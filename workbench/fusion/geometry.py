@@ -214,8 +214,12 @@ def geometry(s: Schedule, device: Device) -> Geometry:
     if s.kind is ScheduleKind.gemm:     # one work item per output tile
         t = s.gemm
         if t.block is not None:         # (a GPU: a thread block per tile)
+            shared = t.block.shared_bytes
+            if s.then is not None:      # (attention: the second product's panels and the
+                #                          probabilities between the two)
+                shared += t.block.over(s.then.n).shared_bytes + t.block.rows_bytes
             return Geometry(t.block.threads, t.tiles, min(MAX_GRID, t.tiles),
-                            shared_bytes=t.block.shared_bytes, cpu_items=t.tiles)
+                            shared_bytes=shared, cpu_items=t.tiles)
         return Geometry(1, t.tiles, t.tiles, cpu_items=t.tiles)
     return Geometry(1, 1, 1)
 

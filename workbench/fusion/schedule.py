@@ -259,6 +259,23 @@ class BlockTile:
         """A's and B's panels in shared memory, float32."""
         return 4 * self.depth * (self.m + self.n + 2 * self.PAD)
 
+    def over(self, n: int) -> "BlockTile":
+        """The tile of the same rows and threads over ``n`` columns (a fused attention's
+        output rows, beside its scores' block): as many columns a thread as cover them.
+
+        >>> BlockTile(64, 64, 8, 4, 4).over(72)
+        BlockTile(m=64, n=80, depth=8, thread_m=4, thread_n=5)
+        """
+        across = self.n // self.thread_n
+        per = -(-n // across)
+        return BlockTile(self.m, across * per, self.depth, self.thread_m, per)
+
+    @property
+    def rows_bytes(self) -> int:
+        """This tile's values in shared memory, its rows padded by PAD (a fused
+        attention's probabilities, passed to the second product)."""
+        return 4 * self.m * (self.n + self.PAD)
+
 
 @dataclass(frozen=True)
 class OnlineSoftmax:

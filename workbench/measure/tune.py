@@ -130,9 +130,10 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     the kernel refuses (no micro-kernel here, a packed B's tiles not in whole panels,
     no online form) is dropped when the group is made."""
     t = s.gemm
-    if t.block is not None:     # a GPU's GEMM: its other block tiles
-        return [(("tile_m", m), ("tile_n", n)) for m, n in GPU_GEMM_TILES
-                if (m, n) != (t.tile_m, t.tile_n)]
+    if t.block is not None:     # a GPU's GEMM: its other block tiles (attention: none)
+        return [] if s.then is not None else [
+            (("tile_m", m), ("tile_n", n)) for m, n in GPU_GEMM_TILES
+            if (m, n) != (t.tile_m, t.tile_n)]
     out = [(("blas", 1 if t.packed_b else 0),)]
     if t.packed_b in (DEPTHWISE_LANES, DEPTHWISE_PLANES, CONV_DIRECT):
         # (a depthwise convolution's tap-by-tap path; a direct one's patches gathered
