@@ -482,6 +482,28 @@ def attention_scores_case(batch, heads, seq, head_dim):
         torch.matmul(q, k.transpose(-1, -2)) * scale + m))
 
 
+def attention_case(batch, heads, seq, head_dim):
+    """BERT's whole attention: softmax(q kᵀ / sqrt(d) + mask) v, the heads merged back
+    -- one FlashAttention-style kernel under stitch on a GPU (rules: cuBLAS, softmax
+    kernel, cuBLAS, copies); torch runs the same ops (its eager attention)."""
+    b = GraphBuilder("attention", f"Attention over q, k, v[{batch},{heads},{seq},"
+                                  f"{head_dim}], mask[{batch},1,1,{seq}], heads merged")
+    q, k, v = (b.input(x, (batch, heads, seq, head_dim)) for x in "qkv")
+    scale = 1.0 / math.sqrt(head_dim)
+    z = b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * scale
+    z = z + b.input("mask", (batch, 1, 1, seq), range=(-1.0, 0.0))
+    o = b.matmul(b.softmax(z, axis=-1), v)
+    b.output(b.op("reshape", b.op("transpose", o, perm=[0, 2, 1, 3]),
+                  shape=[batch, seq, heads * head_dim]), "o")
+
+    def fn(torch):
+        def attention(q, k, v, m):
+            o = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * scale + m, -1) @ v
+            return o.transpose(1, 2).reshape(batch, seq, heads * head_dim)
+        return attention
+    return _graph_case(b.build(), fn)
+
+
 def ffn_gelu_case(rows, hidden, inter):
     """BERT's FFN up-projection: x @ W + bias, GELU (a GEMM of depth 768: the cost
     model keeps cuBLAS for it; the tuned and forced rows say whether it should)."""
@@ -620,6 +642,8 @@ WORKLOADS = [
     # cuBLAS plus an epilogue kernel (rules) and torch
     Workload("attention_scores", "gemm",
              lambda q: attention_scores_case(*_rc(q, (8, 12, 512, 64), (1, 2, 64, 16)))),
+    Workload("attention", "gemm",
+             lambda q: attention_case(*_rc(q, (8, 12, 512, 64), (1, 2, 64, 16)))),
     Workload("ffn_gelu", "gemm", lambda q: ffn_gelu_case(*_rc(q, (4096, 768, 3072),
                                                               (64, 64, 256)))),
     Workload("bert_layer", "model", bert_case),
