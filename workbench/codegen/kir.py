@@ -192,7 +192,7 @@ class Gemm:
     a_packed: bool = False
     # a GPU tile (fusion.schedule.BlockTile): the block's threads compute it together,
     # each its own elements into ``c``, a register Scratch (the CUDA prelude's
-    # wb_gemm_block); ``ldc`` unused. The C rendering computes the whole tile into
+    # wb_gemm_tile); ``ldc`` unused. The C rendering computes the whole tile into
     # ``c`` row-major (``block.n`` wide), as one thread does the block's work there
     block: BlockTile | None = None
 

@@ -343,7 +343,6 @@ class _Lowerer:
             return self._online_attention(name)
         mm = g.producer[t.result]
         a, b = t.a.view, t.b.view
-        i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
         M, N, K = t.m, t.n, t.k
         start, finish, pack = (), (), ()
         if then is None and self.buffers[t.dest].dtype is DType.float32:
@@ -487,11 +486,7 @@ class _Lowerer:
                                      packed=bool(t.packed_b), pairs=pairs,
                                      a_packed=a_packed),)
         body = start + (
-            Let("bt", i64, f"tile / {per}"),
-            Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
-            Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
-            Let("r1", i64, f"r0 + {t.tile_m} < {M} ? r0 + {t.tile_m} : {M}"),
-            Let("c1", i64, f"c0 + {t.tile_n} < {N} ? c0 + {t.tile_n} : {N}"),
+            *self._tile_bounds(),
             *product,
             *finish)
         loop = Loop("tile", t.tiles, "grid", body)
@@ -503,39 +498,63 @@ class _Lowerer:
         sgemm = not t.packed_b or (then is not None and not then.packed)
         return replace(k, blas="sgemm" if sgemm else "", host_only=True)
 
+    def _tile_bounds(self, columns: bool = True) -> tuple[Let, ...]:
+        """The Lets binding a GEMM kernel's work item ``tile`` to its batch item ``bt``
+        and its rows ``r0`` to ``r1`` and, with ``columns``, its columns ``c0`` to
+        ``c1``; without, ``tile`` counts tiles of whole rows (a fused attention's, its
+        keys taken a block at a time)."""
+        t, i64 = self.sched.gemm, DType.int64
+        tm, M, N = t.tile_m, t.m, t.n
+        per, ct = (t.row_tiles * t.col_tiles, t.col_tiles) if columns else (t.row_tiles, 1)
+        rows = (Let("bt", i64, f"tile / {per}"),
+                Let("r0", i64, f"tile % {per} / {ct} * {tm}" if columns
+                    else f"tile % {per} * {tm}"))
+        if not columns:
+            return rows + (Let("r1", i64, f"r0 + {tm} < {M} ? r0 + {tm} : {M}"),)
+        return rows + (Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
+                       Let("r1", i64, f"r0 + {tm} < {M} ? r0 + {tm} : {M}"),
+                       Let("c1", i64, f"c0 + {t.tile_n} < {N} ? c0 + {t.tile_n} : {N}"))
+
     def _block_gemm(self, name: str) -> Kernel:
         """A GPU GEMM kernel: a thread block per tile (the grid strides over them), the
-        tile's product into each thread's registers (wb_gemm_block), then the epilogue
+        tile's product into each thread's registers (wb_gemm_tile), then the epilogue
         on each element the thread holds, writing every output of the group: the
         product never passes through memory unless it is an output itself."""
-        g, t = self.g, self.sched.gemm
+        t, blk = self.sched.gemm, self.sched.gemm.block
         if self.sched.then is not None:
             return self._block_attention(name)
-        mm = g.producer[t.result]
-        a, b, blk = t.a.view, t.b.view, t.block
-        i64, per, ct = DType.int64, t.row_tiles * t.col_tiles, t.col_tiles
         acc = Scratch("wb_acc", t.result, DType.float32, blk.m * blk.n, space="register",
                       slots=blk.thread_m * blk.thread_n)
         body = (
-            Let("bt", i64, f"tile / {per}"),
-            Let("r0", i64, f"tile % {per} / {ct} * {t.tile_m}"),
-            Let("c0", i64, f"tile % {ct} * {t.tile_n}"),
-            Let("r1", i64, f"r0 + {t.tile_m} < {t.m} ? r0 + {t.tile_m} : {t.m}"),
-            Let("c1", i64, f"c0 + {t.tile_n} < {t.n} ? c0 + {t.tile_n} : {t.n}"),
+            *self._tile_bounds(),
             DeclareScratch(acc, "this thread's elements of the tile"),
             Comment("the tile's product, each thread's part of it in registers"),
-            Gemm(self.buffers[t.a.value], self.buffers[t.b.value], acc,
-                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
-                 f"{b.batch_offset('bt')} + c0 * {b.col_stride}", "0", "r1 - r0", "c1 - c0",
-                 t.k, a.ld, b.ld, 0, mm.id, trans_a=a.trans, trans_b=b.trans, block=blk),
+            self._block_product(acc),
             Comment("the epilogue on each element, from the registers"),
             self._elementwise_epilogue(acc))
-        loop = Loop("tile", t.tiles, "grid", body)
-        flops = self.flops * g.value(t.result).numel     # (the epilogue's, per element)
+        return self._block_kernel(name, Loop("tile", t.tiles, "grid", body), t.flops)
+
+    def _block_product(self, acc: Scratch) -> Gemm:
+        """The statement multiplying a GPU tile's rows ``r0`` to ``r1`` of A by B's
+        columns ``c0`` to ``c1`` into each thread's registers ``acc`` (wb_gemm_tile)."""
+        t = self.sched.gemm
+        a, b = t.a.view, t.b.view
+        return Gemm(self.buffers[t.a.value], self.buffers[t.b.value], acc,
+                    f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
+                    f"{b.batch_offset('bt')} + c0 * {b.col_stride}", "0", "r1 - r0",
+                    "c1 - c0", t.k, a.ld, b.ld, 0, self.g.producer[t.result].id,
+                    trans_a=a.trans, trans_b=b.trans, block=t.block)
+
+    def _block_kernel(self, name: str, loop: Loop, product_flops: float,
+                      scratch=()) -> Kernel:
+        """A GPU GEMM kernel of ``loop`` over its tiles, compiled for GPU_GEMM_RESIDENT
+        blocks an SM; its flops the products' and the epilogue's (per element of the
+        first product)."""
+        flops = self.flops * self.g.value(self.sched.gemm.result).numel
+        launch = replace(_launch(self.geometry, self.sched), resident=GPU_GEMM_RESIDENT)
         return _kernel(name, self.group.id, self.sched.describe(), self.buffers,
-                       _widen([loop], self.wide),
-                       replace(_launch(self.geometry, self.sched), resident=GPU_GEMM_RESIDENT),
-                       int(t.flops) + flops, ())
+                       _widen([loop], self.wide), launch, int(product_flops) + flops,
+                       tuple(scratch))
 
     def _block_attention(self, name: str) -> Kernel:
         """Fused attention on a GPU (FlashAttention's online softmax): a thread block
@@ -548,9 +567,8 @@ class _Lowerer:
         ops after the product put it. Scores and probabilities never reach memory."""
         g, t, then = self.g, self.sched.gemm, self.sched.then
         on = then.online
-        mm, mm2 = g.producer[t.result], g.producer[then.result]
-        a, kt, v = t.a.view, t.b.view, then.b.view
-        M, N, K, D = t.m, t.n, t.k, then.n
+        mm2, v = g.producer[then.result], then.b.view
+        M, N, D = t.m, t.n, then.n
         blk = t.block
         ob = blk.over(D)
         f32, i64 = DType.float32, DType.int64
@@ -575,11 +593,7 @@ class _Lowerer:
             Let("c0", i64, f"kb * {blk.n}"),
             Let("c1", i64, f"c0 + {blk.n} < {N} ? c0 + {blk.n} : {N}"),
             Comment("the scores' block: Q's rows @ the block of Kᵀ, in registers"),
-            Gemm(self.buffers[t.a.value], self.buffers[t.b.value], s_blk,
-                 f"{a.batch_offset('bt')} + r0 * {a.row_stride}",
-                 f"{kt.batch_offset('bt')} + c0 * {kt.col_stride}", "0", "r1 - r0",
-                 "c1 - c0", K, a.ld, kt.ld, 0, mm.id, trans_a=a.trans, trans_b=kt.trans,
-                 block=blk),
+            self._block_product(s_blk),
             Comment("the logits (the ops before the softmax), in place"), logits,
             Comment("per row: the running maximum and sum, the probabilities (to shared "
                     "memory), the output rows rescaled"),
@@ -597,23 +611,15 @@ class _Lowerer:
             Store(out, f"{o_off} + (r - r0) * {ldo} + col",
                   div(["wb_y", "wb_l0"], [f32, f32], f32, {}),
                   node=self._made_by(then.value))))
-        per = t.row_tiles
-        body = (Let("bt", i64, f"tile / {per}"),
-                Let("r0", i64, f"tile % {per} * {blk.m}"),
-                Let("r1", i64, f"r0 + {blk.m} < {M} ? r0 + {blk.m} : {M}"),
+        body = (*self._tile_bounds(columns=False),
                 DeclareScratch(s_blk, "this thread's scores of the block"),
                 DeclareScratch(o_acc, "this thread's elements of the output rows", "0.0f"),
                 DeclareScratch(m_run, "its rows' running maximum", "-INFINITY"),
                 DeclareScratch(l_run, "its rows' running sum", "0.0f"),
                 DeclareScratch(probs, "a block's probabilities"),
                 blocks, Comment("each output element divided by its row's sum"), finish)
-        loop = Loop("tile", t.batch * per, "grid", body)
-        flops = self.flops * g.value(t.result).numel
-        lib = t.flops + 2.0 * t.batch * M * N * D
-        return _kernel(name, self.group.id, self.sched.describe(), self.buffers,
-                       _widen([loop], self.wide),
-                       replace(_launch(self.geometry, self.sched), resident=GPU_GEMM_RESIDENT),
-                       int(lib) + flops, (probs,))
+        return self._block_kernel(name, Loop("tile", t.batch * t.row_tiles, "grid", body),
+                                  t.flops + 2.0 * t.batch * M * N * D, (probs,))
 
     def _filters_packed(self, node: str) -> tuple[Buffer, tuple]:
         """A convolution's filters (A: m x k) transposed and packed into column panels
@@ -909,9 +915,7 @@ class _Lowerer:
             start="r0", stop="r1")
         per = t.row_tiles
         body = (*(DeclareScratch(x) for x in (s_blk, o_acc, m_run, l_run)),
-                Let("bt", i64, f"tile / {per}"),
-                Let("r0", i64, f"tile % {per} * {TM}"),
-                Let("r1", i64, f"r0 + {TM} < {M} ? r0 + {TM} : {M}"),
+                *self._tile_bounds(columns=False),
                 Loop("r", TM, "serial", (Store(m_run, "r", "-INFINITY"),
                                          Store(l_run, "r", "0.0f"))),
                 Loop("i", TM * D, "block", (Store(o_acc, "i", "0.0f"),)),

@@ -56,6 +56,21 @@ def _helpers(target: str) -> str:
 # so the counter's top bit flips exactly when all have arrived; each block waits for
 # the flip. The counter is a module global (zero when the module loads) and returns to
 # its low bits after every barrier, so it serves any number of barriers and launches.
+_GRID_SYNC = r"""/* grid-wide barrier (cooperative launch: every block is resident) */
+__device__ unsigned int wb_grid_bar;
+__device__ __forceinline__ void wb_grid_sync() {
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
+    __threadfence();
+    const unsigned int old = atomicAdd(&wb_grid_bar, add);
+    while (((old ^ *(volatile unsigned int*)&wb_grid_bar) & 0x80000000u) == 0) {}
+    __threadfence();
+  }
+  __syncthreads();
+}
+"""
+
 # One thread block's tile of a GEMM (fusion.schedule.BlockTile; kir.Gemm with a block).
 # Each of the NT threads accumulates TM x TN outputs in registers, rows i * BM/TM + ty
 # and columns j * BN/TN + tx: a warp reads neighbouring words of B's panel (no bank
@@ -152,21 +167,6 @@ WB_FN void wb_online_step(float (&s)[TM * TN], float (&o)[TM * TO], float (&m)[T
     for (int j = 0; j < TO; ++j) o[i * TO + j] *= alpha;
   }
   __syncthreads();   /* (the probabilities, before the product reads them) */
-}
-"""
-
-_GRID_SYNC = r"""/* grid-wide barrier (cooperative launch: every block is resident) */
-__device__ unsigned int wb_grid_bar;
-__device__ __forceinline__ void wb_grid_sync() {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned int add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    __threadfence();
-    const unsigned int old = atomicAdd(&wb_grid_bar, add);
-    while (((old ^ *(volatile unsigned int*)&wb_grid_bar) & 0x80000000u) == 0) {}
-    __threadfence();
-  }
-  __syncthreads();
 }
 """
 
@@ -666,7 +666,7 @@ class CudaRenderer(CRenderer):
     def thread_tile(self, s: ThreadTile, depth: int) -> list[str]:
         """The thread's ``thread_m x thread_n`` elements of the tile, unrolled: row i
         ``i * m / thread_m + ty``, column j ``j * n / thread_n + tx`` of the tile
-        (wb_gemm_block's layout), slot ``i * thread_n + j`` a constant."""
+        (wb_gemm_tile's layout), slot ``i * thread_n + j`` a constant."""
         pad, u = self.indent_unit * depth, self.indent_unit
         b = s.block
         across = b.n // b.thread_n

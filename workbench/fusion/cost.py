@@ -408,7 +408,7 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
     mostly, priced at its rate). The product itself stays in registers."""
     s = group.schedule
     t = s.gemm
-    blk = t.block
+    geo = geometry(s, device)
     util = min(1.0, t.tiles / max(1, device.units))
     again = a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
     lib = t.flops
@@ -419,7 +419,7 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
                       if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
     mem = (read + written + again / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
-                          blk.threads, t.tiles, geometry(s, device).shared_bytes, 0, 1.0,
+                          geo.threads, t.tiles, geo.shared_bytes, 0, 1.0,
                           util, mem, flops / (device.peak_flops * util),
                           lib / (device.peak_flops * GPU_GEMM_EFFICIENCY * util))
 

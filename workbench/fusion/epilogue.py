@@ -78,6 +78,7 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
             attention = part.owner[left.id]
             readers[attention] = None            # (tried last)
         for theirs in readers:
+            joined = {theirs}
             if theirs == attention and device.is_gpu:
                 scores = _scores_kernel(g, part, theirs)
                 if scores is None:
@@ -85,7 +86,7 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
                 what = (f"{node.id} matmul, the softmax kernel of {part.first(theirs)} and "
                         f"the scores' kernel of {part.first(scores)} as one fused attention "
                         "(online softmax): scores and probabilities never leave the chip")
-                theirs = {theirs, scores}
+                joined = {theirs, scores}
             elif theirs == attention:
                 what = (f"{node.id} matmul into the GEMM kernel of {part.first(theirs)} as "
                         "fused attention: each tile's probabilities are multiplied while in "
@@ -94,7 +95,7 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
                 what = (_ops(g, part.members[theirs], part, 3) + f" into the GEMM of "
                         f"{node.id} {node.op}: each tile of the product is finished in "
                         "cache, never written and read back")
-            if _join(g, part, node, theirs, device, price, log, what):
+            if _join(g, part, node, joined, device, price, log, what):
                 break
     _take_views(g, part, device, price, log)      # (V's, now that attention is one kernel)
     _take_result_views(g, part, device, price, log)
@@ -117,7 +118,7 @@ def _take_result_views(g: Graph, part: Partition, device: Device, price: Price |
             if theirs == mine or any(g.node(n).op not in INVERTIBLE
                                      for n in part.members[theirs]):
                 continue
-            _join(g, part, node, theirs, device, price, log,
+            _join(g, part, node, {theirs}, device, price, log,
                   _ops(g, part.members[theirs], part) + f" into the GEMM kernel of "
                   f"{node.id} matmul: its product is written where they put it, the "
                   "copy is gone")
@@ -151,7 +152,7 @@ def _take_views(g: Graph, part: Partition, device: Device, price: Price | None,
                   if i in g.producer and g.producer[i].op == "matmul"}
             for m in sorted(ms, key=lambda m: part.index[m.id]):
                 if gid in trial.members and _lone(g, trial, m):
-                    _join(g, trial, m, gid, device, price, steps,
+                    _join(g, trial, m, {gid}, device, price, steps,
                           f"{_ops(g, trial.members[gid], part)} into the GEMM of {m.id} "
                           "matmul (left when the views moved out of their kernel)")
         gain = ""
@@ -229,11 +230,10 @@ def _lone(g: Graph, part: Partition, node) -> bool:
     return members <= {node.id} | views
 
 
-def _join(g, part, node, theirs, device, price, log, what: str) -> bool:
-    """Merge the matmul's kernel with kernel ``theirs`` (or with each of a set of
-    kernels) when legal (and, given ``price``, predicted faster); log it either way."""
+def _join(g, part, node, others: set, device, price, log, what: str) -> bool:
+    """Merge the matmul's kernel with kernels ``others`` when legal (and, given
+    ``price``, predicted faster); log it either way."""
     mine = part.owner[node.id]
-    others = set(theirs) if isinstance(theirs, (set, frozenset)) else {theirs}
     gids = others | {mine}
     nodes = sorted((n for x in gids for n in part.members[x]), key=part.index.__getitem__)
     why = _refusal(g, part, gids, nodes, device)

@@ -40,7 +40,7 @@ the vectors are wide enough (``packs``, ``GemmLaunch.packs``), else by a
 single-threaded BLAS sgemm). On a GPU (``_gpu_tiling``) the template takes one float32
 matmul with an elementwise epilogue and its prologue views: a thread block per tile of
 128 x 128 (or 64 x 64) outputs, each thread's 8 x 8 (4 x 4) of them accumulated in
-registers and finished there by the epilogue (``BlockTile``; codegen's wb_gemm_block),
+registers and finished there by the epilogue (``BlockTile``; codegen's wb_gemm_tile),
 so the product is never stored unless it is an output; and a fused attention whose
 softmax has the online form (``_gpu_attention_scores``: a block of 64 queries takes 64
 keys at a time, FlashAttention's recurrence). Other row epilogues, convolutions and
@@ -205,7 +205,7 @@ GEMM_DTYPES = (DType.float32, DType.bfloat16)
 # (a GPU's GEMM kernel takes matmuls only: _gpu_tiling)
 GPU_REFUSAL = "a convolution's GEMM kernel runs on the CPU backend only so far"
 
-# On a GPU a thread block computes each tile (codegen: wb_gemm_block in the CUDA
+# On a GPU a thread block computes each tile (codegen: wb_gemm_tile in the CUDA
 # prelude), 256 threads each holding an 8 x 8 of a 128 x 128 tile in registers, or a
 # 4 x 4 of a 64 x 64 one where the large tiles would leave SMs idle; A's and B's
 # panels pass through shared memory GPU_GEMM_DEPTH deep. float32 FMAs on the CUDA
