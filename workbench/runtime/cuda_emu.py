@@ -49,6 +49,7 @@ from .cc import _run, build_shared, cache_dir, cpu_model
 
 EMU_DIR = Path(__file__).with_name("emu")
 HEADER = EMU_DIR / "wb_cuda_emu.h"
+MMA_HEADER = EMU_DIR / "mma.h"          # what `#include <mma.h>` finds (nvcuda::wmma)
 RUNTIME = EMU_DIR / "runtime.cpp"
 # -O1: fast enough to run, quick to build; UBSan stops at the first undefined behaviour
 CXX_FLAGS = ("-std=c++17", "-O1", "-fPIC", "-shared", "-pthread", "-w")
@@ -172,9 +173,9 @@ def counting() -> bool:
 
 @lru_cache(maxsize=None)
 def flags() -> tuple[str, ...]:
-    """What every kernel library of the emulator is built with (the header's hash among
-    them, so a changed header rebuilds every kernel)."""
-    digest = hashlib.sha256(HEADER.read_bytes()).hexdigest()[:16]
+    """What every kernel library of the emulator is built with (the headers' hash among
+    them -- wb_cuda_emu.h's and mma.h's -- so a changed header rebuilds every kernel)."""
+    digest = hashlib.sha256(HEADER.read_bytes() + MMA_HEADER.read_bytes()).hexdigest()[:16]
     return (*CXX_FLAGS, *_sanitize_flags(), f"-DWB_EMU_HEADER={digest}", f"-I{EMU_DIR}",
             "-include", "wb_cuda_emu.h")
 

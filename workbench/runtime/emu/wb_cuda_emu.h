@@ -237,7 +237,19 @@ inline int __all_sync(unsigned int mask, int pred) { return __ballot_sync(mask, 
    accesses since the block's last __syncthreads: a write and another thread's read or
    write of the same element in one barrier interval is a race (the GPU orders neither);
    a read of an element no thread of this block has written yet reads another block's
-   leftovers (undefined), or comes before a write it was meant to follow. */
+   leftovers (undefined), or comes before a write it was meant to follow.
+   `name + off` (a pointer into a __shared__ array on a GPU) is a wb_emu_shared_ptr: the
+   array and an element offset, whose [] is the array's checked element. */
+template <class T, unsigned long long N> struct wb_emu_shared;
+template <class T, unsigned long long N> struct wb_emu_shared_ptr {
+  wb_emu_shared<T, N>* s;
+  long long off;                       /* in elements */
+  template <class I> typename wb_emu_shared<T, N>::Ref operator[](I i) const {
+    return (*s)[off + (long long)i];
+  }
+  template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type>
+  wb_emu_shared_ptr operator+(I i) const { return {s, off + (long long)i}; }
+};
 template <class T, unsigned long long N> struct wb_emu_shared {
   struct Meta { unsigned long long w_epoch, r_epoch; unsigned int w_tid, r_tid; bool r_many; };
   const char* name;
@@ -293,16 +305,25 @@ template <class T, unsigned long long N> struct wb_emu_shared {
     }
     return Ref{this, (unsigned long long)i};
   }
+  template <class I, class = typename std::enable_if<std::is_integral<I>::value>::type>
+  wb_emu_shared_ptr<T, N> operator+(I i) { return {this, (long long)i}; }
 };
 #define WB_SHARED(type, name, n) static thread_local wb_emu_shared<type, n> name(#name)
 /* (a cache in dynamic shared memory: checked the same way, an array of its own) */
 #define WB_SHARED_DYN(type, name, n, at) WB_SHARED(type, name, n)
+/* (32-byte aligned for WMMA on a GPU: here alignment is judged by the offset, mma.h) */
+#define WB_SHARED_A32(type, name, n) WB_SHARED(type, name, n)
 
 /* -- the entry point of one kernel library ---------------------------------------- */
 template <class T> struct wb_emu_kind { static constexpr int value = 0; };     /* scalar */
 template <class T> struct wb_emu_kind<T*> {                /* 1: a buffer, 2: read-only */
   static constexpr int value = std::is_const<T>::value ? 2 : 1;
 };
+/* the running launch's arguments as its kernel received them (on this OS thread): what
+   judges a global pointer by its offset into its parameter's buffer (mma.h's alignment
+   check: the emulator's buffers start 16-byte aligned, a cudaMalloc'd one 256) */
+struct wb_emu_params_t { void** args; const int* kinds; int n; };
+static thread_local wb_emu_params_t wb_emu_params;
 
 template <class... A> struct wb_emu_kernel {
   using fn = void (*)(A...);
@@ -310,6 +331,8 @@ template <class... A> struct wb_emu_kernel {
     k(*static_cast<typename std::remove_reference<A>::type*>(a[I])...);
   }
   static void trampoline(void* k, void** a) {
+    static const int kinds[] = {wb_emu_kind<A>::value..., -1};
+    wb_emu_params = {a, kinds, (int)sizeof...(A)};
     call(reinterpret_cast<fn>(k), a, std::index_sequence_for<A...>{});
   }
   static int launch(fn k, const wb_emu_launch_args* la) {
