@@ -50,7 +50,8 @@ def cmd_optimize(args) -> int:
     rows = []
     for path in args.graph:
         s = Session(path, backend=args.backend, seed=args.seed,
-                    progress=None if args.quiet else _progress)
+                    progress=None if args.quiet else _progress,
+                    matmul_precision=args.matmul_precision)
         if args.planner != "none":
             s.auto(args.planner)
         if args.tune:
@@ -105,6 +106,7 @@ def cmd_show(args) -> int:
         device = get_backend("cpu").device      # this machine, measured once
     else:
         device = GPUS[args.device]
+    device = device.with_(matmul_precision=args.matmul_precision)
     # nothing runs here: cost-driven planners plan for the device named
     plan, log = run_planner(args.planner, g, model=CostModel.for_device(device))
     if args.what == "graph":
@@ -124,7 +126,8 @@ def cmd_export(args) -> int:
     from .session import Session
     key = load_key(args.sign_key) if args.sign_key else None     # before the work
     s = Session(args.graph, backend=args.backend, seed=args.seed,
-                progress=None if args.quiet else _progress)
+                progress=None if args.quiet else _progress,
+                matmul_precision=args.matmul_precision)
     if args.planner != "none":
         s.auto(args.planner)
     out = s.export(args.output, measure=args.measure, force=args.force, sign_with=key)
@@ -155,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="then search each kernel's launch parameters (a GEMM kernel's "
                         "tiles and implementation too) by measurement (a 'tune' step; "
                         "cached per device and kernel)")
+    _precision_option(o)
     o.add_argument("-q", "--quiet", action="store_true")
     o.add_argument("-v", "--verbose", action="store_true",
                    help="print planner decisions and what tuning chose")
@@ -166,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--device", default="h100", choices=["h100", "a100", "cpu"],
                    help="the device a cost-driven planner (stitch) plans for "
                         "(default h100; cpu: this machine, measured once)")
+    _precision_option(s)
     s.set_defaults(fn=cmd_show)
     e = sub.add_parser("export", help="write a graph's optimized plan as an artifact "
                        "(a directory, or a .zip) that wb.load_artifact runs")
@@ -184,9 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="sign the artifact with this key: a PEM Ed25519 private key, or a "
                         "file holding a shared secret (HMAC-SHA256)")
     e.add_argument("--seed", type=int, default=0, help="seed of the measurement's inputs")
+    _precision_option(e)
     e.add_argument("-q", "--quiet", action="store_true")
     e.set_defaults(fn=cmd_export)
     return p
+
+
+def _precision_option(p) -> None:
+    from .fusion.devices import MATMUL_PRECISIONS
+    p.add_argument("--matmul-precision", default="float32", choices=MATMUL_PRECISIONS,
+                   help="what float32 matmuls may round their operands to on a GPU: "
+                        "float32 (exact, the default) or tf32 (tensor cores, 10 mantissa "
+                        "bits; checked against NumPy within TF32's bound)")
 
 
 class _Parser(argparse.ArgumentParser):

@@ -17,6 +17,8 @@ Example::
 """
 from __future__ import annotations
 
+import warnings
+
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
@@ -44,9 +46,14 @@ class Step:
     decisions: tuple[Decision, ...] = field(default=())
 
 
-def _check_args(backend, seed, progress) -> None:
+def _check_args(backend, seed, progress, matmul_precision="float32") -> None:
     """Session's arguments of the wrong type, refused before anything is loaded."""
+    from .fusion.devices import MATMUL_PRECISIONS
     from .runtime.backends import backend_names
+    if matmul_precision not in MATMUL_PRECISIONS:
+        raise WorkbenchError(f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)} "
+                             f"(float32: exact; tf32: tensor cores, operands rounded to 10 "
+                             f"mantissa bits), got {matmul_precision!r:.40}")
     if not isinstance(backend, str):
         raise WorkbenchError(f"backend must be a name ({', '.join(backend_names())}), got "
                              f"{type(backend).__name__}")
@@ -59,15 +66,25 @@ def _check_args(backend, seed, progress) -> None:
 
 
 class Session:
-    """One graph, a plan history with undo/redo, and a backend to run plans on."""
+    """One graph, a plan history with undo/redo, and a backend to run plans on.
+
+    ``matmul_precision``: "float32" (the exact default) or "tf32" -- float32 matmuls on a
+    GPU's tensor cores, their operands rounded to TF32 (10 mantissa bits), as
+    ``torch.backends.cuda.matmul.allow_tf32`` allows: cuBLAS in TF32 and the generated
+    GEMM kernels on tensor cores, checked against NumPy within TF32's bound. A CPU
+    computes float32 whatever is asked."""
 
     def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,
                  progress: Callable[[int, int, str], None] | None = None,
-                 calibrate: bool = True):
+                 calibrate: bool = True, matmul_precision: str = "float32"):
         from .frontends import load
-        _check_args(backend, seed, progress)
+        _check_args(backend, seed, progress, matmul_precision)
         self.graph = load(graph)
         self.backend = get_backend(backend)
+        self.matmul_precision = matmul_precision
+        if matmul_precision == "tf32" and not self.device.tf32:
+            warnings.warn(f"matmul_precision='tf32': {self.device.name} has no TF32 tensor "
+                          "cores, so its matmuls stay float32 (exact)", stacklevel=2)
         self.progress = progress
         # plans are made for the backend's device (the CPU's is measured once, cached)
         self.history: list[Step] = [Step("load", Plan.singletons(self.graph, self.device))]
@@ -328,8 +345,10 @@ class Session:
     @property
     def device(self):
         """The Device the backend runs on, which plans are made for (the local CPU's is
-        measured once, cached)."""
-        return self.backend.device
+        measured once, cached), with the precision the session's matmuls may round to."""
+        d = self.backend.device
+        return d if d.matmul_precision == self.matmul_precision else d.with_(
+            matmul_precision=self.matmul_precision)
 
     @property
     def cost_model(self):

@@ -30,6 +30,17 @@ def test_open_accepts_a_path_a_graph_and_a_session(small_graph):
         wb.open("no/such/graph.json", display=False)
 
 
+def test_open_takes_the_matmul_precision_and_says_when_matmuls_run_in_tf32():
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable():
+        pytest.skip(CudaEmuBackend.unavailable())
+    app = wb.open("sample_graphs/bert_chain.json", backend="cuda-emu", display=False,
+                  matmul_precision="tf32")
+    assert app.session.device.tf32 and "float32 matmuls in TF32" in app.message
+    exact = wb.open("sample_graphs/bert_chain.json", backend="cuda-emu", display=False)
+    assert not exact.session.device.tf32 and "TF32" not in exact.message
+
+
 def test_buttons_are_named_as_the_browser_test_expects(app):
     assert {"Fuse", "Split", "Undo", "Redo", "Auto", "Measure", "Export"} <= set(app.buttons)
     assert all(app.buttons[k].description == k for k in app.buttons)

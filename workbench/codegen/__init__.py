@@ -22,7 +22,7 @@ def lower_plan(plan: Plan) -> list[Kernel]:
 def render_kernel(k: Kernel, target: str) -> str:
     """A self-contained source file (prelude + kernel) for target 'c' or 'cuda'."""
     r = RENDERERS[target]
-    return r.prelude() + "\n" + r.kernel(k)
+    return r.prelude(k.tensor_cores) + "\n" + r.kernel(k)
 
 
 __all__ = ["CRenderer", "CudaRenderer", "Kernel", "RENDERERS", "c_literal", "format_kernel",

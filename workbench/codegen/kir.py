@@ -446,6 +446,16 @@ class Kernel:
     # the kernel runs on the CPU only (a GEMM kernel: the C micro-kernel or the host
     # BLAS; it has no CUDA rendering), whether or not it calls ``blas``
     host_only: bool = False
+    # its float32 matmuls may round their operands to TF32 (the plan's device allows
+    # it, Device.tf32): cuBLAS in TF32 for a library call, tensor cores for a GPU GEMM
+    # tile; the check bounds their error by TF32's rounding (measure.verify)
+    tf32: bool = False
+
+    @property
+    def tensor_cores(self) -> bool:
+        """Its GEMM tiles run on tensor cores (a GPU GEMM kernel allowed TF32): its CUDA
+        source needs the WMMA prelude."""
+        return self.tf32 and self.library is None and not self.host_only
 
     # (cached: a program asks for them on every launch of every run, and the kernel is
     # a frozen value)

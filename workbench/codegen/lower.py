@@ -1441,7 +1441,11 @@ def lower_group(g: Graph, group: Group, device: Device = DEFAULT_DEVICE) -> Kern
             k = _lower_stitched(g, group, name, device)
         else:
             k = _Lowerer(g, group, device).lower(name)
-    return replace(k, nodes=tuple(group.nodes))
+    # its float32 matmuls may round their operands to TF32 (the library's, and a
+    # tensor-core tile's): what the backend allows cuBLAS and the check bounds
+    tf32 = device.tf32 and any(g.node(n).op == "matmul" and g.value(
+        g.node(n).outputs[0]).dtype is DType.float32 for n in group.nodes)
+    return replace(k, nodes=tuple(group.nodes), tf32=tf32)
 
 
 # Lowering is demand-driven: an op's expression asks for its inputs' (``_Lowerer.at``),

@@ -87,7 +87,30 @@ __device__ __forceinline__ void wb_grid_sync() {
 # the CPU's fused attention takes it: codegen/lower.py _online_attention): a row's
 # logits lie in the registers of the 16 lanes sharing its ty (half a warp), so its
 # maximum and sum are butterfly shuffles over those lanes.
-_GEMM_BLOCK = r"""/* one thread block's GEMM tile: acc (+)= A[rows x k] @ B[k x cols] */
+_GEMM_BLOCK = r"""/* A's and B's panels from k = p0, BK deep, into shared memory (as, bs): each loaded
+   along its operand's unit stride, A's stored transposed ([p][i], rows SA apart), B's
+   [p][j] (SB apart); zeros past rows, cols or k */
+template <int BM, int BN, int BK, int NT, bool TA, bool TB, class PA, class PB, class LA,
+          class LB>
+WB_FN void wb_gemm_panels(PA as, PB bs, LA& a_at, LB& b_at, long long rows, long long cols,
+                          long long k, long long p0) {
+  constexpr int SA = BM + 4, SB = BN + 4;
+  const int t = threadIdx.x;
+#pragma unroll
+  for (int q = 0; q < (BM * BK + NT - 1) / NT; ++q) {
+    const int e = q * NT + t, i = TA ? e % BM : e / BK, p = TA ? e / BM : e % BK;
+    const long long gp = p0 + p;
+    if (e < BM * BK) as[p * SA + i] = i < rows && gp < k ? a_at(i, gp) : 0.0f;
+  }
+#pragma unroll
+  for (int q = 0; q < (BN * BK + NT - 1) / NT; ++q) {
+    const int e = q * NT + t, j = TB ? e / BK : e % BN, p = TB ? e % BK : e / BN;
+    const long long gp = p0 + p;
+    if (e < BN * BK) bs[p * SB + j] = j < cols && gp < k ? b_at(gp, j) : 0.0f;
+  }
+}
+
+/* one thread block's GEMM tile: acc (+)= A[rows x k] @ B[k x cols] */
 template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool ACC, class LA,
           class LB>
 WB_FN void wb_gemm_tile(float (&acc)[TM * TN], LA a_at, LB b_at, long long rows,
@@ -101,19 +124,8 @@ WB_FN void wb_gemm_tile(float (&acc)[TM * TN], LA a_at, LB b_at, long long rows,
     for (int s = 0; s < TM * TN; ++s) acc[s] = 0.0f;
   }
   for (long long p0 = 0; p0 < k; p0 += BK) {
-    /* the panels, each loaded along its operand's unit stride, zero past the edges */
-#pragma unroll
-    for (int q = 0; q < (BM * BK + NT - 1) / NT; ++q) {
-      const int e = q * NT + t, i = TA ? e % BM : e / BK, p = TA ? e / BM : e % BK;
-      const long long gp = p0 + p;
-      if (e < BM * BK) wb_as[p * SA + i] = i < rows && gp < k ? a_at(i, gp) : 0.0f;
-    }
-#pragma unroll
-    for (int q = 0; q < (BN * BK + NT - 1) / NT; ++q) {
-      const int e = q * NT + t, j = TB ? e / BK : e % BN, p = TB ? e % BK : e / BN;
-      const long long gp = p0 + p;
-      if (e < BN * BK) wb_bs[p * SB + j] = j < cols && gp < k ? b_at(gp, j) : 0.0f;
-    }
+    wb_gemm_panels<BM, BN, BK, NT, TA, TB>(wb_as + 0, wb_bs + 0, a_at, b_at, rows, cols, k,
+                                           p0);
     __syncthreads();
 #pragma unroll
     for (int p = 0; p < BK; ++p) {
@@ -171,6 +183,99 @@ WB_FN void wb_online_step(float (&s)[TM * TN], float (&o)[TM * TO], float (&m)[T
 """
 
 
+# One thread block's GEMM tile on tensor cores (BlockTile.tensor; the plan's matmuls
+# allowed TF32), in wb_gemm_tile's interface and register layout, so that an epilogue,
+# the online softmax and a second product follow it unchanged. The panels are the same
+# (one 32-byte aligned array: WMMA's loads need it, rows 4 words apart a multiple of
+# its 16 bytes); each of the 8 warps multiplies a BM/2 x BN/4 part of the tile as
+# 16 x 16 accumulator fragments (m16n16k8), its operands converted to TF32 (rounded to
+# nearest: wmma::__float_to_tf32) after each load. The fragments' layout is the hardware's
+# own, so they pass to the threads' registers (acc) through shared memory, 16 of the
+# tile's rows (a row of fragments, a row of each thread's) at a time in the panels'
+# place, and back in first when ACC. (Half the tile at a time kept the accumulator
+# array and the fragments alive together: ptxas spilled.)
+_GEMM_TENSOR = r"""#include <mma.h>
+#ifndef WB_SHARED_A32  /* 32-byte aligned (WMMA's loads and stores) */
+#define WB_SHARED_A32(type, name, n) __shared__ __align__(32) type name[n]
+#endif
+/* one thread block's GEMM tile on tensor cores, TF32: acc (+)= A[rows x k] @ B[k x cols] */
+template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool ACC, class LA,
+          class LB>
+WB_FN void wb_gemm_tile_tc(float (&acc)[TM * TN], LA a_at, LB b_at, long long rows,
+                           long long cols, long long k) {
+  using namespace nvcuda;
+  constexpr int NT = (BM / TM) * (BN / TN), SA = BM + 4, SB = BN + 4, SC = BN + 4;
+  constexpr int WM = BM / 2, WN = BN / 4, FM = WM / 16, FN = WN / 16;
+  constexpr int PANELS = BK * (SA + SB), ROUND = 16 * SC;
+  constexpr int WORDS = PANELS < ROUND ? ROUND : PANELS;
+  static_assert(BM / TM == 16, "a thread's rows 16 apart: one fragment row a round");
+  WB_SHARED_A32(float, wb_tc, WORDS);
+  const int t = threadIdx.x, tx = t % (BN / TN), ty = t / (BN / TN);
+  const int wy = t / 32 / 4, wx = t / 32 % 4;
+  wmma::fragment<wmma::accumulator, 16, 16, 8, float> c[FM][FN];
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {
+    if (ACC) {   /* acc's rows 16 i.. into the fragments of row i % FM of warps i / FM */
+      __syncthreads();
+#pragma unroll
+      for (int j = 0; j < TN; ++j) wb_tc[ty * SC + j * (BN / TN) + tx] = acc[i * TN + j];
+      __syncthreads();
+      if (wy == i / FM) {
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+          wmma::load_matrix_sync(c[i % FM][j], wb_tc + wx * WN + j * 16, SC,
+                                 wmma::mem_row_major);
+      }
+    } else if (i < FM) {
+#pragma unroll
+      for (int j = 0; j < FN; ++j) wmma::fill_fragment(c[i][j], 0.0f);
+    }
+  }
+  for (long long p0 = 0; p0 < k; p0 += BK) {
+    __syncthreads();   /* (the last panels, or the handover, are done with) */
+    wb_gemm_panels<BM, BN, BK, NT, TA, TB>(wb_tc + 0, wb_tc + BK * SA, a_at, b_at, rows, cols,
+                                           k, p0);
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 8) {
+      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa[FM];
+      wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb[FN];
+#pragma unroll
+      for (int i = 0; i < FM; ++i) {
+        wmma::load_matrix_sync(fa[i], wb_tc + kk * SA + wy * WM + i * 16, SA);
+#pragma unroll
+        for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
+      }
+#pragma unroll
+      for (int j = 0; j < FN; ++j) {
+        wmma::load_matrix_sync(fb[j], wb_tc + BK * SA + kk * SB + wx * WN + j * 16, SB);
+#pragma unroll
+        for (int e = 0; e < fb[j].num_elements; ++e) fb[j].x[e] = wmma::__float_to_tf32(fb[j].x[e]);
+      }
+#pragma unroll
+      for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j) wmma::mma_sync(c[i][j], fa[i], fb[j], c[i][j]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < TM; ++i) {   /* fragment row i % FM of warps i / FM into acc's rows 16 i.. */
+    __syncthreads();
+    if (wy == i / FM) {
+#pragma unroll
+      for (int j = 0; j < FN; ++j)
+        wmma::store_matrix_sync(wb_tc + wx * WN + j * 16, c[i % FM][j], SC,
+                                wmma::mem_row_major);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int j = 0; j < TN; ++j) acc[i * TN + j] = wb_tc[ty * SC + j * (BN / TN) + tx];
+  }
+  __syncthreads();   /* (the next use of the panels' memory overwrites the handover) */
+}
+"""
+
+
 # The host BLAS routines a kernel may call, as the parameter it takes them by: ILP64
 # CBLAS (64-bit integers), as NumPy's bundled OpenBLAS exports it (runtime/blas.py).
 _BLAS_PARAMS = {
@@ -195,7 +300,9 @@ class CRenderer:
     indent_unit = "  "
 
     # -- pieces a target overrides ---------------------------------------------
-    def prelude(self) -> str:
+    def prelude(self, tensor: bool = False) -> str:
+        """What every kernel's source starts with (``tensor``: a kernel with GEMM tiles
+        on tensor cores follows; the C rendering computes them in float32)."""
         return ("#include <math.h>\n#include <stdint.h>\n"
                 "#ifdef WB_VECTOR_MATH\n"
                 "/* glibc's libmvec has SIMD variants of these; math.h declares them only\n"
@@ -564,7 +671,8 @@ class CRenderer:
 
     def module(self, kernels) -> str:
         """A complete translation unit: prelude plus every kernel."""
-        return self.prelude() + "\n" + "\n".join(self.kernel(k) for k in kernels)
+        return (self.prelude(any(k.tensor_cores for k in kernels)) + "\n"
+                + "\n".join(self.kernel(k) for k in kernels))
 
 
 class CudaRenderer(CRenderer):
@@ -584,7 +692,7 @@ class CudaRenderer(CRenderer):
             "__global__ void",
             f"__global__ void __launch_bounds__({k.launch.block}, {k.launch.resident})", 1)
 
-    def prelude(self) -> str:
+    def prelude(self, tensor: bool = False) -> str:
         return ("#include <cuda_fp16.h>\n"
                 "#define WB_FN __device__ __forceinline__\n"
                 "#ifndef INFINITY\n#define INFINITY __int_as_float(0x7f800000)\n#endif\n"
@@ -597,7 +705,8 @@ class CudaRenderer(CRenderer):
                 "reinterpret_cast<type*>(wb_dyn_shared + (at))\n#endif\n"
                 "/* 32 bytes a thread moves as two 16-byte accesses (4 of an 8-byte type) */\n"
                 "struct __align__(16) wb_bytes32 { uint4 lo, hi; };\n"
-                + _GRID_SYNC + _GEMM_BLOCK + _helpers(self.target))
+                + _GRID_SYNC + _GEMM_BLOCK + (_GEMM_TENSOR if tensor else "")
+                + _helpers(self.target))
 
     def to_compute(self, dtype: DType, src: str) -> str:
         return f"__half2float({src})" if dtype is DType.float16 else super().to_compute(dtype, src)
@@ -648,7 +757,8 @@ class CudaRenderer(CRenderer):
         a_ij = _element(s.a, s.a_off, s.lda, s.trans_a, "i", "p")
         b_ij = _element(s.b, s.b_off, s.ldb, s.trans_b, "p", "j")
         return [self.indent_unit * depth
-                + f"wb_gemm_tile<{b.m}, {b.n}, {b.depth}, {b.thread_m}, {b.thread_n}, "
+                + f"{'wb_gemm_tile_tc' if b.tensor else 'wb_gemm_tile'}<{b.m}, {b.n}, "
+                  f"{b.depth}, {b.thread_m}, {b.thread_n}, "
                   f"{flag[s.trans_a]}, {flag[s.trans_b]}, {flag[s.accumulate]}>({s.c.name},",
                 pad + "[&](long long i, long long p) -> float { return "
                     f"{self.to_compute(s.a.dtype, a_ij)}; }},",

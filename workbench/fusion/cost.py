@@ -53,7 +53,7 @@ from .mapping import Mapping, ScheduleKind
 from .plan import Group, Plan
 from .analysis import pass_needs
 from .geometry import row_slots, shared_bytes
-from .gemm import GPU_GEMM_EFFICIENCY
+from .gemm import GPU_GEMM_EFFICIENCY, GPU_TENSOR_GEMM_EFFICIENCY
 from .schedule import Schedule, group_io
 
 # Fraction of the SM's threads that must be resident for a memory-bound kernel to keep
@@ -336,7 +336,7 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
         lib = sum(library_flops(g, n) for n in nodes)
         return KernelFeatures("opaque", read, written, 0, 0.0, lib, 1, 0, 1, 1, 0, 0, 1.0,
                               1.0, (read + written) / device.dram_bandwidth, 0.0,
-                              lib / device.peak_flops)
+                              lib / device.matmul_flops)
     if s.kind is ScheduleKind.stitched:
         return _stitched_features(g, group, device, io, read, written)
     if s.kind is ScheduleKind.gemm:
@@ -395,14 +395,15 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
-                          flops / (device.peak_flops * util), lib / (device.peak_flops
+                          flops / (device.peak_flops * util), lib / (device.matmul_flops
                                                                      * util))
 
 
 def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeatures:
     """A GPU GEMM kernel (a thread block per tile): the product at the fraction of the
-    float32 peak the generated GEMM is assumed to reach (GPU_GEMM_EFFICIENCY: cuBLAS,
-    the library call, is priced at the peak), on the SMs its tiles occupy; its operands
+    peak the generated GEMM is assumed to reach (GPU_GEMM_EFFICIENCY of float32's, on
+    tensor cores GPU_TENSOR_GEMM_EFFICIENCY of TF32's: cuBLAS, the library call, is
+    priced at the peak), on the SMs its tiles occupy; its operands
     and epilogue inputs read and its outputs written once, plus A's rows read again by
     each further column tile and B's columns by each further row tile (from L2,
     mostly, priced at its rate). The product itself stays in registers."""
@@ -421,7 +422,9 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           geo.threads, t.tiles, geo.shared_bytes, 0, 1.0,
                           util, mem, flops / (device.peak_flops * util),
-                          lib / (device.peak_flops * GPU_GEMM_EFFICIENCY * util))
+                          lib / (device.matmul_flops * util * (
+                              GPU_TENSOR_GEMM_EFFICIENCY if t.block.tensor
+                              else GPU_GEMM_EFFICIENCY)))
 
 
 def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:

@@ -55,10 +55,31 @@ class Device:
     # AVX-512, 32 AVX, 16 SSE or NEON; 0 unknown): whether the generated GEMM
     # micro-kernel beats a BLAS call per tile (codegen/microkernel.py)
     vector_bytes: int = 0
+    # dense TF32 tensor-core flop/s (0: none), and what a float32 matmul may round its
+    # operands to: "float32" (exact, the default) or "tf32" (10 mantissa bits, the
+    # tensor cores' float32 mode) -- the user's choice (Session(matmul_precision=),
+    # --matmul-precision), which plans are made and priced under
+    tensor_flops: float = 0.0
+    matmul_precision: str = "float32"
 
     def __post_init__(self):
         if self.kind not in ("gpu", "cpu"):
             raise ValueError(f"device kind must be gpu or cpu, not {self.kind!r}")
+        if self.matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(f"matmul precision must be one of {', '.join(MATMUL_PRECISIONS)}, "
+                             f"not {self.matmul_precision!r}")
+
+    @property
+    def tf32(self) -> bool:
+        """Whether float32 matmuls run on tensor cores in TF32 (chosen, and there are
+        tensor cores: a CPU computes float32 whatever was asked)."""
+        return self.matmul_precision == "tf32" and self.tensor_flops > 0
+
+    @property
+    def matmul_flops(self) -> float:
+        """The flop/s a float32 matmul is priced at: the tensor cores' in TF32, else the
+        float32 peak."""
+        return self.tensor_flops if self.tf32 else self.peak_flops
 
     @property
     def shared_limit(self) -> int:
@@ -85,8 +106,13 @@ class Device:
         return (f"{self.name}: {self.dram_bandwidth / 1e9:.0f} GB/s, "
                 f"{self.peak_flops / 1e12:.2f} TFLOP/s, {self.units} "
                 f"{'SMs' if self.kind == 'gpu' else 'cores'}, launch "
-                f"{self.launch_overhead * 1e6:.1f} us")
+                f"{self.launch_overhead * 1e6:.1f} us"
+                + (f", matmuls in TF32 ({self.tensor_flops / 1e12:.0f} TFLOP/s)"
+                   if self.tf32 else ""))
 
+
+# "float32": exact, the default; "tf32": operands rounded to TF32 on tensor cores
+MATMUL_PRECISIONS = ("float32", "tf32")
 
 # What every CUDA GPU gives a block without opting in to more.
 PORTABLE_SHARED_PER_BLOCK = 48 * 1024
@@ -103,6 +129,7 @@ H100 = Device(
     launch_overhead=ASSUMED_GPU_LAUNCH,
     units=132,                      # 132 SMs (SXM5)
     peak_flops=67e12,               # FP32 67 TFLOPS, non-tensor (datasheet)
+    tensor_flops=494.7e12,          # TF32 Tensor Core 989.4 TFLOPS with sparsity: half dense
     shared_per_block=48 * 1024,     # without opt-in (227 KB with cudaFuncSetAttribute)
     shared_optin_per_block=227 * 1024,
     shared_per_unit=228 * 1024,     # up to 228 KB shared memory per SM (whitepaper)
@@ -122,6 +149,7 @@ A100 = Device(
     launch_overhead=ASSUMED_GPU_LAUNCH,
     units=108,                      # 108 SMs
     peak_flops=19.5e12,             # FP32 19.5 TFLOPS, non-tensor
+    tensor_flops=156e12,            # TF32 Tensor Core 156 TFLOPS (dense)
     shared_per_block=48 * 1024,     # without opt-in (163 KB with it)
     shared_optin_per_block=163 * 1024,
     shared_per_unit=164 * 1024,     # 164 KB per SM

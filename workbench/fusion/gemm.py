@@ -214,6 +214,14 @@ GPU_REFUSAL = "a convolution's GEMM kernel runs on the CPU backend only so far"
 GPU_GEMM_DEPTH = 8
 GPU_GEMM_TILES = {(128, 128): BlockTile(128, 128, GPU_GEMM_DEPTH, 8, 8),
                   (64, 64): BlockTile(64, 64, GPU_GEMM_DEPTH, 4, 4)}
+# with matmul_precision "tf32" (Device.tf32) the same tiles are multiplied on tensor
+# cores (BlockTile.tensor: WMMA m16n16k8 fragments, operands rounded to TF32), panels
+# 8 deep, one fragment step between barriers (16 deep, the 128 x 128 tile's panel loads
+# took ptxas past 128 registers: 292 bytes spilled for BERT's FFN; the second resident
+# block overlaps the barriers)
+GPU_TENSOR_DEPTH = 8
+GPU_TENSOR_TILES = {mn: replace(t, depth=GPU_TENSOR_DEPTH, tensor=True)
+                    for mn, t in GPU_GEMM_TILES.items()}
 # blocks of it an SM holds at once: the compiler is asked to leave registers for two
 # (ptxas: 128 a thread at 128 x 128, no spills; left to itself it took 150, one block
 # an SM), so one block's panel loads overlap the other's arithmetic
@@ -222,6 +230,7 @@ GPU_GEMM_RESIDENT = 2
 # block in registers, 4 x 4 a thread; the probabilities through 17 KB of shared memory
 # to the second product), its output rows up to 128 values (8 a thread) in registers
 GPU_ATTENTION_TILE = GPU_GEMM_TILES[(64, 64)]
+GPU_TENSOR_ATTENTION_TILE = GPU_TENSOR_TILES[(64, 64)]
 GPU_ATTENTION_MAX_VALUES = 128
 # what the cost model assumes the generated GEMM reaches, as a fraction of the float32
 # peak cuBLAS is priced at: a register-blocked SIMT GEMM without cp.async pipelining
@@ -229,6 +238,10 @@ GPU_ATTENTION_MAX_VALUES = 128
 # measurements; unmeasured here (no GPU yet), so fusing a GEMM with its epilogue
 # wins only where the epilogue's saved round trip outweighs 30% of the product
 GPU_GEMM_EFFICIENCY = 0.7
+# the same for a tensor-core tile against cuBLAS in TF32: WMMA fragments loaded from
+# shared memory without cp.async pipelining or swizzled layouts reach well under half
+# of cuBLAS's tensor-core rate in published measurements; assumed, unmeasured
+GPU_TENSOR_GEMM_EFFICIENCY = 0.4
 
 
 @dataclass(frozen=True)
@@ -581,7 +594,7 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     half = g.value(mm2.outputs[0]).dtype is not DType.float32   # (packed: see GEMM_DTYPES)
     per_run = lc.online == 1 or keys >= ATTENTION_PACK_MIN_KEYS or half
     if device.is_gpu:
-        sub = _gpu_attention_scores(g, first, mm1, mm2, p, lc)
+        sub = _gpu_attention_scores(g, first, mm1, mm2, p, lc, device)
     else:
         # (the first product's tiles are set below, once the softmax's form is known)
         sub = analyze_gemm(g, first, io1, device, rows, replace(lc, tile_m=0, online=-1),
@@ -1018,23 +1031,26 @@ def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
         raise FusionRefused("blas applies to the CPU's GEMM kernel (sgemm per tile or the "
                             "micro-kernel); a GPU tile is the generated block GEMM")
     batch, m, n, k, a = _problem(a, b)
+    tiles = GPU_TENSOR_TILES if device.tf32 else GPU_GEMM_TILES
     if lc.tile_m or lc.tile_n:
-        block = GPU_GEMM_TILES.get((lc.tile_m, lc.tile_n))
+        block = tiles.get((lc.tile_m, lc.tile_n))
         if block is None:
             raise FusionRefused(f"tile_m={lc.tile_m}, tile_n={lc.tile_n}: a GPU GEMM tile is "
-                                + " or ".join(f"{x} x {y}" for x, y in GPU_GEMM_TILES)
+                                + " or ".join(f"{x} x {y}" for x, y in tiles)
                                 + " (set both)")
     else:
-        big = GPU_GEMM_TILES[(128, 128)]
+        big = tiles[(128, 128)]
         large = batch * -(-m // big.m) * -(-n // big.n) >= device.units
-        block = big if large else GPU_GEMM_TILES[(64, 64)]
+        block = big if large else tiles[(64, 64)]
     return GemmShape(batch, m, n, k, a, b, block.m, block.n, result, dest, block=block)
 
 
-def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch) -> Schedule:
+def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch,
+                          device: Device) -> Schedule:
     """The scores' product of a fused attention on a GPU (its second product and softmax
     are added by _attention): a thread block per GPU_ATTENTION_TILE rows of queries,
-    taking the keys a block tile's columns at a time (the online softmax), float32."""
+    taking the keys a block tile's columns at a time (the online softmax), float32 (both
+    products on tensor cores in TF32 where the device's matmuls may be)."""
     if any(g.value(x).dtype is not DType.float32 for x in (*mm.inputs, *mm2.inputs)):
         raise FusionRefused(f"{mm2.id} (matmul): a GPU's fused attention multiplies float32 "
                             "on the CUDA cores so far; half precision stays cuBLAS's")
@@ -1045,7 +1061,7 @@ def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch) -> S
     shape = g.value(mm.outputs[0]).shape
     a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
     batch, m, n, k, a = _problem(a, b)
-    block = GPU_ATTENTION_TILE
+    block = GPU_TENSOR_ATTENTION_TILE if device.tf32 else GPU_ATTENTION_TILE
     t = GemmShape(batch, m, n, k, a, b, block.m, max(n, 1), mm.outputs[0], p,
                   views=tuple(v.id for v in views), block=block)
     return Schedule(ScheduleKind.gemm, elements=g.value(mm.outputs[0]).numel, gemm=t)

@@ -196,8 +196,9 @@ class Plan:
     @cached_property
     def key(self) -> tuple:
         # user-set schemes, mappings and launches are part of a plan's identity (caches
-        # key on it), and so is the device its schedules are sized for
-        return (self.device.name,) + tuple(sorted(
+        # key on it), and so is the device its schedules are sized for, with the
+        # precision its matmuls may round to
+        return (self.device.name, self.device.matmul_precision) + tuple(sorted(
             (gr.nodes, gr.forced_mapping, tuple((v, sc.value) for v, sc in gr.forced),
              gr.forced_launch) for gr in self.groups))
 

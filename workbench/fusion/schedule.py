@@ -239,6 +239,13 @@ class BlockTile:
     memory at a time (``shared_bytes``), each panel's rows padded by ``PAD`` floats so
     that a panel stored transposed falls in distinct banks.
 
+    ``tensor``: the product is taken on tensor cores in TF32 (WMMA m16n16k8): the
+    block's 8 warps, ``WARPS_M x WARPS_N``, each multiply an ``m / 2 x n / 4`` part of
+    the tile as 16 x 16 fragments from the same panels; at the end the fragments pass
+    to the threads' layout above through shared memory (a row of fragments at a time,
+    in the panels' place: each thread's rows are 16 apart), so what follows the
+    product is the same either way.
+
     >>> BlockTile(128, 128, 8, 8, 8).threads
     256
     """
@@ -247,8 +254,22 @@ class BlockTile:
     depth: int
     thread_m: int
     thread_n: int
+    tensor: bool = False
 
     PAD = 4
+    WARPS_M = 2
+    WARPS_N = 4
+    FRAGMENT = 16           # a WMMA fragment's rows and columns (m16n16k8: k 8)
+    FRAGMENT_K = 8
+
+    def __post_init__(self):
+        if self.tensor and (self.m % (self.WARPS_M * self.FRAGMENT)
+                            or self.n % (self.WARPS_N * self.FRAGMENT)
+                            or self.depth % self.FRAGMENT_K
+                            or self.m // self.thread_m != self.FRAGMENT
+                            or self.threads != 32 * self.WARPS_M * self.WARPS_N):
+            raise ValueError(f"a tensor-core tile takes 8 warps over rows in 32s, columns in "
+                             f"64s, depth in 8s and each thread's rows 16 apart, not {self}")
 
     @property
     def threads(self) -> int:
@@ -256,19 +277,26 @@ class BlockTile:
 
     @property
     def shared_bytes(self) -> int:
-        """A's and B's panels in shared memory, float32."""
-        return 4 * self.depth * (self.m + self.n + 2 * self.PAD)
+        """A's and B's panels in shared memory, float32 (a tensor tile's fragments pass
+        to the threads through the same memory, a row of fragments at a time)."""
+        panels = 4 * self.depth * (self.m + self.n + 2 * self.PAD)
+        handover = 4 * self.FRAGMENT * (self.n + self.PAD)
+        return max(panels, handover) if self.tensor else panels
 
     def over(self, n: int) -> "BlockTile":
         """The tile of the same rows and threads over ``n`` columns (a fused attention's
-        output rows, beside its scores' block): as many columns a thread as cover them.
+        output rows, beside its scores' block): as many columns a thread as cover them
+        (a tensor tile's columns: whole fragments for each warp).
 
         >>> BlockTile(64, 64, 8, 4, 4).over(72)
-        BlockTile(m=64, n=80, depth=8, thread_m=4, thread_n=5)
+        BlockTile(m=64, n=80, depth=8, thread_m=4, thread_n=5, tensor=False)
         """
         across = self.n // self.thread_n
         per = -(-n // across)
-        return BlockTile(self.m, across * per, self.depth, self.thread_m, per)
+        if self.tensor:
+            whole = self.WARPS_N * self.FRAGMENT // across
+            per = -(-per // whole) * whole
+        return BlockTile(self.m, across * per, self.depth, self.thread_m, per, self.tensor)
 
     @property
     def rows_bytes(self) -> int:

@@ -152,6 +152,13 @@ TOLERANCE = {
     DType.bool: 0.0,
 }
 
+# A float32 matmul allowed TF32 (tensor cores) rounds each operand to 10 mantissa bits
+# before multiplying: a product of two is off by up to 2^-9 of |a||b| where they are
+# truncated (a tensor core ignores the low bits of an unconverted operand; rounded to
+# nearest, 2^-10), so an element of A @ B by up to TF32_PRODUCT_ERROR * (|A| @ |B|)
+# besides float32's accumulation (measure.verify holds such a product to that).
+TF32_PRODUCT_ERROR = 2.0 ** -9
+
 
 def c_int_literal(v: int, dt: DType) -> str:
     """An integer constant as C text of type ``dt`` (suffixed where int would not hold

@@ -9,9 +9,12 @@ Each output is held to the magnitude its rounding error is bounded by, followed 
 the kernel's ops (``ops.magnitude``): the error of a float sum is bounded by
 eps * sum|x|, so ``sum(x)`` near zero by cancellation is held to ``sum(|x|)``, not to its
 own tiny value; a GEMM's element (a dot product, summed in whatever order cuBLAS or BLAS
-chooses) to ``|A| @ |B|``; and what a fused kernel computes from them afterwards to
-those bounds carried through its slopes -- ``sum(x) + max(x*x)`` in one kernel is held
-to ``sum|x| + max(x*x)``, as it would be checked op by op.
+chooses) to ``|A| @ |B|`` -- in a kernel allowed TF32 (``Kernel.tf32``: cuBLAS in TF32,
+a tensor-core tile) to ``|A| @ |B|`` grown by TF32's rounding of the operands
+(``TF32_PRODUCT_ERROR`` over the float32 tolerance); and what a fused kernel computes
+from them afterwards to those bounds carried through its slopes -- ``sum(x) +
+max(x*x)`` in one kernel is held to ``sum|x| + max(x*x)``, as it would be checked op
+by op.
 """
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import DType, Graph
+from ..ir import TOLERANCE, DType, Graph
+from ..ir.dtypes import TF32_PRODUCT_ERROR
 from ..ops import evaluate_node, magnitude
 from .compare import max_rel_error, tolerance
 
@@ -39,13 +43,19 @@ def _up(a: np.ndarray) -> np.ndarray:
 HALF_NP = (DType.float16.np, DType.bfloat16.np)
 
 
-def _reference_env(g: Graph, nodes, env) -> tuple[dict, dict]:
+# how much larger than float32's a TF32 matmul's error bound is (verify's magnitudes
+# are held to TOLERANCE[float32] of themselves)
+TF32_GROWTH = 1.0 + TF32_PRODUCT_ERROR / TOLERANCE[DType.float32]
+
+
+def _reference_env(g: Graph, nodes, env, tf32: bool = False) -> tuple[dict, dict]:
     """The group's values by the reference, from the kernel's real inputs, and the
     magnitude each value's rounding error is bounded by (``ops.magnitude``).
 
     float16 and bfloat16 values are kept in float32 inside the group, as the kernel keeps them: a
     fused kernel rounds to half precision only when it stores, so a reference that
     rounds after every op would blame the kernel for the reference's own rounding.
+    ``tf32``: the float32 matmuls' operands were rounded to TF32 (TF32_GROWTH).
     """
     local, mags = {}, {}
     for nid in nodes:
@@ -54,7 +64,10 @@ def _reference_env(g: Graph, nodes, env) -> tuple[dict, dict]:
         ys = evaluate_node(n, args, [g.value(o) for o in n.outputs], half_as_float=True)
         ms = [mags[i] if i in mags else magnitude.exact(a) for i, a in zip(n.inputs, args)]
         local.update(zip(n.outputs, ys))
-        mags.update(zip(n.outputs, magnitude.propagate(n.op, n.attr_map, ms, args, ys)))
+        m = magnitude.propagate(n.op, n.attr_map, ms, args, ys)
+        if tf32 and n.op == "matmul" and g.value(n.outputs[0]).dtype is DType.float32:
+            m = [x * TF32_GROWTH for x in m]
+        mags.update(zip(n.outputs, m))
     return local, mags
 
 
@@ -67,7 +80,7 @@ def verify_kernels(program, env: dict) -> list[KernelCheck]:
 def check_kernel(g: Graph, k, nodes, env: dict) -> KernelCheck:
     """One kernel's outputs in ``env`` against the reference of its ``nodes`` evaluated
     from the inputs it received (also in ``env``)."""
-    local, mags = _reference_env(g, nodes, env)
+    local, mags = _reference_env(g, nodes, env, k.tf32)
     worst, ok = 0.0, True
     for b in k.outputs:
         # the kernel rounds a half output once, as it stores; so does the reference here

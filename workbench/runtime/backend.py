@@ -146,7 +146,8 @@ class Backend(abc.ABC):
             # arithmetic) and the result is rounded once, as a kernel rounds its stores
             args = [self.widen(env[b.value], graph.value(b.value).dtype)
                     for b in call.inputs]
-            outs = get_op(call.op).library(self.xp, args, dict(call.attrs))
+            with self.library_precision(k.tf32):
+                outs = get_op(call.op).library(self.xp, args, dict(call.attrs))
             for b, arr in zip(call.outputs, outs):
                 v = graph.value(b.value)
                 a = self.hold(arr, v.dtype).reshape(v.shape)
@@ -155,6 +156,11 @@ class Backend(abc.ABC):
             return
         ws = seq.workspace(ck) if k.workspace else {}
         self.launch(ck, [ws[b.name] if b.workspace else env[b.value] for b in k.params])
+
+    def library_precision(self, tf32: bool):
+        """A context a library call runs in: float32 matmuls allowed TF32 (``tf32``,
+        ``Kernel.tf32``) where this backend's library has it (cuBLAS), else exact."""
+        return contextlib.nullcontext()
 
     def plan_driver(self, seq):
         """What runs every kernel of ``seq`` (a ``KernelSequence``) in one call, or None

@@ -190,11 +190,15 @@ def _gpu_description(cp) -> Device:
     if known is not None:
         return known
     sms = int(props["multiProcessorCount"])
+    peak = 2.0 * 128 * sms * props["clockRate"] * 1e3
     return Device(
         name=name, kind="gpu",
         dram_bandwidth=2.0 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8,
         launch_overhead=ASSUMED_GPU_LAUNCH, units=sms,
-        peak_flops=2.0 * 128 * sms * props["clockRate"] * 1e3,
+        peak_flops=peak,
+        # TF32 tensor cores from compute capability 8.0, about 8x the float32 rate
+        # (A100: 156 against 19.5 TFLOP/s dense; assumed for a GPU not in the table)
+        tensor_flops=8.0 * peak if int(props["major"]) >= 8 else 0.0,
         shared_per_block=int(props["sharedMemPerBlock"]),
         shared_optin_per_block=int(props.get("sharedMemPerBlockOptin",
                                              props["sharedMemPerBlock"])),

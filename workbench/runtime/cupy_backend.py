@@ -3,6 +3,8 @@ the offline check uses), loaded and launched through CuPy, timed with CUDA event
 Used when CuPy imports and a GPU is present."""
 from __future__ import annotations
 
+import contextlib
+
 from functools import lru_cache
 
 import numpy as np
@@ -108,6 +110,22 @@ class CupyBackend(Backend):
             grid = min(grid, self.co_resident_grid(ck))
         ck.fn((grid,), (k.launch.block,), tuple(args), shared_mem=k.dynamic_shared_bytes,
               enable_cooperative_groups=k.launch.cooperative)
+
+    @contextlib.contextmanager
+    def library_precision(self, tf32: bool):
+        # cuBLAS's float32 GEMMs on tensor cores in TF32 (CuPy's compute type for
+        # float32, process-wide: set for the call and put back after)
+        if not tf32:
+            yield
+            return
+        core = self.cp._core
+        linalg = core._routines_linalg
+        saved = core.get_compute_type(np.float32)
+        core.set_compute_type(np.float32, linalg.COMPUTE_TYPE_TF32)
+        try:
+            yield
+        finally:
+            core.set_compute_type(np.float32, saved)
 
     def co_resident_grid(self, ck: CompiledKernel) -> int:
         """Blocks of this compiled kernel that fit on this GPU at once: the driver's

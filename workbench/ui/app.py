@@ -193,7 +193,9 @@ class WorkbenchApp(w.VBox):
         self.edge.observe(lambda ch: self._show_edge_scheme(), "value")
         self.view.observe(lambda ch: self._on_selection(), "selected")
         self._set_message(f"{session.graph.name}: {plural(len(session.graph.nodes), 'op')}, "
-                          f"backend {session.backend.name}. Click nodes to select "
+                          f"backend {session.backend.name}"
+                          + (", float32 matmuls in TF32" if session.device.tf32 else "")
+                          + ". Click nodes to select "
                           "(shift-click adds), then Fuse; or Auto.")
         self._refresh(redraw=False)
 
@@ -762,14 +764,16 @@ def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_-" else "_" for c in name)[:40] or "graph"
 
 
-def open(source, backend: str = "auto", seed: int = 0, display: bool = True) -> WorkbenchApp:
+def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
+         matmul_precision: str = "float32") -> WorkbenchApp:
     """The app over ``source``: a path to a .json/.onnx file, a Graph or a Session
-    (then ``backend`` and ``seed`` are the session's). In IPython it is displayed."""
+    (then ``backend``, ``seed`` and ``matmul_precision`` are the session's). In IPython
+    it is displayed."""
     if isinstance(source, Session):
         session = source
     else:
         session = Session(os.fspath(source) if isinstance(source, os.PathLike) else source,
-                          backend=backend, seed=seed)
+                          backend=backend, seed=seed, matmul_precision=matmul_precision)
     app = WorkbenchApp(session)
     if display:
         try:

@@ -1,0 +1,254 @@
+"""TF32 as an explicit option (``matmul_precision="tf32"``): float32 matmuls on a GPU's
+tensor cores. The generated GEMM tiles (``wb_gemm_tile_tc``: WMMA m16n16k8 fragments,
+operands rounded to TF32) run in the CUDA emulator, whose WMMA rounds as the hardware
+does, and are checked against NumPy within TF32's bound (``measure.verify``: |A| @ |B|
+grown by TF32_PRODUCT_ERROR) -- and shown to have rounded: each product is NumPy's of
+the operands rounded to TF32, not float32's. The check itself is shown to hold TF32
+products to TF32's bound and to refuse them float32's. NVRTC compiles the tensor-core
+kernels with the runtime's options without spills; the planners, the session, the CLI
+and a CPU (which computes float32 whatever is asked) are checked too."""
+from __future__ import annotations
+
+import os
+import warnings
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.errors import WorkbenchError
+from workbench.fusion import Plan, run_planner
+from workbench.fusion.cost import CostModel
+from workbench.fusion.devices import H100
+from workbench.fusion.gemm import GPU_TENSOR_TILES
+from workbench.fusion.mapping import ScheduleKind
+from workbench.ir import DType
+from workbench.measure import verify_kernels
+from workbench.measure.verify import check_kernel
+from workbench.runtime import gpu_available, random_inputs
+from workbench.runtime.cuda_emu import CudaEmuBackend
+from workbench.session import Session
+
+import test_gpu_gemm as gpu
+
+EMU_MISSING = None if os.environ.get("WB_REQUIRE_CUDA_EMU") else CudaEmuBackend.unavailable()
+needs_emu = pytest.mark.skipif(EMU_MISSING is not None, reason=str(EMU_MISSING))
+
+TF32 = H100.with_(matmul_precision="tf32")
+
+
+def to_tf32(x: np.ndarray) -> np.ndarray:
+    """float32 rounded to TF32 as __float_to_tf32 does (PTX cvt.rna.tf32.f32: to
+    nearest, ties away from zero, 10 mantissa bits), as float64."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    finite = (bits & 0x7F800000) != 0x7F800000
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(finite, rounded, x).astype(np.float64)
+
+
+def _tf32_session(make, tile=None) -> Session:
+    g = make()
+    s = Session(g, backend="cuda-emu", matmul_precision="tf32")
+    s.fuse([n.id for n in g.nodes])
+    if tile is not None:
+        s.set_launch(s.plan.groups[0].id, tile_m=tile[0], tile_n=tile[1])
+    (gr,) = s.plan.groups
+    assert gr.schedule.gemm.block is GPU_TENSOR_TILES[(gr.schedule.gemm.tile_m,
+                                                       gr.schedule.gemm.tile_n)]
+    return s
+
+
+def _all_within(s: Session, seed: int) -> dict:
+    prog = s.program()
+    env = prog.run(random_inputs(s.graph, seed), keep_all=True)
+    checks = verify_kernels(prog, env)
+    assert all(c.within_tolerance for c in checks), checks
+    assert all(ck.kernel.tf32 and ck.kernel.tensor_cores for ck in prog.compiled)
+    return env
+
+
+@needs_emu
+@pytest.mark.parametrize("tile", sorted(GPU_TENSOR_TILES))
+@pytest.mark.parametrize("make", gpu.GRAPHS, ids=lambda f: f.__name__.strip("_"))
+def test_tensor_core_gemm_kernels_match_numpy_within_tf32_s_bound(make, tile):
+    """Each GEMM kernel of test_gpu_gemm (ragged tiles, depth 257, operands read
+    transposed in place, a B per batch item, the product an output) on tensor cores."""
+    s = _tf32_session(make, tile)
+    _all_within(s, seed=7)
+
+
+@needs_emu
+@pytest.mark.parametrize("tile", sorted(GPU_TENSOR_TILES))
+def test_the_tensor_core_product_is_numpy_s_of_the_operands_rounded_to_tf32(tile):
+    """The product itself (an output of _linear_residual): within float32's rounding of
+    NumPy's product of the TF32-rounded operands, and off the float32 product by far
+    more -- the tensor cores' rounding happened, in the kernel the GPU would run."""
+    s = _tf32_session(gpu._linear_residual, tile)
+    env = _all_within(s, seed=3)
+    x, w = env["x"], s.graph.constants["w"]
+    mags = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+    tf32 = to_tf32(x) @ to_tf32(w).T
+    exact = x.astype(np.float64) @ w.astype(np.float64).T
+    got = env["p"].astype(np.float64)
+    assert np.max(np.abs(got - tf32) / mags) < 300 * 2.0 ** -24       # float32 sums
+    assert np.max(np.abs(got - exact) / mags) > 2.0 ** -14            # TF32's rounding
+
+
+@needs_emu
+@pytest.mark.parametrize("shape", [(1, 2, 5, 135, 12, 20), (2, 1, 70, 90, 72, 16),
+                                   (1, 1, 33, 64, 128, 64)])
+def test_a_fused_attention_on_tensor_cores_matches_numpy(shape):
+    """softmax(q kᵀ x scale + mask) v as one kernel, both products on tensor cores (the
+    second accumulating into the output rows through wb_gemm_tile_tc's handover), a
+    mask of -inf at random: within TF32's bound carried through the softmax."""
+    n, h, q, keys, d, dk = shape
+    rng = np.random.default_rng(sum(shape))
+    mask = np.where(rng.random((n, 1, q, keys)) < 0.2, -np.inf, 0).astype(np.float32)
+
+    def attention():
+        b = wb.GraphBuilder("tf32_attention")
+        k = b.op("transpose", b.input("k", (n, h, keys, dk)), perm=[0, 1, 3, 2])
+        z = b.matmul(b.input("q", (n, h, q, dk)), k) * 0.3 + b.constant(mask, "mask")
+        b.output(b.matmul(b.softmax(z, axis=-1), b.input("v", (n, h, keys, d))), "o")
+        return b.build()
+
+    g = attention()
+    s = Session(g, backend="cuda-emu", matmul_precision="tf32")
+    s.fuse([x.id for x in g.nodes])
+    (gr,) = s.plan.groups
+    assert gr.schedule.then.online is not None and gr.schedule.gemm.block.tensor
+    _all_within(s, seed=1)
+
+
+def test_the_check_holds_tf32_products_to_tf32_s_bound_and_no_looser():
+    """check_kernel on a matmul kernel's real inputs and an output made as a tensor core
+    makes it (operands rounded to TF32): refused under float32's bound at a small depth,
+    accepted under TF32's; an output off by 1% of its magnitude refused under both."""
+    from workbench.codegen import lower_group
+    b = wb.GraphBuilder("small_depth")
+    b.output(b.matmul(b.input("a", (64, 8)), b.input("b", (8, 48))), "c")
+    g = b.build()
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((64, 8)).astype(np.float32)
+    bb = rng.standard_normal((8, 48)).astype(np.float32)
+    c = (to_tf32(a) @ to_tf32(bb)).astype(np.float32)
+    (gr,) = Plan.singletons(g, TF32).groups
+    k = lower_group(g, gr, TF32)
+    assert k.tf32 and k.library is not None        # (a lone matmul: cuBLAS, in TF32)
+    env = {"a": a, "b": bb, "c": c}
+    assert check_kernel(g, k, gr.nodes, env).within_tolerance
+    from dataclasses import replace
+    assert not check_kernel(g, replace(k, tf32=False), gr.nodes, env).within_tolerance
+    mags = np.abs(a) @ np.abs(bb)
+    off = {**env, "c": (c + 0.01 * mags * np.sign(rng.standard_normal(c.shape))
+                        ).astype(np.float32)}
+    assert not check_kernel(g, k, gr.nodes, off).within_tolerance
+
+
+@pytest.mark.parametrize("tile", sorted(GPU_TENSOR_TILES))
+@pytest.mark.parametrize("make", [gpu._linear_residual, gpu._bert_ffn],
+                         ids=lambda f: f.__name__.strip("_"))
+def test_tensor_core_kernels_compile_without_spills(make, tile, nvrtc_toolchain):
+    """NVRTC with the runtime's options: no local memory, at most 128 registers (two
+    blocks an SM), the panels (and the handover in their place) as geometry says."""
+    from workbench.codegen import lower_plan, render_kernel
+    from workbench.runtime import nvrtc
+    g = make()
+    plan = Plan.singletons(g, TF32).fuse([n.id for n in g.nodes])
+    (k,) = lower_plan(plan.set_launch(plan.groups[0].id, tile_m=tile[0], tile_n=tile[1]))
+    src = render_kernel(k, "cuda")
+    assert "wmma::mma_sync" in src and "#include <mma.h>" in src
+    rep = nvrtc.ptxas_report(src, k.name)
+    assert rep.spill_bytes == 0 and rep.stack_bytes == 0, rep.log
+    assert rep.registers <= 128, rep.log
+    assert rep.shared_bytes == GPU_TENSOR_TILES[tile].shared_bytes == k.launch.shared_bytes
+
+
+def test_bert_s_attention_in_tf32_is_one_tensor_core_kernel_that_compiles(nvrtc_toolchain):
+    """BERT-base's attention on the H100 with TF32 allowed: stitch's one kernel, both
+    products on tensor cores, predicted faster than rules' five (cuBLAS in TF32), and
+    faster than the float32 plan; NVRTC compiles it without spills."""
+    from workbench.codegen import lower_plan, render_kernel
+    from workbench.runtime import nvrtc
+    g = gpu._bert_attention()
+    tf32, f32 = CostModel.for_device(TF32), CostModel.for_device(H100)
+    stitch = run_planner("stitch", g, device=TF32)[0]
+    rules = run_planner("rules", g, device=TF32)[0]
+    (gr,) = stitch.groups
+    assert gr.schedule.gemm.block.tensor and gr.schedule.then is not None
+    assert tf32.plan_seconds(stitch) < tf32.plan_seconds(rules)
+    assert tf32.plan_seconds(stitch) < f32.plan_seconds(run_planner("stitch", g, device=H100)[0])
+    assert all(k.tf32 for k in lower_plan(rules) if k.library is not None)
+    (k,) = lower_plan(stitch)
+    rep = nvrtc.ptxas_report(render_kernel(k, "cuda"), k.name)
+    assert rep.spill_bytes == 0 and rep.stack_bytes == 0 and rep.registers <= 128, rep.log
+    assert rep.shared_bytes == k.launch.shared_bytes, rep.log
+
+
+def test_float32_stays_the_exact_default_and_plans_are_keyed_by_precision():
+    g = gpu._bert_scores()
+    f32 = run_planner("stitch", g, device=H100)[0]
+    t32 = run_planner("stitch", g, device=TF32)[0]
+    assert f32 != t32 and f32.key[:2] == (H100.name, "float32")
+    assert not f32.groups[0].schedule.gemm.block.tensor
+    assert t32.groups[0].schedule.gemm.block.tensor
+    assert "TF32" in TF32.describe() and "TF32" not in H100.describe()
+
+
+def test_a_cpu_computes_float32_whatever_is_asked_and_says_so():
+    g = gpu._ffn_gelu()
+    with pytest.warns(UserWarning, match="no TF32 tensor cores"):
+        s = Session(g, backend="cpu", matmul_precision="tf32")
+    assert not s.device.tf32
+    s.auto("rules")
+    assert not any(k.tf32 for k in (ck.kernel for ck in s.program().compiled))
+    with pytest.raises(WorkbenchError, match="matmul_precision must be one of"):
+        Session(g, backend="cpu", matmul_precision="fp16")
+
+
+def test_the_cli_takes_the_precision_and_refuses_an_unknown_one(capsys):
+    from workbench.cli import main
+    assert main(["show", "sample_graphs/bert_chain.json", "plan", "--planner", "stitch",
+                 "--matmul-precision", "tf32"]) == 0
+    with pytest.raises(SystemExit) as e:
+        main(["show", "sample_graphs/bert_chain.json", "plan", "--matmul-precision", "bf16"])
+    assert e.value.code == 2
+    assert "invalid choice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda-emu", marks=needs_emu)])
+def test_a_tf32_plan_s_artifact_runs_without_the_workbench_s_session(backend, tmp_path):
+    """Exported from a TF32 plan for the H100: the CUDA source on the emulator rounds
+    as tensor cores do (the manifest keeps the kernel's tf32), the C rendering on a CPU
+    computes float32; either within TF32's bound of the product."""
+    from workbench.artifact import export_plan, load_artifact
+    plan = Plan.singletons(gpu._linear_residual(), TF32)
+    plan = plan.fuse([n.id for n in plan.graph.nodes])
+    path = export_plan(plan, tmp_path / "tf32")
+    model = load_artifact(path, backend=backend)
+    ins = random_inputs(plan.graph, 4)
+    got = model(**ins)["p"].astype(np.float64)
+    x, w = ins["x"], plan.graph.constants["w"]
+    mags = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+    exact = x.astype(np.float64) @ w.astype(np.float64).T
+    err = np.max(np.abs(got - exact) / mags)
+    assert err <= 2.0 ** -9
+    assert (err > 2.0 ** -14) == (backend == "cuda-emu"), err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")
+@pytest.mark.parametrize("planner", ["rules", "stitch"])
+def test_on_a_gpu_cublas_and_the_tensor_core_kernels_run_tf32_within_its_bound(planner):
+    """On the device itself: cuBLAS's matmuls (rules) and the generated tensor-core
+    kernels (stitch) in TF32, every kernel within TF32's bound, the product off the
+    float32 one by TF32's rounding (so TF32 really ran); float32 plans stay exact."""
+    for precision in ("float32", "tf32"):
+        s = Session(gpu._linear_residual(), backend="cupy", matmul_precision=precision)
+        s.auto(planner)
+        env = s.program().run(random_inputs(s.graph, 2), keep_all=True)
+        assert all(c.within_tolerance for c in verify_kernels(s.program(), env))
+        x, w = env["x"], s.graph.constants["w"]
+        mags = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+        err = np.max(np.abs(env["p"] - x.astype(np.float64) @ w.astype(np.float64).T) / mags)
+        assert (err > 2.0 ** -14) == (precision == "tf32"), (precision, err)
