@@ -241,7 +241,7 @@ def copy_bandwidth(dev: Device, quick: bool, warmup: int, repeats: int, T: "Torc
 class Torch:
     """torch on the run's device, or why it cannot run (then every torch row is n/a)."""
 
-    def __init__(self, dev: Device):
+    def __init__(self, dev: Device, tf32: bool = False):
         self.torch, self.why = None, None
         self.device = "cuda" if dev.gpu else "cpu"
         try:
@@ -253,9 +253,10 @@ class Torch:
             self.why = f"torch {torch.__version__} sees no CUDA device"
             return
         self.torch = torch
-        try:  # full fp32 matmuls, as the workbench computes them (torch's default too)
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
+        try:  # fp32 matmuls as the workbench computes them: exact (torch's default too),
+            # or TF32 on both sides (--matmul-precision tf32)
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            torch.backends.cudnn.allow_tf32 = tf32
         except Exception:
             pass
 
@@ -874,7 +875,8 @@ class Runner:
             min_bytes = compulsory_bytes(g)
             res["min_bytes"] = min_bytes
             try:
-                s = Session(g, backend=self.args.backend)
+                s = Session(g, backend=self.args.backend,
+                            matmul_precision=self.args.matmul_precision)
                 inputs = s.inputs
                 t1 = time.perf_counter()
                 reference = s.reference
@@ -969,7 +971,9 @@ def markdown(result: dict) -> str:
                  ("sms", "{} SMs"), ("memory_GiB", "{} GiB"), ("l2_MB", "L2 {} MB"),
                  ("compute_capability", "compute capability {}")) if k in d)
              + (f" (nvidia-smi: {d['nvidia_smi']})" if d.get("nvidia_smi") else "")
-             + f"; backend `{d.get('backend')}`  ",
+             + f"; backend `{d.get('backend')}`; float32 matmuls "
+             + ("in TF32 (tensor cores, torch's allow_tf32 too)"
+                if result.get("matmul_precision") == "tf32" else "exact (no TF32)") + "  ",
              f"**Host:** {m.get('cpu')}, {m.get('cores')} cores, {m.get('os')}  ",
              f"**Versions:** Python {m.get('python')}, NumPy {m.get('numpy')}, "
              f"torch {v.get('torch')} (CUDA {v.get('torch_cuda')}), transformers "
@@ -1107,6 +1111,8 @@ def summary_lines(result: dict) -> list[str]:
 def write(result: dict, out: Path, stamp: str) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     slug = result["device"].get("slug", "device")
+    if result.get("matmul_precision", "float32") != "float32":   # (beside float32's)
+        slug += "-" + result["matmul_precision"]
     jp, mp = out / f"gpu-{slug}-{stamp}.json", out / f"gpu-{slug}.md"
     for path, text in ((jp, json.dumps(result, indent=1, default=str)),
                        (mp, markdown(result))):
@@ -1140,6 +1146,9 @@ def main(argv=None) -> int:
     p.add_argument("--backend", choices=("cupy", "cpu"), default=None,
                    help="cupy (the GPU; default when one is found) or cpu")
     p.add_argument("--no-compile", action="store_true", help="skip torch.compile")
+    p.add_argument("--matmul-precision", choices=("float32", "tf32"), default="float32",
+                   help="float32 matmuls exact (default) or in TF32 on tensor cores: the "
+                        "workbench's and torch's alike (allow_tf32), side by side")
     args = p.parse_args(argv)
     args.repeats = args.repeats or (5 if args.quick else 30)
     args.warmup = args.warmup if args.warmup is not None else (2 if args.quick else 5)
@@ -1165,7 +1174,7 @@ def main(argv=None) -> int:
     except Exception as e:
         log(f"error: backend {args.backend} cannot run here: {short_error(e)}")
         return 2
-    T = Torch(dev)
+    T = Torch(dev, tf32=args.matmul_precision == "tf32")
     dev_info = dev.info()
     dev_info["slug"] = dev.slug
     stamp = _dt.datetime.now().strftime("%Y-%m-%d")
@@ -1173,6 +1182,7 @@ def main(argv=None) -> int:
     result = {"benchmark": "gpu", "machine": machine, "device": dev_info,
               "versions": T.version(), "repeats": args.repeats, "warmup": args.warmup,
               "quick": args.quick, "backend": args.backend, "planners": args.planners,
+              "matmul_precision": args.matmul_precision,
               "workload_names": names, "workloads": [], "complete": False,
               "argv": sys.argv[1:] if argv is None else list(argv)}
     log(f"device: {dev_info.get('device')} (backend {args.backend}); torch "

@@ -23,7 +23,8 @@ stage() {  # stage NAME SECONDS COMMAND...
   tail -n 15 "$OUT/$name.log"
 }
 stage tests "${TESTS_S:-150}" "$PY" -m pytest -q -n 8 -p no:cacheprovider -m gpu \
-  tests/runtime/test_gpu.py tests/measure tests/artifact/test_artifact_load.py
+  tests/runtime/test_gpu.py tests/runtime/test_gpu_tf32.py tests/measure \
+  tests/artifact/test_artifact_load.py
 stage main "${MAIN_S:-80}" "$PY" -m workbench.cli optimize sample_graphs/*.json \
   sample_graphs/*.onnx --planner stitch --backend cupy --repeats 10
 stage counters "${COUNTERS_S:-45}" "$PY" -m workbench.cli optimize \
@@ -31,3 +32,6 @@ stage counters "${COUNTERS_S:-45}" "$PY" -m workbench.cli optimize \
   --counters
 stage bench "${BENCH_S:-240}" "$PY" benchmarks/gpu.py --repeats 10 --warmup 3 \
   --out "$OUT" ${BENCH_ARGS:-}
+# the GEMM workloads again with TF32 on both sides (the tensor-core kernels)
+stage bench_tf32 "${BENCH_TF32_S:-120}" "$PY" benchmarks/gpu.py --repeats 10 --warmup 3 \
+  --workloads gemm --planners rules stitch --matmul-precision tf32 --out "$OUT"
