@@ -127,6 +127,32 @@ def test_the_gpu_plan_of_every_model_runs_in_the_cuda_emulator(name, zoo_dir):
     check_outputs(m, s.run)
 
 
+@pytest.mark.parametrize("name", ["bert", "llama"])
+def test_with_tf32_allowed_the_gpu_plan_runs_on_tensor_cores_within_tf32_s_bound(name,
+                                                                                 zoo_dir):
+    """The GPU plan with matmul_precision="tf32" (scripts/zoo_tf32.py runs every model):
+    fused attentions and GEMM kernels on tensor cores, the rest of the matmuls cuBLAS
+    in TF32, run in the CUDA emulator (WMMA rounding as tensor cores do); every kernel
+    within its bound, and the outputs within TF32's reach of torch's float32 model."""
+    from workbench.measure import verify_kernels
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
+        pytest.skip(CudaEmuBackend.unavailable())
+    m, _ = built(name, zoo_dir)
+    s = wb.Session(zoo.import_torch(m), backend="cuda-emu", matmul_precision="tf32")
+    s.auto("stitch")
+    ks = s.kernels()
+    assert sum(k.tensor_cores for k in ks) >= 2
+    assert all(k.tf32 for k in ks if k.library is not None and k.library.op == "matmul")
+    prog = s.program()
+    env = prog.run(m.numpy_inputs(fresh=True), keep_all=True)
+    assert all(c.within_tolerance for c in verify_kernels(prog, env))
+    for fresh in (False, True):
+        for k, r in m.torch_outputs(fresh).items():
+            y = np.asarray(s.run(m.numpy_inputs(fresh))[k]).astype(np.float64)
+            assert np.max(np.abs(y - r)) / np.max(np.abs(r)) <= 2e-3, (name, k)
+
+
 # -- bfloat16: the user's model.to(torch.bfloat16) -------------------------------------
 # scripts/zoo_bfloat16.py runs the whole zoo both ways (benchmarks/results/zoo-bfloat16-*)
 @pytest.mark.parametrize("name, path, backend", [

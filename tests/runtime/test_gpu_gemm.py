@@ -204,10 +204,10 @@ def test_stitch_joins_a_gpu_gemm_only_where_its_epilogue_s_round_trip_costs_more
     assert (t.block, t.b.view.trans) == (GPU_GEMM_TILES[(128, 128)], True)
 
 
-def _refusal(make, **launch) -> str:
+def _refusal(make, device=H100, **launch) -> str:
     g = make()
     with pytest.raises(FusionRefused) as e:
-        analyze(g, tuple(n.id for n in g.nodes), device=H100, launch=launch)
+        analyze(g, tuple(n.id for n in g.nodes), device=device, launch=launch)
     return str(e.value)
 
 
@@ -226,7 +226,9 @@ def test_what_the_gpu_gemm_kernel_does_not_take_is_refused_with_the_reason():
         return b.build()
 
     assert "elementwise epilogue only" in _refusal(layer_norm)
-    assert "cuBLAS's tensor cores" in _refusal(half)
+    # (bfloat16 runs on tensor cores, exactly: test_gpu_tf32; a GPU without any refuses)
+    assert "bfloat16 on tensor cores, which this GPU has not" in _refusal(
+        half, H100.with_(tensor_flops=0.0))
     assert "applies to the CPU's GEMM kernel" in _refusal(_ffn_gelu, blas=1)
     assert "128 x 128 or 64 x 64" in _refusal(_ffn_gelu, tile_m=96, tile_n=96)
 

@@ -252,3 +252,64 @@ def test_on_a_gpu_cublas_and_the_tensor_core_kernels_run_tf32_within_its_bound(p
         mags = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T
         err = np.max(np.abs(env["p"] - x.astype(np.float64) @ w.astype(np.float64).T) / mags)
         assert (err > 2.0 ** -14) == (precision == "tf32"), (precision, err)
+
+
+# -- bfloat16: on tensor cores whatever the precision option (exact in TF32) ---------------
+def _bf16_ffn():
+    b = wb.GraphBuilder("bf16_ffn")
+    x = b.input("x", (2, 70, 136), dtype="bfloat16")
+    p = b.output(b.matmul(x, b.input("w", (136, 200), dtype="bfloat16")), "p")
+    b.output(b.gelu(p + b.input("bias", (200,), dtype="bfloat16")), "y")
+    return b.build()
+
+
+def test_a_bfloat16_matmul_is_planned_on_tensor_cores_without_the_option():
+    """bfloat16 operands are exact in TF32: a GEMM kernel takes tensor-core tiles and a
+    library matmul runs cuBLAS in TF32 under the default precision, and is priced at
+    the tensor cores' rate; float32 stays on the CUDA cores."""
+    from workbench.codegen import lower_group
+    from workbench.fusion import analyze
+    g = _bf16_ffn()
+    sched = analyze(g, tuple(n.id for n in g.nodes), device=H100)
+    assert sched.gemm.block.tensor
+    (mm,) = [n for n in g.nodes if n.op == "matmul"]
+    lone = Plan.singletons(g, H100).group_of[mm.id]
+    k = lower_group(g, lone, H100)
+    assert k.library is not None and k.tf32
+    assert H100.on_tensor_cores(DType.bfloat16) and not H100.on_tensor_cores(DType.float32)
+    assert H100.matmul_rate(DType.bfloat16) == H100.tensor_flops
+    assert not H100.with_(tensor_flops=0.0).on_tensor_cores(DType.bfloat16)
+
+
+@needs_emu
+@pytest.mark.parametrize("tile", sorted(GPU_TENSOR_TILES))
+def test_a_bfloat16_gemm_kernel_on_tensor_cores_matches_numpy(tile):
+    """The product of bfloat16 operands on tensor cores is float32's (nothing rounded on
+    the way in): the stored product is NumPy's float64 product rounded once to
+    bfloat16, to within an ulp, and the GELU after it within bfloat16's bound."""
+    g = _bf16_ffn()
+    s = Session(g, backend="cuda-emu")
+    s.fuse([n.id for n in g.nodes])
+    s.set_launch(s.plan.groups[0].id, tile_m=tile[0], tile_n=tile[1])
+    env = _all_within(s, seed=2)
+    x, w = (np.asarray(env[v]).astype(np.float64) for v in ("x", "w"))
+    exact = x @ w
+    got = np.asarray(env["p"]).astype(np.float64)
+    mags = np.abs(x) @ np.abs(w)
+    assert np.max(np.abs(got - exact) / np.maximum(np.abs(exact), 1e-3 * mags)) <= 2.0 ** -8
+
+
+@needs_emu
+def test_a_bfloat16_fused_attention_runs_on_tensor_cores():
+    n, h, q, keys, d = 1, 2, 40, 96, 32
+    b = wb.GraphBuilder("bf16_attention")
+    k = b.op("transpose", b.input("k", (n, h, keys, d), dtype="bfloat16"), perm=[0, 1, 3, 2])
+    z = b.matmul(b.input("q", (n, h, q, d), dtype="bfloat16"), k) * 0.2
+    b.output(b.matmul(b.softmax(z, axis=-1), b.input("v", (n, h, keys, d), dtype="bfloat16")),
+             "o")
+    g = b.build()
+    s = Session(g, backend="cuda-emu")
+    s.fuse([x.id for x in g.nodes])
+    (gr,) = s.plan.groups
+    assert gr.schedule.then.online is not None and gr.schedule.gemm.block.tensor
+    _all_within(s, seed=5)

@@ -446,9 +446,10 @@ class Kernel:
     # the kernel runs on the CPU only (a GEMM kernel: the C micro-kernel or the host
     # BLAS; it has no CUDA rendering), whether or not it calls ``blas``
     host_only: bool = False
-    # its float32 matmuls may round their operands to TF32 (the plan's device allows
-    # it, Device.tf32): cuBLAS in TF32 for a library call, tensor cores for a GPU GEMM
-    # tile; the check bounds their error by TF32's rounding (measure.verify)
+    # its matmuls run on tensor cores in TF32 (Device.on_tensor_cores: float32 ones
+    # where the plan allows TF32, bfloat16 ones always): cuBLAS in TF32 for a library
+    # call, tensor cores for a GPU GEMM tile; the check bounds their error by TF32's
+    # rounding (measure.verify)
     tf32: bool = False
 
     @property

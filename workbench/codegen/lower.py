@@ -1441,10 +1441,10 @@ def lower_group(g: Graph, group: Group, device: Device = DEFAULT_DEVICE) -> Kern
             k = _lower_stitched(g, group, name, device)
         else:
             k = _Lowerer(g, group, device).lower(name)
-    # its float32 matmuls may round their operands to TF32 (the library's, and a
-    # tensor-core tile's): what the backend allows cuBLAS and the check bounds
-    tf32 = device.tf32 and any(g.node(n).op == "matmul" and g.value(
-        g.node(n).outputs[0]).dtype is DType.float32 for n in group.nodes)
+    # its matmuls run on tensor cores in TF32 (the library's, and a tensor-core tile's:
+    # Device.on_tensor_cores): what the backend allows cuBLAS and the check bounds
+    tf32 = any(g.node(n).op == "matmul" and device.on_tensor_cores(
+        g.value(g.node(n).inputs[0]).dtype) for n in group.nodes)
     return replace(k, nodes=tuple(group.nodes), tf32=tf32)
 
 

@@ -210,6 +210,14 @@ def library_flops(g: Graph, nid: str) -> float:
                                             g.value(n.outputs[0]).shape, n.attr_map))
 
 
+def _library_rate(g: Graph, nid: str, device: Device) -> float:
+    """The flop/s a library op is priced at: a matmul's by its dtype (tensor cores:
+    Device.matmul_rate), anything else's at the float32 peak."""
+    n = g.node(nid)
+    return (device.matmul_rate(g.value(n.inputs[0]).dtype) if n.op == "matmul"
+            else device.peak_flops)
+
+
 def _pass_counts(g: Graph, nodes: Sequence[str], s: Schedule) -> dict[str, int]:
     """How many passes over the row compute each element value of a row kernel: each
     reduction's pass and the final write need what they read, and a value not kept on
@@ -336,7 +344,8 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
         lib = sum(library_flops(g, n) for n in nodes)
         return KernelFeatures("opaque", read, written, 0, 0.0, lib, 1, 0, 1, 1, 0, 0, 1.0,
                               1.0, (read + written) / device.dram_bandwidth, 0.0,
-                              lib / device.matmul_flops)
+                              sum(library_flops(g, n) / _library_rate(g, n, device)
+                                  for n in nodes))
     if s.kind is ScheduleKind.stitched:
         return _stitched_features(g, group, device, io, read, written)
     if s.kind is ScheduleKind.gemm:
@@ -395,8 +404,8 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
-                          flops / (device.peak_flops * util), lib / (device.matmul_flops
-                                                                     * util))
+                          flops / (device.peak_flops * util),
+                          lib / (_library_rate(g, mm.id, device) * util))
 
 
 def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeatures:
@@ -422,9 +431,9 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           geo.threads, t.tiles, geo.shared_bytes, 0, 1.0,
                           util, mem, flops / (device.peak_flops * util),
-                          lib / (device.matmul_flops * util * (
-                              GPU_TENSOR_GEMM_EFFICIENCY if t.block.tensor
-                              else GPU_GEMM_EFFICIENCY)))
+                          lib / (util * (device.tensor_flops * GPU_TENSOR_GEMM_EFFICIENCY
+                                         if t.block.tensor else
+                                         device.peak_flops * GPU_GEMM_EFFICIENCY)))
 
 
 def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:

@@ -75,11 +75,19 @@ class Device:
         tensor cores: a CPU computes float32 whatever was asked)."""
         return self.matmul_precision == "tf32" and self.tensor_flops > 0
 
-    @property
-    def matmul_flops(self) -> float:
-        """The flop/s a float32 matmul is priced at: the tensor cores' in TF32, else the
-        float32 peak."""
-        return self.tensor_flops if self.tf32 else self.peak_flops
+    def on_tensor_cores(self, dtype) -> bool:
+        """Whether a matmul of ``dtype`` (a DType) runs on tensor cores in TF32 here:
+        float32 where TF32 is allowed (``tf32``); bfloat16 wherever there are tensor
+        cores, as its operands' 8-bit mantissas are exact in TF32's 10 (nothing is
+        rounded: products and float32 sums as on the CUDA cores)."""
+        if self.tensor_flops <= 0:
+            return False
+        return dtype.value == "bfloat16" or (dtype.value == "float32" and self.tf32)
+
+    def matmul_rate(self, dtype) -> float:
+        """The flop/s a ``dtype`` matmul is priced at: the tensor cores' TF32 rate where
+        it runs on them (``on_tensor_cores``), else the float32 peak."""
+        return self.tensor_flops if self.on_tensor_cores(dtype) else self.peak_flops
 
     @property
     def shared_limit(self) -> int:

@@ -214,7 +214,8 @@ GPU_REFUSAL = "a convolution's GEMM kernel runs on the CPU backend only so far"
 GPU_GEMM_DEPTH = 8
 GPU_GEMM_TILES = {(128, 128): BlockTile(128, 128, GPU_GEMM_DEPTH, 8, 8),
                   (64, 64): BlockTile(64, 64, GPU_GEMM_DEPTH, 4, 4)}
-# with matmul_precision "tf32" (Device.tf32) the same tiles are multiplied on tensor
+# with matmul_precision "tf32" (Device.tf32), and for bfloat16 whatever it says (its
+# operands are exact in TF32: Device.on_tensor_cores), the same tiles are multiplied on tensor
 # cores (BlockTile.tensor: WMMA m16n16k8 fragments, operands rounded to TF32), panels
 # 8 deep, one fragment step between barriers (16 deep, the 128 x 128 tile's panel loads
 # took ptxas past 128 registers: 292 bytes spilled for BERT's FFN; the second resident
@@ -626,7 +627,7 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     n, d = vv.shape[-2:]
     views = t.views + tuple(x.id for x in v_views + after if x.id not in t.views)
     if device.is_gpu:
-        online = _online_softmax(g, first, mm1, t, p, io1)
+        online = _online_softmax(g, first, mm1, t, p, io1, cast=True)
         if online is None:
             raise FusionRefused(f"{mm2.id} (matmul): on a GPU a fused attention takes the "
                                 "online softmax only (FlashAttention's): elementwise logits "
@@ -690,18 +691,26 @@ ONLINE_MIN_KEYS = 1024
 _SOFTMAX_TAIL = ("reduce_max", "sub", "exp", "reduce_sum", "div")
 
 
-def _online_softmax(g: Graph, first, mm, t: GemmShape, p: str, io) -> OnlineSoftmax | None:
+def _online_softmax(g: Graph, first, mm, t: GemmShape, p: str, io,
+                    cast: bool = False) -> OnlineSoftmax | None:
     """The online form of a fused attention's epilogue, where it takes one: the
     epilogue is elementwise ops at the scores' shape (``prefix``: scale, mask) making
     ``z``, then exactly the softmax of ``z`` over the last axis giving ``p`` (read by
     nothing but the second product), and the rows are long (ONLINE_MIN_KEYS keys or
     more: whole rows of scores then leave tiles of few rows, each reading all of K and
     V for them: the caller's rule, a launch may say otherwise). None otherwise: the
-    whole-row epilogue takes any row reduction."""
+    whole-row epilogue takes any row reduction. ``cast``: ``p`` may be the softmax cast
+    back to the product's half type (a bfloat16 softmax is computed in float32 between
+    two casts; the GPU's kernel keeps the probabilities in float32, as the reference
+    keeps half values inside a kernel)."""
     if tuple(io.outputs) != (p,):
         return None
     epi = [n for n in first if n is not mm and n.id not in t.views]
     div = g.producer.get(p)
+    back = None
+    if cast and div is not None and div.op == "cast" and div in epi and \
+            len(g.consumers[div.inputs[0]]) == 1:
+        back, div = div, g.producer.get(div.inputs[0])
     if div is None or div.op != "div" or div not in epi:
         return None
     e, total = div.inputs
@@ -725,7 +734,7 @@ def _online_softmax(g: Graph, first, mm, t: GemmShape, p: str, io) -> OnlineSoft
             {c.id for c in g.consumers[sub.outputs[0]]} != {ex.id} or \
             {c.id for c in g.consumers[total]} != {div.id}:
         return None
-    prefix = [n for n in epi if n not in tail]
+    prefix = [n for n in epi if n not in tail and n is not back]
     shape = g.value(mm.outputs[0]).shape
     made = {mm.outputs[0]} | {o for n in prefix for o in n.outputs}
     if z not in made:
@@ -1022,16 +1031,16 @@ def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
         raise FusionRefused(f"{mm.id} (matmul) with an epilogue reducing rows: on a GPU the "
                             "GEMM kernel takes an elementwise epilogue only so far, so the "
                             "reduction stays a kernel of its own")
-    if out.dtype is not DType.float32 or any(g.value(i).dtype is not DType.float32
-                                             for i in mm.inputs):
-        raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: the GPU GEMM kernel "
-                            "multiplies float32 on the CUDA cores; cuBLAS's tensor cores run "
-                            "half precision faster, so it stays a library call")
+    dtype = g.value(mm.inputs[0]).dtype
+    if not (dtype is DType.float32 or device.on_tensor_cores(dtype)):
+        raise FusionRefused(f"{mm.id} (matmul) is {dtype.value}: the GPU GEMM kernel "
+                            "multiplies float32, and bfloat16 on tensor cores, which this "
+                            "GPU has not; it stays a library call")
     if lc.blas != -1:
         raise FusionRefused("blas applies to the CPU's GEMM kernel (sgemm per tile or the "
                             "micro-kernel); a GPU tile is the generated block GEMM")
     batch, m, n, k, a = _problem(a, b)
-    tiles = GPU_TENSOR_TILES if device.tf32 else GPU_GEMM_TILES
+    tiles = GPU_TENSOR_TILES if device.on_tensor_cores(dtype) else GPU_GEMM_TILES
     if lc.tile_m or lc.tile_n:
         block = tiles.get((lc.tile_m, lc.tile_n))
         if block is None:
@@ -1051,9 +1060,11 @@ def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch,
     are added by _attention): a thread block per GPU_ATTENTION_TILE rows of queries,
     taking the keys a block tile's columns at a time (the online softmax), float32 (both
     products on tensor cores in TF32 where the device's matmuls may be)."""
-    if any(g.value(x).dtype is not DType.float32 for x in (*mm.inputs, *mm2.inputs)):
-        raise FusionRefused(f"{mm2.id} (matmul): a GPU's fused attention multiplies float32 "
-                            "on the CUDA cores so far; half precision stays cuBLAS's")
+    dtype = g.value(mm.inputs[0]).dtype
+    if not (dtype is DType.float32 or device.on_tensor_cores(dtype)):
+        raise FusionRefused(f"{mm2.id} (matmul): a GPU's fused attention multiplies float32, "
+                            f"and bfloat16 on tensor cores, which this GPU has not; "
+                            f"{dtype.value} stays cuBLAS's")
     if lc != GemmLaunch():
         raise FusionRefused("a GPU's fused attention has no launch parameters to set yet")
     members = {n.id for n in first}
@@ -1061,7 +1072,8 @@ def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch,
     shape = g.value(mm.outputs[0]).shape
     a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
     batch, m, n, k, a = _problem(a, b)
-    block = GPU_TENSOR_ATTENTION_TILE if device.tf32 else GPU_ATTENTION_TILE
+    tensor = device.on_tensor_cores(dtype)
+    block = GPU_TENSOR_ATTENTION_TILE if tensor else GPU_ATTENTION_TILE
     t = GemmShape(batch, m, n, k, a, b, block.m, max(n, 1), mm.outputs[0], p,
                   views=tuple(v.id for v in views), block=block)
     return Schedule(ScheduleKind.gemm, elements=g.value(mm.outputs[0]).numel, gemm=t)
