@@ -483,16 +483,20 @@ def attention_scores_case(batch, heads, seq, head_dim):
         torch.matmul(q, k.transpose(-1, -2)) * scale + m))
 
 
-def attention_case(batch, heads, seq, head_dim):
+def attention_case(batch, heads, seq, head_dim, dtype="float32"):
     """BERT's whole attention: softmax(q kᵀ / sqrt(d) + mask) v, the heads merged back
     -- one FlashAttention-style kernel under stitch on a GPU (rules: cuBLAS, softmax
-    kernel, cuBLAS, copies); torch runs the same ops (its eager attention)."""
-    b = GraphBuilder("attention", f"Attention over q, k, v[{batch},{heads},{seq},"
-                                  f"{head_dim}], mask[{batch},1,1,{seq}], heads merged")
-    q, k, v = (b.input(x, (batch, heads, seq, head_dim)) for x in "qkv")
+    kernel, cuBLAS, copies); torch runs the same ops (its eager attention). In
+    bfloat16 both products run on tensor cores (exact in TF32) whatever the precision
+    option."""
+    half = "" if dtype == "float32" else f" ({dtype})"
+    b = GraphBuilder("attention" + half.replace(" (", "_").rstrip(")"),
+                     f"Attention over q, k, v[{batch},{heads},{seq},{head_dim}], "
+                     f"mask[{batch},1,1,{seq}], heads merged{half}")
+    q, k, v = (b.input(x, (batch, heads, seq, head_dim), dtype) for x in "qkv")
     scale = 1.0 / math.sqrt(head_dim)
     z = b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * scale
-    z = z + b.input("mask", (batch, 1, 1, seq), range=(-1.0, 0.0))
+    z = z + b.input("mask", (batch, 1, 1, seq), dtype, range=(-1.0, 0.0))
     o = b.matmul(b.softmax(z, axis=-1), v)
     b.output(b.op("reshape", b.op("transpose", o, perm=[0, 2, 1, 3]),
                   shape=[batch, seq, heads * head_dim]), "o")
@@ -505,16 +509,18 @@ def attention_case(batch, heads, seq, head_dim):
     return _graph_case(b.build(), fn)
 
 
-def ffn_gelu_case(rows, hidden, inter):
+def ffn_gelu_case(rows, hidden, inter, dtype="float32"):
     """BERT's FFN up-projection: x @ W + bias, GELU (a GEMM of depth 768: the cost
     model keeps cuBLAS for it; the tuned and forced rows say whether it should)."""
     rng = np.random.default_rng(0)
-    b = GraphBuilder("ffn_gelu", f"FFN up: gelu(x[{rows},{hidden}] @ W[{hidden},{inter}] "
-                                 "+ bias)")
-    x = b.input("x", (rows, hidden))
+    half = "" if dtype == "float32" else f" ({dtype})"
+    b = GraphBuilder("ffn_gelu" + half.replace(" (", "_").rstrip(")"),
+                     f"FFN up: gelu(x[{rows},{hidden}] @ W[{hidden},{inter}] + bias){half}")
+    x = b.input("x", (rows, hidden), dtype)
     w = b.constant((rng.standard_normal((hidden, inter)) / math.sqrt(hidden))
-                   .astype(np.float32), "w")
-    h = b.matmul(x, w) + b.constant(rng.standard_normal(inter).astype(np.float32), "bias")
+                   .astype(np.float32), "w", dtype=dtype)
+    h = b.matmul(x, w) + b.constant(rng.standard_normal(inter).astype(np.float32), "bias",
+                                    dtype=dtype)
     b.output(b.gelu(h), "y")
     return _graph_case(b.build(), lambda torch: lambda x, w, bias: (
         torch.nn.functional.gelu(x @ w + bias)))
@@ -647,6 +653,13 @@ WORKLOADS = [
              lambda q: attention_case(*_rc(q, (8, 12, 512, 64), (1, 2, 64, 16)))),
     Workload("ffn_gelu", "gemm", lambda q: ffn_gelu_case(*_rc(q, (4096, 768, 3072),
                                                               (64, 64, 256)))),
+    # the same in bfloat16: tensor cores (exact in TF32) for the generated kernels and
+    # for cuBLAS, whatever --matmul-precision says
+    Workload("attention_bf16", "gemm",
+             lambda q: attention_case(*_rc(q, (8, 12, 512, 64), (1, 2, 64, 16)), "bfloat16"),
+             dtype="bfloat16"),
+    Workload("ffn_gelu_bf16", "gemm", lambda q: ffn_gelu_case(
+        *_rc(q, (4096, 768, 3072), (64, 64, 256)), "bfloat16"), dtype="bfloat16"),
     Workload("bert_layer", "model", bert_case),
     Workload("gpt2_block", "model", gpt2_case),
     Workload("llama_layer", "model", llama_case),
