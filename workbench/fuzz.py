@@ -403,10 +403,10 @@ def check_plan(s, inputs, refs, cuda: bool = False) -> str | None:
 
 
 def run_case(seed: int, edits: int = 4, max_ops: int = 10, cuda: bool = False,
-             backend: str = "cpu") -> tuple[Case, list[Failure]]:
+             backend: str = "cpu", precision: str = "float32") -> tuple[Case, list[Failure]]:
     """Draw case ``seed``, check the unfused plan, then each accepted random edit, on
     ``backend`` (``cuda-emu``: the plans are the GPU's and its CUDA kernels run in the
-    emulator)."""
+    emulator) with the session's ``matmul_precision``."""
     from .runtime import run_reference
     from .session import Session
     g = draw_graph(seed, max_ops)
@@ -415,7 +415,7 @@ def run_case(seed: int, edits: int = 4, max_ops: int = 10, cuda: bool = False,
     fails: list[Failure] = []
     try:
         refs = run_reference(g, inputs)
-        s = Session(g, backend=backend, seed=seed)
+        s = Session(g, backend=backend, seed=seed, matmul_precision=precision)
         rng = np.random.default_rng(seed + 104729)
         todo = ["none"] + [None] * edits
         for step in todo:
@@ -446,13 +446,14 @@ class Report:
 
 
 def fuzz(seeds, seconds: float | None = None, edits: int = 4, max_ops: int = 10,
-         progress=None, cuda: bool = False, backend: str = "cpu") -> Report:
+         progress=None, cuda: bool = False, backend: str = "cpu",
+         precision: str = "float32") -> Report:
     """Run cases for ``seeds`` in order, stopping early once ``seconds`` have passed."""
     rep, t0 = Report(), time.perf_counter()
     for seed in seeds:
         if seconds is not None and time.perf_counter() - t0 > seconds:
             break
-        case, fails = run_case(int(seed), edits, max_ops, cuda, backend)
+        case, fails = run_case(int(seed), edits, max_ops, cuda, backend, precision)
         rep.cases += 1
         rep.plans += case.plans_checked
         rep.ops += len(case.graph.nodes)
@@ -480,14 +481,14 @@ def _print_progress(case, fails):
 
 
 def _batch(first: int, count: int, seconds: float, edits: int, max_ops: int,
-           cuda: bool, backend: str) -> Report:
+           cuda: bool, backend: str, precision: str) -> Report:
     return fuzz(range(first, first + count), seconds, edits, max_ops, _print_progress, cuda,
-                backend)
+                backend, precision)
 
 
 def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int = 10,
                       cuda: bool = False, per_process: int = SEEDS_PER_PROCESS,
-                      backend: str = "cpu") -> Report:
+                      backend: str = "cpu", precision: str = "float32") -> Report:
     """:func:`fuzz` from seed ``start`` for ``seconds``, ``per_process`` seeds in each
     fresh child process (see SEEDS_PER_PROCESS), progress printed as it goes."""
     import multiprocessing
@@ -496,7 +497,7 @@ def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int =
     while (left := seconds - (time.perf_counter() - t0)) > 0:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
             part = ex.submit(_batch, first, per_process, left, edits, max_ops, cuda,
-                             backend).result()
+                             backend, precision).result()
         for k in ("cases", "plans", "ops"):
             setattr(rep, k, getattr(rep, k) + getattr(part, k))
         rep.failures += part.failures
@@ -521,7 +522,8 @@ def _markdown(rep: Report, args) -> str:
              f"- command: `python -m workbench.fuzz --seconds {args.seconds} --start "
              f"{args.start} --edits {args.edits} --max-ops {args.max_ops}"
              f"{' --cuda' if args.cuda else ''}"
-             f"{f' --backend {args.backend}' if args.backend != 'cpu' else ''}`",
+             f"{f' --backend {args.backend}' if args.backend != 'cpu' else ''}"
+             f"{' --matmul-precision tf32' if args.matmul_precision == 'tf32' else ''}`",
              f"- {rep.cases} graphs ({rep.ops} ops), {rep.plans} plans compiled, run and "
              f"checked kernel by kernel, in {rep.seconds:.0f} s",
              f"- failures: {len(rep.failures)}", ""]
@@ -542,11 +544,14 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="cpu", choices=["cpu", "cuda-emu"],
                    help="where the plans run: cpu (default), or cuda-emu: the GPU's plans, "
                         "their CUDA kernels run in the CUDA emulator (no GPU needed)")
+    p.add_argument("--matmul-precision", default="float32", choices=["float32", "tf32"],
+                   help="the sessions' matmul precision (tf32: the GPU's tensor-core "
+                        "kernels, with --backend cuda-emu)")
     p.add_argument("--out", help="write a markdown report here")
     a = p.parse_args(argv)
 
     rep = fuzz_in_processes(a.start, a.seconds, a.edits, a.max_ops, a.cuda,
-                            backend=a.backend)
+                            backend=a.backend, precision=a.matmul_precision)
     text = _markdown(rep, a)
     print(text)
     if a.out:

@@ -128,13 +128,17 @@ def test_the_gpu_plan_of_every_model_runs_in_the_cuda_emulator(name, zoo_dir):
 
 
 @pytest.mark.parametrize("name", ["bert", "llama"])
-def test_with_tf32_allowed_the_gpu_plan_runs_on_tensor_cores_within_tf32_s_bound(name,
-                                                                                 zoo_dir):
+def test_with_tf32_allowed_the_gpu_plan_runs_on_tensor_cores_within_tf32_s_bound(
+        name, zoo_dir, nvrtc_toolchain):
     """The GPU plan with matmul_precision="tf32" (scripts/zoo_tf32.py runs every model):
     fused attentions and GEMM kernels on tensor cores, the rest of the matmuls cuBLAS
     in TF32, run in the CUDA emulator (WMMA rounding as tensor cores do); every kernel
-    within its bound, and the outputs within TF32's reach of torch's float32 model."""
+    within its bound, and the outputs within TF32's reach of torch's float32 model.
+    NVRTC compiles each tensor-core kernel with the runtime's options within 128
+    registers, no spills."""
+    from workbench.codegen import render_kernel
     from workbench.measure import verify_kernels
+    from workbench.runtime import nvrtc
     from workbench.runtime.cuda_emu import CudaEmuBackend
     if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
         pytest.skip(CudaEmuBackend.unavailable())
@@ -144,6 +148,10 @@ def test_with_tf32_allowed_the_gpu_plan_runs_on_tensor_cores_within_tf32_s_bound
     ks = s.kernels()
     assert sum(k.tensor_cores for k in ks) >= 2
     assert all(k.tf32 for k in ks if k.library is not None and k.library.op == "matmul")
+    for k in ks:
+        if k.tensor_cores:
+            rep = nvrtc.ptxas_report(render_kernel(k, "cuda"), k.name)
+            assert rep.spill_bytes == rep.stack_bytes == 0 and rep.registers <= 128, rep.log
     prog = s.program()
     env = prog.run(m.numpy_inputs(fresh=True), keep_all=True)
     assert all(c.within_tolerance for c in verify_kernels(prog, env))
