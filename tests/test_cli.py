@@ -89,3 +89,14 @@ def test_show_prints_plan_and_sources():
     assert r.returncode == 0 and "row_reduce" in r.stdout
     r = run("show", "sample_graphs/softmax.json", "cuda")
     assert "__global__" in r.stdout
+
+
+def test_a_reader_that_leaves_early_is_not_an_internal_error():
+    """``workbench show ... cuda | head``: the pipe closes under the CLI's prints; it
+    stops quietly, as other tools do (exit 141, SIGPIPE's), with nothing on stderr."""
+    p = subprocess.Popen(CLI + ["show", "sample_graphs/bert_chain.json", "cuda", "--planner",
+                                "stitch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=300) == 141 and err == "", err

@@ -67,7 +67,8 @@ def cmd_optimize(args) -> int:
         for st, r in zip(s.history, t.to_dict("records")):
             # the file's name: a JSON and an ONNX graph may share a graph name
             rows.append({"graph": Path(path).name, "device": device,
-                         "backend": s.backend.name, **r})
+                         "backend": s.backend.name,
+                         "matmul_precision": "tf32" if s.device.tf32 else "float32", **r})
             if args.counters:
                 rows[-1]["dram_source"] = s.measured(st.plan).dram_source
         if not args.quiet:
@@ -76,7 +77,9 @@ def cmd_optimize(args) -> int:
                     print(f"  {s.graph.name}: {d}", file=sys.stderr)
     print(_fmt_table(rows, args.counters))
     if rows:
-        print(f"backend {rows[0]['backend']} on {rows[0]['device']}")
+        print(f"backend {rows[0]['backend']} on {rows[0]['device']}"
+              + (", float32 matmuls in TF32 (tensor cores; each checked within TF32's "
+                 "bound)" if rows[0]["matmul_precision"] == "tf32" else ""))
         if s.backend.emulated:
             print("latency ms and speedup are the emulation's on this CPU, not the GPU's; "
                   "kernel err / output err / ok are the CUDA kernels' own")
@@ -224,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader left (`workbench show ... | head`): as other command-line tools, stop
+        # quietly; stdout is pointed at /dev/null so that closing it at exit cannot fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception as e:   # a bug, not the input: one line, exit 1 (as a wrong result)
         if os.environ.get("WORKBENCH_TRACEBACK"):
             raise

@@ -206,14 +206,29 @@ def test_a_cpu_computes_float32_whatever_is_asked_and_says_so():
         Session(g, backend="cpu", matmul_precision="fp16")
 
 
-def test_the_cli_takes_the_precision_and_refuses_an_unknown_one(capsys):
-    from workbench.cli import main
-    assert main(["show", "sample_graphs/bert_chain.json", "plan", "--planner", "stitch",
-                 "--matmul-precision", "tf32"]) == 0
-    with pytest.raises(SystemExit) as e:
-        main(["show", "sample_graphs/bert_chain.json", "plan", "--matmul-precision", "bf16"])
-    assert e.value.code == 2
-    assert "invalid choice" in capsys.readouterr().err
+@needs_emu
+def test_the_main_job_with_tf32_as_a_user_runs_it(tmp_path):
+    """``workbench optimize ... --matmul-precision tf32`` in a subprocess, on the GPU's
+    plans in the emulator: every step within its bound, the rows and the closing line
+    say TF32; an unknown precision is one error line and exit 2."""
+    import json
+    import subprocess
+    import sys
+    cli = [sys.executable, "-m", "workbench.cli"]
+    out = tmp_path / "rows.json"
+    r = subprocess.run(cli + ["optimize", "sample_graphs/layernorm_gelu.onnx", "--planner",
+                              "stitch", "--backend", "cuda-emu", "--matmul-precision", "tf32",
+                              "--repeats", "1", "--warmup", "0", "--json", str(out), "-q"],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(out.read_text())
+    assert rows and all(row["ok"] and row["matmul_precision"] == "tf32" for row in rows)
+    assert "float32 matmuls in TF32" in r.stdout
+    bad = subprocess.run(cli + ["show", "sample_graphs/bert_chain.json", "plan",
+                                "--matmul-precision", "bf16"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:"), bad.stderr
+    assert "invalid choice: 'bf16'" in bad.stderr
 
 
 @pytest.mark.parametrize("backend", ["cpu", pytest.param("cuda-emu", marks=needs_emu)])
