@@ -1,11 +1,13 @@
 """The model zoo in bfloat16, as a user converts it (``model.to(torch.bfloat16)``),
 through both import paths (``from_torch``; ``torch.onnx.export`` then ``load``),
-planned with ``stitch`` and run on the CPU backend; each output compared with torch
-eager in bfloat16 and with the float32 model (the truth both approximate).
+planned with ``stitch`` and run on the CPU backend (or ``--backend cuda-emu``: the
+H100's plans, their CUDA source in the CUDA emulator, bfloat16 matmuls on tensor
+cores); each output compared with torch eager in bfloat16 and with the float32 model
+(the truth both approximate).
 
-    python scripts/zoo_bfloat16.py [--models bert llama ...] [--out DIR]
+    python scripts/zoo_bfloat16.py [--models bert llama ...] [--backend cpu|cuda-emu] [--out DIR]
 
-Writes ``<out>/zoo-bfloat16-<date>.md``. A model passes when every kernel is within
+Writes ``<out>/zoo-bfloat16-<date>.md`` (``-cuda-emu`` before ``.md`` on the emulator). A model passes when every kernel is within
 its bound of the reference and the workbench's output is no further from the float32
 model than twice torch's bfloat16 output is (``max |y - r| / max |r|``): fused kernels
 round once per store where torch rounds after every op, so they are usually closer.
@@ -49,7 +51,7 @@ def onnx_checker(path: Path) -> str:
         return f"onnx.checker refuses the file too ({str(e).splitlines()[0][:160]})"
 
 
-def check(name: str, path: str, folder: Path) -> dict:
+def check(name: str, path: str, folder: Path, backend: str = "cpu") -> dict:
     m32 = zoo.build(name)
     m = zoo.build(name, dtype="bfloat16")
     f32, b16 = m32.torch_outputs()[m.outputs[0]], m.torch_outputs()[m.outputs[0]]
@@ -57,7 +59,7 @@ def check(name: str, path: str, folder: Path) -> dict:
     try:
         g = zoo.import_torch(m) if path == "torch" else load(
             str(zoo.export_onnx(m, folder / f"{name}.onnx")))
-        s = Session(g, backend="cpu")
+        s = Session(g, backend=backend)
         s.auto("stitch")
         feeds = dict(zip(g.inputs, m.numpy_inputs().values()))
         y = s.run(feeds)[g.outputs[0]]
@@ -72,6 +74,7 @@ def check(name: str, path: str, folder: Path) -> dict:
     ok = meas.within_tolerance and out_dt == "bfloat16" and wb_f32 <= SLACK * torch_f32
     return {"model": name, "path": path, "status": "ok" if ok else "FAIL", "dtype": out_dt,
             "kernels": len(s.plan.groups), "worst_kernel": meas.max_rel_error,
+            "tensor_core": sum(k.tensor_cores for k in s.kernels()),
             "kernels_ok": meas.within_tolerance, "wb_vs_torch_bf16": distance(y, b16),
             "wb_vs_f32": wb_f32, "torch_bf16_vs_f32": torch_f32,
             "seconds": time.perf_counter() - t0}
@@ -81,12 +84,13 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=list(zoo.MODELS), choices=zoo.MODELS)
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--backend", choices=("cpu", "cuda-emu"), default="cpu")
     a = p.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in a.models:
             for path in ("torch", "onnx"):
-                r = check(name, path, Path(tmp))
+                r = check(name, path, Path(tmp), a.backend)
                 rows.append(r)
                 print(" ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
                                for k, v in r.items()), flush=True)
@@ -95,18 +99,20 @@ def main(argv=None) -> int:
     lines = [f"# The model zoo in bfloat16 ({date})", "",
              f"Machine: {platform.processor() or platform.machine()}, "
              f"{platform.platform()}; Python {platform.python_version()}, NumPy "
-             f"{np.__version__}, torch {torch.__version__}. Size `tiny`; `stitch`, CPU "
-             "backend. Distances are `max |y - r| / max |r|` of the first output.", "",
-             "| model | path | status | kernels | worst kernel err | wb vs torch bf16 | "
-             "wb vs float32 | torch bf16 vs float32 | s |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"{np.__version__}, torch {torch.__version__}. Size `tiny`; `stitch`, "
+             + ("CPU backend" if a.backend == "cpu" else "the H100's plans on the CUDA "
+                "emulator (*tensor-core*: kernels whose matmuls run on tensor cores)")
+             + ". Distances are `max |y - r| / max |r|` of the first output.", "",
+             "| model | path | status | kernels | tensor-core | worst kernel err | "
+             "wb vs torch bf16 | wb vs float32 | torch bf16 vs float32 | s |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["status"] == "refused":
             lines.append(f"| {r['model']} | {r['path']} | refused: {r['why']} "
-                         "| | | | | | |")
+                         "| | | | | | | |")
             continue
         lines.append(f"| {r['model']} | {r['path']} | {r['status']} | {r['kernels']} | "
-                     f"{r['worst_kernel']:.2g} | {r['wb_vs_torch_bf16']:.4f} | "
+                     f"{r['tensor_core']} | {r['worst_kernel']:.2g} | {r['wb_vs_torch_bf16']:.4f} | "
                      f"{r['wb_vs_f32']:.4f} | {r['torch_bf16_vs_f32']:.4f} | "
                      f"{r['seconds']:.1f} |")
     ok = sum(r["status"] == "ok" for r in rows)
@@ -115,8 +121,9 @@ def main(argv=None) -> int:
               "bfloat16)."]
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"zoo-bfloat16-{date}.md").write_text("\n".join(lines) + "\n")
-    print(f"wrote {out / f'zoo-bfloat16-{date}.md'}")
+    name = f"zoo-bfloat16-{date}" + ("" if a.backend == "cpu" else f"-{a.backend}") + ".md"
+    (out / name).write_text("\n".join(lines) + "\n")
+    print(f"wrote {out / name}")
     return 1 if any(r["status"] == "FAIL" for r in rows) else 0
 
 
