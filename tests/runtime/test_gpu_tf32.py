@@ -269,40 +269,47 @@ def test_on_a_gpu_cublas_and_the_tensor_core_kernels_run_tf32_within_its_bound(p
         assert (err > 2.0 ** -14) == (precision == "tf32"), (precision, err)
 
 
-# -- bfloat16: on tensor cores whatever the precision option (exact in TF32) ---------------
-def _bf16_ffn():
-    b = wb.GraphBuilder("bf16_ffn")
-    x = b.input("x", (2, 70, 136), dtype="bfloat16")
-    p = b.output(b.matmul(x, b.input("w", (136, 200), dtype="bfloat16")), "p")
-    b.output(b.gelu(p + b.input("bias", (200,), dtype="bfloat16")), "y")
+# -- bfloat16 and float16: on tensor cores whatever the precision option (exact in TF32) --
+HALVES = ["bfloat16", "float16"]
+
+
+def _half_ffn(dtype):
+    b = wb.GraphBuilder(f"{dtype}_ffn")
+    x = b.input("x", (2, 70, 136), dtype=dtype)
+    p = b.output(b.matmul(x, b.input("w", (136, 200), dtype=dtype)), "p")
+    b.output(b.gelu(p + b.input("bias", (200,), dtype=dtype)), "y")
     return b.build()
 
 
-def test_a_bfloat16_matmul_is_planned_on_tensor_cores_without_the_option():
-    """bfloat16 operands are exact in TF32: a GEMM kernel takes tensor-core tiles and a
-    library matmul runs cuBLAS in TF32 under the default precision, and is priced at
-    the tensor cores' rate; float32 stays on the CUDA cores."""
+@pytest.mark.parametrize("dtype", HALVES)
+def test_a_half_precision_matmul_is_planned_on_tensor_cores_without_the_option(dtype):
+    """bfloat16 and float16 operands are exact in TF32: a GEMM kernel takes tensor-core
+    tiles and a library matmul runs cuBLAS in TF32 under the default precision, priced
+    at the tensor cores' rate; float32 stays on the CUDA cores; a GPU without tensor
+    cores (and a CPU) keeps the old ways."""
     from workbench.codegen import lower_group
     from workbench.fusion import analyze
-    g = _bf16_ffn()
+    g = _half_ffn(dtype)
     sched = analyze(g, tuple(n.id for n in g.nodes), device=H100)
     assert sched.gemm.block.tensor
     (mm,) = [n for n in g.nodes if n.op == "matmul"]
     lone = Plan.singletons(g, H100).group_of[mm.id]
     k = lower_group(g, lone, H100)
     assert k.library is not None and k.tf32
-    assert H100.on_tensor_cores(DType.bfloat16) and not H100.on_tensor_cores(DType.float32)
-    assert H100.matmul_rate(DType.bfloat16) == H100.tensor_flops
-    assert not H100.with_(tensor_flops=0.0).on_tensor_cores(DType.bfloat16)
+    half = DType(dtype)
+    assert H100.on_tensor_cores(half) and not H100.on_tensor_cores(DType.float32)
+    assert H100.matmul_rate(half) == H100.tensor_flops
+    assert not H100.with_(tensor_flops=0.0).on_tensor_cores(half)
 
 
 @needs_emu
+@pytest.mark.parametrize("dtype", HALVES)
 @pytest.mark.parametrize("tile", sorted(GPU_TENSOR_TILES))
-def test_a_bfloat16_gemm_kernel_on_tensor_cores_matches_numpy(tile):
-    """The product of bfloat16 operands on tensor cores is float32's (nothing rounded on
-    the way in): the stored product is NumPy's float64 product rounded once to
-    bfloat16, to within an ulp, and the GELU after it within bfloat16's bound."""
-    g = _bf16_ffn()
+def test_a_half_precision_gemm_kernel_on_tensor_cores_matches_numpy(tile, dtype):
+    """The product of half-precision operands on tensor cores is float32's (nothing
+    rounded on the way in): the stored product is NumPy's float64 product rounded once
+    to the half type, to within an ulp, and the GELU after it within its bound."""
+    g = _half_ffn(dtype)
     s = Session(g, backend="cuda-emu")
     s.fuse([n.id for n in g.nodes])
     s.set_launch(s.plan.groups[0].id, tile_m=tile[0], tile_n=tile[1])
@@ -311,16 +318,18 @@ def test_a_bfloat16_gemm_kernel_on_tensor_cores_matches_numpy(tile):
     exact = x @ w
     got = np.asarray(env["p"]).astype(np.float64)
     mags = np.abs(x) @ np.abs(w)
-    assert np.max(np.abs(got - exact) / np.maximum(np.abs(exact), 1e-3 * mags)) <= 2.0 ** -8
+    ulp = 2.0 ** -8 if dtype == "bfloat16" else 2.0 ** -11
+    assert np.max(np.abs(got - exact) / np.maximum(np.abs(exact), 1e-3 * mags)) <= ulp
 
 
 @needs_emu
-def test_a_bfloat16_fused_attention_runs_on_tensor_cores():
+@pytest.mark.parametrize("dtype", HALVES)
+def test_a_half_precision_fused_attention_runs_on_tensor_cores(dtype):
     n, h, q, keys, d = 1, 2, 40, 96, 32
-    b = wb.GraphBuilder("bf16_attention")
-    k = b.op("transpose", b.input("k", (n, h, keys, d), dtype="bfloat16"), perm=[0, 1, 3, 2])
-    z = b.matmul(b.input("q", (n, h, q, d), dtype="bfloat16"), k) * 0.2
-    b.output(b.matmul(b.softmax(z, axis=-1), b.input("v", (n, h, keys, d), dtype="bfloat16")),
+    b = wb.GraphBuilder(f"{dtype}_attention")
+    k = b.op("transpose", b.input("k", (n, h, keys, d), dtype=dtype), perm=[0, 1, 3, 2])
+    z = b.matmul(b.input("q", (n, h, q, d), dtype=dtype), k) * 0.2
+    b.output(b.matmul(b.softmax(z, axis=-1), b.input("v", (n, h, keys, d), dtype=dtype)),
              "o")
     g = b.build()
     s = Session(g, backend="cuda-emu")

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from ..ir import DType
+
 
 @dataclass(frozen=True)
 class Device:
@@ -75,14 +77,15 @@ class Device:
         tensor cores: a CPU computes float32 whatever was asked)."""
         return self.matmul_precision == "tf32" and self.tensor_flops > 0
 
-    def on_tensor_cores(self, dtype) -> bool:
-        """Whether a matmul of ``dtype`` (a DType) runs on tensor cores in TF32 here:
-        float32 where TF32 is allowed (``tf32``); bfloat16 wherever there are tensor
-        cores, as its operands' 8-bit mantissas are exact in TF32's 10 (nothing is
-        rounded: products and float32 sums as on the CUDA cores)."""
+    def on_tensor_cores(self, dtype: DType) -> bool:
+        """Whether a matmul of ``dtype`` runs on tensor cores in TF32 here: float32
+        where TF32 is allowed (``tf32``); bfloat16 and float16 wherever there are
+        tensor cores, as their operands are exact in TF32 (8 and 10 mantissa bits
+        against its 10, exponents within its range: nothing is rounded, products and
+        float32 sums as on the CUDA cores)."""
         if self.tensor_flops <= 0:
             return False
-        return dtype.value == "bfloat16" or (dtype.value == "float32" and self.tf32)
+        return dtype.is_half or (dtype is DType.float32 and self.tf32)
 
     def matmul_rate(self, dtype) -> float:
         """The flop/s a ``dtype`` matmul is priced at: the tensor cores' TF32 rate where

@@ -345,9 +345,10 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     if len(out.shape) < 2 or any(len(g.value(i).shape) < 2 for i in mm.inputs):
         raise FusionRefused(f"{mm.id} (matmul) of a vector (rank-1 operand) stays a library "
                             "call; the GEMM kernel takes matrices")
-    if out.dtype not in GEMM_DTYPES:
+    if out.dtype not in GEMM_DTYPES and not device.on_tensor_cores(out.dtype):
         raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: the fused GEMM kernel "
-                            "takes float32 and bfloat16 so far, so it stays a library call")
+                            "takes float32 and bfloat16 (and float16 on a GPU's tensor "
+                            "cores) so far, so it stays a library call")
     half = out.dtype is not DType.float32
     members = {n.id for n in ns}
     views = prologue(g, mm, members)
@@ -606,10 +607,11 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
                             f"reducing rows whose result {p} it reads (attention)")
     pv, vv, out = g.value(p), g.value(v), g.value(mm2.outputs[0])
     first_dtype = g.value(mm1.outputs[0]).dtype
-    if out.dtype not in GEMM_DTYPES or out.dtype is not first_dtype:
+    if (out.dtype not in GEMM_DTYPES and not device.on_tensor_cores(out.dtype)) or \
+            out.dtype is not first_dtype:
         raise FusionRefused(f"{mm2.id} (matmul) is {out.dtype.value} after a "
                             f"{first_dtype.value} product: a fused attention takes float32 "
-                            "or bfloat16 throughout")
+                            "or bfloat16 (or float16 on a GPU's tensor cores) throughout")
     if len(vv.shape) < 2 or vv.shape[-2] != t.n:
         raise FusionRefused(f"{mm2.id} (matmul): {list(pv.shape)} @ {list(vv.shape)} is not "
                             "a matrix product of the tiles' rows")
