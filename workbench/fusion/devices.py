@@ -87,7 +87,7 @@ class Device:
             return False
         return dtype.is_half or (dtype is DType.float32 and self.tf32)
 
-    def matmul_rate(self, dtype) -> float:
+    def matmul_rate(self, dtype: DType) -> float:
         """The flop/s a ``dtype`` matmul is priced at: the tensor cores' TF32 rate where
         it runs on them (``on_tensor_cores``), else the float32 peak."""
         return self.tensor_flops if self.on_tensor_cores(dtype) else self.peak_flops

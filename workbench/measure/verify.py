@@ -55,8 +55,8 @@ def _reference_env(g: Graph, nodes, env, tf32: bool = False) -> tuple[dict, dict
     float16 and bfloat16 values are kept in float32 inside the group, as the kernel keeps them: a
     fused kernel rounds to half precision only when it stores, so a reference that
     rounds after every op would blame the kernel for the reference's own rounding.
-    ``tf32``: the matmuls' operands were rounded to TF32 (TF32_GROWTH; nothing is
-    rounded for bfloat16 operands, whose bound is looser anyway).
+    ``tf32``: the matmuls' operands were rounded to TF32 (TF32_GROWTH; half-precision
+    operands are exact in it, but a fused attention's float32 probabilities are not).
     """
     local, mags = {}, {}
     for nid in nodes:
