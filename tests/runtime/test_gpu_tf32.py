@@ -164,6 +164,26 @@ def test_tensor_core_kernels_compile_without_spills(make, tile, nvrtc_toolchain)
     assert rep.shared_bytes == GPU_TENSOR_TILES[tile].shared_bytes == k.launch.shared_bytes
 
 
+def test_a_tensor_core_kernel_is_refused_with_the_reason_on_a_gpu_before_sm80(
+        nvrtc_toolchain):
+    """An artifact's tensor-core kernel on an older GPU: NVRTC itself refuses WMMA's
+    TF32 there, so the backend says why first (nvrtc.require_arch) instead of showing
+    NVRTC's log as a workbench bug."""
+    from workbench.codegen import lower_plan, render_kernel
+    from workbench.runtime import nvrtc
+    g = gpu._linear_residual()
+    (k,) = lower_plan(Plan.singletons(g, TF32).fuse([n.id for n in g.nodes]))
+    assert k.tensor_cores
+    with pytest.raises(nvrtc.NvrtcError):
+        nvrtc.compile_cuda(render_kernel(k, "cuda"), k.name, "75")
+    with pytest.raises(WorkbenchError, match="compute capability 8.0 or newer; this GPU is "
+                                             "sm_75. Plan it on this GPU"):
+        nvrtc.require_arch(k, "75")
+    nvrtc.require_arch(k, "80")
+    (k32,) = lower_plan(Plan.singletons(g, H100).fuse([n.id for n in g.nodes]))
+    nvrtc.require_arch(k32, "75")          # (the CUDA cores' GEMM runs anywhere)
+
+
 def test_bert_s_attention_in_tf32_is_one_tensor_core_kernel_that_compiles(nvrtc_toolchain):
     """BERT-base's attention on the H100 with TF32 allowed: stitch's one kernel, both
     products on tensor cores, predicted faster than rules' five (cuBLAS in TF32), and

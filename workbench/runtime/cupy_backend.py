@@ -85,7 +85,8 @@ class CupyBackend(Backend):
     def compile_source(self, kernel: Kernel, source: str, origin: str = "") -> CompiledKernel:
         ck = CompiledCudaKernel(kernel, source)
         if kernel.library is None:
-            from .nvrtc import NvrtcError, compile_cuda
+            from .nvrtc import NvrtcError, compile_cuda, require_arch
+            require_arch(kernel, self.arch)
             try:
                 cubin = compile_cuda(source, kernel.name, self.arch, major=self.cuda_major)
             except NvrtcError as e:

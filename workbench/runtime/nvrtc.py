@@ -53,6 +53,23 @@ class NvrtcError(WorkbenchError):
     """NVRTC rejected a source (the message holds its log)."""
 
 
+# WMMA in TF32 (a tensor-core GEMM tile, BlockTile.tensor) needs sm_80 or newer
+TENSOR_CORE_ARCH = 80
+
+
+def require_arch(kernel, arch: str) -> None:
+    """Refuse, with the reason and the fix, a kernel this GPU (``arch``: "90") cannot
+    run: one whose GEMM tiles are on tensor cores (``Kernel.tensor_cores``) before
+    compute capability 8.0 -- from an artifact exported for a newer GPU (a plan made
+    here keeps such a GPU's matmuls on the CUDA cores: it has no ``tensor_flops``)."""
+    if kernel.tensor_cores and int(arch) < TENSOR_CORE_ARCH:
+        raise WorkbenchError(
+            f"kernel {kernel.name} multiplies on tensor cores in TF32 (WMMA), which needs "
+            f"compute capability 8.0 or newer; this GPU is sm_{arch}. Plan it on this GPU "
+            "(export the artifact again from a session here): its matmuls then stay on "
+            "the CUDA cores")
+
+
 def _candidates(major: int | None) -> list[str]:
     """Where libnvrtc may be: $WORKBENCH_NVRTC, pip's nvidia wheels, the toolkit."""
     found = []
