@@ -143,6 +143,9 @@ def check_bert(nb, state):
     source = text[text.find("/* kernel "):]
     assert "__global__" in source or ("reduce_max" in source and "#pragma omp" in source
                                       and "void k" in source), text[-3000:]
+    # planned for the H100 with TF32 allowed: the attention on tensor cores
+    assert "tf32: " in text and " on tensor cores, predicted " in text, text[-3000:]
+    assert "wb_gemm_tile_tc<" in text, text[-3000:]
 
 
 CHECKS = {"01_quickstart.ipynb": check_quickstart,
