@@ -799,7 +799,11 @@ class Runner:
 
     # torch -------------------------------------------------------------------------------
     def torch_rows(self, name: str, case: Case, inputs: dict, min_bytes: int | None,
-                   reference: dict | None, out_dtypes: list | None) -> dict:
+                   reference: dict | None, out_dtypes: list | None,
+                   scale: dict | None = None) -> dict:
+        """torch eager and torch.compile on the same inputs; their outputs held to the
+        dtype's tolerance of the reference (with TF32, to TF32's bound: ``scale``, the
+        whole graph's magnitudes, verify.graph_magnitudes)."""
         T = self.T
         rows: dict = {}
         if not T.ok:
@@ -841,11 +845,11 @@ class Runner:
                     if len(outs) != len(reference):
                         raise RuntimeError(f"torch gave {len(outs)} outputs, the graph has "
                                            f"{len(reference)}")
-                    for o, ref, dt in zip(outs, reference.values(), out_dtypes):
+                    for o, (k, ref), dt in zip(outs, reference.items(), out_dtypes):
                         got = T.to_numpy(o)
                         if got.size == np.size(ref):   # (a [rows] vs [rows, 1] spelling)
                             got = got.reshape(np.shape(ref))
-                        e = max_rel_error(got, np.asarray(ref))
+                        e = max_rel_error(got, np.asarray(ref), (scale or {}).get(k))
                         err = max(err, e)
                         ok &= e <= tolerance(dt)
                     extra.update(max_rel_error=float(err), within_tolerance=bool(ok))
@@ -878,7 +882,7 @@ class Runner:
             res.update(status="failed", error=short_error(e), traceback=tail_traceback())
             return res
         res["description"] = case.description
-        reference = out_dtypes = None
+        reference = out_dtypes = scale = None
         min_bytes = None
         if case.graph is not None:
             g = case.graph
@@ -893,6 +897,9 @@ class Runner:
                 inputs = s.inputs
                 t1 = time.perf_counter()
                 reference = s.reference
+                if self.args.matmul_precision == "tf32":   # (torch's held to TF32's bound)
+                    from workbench.measure.verify import graph_magnitudes
+                    scale = graph_magnitudes(g, inputs, tf32=True)
                 res["reference_s"] = round(time.perf_counter() - t1, 2)
                 out_dtypes = [g.value(k).dtype for k in g.outputs]
             except Exception as e:
@@ -914,7 +921,7 @@ class Runner:
         if s is not None:   # give the GPU memory of the workbench's buffers back first
             self.dev.cleanup()
         res["methods"].update(self.torch_rows(w.name, case, inputs, min_bytes, reference,
-                                              out_dtypes))
+                                              out_dtypes, scale))
         if min_bytes is None:
             tr = res["methods"].get("torch_eager", {})
             min_bytes = tr.get("bytes_counted")

@@ -145,6 +145,28 @@ def test_the_check_holds_tf32_products_to_tf32_s_bound_and_no_looser():
     assert not check_kernel(g, k, gr.nodes, off).within_tolerance
 
 
+def test_another_framework_s_tf32_output_is_held_to_the_whole_graph_s_tf32_bound():
+    """graph_magnitudes: the bound torch's outputs are held to in benchmarks/gpu.py
+    --matmul-precision tf32 -- a two-matmul chain computed with TF32-rounded operands
+    passes under it and fails float32's; one off by 1% fails both."""
+    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.measure.verify import graph_magnitudes
+    b = wb.GraphBuilder("chain")
+    h = b.relu(b.matmul(b.input("a", (32, 8)), b.input("b", (8, 24))))
+    b.output(b.matmul(h, b.input("c", (24, 16))), "y")
+    g = b.build()
+    rng = np.random.default_rng(9)
+    ins = {k: rng.standard_normal(g.value(k).shape).astype(np.float32) for k in g.inputs}
+    exact = np.maximum(ins["a"].astype(np.float64) @ ins["b"], 0) @ ins["c"]
+    t = np.maximum(to_tf32(ins["a"]) @ to_tf32(ins["b"]), 0).astype(np.float32)
+    got = (to_tf32(t) @ to_tf32(ins["c"])).astype(np.float32)
+    tol = tolerance(DType.float32)
+    assert max_rel_error(got, exact, graph_magnitudes(g, ins, tf32=True)["y"]) <= tol
+    assert max_rel_error(got, exact, graph_magnitudes(g, ins)["y"]) > tol
+    mags = graph_magnitudes(g, ins, tf32=True)["y"]
+    assert max_rel_error(got + 0.01 * np.abs(exact).max(), exact, mags) > tol
+
+
 @pytest.mark.parametrize("tile", sorted(GPU_TENSOR_TILES))
 @pytest.mark.parametrize("make", [gpu._linear_residual, gpu._bert_ffn],
                          ids=lambda f: f.__name__.strip("_"))

@@ -67,9 +67,23 @@ def _reference_env(g: Graph, nodes, env, tf32: bool = False) -> tuple[dict, dict
         local.update(zip(n.outputs, ys))
         m = magnitude.propagate(n.op, n.attr_map, ms, args, ys)
         if tf32 and n.op == "matmul":
-            m = [x * TF32_GROWTH for x in m]
+            # its own operands' rounding: TF32's, on |A| @ |B| of the values it got (the
+            # errors they carry in are in m already, at float32's scale)
+            own = magnitude.propagate(n.op, n.attr_map, [magnitude.exact(a) for a in args],
+                                      args, ys)
+            m = [x + (TF32_GROWTH - 1.0) * o for x, o in zip(m, own)]
         mags.update(zip(n.outputs, m))
     return local, mags
+
+
+def graph_magnitudes(g: Graph, inputs: dict, tf32: bool = False) -> dict:
+    """The magnitude each graph output's rounding error is bounded by when the whole
+    graph is one computation from ``inputs`` (as another framework runs it: its outputs
+    held to ``tolerance * max(|ref|, magnitude)``), each matmul's bound grown by TF32's
+    rounding where ``tf32`` (torch with ``allow_tf32``)."""
+    env = {**g.constants, **inputs}
+    _, mags = _reference_env(g, [n.id for n in g.nodes], env, tf32)
+    return {o: mags[o] for o in g.outputs}
 
 
 def verify_kernels(program, env: dict) -> list[KernelCheck]:
