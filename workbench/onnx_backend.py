@@ -91,9 +91,10 @@ def _resolve_backend(device: str, backend: str) -> str:
     return "cupy" if Device(device).type == DeviceType.CUDA else "cpu"
 
 
-def _runner(graph: Graph, planner: str, backend: str) -> tuple[Runner, Any]:
+def _runner(graph: Graph, planner: str, backend: str,
+            matmul_precision: str = "float32") -> tuple[Runner, Any]:
     from .session import Session
-    session = Session(graph, backend=backend)
+    session = Session(graph, backend=backend, matmul_precision=matmul_precision)
     session.auto(planner)
     return session.run, session
 
@@ -105,15 +106,18 @@ class WorkbenchBackend(Backend):
     def prepare(cls, model: "onnx.ModelProto | str | Path", device: str = "CPU",
                 planner: str = "rules", backend: str = "auto",
                 input_shapes: Mapping[str, Sequence[int]] | None = None,
-                **kwargs: Any) -> WorkbenchRep:
-        """Import, plan and compile ``model``; raises a WorkbenchError naming the cause."""
+                matmul_precision: str = "float32", **kwargs: Any) -> WorkbenchRep:
+        """Import, plan and compile ``model``; raises a WorkbenchError naming the cause.
+        ``matmul_precision``: the Session's ("tf32": float32 matmuls on a GPU's tensor
+        cores)."""
         for what, v in (("planner", planner), ("backend", backend)):
             if not isinstance(v, str):
                 raise WorkbenchError(f"{what} must be a name, got {type(v).__name__}")
         if not cls.supports_device(device):
             raise BackendUnavailable(f"device {device!r:.40} is not available here; use 'CPU'")
         graph = load_onnx(model, input_shapes=input_shapes)
-        run, session = _runner(graph, planner, _resolve_backend(device, backend))
+        run, session = _runner(graph, planner, _resolve_backend(device, backend),
+                               matmul_precision)
         return WorkbenchRep(graph, run, session, _narrowed_outputs(model))
 
     @classmethod

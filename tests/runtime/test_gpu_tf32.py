@@ -379,3 +379,17 @@ def test_a_half_precision_fused_attention_runs_on_tensor_cores(dtype):
     (gr,) = s.plan.groups
     assert gr.schedule.then.online is not None and gr.schedule.gemm.block.tensor
     _all_within(s, seed=5)
+
+
+@needs_emu
+def test_the_onnx_backend_takes_the_precision_too():
+    """onnx_backend.prepare(..., matmul_precision="tf32"): before, its **kwargs took the
+    argument and dropped it silently."""
+    from workbench import onnx_backend
+    rep = onnx_backend.prepare("sample_graphs/layernorm_gelu.onnx", planner="stitch",
+                               backend="cuda-emu", matmul_precision="tf32")
+    assert rep.session.device.tf32
+    assert any(k.tf32 for k in rep.session.kernels())
+    with pytest.raises(WorkbenchError, match="matmul_precision must be one of"):
+        onnx_backend.prepare("sample_graphs/layernorm_gelu.onnx", backend="cpu",
+                             matmul_precision="half")
