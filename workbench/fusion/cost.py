@@ -341,11 +341,11 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
     read = sum(g.value(v).nbytes for v in io.inputs if not _inlined(g, v, s))
     written = sum(g.value(v).nbytes for v in io.outputs)
     if s.kind is ScheduleKind.opaque:
-        lib = sum(library_flops(g, n) for n in nodes)
-        return KernelFeatures("opaque", read, written, 0, 0.0, lib, 1, 0, 1, 1, 0, 0, 1.0,
-                              1.0, (read + written) / device.dram_bandwidth, 0.0,
-                              sum(library_flops(g, n) / _library_rate(g, n, device)
-                                  for n in nodes))
+        per_node = {n: library_flops(g, n) for n in nodes}
+        return KernelFeatures("opaque", read, written, 0, 0.0, sum(per_node.values()), 1, 0,
+                              1, 1, 0, 0, 1.0, 1.0, (read + written) / device.dram_bandwidth,
+                              0.0, sum(f / _library_rate(g, n, device)
+                                       for n, f in per_node.items()))
     if s.kind is ScheduleKind.stitched:
         return _stitched_features(g, group, device, io, read, written)
     if s.kind is ScheduleKind.gemm:

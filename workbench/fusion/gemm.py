@@ -230,8 +230,7 @@ GPU_GEMM_RESIDENT = 2
 # a GPU's fused attention: a block of 64 queries takes 64 keys at a time (the scores'
 # block in registers, 4 x 4 a thread; the probabilities through 17 KB of shared memory
 # to the second product), its output rows up to 128 values (8 a thread) in registers
-GPU_ATTENTION_TILE = GPU_GEMM_TILES[(64, 64)]
-GPU_TENSOR_ATTENTION_TILE = GPU_TENSOR_TILES[(64, 64)]
+GPU_ATTENTION_SHAPE = (64, 64)      # (its tile in GPU_GEMM_TILES or GPU_TENSOR_TILES)
 GPU_ATTENTION_MAX_VALUES = 128
 # what the cost model assumes the generated GEMM reaches, as a fraction of the float32
 # peak cuBLAS is priced at: a register-blocked SIMT GEMM without cp.async pipelining
@@ -1024,25 +1023,19 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
 
 def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
                 device: Device, whole_rows: bool, lc: GemmLaunch) -> GemmShape:
-    """A GPU GEMM's tiles: one thread block per tile (GPU_GEMM_TILES), 128 x 128 where
+    """A GPU GEMM's tiles: one thread block per tile (``_gpu_tiles``), 128 x 128 where
     there are enough of them to give every SM one, else 64 x 64; FusionRefused for what
-    the GPU kernel does not do yet (an epilogue reducing rows, a product not float32,
-    ``blas``). ``tile_m`` and ``tile_n`` set together pick one of the block tiles."""
-    out = g.value(result)
+    the GPU kernel does not do yet (an epilogue reducing rows, a dtype it has no tiles
+    for, ``blas``). ``tile_m`` and ``tile_n`` set together pick one of the block tiles."""
     if whole_rows:
         raise FusionRefused(f"{mm.id} (matmul) with an epilogue reducing rows: on a GPU the "
                             "GEMM kernel takes an elementwise epilogue only so far, so the "
                             "reduction stays a kernel of its own")
-    dtype = g.value(mm.inputs[0]).dtype
-    if not (dtype is DType.float32 or device.on_tensor_cores(dtype)):
-        raise FusionRefused(f"{mm.id} (matmul) is {dtype.value}: the GPU GEMM kernel "
-                            "multiplies float32, and bfloat16 on tensor cores, which this "
-                            "GPU has not; it stays a library call")
+    tiles = _gpu_tiles(g, mm, device, "the GPU GEMM kernel")
     if lc.blas != -1:
         raise FusionRefused("blas applies to the CPU's GEMM kernel (sgemm per tile or the "
                             "micro-kernel); a GPU tile is the generated block GEMM")
     batch, m, n, k, a = _problem(a, b)
-    tiles = GPU_TENSOR_TILES if device.on_tensor_cores(dtype) else GPU_GEMM_TILES
     if lc.tile_m or lc.tile_n:
         block = tiles.get((lc.tile_m, lc.tile_n))
         if block is None:
@@ -1056,17 +1049,28 @@ def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
     return GemmShape(batch, m, n, k, a, b, block.m, block.n, result, dest, block=block)
 
 
+def _gpu_tiles(g: Graph, mm, device: Device, kernel: str) -> dict:
+    """The block tiles a GPU kernel (``kernel``, for the reason) multiplies ``mm``'s
+    dtype with: on tensor cores where the device runs it there (Device.on_tensor_cores:
+    GPU_TENSOR_TILES), float32 on the CUDA cores otherwise (GPU_GEMM_TILES); any other
+    dtype is FusionRefused."""
+    dtype = g.value(mm.inputs[0]).dtype
+    if device.on_tensor_cores(dtype):
+        return GPU_TENSOR_TILES
+    if dtype is DType.float32:
+        return GPU_GEMM_TILES
+    raise FusionRefused(f"{kernel} multiplies float32, and float16 or bfloat16 on tensor "
+                        f"cores, which this GPU has not; {mm.id} (matmul, {dtype.value}) "
+                        "stays a library call")
+
+
 def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch,
                           device: Device) -> Schedule:
     """The scores' product of a fused attention on a GPU (its second product and softmax
-    are added by _attention): a thread block per GPU_ATTENTION_TILE rows of queries,
+    are added by _attention): a thread block per GPU_ATTENTION_SHAPE tile of queries,
     taking the keys a block tile's columns at a time (the online softmax), float32 (both
     products on tensor cores in TF32 where the device's matmuls may be)."""
-    dtype = g.value(mm.inputs[0]).dtype
-    if not (dtype is DType.float32 or device.on_tensor_cores(dtype)):
-        raise FusionRefused(f"{mm2.id} (matmul): a GPU's fused attention multiplies float32, "
-                            f"and bfloat16 on tensor cores, which this GPU has not; "
-                            f"{dtype.value} stays cuBLAS's")
+    block = _gpu_tiles(g, mm, device, "a GPU's fused attention")[GPU_ATTENTION_SHAPE]
     if lc != GemmLaunch():
         raise FusionRefused("a GPU's fused attention has no launch parameters to set yet")
     members = {n.id for n in first}
@@ -1074,8 +1078,6 @@ def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch,
     shape = g.value(mm.outputs[0]).shape
     a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
     batch, m, n, k, a = _problem(a, b)
-    tensor = device.on_tensor_cores(dtype)
-    block = GPU_TENSOR_ATTENTION_TILE if tensor else GPU_ATTENTION_TILE
     t = GemmShape(batch, m, n, k, a, b, block.m, max(n, 1), mm.outputs[0], p,
                   views=tuple(v.id for v in views), block=block)
     return Schedule(ScheduleKind.gemm, elements=g.value(mm.outputs[0]).numel, gemm=t)

@@ -68,9 +68,10 @@ def _reference_env(g: Graph, nodes, env, tf32: bool = False) -> tuple[dict, dict
         m = magnitude.propagate(n.op, n.attr_map, ms, args, ys)
         if tf32 and n.op == "matmul":
             # its own operands' rounding: TF32's, on |A| @ |B| of the values it got (the
-            # errors they carry in are in m already, at float32's scale)
-            own = magnitude.propagate(n.op, n.attr_map, [magnitude.exact(a) for a in args],
-                                      args, ys)
+            # errors they carry in are in m already, at float32's scale; operands the
+            # kernel received carry none, and then m is that product already)
+            own = m if not any(i in mags for i in n.inputs) else magnitude.propagate(
+                n.op, n.attr_map, [magnitude.exact(a) for a in args], args, ys)
             m = [x + (TF32_GROWTH - 1.0) * o for x, o in zip(m, own)]
         mags.update(zip(n.outputs, m))
     return local, mags
