@@ -317,3 +317,148 @@ def test_a_kernel_assuming_the_accumulators_layout_gets_a_wrong_answer():
     assert sorted(d[0].ravel()) == sorted(want.ravel())    # the same values, misplaced
     assert not np.array_equal(d[0], want)
     assert (d[0] != want).mean() > 0.9
+
+
+# -- half precision: __half and __nv_bfloat16 fragments, m16n16k16 -----------------------
+def bf16_round(x) -> np.ndarray:
+    """``__float2bfloat16``: round to nearest even, to float's upper 16 bits (as uint16)."""
+    u = np.asarray(x, F32).view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    return np.where(np.isnan(np.asarray(x, F32)), ((u >> 16) | 0x40).astype(np.uint16), r)
+
+
+def bf16_value(bits) -> np.ndarray:
+    return (np.asarray(bits, np.uint32) << 16).view(F32)
+
+
+HALF_WARP = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#include <mma.h>
+using namespace nvcuda;
+
+template <class T, class LA, class LB>
+__device__ void product(const T* a, const T* b, const float* c, float* d, unsigned lda,
+                        unsigned ldb) {
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LA> fa;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LB> fb;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> fc;
+  wmma::load_matrix_sync(fc, c, 16, wmma::mem_row_major);
+  wmma::load_matrix_sync(fa, a, lda);
+  wmma::load_matrix_sync(fb, b, ldb);
+  wmma::mma_sync(fc, fa, fb, fc);
+  wmma::store_matrix_sync(d, fc, 24, wmma::mem_col_major);
+}
+
+template <class T>
+__device__ void any_layout(const T* a, const T* b, const float* c, float* d, int a_col,
+                           int b_col, unsigned ld) {
+  if (a_col && b_col) product<T, wmma::col_major, wmma::col_major>(a, b, c, d, ld, ld);
+  if (a_col && !b_col) product<T, wmma::col_major, wmma::row_major>(a, b, c, d, ld, ld);
+  if (!a_col && b_col) product<T, wmma::row_major, wmma::col_major>(a, b, c, d, ld, ld);
+  if (!a_col && !b_col) product<T, wmma::row_major, wmma::row_major>(a, b, c, d, ld, ld);
+}
+
+/* A and B 16 x 16 with ldm `ld` (24, or 12: not a multiple of 8 halves) in either layout,
+   as __half (bf16 = 0) or __nv_bfloat16 bits; C row-major; D column-major, ldm 24 */
+extern "C" __global__ void t_wmma_half(const unsigned short* __restrict__ a,
+                                       const unsigned short* __restrict__ b,
+                                       const float* __restrict__ c, float* __restrict__ d,
+                                       int bf16, int a_col, int b_col, int ld) {
+  if (bf16)
+    any_layout(reinterpret_cast<const __nv_bfloat16*>(a),
+               reinterpret_cast<const __nv_bfloat16*>(b), c, d, a_col, b_col, ld);
+  else
+    any_layout(reinterpret_cast<const __half*>(a), reinterpret_cast<const __half*>(b), c, d,
+               a_col, b_col, ld);
+}
+"""
+
+
+def _half_bits(rng, bf16: bool, shape):
+    """Random values exact in the half type: (their bits, their float32 values)."""
+    x = _rand(rng, *shape)
+    if bf16:
+        bits = bf16_round(x)
+        return bits, bf16_value(bits)
+    h = x.astype(np.float16)
+    return h.view(np.uint16), h.astype(F32)
+
+
+def _place_half(bits, col: bool, ldm: int) -> np.ndarray:
+    buf = np.full(16 * 24, 0x7E00, np.uint16)                 # (NaN in either type)
+    r, c = np.indices(bits.shape)
+    buf[r + c * ldm if col else r * ldm + c] = bits
+    return buf
+
+
+@pytest.mark.parametrize("bf16", [0, 1])
+@pytest.mark.parametrize("a_col, b_col", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_half_fragments_multiply_exactly_in_every_layout(bf16, a_col, b_col):
+    """One warp, D = C + A @ B at 16x16x16 from __half or __nv_bfloat16 memory: the
+    products of half values are exact in float, summed in order -- NumPy's sequential
+    float32 sum to the bit."""
+    fn = cuda_emu.build("t_wmma_half", HALF_WARP)
+    rng = np.random.default_rng(8 * bf16 + 2 * a_col + b_col)
+    (ab, a), (bb, b) = _half_bits(rng, bf16, (16, 16)), _half_bits(rng, bf16, (16, 16))
+    c = _rand(rng, 16, 16)
+    d = np.full(24 * 16, np.nan, F32)
+    cuda_emu.run(fn, 1, 32, [_place_half(ab, a_col, 24), _place_half(bb, b_col, 24), c, d,
+                             *(np.array(v, np.int32) for v in (bf16, a_col, b_col, 24))])
+    r, col = np.indices((16, 16))
+    assert_product(d[r + col * 24], a, b, c)
+
+
+@pytest.mark.parametrize("bf16", [0, 1])
+def test_a_half_fragments_ldm_counts_in_halves(bf16):
+    """ldm 12 is 24 bytes of halves: not a multiple of 16 bytes (while 12 floats is)."""
+    fn = cuda_emu.build("t_wmma_half", HALF_WARP)
+    rng = np.random.default_rng(4)
+    (ab, _), (bb, _) = _half_bits(rng, bf16, (16, 16)), _half_bits(rng, bf16, (16, 16))
+    with pytest.raises(cuda_emu.EmulatedLaunchError,
+                       match=r"load_matrix_sync\(matrix_a\): ldm 12 is not a multiple of 8 "
+                             r"halves \(16 bytes\)"):
+        cuda_emu.run(fn, 1, 32, [_place_half(ab, 0, 12), _place_half(bb, 0, 12),
+                                 np.zeros((16, 16), F32), np.zeros(24 * 16, F32),
+                                 *(np.array(v, np.int32) for v in (bf16, 0, 0, 12))])
+
+
+TO_BF16 = r"""
+#include <cuda_bf16.h>
+extern "C" __global__ void t_bf16(const float* __restrict__ x, unsigned short* __restrict__ y,
+                                  float* __restrict__ z, int n) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const __nv_bfloat16 h = __float2bfloat16(x[i]);
+    y[i] = h.x;
+    z[i] = __bfloat162float(h);
+  }
+}
+"""
+
+BF16_CASES = [  # (float bits, bfloat16 bits)
+    (0x3F800000, 0x3F80),     # 1.0
+    (0x3F808000, 0x3F80),     # a tie, to even (down)
+    (0x3F818000, 0x3F82),     # a tie with an odd kept bit: up
+    (0x3F807FFF, 0x3F80),
+    (0x3F808001, 0x3F81),
+    (0xBF808001, 0xBF81),     # negative: the same, by magnitude
+    (0x7F7FFFFF, 0x7F80),     # the largest float: to infinity
+    (0xFF800000, 0xFF80),
+    (0x00008000, 0x0000),     # a subnormal tie: to even
+    (0x80000001, 0x8000),
+]
+
+
+def test_float_to_bfloat16_rounds_to_nearest_even():
+    fn = cuda_emu.build("t_bf16", TO_BF16)
+    rng = np.random.default_rng(5)
+    rand = rng.integers(0, 2**32, 4000, dtype=np.uint64).astype(np.uint32)
+    rand = rand[(rand & 0x7F800000) != 0x7F800000]
+    bits = np.array([i for i, _ in BF16_CASES] + [0x7FC00000, 0xFFA00001], np.uint32)
+    x = np.concatenate([bits, rand]).view(F32)
+    y, z = np.zeros(x.size, np.uint16), np.zeros(x.size, F32)
+    cuda_emu.run(fn, 1, 64, [x, y, z, np.array(x.size, np.int32)])
+    np.testing.assert_array_equal(y[:len(BF16_CASES)], [o for _, o in BF16_CASES])
+    assert np.isnan(z[len(BF16_CASES):len(bits)]).all()         # NaN stays NaN (quiet)
+    np.testing.assert_array_equal(y[len(bits):], bf16_round(rand.view(F32)))
+    np.testing.assert_array_equal(z, bf16_value(y))

@@ -23,6 +23,7 @@ from workbench.fusion.devices import H100
 from workbench.fusion.gemm import GPU_TENSOR_TILES
 from workbench.fusion.mapping import ScheduleKind
 from workbench.ir import DType
+from workbench.ir.dtypes import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR
 from workbench.measure import verify_kernels
 from workbench.measure.verify import check_kernel
 from workbench.runtime import gpu_available, random_inputs
@@ -135,10 +136,11 @@ def test_the_check_holds_tf32_products_to_tf32_s_bound_and_no_looser():
     (gr,) = Plan.singletons(g, TF32).groups
     k = lower_group(g, gr, TF32)
     assert k.tf32 and k.library is not None        # (a lone matmul: cuBLAS, in TF32)
+    assert k.product_error == TF32_PRODUCT_ERROR
     env = {"a": a, "b": bb, "c": c}
     assert check_kernel(g, k, gr.nodes, env).within_tolerance
     from dataclasses import replace
-    assert not check_kernel(g, replace(k, tf32=False), gr.nodes, env).within_tolerance
+    assert not check_kernel(g, replace(k, product_error=0.0), gr.nodes, env).within_tolerance
     mags = np.abs(a) @ np.abs(bb)
     off = {**env, "c": (c + 0.01 * mags * np.sign(rng.standard_normal(c.shape))
                         ).astype(np.float32)}
@@ -325,22 +327,31 @@ def _half_ffn(dtype):
 
 @pytest.mark.parametrize("dtype", HALVES)
 def test_a_half_precision_matmul_is_planned_on_tensor_cores_without_the_option(dtype):
-    """bfloat16 and float16 operands are exact in TF32: a GEMM kernel takes tensor-core
-    tiles and a library matmul runs cuBLAS in TF32 under the default precision, priced
-    at the tensor cores' rate; float32 stays on the CUDA cores; a GPU without tensor
-    cores (and a CPU) keeps the old ways."""
+    """bfloat16 and float16 matmuls run on tensor cores under the default precision: a
+    GEMM kernel takes tiles of the half type (m16n16k16, 16 deep, priced at twice TF32's
+    rate; a computed operand would be rounded into it: HALF_PRODUCT_ERROR), a library
+    matmul runs cuBLAS (float16 as it is, at its rate; bfloat16 widened to float32, in
+    TF32); float32 stays on the CUDA cores; a GPU without tensor cores (and a CPU)
+    keeps the old ways."""
     from workbench.codegen import lower_group
     from workbench.fusion import analyze
     g = _half_ffn(dtype)
-    sched = analyze(g, tuple(n.id for n in g.nodes), device=H100)
-    assert sched.gemm.block.tensor
+    half = DType(dtype)
+    members = tuple(n.id for n in g.nodes)
+    sched = analyze(g, members, device=H100)
+    block = sched.gemm.block
+    assert block.tensor and block.operands is half and block.depth == 16
+    assert block.fragment_k == 16
+    (gr,) = Plan.singletons(g, H100).fuse(members).groups
+    fused = lower_group(g, gr, H100)
+    assert fused.tensor_cores and fused.product_error == HALF_PRODUCT_ERROR[half]
     (mm,) = [n for n in g.nodes if n.op == "matmul"]
     lone = Plan.singletons(g, H100).group_of[mm.id]
     k = lower_group(g, lone, H100)
-    assert k.library is not None and k.tf32
-    half = DType(dtype)
+    assert k.library is not None and k.tf32 and k.product_error == TF32_PRODUCT_ERROR
     assert H100.on_tensor_cores(half) and not H100.on_tensor_cores(DType.float32)
-    assert H100.matmul_rate(half) == H100.tensor_flops
+    assert H100.tensor_rate(half) == 2 * H100.tensor_flops
+    assert H100.matmul_rate(half) == (2 if half is DType.float16 else 1) * H100.tensor_flops
     assert not H100.with_(tensor_flops=0.0).on_tensor_cores(half)
 
 
@@ -393,3 +404,59 @@ def test_the_onnx_backend_takes_the_precision_too():
     with pytest.raises(WorkbenchError, match="matmul_precision must be one of"):
         onnx_backend.prepare("sample_graphs/layernorm_gelu.onnx", backend="cpu",
                              matmul_precision="half")
+
+
+def _bert_half(dtype, part):
+    """BERT-base's FFN (8 x 512 x 768 by 768 x 3072, bias, GELU) or attention (8 x 12
+    heads of 512 x 64, scale, mask, softmax) in a half type."""
+    b = wb.GraphBuilder(f"bert_{part}_{dtype}")
+    if part == "ffn":
+        x = b.input("x", (8, 512, 768), dtype=dtype)
+        h = b.matmul(x, b.input("w", (768, 3072), dtype=dtype))
+        b.output(b.gelu(h + b.input("bias", (3072,), dtype=dtype)), "y")
+        return b.build()
+    q, k, v = (b.input(x, (8, 12, 512, 64), dtype=dtype) for x in "qkv")
+    z = (b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * 0.125
+         + b.input("mask", (8, 1, 1, 512), dtype=dtype))
+    b.output(b.matmul(b.softmax(z, axis=-1), v), "o")
+    return b.build()
+
+
+@pytest.mark.parametrize("dtype", HALVES)
+@pytest.mark.parametrize("tile", sorted(GPU_TENSOR_TILES) + [None])
+def test_half_tensor_core_kernels_compile_without_spills(dtype, tile, nvrtc_toolchain):
+    """BERT-base's FFN GEMM kernel (each tile) and its fused attention (tile None), in
+    bfloat16 and float16: panels of the half type (the tile's operand in the source),
+    NVRTC with the runtime's options leaves no local memory and at most 128 registers
+    (two blocks an SM), its shared memory what geometry says."""
+    from workbench.codegen import lower_plan, render_kernel
+    from workbench.codegen.render import TENSOR_OPERANDS
+    from workbench.runtime import nvrtc
+    half = DType(dtype)
+    g = _bert_half(dtype, "ffn" if tile else "attention")
+    plan = Plan.singletons(g, H100).fuse([n.id for n in g.nodes])
+    if tile:
+        plan = plan.set_launch(plan.groups[0].id, tile_m=tile[0], tile_n=tile[1])
+    (k,) = lower_plan(plan)
+    block = plan.groups[0].schedule.gemm.block
+    assert block.tensor and block.operands is half and k.product_error == HALF_PRODUCT_ERROR[half]
+    src = render_kernel(k, "cuda")
+    assert f"true, {TENSOR_OPERANDS[half]}>(" in src or f"false, {TENSOR_OPERANDS[half]}>(" in src
+    rep = nvrtc.ptxas_report(src, k.name)
+    assert rep.spill_bytes == 0 and rep.stack_bytes == 0 and rep.registers <= 128, rep.log
+    assert rep.shared_bytes == k.launch.shared_bytes, rep.log
+    if tile:
+        assert rep.shared_bytes == block.shared_bytes
+
+
+def test_a_half_plan_is_priced_at_twice_tf32_s_tensor_rate():
+    """The same attention and FFN kernels in bfloat16 on m16n16k16 are predicted faster
+    than in float32 with TF32: twice the tensor rate, half the bytes."""
+    tf32 = CostModel.for_device(TF32)
+    half = CostModel.for_device(H100)
+    for part in ("ffn", "attention"):
+        g16, g32 = _bert_half("bfloat16", part), _bert_half("float32", part)
+        p16 = Plan.singletons(g16, H100).fuse([n.id for n in g16.nodes])
+        p32 = Plan.singletons(g32, TF32).fuse([n.id for n in g32.nodes])
+        (gr16,), (gr32,) = p16.groups, p32.groups
+        assert half.estimate(g16, gr16).ms < tf32.estimate(g32, gr32).ms

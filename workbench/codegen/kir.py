@@ -446,11 +446,14 @@ class Kernel:
     # the kernel runs on the CPU only (a GEMM kernel: the C micro-kernel or the host
     # BLAS; it has no CUDA rendering), whether or not it calls ``blas``
     host_only: bool = False
-    # its matmuls run on tensor cores in TF32 (Device.on_tensor_cores: float32 ones
-    # where the plan allows TF32, bfloat16 ones always): cuBLAS in TF32 for a library
-    # call, tensor cores for a GPU GEMM tile; the check bounds their error by TF32's
-    # rounding (measure.verify)
+    # its matmuls run on tensor cores (Device.on_tensor_cores: float32 ones where the
+    # plan allows TF32, bfloat16 and float16 ones always): cuBLAS in TF32 for a library
+    # call, tensor cores for a GPU GEMM tile
     tf32: bool = False
+    # how far its operands' rounding on the way in may take each of its matmuls' products,
+    # relative to |A| @ |B| (0: exact; ir.dtypes' TF32_PRODUCT_ERROR, HALF_PRODUCT_ERROR):
+    # the check widens their bounds by it (measure.verify)
+    product_error: float = 0.0
 
     @property
     def tensor_cores(self) -> bool:

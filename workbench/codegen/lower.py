@@ -29,7 +29,7 @@ from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, P
                                PACK_ONCE, PACK_PER_RUN, PACK_TILE, Im2col, Schedule,
                                group_io)
 from ..ir import DType, Graph
-from ..ir.dtypes import c_literal
+from ..ir.dtypes import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR, c_literal
 from ..ops import Index, Kind, get_op
 from ..ops.index import mod
 from ..ops.reduce import reduce_axes
@@ -1441,11 +1441,26 @@ def lower_group(g: Graph, group: Group, device: Device = DEFAULT_DEVICE) -> Kern
             k = _lower_stitched(g, group, name, device)
         else:
             k = _Lowerer(g, group, device).lower(name)
-    # its matmuls run on tensor cores in TF32 (the library's, and a tensor-core tile's:
-    # Device.on_tensor_cores): what the backend allows cuBLAS and the check bounds
-    tf32 = any(g.node(n).op == "matmul" and device.on_tensor_cores(
-        g.value(g.node(n).inputs[0]).dtype) for n in group.nodes)
-    return replace(k, nodes=tuple(group.nodes), tf32=tf32)
+    err = _product_error(g, group, device)
+    return replace(k, nodes=tuple(group.nodes), tf32=err > 0, product_error=err)
+
+
+def _product_error(g: Graph, group: Group, device: Device) -> float:
+    """How far the rounding of its operands may take a product of the group's matmuls
+    (relative to |A| @ |B|): none on the CUDA cores; on tensor cores
+    (Device.on_tensor_cores) a half type's in a GPU tile of that type (its computed
+    operands rounded into it), else TF32's (cuBLAS in TF32, a TF32 tile; half
+    operands are exact in TF32, but a fused attention's probabilities are not)."""
+    s = group.schedule
+    block = s.gemm.block if s.kind is ScheduleKind.gemm else None
+    worst = 0.0
+    for nid in group.nodes:
+        n = g.node(nid)
+        if n.op != "matmul" or not device.on_tensor_cores(g.value(n.inputs[0]).dtype):
+            continue
+        half = block is not None and block.tensor and block.operands.is_half
+        worst = max(worst, HALF_PRODUCT_ERROR[block.operands] if half else TF32_PRODUCT_ERROR)
+    return worst
 
 
 # Lowering is demand-driven: an op's expression asks for its inputs' (``_Lowerer.at``),

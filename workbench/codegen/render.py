@@ -87,26 +87,31 @@ __device__ __forceinline__ void wb_grid_sync() {
 # the CPU's fused attention takes it: codegen/lower.py _online_attention): a row's
 # logits lie in the registers of the 16 lanes sharing its ty (half a warp), so its
 # maximum and sum are butterfly shuffles over those lanes.
-_GEMM_BLOCK = r"""/* A's and B's panels from k = p0, BK deep, into shared memory (as, bs): each loaded
-   along its operand's unit stride, A's stored transposed ([p][i], rows SA apart), B's
-   [p][j] (SB apart); zeros past rows, cols or k */
-template <int BM, int BN, int BK, int NT, bool TA, bool TB, class PA, class PB, class LA,
-          class LB>
+_GEMM_BLOCK = r"""/* a panel's element of type T from the value a loader gives: float itself (a half
+   type on tensor cores: wb_to's specializations there) */
+template <class T> WB_FN T wb_to(float v) { return v; }
+
+/* A's and B's panels of T from k = p0, BK deep, into shared memory (as, bs): each
+   loaded along its operand's unit stride, A's stored transposed ([p][i], rows SA apart),
+   B's [p][j] (SB apart), each row 16 bytes longer; zeros past rows, cols or k. (Loads
+   4 at a time in flight: a half type's 16-deep panels, fully unrolled, spilled.) */
+template <int BM, int BN, int BK, int NT, bool TA, bool TB, class T = float, class PA,
+          class PB, class LA, class LB>
 WB_FN void wb_gemm_panels(PA as, PB bs, LA& a_at, LB& b_at, long long rows, long long cols,
                           long long k, long long p0) {
-  constexpr int SA = BM + 4, SB = BN + 4;
+  constexpr int SA = BM + 16 / sizeof(T), SB = BN + 16 / sizeof(T);
   const int t = threadIdx.x;
-#pragma unroll
+#pragma unroll 4
   for (int q = 0; q < (BM * BK + NT - 1) / NT; ++q) {
     const int e = q * NT + t, i = TA ? e % BM : e / BK, p = TA ? e / BM : e % BK;
     const long long gp = p0 + p;
-    if (e < BM * BK) as[p * SA + i] = i < rows && gp < k ? a_at(i, gp) : 0.0f;
+    if (e < BM * BK) as[p * SA + i] = wb_to<T>(i < rows && gp < k ? a_at(i, gp) : 0.0f);
   }
-#pragma unroll
+#pragma unroll 4
   for (int q = 0; q < (BN * BK + NT - 1) / NT; ++q) {
     const int e = q * NT + t, j = TB ? e / BK : e % BN, p = TB ? e % BK : e / BN;
     const long long gp = p0 + p;
-    if (e < BN * BK) bs[p * SB + j] = j < cols && gp < k ? b_at(gp, j) : 0.0f;
+    if (e < BN * BK) bs[p * SB + j] = wb_to<T>(j < cols && gp < k ? b_at(gp, j) : 0.0f);
   }
 }
 
@@ -183,36 +188,56 @@ WB_FN void wb_online_step(float (&s)[TM * TN], float (&o)[TM * TO], float (&m)[T
 """
 
 
-# One thread block's GEMM tile on tensor cores (BlockTile.tensor; the plan's matmuls
-# allowed TF32), in wb_gemm_tile's interface and register layout, so that an epilogue,
-# the online softmax and a second product follow it unchanged. The panels are the same
-# (one 32-byte aligned array: WMMA's loads need it, rows 4 words apart a multiple of
-# its 16 bytes); each of the 8 warps multiplies a BM/2 x BN/4 part of the tile as
-# 16 x 16 accumulator fragments (m16n16k8), its operands converted to TF32 (rounded to
-# nearest: wmma::__float_to_tf32) after each load. The fragments' layout is the hardware's
-# own, so they pass to the threads' registers (acc) through shared memory, 16 of the
-# tile's rows (a row of fragments, a row of each thread's) at a time in the panels'
-# place, and back in first when ACC. (Half the tile at a time kept the accumulator
+# One thread block's GEMM tile on tensor cores (BlockTile.tensor), in wb_gemm_tile's
+# interface and register layout, so that an epilogue, the online softmax and a second
+# product follow it unchanged. The panels are wb_gemm_panels' in the tile's operand
+# type T (BlockTile.operands), in a 32-byte aligned array (WMMA's loads need it; rows
+# 16 bytes longer, a multiple of its 16): float read as TF32 (m16n16k8, each operand
+# rounded to nearest after its load: wmma::__float_to_tf32), or bfloat16 or float16
+# (m16n16k16, nothing to round: twice TF32's rate). Each of the 8 warps multiplies a
+# BM/2 x BN/4 part of the tile as 16 x 16 float accumulator fragments. The fragments'
+# layout is the hardware's own, so they pass to the threads' registers (acc) through
+# shared memory, 16 of the tile's rows (a row of fragments, a row of each thread's) at
+# a time, and back in first when ACC. (Half the tile at a time kept the accumulator
 # array and the fragments alive together: ptxas spilled.)
-_GEMM_TENSOR = r"""#include <mma.h>
+_GEMM_TENSOR = r"""#include <cuda_bf16.h>
+#include <mma.h>
 #ifndef WB_SHARED_A32  /* 32-byte aligned (WMMA's loads and stores) */
 #define WB_SHARED_A32(type, name, n) __shared__ __align__(32) type name[n]
 #endif
-/* one thread block's GEMM tile on tensor cores, TF32: acc (+)= A[rows x k] @ B[k x cols] */
-template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool ACC, class LA,
-          class LB>
+template <> WB_FN __half wb_to<__half>(float v) { return __float2half(v); }
+template <> WB_FN __nv_bfloat16 wb_to<__nv_bfloat16>(float v) { return __float2bfloat16(v); }
+
+/* the precision WMMA takes panels of T in, and its depth */
+template <class T> struct wb_tc_in { using P = T; static constexpr int K = 16; };
+template <> struct wb_tc_in<float> { using P = nvcuda::wmma::precision::tf32; static constexpr int K = 8; };
+
+/* a TF32 fragment's floats rounded to nearest (the tensor core would drop their low
+   bits); a half type's are what the tensor core reads already */
+template <class F> WB_FN void wb_tc_round(F&) {}
+template <class U, class L>
+WB_FN void wb_tc_round(nvcuda::wmma::fragment<U, 16, 16, 8, nvcuda::wmma::precision::tf32, L>& f) {
+#pragma unroll
+  for (int e = 0; e < f.num_elements; ++e) f.x[e] = nvcuda::wmma::__float_to_tf32(f.x[e]);
+}
+
+/* one thread block's GEMM tile on tensor cores: acc (+)= A[rows x k] @ B[k x cols] */
+template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool ACC, class T,
+          class LA, class LB>
 WB_FN void wb_gemm_tile_tc(float (&acc)[TM * TN], LA a_at, LB b_at, long long rows,
                            long long cols, long long k) {
   using namespace nvcuda;
-  constexpr int NT = (BM / TM) * (BN / TN), SA = BM + 4, SB = BN + 4, SC = BN + 4;
+  using P = typename wb_tc_in<T>::P;
+  constexpr int FK = wb_tc_in<T>::K, PAD = 16 / sizeof(T);
+  constexpr int NT = (BM / TM) * (BN / TN), SA = BM + PAD, SB = BN + PAD, SC = BN + 4;
   constexpr int WM = BM / 2, WN = BN / 4, FM = WM / 16, FN = WN / 16;
-  constexpr int PANELS = BK * (SA + SB), ROUND = 16 * SC;
-  constexpr int WORDS = PANELS < ROUND ? ROUND : PANELS;
   static_assert(BM / TM == 16, "a thread's rows 16 apart: one fragment row a round");
-  WB_SHARED_A32(float, wb_tc, WORDS);
+  static_assert(BK % FK == 0, "panels in whole fragment steps");
+  WB_SHARED_A32(T, wb_tp, BK * (SA + SB));   /* A's and B's panels */
+  WB_SHARED_A32(float, wb_tc, 16 * SC);      /* a row of fragments on its way to acc */
   const int t = threadIdx.x, tx = t % (BN / TN), ty = t / (BN / TN);
   const int wy = t / 32 / 4, wx = t / 32 % 4;
-  wmma::fragment<wmma::accumulator, 16, 16, 8, float> c[FM][FN];
+  wmma::fragment<wmma::accumulator, 16, 16, FK, float> c[FM][FN];
 #pragma unroll
   for (int i = 0; i < TM; ++i) {
     if (ACC) {   /* acc's rows 16 i.. into the fragments of row i % FM of warps i / FM */
@@ -232,25 +257,23 @@ WB_FN void wb_gemm_tile_tc(float (&acc)[TM * TN], LA a_at, LB b_at, long long ro
     }
   }
   for (long long p0 = 0; p0 < k; p0 += BK) {
-    __syncthreads();   /* (the last panels, or the handover, are done with) */
-    wb_gemm_panels<BM, BN, BK, NT, TA, TB>(wb_tc + 0, wb_tc + BK * SA, a_at, b_at, rows, cols,
-                                           k, p0);
+    __syncthreads();   /* (the last panels are done with) */
+    wb_gemm_panels<BM, BN, BK, NT, TA, TB, T>(wb_tp + 0, wb_tp + BK * SA, a_at, b_at, rows,
+                                              cols, k, p0);
     __syncthreads();
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 8) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::col_major> fa[FM];
-      wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb[FN];
+    for (int kk = 0; kk < BK; kk += FK) {
+      wmma::fragment<wmma::matrix_a, 16, 16, FK, P, wmma::col_major> fa[FM];
+      wmma::fragment<wmma::matrix_b, 16, 16, FK, P, wmma::row_major> fb[FN];
 #pragma unroll
       for (int i = 0; i < FM; ++i) {
-        wmma::load_matrix_sync(fa[i], wb_tc + kk * SA + wy * WM + i * 16, SA);
-#pragma unroll
-        for (int e = 0; e < fa[i].num_elements; ++e) fa[i].x[e] = wmma::__float_to_tf32(fa[i].x[e]);
+        wmma::load_matrix_sync(fa[i], wb_tp + kk * SA + wy * WM + i * 16, SA);
+        wb_tc_round(fa[i]);
       }
 #pragma unroll
       for (int j = 0; j < FN; ++j) {
-        wmma::load_matrix_sync(fb[j], wb_tc + BK * SA + kk * SB + wx * WN + j * 16, SB);
-#pragma unroll
-        for (int e = 0; e < fb[j].num_elements; ++e) fb[j].x[e] = wmma::__float_to_tf32(fb[j].x[e]);
+        wmma::load_matrix_sync(fb[j], wb_tp + BK * SA + kk * SB + wx * WN + j * 16, SB);
+        wb_tc_round(fb[j]);
       }
 #pragma unroll
       for (int i = 0; i < FM; ++i)
@@ -271,9 +294,14 @@ WB_FN void wb_gemm_tile_tc(float (&acc)[TM * TN], LA a_at, LB b_at, long long ro
 #pragma unroll
     for (int j = 0; j < TN; ++j) acc[i * TN + j] = wb_tc[ty * SC + j * (BN / TN) + tx];
   }
-  __syncthreads();   /* (the next use of the panels' memory overwrites the handover) */
+  __syncthreads();   /* (the next tile's first handover overwrites this one) */
 }
 """
+
+
+# the C++ type of a tensor tile's panels (BlockTile.operands; float is read as TF32)
+TENSOR_OPERANDS = {DType.float32: "float", DType.bfloat16: "__nv_bfloat16",
+                   DType.float16: "__half"}
 
 
 # The host BLAS routines a kernel may call, as the parameter it takes them by: ILP64
@@ -759,7 +787,8 @@ class CudaRenderer(CRenderer):
         return [self.indent_unit * depth
                 + f"{'wb_gemm_tile_tc' if b.tensor else 'wb_gemm_tile'}<{b.m}, {b.n}, "
                   f"{b.depth}, {b.thread_m}, {b.thread_n}, "
-                  f"{flag[s.trans_a]}, {flag[s.trans_b]}, {flag[s.accumulate]}>({s.c.name},",
+                  f"{flag[s.trans_a]}, {flag[s.trans_b]}, {flag[s.accumulate]}"
+                  f"{', ' + TENSOR_OPERANDS[b.operands] if b.tensor else ''}>({s.c.name},",
                 pad + "[&](long long i, long long p) -> float { return "
                     f"{self.to_compute(s.a.dtype, a_ij)}; }},",
                 pad + "[&](long long p, long long j) -> float { return "

@@ -411,7 +411,8 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
 def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeatures:
     """A GPU GEMM kernel (a thread block per tile): the product at the fraction of the
     peak the generated GEMM is assumed to reach (GPU_GEMM_EFFICIENCY of float32's, on
-    tensor cores GPU_TENSOR_GEMM_EFFICIENCY of TF32's: cuBLAS, the library call, is
+    tensor cores GPU_TENSOR_GEMM_EFFICIENCY of their rate on the tile's operands
+    (Device.tensor_rate: a half type's twice TF32's): cuBLAS, the library call, is
     priced at the peak), on the SMs its tiles occupy; its operands
     and epilogue inputs read and its outputs written once, plus A's rows read again by
     each further column tile and B's columns by each further row tile (from L2,
@@ -431,7 +432,8 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           geo.threads, t.tiles, geo.shared_bytes, 0, 1.0,
                           util, mem, flops / (device.peak_flops * util),
-                          lib / (util * (device.tensor_flops * GPU_TENSOR_GEMM_EFFICIENCY
+                          lib / (util * (device.tensor_rate(t.block.operands)
+                                         * GPU_TENSOR_GEMM_EFFICIENCY
                                          if t.block.tensor else
                                          device.peak_flops * GPU_GEMM_EFFICIENCY)))
 

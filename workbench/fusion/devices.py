@@ -87,10 +87,19 @@ class Device:
             return False
         return dtype.is_half or (dtype is DType.float32 and self.tf32)
 
+    def tensor_rate(self, operands: DType) -> float:
+        """Dense tensor-core flop/s on operands of this type: TF32's for float32, twice
+        it for bfloat16 and float16 (A100 156 and 312, H100 495 and 989 TFLOP/s)."""
+        return self.tensor_flops * (2.0 if operands.is_half else 1.0)
+
     def matmul_rate(self, dtype: DType) -> float:
-        """The flop/s a ``dtype`` matmul is priced at: the tensor cores' TF32 rate where
-        it runs on them (``on_tensor_cores``), else the float32 peak."""
-        return self.tensor_flops if self.on_tensor_cores(dtype) else self.peak_flops
+        """The flop/s a ``dtype`` library matmul is priced at: on tensor cores
+        (``on_tensor_cores``) float16 at its own rate (cuBLAS takes it as it is),
+        float32 and bfloat16 at TF32's (CuPy has no bfloat16: widened to float32
+        copies, multiplied in TF32); else the float32 peak."""
+        if not self.on_tensor_cores(dtype):
+            return self.peak_flops
+        return self.tensor_rate(dtype if dtype is DType.float16 else DType.float32)
 
     @property
     def shared_limit(self) -> int:

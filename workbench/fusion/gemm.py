@@ -223,6 +223,15 @@ GPU_GEMM_TILES = {(128, 128): BlockTile(128, 128, GPU_GEMM_DEPTH, 8, 8),
 GPU_TENSOR_DEPTH = 8
 GPU_TENSOR_TILES = {mn: replace(t, depth=GPU_TENSOR_DEPTH, tensor=True)
                     for mn, t in GPU_GEMM_TILES.items()}
+# bfloat16 and float16 matmuls keep their type on the tensor cores (WMMA m16n16k16,
+# twice TF32's rate): the same tiles, panels of the half type 16 deep (one fragment
+# step between barriers: the same bytes a panel as TF32's 8 deep; their loads unrolled
+# 4 at a time, which kept the 128 x 128 tile at 117 registers where full unrolling
+# spilled 112 bytes)
+GPU_HALF_DEPTH = 16
+GPU_HALF_TILES = {half: {mn: replace(t, depth=GPU_HALF_DEPTH, operands=half)
+                         for mn, t in GPU_TENSOR_TILES.items()}
+                  for half in (DType.bfloat16, DType.float16)}
 # blocks of it an SM holds at once: the compiler is asked to leave registers for two
 # (ptxas: 128 a thread at 128 x 128, no spills; left to itself it took 150, one block
 # an SM), so one block's panel loads overlap the other's arithmetic
@@ -1052,11 +1061,11 @@ def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
 def _gpu_tiles(g: Graph, mm, device: Device, kernel: str) -> dict:
     """The block tiles a GPU kernel (``kernel``, for the reason) multiplies ``mm``'s
     dtype with: on tensor cores where the device runs it there (Device.on_tensor_cores:
-    GPU_TENSOR_TILES), float32 on the CUDA cores otherwise (GPU_GEMM_TILES); any other
-    dtype is FusionRefused."""
+    GPU_TENSOR_TILES in TF32, GPU_HALF_TILES in a half type), float32 on the CUDA cores
+    otherwise (GPU_GEMM_TILES); any other dtype is FusionRefused."""
     dtype = g.value(mm.inputs[0]).dtype
     if device.on_tensor_cores(dtype):
-        return GPU_TENSOR_TILES
+        return GPU_HALF_TILES[dtype] if dtype.is_half else GPU_TENSOR_TILES
     if dtype is DType.float32:
         return GPU_GEMM_TILES
     raise FusionRefused(f"{kernel} multiplies float32, and float16 or bfloat16 on tensor "

@@ -44,11 +44,11 @@ This module holds the values; :mod:`.analysis` decides which schedule a group ge
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..ir import Graph
+from ..ir import DType, Graph
 from ..ops.strided import MatrixView, Strided
 from .mapping import Mapping, ScheduleKind
 
@@ -239,12 +239,14 @@ class BlockTile:
     memory at a time (``shared_bytes``), each panel's rows padded by ``PAD`` floats so
     that a panel stored transposed falls in distinct banks.
 
-    ``tensor``: the product is taken on tensor cores in TF32 (WMMA m16n16k8): the
-    block's 8 warps, ``WARPS_M x WARPS_N``, each multiply an ``m / 2 x n / 4`` part of
-    the tile as 16 x 16 fragments from the same panels; at the end the fragments pass
-    to the threads' layout above through shared memory (a row of fragments at a time,
-    in the panels' place: each thread's rows are 16 apart), so what follows the
-    product is the same either way.
+    ``tensor``: the product is taken on tensor cores (WMMA): the block's 8 warps,
+    ``WARPS_M x WARPS_N``, each multiply an ``m / 2 x n / 4`` part of the tile as
+    16 x 16 fragments from the same panels; at the end the fragments pass to the
+    threads' layout above through shared memory (a row of fragments at a time), so
+    what follows the product is the same either way. ``operands``: the type the panels
+    hold and the tensor cores read -- float32 read as TF32 (m16n16k8), or bfloat16 or
+    float16 (m16n16k16, twice TF32's rate; a value computed in the kernel, such as a
+    fused attention's probabilities, is rounded to it on the way in).
 
     >>> BlockTile(128, 128, 8, 8, 8).threads
     256
@@ -255,21 +257,31 @@ class BlockTile:
     thread_m: int
     thread_n: int
     tensor: bool = False
+    operands: DType = DType.float32
 
-    PAD = 4
+    PAD = 4                 # floats a row of float panels (or probabilities) is padded by
+    PAD_BYTES = 4 * PAD     # (16 bytes: 8 halves in a row of half panels)
     WARPS_M = 2
     WARPS_N = 4
-    FRAGMENT = 16           # a WMMA fragment's rows and columns (m16n16k8: k 8)
-    FRAGMENT_K = 8
+    FRAGMENT = 16           # a WMMA fragment's rows and columns
 
     def __post_init__(self):
+        if self.operands is not DType.float32 and not (self.tensor and self.operands.is_half):
+            raise ValueError(f"a tile's panels hold float32, or bfloat16 or float16 on tensor "
+                             f"cores, not {self}")
         if self.tensor and (self.m % (self.WARPS_M * self.FRAGMENT)
                             or self.n % (self.WARPS_N * self.FRAGMENT)
-                            or self.depth % self.FRAGMENT_K
+                            or self.depth % self.fragment_k
                             or self.m // self.thread_m != self.FRAGMENT
                             or self.threads != 32 * self.WARPS_M * self.WARPS_N):
             raise ValueError(f"a tensor-core tile takes 8 warps over rows in 32s, columns in "
-                             f"64s, depth in 8s and each thread's rows 16 apart, not {self}")
+                             f"64s, depth in {self.fragment_k}s and each thread's rows 16 "
+                             f"apart, not {self}")
+
+    @property
+    def fragment_k(self) -> int:
+        """A WMMA product's depth: 8 in TF32 (m16n16k8), 16 in a half type (m16n16k16)."""
+        return 16 if self.operands.is_half else 8
 
     @property
     def threads(self) -> int:
@@ -277,11 +289,14 @@ class BlockTile:
 
     @property
     def shared_bytes(self) -> int:
-        """A's and B's panels in shared memory, float32 (a tensor tile's fragments pass
-        to the threads through the same memory, a row of fragments at a time)."""
-        panels = 4 * self.depth * (self.m + self.n + 2 * self.PAD)
+        """A's and B's panels in shared memory (their rows PAD_BYTES longer); a tensor
+        tile's fragments pass to the threads through an array of 16 rows of floats
+        beside them."""
+        size = self.operands.itemsize
+        pad = self.PAD_BYTES // size
+        panels = size * self.depth * (self.m + self.n + 2 * pad)
         handover = 4 * self.FRAGMENT * (self.n + self.PAD)
-        return max(panels, handover) if self.tensor else panels
+        return panels + handover if self.tensor else panels
 
     def over(self, n: int) -> "BlockTile":
         """The tile of the same rows and threads over ``n`` columns (a fused attention's
@@ -289,14 +304,14 @@ class BlockTile:
         (a tensor tile's columns: whole fragments for each warp).
 
         >>> BlockTile(64, 64, 8, 4, 4).over(72)
-        BlockTile(m=64, n=80, depth=8, thread_m=4, thread_n=5, tensor=False)
+        BlockTile(m=64, n=80, depth=8, thread_m=4, thread_n=5, tensor=False, operands=<DType.float32: 'float32'>)
         """
         across = self.n // self.thread_n
         per = -(-n // across)
         if self.tensor:
             whole = self.WARPS_N * self.FRAGMENT // across
             per = -(-per // whole) * whole
-        return BlockTile(self.m, across * per, self.depth, self.thread_m, per, self.tensor)
+        return replace(self, n=across * per, thread_n=per)
 
     @property
     def rows_bytes(self) -> int:

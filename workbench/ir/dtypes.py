@@ -158,6 +158,11 @@ TOLERANCE = {
 # nearest, 2^-10), so an element of A @ B by up to TF32_PRODUCT_ERROR * (|A| @ |B|)
 # besides float32's accumulation (measure.verify holds such a product to that).
 TF32_PRODUCT_ERROR = 2.0 ** -9
+# A bfloat16 or float16 matmul on tensor cores multiplies in its own type: its operands
+# are exact there, but a value the kernel computed in float32 on the way (a fused
+# attention's probabilities, a prologue's result) is rounded to nearest into it, off
+# by up to 2^-8 (bfloat16) or 2^-11 (float16) of itself: a product of two by twice that.
+HALF_PRODUCT_ERROR = {DType.bfloat16: 2.0 ** -7, DType.float16: 2.0 ** -10}
 
 
 def c_int_literal(v: int, dt: DType) -> str:

@@ -9,9 +9,10 @@ Each output is held to the magnitude its rounding error is bounded by, followed 
 the kernel's ops (``ops.magnitude``): the error of a float sum is bounded by
 eps * sum|x|, so ``sum(x)`` near zero by cancellation is held to ``sum(|x|)``, not to its
 own tiny value; a GEMM's element (a dot product, summed in whatever order cuBLAS or BLAS
-chooses) to ``|A| @ |B|`` -- in a kernel allowed TF32 (``Kernel.tf32``: cuBLAS in TF32,
-a tensor-core tile) to ``|A| @ |B|`` grown by TF32's rounding of the operands
-(``TF32_PRODUCT_ERROR`` over the float32 tolerance); and what a fused kernel computes
+chooses) to ``|A| @ |B|`` -- on tensor cores (cuBLAS in TF32, a tensor-core tile) to
+``|A| @ |B|`` grown by the rounding of the operands on the way in
+(``Kernel.product_error``: TF32's, or a half type's, over the float32 tolerance);
+and what a fused kernel computes
 from them afterwards to those bounds carried through its slopes -- ``sum(x) +
 max(x*x)`` in one kernel is held to ``sum|x| + max(x*x)``, as it would be checked op
 by op.
@@ -43,20 +44,23 @@ def _up(a: np.ndarray) -> np.ndarray:
 HALF_NP = (DType.float16.np, DType.bfloat16.np)
 
 
-# how much larger than float32's a TF32 matmul's error bound is (verify's magnitudes
-# are held to TOLERANCE[float32] of themselves)
-TF32_GROWTH = 1.0 + TF32_PRODUCT_ERROR / TOLERANCE[DType.float32]
+def growth(product_error: float) -> float:
+    """How much larger than float32's a matmul's error bound is when its operands'
+    rounding may take its products ``product_error`` of |A| @ |B| (verify's magnitudes
+    are held to TOLERANCE[float32] of themselves)."""
+    return 1.0 + product_error / TOLERANCE[DType.float32]
 
 
-def _reference_env(g: Graph, nodes, env, tf32: bool = False) -> tuple[dict, dict]:
+def _reference_env(g: Graph, nodes, env, product_error: float = 0.0) -> tuple[dict, dict]:
     """The group's values by the reference, from the kernel's real inputs, and the
     magnitude each value's rounding error is bounded by (``ops.magnitude``).
 
     float16 and bfloat16 values are kept in float32 inside the group, as the kernel keeps them: a
     fused kernel rounds to half precision only when it stores, so a reference that
     rounds after every op would blame the kernel for the reference's own rounding.
-    ``tf32``: the matmuls' operands were rounded to TF32 (TF32_GROWTH; half-precision
-    operands are exact in it, but a fused attention's float32 probabilities are not).
+    ``product_error``: how far the matmuls' operands were rounded on the way in
+    (``Kernel.product_error``: TF32's; a half type's, where a value computed in the
+    kernel -- a fused attention's probabilities -- is rounded into it).
     """
     local, mags = {}, {}
     for nid in nodes:
@@ -66,13 +70,13 @@ def _reference_env(g: Graph, nodes, env, tf32: bool = False) -> tuple[dict, dict
         ms = [mags[i] if i in mags else magnitude.exact(a) for i, a in zip(n.inputs, args)]
         local.update(zip(n.outputs, ys))
         m = magnitude.propagate(n.op, n.attr_map, ms, args, ys)
-        if tf32 and n.op == "matmul":
-            # its own operands' rounding: TF32's, on |A| @ |B| of the values it got (the
-            # errors they carry in are in m already, at float32's scale; operands the
-            # kernel received carry none, and then m is that product already)
+        if product_error and n.op == "matmul":
+            # its own operands' rounding, on |A| @ |B| of the values it got (the errors
+            # they carry in are in m already, at float32's scale; operands the kernel
+            # received carry none, and then m is that product already)
             own = m if not any(i in mags for i in n.inputs) else magnitude.propagate(
                 n.op, n.attr_map, [magnitude.exact(a) for a in args], args, ys)
-            m = [x + (TF32_GROWTH - 1.0) * o for x, o in zip(m, own)]
+            m = [x + (growth(product_error) - 1.0) * o for x, o in zip(m, own)]
         mags.update(zip(n.outputs, m))
     return local, mags
 
@@ -83,7 +87,8 @@ def graph_magnitudes(g: Graph, inputs: dict, tf32: bool = False) -> dict:
     held to ``tolerance * max(|ref|, magnitude)``), each matmul's bound grown by TF32's
     rounding where ``tf32`` (torch with ``allow_tf32``)."""
     env = {**g.constants, **inputs}
-    _, mags = _reference_env(g, [n.id for n in g.nodes], env, tf32)
+    _, mags = _reference_env(g, [n.id for n in g.nodes], env,
+                             TF32_PRODUCT_ERROR if tf32 else 0.0)
     return {o: mags[o] for o in g.outputs}
 
 
@@ -96,7 +101,7 @@ def verify_kernels(program, env: dict) -> list[KernelCheck]:
 def check_kernel(g: Graph, k, nodes, env: dict) -> KernelCheck:
     """One kernel's outputs in ``env`` against the reference of its ``nodes`` evaluated
     from the inputs it received (also in ``env``)."""
-    local, mags = _reference_env(g, nodes, env, k.tf32)
+    local, mags = _reference_env(g, nodes, env, k.product_error)
     worst, ok = 0.0, True
     for b in k.outputs:
         # the kernel rounds a half output once, as it stores; so does the reference here

@@ -145,6 +145,17 @@ inline __half __float2half(float f) {
   return {(unsigned short)(s | r)};
 }
 
+/* -- bfloat16 (cuda_bf16.h): float's upper 16 bits, round to nearest even ---------- */
+struct __nv_bfloat16 { unsigned short x; };
+inline float __bfloat162float(__nv_bfloat16 h) {
+  return wb_emu_bits<float>((unsigned int)h.x << 16);
+}
+inline __nv_bfloat16 __float2bfloat16(float f) {
+  const unsigned int u = wb_emu_bits<unsigned int>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return {(unsigned short)((u >> 16) | 0x40u)};  /* NaN */
+  return {(unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16)};
+}
+
 /* -- atomics (sequentially consistent) -------------------------------------------- */
 template <class T> inline T atomicAdd(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 inline float atomicAdd(float* p, float v) {
