@@ -53,7 +53,8 @@ class NvrtcError(WorkbenchError):
     """NVRTC rejected a source (the message holds its log)."""
 
 
-# WMMA in TF32 (a tensor-core GEMM tile, BlockTile.tensor) needs sm_80 or newer
+# WMMA in TF32 and bfloat16 (a tensor-core GEMM tile, BlockTile.tensor) needs sm_80
+# or newer
 TENSOR_CORE_ARCH = 80
 
 
@@ -64,7 +65,8 @@ def require_arch(kernel, arch: str) -> None:
     here keeps such a GPU's matmuls on the CUDA cores: it has no ``tensor_flops``)."""
     if kernel.tensor_cores and int(arch) < TENSOR_CORE_ARCH:
         raise WorkbenchError(
-            f"kernel {kernel.name} multiplies on tensor cores in TF32 (WMMA), which needs "
+            f"kernel {kernel.name} multiplies on tensor cores (WMMA in TF32 or a half "
+            "type), which needs "
             f"compute capability 8.0 or newer; this GPU is sm_{arch}. Plan it on this GPU "
             "(export the artifact again from a session here): its matmuls then stay on "
             "the CUDA cores")
