@@ -1,7 +1,8 @@
 """The ``gemm`` template's legality and tiling: a matmul (or a convolution) with its
 epilogue as one kernel, or why not.
 
-A group fits when it holds exactly one float32 or bfloat16 ``matmul`` (``GEMM_DTYPES``)
+A group fits when it holds exactly one float32 or bfloat16 ``matmul`` (``GEMM_DTYPES``;
+on a GPU float16 too)
 whose operands are read from memory -- directly, or through layout ops in the kernel
 (reshape, squeeze, unsqueeze, transpose, expand, slice, split: ``prologue`` views) that
 make the operand a strided BLAS matrix of a value in memory (``operand``; batch dims
@@ -37,14 +38,16 @@ product by the generated micro-kernel against B packed -- once where B is a cons
 by every run before the tiles for a fused attention's K and V over long rows and a
 1 x 1 convolution's input, by each tile for a convolution's patches -- where
 the vectors are wide enough (``packs``, ``GemmLaunch.packs``), else by a
-single-threaded BLAS sgemm). On a GPU (``_gpu_tiling``) the template takes one float32
-matmul with an elementwise epilogue and its prologue views: a thread block per tile of
-128 x 128 (or 64 x 64) outputs, each thread's 8 x 8 (4 x 4) of them accumulated in
-registers and finished there by the epilogue (``BlockTile``; codegen's wb_gemm_tile),
-so the product is never stored unless it is an output; and a fused attention whose
-softmax has the online form (``_gpu_attention_scores``: a block of 64 queries takes 64
-keys at a time, FlashAttention's recurrence). Other row epilogues, convolutions and
-half precision stay cuBLAS/cuDNN calls on a GPU so far.
+single-threaded BLAS sgemm). On a GPU (``_gpu_tiling``) the template takes one matmul
+with an elementwise epilogue and its prologue views -- float32 on the CUDA cores or, with
+TF32 allowed, on tensor cores; bfloat16 and float16 on tensor cores in their own type
+(``_gpu_tiles``) -- a thread block per tile of 128 x 128 (or 64 x 64) outputs, each
+thread's 8 x 8 (4 x 4) of them accumulated in registers and finished there by the
+epilogue (``BlockTile``; codegen's wb_gemm_tile and wb_gemm_tile_tc), so the product is
+never stored unless it is an output; and a fused attention whose softmax has the online
+form (``_gpu_attention_scores``: a block of 64 queries takes 64 keys at a time,
+FlashAttention's recurrence). Other row epilogues (a GEMM + LayerNorm) and
+convolutions stay cuBLAS/cuDNN calls and kernels of their own on a GPU so far.
 
     >>> analyze_gemm(g, ("n0", "n1", "n2"), cpu)      # doctest: +SKIP
     Schedule(kind=<ScheduleKind.gemm: 'gemm'>, ...)
