@@ -249,21 +249,26 @@ def test_gpu_gemm_kernels_compile_without_spills(make, tile, nvrtc_toolchain):
     assert rep.registers <= 128 and rep.shared_bytes == blk.shared_bytes, rep.log
 
 
-def test_the_tuner_s_candidates_for_a_gpu_gemm_kernel_are_the_other_block_tile():
+def test_the_tuner_s_candidates_for_a_gpu_gemm_kernel_are_the_other_block_tiles():
     """(Tuning measures on the device itself, so it is not run here: the candidates
-    it would time are, and each makes a legal kernel.)"""
+    it would time are -- every other block tile, the oblong ones too -- and each makes
+    a legal kernel.)"""
     from workbench.fusion import make_group
-    from workbench.measure.tune import candidates
+    from workbench.measure.tune import candidates, climb
+    assert {(128, 64), (64, 128)} <= set(GPU_GEMM_TILES)
     for tile in GPU_GEMM_TILES:
         plan = _fused_plan(_scores, tile)
         (gr,) = plan.groups
-        rule, cand = candidates(gr)
+        rule, *cands = candidates(gr)
         assert rule.launch == ()
-        other = dict(cand.launch)
-        assert (other["tile_m"], other["tile_n"]) != tile
-        assert (other["tile_m"], other["tile_n"]) in GPU_GEMM_TILES
-        made = make_group(plan.graph, gr.nodes, device=H100, launch=cand.launch)
-        assert made.schedule.gemm.block is GPU_GEMM_TILES[other["tile_m"], other["tile_n"]]
+        others = {(dict(c.launch)["tile_m"], dict(c.launch)["tile_n"]) for c in cands}
+        assert others == set(GPU_GEMM_TILES) - {tile}
+        for cand in cands:
+            other = dict(cand.launch)
+            made = make_group(plan.graph, gr.nodes, device=H100, launch=cand.launch)
+            assert made.schedule.gemm.block is GPU_GEMM_TILES[other["tile_m"], other["tile_n"]]
+            # (a tile's neighbours in the climb are the other tiles again, nothing new)
+            assert {dict(c.launch)["tile_m"] for c in climb(cand, made)} <= {64, 128}
 
 
 # -- fused attention on the GPU (FlashAttention's online softmax) ---------------------

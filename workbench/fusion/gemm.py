@@ -211,12 +211,16 @@ GPU_REFUSAL = "a convolution's GEMM kernel runs on the CPU backend only so far"
 # On a GPU a thread block computes each tile (codegen: wb_gemm_tile in the CUDA
 # prelude), 256 threads each holding an 8 x 8 of a 128 x 128 tile in registers, or a
 # 4 x 4 of a 64 x 64 one where the large tiles would leave SMs idle; A's and B's
-# panels pass through shared memory GPU_GEMM_DEPTH deep. float32 FMAs on the CUDA
-# cores: float32 is the exact default, and cuBLAS runs float32 the same way (the
+# panels pass through shared memory GPU_GEMM_DEPTH deep. The rule takes one of those
+# two; the tuner (measure.tune) also times the oblong 128 x 64 and 64 x 128 (8 x 4 and
+# 4 x 8 a thread), which fill the SMs' last wave differently. float32 FMAs on the
+# CUDA cores: float32 is the exact default, and cuBLAS runs float32 the same way (the
 # H100 FFN GEMMs of issue 10 ran at cuBLAS's 42-45 TFLOP/s without TF32).
 GPU_GEMM_DEPTH = 8
 GPU_GEMM_TILES = {(128, 128): BlockTile(128, 128, GPU_GEMM_DEPTH, 8, 8),
-                  (64, 64): BlockTile(64, 64, GPU_GEMM_DEPTH, 4, 4)}
+                  (64, 64): BlockTile(64, 64, GPU_GEMM_DEPTH, 4, 4),
+                  (128, 64): BlockTile(128, 64, GPU_GEMM_DEPTH, 8, 4),
+                  (64, 128): BlockTile(64, 128, GPU_GEMM_DEPTH, 4, 8)}
 # with matmul_precision "tf32" (Device.tf32), and for bfloat16 whatever it says (its
 # operands are exact in TF32: Device.on_tensor_cores), the same tiles are multiplied on tensor
 # cores (BlockTile.tensor: WMMA m16n16k8 fragments, operands rounded to TF32), panels
