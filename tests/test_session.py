@@ -136,3 +136,124 @@ def test_progress_reports_compiling_then_measuring():
     assert seen[0][:2] == (1, 1)                          # the one kernel compiled
     assert labels[1:] == ["ran and checked against NumPy"] + ["timed run"] * 3
     assert [d for d, _, _ in seen[1:]] == [1, 2, 3, 4] and {t for _, t, _ in seen[1:]} == {4}
+
+
+# -- the matmul precision, changed as a step ------------------------------------------
+def _linear(rows: int = 32, depth: int = 64, cols: int = 48):
+    """y = relu(x @ w): one float32 matmul, a library call until fused with its relu."""
+    b = wb.GraphBuilder("linear", "a small linear layer")
+    x = b.input("x", (rows, depth))
+    w = b.constant(np.random.default_rng(0).standard_normal((depth, cols)).astype(np.float32),
+                   "w")
+    b.output(b.op("relu", b.matmul(x, w)), "y")
+    return b.build()
+
+
+def _emulated_gpu(g) -> Session:
+    """A session whose device has TF32 tensor cores: the H100's plans, run by the CUDA
+    emulator on this CPU."""
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable():
+        pytest.skip(CudaEmuBackend.unavailable())
+    return Session(g, backend="cuda-emu")
+
+
+def test_a_new_matmul_precision_is_a_step_that_undo_takes_back():
+    s = _emulated_gpu(_linear())
+    s.fuse(["n0", "n1"])                 # the matmul and its relu: a GEMM kernel
+    exact = s.plan
+    assert s.matmul_precision == "float32" and not s.kernel("n0").tf32
+    tf32 = s.set_matmul_precision("tf32")
+    assert s.step.action == "matmul precision tf32" and s.position == 2
+    assert s.matmul_precision == "tf32" and s.device.tf32 and tf32.device.tf32
+    # the same partition, made again: the GEMM's tile now multiplies on tensor cores
+    assert [gr.nodes for gr in tf32.groups] == [gr.nodes for gr in exact.groups]
+    assert tf32 != exact and tf32.planner == exact.planner
+    k = s.kernel("n0")
+    assert k.tf32 and k.tensor_cores and "wmma::" in s.source("n0")
+    assert not s.kernel("n0", exact).tf32 and "wmma::" not in s.source("n0", plan=exact)
+    t = s.table(measure=False)
+    assert list(t.matmul_precision) == ["float32", "float32", "tf32"]
+    assert s.undo() == exact and s.matmul_precision == "float32" and not s.device.tf32
+    assert s.cost_model.device.matmul_precision == "float32"
+    assert s.redo() == tf32 and s.matmul_precision == "tf32"
+
+
+def test_the_precision_in_use_again_adds_no_step():
+    s = _emulated_gpu(_linear())
+    assert s.set_matmul_precision("float32") is s.plan and len(s.history) == 1
+    s.set_matmul_precision("tf32")
+    plan = s.plan
+    assert s.set_matmul_precision("tf32") is plan and len(s.history) == 2
+
+
+def test_kernels_and_measurements_are_kept_apart_per_precision():
+    # unfused, the matmul is a library call whose Group is the same at both
+    # precisions: its kernel is not (cuBLAS in TF32 or not), nor its program
+    s = _emulated_gpu(_linear())
+    exact = s.plan
+    assert not s.kernel("n0").tf32 and not s.program().compiled[0].kernel.tf32
+    tf32 = s.set_matmul_precision("tf32")
+    assert exact.group("n0") == tf32.group("n0")
+    assert s.kernel("n0").tf32 and s.program().compiled[0].kernel.tf32
+    assert not s.kernel("n0", exact).tf32 and not s.program(exact).compiled[0].kernel.tf32
+    m_tf32 = s.measure(repeats=1)
+    assert m_tf32.within_tolerance and s.measured(exact) is None
+    m_exact = s.measure(exact, repeats=1)
+    assert m_exact is not m_tf32 and s.measure(repeats=1) is m_tf32
+
+
+def test_each_step_is_priced_at_its_own_precision():
+    s = _emulated_gpu(_linear(1024, 1024, 1024))
+    exact_ms = s.predict().ms
+    s.set_matmul_precision("tf32")
+    # the tensor cores' rate for the matmul: a faster prediction; the float32 step
+    # keeps its price after the switch
+    assert s.predict().ms < exact_ms
+    assert s.predict(s.history[0].plan).ms == exact_ms
+    t = s.table(measure=False)
+    assert t.predicted_ms[0] == exact_ms and t.predicted_ms[1] < exact_ms
+    c = s.compare(0, 1)
+    assert c.loc["predicted_ms", "change"] < 0
+
+
+def test_the_fitted_model_follows_the_precision(session):
+    session.auto("rules")
+    session.measure(repeats=2)
+    fitted = session.cost_model
+    assert fitted.calibrated_on > 0 and fitted.device.matmul_precision == "float32"
+    with pytest.warns(UserWarning, match="no TF32 tensor cores"):
+        session.set_matmul_precision("tf32")
+    # the machine's factors, priced on the device at the new precision
+    model = session.cost_model
+    assert model.device.matmul_precision == "tf32" and model.factors == fitted.factors
+    assert session.cost_model is model           # (made once, not on every look)
+    session.undo()
+    assert session.cost_model is fitted
+
+
+def test_a_bad_precision_is_one_clear_error_and_changes_nothing(session):
+    session.auto("rules")
+    before = (list(session.history), session.position, session.plan)
+    for bad in ("fp16", "TF32", None, ["tf32"]):
+        with pytest.raises(WorkbenchError, match="matmul_precision must be one of "
+                                                 "float32, tf32") as e:
+            session.set_matmul_precision(bad)
+        assert "\n" not in str(e.value)
+    assert (list(session.history), session.position, session.plan) == before
+    assert session.matmul_precision == "float32"
+
+
+def test_a_cpu_warns_and_its_matmuls_stay_float32():
+    s = Session(_linear(), backend="cpu")
+    with pytest.warns(UserWarning, match="has no TF32 tensor cores, so its matmuls stay "
+                                         "float32") as seen:
+        s.set_matmul_precision("tf32")
+    assert len(seen) == 1 and seen[0].filename == __file__   # (the caller's line)
+    # asked, and kept as a step (undo goes back to what was asked before), but the
+    # kernels are float32's and the table says the step ran in float32
+    assert s.step.action == "matmul precision tf32" and s.matmul_precision == "tf32"
+    assert not s.device.tf32 and not any(k.tf32 for k in s.kernels())
+    assert list(s.table(measure=False).matmul_precision) == ["float32", "float32"]
+    m = s.measure(repeats=1)
+    assert m.within_tolerance

@@ -1,7 +1,7 @@
 """A session ties one graph, a history of plans and a backend; every face uses it.
 
-Each transformation (fuse, split, auto) appends a step (none when the plan and its
-planner come out unchanged); undo and redo move along the
+Each transformation (fuse, split, auto, a new matmul precision) appends a step (none
+when the plan and its planner come out unchanged); undo and redo move along the
 history without losing it (a new step after an undo drops the undone future, as in
 an editor). A refused transformation raises :class:`FusionRefused` and changes
 nothing. Compiled programs and measurements are cached per plan, so undoing back to a
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import warnings
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
@@ -27,14 +27,14 @@ import pandas as pd
 
 from .codegen import Kernel, lower_group, render_kernel
 from .errors import FusionRefused, WorkbenchError
-from .fusion import Decision, Group, Plan, run_planner
+from .fusion import Decision, Group, Plan, make_group, run_planner
 from .ir import Graph
 from .measure import StepMeasurement, measure_program
 from .measure.step import DRAM_NOT_REQUESTED
 from .runtime import Program, get_backend, random_inputs, run_reference
 
-STEP_COLUMNS = ["step", "action", "planner", "kernels", "bytes_moved_MB", "dram_MB",
-                "latency_ms", "predicted_ms", "speedup_vs_none", "max_rel_error",
+STEP_COLUMNS = ["step", "action", "planner", "matmul_precision", "kernels", "bytes_moved_MB",
+                "dram_MB", "latency_ms", "predicted_ms", "speedup_vs_none", "max_rel_error",
                 "end_to_end_error", "ok"]
 
 
@@ -46,14 +46,40 @@ class Step:
     decisions: tuple[Decision, ...] = field(default=())
 
 
-def _check_args(backend, seed, progress, matmul_precision="float32") -> None:
-    """Session's arguments of the wrong type, refused before anything is loaded."""
+def _check_precision(matmul_precision) -> None:
     from .fusion.devices import MATMUL_PRECISIONS
-    from .runtime.backends import backend_names
-    if matmul_precision not in MATMUL_PRECISIONS:
+    if not isinstance(matmul_precision, str) or matmul_precision not in MATMUL_PRECISIONS:
         raise WorkbenchError(f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)} "
                              f"(float32: exact; tf32: tensor cores, operands rounded to 10 "
                              f"mantissa bits), got {matmul_precision!r:.40}")
+
+
+def _warn_no_tf32(device) -> None:
+    # (stacklevel 3: the line that called Session(...) or set_matmul_precision)
+    warnings.warn(f"matmul_precision='tf32': {device.name} has no TF32 tensor "
+                  "cores, so its matmuls stay float32 (exact)", stacklevel=3)
+
+
+def _replanned(plan: Plan, device) -> Plan:
+    """``plan``'s kernels made again for ``device`` (the same device at another matmul
+    precision): the same partition, with the schemes, mappings and launch parameters
+    set by the user or the tuner; a kernel that cannot be made so is refused with the
+    reason, changing nothing."""
+    groups = []
+    for gr in plan.groups:
+        try:
+            groups.append(make_group(plan.graph, gr.nodes, True, gr.forced_mapping or None,
+                                     gr.forced, device, gr.forced_launch))
+        except FusionRefused as e:
+            raise FusionRefused(f"{gr.id} cannot be made with matmul precision "
+                                f"{device.matmul_precision}: {e}") from None
+    return Plan(plan.graph, tuple(groups), plan.planner, device)
+
+
+def _check_args(backend, seed, progress, matmul_precision="float32") -> None:
+    """Session's arguments of the wrong type, refused before anything is loaded."""
+    from .runtime.backends import backend_names
+    _check_precision(matmul_precision)
     if not isinstance(backend, str):
         raise WorkbenchError(f"backend must be a name ({', '.join(backend_names())}), got "
                              f"{type(backend).__name__}")
@@ -72,7 +98,8 @@ class Session:
     GPU's tensor cores, their operands rounded to TF32 (10 mantissa bits), as
     ``torch.backends.cuda.matmul.allow_tf32`` allows: cuBLAS in TF32 and the generated
     GEMM kernels on tensor cores, checked against NumPy within TF32's bound. A CPU
-    computes float32 whatever is asked."""
+    computes float32 whatever is asked. It is the first step's: ``set_matmul_precision``
+    changes it as a step, and undo goes back."""
 
     def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,
                  progress: Callable[[int, int, str], None] | None = None,
@@ -81,26 +108,29 @@ class Session:
         _check_args(backend, seed, progress, matmul_precision)
         self.graph = load(graph)
         self.backend = get_backend(backend)
-        self.matmul_precision = matmul_precision
-        if matmul_precision == "tf32" and not self.device.tf32:
-            warnings.warn(f"matmul_precision='tf32': {self.device.name} has no TF32 tensor "
-                          "cores, so its matmuls stay float32 (exact)", stacklevel=2)
+        device = self._device_at(matmul_precision)
+        if matmul_precision == "tf32" and not device.tf32:
+            _warn_no_tf32(device)
         self.progress = progress
         # plans are made for the backend's device (the CPU's is measured once, cached)
-        self.history: list[Step] = [Step("load", Plan.singletons(self.graph, self.device))]
+        self.history: list[Step] = [Step("load", Plan.singletons(self.graph, device))]
         self.position = 0
         self.seed = seed
         self._inputs: dict[str, np.ndarray] | None = None
         self._reference: dict[str, np.ndarray] | None = None
         self._programs: dict[Plan, Program] = {}
-        self._kernels: dict[Group, Kernel] = {}      # lowered, per group (a value)
-        self._compiled: dict[Group, object] = {}     # built by the backend, per group
+        # lowered and built per (matmul precision, group): a group's schedule can be the
+        # same at both precisions (a library matmul) while its kernel is not (TF32 or not)
+        self._kernels: dict[tuple[str, Group], Kernel] = {}
+        self._compiled: dict[tuple[str, Group], object] = {}
         self._measurements: dict[Plan, StepMeasurement] = {}
         self._baseline: StepMeasurement | None = None
-        self._tuned: list = []         # (group, seconds) of every candidate tuning timed
+        self._tuned: list = []         # (group, seconds, precision) of every candidate timed
         self.tuning: list = []         # the last tune()'s results (measure.tune.TuneResult)
         self._cost_model = None        # assigned by the user, or fitted to measurements
-        self._device_model = None      # the device's uncalibrated model
+        self._assigned = False         # (then it prices every plan as it is)
+        self._device_models: dict = {}  # the device's uncalibrated model, per precision
+        self._fitted_at: dict = {}     # the fitted factors at the other precision
         # refit the model after every new measurement -- of the device's own timings
         # (the CUDA emulator's are the CPU's, and would teach the GPU's model nonsense)
         self.calibrate = calibrate and not self.backend.emulated
@@ -113,6 +143,13 @@ class Session:
     @property
     def step(self) -> Step:
         return self.history[self.position]
+
+    @property
+    def matmul_precision(self) -> str:
+        """What float32 matmuls may round to in the current step: "float32" (exact) or
+        "tf32" (see the class docstring). The current plan's, so undo and redo carry it
+        (a CPU computes float32 whatever it says: ``device.tf32``)."""
+        return self.plan.device.matmul_precision
 
     def _push(self, action: str, plan: Plan, decisions: Iterable[Decision] = ()) -> Plan:
         # an action that leaves the plan as it is (Auto again, the same mapping or
@@ -159,6 +196,26 @@ class Session:
         plan, log = run_planner(planner, self.graph, model=self.cost_model)
         return self._push(f"auto {planner}", plan, log)
 
+    def set_matmul_precision(self, precision: str) -> Plan:
+        """Let float32 matmuls run in ``precision`` -- "float32" (exact) or "tf32"
+        (tensor cores, operands rounded to 10 mantissa bits) -- from now on: the current
+        plan's kernels made again for the device at that precision, as a new step
+        ("matmul precision tf32"; undo goes back). The precision already in use adds no
+        step. A device without TF32 tensor cores (a CPU) warns, as ``Session(...,
+        matmul_precision="tf32")`` does, and its matmuls stay float32.
+
+        >>> s.set_matmul_precision("tf32"); s.kernel("n0").tf32      # doctest: +SKIP
+        True
+        """
+        _check_precision(precision)
+        if precision == self.matmul_precision:
+            return self.plan
+        device = self._device_at(precision)
+        plan = _replanned(self.plan, device)        # or refused, changing nothing
+        if precision == "tf32" and not device.tf32:
+            _warn_no_tf32(device)
+        return self._push(f"matmul precision {precision}", plan)
+
     def tune(self, refs: Iterable[str] | None = None, repeats: int = 20,
              use_cache: bool = True) -> Plan:
         """Search each kernel's launch parameters (or those of the kernels holding
@@ -173,11 +230,12 @@ class Session:
                 "are not the device's (the CUDA emulator's are the CPU's): tune on the "
                 "device itself (backend cupy on a GPU)")
         groups = None if refs is None else {self.plan.group(r).id for r in refs}
+        precision = self.matmul_precision     # (the candidates were timed at it)
         env = self.program().run(self.inputs, keep_all=True)
         plan, results = tune_plan(self.plan, self.backend, env, groups, repeats=repeats,
                                   use_cache=use_cache, progress=self.progress)
         self.tuning = results
-        self._tuned += [pair for r in results for pair in r.timed]
+        self._tuned += [(gr, t, precision) for r in results for gr, t in r.timed]
         if self.calibrate and self._tuned:
             self._recalibrate()
         if plan == self.plan:
@@ -246,7 +304,7 @@ class Session:
         cols = {}
         for i in map(self._step_index, (a, b)):
             st = self.history[i]
-            e = effect(st.plan, self.cost_model)
+            e = effect(st.plan, self._model_for(st.plan))
             m = self._measurements.get(st.plan)
             cols[f"step {i}: {st.action}"] = [
                 e.kernels, e.bytes_moved / 1e6, e.predicted_ms,
@@ -262,33 +320,41 @@ class Session:
         from the kernels already compiled for its groups, compiling the rest."""
         plan = plan or self.plan
         if plan not in self._programs:
-            self.compile(plan.groups)
+            p = plan.device.matmul_precision
+            self.compile(plan.groups, p)
             self._programs[plan] = Program(
-                plan, self.backend, kernels=[self._lower(gr) for gr in plan.groups],
-                compiled=[self._compiled[gr] for gr in plan.groups])
+                plan, self.backend, kernels=[self._lower(gr, p) for gr in plan.groups],
+                compiled=[self._compiled[p, gr] for gr in plan.groups])
         return self._programs[plan]
 
     def kernels(self, plan: Plan | None = None) -> list[Kernel]:
         """The kernel IR of every group of a plan (the current one by default)."""
-        return [self._lower(gr) for gr in (plan or self.plan).groups]
+        plan = plan or self.plan
+        return [self._lower(gr, plan.device.matmul_precision) for gr in plan.groups]
 
     def kernel(self, ref: str, plan: Plan | None = None) -> Kernel:
         """The kernel IR of the group holding a node or group id (cached per group)."""
-        return self._lower((plan or self.plan).group(ref))
+        plan = plan or self.plan
+        return self._lower(plan.group(ref), plan.device.matmul_precision)
 
-    def compile(self, groups) -> list:
+    def compile(self, groups, matmul_precision: str | None = None) -> list:
         """Build these groups' kernels on the backend now (those not built yet, in one
-        batch; progress reported), so a compiler error shows at once; returns them."""
-        todo = [gr for gr in dict.fromkeys(groups) if gr not in self._compiled]
+        batch; progress reported), so a compiler error shows at once; returns them.
+        ``matmul_precision``: the one their plan was made at (default: the current)."""
+        p = matmul_precision or self.matmul_precision
+        todo = [gr for gr in dict.fromkeys(groups) if (p, gr) not in self._compiled]
         if todo:
-            built = self.backend.compile([self._lower(gr) for gr in todo], self.progress)
-            self._compiled.update(zip(todo, built))
-        return [self._compiled[gr] for gr in groups]
+            built = self.backend.compile([self._lower(gr, p) for gr in todo], self.progress)
+            self._compiled.update(((p, gr), k) for gr, k in zip(todo, built))
+        return [self._compiled[p, gr] for gr in groups]
 
-    def _lower(self, gr: Group) -> Kernel:
-        if gr not in self._kernels:
-            self._kernels[gr] = lower_group(self.graph, gr, self.device)
-        return self._kernels[gr]
+    def _lower(self, gr: Group, matmul_precision: str) -> Kernel:
+        # sized for the backend's device (whatever device a user's model planned for),
+        # at the precision of the plan the group is in
+        key = (matmul_precision, gr)
+        if key not in self._kernels:
+            self._kernels[key] = lower_group(self.graph, gr, self._device_at(matmul_precision))
+        return self._kernels[key]
 
     def source(self, ref: str, target: str = "cuda", plan: Plan | None = None) -> str:
         """Source of the kernel holding a node or group, for target 'cuda' or 'c'."""
@@ -328,7 +394,7 @@ class Session:
             # predicted_ms is an honest prediction; then the model learns from it
             self._measurements[plan] = measure_program(self.program(plan), self.inputs,
                                                        self.reference, warmup, repeats,
-                                                       self.cost_model, self.progress)
+                                                       self._model_for(plan), self.progress)
             if self.calibrate:
                 self._recalibrate()
         if counters and self._measurements[plan].dram_source == DRAM_NOT_REQUESTED:
@@ -346,30 +412,54 @@ class Session:
     def device(self):
         """The Device the backend runs on, which plans are made for (the local CPU's is
         measured once, cached), with the precision the session's matmuls may round to."""
+        return self._device_at(self.matmul_precision)
+
+    def _device_at(self, matmul_precision: str):
         d = self.backend.device
-        return d if d.matmul_precision == self.matmul_precision else d.with_(
-            matmul_precision=self.matmul_precision)
+        return d if d.matmul_precision == matmul_precision else d.with_(
+            matmul_precision=matmul_precision)
 
     @property
     def cost_model(self):
         """The model that predicts latencies and scores the ``stitch`` planner: the
         device's model, refitted to every kernel this session has measured (with
-        ``calibrate=True``, the default), or one assigned by the user."""
-        if self._cost_model is None:
-            return self._uncalibrated()
-        return self._cost_model
+        ``calibrate=True``, the default), or one assigned by the user. At the current
+        step's matmul precision."""
+        return self._model_at(self.matmul_precision)
 
     @cost_model.setter
     def cost_model(self, model) -> None:
         # an assigned model is kept as it is: automatic refitting stops
-        self._cost_model = model
+        self._cost_model, self._assigned = model, True
+        self._fitted_at = {}
         self.calibrate = False
 
-    def _uncalibrated(self):
-        if self._device_model is None:
+    def _model_for(self, plan: Plan):
+        """The model that prices ``plan``: at its own matmul precision (a float32 step
+        stays priced as float32 after a switch to TF32)."""
+        return self._model_at(plan.device.matmul_precision)
+
+    def _model_at(self, matmul_precision: str):
+        # the fitted factors are the machine's, whatever the precision its kernels ran
+        # at; what the precision changes is the features (a matmul's flop rate), which
+        # are each precision's device's -- cached with its uncalibrated model
+        m = self._cost_model
+        if m is None:
+            return self._uncalibrated(matmul_precision)
+        if self._assigned or m.device.matmul_precision == matmul_precision:
+            return m
+        if matmul_precision not in self._fitted_at:
+            self._fitted_at[matmul_precision] = replace(
+                self._uncalibrated(matmul_precision), factors=m.factors,
+                calibrated_on=m.calibrated_on)
+        return self._fitted_at[matmul_precision]
+
+    def _uncalibrated(self, matmul_precision: str | None = None):
+        p = matmul_precision or self.matmul_precision
+        if p not in self._device_models:
             from .fusion.cost import CostModel
-            self._device_model = CostModel.for_device(self.device)
-        return self._device_model
+            self._device_models[p] = CostModel.for_device(self._device_at(p))
+        return self._device_models[p]
 
     def _recalibrate(self) -> None:
         """Fit the device's model to every kernel measured so far (always from the
@@ -377,18 +467,24 @@ class Session:
         from .fusion.cost import samples_from
         from .fusion.cost import Sample
         base = self._uncalibrated()
+        # each kernel counted at the precision it ran at (a TF32 matmul's time is the
+        # tensor cores')
         samples = [smp for plan, m in self._measurements.items()
-                   for smp in samples_from(base, plan, m.per_kernel)]
-        samples += [Sample(base.features(self.graph, gr), t) for gr, t in self._tuned]
+                   for smp in samples_from(self._uncalibrated(plan.device.matmul_precision),
+                                           plan, m.per_kernel)]
+        samples += [Sample(self._uncalibrated(p).features(self.graph, gr), t)
+                    for gr, t, p in self._tuned]
         try:
             self._cost_model = base.calibrate(samples)
+            self._fitted_at = {}
         except ValueError:   # nothing measurable yet (e.g. only empty kernels)
             pass
 
     def predict(self, plan: Plan | None = None):
         """The cost model's prediction for a plan (the current by default), per kernel
         and in total (``.ms``), without running anything."""
-        return self.cost_model.predict(plan or self.plan)
+        plan = plan or self.plan
+        return self._model_for(plan).predict(plan)
 
     def export(self, path, measure: bool = False, force: bool = False, sign_with=None):
         """Write the current plan as an artifact: a directory, or a zip if path ends in
@@ -409,10 +505,13 @@ class Session:
     def table(self, measure: bool = True, **kw) -> pd.DataFrame:
         """One row per step of the history up to the current one.
 
+        ``matmul_precision`` is what the step's float32 matmuls ran in: "tf32" where the
+        step allowed TF32 and the device has tensor cores, else "float32".
+
         ``predicted_ms`` of a measured step is the prediction made just before it was
-        measured; of an unmeasured step, the current model's. ``dram_MB`` is the DRAM
-        traffic measured by the hardware counters (``table(counters=True)``), NaN
-        unless they were read."""
+        measured; of an unmeasured step, the current model's (at the step's matmul
+        precision). ``dram_MB`` is the DRAM traffic measured by the hardware counters
+        (``table(counters=True)``), NaN unless they were read."""
         base = (self.baseline(**kw) if measure
                 else self._measurements.get(self.history[0].plan))
         rows = []
@@ -420,6 +519,7 @@ class Session:
             m = self.measure(st.plan, **kw) if measure else self._measurements.get(st.plan)
             rows.append({
                 "step": i, "action": st.action, "planner": st.plan.planner,
+                "matmul_precision": self._ran_in(st.plan),
                 "kernels": len(st.plan.groups),
                 "bytes_moved_MB": m.bytes_moved / 1e6 if m else np.nan,
                 "dram_MB": m.dram_bytes / 1e6 if m else np.nan,   # counters: NaN unless read
@@ -431,3 +531,6 @@ class Session:
                 "end_to_end_error": m.end_to_end_error if m else np.nan,
                 "ok": m.within_tolerance if m else None})
         return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+    def _ran_in(self, plan: Plan) -> str:
+        return "tf32" if self._device_at(plan.device.matmul_precision).tf32 else "float32"
