@@ -39,6 +39,78 @@ def test_open_takes_the_matmul_precision_and_says_when_matmuls_run_in_tf32():
     assert app.session.device.tf32 and "float32 matmuls in TF32" in app.message
     exact = wb.open("sample_graphs/bert_chain.json", backend="cuda-emu", display=False)
     assert not exact.session.device.tf32 and "TF32" not in exact.message
+    # the matmuls drop-down starts at the session's precision
+    assert app.matmuls.value == "tf32" and exact.matmuls.value == "float32"
+
+
+def _emulated_gpu_app():
+    """The app over a session whose device has TF32 tensor cores (the H100's plans in
+    the CUDA emulator)."""
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable():
+        pytest.skip(CudaEmuBackend.unavailable())
+    return wb.open("sample_graphs/bert_chain.json", backend="cuda-emu", display=False)
+
+
+def test_picking_tf32_in_the_drop_down_is_a_step_and_undo_goes_back():
+    app = _emulated_gpu_app()
+    s = app.session
+    mm = next(n.id for n in s.graph.nodes if n.op == "matmul")
+    app.fuse([mm, s.graph.consumers[s.graph.node(mm).outputs[0]][0].id])   # a GEMM kernel
+    assert "wmma::" not in app.code.cuda
+    app.matmuls.value = "tf32"               # what a pick in the browser does
+    assert s.matmul_precision == "tf32" and s.kernel(mm).tf32
+    assert app.message.startswith("step 2: matmul precision tf32, float32 matmuls in "
+                                  "TF32 (2 matmuls on tensor cores"), app.message
+    assert "wb-refused" not in app._message._dom_classes
+    h = app.history
+    assert list(h.action)[1:] == ["fuse " + " ".join(s.plan.group(mm).nodes),
+                                  "matmul precision tf32"]
+    assert list(h.matmul_precision) == ["float32", "float32", "tf32"]
+    assert "wb-matmuls" in app.matmuls._dom_classes
+    # the code panel shows the fused GEMM again, now on tensor cores, and the
+    # roofline draws their ceiling above the CUDA cores'
+    assert app.code.group.id == s.plan.group(mm).id and "wmma::" in app.code.cuda
+    roofs = lambda: [t["name"] for t in app.plots.figure("roofline")["data"]
+                     if t["mode"] == "lines"]
+    assert roofs()[1] == "TF32 tensor cores: 495 TFLOP/s", roofs()
+    app.undo()
+    assert app.matmuls.value == "float32" and s.matmul_precision == "float32"
+    assert "undo: step 1" in app.message and len(s.history) == 3   # (no new step)
+    assert "wmma::" not in app.code.cuda and len(roofs()) == 1
+    app.redo()
+    assert app.matmuls.value == "tf32" and len(s.history) == 3
+
+
+def test_the_same_precision_again_and_a_bad_one_change_nothing():
+    app = _emulated_gpu_app()
+    s = app.session
+    assert app.set_matmul_precision("float32") is s.plan
+    assert "unchanged, already float32; no new step" in app.message
+    assert len(s.history) == 1
+    assert app.set_matmul_precision("fp16") is None
+    assert app.message.startswith("matmul_precision must be one of float32, tf32")
+    assert "wb-refused" in app._message._dom_classes
+    assert len(s.history) == 1 and app.matmuls.value == "float32"
+
+
+def test_on_a_cpu_the_app_says_matmuls_stay_float32(small_graph):
+    import warnings
+    app = wb.open("sample_graphs/bert_chain.json", backend="cpu", display=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # said in the status line, not as a warning
+        app.matmuls.value = "tf32"
+    assert "has no TF32 tensor cores: matmuls stay float32" in app.message, app.message
+    assert app.message.startswith("step 1: matmul precision tf32; this CPU")
+    assert list(app.history.matmul_precision) == ["float32", "float32"]
+    assert app.matmuls.value == "tf32"       # what was asked, as the step says
+
+
+def test_the_matmuls_drop_down_is_locked_while_a_job_runs(app):
+    app._lock_controls(True)
+    assert app.matmuls.disabled
+    app._lock_controls(False)
+    assert not app.matmuls.disabled
 
 
 def test_buttons_are_named_as_the_browser_test_expects(app):

@@ -2,7 +2,8 @@
 
 Every control has a Python method with the same effect, so a notebook can replay a
 session (``app.fuse([...])``, ``app.split(...)``, ``app.auto("rules")``,
-``app.undo()``, ``app.measure()``, ``app.export(path)``). A refused action sets
+``app.set_matmul_precision("tf32")``, ``app.undo()``, ``app.measure()``,
+``app.export(path)``). A refused action sets
 ``app.message`` to the reason (shown inline), returns ``None`` and changes nothing:
 not the plan, not the drawing.
 
@@ -21,6 +22,7 @@ import html
 import math
 import os
 import threading
+import warnings
 from typing import Iterable
 
 import ipywidgets as w
@@ -29,6 +31,8 @@ import pandas as pd
 from ..errors import WorkbenchError
 from ..fusion import MAPPINGS, PLANNERS, Plan, ScheduleKind, StitchScheme
 from ..fusion.actions import Action
+from ..fusion.devices import MATMUL_PRECISIONS
+from ..ir import DType
 from ..measure import StepMeasurement
 from ..session import Session
 from .charts import KernelRow
@@ -115,6 +119,12 @@ class WorkbenchApp(w.VBox):
         self.counters = session.backend.target == "cuda" and not session.backend.emulated
         self.planner = w.Dropdown(options=list(PLANNERS), value="rules" if "rules" in PLANNERS
                                   else list(PLANNERS)[0], layout=w.Layout(width="110px"))
+        # what float32 matmuls may round to (TF32: tensor cores); changing it is a step
+        self.matmuls = w.Dropdown(options=MATMUL_PRECISIONS, value=session.matmul_precision,
+                                  description="matmuls", layout=w.Layout(width="160px"),
+                                  style={"description_width": "initial"},
+                                  tooltip="float32: exact; tf32: tensor cores, operands "
+                                  "rounded to 10 mantissa bits (a new step; Undo goes back)")
         self.overlay = w.Dropdown(options=OVERLAYS, value="none", description="color",
                                   layout=w.Layout(width="150px"),
                                   style={"description_width": "40px"})
@@ -135,7 +145,8 @@ class WorkbenchApp(w.VBox):
             value=bool(self.view.collapsed), description="Collapse composites",
             tooltip="draw each LayerNorm, GELU... as one box (double-click a box to toggle it)",
             layout=w.Layout(width="auto"), disabled=not self.view.composites)
-        for c, cls in ((self.planner, "wb-planner"), (self.overlay, "wb-overlay"),
+        for c, cls in ((self.planner, "wb-planner"), (self.matmuls, "wb-matmuls"),
+                       (self.overlay, "wb-overlay"),
                        (self.edge, "wb-edge-choice"), (self.scheme, "wb-scheme"),
                        (self.mapping, "wb-mapping")):
             c.add_class(cls)          # (stable selectors for the browser tests)
@@ -151,7 +162,8 @@ class WorkbenchApp(w.VBox):
         together = lambda *cs: w.HBox(list(cs), layout=w.Layout(flex_flow="row nowrap",
                                                                  flex="0 0 auto"))
         toolbar = w.HBox([together(self.search, b["Fuse"], b["Split"]),
-                          together(self.planner, b["Auto"], b["Undo"], b["Redo"]),
+                          together(self.planner, b["Auto"], self.matmuls, b["Undo"],
+                                   b["Redo"]),
                           together(b["Measure"], b["Tune"], b["Cancel"]),
                           together(self.export_path, b["Export"])],
                          layout=w.Layout(flex_flow="row wrap"))
@@ -188,6 +200,7 @@ class WorkbenchApp(w.VBox):
         b["Set scheme"].on_click(lambda _: self.set_scheme(self.edge.value, self.scheme.value))
         b["Set mapping"].on_click(lambda _: self.set_mapping(None, self.mapping.value))
         self.search.observe(lambda ch: ch["new"] and self.select(ch["new"]), "value")
+        self.matmuls.observe(self._on_matmuls, "value")
         self.overlay.observe(lambda ch: self._on_overlay(), "value")
         self.collapse_toggle.observe(self._on_collapse_toggle, "value")
         self.edge.observe(lambda ch: self._show_edge_scheme(), "value")
@@ -295,6 +308,32 @@ class WorkbenchApp(w.VBox):
         self._set_message(planner_summary(planner, self.session.graph, plan,
                                           self.session.step.decisions))
         return plan
+
+    @_action
+    def set_matmul_precision(self, precision: str) -> Plan | None:
+        """Let float32 matmuls run in ``precision``, "float32" (exact) or "tf32"
+        (tensor cores, operands rounded to 10 mantissa bits): the current kernels made
+        again for it as a new step (Session.set_matmul_precision; Undo goes back). What
+        the ``matmuls`` drop-down does."""
+        s = self.session
+        if precision == s.matmul_precision:
+            self._set_message(f"matmuls: unchanged, already {precision}; no new step")
+            return s.plan
+        with warnings.catch_warnings():
+            # a device without TF32 tensor cores: said in the status line below, where
+            # a person looking at the app reads it
+            warnings.simplefilter("ignore")
+            plan = s.set_matmul_precision(precision)
+        self._refresh()
+        self._set_message(_precision_summary(s, precision))
+        return plan
+
+    def _on_matmuls(self, change) -> None:
+        # (the drop-down set from the session after undo or redo asks for what is
+        # already so: nothing to do)
+        if change["new"] != self.session.matmul_precision:
+            self.set_matmul_precision(change["new"])
+            self.matmuls.value = self.session.matmul_precision   # refused: back to it
 
     @_action
     def set_scheme(self, value: str, scheme) -> Plan | None:
@@ -553,8 +592,8 @@ class WorkbenchApp(w.VBox):
     def _lock_controls(self, busy: bool) -> None:
         """Disable (and afterwards restore) every control that changes the session."""
         controls = [c for k, c in self.buttons.items() if k != "Cancel"] + [
-            self.search, self.planner, self.overlay, self.export_path, self.edge,
-            self.scheme, self.mapping, self.collapse_toggle, self.transforms.list_button,
+            self.search, self.planner, self.matmuls, self.overlay, self.export_path,
+            self.edge, self.scheme, self.mapping, self.collapse_toggle, self.transforms.list_button,
             self.transforms.apply_button, self.transforms.goto_button]
         if busy:
             self._enabled_before = [c for c in controls if not c.disabled]
@@ -612,6 +651,7 @@ class WorkbenchApp(w.VBox):
         """Show the session's current step everywhere."""
         if redraw:
             self._redraw()
+        self.matmuls.value = self.session.matmul_precision   # (undo carries it back)
         self._show_code()
         self._show_properties()
         self._update_scheme_controls()
@@ -758,6 +798,26 @@ def _app_style() -> w.HTML:
     style = w.HTML(f"<style>{_app_css()}</style>", layout=w.Layout(width="0", height="0"))
     style.add_class("wb-style")
     return style
+
+
+def _precision_summary(session: Session, precision: str) -> str:
+    """The status line after the matmul precision changed: what the matmuls now run
+    in, and why not TF32 where there are no tensor cores for it."""
+    step = f"step {session.position}: matmul precision {precision}"
+    kernels = plural(len(session.plan.groups), "kernel")
+    g = session.graph
+    mm = sum(1 for n in g.nodes
+             if n.op == "matmul" and g.value(n.inputs[0]).dtype is DType.float32)
+    if precision == "tf32" and not session.device.tf32:
+        what = "CPU" if not session.device.is_gpu else "device"
+        return (f"{step}; this {what} ({session.device.name}) has no TF32 tensor cores: "
+                f"matmuls stay float32; {kernels}")
+    if mm == 0:
+        return f"{step}; no float32 matmul in this graph, so its kernels compute as before"
+    if precision == "tf32":
+        return (f"{step}, float32 matmuls in TF32 ({plural(mm, 'matmul')} on tensor cores, "
+                f"operands rounded to 10 mantissa bits); {kernels}")
+    return f"{step}, float32 matmuls exact ({plural(mm, 'matmul')}); {kernels}"
 
 
 def _safe_name(name: str) -> str:

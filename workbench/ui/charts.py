@@ -13,7 +13,8 @@ Pure functions of their inputs, so every chart is testable without a browser.
   latency and the rest summed: latency (measured, predicted) and bandwidth (achieved,
   predicted) against the device's DRAM bandwidth, drawn as a line at any kernel count;
 - :func:`roofline_figure`: each kernel's FLOP/s against its arithmetic intensity,
-  under the device's roofs (peak FLOP/s, DRAM bandwidth from ``fusion/devices.py``).
+  under the device's roofs (peak FLOP/s, DRAM bandwidth from ``fusion/devices.py``;
+  the TF32 tensor cores' peak too in a step whose matmuls run on them).
 
 Legends sit above the plotting area, so they never meet rotated tick labels.
 
@@ -213,9 +214,12 @@ def kernels_figure(rows: Sequence[KernelRow], device_GBps: float | None = None,
 
 
 def roofline_figure(rows: Sequence[KernelRow], peak_flops: float | None,
-                    dram_bandwidth: float | None, device_name: str = "") -> dict:
+                    dram_bandwidth: float | None, device_name: str = "",
+                    tensor_flops: float | None = None) -> dict:
     """Each kernel's achieved (measured) and predicted GFLOP/s against its arithmetic
-    intensity (FLOP per byte moved), under the device's roofs; log-log."""
+    intensity (FLOP per byte moved), under the device's roofs; log-log.
+    ``tensor_flops``: the TF32 tensor cores' peak, a second, higher ceiling where the
+    step's float32 matmuls run on them (its kernels would sit above the first)."""
     pts = [r for r in rows if r.bytes_moved > 0 and r.flops > 0]
 
     def trace(name, ms_of, color, symbol):
@@ -246,6 +250,15 @@ def roofline_figure(rows: Sequence[KernelRow], peak_flops: float | None,
                      f"{peak_flops / 1e12:.3g} TFLOP/s".strip(),
                      "x": roof_x, "y": roof_y, "hoverinfo": "skip",
                      "line": {"color": ROOF, "dash": "dash", "width": 2}})
+        if tensor_flops:
+            ridge = tensor_flops / dram_bandwidth
+            hi = max(hi, ridge * 4)
+            data.append({"type": "scatter", "mode": "lines", "name":
+                         f"TF32 tensor cores: {tensor_flops / 1e12:.3g} TFLOP/s",
+                         "x": [lo, ridge, hi], "y": [lo * dram_bandwidth / 1e9,
+                                                     tensor_flops / 1e9, tensor_flops / 1e9],
+                         "hoverinfo": "skip",
+                         "line": {"color": ROOF, "dash": "dot", "width": 2}})
     title = "Roofline: kernels against the device's limits"
     if not pts:
         title += " (no kernel does arithmetic)"

@@ -88,8 +88,10 @@ class Plots(anywidget.AnyWidget):
         bw = getattr(device, "dram_bandwidth", None)
         peak = getattr(device, "peak_flops", None)
         name = getattr(device, "name", "") or ""
+        # (the step's float32 matmuls on tensor cores in TF32: their ceiling too)
+        tensor = device.tensor_flops if getattr(device, "tf32", False) else None
         figs = [steps_figure(history),
                 kernels_figure(rows, bw / 1e9 if bw else None, name),
-                roofline_figure(rows, peak, bw, name)]
+                roofline_figure(rows, peak, bw, name, tensor)]
         # through JSON: NumPy scalars become plain numbers, the trait syncs plain data
         self.figures = json.loads(json.dumps(figs, default=float))
