@@ -6,7 +6,8 @@ page: both nodes carry ``wb-selected``; Python received the selection (the statu
 reports the fusion of exactly those two ops); the drawing changed (a new kernel cluster
 whose box encloses both nodes); the plots changed (the per-step bars gained the new
 step). A second test opens the same app under the JupyterLab Dark theme and checks
-that the graph view follows it. Screenshots are saved for a person to look at.
+that the graph view follows it; another picks TF32 in the matmuls drop-down.
+Screenshots are saved for a person to look at.
 
 The browser tests share one Lab server per xdist worker (``lab_factory``); run them
 alone with ``pytest -m browser``.
@@ -628,3 +629,54 @@ def test_transformations_preview_apply_and_history_in_lab(lab_factory, page):
                                "'.wb-app .wb-graph g.cluster').length === 0")
         assert not page.js_errors, page.js_errors
         shoot(page, "lab_transformations.png")
+
+
+def test_matmul_precision_drop_down_in_lab(lab_factory, page):
+    """BERT's chain on the H100's plans (the CUDA emulator): pick tf32 in the matmuls
+    drop-down -- a step, said in the status line, in the History tab, the step plot
+    and the roofline -- then Undo puts the drop-down back to float32."""
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable():
+        pytest.skip(CudaEmuBackend.unavailable())
+    server = lab_factory("light")
+    bert = REPO / "sample_graphs" / "bert_chain.json"
+    name = lab_notebook(server, "matmul_precision.ipynb", [
+        f"import workbench as wb\napp = wb.open({json.dumps(str(bert))}, backend='cuda-emu')"])
+    with lab_run(page, server, "lab_matmul_precision_FAILED.png"):
+        open_app(page, server, name)
+        matmuls = page.locator(".wb-app .wb-matmuls select")
+        assert matmuls.evaluate("s => s.value") == "float32"
+        assert "matmuls" in page.locator(".wb-app .wb-matmuls").inner_text()
+        plots_before = plot_data(page)
+        matmuls.select_option(label="tf32")
+        text = wait_message(page, "matmul precision tf32")
+        assert text.startswith("step 1: matmul precision tf32, float32 matmuls in TF32 "
+                               "(2 matmuls on tensor cores"), text
+        assert "wb-refused" not in page.locator(".wb-app .wb-message").get_attribute("class")
+        # the step is in the history and the per-step plot
+        page.get_by_text("Transformations · History · Decisions").click()
+        page.locator(".wb-app .lm-TabBar-tab", has_text="History").click()
+        page.wait_for_function(
+            """() => [...[...document.querySelectorAll('.wb-app .wb-transforms select')][1]
+                   .options].some(o => o.textContent.replace(/\u00a0/g, ' ')
+                                        .includes('1: matmul precision tf32 (30 kernels)'))""",
+            timeout=30_000)
+        # the steps chart gained the step (its label cut short), and its prediction is
+        # the tensor cores': faster than float32's
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.wb-app .js-plotly-plot')][0].data"
+            ".some(t => Array.from(t.x || []).some(x => String(x).startsWith('1 matmul')))",
+            timeout=30_000)
+        figs = plot_data(page)
+        steps = {t[0]: t for t in figs[0]}
+        assert len(steps["kernels"][1]) == max(len(t[1]) for t in plots_before[0]) + 1
+        exact_ms, tf32_ms = map(float, steps["predicted"][2])
+        assert tf32_ms < exact_ms, steps["predicted"]
+        # the roofline's second ceiling: the tensor cores' (the matmuls sit under it)
+        assert any(t[0].startswith("TF32 tensor cores") for t in figs[2]), figs[2]
+        shoot(page, "lab_matmul_precision.png")
+        app_button(page, "Undo").click()
+        wait_message(page, r"undo: step 0 \(load\)")
+        page.wait_for_function("() => document.querySelector('.wb-app .wb-matmuls select')"
+                               ".value === 'float32'", timeout=30_000)
+        assert not page.js_errors, page.js_errors
