@@ -460,3 +460,32 @@ def test_a_half_plan_is_priced_at_twice_tf32_s_tensor_rate():
         p32 = Plan.singletons(g32, TF32).fuse([n.id for n in g32.nodes])
         (gr16,), (gr32,) = p16.groups, p32.groups
         assert half.estimate(g16, gr16).ms < tf32.estimate(g32, gr32).ms
+
+
+def test_a_bfloat16_library_matmul_is_priced_with_its_widening_copies():
+    """No library here computes in bfloat16: a bfloat16 matmul's operands are widened to
+    float32 copies before the call and its result rounded after (Backend.widen, hold),
+    4x each value's bytes more and a copy each; float16 goes to cuBLAS as it is. So on
+    the H100 ``stitch`` takes BERT's bfloat16 FFN GEMM with its bias and GELU as one
+    tensor-core kernel (predicted faster than rules' library call and epilogue), and
+    leaves the float16 one to cuBLAS."""
+    from workbench.fusion.cost import features
+    model = CostModel.for_device(H100)
+    for dtype in HALVES:
+        g = _bert_half(dtype, "ffn")
+        (mm,) = [n for n in g.nodes if n.op == "matmul"]
+        lone = Plan.singletons(g, H100).group(mm.id)
+        f = features(g, lone, H100)
+        values = (*mm.inputs, *mm.outputs)
+        own = sum(g.value(v).nbytes for v in values)
+        widened = 4 * own if dtype == "bfloat16" else 0
+        assert f.memory_s == pytest.approx((own + widened) / H100.dram_bandwidth)
+        assert f.launches == 1 + (len(values) if dtype == "bfloat16" else 0)
+        stitch = run_planner("stitch", g, device=H100)[0]
+        rules = run_planner("rules", g, device=H100)[0]
+        fused = [gr for gr in stitch.groups if gr.schedule.kind is ScheduleKind.gemm]
+        if dtype == "bfloat16":
+            assert len(stitch.groups) == 1 and fused[0].schedule.gemm.block.tensor
+            assert model.plan_seconds(stitch) < model.plan_seconds(rules)
+        else:
+            assert not fused and len(stitch.groups) == 2

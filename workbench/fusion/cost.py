@@ -45,7 +45,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
-from ..ir import Graph
+from ..ir import DType, Graph
 from ..ops import Kind, get_op
 from .devices import Device
 from .geometry import geometry
@@ -210,6 +210,17 @@ def library_flops(g: Graph, nid: str) -> float:
                                             g.value(n.outputs[0]).shape, n.attr_map))
 
 
+def _widening(g: Graph, io) -> tuple[int, int]:
+    """What a library call's bfloat16 values cost besides their own bytes, and the copies
+    that move them: no library here computes in bfloat16 (NumPy, CuPy), so each bfloat16
+    input is widened into a float32 copy first (2 bytes read and 4 written an element,
+    and the call reads 4 where 2 are counted) and each bfloat16 output is computed in
+    float32 and rounded after (the call writes 4 where 2 are counted, then 4 read and
+    2 written): 4x the value's bytes either way (``Backend.widen``, ``Backend.hold``)."""
+    half = [v for v in (*io.inputs, *io.outputs) if g.value(v).dtype is DType.bfloat16]
+    return sum(4 * g.value(v).nbytes for v in half), len(half)
+
+
 def _library_rate(g: Graph, nid: str, device: Device) -> float:
     """The flop/s a library op is priced at: a matmul's by its dtype (tensor cores:
     Device.matmul_rate), anything else's at the float32 peak."""
@@ -342,8 +353,10 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
     written = sum(g.value(v).nbytes for v in io.outputs)
     if s.kind is ScheduleKind.opaque:
         per_node = {n: library_flops(g, n) for n in nodes}
-        return KernelFeatures("opaque", read, written, 0, 0.0, sum(per_node.values()), 1, 0,
-                              1, 1, 0, 0, 1.0, 1.0, (read + written) / device.dram_bandwidth,
+        widened, copies = _widening(g, io)
+        return KernelFeatures("opaque", read, written, 0, 0.0, sum(per_node.values()),
+                              1 + copies, 0, 1, 1, 0, 0, 1.0, 1.0,
+                              (read + written + widened) / device.dram_bandwidth,
                               0.0, sum(f / _library_rate(g, n, device)
                                        for n, f in per_node.items()))
     if s.kind is ScheduleKind.stitched:
