@@ -259,16 +259,16 @@ def test_the_tuner_s_candidates_for_a_gpu_gemm_kernel_are_the_other_block_tiles(
     for tile in GPU_GEMM_TILES:
         plan = _fused_plan(_scores, tile)
         (gr,) = plan.groups
-        rule, *cands = candidates(gr)
-        assert rule.launch == ()
+        rule, stages, *cands = candidates(gr)
+        assert rule.launch == () and stages.launch == (("stages", 2),)   # (test_gpu_pipelined)
         others = {(dict(c.launch)["tile_m"], dict(c.launch)["tile_n"]) for c in cands}
         assert others == set(GPU_GEMM_TILES) - {tile}
         for cand in cands:
             other = dict(cand.launch)
             made = make_group(plan.graph, gr.nodes, device=H100, launch=cand.launch)
             assert made.schedule.gemm.block is GPU_GEMM_TILES[other["tile_m"], other["tile_n"]]
-            # (a tile's neighbours in the climb are the other tiles again, nothing new)
-            assert {dict(c.launch)["tile_m"] for c in climb(cand, made)} <= {64, 128}
+            # (a tile's neighbours in the climb: the other tiles again, and 2 stages)
+            assert {dict(c.launch).get("stages", 1) for c in climb(cand, made)} == {1, 2}
 
 
 # -- fused attention on the GPU (FlashAttention's online softmax) ---------------------

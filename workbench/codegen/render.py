@@ -91,10 +91,21 @@ _GEMM_BLOCK = r"""/* a panel's element of type T from the value a loader gives: 
    type on tensor cores: wb_to's specializations there) */
 template <class T> WB_FN T wb_to(float v) { return v; }
 
-/* A's and B's panels of T from k = p0, BK deep, into shared memory (as, bs): each
-   loaded along its operand's unit stride, A's stored transposed ([p][i], rows SA apart),
-   B's [p][j] (SB apart), each row 16 bytes longer; zeros past rows, cols or k. (Loads
-   4 at a time in flight: a half type's 16-deep panels, fully unrolled, spilled.) */
+/* which element of A's panel (i, p) and of B's (p, j) a thread's e-th is: loaded along
+   the operand's unit stride (TA, TB: stored column-major) */
+template <int BM, int BK, bool TA> WB_FN void wb_panel_a(int e, int& i, int& p) {
+  i = TA ? e % BM : e / BK;
+  p = TA ? e / BM : e % BK;
+}
+template <int BN, int BK, bool TB> WB_FN void wb_panel_b(int e, int& j, int& p) {
+  j = TB ? e / BK : e % BN;
+  p = TB ? e % BK : e / BN;
+}
+
+/* A's and B's panels of T from k = p0, BK deep, into shared memory (as, bs): A's
+   stored transposed ([p][i], rows SA apart), B's [p][j] (SB apart), each row 16 bytes
+   longer; zeros past rows, cols or k. (Loads 4 at a time in flight: a half type's
+   16-deep panels, fully unrolled, spilled.) */
 template <int BM, int BN, int BK, int NT, bool TA, bool TB, class T = float, class PA,
           class PB, class LA, class LB>
 WB_FN void wb_gemm_panels(PA as, PB bs, LA& a_at, LB& b_at, long long rows, long long cols,
@@ -103,49 +114,121 @@ WB_FN void wb_gemm_panels(PA as, PB bs, LA& a_at, LB& b_at, long long rows, long
   const int t = threadIdx.x;
 #pragma unroll 4
   for (int q = 0; q < (BM * BK + NT - 1) / NT; ++q) {
-    const int e = q * NT + t, i = TA ? e % BM : e / BK, p = TA ? e / BM : e % BK;
-    const long long gp = p0 + p;
-    if (e < BM * BK) as[p * SA + i] = wb_to<T>(i < rows && gp < k ? a_at(i, gp) : 0.0f);
+    int i, p;
+    const int e = q * NT + t;
+    wb_panel_a<BM, BK, TA>(e, i, p);
+    if (e < BM * BK) as[p * SA + i] = wb_to<T>(i < rows && p0 + p < k ? a_at(i, p0 + p) : 0.0f);
   }
 #pragma unroll 4
   for (int q = 0; q < (BN * BK + NT - 1) / NT; ++q) {
-    const int e = q * NT + t, j = TB ? e / BK : e % BN, p = TB ? e % BK : e / BN;
-    const long long gp = p0 + p;
-    if (e < BN * BK) bs[p * SB + j] = wb_to<T>(j < cols && gp < k ? b_at(gp, j) : 0.0f);
+    int j, p;
+    const int e = q * NT + t;
+    wb_panel_b<BN, BK, TB>(e, j, p);
+    if (e < BN * BK) bs[p * SB + j] = wb_to<T>(j < cols && p0 + p < k ? b_at(p0 + p, j) : 0.0f);
   }
 }
 
-/* one thread block's GEMM tile: acc (+)= A[rows x k] @ B[k x cols] */
-template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool ACC, class LA,
-          class LB>
+/* the k loop of a tile, step(as, bs) multiplying the BK-deep panels at as and bs.
+   ST 1: each step's panels loaded between two barriers. ST 2 (software pipelining):
+   the next step's elements fetched into registers (ra, rb) while this step's panels
+   are multiplied, then stored into the other pair of panels (as and bs hold two each),
+   one barrier a step. Either way the first barrier waits for the panels' last readers. */
+template <int BM, int BN, int BK, int NT, bool TA, bool TB, int ST, class T, class PA,
+          class PB, class LA, class LB, class STEP>
+WB_FN void wb_gemm_steps(PA as, PB bs, LA& a_at, LB& b_at, long long rows, long long cols,
+                         long long k, STEP&& step) {
+  constexpr int SA = BM + 16 / sizeof(T), SB = BN + 16 / sizeof(T);
+  if constexpr (ST == 1) {
+    for (long long p0 = 0; p0 < k; p0 += BK) {
+      __syncthreads();
+      wb_gemm_panels<BM, BN, BK, NT, TA, TB, T>(as + 0, bs + 0, a_at, b_at, rows, cols, k, p0);
+      __syncthreads();
+      step(as + 0, bs + 0);
+    }
+  } else {
+    static_assert(ST == 2, "a tile's panels pass in 1 or 2 stages");
+    constexpr int QA = (BM * BK + NT - 1) / NT, QB = (BN * BK + NT - 1) / NT;
+    const int t = threadIdx.x;
+    float ra[QA], rb[QB];
+    auto fetch = [&](long long p0) {
+#pragma unroll
+      for (int q = 0; q < QA; ++q) {
+        int i, p;
+        const int e = q * NT + t;
+        wb_panel_a<BM, BK, TA>(e, i, p);
+        ra[q] = e < BM * BK && i < rows && p0 + p < k ? a_at(i, p0 + p) : 0.0f;
+      }
+#pragma unroll
+      for (int q = 0; q < QB; ++q) {
+        int j, p;
+        const int e = q * NT + t;
+        wb_panel_b<BN, BK, TB>(e, j, p);
+        rb[q] = e < BN * BK && j < cols && p0 + p < k ? b_at(p0 + p, j) : 0.0f;
+      }
+    };
+    auto put = [&](int stage) {
+#pragma unroll
+      for (int q = 0; q < QA; ++q) {
+        int i, p;
+        const int e = q * NT + t;
+        wb_panel_a<BM, BK, TA>(e, i, p);
+        if (e < BM * BK) as[stage * BK * SA + p * SA + i] = wb_to<T>(ra[q]);
+      }
+#pragma unroll
+      for (int q = 0; q < QB; ++q) {
+        int j, p;
+        const int e = q * NT + t;
+        wb_panel_b<BN, BK, TB>(e, j, p);
+        if (e < BN * BK) bs[stage * BK * SB + p * SB + j] = wb_to<T>(rb[q]);
+      }
+    };
+    __syncthreads();
+    if (k > 0) {
+      fetch(0);
+      put(0);
+    }
+    __syncthreads();
+    for (long long p0 = 0, s = 0; p0 < k; p0 += BK, ++s) {
+      const int cur = (int)(s & 1);
+      const bool more = p0 + BK < k;
+      if (more) fetch(p0 + BK);      /* (in flight during the product below) */
+      step(as + cur * BK * SA, bs + cur * BK * SB);
+      if (more) put(cur ^ 1);        /* (the other panels: last read a step ago) */
+      __syncthreads();
+    }
+  }
+}
+
+/* one thread block's GEMM tile: acc (+)= A[rows x k] @ B[k x cols], its panels in ST
+   stages */
+template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool ACC, int ST,
+          class LA, class LB>
 WB_FN void wb_gemm_tile(float (&acc)[TM * TN], LA a_at, LB b_at, long long rows,
                         long long cols, long long k) {
   constexpr int NT = (BM / TM) * (BN / TN), SA = BM + 4, SB = BN + 4;
-  WB_SHARED(float, wb_as, BK * SA);   /* A's panel, [p][i] */
-  WB_SHARED(float, wb_bs, BK * SB);   /* B's panel, [p][j] */
+  WB_SHARED(float, wb_as, ST * BK * SA);   /* A's panels, [p][i] */
+  WB_SHARED(float, wb_bs, ST * BK * SB);   /* B's panels, [p][j] */
   const int t = threadIdx.x, tx = t % (BN / TN), ty = t / (BN / TN);
   if (!ACC) {
 #pragma unroll
     for (int s = 0; s < TM * TN; ++s) acc[s] = 0.0f;
   }
-  for (long long p0 = 0; p0 < k; p0 += BK) {
-    wb_gemm_panels<BM, BN, BK, NT, TA, TB>(wb_as + 0, wb_bs + 0, a_at, b_at, rows, cols, k,
-                                           p0);
-    __syncthreads();
+  wb_gemm_steps<BM, BN, BK, NT, TA, TB, ST, float>(
+      wb_as + 0, wb_bs + 0, a_at, b_at, rows, cols, k, [&](auto as, auto bs) {
 #pragma unroll
-    for (int p = 0; p < BK; ++p) {
-      float av[TM], bv[TN];
+        for (int p = 0; p < BK; ++p) {
+          float av[TM], bv[TN];
 #pragma unroll
-      for (int i = 0; i < TM; ++i) av[i] = wb_as[p * SA + i * (BM / TM) + ty];
+          for (int i = 0; i < TM; ++i) av[i] = as[p * SA + i * (BM / TM) + ty];
 #pragma unroll
-      for (int j = 0; j < TN; ++j) bv[j] = wb_bs[p * SB + j * (BN / TN) + tx];
+          for (int j = 0; j < TN; ++j) bv[j] = bs[p * SB + j * (BN / TN) + tx];
 #pragma unroll
-      for (int i = 0; i < TM; ++i)
+          for (int i = 0; i < TM; ++i)
 #pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i * TN + j] = fmaf(av[i], bv[j], acc[i * TN + j]);
-    }
-    __syncthreads();   /* (the next panels overwrite these) */
-  }
+            for (int j = 0; j < TN; ++j) acc[i * TN + j] = fmaf(av[i], bv[j], acc[i * TN + j]);
+        }
+      });
+  __syncthreads();   /* (the next tile's panels overwrite these) */
 }
 
 /* the online softmax over a block of keys: s the block's logits (this thread's, as
@@ -222,8 +305,8 @@ WB_FN void wb_tc_round(nvcuda::wmma::fragment<U, 16, 16, 8, nvcuda::wmma::precis
 }
 
 /* one thread block's GEMM tile on tensor cores: acc (+)= A[rows x k] @ B[k x cols] */
-template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool ACC, class T,
-          class LA, class LB>
+template <int BM, int BN, int BK, int TM, int TN, bool TA, bool TB, bool ACC, int ST,
+          class T, class LA, class LB>
 WB_FN void wb_gemm_tile_tc(float (&acc)[TM * TN], LA a_at, LB b_at, long long rows,
                            long long cols, long long k) {
   using namespace nvcuda;
@@ -233,7 +316,7 @@ WB_FN void wb_gemm_tile_tc(float (&acc)[TM * TN], LA a_at, LB b_at, long long ro
   constexpr int WM = BM / 2, WN = BN / 4, FM = WM / 16, FN = WN / 16;
   static_assert(BM / TM == 16, "a thread's rows 16 apart: one fragment row a round");
   static_assert(BK % FK == 0, "panels in whole fragment steps");
-  WB_SHARED_A32(T, wb_tp, BK * (SA + SB));   /* A's and B's panels */
+  WB_SHARED_A32(T, wb_tp, ST * BK * (SA + SB));   /* A's and B's panels */
   WB_SHARED_A32(float, wb_tc, 16 * SC);      /* a row of fragments on its way to acc */
   const int t = threadIdx.x, tx = t % (BN / TN), ty = t / (BN / TN);
   const int wy = t / 32 / 4, wx = t / 32 % 4;
@@ -256,31 +339,28 @@ WB_FN void wb_gemm_tile_tc(float (&acc)[TM * TN], LA a_at, LB b_at, long long ro
       for (int j = 0; j < FN; ++j) wmma::fill_fragment(c[i][j], 0.0f);
     }
   }
-  for (long long p0 = 0; p0 < k; p0 += BK) {
-    __syncthreads();   /* (the last panels are done with) */
-    wb_gemm_panels<BM, BN, BK, NT, TA, TB, T>(wb_tp + 0, wb_tp + BK * SA, a_at, b_at, rows,
-                                              cols, k, p0);
-    __syncthreads();
+  wb_gemm_steps<BM, BN, BK, NT, TA, TB, ST, T>(
+      wb_tp + 0, wb_tp + ST * BK * SA, a_at, b_at, rows, cols, k, [&](auto as, auto bs) {
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += FK) {
-      wmma::fragment<wmma::matrix_a, 16, 16, FK, P, wmma::col_major> fa[FM];
-      wmma::fragment<wmma::matrix_b, 16, 16, FK, P, wmma::row_major> fb[FN];
+        for (int kk = 0; kk < BK; kk += FK) {
+          wmma::fragment<wmma::matrix_a, 16, 16, FK, P, wmma::col_major> fa[FM];
+          wmma::fragment<wmma::matrix_b, 16, 16, FK, P, wmma::row_major> fb[FN];
 #pragma unroll
-      for (int i = 0; i < FM; ++i) {
-        wmma::load_matrix_sync(fa[i], wb_tp + kk * SA + wy * WM + i * 16, SA);
-        wb_tc_round(fa[i]);
-      }
+          for (int i = 0; i < FM; ++i) {
+            wmma::load_matrix_sync(fa[i], as + kk * SA + wy * WM + i * 16, SA);
+            wb_tc_round(fa[i]);
+          }
 #pragma unroll
-      for (int j = 0; j < FN; ++j) {
-        wmma::load_matrix_sync(fb[j], wb_tp + BK * SA + kk * SB + wx * WN + j * 16, SB);
-        wb_tc_round(fb[j]);
-      }
+          for (int j = 0; j < FN; ++j) {
+            wmma::load_matrix_sync(fb[j], bs + kk * SB + wx * WN + j * 16, SB);
+            wb_tc_round(fb[j]);
+          }
 #pragma unroll
-      for (int i = 0; i < FM; ++i)
+          for (int i = 0; i < FM; ++i)
 #pragma unroll
-        for (int j = 0; j < FN; ++j) wmma::mma_sync(c[i][j], fa[i], fb[j], c[i][j]);
-    }
-  }
+            for (int j = 0; j < FN; ++j) wmma::mma_sync(c[i][j], fa[i], fb[j], c[i][j]);
+        }
+      });
 #pragma unroll
   for (int i = 0; i < TM; ++i) {   /* fragment row i % FM of warps i / FM into acc's rows 16 i.. */
     __syncthreads();
@@ -787,7 +867,7 @@ class CudaRenderer(CRenderer):
         return [self.indent_unit * depth
                 + f"{'wb_gemm_tile_tc' if b.tensor else 'wb_gemm_tile'}<{b.m}, {b.n}, "
                   f"{b.depth}, {b.thread_m}, {b.thread_n}, "
-                  f"{flag[s.trans_a]}, {flag[s.trans_b]}, {flag[s.accumulate]}"
+                  f"{flag[s.trans_a]}, {flag[s.trans_b]}, {flag[s.accumulate]}, {b.stages}"
                   f"{', ' + TENSOR_OPERANDS[b.operands] if b.tensor else ''}>({s.c.name},",
                 pad + "[&](long long i, long long p) -> float { return "
                     f"{self.to_compute(s.a.dtype, a_ij)}; }},",

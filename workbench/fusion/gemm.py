@@ -239,6 +239,11 @@ GPU_HALF_DEPTH = 16
 GPU_HALF_TILES = {half: {mn: replace(t, depth=GPU_HALF_DEPTH, operands=half)
                          for mn, t in GPU_TENSOR_TILES.items()}
                   for half in (DType.bfloat16, DType.float16)}
+# a tensor-core tile in 2 stages (BlockTile.stages) holds its next panels' elements in
+# registers beside its accumulator fragments: at 128 x 128 that took ptxas past the 128
+# registers two resident blocks leave (BERT's FFN spilled 64 bytes in TF32, 488 in
+# bfloat16); 128 x 64 and smaller fit (at most 124). The CUDA cores' tiles fit at any size.
+PIPELINED_TENSOR_MAX = 128 * 64
 # blocks of it an SM holds at once: the compiler is asked to leave registers for two
 # (ptxas: 128 a thread at 128 x 128, no spills; left to itself it took 150, one block
 # an SM), so one block's panel loads overlap the other's arithmetic
@@ -273,7 +278,10 @@ class GemmLaunch:
       micro-kernel (a convolution's patches: gathered row-major for it), 0 keeps the
       micro-kernel (where it runs: ``packs``);
     - ``online``: a fused attention's softmax a block of keys at a time (1) or over
-      whole rows of scores (0), where its epilogue has the online form.
+      whole rows of scores (0), where its epilogue has the online form;
+    - ``stages``: a GPU tile's panels in 1 stage (the rule) or 2 (the next panels'
+      elements loaded into registers while the current ones are multiplied:
+      ``BlockTile.stages``).
 
     ``blas`` and ``online`` are 0 or 1; either one ``-1`` is the rule's.
     """
@@ -281,6 +289,7 @@ class GemmLaunch:
     tile_n: int = 0
     blas: int = -1
     online: int = -1
+    stages: int = 0
 
     @staticmethod
     def parse(launch) -> "GemmLaunch":
@@ -292,11 +301,12 @@ class GemmLaunch:
             raise FusionRefused(f"a GEMM kernel has no launch parameter {bad[0]!r}; it takes "
                                 f"{', '.join(GEMM_LAUNCH)}")
         for k, v in launch.items():
-            flag = k in ("blas", "online")
+            allowed = {"blas": (0, 1), "online": (0, 1), "stages": (1, 2)}.get(k)
             if not isinstance(v, int) or isinstance(v, bool) or (
-                    v not in (0, 1) if flag else v < 1):
+                    v not in allowed if allowed else v < 1):
                 raise FusionRefused(f"{k}={v!r} is out of range for a GEMM kernel "
-                                    + ("(0 or 1)" if flag else "(a positive count)"))
+                                    + (f"({allowed[0]} or {allowed[1]})" if allowed
+                                       else "(a positive count)"))
         return GemmLaunch(**launch)
 
     def packs(self, can: str, what: str, per_run: bool = False) -> str:
@@ -316,7 +326,7 @@ class GemmLaunch:
 
 
 # the launch parameters of a GEMM kernel (GemmLaunch's fields)
-GEMM_LAUNCH = ("tile_m", "tile_n", "blas", "online")
+GEMM_LAUNCH = ("tile_m", "tile_n", "blas", "online", "stages")
 
 
 # analyses the epilogue's nodes as a row_reduce group (analysis.analyze, passed in so
@@ -334,6 +344,9 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     activation B is packed by every run (a long fused attention's K, see
     ``_attention``)."""
     lc = launch if isinstance(launch, GemmLaunch) else GemmLaunch.parse(launch)
+    if lc.stages and not device.is_gpu:
+        raise FusionRefused("stages applies to a GPU's GEMM tile (its panels through shared "
+                            "memory); the CPU's GEMM kernel multiplies each tile from cache")
     libs = [n for n in ns if get_op(n.op).kind is Kind.opaque]
     empty = next((n for n in libs for v in (*n.inputs, *n.outputs)
                   if g.value(v).numel == 0), None)
@@ -1062,7 +1075,20 @@ def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
         big = tiles[(128, 128)]
         large = batch * -(-m // big.m) * -(-n // big.n) >= device.units
         block = big if large else tiles[(64, 64)]
+    block = _staged(block, lc)
     return GemmShape(batch, m, n, k, a, b, block.m, block.n, result, dest, block=block)
+
+
+def _staged(block: BlockTile, lc: GemmLaunch) -> BlockTile:
+    """``block`` in the stages ``lc`` sets (the rule: 1), or FusionRefused where 2 stages
+    would spill (PIPELINED_TENSOR_MAX)."""
+    if lc.stages and lc.stages != block.stages:
+        block = replace(block, stages=lc.stages)
+    if block.stages == 2 and block.tensor and block.m * block.n > PIPELINED_TENSOR_MAX:
+        raise FusionRefused(f"stages=2 on a {block.m} x {block.n} tensor-core tile: its next "
+                            "panels in registers beside the accumulator fragments would "
+                            "spill; pipeline a 128 x 64 or 64 x 128 tile")
+    return block
 
 
 def _gpu_tiles(g: Graph, mm, device: Device, kernel: str) -> dict:
@@ -1087,8 +1113,14 @@ def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch,
     taking the keys a block tile's columns at a time (the online softmax), float32 (both
     products on tensor cores in TF32 where the device's matmuls may be)."""
     block = _gpu_tiles(g, mm, device, "a GPU's fused attention")[GPU_ATTENTION_SHAPE]
-    if lc != GemmLaunch():
-        raise FusionRefused("a GPU's fused attention has no launch parameters to set yet")
+    if replace(lc, stages=0) != GemmLaunch():
+        raise FusionRefused("a GPU's fused attention takes stages only (its tiles are "
+                            f"{block.m} x {block.n}, its softmax online)")
+    block = _staged(block, lc)
+    if block.stages == 2 and block.operands.is_half:
+        raise FusionRefused("stages=2 on a fused attention in a half type: its next panels "
+                            "in registers beside the scores, the output rows and the "
+                            "fragments spill (bfloat16: 64 bytes at 128 registers)")
     members = {n.id for n in first}
     views = prologue(g, mm, members)
     shape = g.value(mm.outputs[0]).shape

@@ -246,7 +246,12 @@ class BlockTile:
     what follows the product is the same either way. ``operands``: the type the panels
     hold and the tensor cores read -- float32 read as TF32 (m16n16k8), or bfloat16 or
     float16 (m16n16k16, twice TF32's rate; a value computed in the kernel, such as a
-    fused attention's probabilities, is rounded to it on the way in).
+    fused attention's probabilities, is rounded to it on the way in). ``stages``: 1,
+    each step's panels loaded into shared memory between two barriers, then
+    multiplied; 2, software pipelining -- the next step's panel elements loaded into
+    registers while the current panels are multiplied, then stored into a second pair
+    of panels (one barrier a step; twice the panels' shared memory, and registers for
+    the elements in flight).
 
     >>> BlockTile(128, 128, 8, 8, 8).threads
     256
@@ -258,6 +263,7 @@ class BlockTile:
     thread_n: int
     tensor: bool = False
     operands: DType = DType.float32
+    stages: int = 1
 
     PAD = 4                 # floats a row of float panels (or probabilities) is padded by
     PAD_BYTES = 4 * PAD     # (16 bytes: 8 halves in a row of half panels)
@@ -266,6 +272,8 @@ class BlockTile:
     FRAGMENT = 16           # a WMMA fragment's rows and columns
 
     def __post_init__(self):
+        if self.stages not in (1, 2):
+            raise ValueError(f"a tile's panels pass in 1 or 2 stages, not {self}")
         if self.operands is not DType.float32 and not (self.tensor and self.operands.is_half):
             raise ValueError(f"a tile's panels hold float32, or bfloat16 or float16 on tensor "
                              f"cores, not {self}")
@@ -289,12 +297,12 @@ class BlockTile:
 
     @property
     def shared_bytes(self) -> int:
-        """A's and B's panels in shared memory (their rows PAD_BYTES longer); a tensor
-        tile's fragments pass to the threads through an array of 16 rows of floats
-        beside them."""
+        """A's and B's panels in shared memory (their rows PAD_BYTES longer; two pairs
+        of them in 2 stages); a tensor tile's fragments pass to the threads through an
+        array of 16 rows of floats beside them."""
         size = self.operands.itemsize
         pad = self.PAD_BYTES // size
-        panels = size * self.depth * (self.m + self.n + 2 * pad)
+        panels = self.stages * size * self.depth * (self.m + self.n + 2 * pad)
         handover = 4 * self.FRAGMENT * (self.n + self.PAD)
         return panels + handover if self.tensor else panels
 
@@ -304,7 +312,7 @@ class BlockTile:
         (a tensor tile's columns: whole fragments for each warp).
 
         >>> BlockTile(64, 64, 8, 4, 4).over(72)
-        BlockTile(m=64, n=80, depth=8, thread_m=4, thread_n=5, tensor=False, operands=<DType.float32: 'float32'>)
+        BlockTile(m=64, n=80, depth=8, thread_m=4, thread_n=5, tensor=False, operands=<DType.float32: 'float32'>, stages=1)
         """
         across = self.n // self.thread_n
         per = -(-n // across)

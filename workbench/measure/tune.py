@@ -5,7 +5,8 @@ parameters and row mappings -- threads of a block-mapped row (each thread then o
 more or fewer columns in registers), rows per block of the warp mapping, blocks per row
 of the split mapping, the block size of a flat loop -- and for a GEMM kernel the
 implementation of its products (the generated micro-kernel or BLAS sgemm per tile:
-which wins depends on the shape), its tile sizes, and for a fused attention whether
+which wins depends on the shape), its tile sizes, on a GPU its panels in 1 or 2
+stages (software pipelining), and for a fused attention whether
 the softmax goes a block of keys at a time (online) or over whole rows of scores (see
 ``fusion.gemm.GemmLaunch``) -- one parameter at a time from the rule, then together:
 from the fastest so far, its neighbours with one more parameter changed, for up to
@@ -51,7 +52,7 @@ MIN_GAIN = 0.03
 CONFIRM_ROUNDS = 4
 # rounds of a GEMM kernel's search from its fastest candidate (``climb``)
 CLIMB_ROUNDS = 2
-TUNER_VERSION = 6      # part of the cache key: a new search invalidates old answers
+TUNER_VERSION = 7      # part of the cache key: a new search invalidates old answers
 TUNE_COLUMNS = ["candidate", "mapping", "threads", "rows_per_block", "splits", "ms",
                 "GBps", "ok", "chosen"]
 
@@ -126,12 +127,14 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     path) and for one computed directly (blas=0 its patches for the micro-kernel); the
     other form of a fused attention's softmax; tiles of half and twice the rule's
     rows, and of half and twice its columns (whole-row tiles: rows only); on a GPU,
-    the other block tiles (fusion.gemm.GPU_GEMM_TILES). What
+    its panels in the other number of stages (BlockTile.stages) and the other block
+    tiles (fusion.gemm.GPU_GEMM_TILES). What
     the kernel refuses (no micro-kernel here, a packed B's tiles not in whole panels,
     no online form) is dropped when the group is made."""
     t = s.gemm
-    if t.block is not None:     # a GPU's GEMM: its other block tiles (attention: none)
-        return [] if s.then is not None else [
+    if t.block is not None:     # a GPU's: its other stages; its other tiles (attention: none)
+        stages = [(("stages", 3 - t.block.stages),)]
+        return stages if s.then is not None else stages + [
             (("tile_m", m), ("tile_n", n)) for m, n in GPU_GEMM_TILES
             if (m, n) != (t.tile_m, t.tile_n)]
     out = [(("blas", 1 if t.packed_b else 0),)]
