@@ -5,7 +5,9 @@ int8, int32, int64, uint8, uint64, bool) with empty and size-1 axes, layout ops,
 gathers and matmuls; inputs holding boundary values (integer extremes, 0 and -1
 divisors, inf, NaN, huge and negative gather indices); and a sequence of plan edits a
 user or a planner might make -- fusing neighbours or any two kernels, splitting, stitch
-schemes, all four thread mappings, every planner. After every accepted edit the plan is
+schemes, all four thread mappings, every planner, the launch parameters the tuner
+would try (a GPU GEMM tile's tiles and stages among them), and on a GPU's plans the
+matmul precision. After every accepted edit the plan is
 compiled for the cpu backend and run; each kernel is checked against the NumPy reference
 on the inputs it received (:mod:`workbench.measure.verify`), and integer and bool
 outputs must equal the op-by-op reference exactly.
@@ -340,9 +342,27 @@ def _edit(s, rng) -> str | None:
     ids = [n.id for n in g.nodes]
     pick = lambda xs: xs[int(rng.integers(len(xs)))]     # noqa: E731
     what = pick(["fuse_edge", "fuse_edge", "fuse_any", "split", "scheme", "mapping",
-                 "mapping", "auto"])
+                 "mapping", "auto", "launch", "launch"]
+                + (["precision"] if s.backend.device.tensor_flops > 0 else []))
     a = pick(ids)
     try:
+        if what == "launch":
+            # one of the tuner's candidates for a's kernel (a GPU GEMM tile's stages and
+            # tiles, a row kernel's threads...): what tuning would time and keep
+            from .measure.tune import candidates
+            cands = candidates(s.plan.group(a))[1:]
+            if not cands:
+                return None
+            c = pick(cands)
+            if c.mapping:
+                s.set_mapping(a, c.mapping)
+            if c.launch:
+                s.set_launch(a, **dict(c.launch))
+            return f"launch {a} {c.label}"
+        if what == "precision":
+            p = "float32" if s.matmul_precision == "tf32" else "tf32"
+            s.set_matmul_precision(p)
+            return f"set_matmul_precision {p}"
         if what == "fuse_edge" and _neighbours(g, a):
             c = pick(_neighbours(g, a))
             s.fuse([a, c])
