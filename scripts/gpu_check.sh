@@ -23,7 +23,8 @@ stage() {  # stage NAME SECONDS COMMAND...
   tail -n 15 "$OUT/$name.log"
 }
 stage tests "${TESTS_S:-150}" "$PY" -m pytest -q -n 8 -p no:cacheprovider -m gpu \
-  tests/runtime/test_gpu.py tests/runtime/test_gpu_tf32.py tests/measure \
+  tests/runtime/test_gpu.py tests/runtime/test_gpu_tf32.py tests/runtime/test_gpu_pipelined.py \
+  tests/measure \
   tests/artifact/test_artifact_load.py
 stage main "${MAIN_S:-80}" "$PY" -m workbench.cli optimize sample_graphs/*.json \
   sample_graphs/*.onnx --planner stitch --backend cupy --repeats 10

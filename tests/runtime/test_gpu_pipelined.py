@@ -19,7 +19,7 @@ from workbench.fusion.devices import H100
 from workbench.fusion.gemm import GPU_GEMM_TILES, PIPELINED_TENSOR_MAX
 from workbench.ir import DType
 from workbench.measure import verify_kernels
-from workbench.runtime import random_inputs
+from workbench.runtime import gpu_available, random_inputs
 from workbench.runtime.cuda_emu import CudaEmuBackend
 from workbench.session import Session
 
@@ -175,3 +175,19 @@ def test_the_tuner_times_two_stages_beside_the_other_tiles():
     rule, *cands = candidates(plan.groups[0])
     assert [c.launch for c in cands] == [(("stages", 2),)]
 
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="needs CuPy and a CUDA GPU")
+@pytest.mark.parametrize("make, precision, tile", [
+    (gpu._linear_residual, "float32", (128, 128)), (gpu._linear_residual, "tf32", (128, 64)),
+    (_half_ffn, "float32", (64, 128)), (_attention, "tf32", None)],
+    ids=["cuda-cores", "tf32", "bfloat16", "attention-tf32"])
+def test_on_a_gpu_pipelined_tiles_run_within_their_bounds(make, precision, tile):
+    """The same kernels on the GPU itself (CuPy, NVRTC): each within its bound."""
+    g = make()
+    s = Session(g, backend="cupy", matmul_precision=precision)
+    s.fuse([n.id for n in g.nodes])
+    tiles = {} if tile is None else {"tile_m": tile[0], "tile_n": tile[1]}
+    s.set_launch(s.plan.groups[0].id, stages=2, **tiles)
+    _within(s)
