@@ -177,13 +177,15 @@ def test_calibration_recovers_known_factors():
                     memory=tuple((k, {"elementwise": 1.3, "row_reduce/block": 2.0,
                                       "row_reduce/thread": 5.0, "opaque": 1.1}.get(k, 1.0))
                                  for k in MEMORY_KEYS),
-                    compute=1.7, library=2.5, barrier=0.0)
+                    compute=1.7, library=2.5, gemm=1.9, barrier=0.0)
     true_model = CostModel(CPU, truth)
     feats = []
     for g in SAMPLES.values():
-        for planner in ("none", "rules"):
-            for gr in run_planner(planner, g)[0].groups:
+        # (plans for the default device keep library calls; the CPU's take gemm kernels)
+        for planner, device in (("none", None), ("rules", None), ("rules", CPU)):
+            for gr in run_planner(planner, g, device=device)[0].groups:
                 feats.append(features(g, gr, CPU))
+    assert any(f.gemm_s > 0 for f in feats) and any(f.library_s > 0 for f in feats)
     samples = [Sample(f, true_model.estimate_features(f).seconds) for f in feats]
     fitted = CostModel.for_device(CPU).calibrate(samples, prior_weight=1e-8)
     assert fitted.calibrated_on == len(samples)
@@ -194,6 +196,8 @@ def test_calibration_recovers_known_factors():
         assert got.memory_factor(k) == pytest.approx(want.memory_factor(k), rel=0.02), k
     assert got.compute == pytest.approx(want.compute, rel=0.02)
     assert got.library == pytest.approx(want.library, rel=0.02)
+    # (the library's calls and the gemm kernels' products each fitted to their own)
+    assert got.gemm == pytest.approx(want.gemm, rel=0.02)
     errors = [relative_error(fitted.estimate_features(s.features).seconds, s.seconds)
               for s in samples]
     assert max(errors) < 0.01

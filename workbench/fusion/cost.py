@@ -12,8 +12,10 @@ counts what the kernel must do (FusionStitching's and AStitch's terms):
 - **arithmetic**: ``OpDef.flops`` per element, *including recomputation*: in a row
   kernel an element value not kept on chip is recomputed by every pass over the row
   that needs it; library calls (matmul, conv) count 2 flops per multiply-add, as
-  does the product of a ``gemm`` kernel (at the library's rate: it is a BLAS call
-  per tile), whose epilogue is priced as generated arithmetic;
+  does the product of a ``gemm`` kernel (``gemm_s``: at the library's rate on a CPU,
+  where it is a BLAS call or the micro-kernel per tile; at the fraction of it the
+  generated GEMM is assumed to reach on a GPU), whose epilogue is priced as generated
+  arithmetic;
 - **occupancy** (GPU): threads per block from the schedule's thread mapping,
   registers per thread (an estimate from the group's size) and shared memory
   (block-reduction scratch and the row cache) limit the blocks per SM; too few warps
@@ -23,11 +25,14 @@ counts what the kernel must do (FusionStitching's and AStitch's terms):
 The latency is additive and linear in a few free factors, which calibration fits::
 
     t = overhead * launches + m[kind] * memory_s + c * compute_s + l * library_s
-        + b * barriers
+        + p * gemm_s + b * barriers
 
 ``memory_s`` is bytes over the device's bandwidth scaled by the occupancy and wave
 efficiencies, ``compute_s`` flops over peak; ``m[kind]`` (per schedule kind and thread
-mapping), ``c``, ``l``, ``overhead`` and ``b`` are the :class:`Factors`. The sum (not a
+mapping), ``c``, ``l``, ``p``, ``overhead`` and ``b`` are the :class:`Factors` --
+``l`` the library's (cuBLAS, BLAS) and ``p`` the generated GEMM's own, so that what a
+device measures of each corrects its own price: whether fusing a matmul with its
+epilogue wins rests on the ratio of the two. The sum (not a
 roofline max) is deliberate: fused CPU kernels overlap arithmetic and memory only
 partly, and a linear model calibrates by least squares. :meth:`CostModel.calibrate`
 returns a new model fitted to measured per-kernel latencies.
@@ -97,6 +102,7 @@ class KernelFeatures:
     compute_s: float            # flops / (peak x utilization)
     library_s: float            # library flops / peak
     infeasible: str = ""        # why the kernel cannot run on this device ("" if it can)
+    gemm_s: float = 0.0         # a gemm kernel's product: its flops at its rate
 
     @property
     def bytes_moved(self) -> int:
@@ -108,12 +114,14 @@ class Factors:
     """The model's free factors (what calibration fits).
 
     ``memory`` multiplies the spec memory time per schedule kind (1/achieved fraction
-    of bandwidth); ``compute`` and ``library`` multiply arithmetic at peak; ``overhead``
-    is seconds per launch, ``barrier`` seconds per grid barrier."""
+    of bandwidth); ``compute`` and ``library`` multiply arithmetic at peak, ``gemm`` a
+    gemm kernel's product at the rate its features assume; ``overhead`` is seconds per
+    launch, ``barrier`` seconds per grid barrier."""
     overhead: float
     memory: tuple[tuple[str, float], ...]
     compute: float
     library: float
+    gemm: float
     barrier: float
 
     def memory_factor(self, key: str) -> float:
@@ -121,13 +129,13 @@ class Factors:
 
     def vector(self) -> list[float]:
         return [self.overhead, *[v for _, v in self.memory], self.compute, self.library,
-                self.barrier]
+                self.gemm, self.barrier]
 
     @staticmethod
     def from_vector(v: Sequence[float]) -> "Factors":
         n = len(MEMORY_KEYS)
         return Factors(float(v[0]), tuple(zip(MEMORY_KEYS, map(float, v[1:1 + n]))),
-                       float(v[1 + n]), float(v[2 + n]), float(v[3 + n]))
+                       *map(float, v[1 + n:5 + n]))
 
     @staticmethod
     def default(device: Device) -> "Factors":
@@ -135,7 +143,9 @@ class Factors:
         DRAM bandwidth and about half its peak flops on mixed arithmetic, a library
         GEMM ~70%; a CPU's bandwidth and arithmetic are measured by the same kind of
         loop the kernels are, so its factors start at 1 (libraries at 0.7 of the
-        probe's rate is a guess that calibration corrects)."""
+        probe's rate is a guess that calibration corrects). A gemm kernel's product
+        starts at the library's factor (its features carry the generated GEMM's
+        assumed efficiency on a GPU: GPU_GEMM_EFFICIENCY)."""
         if device.is_gpu:
             mem, comp, lib = 1 / 0.85, 1 / 0.5, 1 / 0.7
         else:
@@ -145,7 +155,7 @@ class Factors:
         # call cost is that fork/join (the ctypes call itself is ~0.2 us of ~20-40)
         barrier = device.grid_barrier or (0.0 if device.is_gpu else device.launch_overhead)
         return Factors(device.launch_overhead, tuple((k, mem) for k in MEMORY_KEYS),
-                       comp, lib, barrier)
+                       comp, lib, lib, barrier)
 
 
 @dataclass(frozen=True)
@@ -155,7 +165,7 @@ class Estimate:
     overhead_s: float
     memory_s: float
     compute_s: float
-    library_s: float
+    library_s: float          # the products: library calls' and gemm kernels'
     barrier_s: float
     features: KernelFeatures
 
@@ -417,8 +427,8 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
-                          flops / (device.peak_flops * util),
-                          lib / (_library_rate(g, mm.id, device) * util))
+                          flops / (device.peak_flops * util), 0.0,
+                          gemm_s=lib / (_library_rate(g, mm.id, device) * util))
 
 
 def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeatures:
@@ -445,10 +455,10 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           geo.threads, t.tiles, geo.shared_bytes, 0, 1.0,
                           util, mem, flops / (device.peak_flops * util),
-                          lib / (util * (device.tensor_rate(t.block.operands)
-                                         * GPU_TENSOR_GEMM_EFFICIENCY
-                                         if t.block.tensor else
-                                         device.peak_flops * GPU_GEMM_EFFICIENCY)))
+                          0.0, gemm_s=lib / (util * (device.tensor_rate(t.block.operands)
+                                                     * GPU_TENSOR_GEMM_EFFICIENCY
+                                                     if t.block.tensor else
+                                                     device.peak_flops * GPU_GEMM_EFFICIENCY)))
 
 
 def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:
@@ -501,7 +511,7 @@ class CostModel:
         over = k.overhead * f.launches
         mem = k.memory_factor(f.kind) * f.memory_s
         comp = k.compute * f.compute_s
-        lib = k.library * f.library_s
+        lib = k.library * f.library_s + k.gemm * f.gemm_s
         bar = k.barrier * f.barriers
         return Estimate(over + mem + comp + lib + bar, over, mem, comp, lib, bar, f)
 
@@ -554,7 +564,7 @@ class CostModel:
         """The feature row the factors multiply (the linear model's x)."""
         import numpy as np
         mem = [f.memory_s if k == f.kind else 0.0 for k in MEMORY_KEYS]
-        return np.array([f.launches, *mem, f.compute_s, f.library_s, f.barriers])
+        return np.array([f.launches, *mem, f.compute_s, f.library_s, f.gemm_s, f.barriers])
 
 
 def samples_from(model: CostModel, plan: Plan, per_kernel) -> list[Sample]:
