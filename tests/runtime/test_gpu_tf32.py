@@ -489,3 +489,19 @@ def test_a_bfloat16_library_matmul_is_priced_with_its_widening_copies():
             assert model.plan_seconds(stitch) < model.plan_seconds(rules)
         else:
             assert not fused and len(stitch.groups) == 2
+
+
+@needs_emu
+def test_a_tf32_step_s_output_error_is_measured_against_tf32_s_whole_graph_bound():
+    """The step table's end-to-end error of a TF32 plan: its outputs against the
+    reference within the whole graph's TF32 bound (verify.graph_magnitudes) -- against
+    |ref| alone, as for float32, every TF32 plan would read as off."""
+    from workbench.measure.compare import check_outputs, tolerance
+    g = gpu._linear_residual()
+    s = _tf32_session(gpu._linear_residual)
+    m = s.measure(warmup=0, repeats=1)
+    assert m.within_tolerance and m.end_to_end_error <= tolerance(DType.float32)
+    env = s.program().run(s.inputs)
+    bare, _ = check_outputs(g, env, s.reference)
+    assert bare > tolerance(DType.float32)        # (what it said before)
+    assert s.table()["end_to_end_error"].iloc[-1] == m.end_to_end_error

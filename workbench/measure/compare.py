@@ -51,27 +51,33 @@ def tolerance(dtype: DType) -> float:
     return TOLERANCE[dtype]
 
 
-def output_error(dtype: DType, out, ref) -> float:
-    """A graph output against the whole-graph (op-by-op) reference.
+def output_error(dtype: DType, out, ref, magnitude=None) -> float:
+    """A graph output against the whole-graph (op-by-op) reference (``magnitude``:
+    the one its rounding error is bounded by, where the matmuls may round their
+    operands -- ``verify.graph_magnitudes`` -- else |ref|).
 
     A half-precision output (float16, bfloat16) is measured against its largest
     magnitude (``max |y - r| / max |r|``): every op of the reference rounds to the
     half type, so an element near zero computed from values of size 1 carries an
     absolute error of their ulp, which the elementwise floor of 1e-3 of the largest
     value would call 3 (a bfloat16 LayerNorm) -- while it is one ulp of the tensor."""
-    scale = None
+    scale = magnitude
     if dtype.is_half:
         r = np.abs(np.asarray(ref, np.float64))
-        scale = float(np.max(r, initial=0.0, where=np.isfinite(r)))
+        top = float(np.max(r, initial=0.0, where=np.isfinite(r)))
+        scale = top if magnitude is None else np.maximum(magnitude, top)
     return max_rel_error(out, ref, scale)
 
 
-def check_outputs(g, outs: dict, refs: dict) -> tuple[float, bool]:
+def check_outputs(g, outs: dict, refs: dict, magnitudes: dict | None = None
+                  ) -> tuple[float, bool]:
     """(worst error over outputs (:func:`output_error`), whether every output is within
-    tolerance)."""
+    tolerance); ``magnitudes``: each output's error bound's magnitude, where it is not
+    |ref| (a plan whose matmuls run in TF32)."""
     worst, ok = 0.0, True
     for name, ref in refs.items():
-        e = output_error(g.value(name).dtype, outs[name], ref)
+        e = output_error(g.value(name).dtype, outs[name], ref,
+                         None if magnitudes is None else magnitudes[name])
         worst = max(worst, e)
         ok &= e <= tolerance(g.value(name).dtype)
     return worst, ok

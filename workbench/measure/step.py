@@ -18,7 +18,7 @@ import pandas as pd
 from ..fusion.cost import CostModel
 from ..runtime import Program
 from .compare import check_outputs, max_rel_error
-from .verify import KernelCheck, verify_kernels
+from .verify import KernelCheck, graph_magnitudes, verify_kernels
 
 KERNEL_COLUMNS = ["kernel", "group", "nodes", "schedule", "launch", "bytes_read",
                   "bytes_written", "dram_read", "dram_written", "latency_ms", "predicted_ms",
@@ -40,7 +40,9 @@ class StepMeasurement:
     within_tolerance: bool        # every kernel within its dtype's bound
     per_kernel: pd.DataFrame
     device: str
-    end_to_end_error: float = float("nan")   # graph outputs vs a whole-graph reference run
+    # graph outputs vs a whole-graph reference run (TF32 plans: against the whole graph's
+    # TF32 bound, verify.graph_magnitudes)
+    end_to_end_error: float = float("nan")
     predicted_ms: float = float("nan")       # the cost model's sum over kernels
     # DRAM bytes read + written by the kernels the hardware counters measured (NaN if
     # none), and where they came from: "ncu", "unavailable: <reason>" (counters.py)
@@ -68,7 +70,10 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
     hears of each stage: the checked run, then every timed run."""
     total_steps = 1 + repeats
     env = prog.run(inputs, keep_all=True)
-    e2e, _ = check_outputs(prog.graph, env, reference)
+    # (matmuls in TF32: the outputs held to the whole graph's TF32 bound, as the
+    # kernels are to theirs -- float32's would call every TF32 plan wrong)
+    mags = graph_magnitudes(prog.graph, inputs, tf32=True) if prog.plan.device.tf32 else None
+    e2e, _ = check_outputs(prog.graph, env, reference, mags)
     checks = verify_kernels(prog, env)
     if progress:
         progress(1, total_steps, "ran and checked against NumPy")
