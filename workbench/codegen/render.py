@@ -79,9 +79,11 @@ __device__ __forceinline__ void wb_grid_sync() {
 # coalesced), A's stored transposed; rows padded by 4 words so that a panel stored
 # across its rows hits 32 distinct banks. Past rows, cols or k the panels hold zeros.
 # The operands are read through loaders (a_at(i, p), b_at(p, j): global memory, or a
-# fused attention's probabilities in shared memory). No prefetch of the next panels
-# into registers: it took ptxas past the 128 registers two resident blocks leave (16
-# bytes spilled for BERT's FFN); the second block hides the first's loads.
+# fused attention's probabilities in shared memory). The rule loads each step's
+# panels between two barriers (the second resident block hides the first's loads);
+# 2 stages (BlockTile.stages, wb_gemm_steps) prefetch the next panels into registers,
+# which the tuner times: at first it took ptxas past the 128 registers two resident
+# blocks leave for BERT's FFN (16 bytes spilled), which the shared k loop no longer does.
 #
 # The online softmax's step over one block of keys (FlashAttention's recurrence, as
 # the CPU's fused attention takes it: codegen/lower.py _online_attention): a row's
