@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import FusionRefused, GraphError
+from .fusion.mapping import ScheduleKind
 from .ir import DType, Graph, GraphBuilder
 
 F32, F16, I32, I64, B = DType.float32, DType.float16, DType.int32, DType.int64, DType.bool
@@ -349,7 +350,11 @@ def _edit(s, rng) -> str | None:
         if what == "launch":
             # one of the tuner's candidates for a's kernel (a GPU GEMM tile's stages and
             # tiles, a row kernel's threads...): what tuning would time and keep
+            # (a GEMM kernel half the time where there is one: few graphs hold a matmul)
             from .measure.tune import candidates
+            gemms = [gr for gr in s.plan.groups if gr.schedule.kind is ScheduleKind.gemm]
+            if gemms and rng.random() < 0.5:
+                a = pick(gemms).nodes[0]
             cands = candidates(s.plan.group(a))[1:]
             if not cands:
                 return None
