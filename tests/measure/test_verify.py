@@ -123,3 +123,36 @@ def test_a_float16_kernel_is_checked_against_the_reference_rounded_to_float16():
     np.testing.assert_array_equal(env["q"], want)
     assert all(c.within_tolerance and c.max_rel_error == 0
                for c in verify_kernels(prog, env))
+
+
+def test_where_a_products_bound_passes_float32_any_non_finite_result_is_accepted():
+    """Found by the fuzzer (seed 18618): a row (-1.04, 1e30, -1.76) times a column (-inf,
+    -1e30, 1.42). The float64 reference is inf (-1e60 is finite there); float32 without
+    an FMA overflows 1e30 * -1e30 to -inf and inf + -inf is NaN; with one (BLAS) it is
+    inf. Which non-finite value float32 reaches is not determined, so where the bound
+    passes float32's range any is accepted -- but not a finite one, and nowhere else a
+    NaN (an element never written)."""
+    from workbench.codegen import lower_group
+    from workbench.fusion import Plan
+    from workbench.measure.verify import check_kernel
+    b = wb.GraphBuilder("overflow")
+    b.output(b.matmul(b.input("a", (2, 3)), b.input("b", (3, 2))), "c")
+    g = b.build()
+    a = np.array([[-1.0390625, 1e30, -1.7578125], [1.0, 2.0, 3.0]], np.float32)
+    bb = np.array([[-np.inf, 1.0], [-1e30, 1.0], [1.421875, 1.0]], np.float32)
+    (gr,) = Plan.singletons(g).groups
+    k = lower_group(g, gr)
+    ref = a.astype(np.float64) @ bb.astype(np.float64)
+    assert np.isinf(ref[0, 0]) and np.isfinite(ref[1, 1])
+
+    def ok(c00, c11=None) -> bool:
+        c = ref.astype(np.float32)
+        c[0, 0] = c00
+        if c11 is not None:
+            c[1, 1] = c11
+        return check_kernel(g, k, gr.nodes, {"a": a, "b": bb, "c": c}).within_tolerance
+
+    assert ok(np.nan) and ok(np.inf) and ok(-np.inf)
+    assert not ok(5.0)                              # (inf is not reached by a finite value)
+    assert not ok(np.inf, c11=np.nan)               # (a bounded element never written)
+    assert max_rel_error(np.array([np.nan]), np.array([np.inf]), np.array([1.0])) == np.inf
