@@ -326,6 +326,16 @@ def test_gpu_fused_attention_on_random_shapes(seed, shape):
     assert np.isnan(want).any() or seed % 2 == 0
     if ok.any():
         assert max_rel_error(got[ok], want[ok], mags[ok]) <= tolerance(DType.float32)
+    if counting():       # the reads the cost model prices (cost._block_gemm_features):
+        t = gr.schedule.gemm
+        by_value = {x.value: a for x, a in zip(ck.kernel.params, ck.accesses)}
+        key_blocks = -(-t.n // t.block.n)
+        # Q's panels staged again for each block of keys; K and V read by each tile
+        # of queries
+        assert by_value["q"].read == ins["q"].nbytes * key_blocks
+        kv = "kt" if "kt" in ins else "k"
+        assert by_value[kv].read == ins[kv].nbytes * t.row_tiles
+        assert by_value["v"].read == ins["v"].nbytes * t.row_tiles
 
 
 def _bert_attention(n=8, h=12, s=512, d=64):

@@ -446,9 +446,11 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
     util = min(1.0, t.tiles / max(1, device.units))
     again = a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
     lib = t.flops
-    if s.then is not None:      # attention: V read again by each further tile of queries
+    if s.then is not None:      # attention: V read again by each further tile of queries,
+        # and Q's panels staged again for each further block of keys
         lib += 2.0 * t.batch * t.m * s.then.k * s.then.n
         again += g.value(s.then.b.value).nbytes * (t.row_tiles - 1)
+        again += a * (-(-t.n // t.block.n) - 1)
     flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
                       if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
     mem = (read + written + again / L2_SPEEDUP) / device.dram_bandwidth
