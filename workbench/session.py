@@ -118,6 +118,7 @@ class Session:
         self.seed = seed
         self._inputs: dict[str, np.ndarray] | None = None
         self._reference: dict[str, np.ndarray] | None = None
+        self._tf32_magnitudes: dict | None = None   # (graph_magnitudes, computed once)
         self._programs: dict[Plan, Program] = {}
         # lowered and built per (matmul precision, group): a group's schedule can be the
         # same at both precisions (a library matmul) while its kernel is not (TF32 or not)
@@ -379,6 +380,18 @@ class Session:
             self._reference = run_reference(self.graph, self.inputs)
         return self._reference
 
+    def _output_magnitudes(self, plan: Plan) -> dict | None:
+        """What a plan's end-to-end error is measured against, where not |ref|: with its
+        matmuls in TF32 the whole graph's TF32 bound, as its kernels are held to theirs
+        (float32's would call every TF32 plan wrong). It depends on the graph and the
+        inputs only, so it is computed once."""
+        if not plan.device.tf32:
+            return None
+        if self._tf32_magnitudes is None:
+            from .measure.verify import graph_magnitudes
+            self._tf32_magnitudes = graph_magnitudes(self.graph, self.inputs, tf32=True)
+        return self._tf32_magnitudes
+
     def measure(self, plan: Plan | None = None, warmup: int = 2,
                 repeats: int = 10, counters: bool = False) -> StepMeasurement:
         """Run, check against the reference and time a plan (the current by default).
@@ -394,7 +407,8 @@ class Session:
             # predicted_ms is an honest prediction; then the model learns from it
             self._measurements[plan] = measure_program(self.program(plan), self.inputs,
                                                        self.reference, warmup, repeats,
-                                                       self._model_for(plan), self.progress)
+                                                       self._model_for(plan), self.progress,
+                                                       self._output_magnitudes(plan))
             if self.calibrate:
                 self._recalibrate()
         if counters and self._measurements[plan].dram_source == DRAM_NOT_REQUESTED:

@@ -1453,14 +1453,11 @@ def _product_error(g: Graph, group: Group, device: Device) -> float:
     operands are exact in TF32, but a fused attention's probabilities are not)."""
     s = group.schedule
     block = s.gemm.block if s.kind is ScheduleKind.gemm else None
-    worst = 0.0
-    for nid in group.nodes:
-        n = g.node(nid)
-        if n.op != "matmul" or not device.on_tensor_cores(g.value(n.inputs[0]).dtype):
-            continue
-        half = block is not None and block.tensor and block.operands.is_half
-        worst = max(worst, HALF_PRODUCT_ERROR[block.operands] if half else TF32_PRODUCT_ERROR)
-    return worst
+    half = block is not None and block.tensor and block.operands.is_half
+    each = HALF_PRODUCT_ERROR[block.operands] if half else TF32_PRODUCT_ERROR
+    on_tensor_cores = any(g.node(n).op == "matmul" and device.on_tensor_cores(
+        g.value(g.node(n).inputs[0]).dtype) for n in group.nodes)
+    return each if on_tensor_cores else 0.0
 
 
 # Lowering is demand-driven: an op's expression asks for its inputs' (``_Lowerer.at``),

@@ -18,7 +18,7 @@ import pandas as pd
 from ..fusion.cost import CostModel
 from ..runtime import Program
 from .compare import check_outputs, max_rel_error
-from .verify import KernelCheck, graph_magnitudes, verify_kernels
+from .verify import KernelCheck, verify_kernels
 
 KERNEL_COLUMNS = ["kernel", "group", "nodes", "schedule", "launch", "bytes_read",
                   "bytes_written", "dram_read", "dram_written", "latency_ms", "predicted_ms",
@@ -63,17 +63,16 @@ class StepMeasurement:
 
 def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 2,
                     repeats: int = 10, model: CostModel | None = None,
-                    progress=None) -> StepMeasurement:
+                    progress=None, magnitudes: dict | None = None) -> StepMeasurement:
     """Run once keeping every boundary value, check each kernel on its own inputs,
     then time the plan. ``model`` (a CostModel for the backend's device) adds the
     predicted latency of each kernel and of the step. ``progress(done, total, label)``
-    hears of each stage: the checked run, then every timed run."""
+    hears of each stage: the checked run, then every timed run. ``magnitudes``: the
+    magnitude each graph output's error is bounded by where it is not |ref| (a plan
+    whose matmuls run in TF32: ``verify.graph_magnitudes``), for the end-to-end error."""
     total_steps = 1 + repeats
     env = prog.run(inputs, keep_all=True)
-    # (matmuls in TF32: the outputs held to the whole graph's TF32 bound, as the
-    # kernels are to theirs -- float32's would call every TF32 plan wrong)
-    mags = graph_magnitudes(prog.graph, inputs, tf32=True) if prog.plan.device.tf32 else None
-    e2e, _ = check_outputs(prog.graph, env, reference, mags)
+    e2e, _ = check_outputs(prog.graph, env, reference, magnitudes)
     checks = verify_kernels(prog, env)
     if progress:
         progress(1, total_steps, "ran and checked against NumPy")

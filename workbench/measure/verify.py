@@ -44,13 +44,6 @@ def _up(a: np.ndarray) -> np.ndarray:
 HALF_NP = (DType.float16.np, DType.bfloat16.np)
 
 
-def growth(product_error: float) -> float:
-    """How much larger than float32's a matmul's error bound is when its operands'
-    rounding may take its products ``product_error`` of |A| @ |B| (verify's magnitudes
-    are held to TOLERANCE[float32] of themselves)."""
-    return 1.0 + product_error / TOLERANCE[DType.float32]
-
-
 def _reference_env(g: Graph, nodes, env, product_error: float = 0.0) -> tuple[dict, dict]:
     """The group's values by the reference, from the kernel's real inputs, and the
     magnitude each value's rounding error is bounded by (``ops.magnitude``).
@@ -63,6 +56,9 @@ def _reference_env(g: Graph, nodes, env, product_error: float = 0.0) -> tuple[di
     kernel -- a fused attention's probabilities -- is rounded into it).
     """
     local, mags = {}, {}
+    # a matmul's operand rounding, in units of the float32 tolerance its magnitude is
+    # held to (verify's magnitudes are held to TOLERANCE[float32] of themselves)
+    widen = product_error / TOLERANCE[DType.float32]
     for nid in nodes:
         n = g.node(nid)
         args = [local[i] if i in local else _up(np.asarray(env[i])) for i in n.inputs]
@@ -76,7 +72,7 @@ def _reference_env(g: Graph, nodes, env, product_error: float = 0.0) -> tuple[di
             # received carry none, and then m is that product already)
             own = m if not any(i in mags for i in n.inputs) else magnitude.propagate(
                 n.op, n.attr_map, [magnitude.exact(a) for a in args], args, ys)
-            m = [x + (growth(product_error) - 1.0) * o for x, o in zip(m, own)]
+            m = [x + widen * o for x, o in zip(m, own)]
         mags.update(zip(n.outputs, m))
     return local, mags
 
