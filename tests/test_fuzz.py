@@ -71,6 +71,69 @@ def test_drawn_cases_reach_what_they_are_meant_to():
     assert empty and long_rows and specials
 
 
+BLOCK_SEEDS = range(10)
+
+
+def test_fuzz_transformer_blocks(nvrtc_toolchain):
+    """The blocks family (workbench/fuzz_blocks.py): linear layers with constant
+    weights, epilogues, norms, masked attention -- the graphs whose plans hold GEMM
+    kernels and fused attention -- every plan checked kernel by kernel, its CUDA
+    compiled by NVRTC."""
+    rep = fuzz.fuzz(BLOCK_SEEDS, seconds=BUDGET_S, cuda=True, family="blocks")
+    assert rep.cases >= 5, f"only {rep.cases} cases ran"
+    assert rep.plans >= 2 * rep.cases
+    assert not rep.failures, "\n".join(
+        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
+
+
+def test_fuzz_transformer_blocks_in_the_cuda_emulator_in_tf32():
+    """The same family on the GPU's plans in TF32 (tensor-core GEMM tiles, fused
+    attention; bfloat16 and float16 graphs on their own tensor-core tiles), run in the
+    CUDA emulator."""
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
+        pytest.skip(CudaEmuBackend.unavailable())
+    rep = fuzz.fuzz(BLOCK_SEEDS[:6], seconds=2 * BUDGET_S, backend="cuda-emu",
+                    precision="tf32", family="blocks")
+    assert rep.cases >= 3, f"only {rep.cases} cases ran"
+    assert not rep.failures, "\n".join(
+        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
+
+
+def test_block_cases_reach_epilogues_attention_and_masks():
+    """The blocks family is not quietly narrow: over its test seeds, stitch plans on
+    the CPU and on a GPU hold GEMM kernels with epilogues (some reducing rows: a norm
+    after the GEMM, on the CPU) and fused attention; the graphs hold transposed constant weights,
+    half types, padding masks at the dtype's lowest value and causal masks."""
+    from workbench.fusion.mapping import ScheduleKind
+    seen = set()
+    for seed in BLOCK_SEEDS:
+        g, ins = fuzz.draw_case(seed, "blocks")
+        seen |= {d.value for d in (g.value(v).dtype for v in g.inputs)}
+        seen |= {"where" for n in g.nodes if n.op == "where"}
+        seen |= {"transposed weight" for n in g.nodes if n.op == "transpose"
+                 and n.inputs[0] in g.constants and len(g.value(n.inputs[0]).shape) == 2}
+        seen |= {"lowest mask" for k, v in ins.items() if k.startswith("mask")
+                 and (v.astype(np.float32) < -6e4).any()}
+        for backend in ("cpu", "cuda-emu"):
+            s = Session(g, backend=backend)
+            s.auto("stitch")
+            for gr in s.plan.groups:
+                sc = gr.schedule
+                if sc.kind is ScheduleKind.gemm:
+                    if sc.then is not None:
+                        seen.add(f"attention {backend}")
+                    elif sc.epilogue is not None:
+                        seen.add(f"row epilogue {backend}")
+                    elif sc.gemm.epilogue_ops:
+                        seen.add(f"epilogue {backend}")
+    assert {"float32", "float16", "bfloat16", "where", "transposed weight", "lowest mask",
+            "attention cpu", "attention cuda-emu", "row epilogue cpu", "epilogue cpu",
+            "epilogue cuda-emu"} - seen == set()
+    # (a GPU's GEMM tile takes no row-reducing epilogue but the online softmax: a norm
+    # after a GEMM is a kernel of its own there)
+
+
 def test_a_per_row_result_of_one_value_is_not_stored_per_row():
     """Found by the fuzzer: fusing tanh of a [1, 1] input into a 16-row reduction
     kernel stored it at out[row] for every row -- 15 floats past the end (heap

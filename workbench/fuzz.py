@@ -55,6 +55,7 @@ LONG_DIMS = [128, 257, 1024, 4099]     # now and then: vector tiles, long and sp
 SCHEMES = ["local", "regional", "global"]
 MAPPINGS = ["warp", "block", "split", "thread", "auto"]
 PLANNERS = ["none", "xla", "rules", "stitch"]
+FAMILIES = ["mixed", "blocks"]
 
 
 @dataclass
@@ -427,15 +428,28 @@ def check_plan(s, inputs, refs, cuda: bool = False) -> str | None:
     return None
 
 
+def draw_case(seed: int, family: str = "mixed", max_ops: int = 10):
+    """Case ``seed``'s graph and inputs from ``family``: ``mixed`` (this module's) or
+    ``blocks`` (transformer blocks: :mod:`workbench.fuzz_blocks`)."""
+    if family == "blocks":
+        from .fuzz_blocks import draw_block_graph, draw_block_inputs
+        g = draw_block_graph(seed)
+        return g, draw_block_inputs(g, seed)
+    if family != "mixed":
+        raise ValueError(f"fuzz family {family!r}; use one of {FAMILIES}")
+    g = draw_graph(seed, max_ops)
+    return g, draw_inputs(g, seed)
+
+
 def run_case(seed: int, edits: int = 4, max_ops: int = 10, cuda: bool = False,
-             backend: str = "cpu", precision: str = "float32") -> tuple[Case, list[Failure]]:
-    """Draw case ``seed``, check the unfused plan, then each accepted random edit, on
-    ``backend`` (``cuda-emu``: the plans are the GPU's and its CUDA kernels run in the
-    emulator) with the session's ``matmul_precision``."""
+             backend: str = "cpu", precision: str = "float32",
+             family: str = "mixed") -> tuple[Case, list[Failure]]:
+    """Draw case ``seed`` of ``family``, check the unfused plan, then each accepted
+    random edit, on ``backend`` (``cuda-emu``: the plans are the GPU's and its CUDA
+    kernels run in the emulator) with the session's ``matmul_precision``."""
     from .runtime import run_reference
     from .session import Session
-    g = draw_graph(seed, max_ops)
-    inputs = draw_inputs(g, seed)
+    g, inputs = draw_case(seed, family, max_ops)
     case = Case(seed, g, inputs)
     fails: list[Failure] = []
     try:
@@ -472,13 +486,14 @@ class Report:
 
 def fuzz(seeds, seconds: float | None = None, edits: int = 4, max_ops: int = 10,
          progress=None, cuda: bool = False, backend: str = "cpu",
-         precision: str = "float32") -> Report:
+         precision: str = "float32", family: str = "mixed") -> Report:
     """Run cases for ``seeds`` in order, stopping early once ``seconds`` have passed."""
     rep, t0 = Report(), time.perf_counter()
     for seed in seeds:
         if seconds is not None and time.perf_counter() - t0 > seconds:
             break
-        case, fails = run_case(int(seed), edits, max_ops, cuda, backend, precision)
+        case, fails = run_case(int(seed), edits, max_ops, cuda, backend, precision,
+                               family)
         rep.cases += 1
         rep.plans += case.plans_checked
         rep.ops += len(case.graph.nodes)
@@ -506,14 +521,15 @@ def _print_progress(case, fails):
 
 
 def _batch(first: int, count: int, seconds: float, edits: int, max_ops: int,
-           cuda: bool, backend: str, precision: str) -> Report:
+           cuda: bool, backend: str, precision: str, family: str) -> Report:
     return fuzz(range(first, first + count), seconds, edits, max_ops, _print_progress, cuda,
-                backend, precision)
+                backend, precision, family)
 
 
 def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int = 10,
                       cuda: bool = False, per_process: int = SEEDS_PER_PROCESS,
-                      backend: str = "cpu", precision: str = "float32") -> Report:
+                      backend: str = "cpu", precision: str = "float32",
+                      family: str = "mixed") -> Report:
     """:func:`fuzz` from seed ``start`` for ``seconds``, ``per_process`` seeds in each
     fresh child process (see SEEDS_PER_PROCESS), progress printed as it goes."""
     import multiprocessing
@@ -522,7 +538,7 @@ def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int =
     while (left := seconds - (time.perf_counter() - t0)) > 0:
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
             part = ex.submit(_batch, first, per_process, left, edits, max_ops, cuda,
-                             backend, precision).result()
+                             backend, precision, family).result()
         for k in ("cases", "plans", "ops"):
             setattr(rep, k, getattr(rep, k) + getattr(part, k))
         rep.failures += part.failures
@@ -548,7 +564,8 @@ def _markdown(rep: Report, args) -> str:
              f"{args.start} --edits {args.edits} --max-ops {args.max_ops}"
              f"{' --cuda' if args.cuda else ''}"
              f"{f' --backend {args.backend}' if args.backend != 'cpu' else ''}"
-             f"{' --matmul-precision tf32' if args.matmul_precision == 'tf32' else ''}`",
+             f"{' --matmul-precision tf32' if args.matmul_precision == 'tf32' else ''}"
+             f"{f' --family {args.family}' if args.family != 'mixed' else ''}`",
              f"- {rep.cases} graphs ({rep.ops} ops), {rep.plans} plans compiled, run and "
              f"checked kernel by kernel, in {rep.seconds:.0f} s",
              f"- failures: {len(rep.failures)}", ""]
@@ -572,11 +589,16 @@ def main(argv=None) -> int:
     p.add_argument("--matmul-precision", default="float32", choices=["float32", "tf32"],
                    help="the sessions' matmul precision (tf32: the GPU's tensor-core "
                         "kernels, with --backend cuda-emu)")
+    p.add_argument("--family", default="mixed", choices=FAMILIES,
+                   help="the graphs drawn: mixed (default: any dtypes and ops, boundary "
+                        "values) or blocks (transformer blocks: GEMMs with epilogues, "
+                        "attention, norms, masks)")
     p.add_argument("--out", help="write a markdown report here")
     a = p.parse_args(argv)
 
     rep = fuzz_in_processes(a.start, a.seconds, a.edits, a.max_ops, a.cuda,
-                            backend=a.backend, precision=a.matmul_precision)
+                            backend=a.backend, precision=a.matmul_precision,
+                            family=a.family)
     text = _markdown(rep, a)
     print(text)
     if a.out:

@@ -525,7 +525,10 @@ class Session:
         ``predicted_ms`` of a measured step is the prediction made just before it was
         measured; of an unmeasured step, the current model's (at the step's matmul
         precision). ``dram_MB`` is the DRAM traffic measured by the hardware counters
-        (``table(counters=True)``), NaN unless they were read."""
+        (``table(counters=True)``), NaN unless they were read. ``speedup_vs_none`` is
+        step 0's latency over the step's: a step at another matmul precision than step
+        0's counts what the precision gained too (the ``matmul_precision`` column says
+        which; the history holds the switch as a step of its own)."""
         base = (self.baseline(**kw) if measure
                 else self._measurements.get(self.history[0].plan))
         rows = []
