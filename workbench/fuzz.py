@@ -18,6 +18,7 @@ their layout moves) -- a last-ulp difference in a computed float flips them (and
 fused half-precision kernel keeps its intermediates in float32, as torch.compile's do, so
 its ``tanh(x) > x`` differs from op by op), and no error bound holds a flipped bit.
 
+``--family blocks`` draws transformer blocks instead (:mod:`workbench.fuzz_blocks`).
 ``python -m workbench.fuzz --seconds 600`` runs cases until the time is spent and
 prints (or ``--out`` writes) a report; the test suite runs a fixed, bounded set of
 seeds (tests/test_fuzz.py).
