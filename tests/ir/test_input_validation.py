@@ -25,7 +25,7 @@ from workbench.ir import (
     load_json,
     to_json,
 )
-from workbench.ir.graph import MAX_ELEMENTS
+from workbench.ir.shapes import MAX_ELEMENTS
 from workbench.ops import get_op
 from workbench.runtime import run_reference
 

@@ -40,6 +40,7 @@ from typing import Any, Mapping
 from ..errors import ArtifactError
 from ..ir import DType, Graph
 from ..ir.serialize import to_json
+from ..ir.shapes import MAX_RANK
 from ..runtime.blas import SYMBOLS as BLAS_SYMBOLS
 
 FORMAT = "fusion-workbench.artifact"
@@ -62,7 +63,6 @@ IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_TEXT = 1 << 16                   # free text (names of graph values, descriptions)
 MAX_ITEMS = 1 << 20                  # entries of one list or object
 MAX_JSON_DEPTH = 32                  # nesting of a manifest or graph.json
-MAX_RANK = 32
 MAX_NUMEL = 1 << 62
 MAX_INT = (1 << 63) - 1
 MAX_VALUE_BYTES = 1 << 40            # one graph value or workspace buffer: 1 TiB

@@ -22,9 +22,10 @@ import numpy as np
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
 from ..fusion.gemm import GPU_GEMM_RESIDENT, PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
-from ..fusion.geometry import Geometry, flat_vector, geometry, row_shifted
+from ..fusion.geometry import Geometry, flat_vector, geometry
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
+from ..fusion.row_tile import row_shifted
 from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
                                PACK_ONCE, PACK_PER_RUN, PACK_TILE, Im2col, Schedule,
                                group_io)

@@ -24,10 +24,10 @@ from ..ops import Kind, RowRole, get_op
 from ..ops.conv import CONVS
 from .devices import DEFAULT_DEVICE, Device
 from .gemm import analyze_gemm
-from .geometry import (REDUCE_SLOT_BYTES, flat_vector, geometry, register_budget, row_shifted,
-                       row_slots, row_threads, row_vector, rows_per_block, shared_bytes,
-                       split_count)
+from .geometry import (REDUCE_SLOT_BYTES, flat_vector, geometry, register_budget, row_threads,
+                       row_vector, rows_per_block, shared_bytes, split_count)
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
+from .row_tile import row_shifted, row_slots
 from .schedule import Phase, Schedule, group_io
 
 # Shared memory a row kernel may spend keeping expensive values of its row on chip

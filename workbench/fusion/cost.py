@@ -53,12 +53,12 @@ from typing import Iterable, Sequence
 from ..ir import DType, Graph
 from ..ops import Kind, get_op
 from .devices import Device
-from .geometry import geometry
+from .geometry import geometry, shared_bytes
 from .mapping import Mapping, ScheduleKind
 from .plan import Group, Plan
 from .analysis import pass_needs
-from .geometry import row_slots, shared_bytes
 from .gemm import GPU_GEMM_EFFICIENCY, GPU_TENSOR_GEMM_EFFICIENCY
+from .row_tile import row_slots
 from .schedule import Schedule, group_io
 
 # Fraction of the SM's threads that must be resident for a memory-bound kernel to keep

@@ -87,24 +87,6 @@ def row_vector(cols: int, itemsize: int = 4) -> int:
     return 8 if itemsize <= 2 else 4
 
 
-def row_shifted(cols: int, vector: int) -> bool:
-    """Whether a row's tile starts at the row's misalignment (its length is no
-    multiple of the vector): thread t's columns are then (k * threads + t) * vector
-    + v - shift, shift = the row's first offset mod vector."""
-    return vector > 1 and cols % vector != 0
-
-
-def row_span(cols: int, vector: int) -> int:
-    """Columns a row's tile covers: the row, plus up to vector - 1 before it when the
-    tile is shifted."""
-    return cols + vector - 1 if row_shifted(cols, vector) else cols
-
-
-def row_slots(cols: int, threads: int, vector: int) -> int:
-    """Register slots per thread one cached value of a row takes (its K x V tile)."""
-    return -(-row_span(cols, vector) // (threads * vector)) * vector
-
-
 def register_budget(threads: int, device: Device) -> int:
     """Cached row elements a thread may hold in registers: what the SM's register file
     leaves a block of this size besides its own work (a CPU device is held to a GPU's

@@ -51,6 +51,7 @@ import numpy as np
 from ..ir import DType, Graph
 from ..ops.strided import MatrixView, Strided
 from .mapping import Mapping, ScheduleKind
+from .row_tile import row_slots
 
 # how a GEMM's right operand is packed for the CPU micro-kernel (GemmShape.packed_b)
 PACK_ONCE = "once"          # a constant: by the kernel's first run, kept
@@ -448,7 +449,6 @@ class Schedule:
     @property
     def tile_steps(self) -> int:
         """row_reduce kept on chip: the steps (per_thread) of a thread's tile of the row."""
-        from .geometry import row_slots
         return row_slots(self.cols, self.threads, self.vector) // self.vector
 
     @property

@@ -24,7 +24,8 @@ import numpy as np
 
 from ..errors import GraphError
 from .dtypes import DType
-from .graph import Graph, Node, Origin, Value, check_shape, freeze_attr, infer_node
+from .graph import Graph, Node, Origin, Value, freeze_attr, infer_node
+from .shapes import check_shape
 
 
 class Tensor:

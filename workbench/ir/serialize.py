@@ -42,8 +42,8 @@ import numpy as np
 
 from ..errors import GraphError, WorkbenchError, shown
 from .dtypes import DType
-from .graph import (Graph, LazyConstants, Node, Origin, Value, check_shape, freeze_attr,
-                    infer_node, is_int)
+from .graph import Graph, LazyConstants, Node, Origin, Value, freeze_attr, infer_node
+from .shapes import check_shape, is_int
 
 FORMAT, VERSION = "workbench.graph", 1
 

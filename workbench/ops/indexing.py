@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import GraphError
 from ..ir.dtypes import DType
-from ..ir.graph import check_shape
+from ..ir.shapes import check_shape
 from .index import Index
 from .layout import CLAMPI
 from .registry import Kind, OpDef, RowRole, attr_bool, attr_int, check_axis, register

@@ -14,7 +14,7 @@ import numpy as np
 from ..errors import GraphError
 from ..ir.dtypes import DType
 from .index import Index, add
-from ..ir.graph import check_shape
+from ..ir.shapes import check_shape
 from .strided import Strided
 from .registry import (Helper, Kind, OpDef, RowRole, attr_int, attr_ints, broadcast_shapes,
                        check_axis, normalize_axes, register)

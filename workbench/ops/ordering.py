@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import GraphError
 from ..ir.dtypes import DType
-from ..ir.graph import check_shape
+from ..ir.shapes import check_shape
 from .indexing import clamp_index
 from .registry import Kind, OpDef, attr_bool, attr_int, check_axis, register
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import GraphError
 from ..ir.dtypes import DType, c_literal
-from ..ir.graph import check_shape
+from ..ir.shapes import check_shape
 from .index import Index, add, mul
 from .elementwise import LIMITS
 from .layout import CLAMPI

@@ -16,7 +16,7 @@ from ...ir import Graph, GraphBuilder, Tensor
 from ...ir.constant_folding import fold_constants
 from ...ir.pad_folding import fold_pads_into_convs
 from ...ir.dtypes import DType
-from ...ir.graph import check_shape
+from ...ir.shapes import check_shape
 from ..importing import located, workaround
 from . import handlers  # noqa: F401  (importing it registers the op handlers)
 from .common import (
