@@ -103,7 +103,8 @@ def test_fuzz_transformer_blocks_in_the_cuda_emulator_in_tf32():
 def test_block_cases_reach_epilogues_attention_and_masks():
     """The blocks family is not quietly narrow: over its test seeds, stitch plans on
     the CPU and on a GPU hold GEMM kernels with epilogues (some reducing rows: a norm
-    after the GEMM, on the CPU) and fused attention; the graphs hold transposed constant weights,
+    after the GEMM, on the CPU) and fused attention (on the CPU with K and V packed
+    for the micro-kernel too); the graphs hold transposed constant weights,
     half types, padding masks at the dtype's lowest value and causal masks."""
     from workbench.fusion.mapping import ScheduleKind
     seen = set()
@@ -123,12 +124,14 @@ def test_block_cases_reach_epilogues_attention_and_masks():
                 if sc.kind is ScheduleKind.gemm:
                     if sc.then is not None:
                         seen.add(f"attention {backend}")
+                        seen |= {"packed attention"} if sc.then.packed else set()
                     elif sc.epilogue is not None:
                         seen.add(f"row epilogue {backend}")
                     elif sc.gemm.epilogue_ops:
                         seen.add(f"epilogue {backend}")
     assert {"float32", "float16", "bfloat16", "where", "transposed weight", "lowest mask",
-            "attention cpu", "attention cuda-emu", "row epilogue cpu", "epilogue cpu",
+            "attention cpu", "attention cuda-emu", "packed attention", "row epilogue cpu",
+            "epilogue cpu",
             "epilogue cuda-emu"} - seen == set()
     # (a GPU's GEMM tile takes no row-reducing epilogue but the online softmax: a norm
     # after a GEMM is a kernel of its own there)

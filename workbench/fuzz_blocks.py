@@ -45,7 +45,7 @@ class _BlockDrawer:
         self.b = GraphBuilder(f"block{seed}")
         self.dtype = self.pick([F32, F32, F32, F16, BF16])
         self.batch = self.pick([1, 1, 2])
-        self.seq = self.pick([1, 3, 16, 17, 33, 64])
+        self.seq = self.pick([1, 3, 16, 17, 33, 64, 130, 257])   # (257: K and V packed on a CPU)
         self.heads = self.pick([1, 2, 4])
         self.head_dim = self.pick([4, 8, 16])
         self.hidden = self.heads * self.head_dim
