@@ -247,6 +247,32 @@ def test_a_matmul_of_an_empty_batch_stays_a_library_call():
         assert s.measure(warmup=1, repeats=1).within_tolerance
 
 
+@pytest.mark.parametrize("backend", ["cpu", "cuda-emu"])
+def test_a_one_element_constant_a_gemm_reads_has_a_buffer(backend):
+    """Found by the convs family (seed 5): a 1 x 1 convolution of one channel into one
+    has a one-element constant filter, which lowering made a literal (as it does an
+    elementwise op's scalar) while the GEMM kernel read it as an array (KeyError) under
+    every planner. So did a matmul by a [1, 1] constant weight."""
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if backend == "cuda-emu" and CudaEmuBackend.unavailable() \
+            and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
+        pytest.skip(CudaEmuBackend.unavailable())
+    b = GraphBuilder("one_element_operands")
+    x = b.input("x", (2, 1, 5, 5))
+    y = b.op("conv2d", x, b.constant(np.full((1, 1, 1, 1), 0.75, np.float32)),
+             b.constant(np.full((1,), 0.5, np.float32)), strides=[1, 1], pads=[0, 0, 0, 0])
+    b.output(b.relu(y), "y")
+    z = b.matmul(b.input("v", (6, 1)), b.constant(np.full((1, 1), -1.5, np.float32)))
+    b.output(b.exp(z), "z")
+    g = b.build()
+    ins = fuzz.draw_inputs(g, 3)
+    refs = run_reference(g, ins)
+    s = Session(g, backend=backend)
+    for planner in ("none", "rules", "stitch"):
+        s.auto(planner)
+        assert fuzz.check_plan(s, ins, refs) is None, planner
+
+
 def test_a_long_run_starts_a_fresh_process_per_batch_of_seeds():
     """One process maps every kernel library it loads; ~1800 graphs exhaust Linux's
     memory maps ("failed to map segment from shared object", found by a 900 s run), so

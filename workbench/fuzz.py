@@ -18,7 +18,8 @@ their layout moves) -- a last-ulp difference in a computed float flips them (and
 fused half-precision kernel keeps its intermediates in float32, as torch.compile's do, so
 its ``tanh(x) > x`` differs from op by op), and no error bound holds a flipped bit.
 
-``--family blocks`` draws transformer blocks instead (:mod:`workbench.fuzz_blocks`).
+``--family blocks`` draws transformer blocks instead (:mod:`workbench.fuzz_blocks`),
+``--family convs`` convolutional networks (:mod:`workbench.fuzz_convs`).
 ``python -m workbench.fuzz --seconds 600`` runs cases until the time is spent and
 prints (or ``--out`` writes) a report; the test suite runs a fixed, bounded set of
 seeds (tests/test_fuzz.py).
@@ -56,7 +57,7 @@ LONG_DIMS = [128, 257, 1024, 4099]     # now and then: vector tiles, long and sp
 SCHEMES = ["local", "regional", "global"]
 MAPPINGS = ["warp", "block", "split", "thread", "auto"]
 PLANNERS = ["none", "xla", "rules", "stitch"]
-FAMILIES = ["mixed", "blocks"]
+FAMILIES = ["mixed", "blocks", "convs"]
 
 
 @dataclass
@@ -430,12 +431,17 @@ def check_plan(s, inputs, refs, cuda: bool = False) -> str | None:
 
 
 def draw_case(seed: int, family: str = "mixed", max_ops: int = 10):
-    """Case ``seed``'s graph and inputs from ``family``: ``mixed`` (this module's) or
-    ``blocks`` (transformer blocks: :mod:`workbench.fuzz_blocks`)."""
+    """Case ``seed``'s graph and inputs from ``family``: ``mixed`` (this module's),
+    ``blocks`` (transformer blocks: :mod:`workbench.fuzz_blocks`) or ``convs``
+    (convolutional networks: :mod:`workbench.fuzz_convs`)."""
     if family == "blocks":
         from .fuzz_blocks import draw_block_graph, draw_block_inputs
         g = draw_block_graph(seed)
         return g, draw_block_inputs(g, seed)
+    if family == "convs":
+        from .fuzz_convs import draw_conv_graph, draw_conv_inputs
+        g = draw_conv_graph(seed)
+        return g, draw_conv_inputs(g, seed)
     if family != "mixed":
         raise ValueError(f"fuzz family {family!r}; use one of {FAMILIES}")
     g = draw_graph(seed, max_ops)
@@ -592,8 +598,9 @@ def main(argv=None) -> int:
                         "kernels, with --backend cuda-emu)")
     p.add_argument("--family", default="mixed", choices=FAMILIES,
                    help="the graphs drawn: mixed (default: any dtypes and ops, boundary "
-                        "values) or blocks (transformer blocks: GEMMs with epilogues, "
-                        "attention, norms, masks)")
+                        "values), blocks (transformer blocks: GEMMs with epilogues, "
+                        "attention, norms, masks) or convs (convolutional networks: "
+                        "convolutions of every form, poolings, BatchNorm, heads)")
     p.add_argument("--out", help="write a markdown report here")
     a = p.parse_args(argv)
 

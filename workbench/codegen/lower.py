@@ -139,9 +139,7 @@ class _Lowerer:
         self.concat_part: dict[str, int] = {}     # concat -> the part a split loop reads
 
     def _inline_constant(self, v: str) -> bool:
-        # a library call takes every input as an array; generated code inlines scalars
-        return (self.sched.kind is not ScheduleKind.opaque and v in self.g.constants
-                and self.g.value(v).numel == 1)
+        return _inlined(self.g, self.sched, v)
 
     def workspace(self, name: str, dt: DType, numel: int, persistent: bool = False,
                   packed: bool = False) -> Buffer:
@@ -1350,6 +1348,31 @@ def _rebase(stmt, tile: Scratch, base: str):
     return stmt
 
 
+def _inlined(g: Graph, s: Schedule, v: str) -> bool:
+    """Whether value v is a literal in the generated code rather than a buffer: a
+    one-element constant, except where a library call reads it (it takes every input
+    as an array) or a GEMM does (its operands pass through panels and packs: a 1 x 1
+    convolution's one filter of one channel, found by the fuzzer, had no buffer)."""
+    if s.kind is ScheduleKind.opaque or v not in g.constants or g.value(v).numel != 1:
+        return False
+    return v not in _gemm_operands(s)
+
+
+def _gemm_operands(s: Schedule) -> set[str]:
+    """The values the GEMMs of s (a stitched one's phases too) read as operands."""
+    if s.kind is ScheduleKind.stitched:
+        return set().union(*(_gemm_operands(p.schedule) for p in s.phases))
+    if s.kind is not ScheduleKind.gemm:
+        return set()
+    t = s.gemm
+    out = {t.a.value, t.b.value}
+    if t.im2col is not None:
+        out.add(t.im2col.value)
+    if s.then is not None:
+        out.add(s.then.b.value)
+    return out
+
+
 def _buffers(g: Graph, io, inline) -> dict[str, Buffer]:
     """Kernel parameters for a group's inputs (scalar constants inlined) and outputs."""
     buffers: dict[str, Buffer] = {}
@@ -1401,10 +1424,7 @@ def _lower_stitched(g: Graph, group: Group, name: str, device: Device) -> Kernel
     phases (the largest any wants; every loop strides, so more threads only idle)."""
     s = group.schedule
     io = group_io(g, group.nodes)
-    def inline(v):     # as _Lowerer._inline_constant: scalar constants are literals
-        return v in g.constants and g.value(v).numel == 1
-
-    buffers = _buffers(g, io, inline)
+    buffers = _buffers(g, io, lambda v: _inlined(g, s, v))
     for v in s.through_global:
         if v not in buffers:
             val = g.value(v)
