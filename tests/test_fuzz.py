@@ -137,6 +137,59 @@ def test_block_cases_reach_epilogues_attention_and_masks():
     # after a GEMM is a kernel of its own there)
 
 
+CONV_SEEDS = range(12)
+
+
+def test_fuzz_convolutional_networks(nvrtc_toolchain):
+    """The convs family (workbench/fuzz_convs.py): convolutions of every form,
+    poolings, BatchNorm, activations, residuals and heads, every plan checked kernel by
+    kernel, its CUDA compiled by NVRTC."""
+    rep = fuzz.fuzz(CONV_SEEDS, seconds=BUDGET_S, cuda=True, family="convs")
+    assert rep.cases >= 6, f"only {rep.cases} cases ran"
+    assert not rep.failures, "\n".join(
+        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
+
+
+def test_fuzz_convolutional_networks_in_the_cuda_emulator():
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
+        pytest.skip(CudaEmuBackend.unavailable())
+    rep = fuzz.fuzz(CONV_SEEDS[:6], seconds=BUDGET_S, backend="cuda-emu", family="convs")
+    assert rep.cases >= 3, f"only {rep.cases} cases ran"
+    assert not rep.failures, "\n".join(
+        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
+
+
+def test_conv_cases_reach_the_cpus_convolution_kernels():
+    """The convs family is not quietly narrow: over 16 seeds the CPU's stitch plans
+    hold convolutions whose patches are gathered per tile, 1 x 1s read in place,
+    convolutions computed directly with the filters in the lanes, and poolings in
+    kernels of their own; the graphs hold strided, dilated, grouped and lopsidedly
+    padded convolutions and all three float types."""
+    from workbench.fusion.mapping import ScheduleKind
+    seen = set()
+    for seed in range(16):
+        g, _ = fuzz.draw_case(seed, "convs")
+        seen.add(g.value("x").dtype.value)
+        for n in g.nodes:
+            if n.op == "conv2d":
+                a = n.attr_map
+                seen |= {k for k, hit in (("strided", max(a["strides"]) > 1),
+                                          ("dilated", max(a["dilations"]) > 1),
+                                          ("grouped", a["group"] > 1),
+                                          ("lopsided", len(set(a["pads"])) > 1)) if hit}
+        s = Session(g, backend="cpu")
+        s.auto("stitch")
+        for gr in s.plan.groups:
+            sc = gr.schedule
+            if sc.kind is ScheduleKind.gemm and sc.gemm.im2col is not None:
+                seen.add("in place" if sc.gemm.in_place else sc.gemm.packed_b)
+            elif any(g.node(n).op == "window" for n in gr.nodes):
+                seen.add("pooling")
+    assert {"float32", "float16", "bfloat16", "strided", "dilated", "grouped", "lopsided",
+            "per tile", "in place", "direct, filters in lanes", "pooling"} - seen == set()
+
+
 def test_a_per_row_result_of_one_value_is_not_stored_per_row():
     """Found by the fuzzer: fusing tanh of a [1, 1] input into a 16-row reduction
     kernel stored it at out[row] for every row -- 15 floats past the end (heap
