@@ -326,6 +326,25 @@ def test_a_one_element_constant_a_gemm_reads_has_a_buffer(backend):
         assert fuzz.check_plan(s, ins, refs) is None, planner
 
 
+def test_a_pooling_a_plane_at_a_time_is_the_cpus_form_only(nvrtc_toolchain):
+    """Found by the convs family (seeds 40009, 40018): the CPU's max pool a plane at a
+    time rendered as CUDA used its plane buffer undeclared (NVRTC: "identifier wb_xp
+    is undefined"). It is a form of the CPU's, as its GEMM kernels are: host only, its
+    CUDA view says so, and a GPU's plan pools rows instead."""
+    from workbench.ir import composites_nn
+    b = GraphBuilder("pool_planes")
+    x = b.input("x", (1, 1, 5, 5))
+    b.output(composites_nn.max_pool(b, x, [2, 2], [2, 2], pads=[0, 0, 1, 1]), "y")
+    g = b.build()
+    ins = fuzz.draw_inputs(g, 2)
+    s = Session(g, backend="cpu")
+    s.auto("xla")
+    (gr,) = s.plan.groups
+    assert s.kernel(gr.id).host_only and "pooled a plane at a time" in s.kernel(gr.id).schedule
+    assert "runs on the host only" in s.source(gr.id, "cuda")
+    assert fuzz.check_plan(s, ins, run_reference(g, ins), cuda=True) is None
+
+
 def test_a_long_run_starts_a_fresh_process_per_batch_of_seeds():
     """One process maps every kernel library it loads; ~1800 graphs exhaust Linux's
     memory maps ("failed to map segment from shared object", found by a 900 s run), so

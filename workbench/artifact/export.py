@@ -81,7 +81,7 @@ def _kernel_spec(k: Kernel) -> tuple[KernelSpec, dict[str, bytes]]:
     if k.library is None:
         for target, suffix in SOURCE_SUFFIX.items():
             if not RENDERERS[target].supports(k):
-                continue          # (a GEMM kernel calls the host BLAS: CPU only)
+                continue          # (a host-only kernel, the CPU's form: C only)
             rel = f"{KERNEL_DIR}/{k.name}{suffix}"
             files[rel] = render_kernel(k, target).encode()
             sources[target] = rel

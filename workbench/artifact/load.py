@@ -221,12 +221,12 @@ class ArtifactModel:
             sources = self.sources(be.target) if be.target else {}
             lacking = [k.name for k in self.manifest.kernels
                        if be.target and k.library is None and be.target not in k.sources]
-            if lacking:       # (a GEMM kernel calls the host BLAS: it ships C only)
+            if lacking:       # (a host-only kernel, the CPU's form: it ships C only)
                 raise BackendUnavailable(
                     f"artifact {self.artifact.where}: kernel {lacking[0]} has no "
-                    f"{be.target} source (GEMM epilogue kernels run on the CPU backend "
-                    "only so far); load it with backend='cpu', or export a plan made for "
-                    "the GPU")
+                    f"{be.target} source (a CPU plan's GEMM and plane-at-a-time pooling "
+                    "kernels run on the CPU backend only); load it with backend='cpu', or "
+                    "export a plan made for the GPU")
             try:
                 compiled = be.compile_sources(self.kernels, sources, origin=_SHIPPED)
             except (ArtifactError, BackendUnavailable):

@@ -240,9 +240,12 @@ class _Lowerer:
             return self._gemm(name)
         pooled = self._pool_planes()
         if pooled is not None:
-            return _kernel(name, self.group.id, s.describe() + ", pooled a plane at a time",
-                           self.buffers, _widen(pooled, self.wide), _launch(self.geometry, s),
-                           self.flops, tuple(self.scratch.values()))
+            # (a CPU's form, as its GEMM kernels are: no CUDA rendering -- rendered anyway,
+            # its plane buffer went undeclared; found by the fuzzer's convs family)
+            return replace(_kernel(name, self.group.id,
+                                   s.describe() + ", pooled a plane at a time", self.buffers,
+                                   _widen(pooled, self.wide), _launch(self.geometry, s),
+                                   self.flops, tuple(self.scratch.values())), host_only=True)
         body = self.lower_body()
         # a split row makes one pass over the grid per reduction, plus the final one
         passes = s.reductions + 1 if s.grid_barriers else 1

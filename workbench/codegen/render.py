@@ -764,8 +764,9 @@ class CRenderer:
         target cannot run."""
         if not self.supports(k):
             return (f"/* kernel {k.name}: {k.schedule}\n{nodes_comment(k.nodes)}"
-                    " * calls the host BLAS: GEMM epilogue fusion runs on the CPU backend "
-                    "only so far, so there is no CUDA source */\n")
+                    " * runs on the host only (a form of the CPU's: its GEMM kernels, which "
+                    "may call the host BLAS, and its poolings a plane at a time), so there "
+                    "is no CUDA source */\n")
         if k.library is not None:
             args = ", ".join(b.name for b in k.library.inputs)
             outs = ", ".join(b.name for b in k.library.outputs)
