@@ -322,7 +322,26 @@ def shape_graphs(more: bool = False) -> dict:
         out["chain_4"] = (g, random_inputs(g, 3))
     out["mbconv_4x4"] = _mbconv(rng)
     out["stem_23x21"] = _stem(rng)
+    out["pads_past_the_map_3x3"] = _pads_past_the_map(rng)
     return out
+
+
+def _pads_past_the_map(rng):
+    """Dilated 5 x 5 convolutions padded by 4 over 3 x 3 maps (ASPP's dilated branches
+    on a small map are like it): some taps' left padding covers a whole output row,
+    and some of their rows lie past the edge -- where the gather's run ran one element
+    past the row and read outside the input (found by the fuzzer's convs family). One
+    filter per group (its taps added into the tile directly) and two (the patches
+    gathered per tile)."""
+    import numpy as np
+
+    from workbench.ir import GraphBuilder
+    b = GraphBuilder("pads_past_the_map_3x3")
+    x = b.input("x", (1, 16, 3, 3))
+    for k, filters in enumerate((2, 4)):
+        w = b.constant(rng.standard_normal((filters, 8, 5, 5)).astype(np.float32))
+        b.output(b.op("conv2d", x, w, dilations=[2, 2], pads=[4, 4, 4, 4], group=2), f"y{k}")
+    return b.build(), {"x": rng.standard_normal((1, 16, 3, 3)).astype(np.float32)}
 
 
 def _stem(rng):

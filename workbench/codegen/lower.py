@@ -785,9 +785,13 @@ class _Lowerer:
             return f"(({a}) > 0 ? (({a}) + {st - 1}) / {st} : -(-({a}) / {st}))"
         run += [Let("xa", DType.int64, f"{ceil_div(lo)} > x0 ? {ceil_div(lo)} : x0"),
                 Let("xb", DType.int64, f"{ceil_div(hi)} < x1 ? {ceil_div(hi)} : x1")]
+        # (xa clamped to the run first: a tap whose left padding covers the whole run
+        # has xa past x1, and a row past the edge then gave [x1, xa) -- reads outside
+        # the input, a write past the run; found by the fuzzer's convs family)
+        run.append(Assign("xa", "xa < x1 ? xa : x1"))
         if inside:                  # a row past the edge: the whole run is zeros
             run.append(Assign("xb", f"({' && '.join(inside)}) ? xb : xa"))
-        run += [Assign("xa", "xa < x1 ? xa : x1"), Assign("xb", "xb > xa ? xb : xa")]
+        run.append(Assign("xb", "xb > xa ? xb : xa"))
         to = (f"{base + ' + ' if base else ''}{row or f'j * {t.tile_n}'} + "
               f"(q * {width} + x - {c0}) * {step}")
         src = f"({at}) * {n} + x * {st} + {shift}"
