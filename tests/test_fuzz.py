@@ -345,6 +345,28 @@ def test_a_pooling_a_plane_at_a_time_is_the_cpus_form_only(nvrtc_toolchain):
     assert fuzz.check_plan(s, ins, run_reference(g, ins), cuda=True) is None
 
 
+def _batch_dying_at_seed_4(first, count, *args):
+    """fuzz._batch, but the process dies (abort: as heap corruption ends one) when it
+    reaches seed 4."""
+    def starting(seed):
+        with open(args[-1], "w") as f:
+            f.write(str(seed))
+        if seed == 4:
+            os.abort()
+    return fuzz.fuzz(range(first, first + count), args[0], *args[1:3], None, *args[3:7],
+                     starting)
+
+
+def test_a_case_that_kills_its_process_is_a_failure_and_the_run_goes_on():
+    """A kernel corrupting the heap killed the child process of a long run, and the
+    whole run ended in a BrokenProcessPool traceback without its report (found by the
+    convs family). Now the dead seed is a failure and the run goes on after it."""
+    rep = fuzz.fuzz_in_processes(2, seconds=20, per_process=3, batch=_batch_dying_at_seed_4)
+    assert [f.seed for f in rep.failures] == [4], rep.failures
+    assert "process running it died" in rep.failures[0].message
+    assert rep.cases > 3     # seeds 2-4, then 5... in fresh processes
+
+
 def test_a_long_run_starts_a_fresh_process_per_batch_of_seeds():
     """One process maps every kernel library it loads; ~1800 graphs exhaust Linux's
     memory maps ("failed to map segment from shared object", found by a 900 s run), so

@@ -493,12 +493,15 @@ class Report:
 
 def fuzz(seeds, seconds: float | None = None, edits: int = 4, max_ops: int = 10,
          progress=None, cuda: bool = False, backend: str = "cpu",
-         precision: str = "float32", family: str = "mixed") -> Report:
-    """Run cases for ``seeds`` in order, stopping early once ``seconds`` have passed."""
+         precision: str = "float32", family: str = "mixed", starting=None) -> Report:
+    """Run cases for ``seeds`` in order, stopping early once ``seconds`` have passed
+    (``starting(seed)`` called before each)."""
     rep, t0 = Report(), time.perf_counter()
     for seed in seeds:
         if seconds is not None and time.perf_counter() - t0 > seconds:
             break
+        if starting:
+            starting(int(seed))
         case, fails = run_case(int(seed), edits, max_ops, cuda, backend, precision,
                                family)
         rep.cases += 1
@@ -528,24 +531,47 @@ def _print_progress(case, fails):
 
 
 def _batch(first: int, count: int, seconds: float, edits: int, max_ops: int,
-           cuda: bool, backend: str, precision: str, family: str) -> Report:
+           cuda: bool, backend: str, precision: str, family: str, marker: str) -> Report:
+    def starting(seed: int):       # (what the parent reads if this process dies)
+        with open(marker, "w") as f:
+            f.write(str(seed))
     return fuzz(range(first, first + count), seconds, edits, max_ops, _print_progress, cuda,
-                backend, precision, family)
+                backend, precision, family, starting)
 
 
 def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int = 10,
                       cuda: bool = False, per_process: int = SEEDS_PER_PROCESS,
                       backend: str = "cpu", precision: str = "float32",
-                      family: str = "mixed") -> Report:
+                      family: str = "mixed", batch=None) -> Report:
     """:func:`fuzz` from seed ``start`` for ``seconds``, ``per_process`` seeds in each
-    fresh child process (see SEEDS_PER_PROCESS), progress printed as it goes."""
+    fresh child process (see SEEDS_PER_PROCESS), progress printed as it goes. A case
+    that kills its process (heap corruption in a kernel, a segfault) is a failure of
+    its seed; the run goes on from the next one (the dead batch's other cases are
+    counted, their plans and ops not). ``batch``: what a child runs (``_batch``'s
+    arguments), a module-level function."""
     import multiprocessing
+    import tempfile
     from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
     rep, t0, first = Report(), time.perf_counter(), start
+    marker = tempfile.NamedTemporaryFile(prefix="wb-fuzz-", suffix=".seed", delete=False)
+    marker.close()
     while (left := seconds - (time.perf_counter() - t0)) > 0:
-        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-            part = ex.submit(_batch, first, per_process, left, edits, max_ops, cuda,
-                             backend, precision, family).result()
+        try:
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+                part = ex.submit(batch or _batch, first, per_process, left, edits, max_ops, cuda,
+                                 backend, precision, family, marker.name).result()
+        except BrokenProcessPool:
+            with open(marker.name) as f:
+                dead = int(f.read() or first)
+            print(f"seed {dead}: FAIL\n  the process running it died", flush=True)
+            rep.failures.append(Failure(dead, "?", "the process running it died (a crash "
+                                        "in a kernel: heap corruption, a segfault); run "
+                                        f"it alone: python -m workbench.fuzz --start {dead} "
+                                        f"--seconds 1 --family {family}"))
+            rep.cases += dead - first + 1
+            first = dead + 1
+            continue
         for k in ("cases", "plans", "ops"):
             setattr(rep, k, getattr(rep, k) + getattr(part, k))
         rep.failures += part.failures
@@ -553,6 +579,7 @@ def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int =
         first += per_process
         if part.cases < per_process:
             break          # the time ran out inside the batch
+    os.unlink(marker.name)
     rep.seconds = time.perf_counter() - t0
     return rep
 
