@@ -190,6 +190,50 @@ def test_conv_cases_reach_the_cpus_convolution_kernels():
             "per tile", "in place", "direct, filters in lanes", "pooling"} - seen == set()
 
 
+ROW_SEEDS = range(6)
+
+
+def test_fuzz_row_workloads(nvrtc_toolchain):
+    """The rows family (workbench/fuzz_rows.py): softmax, norms, logsumexp, a
+    cross-entropy, bias-GELU-residual-LayerNorm and masked softmax at lengths on either
+    side of each mapping's threshold, every plan checked, its CUDA compiled by NVRTC."""
+    rep = fuzz.fuzz(ROW_SEEDS, seconds=BUDGET_S, cuda=True, family="rows")
+    assert rep.cases >= 3, f"only {rep.cases} cases ran"
+    assert not rep.failures, "\n".join(
+        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
+
+
+def test_fuzz_row_workloads_in_the_cuda_emulator():
+    """The same on the GPU's plans (warp, block and split rows, register and shared
+    caches, 16-byte vectors with tails), run in the CUDA emulator."""
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
+        pytest.skip(CudaEmuBackend.unavailable())
+    rep = fuzz.fuzz(ROW_SEEDS[:4], seconds=BUDGET_S, backend="cuda-emu", family="rows")
+    assert rep.cases >= 2, f"only {rep.cases} cases ran"
+    assert not rep.failures, "\n".join(
+        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
+
+
+def test_row_cases_reach_every_gpu_row_form():
+    """The rows family is not quietly narrow: over 24 seeds the GPU's stitch plans hold
+    rows a block each with the row in registers at vectors of 1, 4 and 8 elements,
+    rows split across blocks, and the graphs all three float types."""
+    seen = set()
+    for seed in range(24):
+        g, _ = fuzz.draw_case(seed, "rows")
+        seen.add(g.value("x").dtype.value)
+        s = Session(g, backend="cuda-emu")
+        s.auto("stitch")
+        for gr in s.plan.groups:
+            sc = gr.schedule
+            if sc.kind.value == "row_reduce":
+                seen.add(f"{sc.mapping.value} v{sc.vector}" + (" registers" if sc.row_registers
+                                                                else ""))
+    assert {"float32", "float16", "bfloat16", "block v1 registers", "block v4 registers",
+            "block v8 registers", "split v1"} - seen == set()
+
+
 def test_a_per_row_result_of_one_value_is_not_stored_per_row():
     """Found by the fuzzer: fusing tanh of a [1, 1] input into a 16-row reduction
     kernel stored it at out[row] for every row -- 15 floats past the end (heap

@@ -19,7 +19,8 @@ fused half-precision kernel keeps its intermediates in float32, as torch.compile
 its ``tanh(x) > x`` differs from op by op), and no error bound holds a flipped bit.
 
 ``--family blocks`` draws transformer blocks instead (:mod:`workbench.fuzz_blocks`),
-``--family convs`` convolutional networks (:mod:`workbench.fuzz_convs`).
+``--family convs`` convolutional networks (:mod:`workbench.fuzz_convs`), ``--family
+rows`` row workloads at every mapping's lengths (:mod:`workbench.fuzz_rows`).
 ``python -m workbench.fuzz --seconds 600`` runs cases until the time is spent and
 prints (or ``--out`` writes) a report; the test suite runs a fixed, bounded set of
 seeds (tests/test_fuzz.py).
@@ -57,7 +58,7 @@ LONG_DIMS = [128, 257, 1024, 4099]     # now and then: vector tiles, long and sp
 SCHEMES = ["local", "regional", "global"]
 MAPPINGS = ["warp", "block", "split", "thread", "auto"]
 PLANNERS = ["none", "xla", "rules", "stitch"]
-FAMILIES = ["mixed", "blocks", "convs"]
+FAMILIES = ["mixed", "blocks", "convs", "rows"]
 
 
 @dataclass
@@ -432,8 +433,9 @@ def check_plan(s, inputs, refs, cuda: bool = False) -> str | None:
 
 def draw_case(seed: int, family: str = "mixed", max_ops: int = 10):
     """Case ``seed``'s graph and inputs from ``family``: ``mixed`` (this module's),
-    ``blocks`` (transformer blocks: :mod:`workbench.fuzz_blocks`) or ``convs``
-    (convolutional networks: :mod:`workbench.fuzz_convs`)."""
+    ``blocks`` (transformer blocks: :mod:`workbench.fuzz_blocks`), ``convs``
+    (convolutional networks: :mod:`workbench.fuzz_convs`) or ``rows`` (row workloads
+    at every mapping's lengths: :mod:`workbench.fuzz_rows`)."""
     if family == "blocks":
         from .fuzz_blocks import draw_block_graph, draw_block_inputs
         g = draw_block_graph(seed)
@@ -442,6 +444,10 @@ def draw_case(seed: int, family: str = "mixed", max_ops: int = 10):
         from .fuzz_convs import draw_conv_graph, draw_conv_inputs
         g = draw_conv_graph(seed)
         return g, draw_conv_inputs(g, seed)
+    if family == "rows":
+        from .fuzz_rows import draw_row_graph, draw_row_inputs
+        g = draw_row_graph(seed)
+        return g, draw_row_inputs(g, seed)
     if family != "mixed":
         raise ValueError(f"fuzz family {family!r}; use one of {FAMILIES}")
     g = draw_graph(seed, max_ops)
@@ -626,8 +632,9 @@ def main(argv=None) -> int:
     p.add_argument("--family", default="mixed", choices=FAMILIES,
                    help="the graphs drawn: mixed (default: any dtypes and ops, boundary "
                         "values), blocks (transformer blocks: GEMMs with epilogues, "
-                        "attention, norms, masks) or convs (convolutional networks: "
-                        "convolutions of every form, poolings, BatchNorm, heads)")
+                        "attention, norms, masks), convs (convolutional networks: "
+                        "convolutions of every form, poolings, BatchNorm, heads) or rows "
+                        "(softmax, norms, logsumexp... at every row mapping's lengths)")
     p.add_argument("--out", help="write a markdown report here")
     a = p.parse_args(argv)
 
