@@ -71,33 +71,39 @@ def test_drawn_cases_reach_what_they_are_meant_to():
     assert empty and long_rows and specials
 
 
-BLOCK_SEEDS = range(10)
+# the families of graphs users bring (workbench/fuzz_blocks.py, fuzz_convs.py,
+# fuzz_rows.py): seeds on the CPU (every plan's CUDA compiled by NVRTC too) and in the
+# CUDA emulator -- transformer blocks in TF32 there (tensor-core GEMM tiles, fused
+# attention; their half-type graphs on their own tensor-core tiles)
+FAMILY_SEEDS = {"blocks": range(10), "convs": range(12), "rows": range(6)}
+EMULATED = {"blocks": (6, "tf32"), "convs": (6, "float32"), "rows": (4, "float32")}
+BLOCK_SEEDS = FAMILY_SEEDS["blocks"]
 
 
-def test_fuzz_transformer_blocks(nvrtc_toolchain):
-    """The blocks family (workbench/fuzz_blocks.py): linear layers with constant
-    weights, epilogues, norms, masked attention -- the graphs whose plans hold GEMM
-    kernels and fused attention -- every plan checked kernel by kernel, its CUDA
-    compiled by NVRTC."""
-    rep = fuzz.fuzz(BLOCK_SEEDS, seconds=BUDGET_S, cuda=True, family="blocks")
-    assert rep.cases >= 5, f"only {rep.cases} cases ran"
-    assert rep.plans >= 2 * rep.cases
+def _clean(rep, least: int):
+    assert rep.cases >= least, f"only {rep.cases} cases ran"
     assert not rep.failures, "\n".join(
         f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
 
 
-def test_fuzz_transformer_blocks_in_the_cuda_emulator_in_tf32():
-    """The same family on the GPU's plans in TF32 (tensor-core GEMM tiles, fused
-    attention; bfloat16 and float16 graphs on their own tensor-core tiles), run in the
-    CUDA emulator."""
+@pytest.mark.parametrize("family", sorted(FAMILY_SEEDS))
+def test_fuzz_family(family, nvrtc_toolchain):
+    """blocks: linear layers with constant weights, epilogues, norms, masked attention;
+    convs: convolutions of every form, poolings, BatchNorm, heads; rows: softmax,
+    norms, logsumexp, a cross-entropy at lengths either side of each row mapping's
+    threshold. Every plan checked kernel by kernel, its CUDA compiled by NVRTC."""
+    seeds = FAMILY_SEEDS[family]
+    _clean(fuzz.fuzz(seeds, seconds=BUDGET_S, cuda=True, family=family), len(seeds) // 2)
+
+
+@pytest.mark.parametrize("family", sorted(EMULATED))
+def test_fuzz_family_in_the_cuda_emulator(family):
     from workbench.runtime.cuda_emu import CudaEmuBackend
     if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
         pytest.skip(CudaEmuBackend.unavailable())
-    rep = fuzz.fuzz(BLOCK_SEEDS[:6], seconds=2 * BUDGET_S, backend="cuda-emu",
-                    precision="tf32", family="blocks")
-    assert rep.cases >= 3, f"only {rep.cases} cases ran"
-    assert not rep.failures, "\n".join(
-        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
+    n, precision = EMULATED[family]
+    _clean(fuzz.fuzz(FAMILY_SEEDS[family][:n], seconds=BUDGET_S, backend="cuda-emu",
+                     precision=precision, family=family), n // 2)
 
 
 def test_block_cases_reach_epilogues_attention_and_masks():
@@ -137,29 +143,6 @@ def test_block_cases_reach_epilogues_attention_and_masks():
     # after a GEMM is a kernel of its own there)
 
 
-CONV_SEEDS = range(12)
-
-
-def test_fuzz_convolutional_networks(nvrtc_toolchain):
-    """The convs family (workbench/fuzz_convs.py): convolutions of every form,
-    poolings, BatchNorm, activations, residuals and heads, every plan checked kernel by
-    kernel, its CUDA compiled by NVRTC."""
-    rep = fuzz.fuzz(CONV_SEEDS, seconds=BUDGET_S, cuda=True, family="convs")
-    assert rep.cases >= 6, f"only {rep.cases} cases ran"
-    assert not rep.failures, "\n".join(
-        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
-
-
-def test_fuzz_convolutional_networks_in_the_cuda_emulator():
-    from workbench.runtime.cuda_emu import CudaEmuBackend
-    if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
-        pytest.skip(CudaEmuBackend.unavailable())
-    rep = fuzz.fuzz(CONV_SEEDS[:6], seconds=BUDGET_S, backend="cuda-emu", family="convs")
-    assert rep.cases >= 3, f"only {rep.cases} cases ran"
-    assert not rep.failures, "\n".join(
-        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
-
-
 def test_conv_cases_reach_the_cpus_convolution_kernels():
     """The convs family is not quietly narrow: over 16 seeds the CPU's stitch plans
     hold convolutions whose patches are gathered per tile, 1 x 1s read in place,
@@ -188,31 +171,6 @@ def test_conv_cases_reach_the_cpus_convolution_kernels():
                 seen.add("pooling")
     assert {"float32", "float16", "bfloat16", "strided", "dilated", "grouped", "lopsided",
             "per tile", "in place", "direct, filters in lanes", "pooling"} - seen == set()
-
-
-ROW_SEEDS = range(6)
-
-
-def test_fuzz_row_workloads(nvrtc_toolchain):
-    """The rows family (workbench/fuzz_rows.py): softmax, norms, logsumexp, a
-    cross-entropy, bias-GELU-residual-LayerNorm and masked softmax at lengths on either
-    side of each mapping's threshold, every plan checked, its CUDA compiled by NVRTC."""
-    rep = fuzz.fuzz(ROW_SEEDS, seconds=BUDGET_S, cuda=True, family="rows")
-    assert rep.cases >= 3, f"only {rep.cases} cases ran"
-    assert not rep.failures, "\n".join(
-        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
-
-
-def test_fuzz_row_workloads_in_the_cuda_emulator():
-    """The same on the GPU's plans (warp, block and split rows, register and shared
-    caches, 16-byte vectors with tails), run in the CUDA emulator."""
-    from workbench.runtime.cuda_emu import CudaEmuBackend
-    if CudaEmuBackend.unavailable() and not os.environ.get("WB_REQUIRE_CUDA_EMU"):
-        pytest.skip(CudaEmuBackend.unavailable())
-    rep = fuzz.fuzz(ROW_SEEDS[:4], seconds=BUDGET_S, backend="cuda-emu", family="rows")
-    assert rep.cases >= 2, f"only {rep.cases} cases ran"
-    assert not rep.failures, "\n".join(
-        f"seed {f.seed} after {f.action}: {f.message}" for f in rep.failures)
 
 
 def test_row_cases_reach_every_gpu_row_form():
