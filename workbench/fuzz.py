@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from . import fuzz_blocks, fuzz_convs, fuzz_rows
 from .errors import FusionRefused, GraphError
 from .fusion.mapping import ScheduleKind
 from .ir import DType, Graph, GraphBuilder
@@ -58,7 +59,13 @@ LONG_DIMS = [128, 257, 1024, 4099]     # now and then: vector tiles, long and sp
 SCHEMES = ["local", "regional", "global"]
 MAPPINGS = ["warp", "block", "split", "thread", "auto"]
 PLANNERS = ["none", "xla", "rules", "stitch"]
-FAMILIES = ["mixed", "blocks", "convs", "rows"]
+# the families of graphs besides this module's own ("mixed"): each one's graph and
+# inputs drawers
+FAMILY_DRAWERS = {
+    "blocks": (fuzz_blocks.draw_block_graph, fuzz_blocks.draw_block_inputs),
+    "convs": (fuzz_convs.draw_conv_graph, fuzz_convs.draw_conv_inputs),
+    "rows": (fuzz_rows.draw_row_graph, fuzz_rows.draw_row_inputs)}
+FAMILIES = ["mixed", *FAMILY_DRAWERS]
 
 
 @dataclass
@@ -436,22 +443,14 @@ def draw_case(seed: int, family: str = "mixed", max_ops: int = 10):
     ``blocks`` (transformer blocks: :mod:`workbench.fuzz_blocks`), ``convs``
     (convolutional networks: :mod:`workbench.fuzz_convs`) or ``rows`` (row workloads
     at every mapping's lengths: :mod:`workbench.fuzz_rows`)."""
-    if family == "blocks":
-        from .fuzz_blocks import draw_block_graph, draw_block_inputs
-        g = draw_block_graph(seed)
-        return g, draw_block_inputs(g, seed)
-    if family == "convs":
-        from .fuzz_convs import draw_conv_graph, draw_conv_inputs
-        g = draw_conv_graph(seed)
-        return g, draw_conv_inputs(g, seed)
-    if family == "rows":
-        from .fuzz_rows import draw_row_graph, draw_row_inputs
-        g = draw_row_graph(seed)
-        return g, draw_row_inputs(g, seed)
-    if family != "mixed":
+    if family == "mixed":
+        g = draw_graph(seed, max_ops)
+        return g, draw_inputs(g, seed)
+    if family not in FAMILY_DRAWERS:
         raise ValueError(f"fuzz family {family!r}; use one of {FAMILIES}")
-    g = draw_graph(seed, max_ops)
-    return g, draw_inputs(g, seed)
+    graph, inputs = FAMILY_DRAWERS[family]
+    g = graph(seed)
+    return g, inputs(g, seed)
 
 
 def run_case(seed: int, edits: int = 4, max_ops: int = 10, cuda: bool = False,
@@ -536,13 +535,33 @@ def _print_progress(case, fails):
           flush=True)
 
 
+def _mark(marker: str, seed: int) -> None:
+    """Note in the marker file the seed this process is about to run (what the parent
+    reads if the process dies)."""
+    with open(marker, "w") as f:
+        f.write(str(seed))
+
+
 def _batch(first: int, count: int, seconds: float, edits: int, max_ops: int,
            cuda: bool, backend: str, precision: str, family: str, marker: str) -> Report:
-    def starting(seed: int):       # (what the parent reads if this process dies)
-        with open(marker, "w") as f:
-            f.write(str(seed))
     return fuzz(range(first, first + count), seconds, edits, max_ops, _print_progress, cuda,
-                backend, precision, family, starting)
+                backend, precision, family, lambda seed: _mark(marker, seed))
+
+
+def _in_child(batch, args: tuple, marker: str) -> Report | None:
+    """``batch(*args, marker)`` in a fresh (spawned) process: its report, or None when
+    the process died. The marker file is emptied first, so that a child dying before
+    its first case leaves no stale seed in it."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+    with open(marker, "w"):
+        pass
+    try:
+        with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
+            return ex.submit(batch, *args, marker).result()
+    except BrokenProcessPool:
+        return None
 
 
 def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int = 10,
@@ -555,37 +574,34 @@ def fuzz_in_processes(start: int, seconds: float, edits: int = 4, max_ops: int =
     its seed; the run goes on from the next one (the dead batch's other cases are
     counted, their plans and ops not). ``batch``: what a child runs (``_batch``'s
     arguments), a module-level function."""
-    import multiprocessing
     import tempfile
-    from concurrent.futures import ProcessPoolExecutor
-    from concurrent.futures.process import BrokenProcessPool
     rep, t0, first = Report(), time.perf_counter(), start
     marker = tempfile.NamedTemporaryFile(prefix="wb-fuzz-", suffix=".seed", delete=False)
     marker.close()
-    while (left := seconds - (time.perf_counter() - t0)) > 0:
-        try:
-            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as ex:
-                part = ex.submit(batch or _batch, first, per_process, left, edits, max_ops, cuda,
-                                 backend, precision, family, marker.name).result()
-        except BrokenProcessPool:
-            with open(marker.name) as f:
-                dead = int(f.read() or first)
-            print(f"seed {dead}: FAIL\n  the process running it died", flush=True)
-            rep.failures.append(Failure(dead, "?", "the process running it died (a crash "
-                                        "in a kernel: heap corruption, a segfault); run "
-                                        f"it alone: python -m workbench.fuzz --start {dead} "
-                                        f"--seconds 1 --family {family}"))
-            rep.cases += dead - first + 1
-            first = dead + 1
-            continue
-        for k in ("cases", "plans", "ops"):
-            setattr(rep, k, getattr(rep, k) + getattr(part, k))
-        rep.failures += part.failures
-        rep.processes |= part.processes
-        first += per_process
-        if part.cases < per_process:
-            break          # the time ran out inside the batch
-    os.unlink(marker.name)
+    try:
+        while (left := seconds - (time.perf_counter() - t0)) > 0:
+            part = _in_child(batch or _batch, (first, per_process, left, edits, max_ops, cuda,
+                                               backend, precision, family), marker.name)
+            if part is None:        # the process died running the seed the marker holds
+                with open(marker.name) as f:
+                    dead = int(f.read() or first)
+                print(f"seed {dead}: FAIL\n  the process running it died", flush=True)
+                rep.failures.append(Failure(dead, "?", "the process running it died (a crash "
+                                            "in a kernel: heap corruption, a segfault); run "
+                                            f"it alone: python -m workbench.fuzz --start {dead} "
+                                            f"--seconds 1 --family {family}"))
+                rep.cases += dead - first + 1
+                first = dead + 1
+                continue
+            for k in ("cases", "plans", "ops"):
+                setattr(rep, k, getattr(rep, k) + getattr(part, k))
+            rep.failures += part.failures
+            rep.processes |= part.processes
+            first += per_process
+            if part.cases < per_process:
+                break          # the time ran out inside the batch
+    finally:
+        os.unlink(marker.name)
     rep.seconds = time.perf_counter() - t0
     return rep
 

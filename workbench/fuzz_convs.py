@@ -51,7 +51,7 @@ class _ConvDrawer:
     # -- layers ------------------------------------------------------------------------
     def conv(self, x):
         """A convolution: taps, stride, dilation, padding and groups drawn."""
-        n, c, h, w = x.shape
+        c = x.shape[1]
         k = self.pick([1, 3, 3, 5, 7])
         stride = self.pick([1, 1, 2])
         dil = self.pick([1, 1, 1, 2])

@@ -26,6 +26,7 @@ from ..errors import GraphError, shown
 from .dtypes import DType
 from .shapes import Shape, check_shape
 
+
 def freeze_attr(v: Any) -> Any:
     """Attributes are stored hashable: lists become tuples, numpy scalars Python ones."""
     if isinstance(v, (list, tuple)):
