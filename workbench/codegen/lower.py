@@ -23,6 +23,7 @@ from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
 from ..fusion.gemm import GPU_GEMM_RESIDENT, PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
 from ..fusion.geometry import Geometry, flat_vector, geometry
+from ..fusion.key_limit import ROW_MARGIN
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
 from ..fusion.row_tile import row_shifted
@@ -548,15 +549,15 @@ class _Lowerer:
                     trans_a=a.trans, trans_b=b.trans, block=t.block)
 
     def _block_kernel(self, name: str, loop: Loop, product_flops: float,
-                      scratch=()) -> Kernel:
+                      scratch=(), slots: int = 0) -> Kernel:
         """A GPU GEMM kernel of ``loop`` over its tiles, compiled for GPU_GEMM_RESIDENT
         blocks an SM; its flops the products' and the epilogue's (per element of the
-        first product)."""
+        first product); ``slots`` the shared arrays its block reductions use."""
         flops = self.flops * self.g.value(self.sched.gemm.result).numel
         launch = replace(_launch(self.geometry, self.sched), resident=GPU_GEMM_RESIDENT)
         return _kernel(name, self.group.id, self.sched.describe(), self.buffers,
                        _widen([loop], self.wide), launch, int(product_flops) + flops,
-                       tuple(scratch))
+                       tuple(scratch), slots=slots)
 
     def _block_attention(self, name: str) -> Kernel:
         """Fused attention on a GPU (FlashAttention's online softmax): a thread block
@@ -591,7 +592,7 @@ class _Lowerer:
         scope.stmts.append(Store(s_blk, "wb_s", z))
         logits = ThreadTile(blk, "r0", "r1", "c0", "c1",
                             (Let("row", i64, f"bt * {M} + r"), *scope.stmts))
-        blocks = Loop("kb", -(-N // blk.n), "serial", (
+        step = (
             Let("c0", i64, f"kb * {blk.n}"),
             Let("c1", i64, f"c0 + {blk.n} < {N} ? c0 + {blk.n} : {N}"),
             Comment("the scores' block: Q's rows @ the block of Kᵀ, in registers"),
@@ -605,7 +606,12 @@ class _Lowerer:
             Gemm(probs, self.buffers[then.b.value], o_acc, "0",
                  f"{v.batch_offset('bt')} + c0 * {v.row_stride}", "0", "r1 - r0", str(D),
                  "c1 - c0", blk.n + blk.PAD, v.ld, 0, mm2.id, trans_b=v.trans,
-                 accumulate=True, block=ob)))
+                 accumulate=True, block=ob))
+        # (each thread checks its rows' maxima, then the block agrees)
+        blocks = self._key_blocks(step, blk.n, lambda floor: (
+            ThreadTile(blk, "r0", "r1", "0", "1", (
+                Load("wb_mr", m_run, "wb_si"), Assign("wb_ok", f"wb_ok && wb_mr > {floor}"))),
+            BlockReduce("wb_ok", i64, "({0} && {1})", "1", 0)))
         div = get_op("div").scalar
         finish = ThreadTile(ob, "r0", "r1", "0", str(D), (
             Load("wb_l0", l_run, "wb_si"),
@@ -619,9 +625,10 @@ class _Lowerer:
                 DeclareScratch(m_run, "its rows' running maximum", "-INFINITY"),
                 DeclareScratch(l_run, "its rows' running sum", "0.0f"),
                 DeclareScratch(probs, "a block's probabilities"),
-                blocks, Comment("each output element divided by its row's sum"), finish)
+                *blocks, Comment("each output element divided by its row's sum"), finish)
         return self._block_kernel(name, Loop("tile", t.batch * t.row_tiles, "grid", body),
-                                  t.flops + 2.0 * t.batch * M * N * D, (probs,))
+                                  t.flops + 2.0 * t.batch * M * N * D, (probs,),
+                                  slots=int(on.limit is not None))
 
     def _filters_packed(self, node: str) -> tuple[Buffer, tuple]:
         """A convolution's filters (A: m x k) transposed and packed into column panels
@@ -895,7 +902,7 @@ class _Lowerer:
             Loop("wb_d", D, "block", (Load("wb_y", o_acc, f"wb_ri * {D} + wb_d"),
                                       Store(o_acc, f"wb_ri * {D} + wb_d", "wb_y * wb_alpha")))),
             start="r0", stop="r1")
-        blocks = Loop("kb", -(-N // BC), "serial", (
+        step = (
             Let("c0", i64, f"kb * {BC}"),
             Let("c1", i64, f"c0 + {BC} < {N} ? c0 + {BC} : {N}"),
             Comment("the scores' block: Q's rows @ the block of the packed keys"),
@@ -909,7 +916,10 @@ class _Lowerer:
             Comment(f"the output rows += the probabilities @ the block of {mm2.id}'s V"),
             Gemm(s_blk, vp, o_acc, "0", f"{v_off} + c0 * {PANEL}", "0", "r1 - r0", str(D),
                  "c1 - c0", BC, PANEL, D, mm2.id, packed=True, accumulate=True,
-                 panel_rows=then.k)))
+                 panel_rows=then.k))
+        blocks = self._key_blocks(step, BC, lambda floor: (Loop("r", M, "serial", (
+            Load("wb_mr", m_run, "r - r0"), Assign("wb_ok", f"wb_ok && wb_mr > {floor}")),
+            start="r0", stop="r1"),))
         finish = Loop("r", M, "serial", (
             Let("wb_ri", i64, "r - r0"),
             Load("wb_l0", l_run, "wb_ri"),
@@ -925,7 +935,7 @@ class _Lowerer:
                 Loop("r", TM, "serial", (Store(m_run, "r", "-INFINITY"),
                                          Store(l_run, "r", "0.0f"))),
                 Loop("i", TM * D, "block", (Store(o_acc, "i", "0.0f"),)),
-                blocks, Comment("each output row divided by its sum"), finish)
+                *blocks, Comment("each output row divided by its sum"), finish)
         loop = Loop("tile", t.batch * per, "grid", body)
         flops = self.flops * g.value(t.result).numel
         k = _kernel(name, self.group.id, self.sched.describe(), self.buffers,
@@ -933,6 +943,61 @@ class _Lowerer:
                     _launch(self.geometry, self.sched), int(t.flops) + flops,
                     tuple(self.scratch.values()))
         return replace(k, host_only=True)   # (both products the micro-kernel's: no sgemm)
+
+    def _key_blocks(self, step: tuple, block: int, rows_above) -> tuple:
+        """A fused attention's loop over the blocks of keys, ``step`` each: every block;
+        or, under a causal mask (``OnlineSoftmax.limit``, fusion/key_limit.py), the
+        blocks the tile's last row takes, then the others only when a check fails --
+        ``rows_above(floor)``, statements clearing ``wb_ok`` unless every row's running
+        maximum is above ``floor``, and for an additive mask the bound on the skipped
+        scores. Skipped or taken, the result is the same (see key_limit.py)."""
+        t, lim = self.sched.gemm, self.sched.then.online.limit
+        nb = -(-t.n // block)
+        if lim is None:
+            return (Loop("kb", nb, "serial", step),)
+        i64, f32 = DType.int64, DType.float32
+        last = f"r1 - 1 + {lim.offset}"
+        floor = c_literal(np.float32(lim.fill) + np.float32(ROW_MARGIN), f32)
+        skipped = (f"wb_khi * {block}", str(t.n))
+        sums = self._abs_sum("wb_tv", self.sched.then.b, skipped, ("0", str(self.sched.then.n)))
+        ok = "wb_tv < INFINITY"
+        if lim.additive:
+            scale, bound = c_literal(lim.scale, f32), c_literal(lim.bound, f32)
+            sums += (*self._abs_sum("wb_tq", t.a, ("r0", "r1"), ("0", str(t.k))),
+                     *self._abs_sum("wb_tk", t.b, ("0", str(t.k)), skipped))
+            ok += f" && {scale} * wb_tq * wb_tk < {bound}"
+        checks = (Comment(f"every row's maximum above {floor}: the masked logits' exp is "
+                          "0 for each"), *rows_above(floor),
+                  Comment("the skipped keys' values finite (0 x V adds nothing)"
+                          + (", their scores bounded (x + the fill is the fill)"
+                             if lim.additive else "")),
+                  If("wb_ok", (*sums, Assign("wb_ok", ok))))
+        return (Let("wb_keys", i64, f"{last} < 0 ? 0 : {last} < {t.n} ? {last} : {t.n}"),
+                Let("wb_khi", i64, f"(wb_keys + {block - 1}) / {block}"),
+                Comment(f"the blocks of keys the tile's rows take ({lim.describe()})"),
+                Loop("kb", nb, "serial", step, stop="wb_khi"),
+                Let("wb_ok", i64, f"wb_khi < {nb}"),
+                *checks,
+                Comment("the masked blocks: taken only where a check failed"),
+                Loop("kb", nb, "serial", step, start="wb_khi",
+                     stop=f"(wb_ok ? wb_khi : {nb})"))
+
+    def _abs_sum(self, var: str, op, rows: tuple[str, str], cols: tuple[str, str]) -> tuple:
+        """``var`` = the sum of |x| over rows and columns [lo, hi) of GEMM operand
+        ``op`` in batch item bt, the inner loop along its unit stride (a block's threads
+        or SIMD lanes: an upper bound, in any order)."""
+        v, f32 = op.view, DType.float32
+        (r, (r0, r1), rs), (c, (c0, c1), cs) = ("wb_u", rows, v.row_stride), \
+            ("wb_w", cols, v.col_stride)
+        if rs == 1 and cs != 1:
+            (r, (r0, r1), rs), (c, (c0, c1), cs) = (c, (c0, c1), cs), (r, (r0, r1), rs)
+        total = (BlockReduce(var, f32, "{0} + {1}", "0.0f", 0),) if self.device.is_gpu else ()
+        return (Let(var, f32, "0.0f"),
+                Loop(r, v.rows + v.cols, "serial", (Loop(c, v.rows + v.cols, "block", (
+                    Load("wb_x", self.buffers[op.value],
+                         f"{v.batch_offset('bt')} + {r} * {rs} + {c} * {cs}"),
+                    Assign(var, f"{var} + fabsf(wb_x)")), reduction=(var, "+"),
+                    start=c0, stop=c1),), start=r0, stop=r1), *total)
 
     def _elementwise_epilogue(self, dest: Buffer) -> Loop | ThreadTile:
         """The tile's rows and columns, each element of the product read back from

@@ -50,6 +50,7 @@ import numpy as np
 
 from ..ir import DType, Graph
 from ..ops.strided import MatrixView, Strided
+from .key_limit import KeyLimit
 from .mapping import Mapping, ScheduleKind
 from .row_tile import row_slots
 
@@ -345,6 +346,9 @@ class OnlineSoftmax:
     logits: str
     prefix: tuple[str, ...]
     block: int
+    # the keys a constant causal mask hides, skipped where the run-time checks allow
+    # (fusion/key_limit.py), or None: every block taken
+    limit: KeyLimit | None = None
 
 
 @dataclass(frozen=True)
@@ -494,8 +498,10 @@ class Schedule:
                 epi += f" reducing rows ({self.epilogue.reductions} reductions)"
             if self.then is not None:
                 v = ", V packed" if self.then.packed else ""
-                how = (f", online softmax over blocks of {self.then.online.block} keys"
-                       if self.then.online else "")
+                on = self.then.online
+                how = (f", online softmax over blocks of {on.block} keys" if on else "")
+                if on is not None and on.limit is not None:
+                    how += f", {on.limit.describe()}"
                 epi += f", then @ [{self.then.k}x{self.then.n}]{v} (fused attention{how})"
             kind = ("gemm" if t.im2col is None else "conv as gemm (1x1, input in place)"
                     if t.in_place else "conv" if t.packed_b == CONV_DIRECT

@@ -1,0 +1,190 @@
+"""A fused attention skipping the keys a constant causal mask hides (fusion/key_limit.py):
+which masks it recognizes, that the skipping kernel gives the reference's result --
+bit for bit the kernel that takes every block -- and that the run-time checks send a
+tile through every block wherever skipping would change the result (on the CPU and,
+through the CUDA emulator, in the GPU's kernel)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.fusion import gemm
+from workbench.fusion.key_limit import KeyLimit, find_key_limit
+from workbench.runtime import random_inputs, run_reference
+from workbench.session import Session
+
+LOWEST = np.finfo(np.float32).min
+BIG = np.finfo(np.float32).max
+
+
+def _attention(s: int = 300, n: int | None = None, heads: int = 2, d: int = 16,
+               form: str = "add", fill=LOWEST, scale: float | None = None, mask=None):
+    """softmax(q kᵀ x scale + causal mask) v, the mask added (as torch.onnx.export
+    writes transformers' masks) or a ``where``; ``n`` keys (the first n - s of them
+    cached, seen by every query); ``mask`` a boolean keep-mask of its own."""
+    n = n or s
+    b = wb.GraphBuilder("causal")
+    q, kt = b.input("q", (1, heads, s, d)), b.input("kt", (1, heads, d, n))
+    v = b.input("v", (1, heads, n, d))
+    z = b.matmul(q, kt)
+    if scale is not None:
+        z = z * scale
+    keep = np.tril(np.ones((s, n), bool), n - s)[None, None] if mask is None else mask
+    if form == "add":
+        z = z + b.constant(np.where(keep, 0, fill).astype(np.float32), "mask")
+    else:
+        z = b.where(b.constant(keep, "keep"), z, b.constant(np.array(fill, np.float32)))
+    b.output(b.matmul(b.softmax(z, axis=-1), v), "o")
+    return b.build()
+
+
+def _limit(g):
+    s = Session(g, backend="cpu")
+    s.auto("stitch")
+    (gr,) = [x for x in s.plan.groups if x.schedule.then is not None]
+    return gr.schedule.then.online.limit if gr.schedule.then.online else None, s
+
+
+def test_causal_masks_are_recognized():
+    """Added (0 and float32's lowest, or -inf) or chosen by ``where``; scaled by a
+    multiply, a divide or not at all; cached keys first move the diagonal."""
+    lim, _ = _limit(_attention(scale=0.25))
+    assert (lim.offset, lim.fill, lim.additive) == (1, float(LOWEST), True)
+    assert lim.scale == pytest.approx(0.25, rel=1e-5) and lim.scale >= 0.25
+    assert lim.bound == 2.0 ** 102       # a quarter of float32's lowest's spacing
+    assert _limit(_attention(fill=-np.inf))[0].bound == float(BIG)
+    lim, _ = _limit(_attention(form="where"))
+    assert (lim.offset, lim.additive) == (1, False)
+    assert _limit(_attention(s=300, n=340))[0].offset == 41
+    assert lim.keys(0, 300) == 1 and lim.keys(299, 300) == 300
+
+
+@pytest.mark.parametrize("why", ["random", "not_causal_everywhere", "small_fill",
+                                 "nothing_masked"])
+def test_other_masks_are_not(why):
+    """A mask that is no causal suffix on every row and batch item, a fill too small
+    to be worth it, or no key masked: every block taken."""
+    s = 300
+    tril = np.tril(np.ones((s, s), bool))
+    mask, fill = None, LOWEST
+    if why == "random":
+        mask = np.random.default_rng(0).random((1, 1, s, s)) < 0.7
+    elif why == "not_causal_everywhere":
+        mask = np.stack([tril, np.tril(np.ones((s, s), bool), 5)])[None]
+    elif why == "small_fill":
+        fill = -100.0
+    else:
+        mask = np.ones((1, 1, s, s), bool)
+    lim, _ = _limit(_attention(s=s, mask=mask, fill=fill))
+    assert lim is None
+
+
+def test_skipping_is_exact_and_cheaper():
+    """Stitch takes the online softmax with the skip from CAUSAL_MIN_KEYS keys; its
+    output equals, bit for bit, the kernel's that takes every block (the skipped blocks
+    add exact zeros), and both match the reference."""
+    from workbench.fuzz import check_plan
+    g = _attention(s=300, scale=1 / math.sqrt(16))
+    lim, s = _limit(g)
+    assert lim is not None and "keys past row + 1 skipped" in s.plan.groups[0].schedule.describe()
+    assert s.plan.groups[0].schedule.then.online.block == gemm.CAUSAL_BLOCK
+    assert lim.taken(300, 300, s.plan.groups[0].schedule.gemm.tile_m, gemm.CAUSAL_BLOCK) < 0.9
+    assert check_plan(s, s.inputs, s.reference, cuda=True) is None
+    got = s.run(s.inputs)["o"]
+    # (300 keys in blocks of 128: the masked blocks taken only where a check failed)
+    assert "(wb_ok ? wb_khi : 3)" in s.source(s.plan.groups[0].id, target="c")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gemm, "find_key_limit", lambda *a: None)
+        mp.setattr(gemm, "ONLINE_BLOCK", gemm.CAUSAL_BLOCK)     # (the same sums)
+        plain = Session(g, backend="cpu")
+        plain.auto("stitch")
+        plain.set_launch(plain.plan.groups[0].id, online=1)
+        assert plain.plan.groups[0].schedule.then.online.limit is None
+        assert np.array_equal(plain.run(s.inputs)["o"], got)
+
+
+def _inputs_where_skipping_would_be_wrong(g, case: str) -> dict:
+    """Fresh inputs, edited so that a skipped block would change the result:
+    ``huge_key``: the last key (masked for every row but the last) is FLT_MAX along
+    the queries' one axis, so its masked logit, FLT_MAX + lowest, is 0 and not the
+    fill (the additive mask's bound must fail); ``fill_row``: query 0's one unmasked
+    logit is -inf, so its row's maximum is the fill and NumPy's softmax spreads the
+    row over the masked keys (the row check must fail); ``inf_value``: a masked key's
+    value is infinite (0 x inf is NaN in the reference: the values' check must fail)."""
+    ins = random_inputs(g, 3)
+    q, kt, v = ins["q"], ins["kt"], ins["v"]
+    if case == "huge_key":
+        q[..., 0] = 1.0
+        q[..., 1:] = 0.0
+        kt[..., :, -1] = 0.0
+        kt[..., 0, -1] = BIG
+    elif case == "fill_row":
+        q[..., 0] = 0.0
+        q[..., 0, :] = 0.0
+        q[..., 0, 0] = 2.0
+        kt[..., :, 0] = 0.0
+        kt[..., 0, 0] = -2.0 ** 127      # (exact in TF32 too; 2 x it is -inf)
+    else:
+        v[..., v.shape[-2] - 30, 3] = np.inf
+    return ins
+
+
+@pytest.mark.parametrize("case,form", [("huge_key", "add"), ("fill_row", "where"),
+                                       ("fill_row", "add"), ("inf_value", "add"),
+                                       ("inf_value", "where")])
+def test_checks_fall_back_to_every_block(case, form):
+    """Where skipping would differ from NumPy, the tile takes every block: the output
+    is the reference's (NaN where it has NaN) -- and differs from what the blocks the
+    mask leaves alone give, so the check is what saves it."""
+    g = _attention(s=300, form=form)
+    lim, s = _limit(g)
+    assert lim is not None
+    ins = _inputs_where_skipping_would_be_wrong(g, case)
+    want = run_reference(g, ins)["o"]
+    got = s.run(ins)["o"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, equal_nan=True)
+    # the same inputs through a mask the kernel believes (skipping with no checks
+    # would be this): the first rows come out differently
+    unchecked = np.where(np.tril(np.ones((300, 300), bool)), 1.0, 0.0)
+    z = np.einsum("bhqd,bhdk->bhqk", ins["q"].astype(np.float64), ins["kt"])
+    z = np.where(unchecked > 0, z, -np.inf)
+    with np.errstate(invalid="ignore", over="ignore"):
+        p = np.exp(z - z.max(-1, keepdims=True))
+        skipped = (p / p.sum(-1, keepdims=True)) @ np.where(np.isinf(ins["v"]), 0, ins["v"])
+    assert not np.allclose(skipped[..., :64, :], want[..., :64, :], equal_nan=True)
+
+
+@pytest.mark.parametrize("case,form", [(None, "add"), ("fill_row", "where"),
+                                       ("inf_value", "add")])
+def test_the_gpu_kernel_skips_and_checks_in_the_emulator(case, form):
+    """The GPU's fused attention (TF32 tiles, blocks of the tile's keys) with the skip:
+    the block agrees on the rows' check (a block-wide AND) and sums the bounds across
+    its threads; within TF32's bound of the reference, and the fallback where it must."""
+    from workbench.fuzz import check_plan
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    why = CudaEmuBackend.unavailable()
+    if why:
+        pytest.skip(why)
+    g = _attention(s=130, form=form)
+    s = Session(g, backend="cuda-emu")
+    s.set_matmul_precision("tf32")
+    s.auto("stitch")
+    (gr,) = [x for x in s.plan.groups if x.schedule.then is not None]
+    assert gr.schedule.then.online.limit is not None
+    ins = s.inputs if case is None else _inputs_where_skipping_would_be_wrong(g, case)
+    if case is None:
+        assert check_plan(s, ins, s.reference, cuda=True) is None
+    else:
+        want = run_reference(g, ins)["o"]
+        got = s.run(ins)["o"]
+        # (TF32's products; skipping would be off by far more, or finite for NaN)
+        np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2, equal_nan=True)
+
+
+def test_key_limit_describes_itself():
+    lim = KeyLimit(1, float(LOWEST), 0.125, 2.0 ** 102)
+    assert lim.additive and "causal" in lim.describe()
+    assert lim.taken(256, 256, 128, 128) == 0.75

@@ -1,0 +1,166 @@
+"""The keys a fused attention's rows may skip: a constant causal mask.
+
+A decoder's attention masks every key after the query's own position: the logits of
+row ``r`` are the mask's fill value at every key from ``r + offset`` on (``offset`` 1
+for a causal mask, more where cached keys come first). FlashAttention does not compute
+those blocks at all. Skipping them is exact, not an approximation, when each skipped
+logit is exactly ``fill`` and ``exp(fill - m)`` is 0 for every row's running maximum
+``m`` -- then the reference's softmax adds exact zeros for them, and ``0 x V`` adds
+nothing to the output (V finite). So the kernel checks, per tile of rows, at run time:
+
+- every row's running maximum over the keys it did take is above ``fill + 128``
+  (float32's ``exp`` is 0 below -104; a row with nothing but masked logits -- a padded
+  query whose keys are all masked too -- is a uniform softmax over *all* keys in the
+  reference, so that tile takes every block);
+- an additive mask (``scores x scale + mask``, what ``torch.onnx.export`` makes of
+  transformers' causal masks: 0 and float32's lowest): ``x + fill`` rounds to ``fill``
+  only while ``|x|`` is under half of ``fill``'s spacing, so the tile also bounds its
+  skipped scores by ``|scale| x sum|Q's rows| x sum|the skipped keys|`` (Cauchy-Schwarz
+  over L1 norms; NaN and infinity fail the check) against ``bound``, a quarter of that
+  spacing (the sums' own rounding inside the margin). A ``where(mask, x, fill)`` needs
+  no bound: the masked logits are ``fill`` whatever the scores.
+
+When a check fails the tile takes the remaining blocks as before, so the result is the
+reference's in every case; only the time differs.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..ir import DType, Graph
+
+# below this fill the masked keys are worth skipping (a causal mask's fill is
+# float32's lowest or -inf; BERT-era -10000 masks pass the row check only when every
+# row's maximum is above -9872)
+MIN_FILL = -1e4
+# the margin above fill each row's maximum must keep: exp(-128) is 0 in float32
+ROW_MARGIN = 128.0
+
+
+@dataclass(frozen=True)
+class KeyLimit:
+    """Row ``r`` (of a batch item's rows) of a fused attention's logits is ``fill`` at
+    every key from ``min(keys, max(0, r + offset))`` on. ``scale`` 0: the mask is a
+    ``where`` (masked logits are ``fill`` whatever the scores); else the mask is added
+    to the scores times at most ``scale`` in magnitude, and ``bound`` is what the
+    tile's bound on those may reach.
+
+    >>> KeyLimit(1, -3.4028235e38, 0.125, 2.5e30).keys(63, 128)
+    64
+    """
+    offset: int
+    fill: float
+    scale: float = 0.0
+    bound: float = 0.0
+
+    @property
+    def additive(self) -> bool:
+        return self.scale > 0
+
+    def keys(self, row: int, n: int) -> int:
+        """The keys row ``row`` takes (the rest are masked)."""
+        return min(n, max(0, row + self.offset))
+
+    def describe(self) -> str:
+        return (f"keys past row + {self.offset} skipped (a causal mask; checked per tile "
+                "at run time)")
+
+    def taken(self, m: int, n: int, tile_m: int, block: int) -> float:
+        """The fraction of key blocks the tiles take when every check passes (the cost
+        model's flops)."""
+        blocks = -(-n // block)
+        took = sum(min(blocks, -(-self.keys(min(r0 + tile_m, m) - 1, n) // block))
+                   for r0 in range(0, m, tile_m))
+        return took / (blocks * -(-m // tile_m))
+
+
+def find_key_limit(g: Graph, prefix, scores: str, logits: str) -> KeyLimit | None:
+    """The key limit of the logits ``logits`` that the elementwise ``prefix`` nodes
+    make from the product ``scores``, or None. Recognized: ``logits`` made by a
+    ``where(constant, x, fill)`` or by ``x + constant`` (with x the scores, or the
+    scores times or divided by a one-element constant), the constant's masked keys of
+    each row a suffix starting at ``row + offset`` for one offset over every row and
+    batch item; float32 logits."""
+    node = g.producer.get(logits)
+    if node is None or node.id not in prefix:
+        return None
+    shape = g.value(scores).shape
+    if g.value(logits).dtype is not DType.float32 or len(shape) < 2:
+        return None
+    if node.op == "where":
+        cond, _, fill_v = node.inputs
+        if cond not in g.constants or fill_v not in g.constants:
+            return None
+        fill = np.asarray(g.constants[fill_v], dtype=np.float32)
+        if fill.size == 0 or not np.all(fill == fill.flat[0]):
+            return None
+        f = float(fill.flat[0])
+        offset = _suffix_offset(~np.asarray(g.constants[cond], dtype=bool), shape)
+        return None if offset is None or not f <= MIN_FILL else KeyLimit(offset, f)
+    if node.op != "add":
+        return None
+    consts = [x for x in node.inputs if x in g.constants]
+    if len(consts) != 1:
+        return None
+    mask = np.asarray(g.constants[consts[0]])
+    if mask.dtype != np.float32 or mask.size == 0:
+        return None
+    f = float(mask.min())
+    if not f <= -2.0 ** 64:
+        return None
+    scale = _scale(g, prefix, scores, next(x for x in node.inputs if x != consts[0]))
+    offset = _suffix_offset(mask == np.float32(f), shape)
+    if scale is None or offset is None:
+        return None
+    # x + fill == fill while |x| is under half of fill's spacing toward zero (the
+    # smaller side: at a power of two, and past float32's lowest the threshold of
+    # overflow is as far); a quarter leaves the sums' rounding a margin of 2
+    f32 = np.float32(f)
+    bound = (float(np.finfo(np.float32).max) if np.isinf(f)
+             else float(f32 - np.nextafter(f32, np.float32(0))) / -4)
+    return KeyLimit(offset, f, scale, bound)
+
+
+def _scale(g: Graph, prefix, scores: str, x: str) -> float | None:
+    """|x| <= scale |scores|: x the scores themselves, or the scores times or divided
+    by a one-element constant in the prefix; None otherwise."""
+    if x == scores:
+        return 1.0
+    node = g.producer.get(x)
+    if node is None or node.id not in prefix or node.op not in ("mul", "div") or \
+            scores not in node.inputs:
+        return None
+    other = [v for v in node.inputs if v != scores]
+    if len(other) != 1 or other[0] not in g.constants:
+        return None
+    c = np.asarray(g.constants[other[0]], dtype=np.float64)
+    if c.size != 1 or not np.isfinite(c).all() or c.item() == 0:
+        return None
+    if node.op == "div" and node.inputs[1] != other[0]:
+        return None
+    s = abs(c.item()) if node.op == "mul" else 1.0 / abs(c.item())
+    return s * (1 + 2.0 ** -20)     # (the product's own rounding)
+
+
+def _suffix_offset(masked: np.ndarray, shape) -> int | None:
+    """The one offset such that, in every batch item of a mask broadcast to ``shape``
+    (the scores'), row r is masked from key ``r + offset`` on (clipped to the row);
+    None when there is none or nothing would be skipped."""
+    m, n = shape[-2:]
+    if masked.ndim > len(shape) or masked.ndim < 2 or masked.shape[-2:] != (m, n):
+        return None
+    rows = masked.reshape(-1, m, n)
+    # the start of each row's masked suffix: n minus the trailing run of masked keys
+    trailing = np.argmin(rows[:, :, ::-1], axis=2)
+    trailing = np.where(rows.all(axis=2), n, trailing)
+    start = n - trailing
+    inner = (start > 0) & (start < n)
+    if not inner.any():
+        return None
+    offset = int((start - np.arange(m))[inner][0])
+    if not np.array_equal(start, np.broadcast_to(np.clip(np.arange(m) + offset, 0, n),
+                                                 start.shape)):
+        return None
+    return offset if offset < n else None
