@@ -7,9 +7,10 @@ torch's ``Linear`` store them), bias and activation epilogues, residual adds,
 LayerNorm and RMSNorm after a GEMM, and attention -- Q, K and V projected (or split
 from one packed projection, as GPT-2 does), reshaped into heads, ``Q Kᵀ`` scaled,
 masked the ways exporters write masks (a padding mask scaled by the dtype's most
-negative value, a causal ``where``), a softmax, ``· V``, the heads merged back. These
-are the graphs whose plans hold GEMM kernels with prologues and epilogues, and fused
-attention, on both backends; this module draws them from one seed.
+negative value, a causal ``where``, or a causal mask added), a softmax, ``· V``, the
+heads merged back. These are the graphs whose plans hold GEMM kernels with prologues
+and epilogues, and fused attention, on both backends; this module draws them from one
+seed.
 
 Inputs are what a model sees: activations of order one, weights scaled by
 1/sqrt(fan-in) as initialisers do, a mask of zeros and the dtype's most negative value;
@@ -27,7 +28,7 @@ from .ir import DType, Graph, GraphBuilder
 
 F32, F16, BF16 = DType.float32, DType.float16, DType.bfloat16
 ACTIVATIONS = ["none", "gelu", "gelu_tanh", "relu", "silu", "tanh"]
-MASKS = ["none", "none", "padding", "causal", "both"]
+MASKS = ["none", "none", "padding", "causal", "both", "causal_added"]
 
 
 def _lowest(dtype: DType) -> float:
@@ -146,6 +147,10 @@ class _BlockDrawer:
             tril = np.tril(np.ones((self.seq, self.seq), bool))[None, None]
             s = self.b.where(self.b.constant(tril), s,
                              self.b.constant(np.array(_lowest(self.dtype), self.dtype.np)))
+        if how == "causal_added":          # GPT-2 and LLaMA as torch.onnx.export writes
+            tril = np.tril(np.ones((self.seq, self.seq), bool))[None, None]   # them
+            s = s + self.b.constant(np.where(tril, 0, _lowest(self.dtype)).astype(
+                self.dtype.np))
         return s
 
     def block(self, x):

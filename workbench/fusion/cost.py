@@ -424,11 +424,22 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
         lib += 2.0 * t.batch * t.m * s.then.k * s.then.n
     flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
                       if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
+    lib, flops = lib * _taken(s), flops * _taken(s)
     mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
                           flops / (device.peak_flops * util), 0.0,
                           gemm_s=lib / (_library_rate(g, mm.id, device) * util))
+
+
+def _taken(s) -> float:
+    """The share of a fused attention's blocks of keys its tiles take: under a constant
+    causal mask (fusion/key_limit.py) those up to the diagonal (the run-time checks
+    passing, as they do but for degenerate inputs), else all of them."""
+    on = s.then.online if s.then is not None else None
+    if on is None or on.limit is None:
+        return 1.0
+    return on.limit.taken(s.gemm.m, s.gemm.n, s.gemm.tile_m, on.block)
 
 
 def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeatures:
@@ -453,6 +464,7 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
         again += a * (-(-t.n // t.block.n) - 1)
     flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
                       if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
+    lib, flops = lib * _taken(s), flops * _taken(s)
     mem = (read + written + again / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           geo.threads, t.tiles, geo.shared_bytes, 0, 1.0,
