@@ -188,3 +188,23 @@ def test_key_limit_describes_itself():
     lim = KeyLimit(1, float(LOWEST), 0.125, 2.0 ** 102)
     assert lim.additive and "causal" in lim.describe()
     assert lim.taken(256, 256, 128, 128) == 0.75
+
+
+def test_the_cost_model_prices_the_blocks_taken():
+    """The products of a causal fused attention are priced at the share of key blocks
+    its tiles take (the checks passing), not at every block."""
+    g = _attention(s=1024, heads=1, d=64)
+    lim, s = _limit(g)
+    (gr,) = s.plan.groups
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gemm, "find_key_limit", lambda *a: None)
+        mp.setattr(gemm, "ONLINE_BLOCK", gemm.CAUSAL_BLOCK)
+        every = Session(g, backend="cpu")
+        every.auto("stitch")
+    (ev,) = every.plan.groups
+    assert ev.schedule.then.online.limit is None
+    taken = lim.taken(1024, 1024, gr.schedule.gemm.tile_m, gemm.CAUSAL_BLOCK)
+    assert 0.5 < taken < 0.6
+    model = s.cost_model
+    assert model.estimate(g, gr).library_s == pytest.approx(
+        model.estimate(g, ev).library_s * taken, rel=1e-9)

@@ -6,8 +6,11 @@ for a causal mask, more where cached keys come first). FlashAttention does not c
 those blocks at all. Skipping them is exact, not an approximation, when each skipped
 logit is exactly ``fill`` and ``exp(fill - m)`` is 0 for every row's running maximum
 ``m`` -- then the reference's softmax adds exact zeros for them, and ``0 x V`` adds
-nothing to the output (V finite). So the kernel checks, per tile of rows, at run time:
+nothing to the output. So the kernel checks, per tile of rows, at run time (the GPU's
+block agreeing on each check through a block-wide reduction):
 
+- the skipped keys' values are finite (their sum of magnitudes is: ``0 x inf`` is NaN
+  in the reference);
 - every row's running maximum over the keys it did take is above ``fill + 128``
   (float32's ``exp`` is 0 below -104; a row with nothing but masked logits -- a padded
   query whose keys are all masked too -- is a uniform softmax over *all* keys in the
