@@ -95,7 +95,7 @@ def test_skipping_is_exact_and_cheaper():
     assert check_plan(s, s.inputs, s.reference, cuda=True) is None
     got = s.run(s.inputs)["o"]
     # (300 keys in blocks of 128: the masked blocks taken only where a check failed)
-    assert "(wb_ok ? wb_khi : 3)" in s.source(s.plan.groups[0].id, target="c")
+    assert "wb_kend = wb_ok ? wb_khi : 3;" in s.source(s.plan.groups[0].id, target="c")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(gemm, "find_key_limit", lambda *a: None)
         mp.setattr(gemm, "ONLINE_BLOCK", gemm.CAUSAL_BLOCK)     # (the same sums)
@@ -208,3 +208,30 @@ def test_the_cost_model_prices_the_blocks_taken():
     model = s.cost_model
     assert model.estimate(g, gr).library_s == pytest.approx(
         model.estimate(g, ev).library_s * taken, rel=1e-9)
+
+
+def test_gpt2_s_causal_attention_on_an_h100_compiles_without_spills(nvrtc_toolchain):
+    """GPT-2's attention (8 x 12 x 512, 64 a head, the causal mask added) on an H100 in
+    TF32: stitch's one kernel skips the masked blocks, is predicted faster for it, and
+    NVRTC compiles it with the runtime's options within 128 registers, no spills, its
+    shared memory (the block reductions' slot too) as geometry says."""
+    from workbench.codegen import lower_plan, render_kernel
+    from workbench.fusion import run_planner
+    from workbench.fusion.cost import CostModel
+    from workbench.fusion.devices import H100
+    from workbench.runtime import nvrtc
+    tf32 = H100.with_(matmul_precision="tf32")
+    g = _attention(s=512, heads=12, d=64, scale=0.125)
+    plan, _ = run_planner("stitch", g, device=tf32)
+    (gr,) = plan.groups
+    assert gr.schedule.then.online.limit is not None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gemm, "find_key_limit", lambda *a: None)
+        every, _ = run_planner("stitch", g, device=tf32)
+    model = CostModel.for_device(tf32)
+    assert model.plan_seconds(plan) < 0.8 * model.plan_seconds(every)
+    (k,) = lower_plan(plan)
+    assert k.reductions == 1
+    rep = nvrtc.ptxas_report(render_kernel(k, "cuda"), k.name)
+    assert rep.spill_bytes == 0 and rep.stack_bytes == 0 and rep.registers <= 128, rep.log
+    assert rep.shared_bytes == k.launch.shared_bytes, rep.log

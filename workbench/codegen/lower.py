@@ -22,7 +22,7 @@ import numpy as np
 from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
 from ..fusion.gemm import GPU_GEMM_RESIDENT, PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
-from ..fusion.geometry import Geometry, flat_vector, geometry
+from ..fusion.geometry import REDUCE_SLOT_BYTES, Geometry, flat_vector, geometry
 from ..fusion.key_limit import ROW_MARGIN
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
@@ -554,7 +554,9 @@ class _Lowerer:
         blocks an SM; its flops the products' and the epilogue's (per element of the
         first product); ``slots`` the shared arrays its block reductions use."""
         flops = self.flops * self.g.value(self.sched.gemm.result).numel
-        launch = replace(_launch(self.geometry, self.sched), resident=GPU_GEMM_RESIDENT)
+        launch = _launch(self.geometry, self.sched)
+        launch = replace(launch, resident=GPU_GEMM_RESIDENT,
+                         shared_bytes=launch.shared_bytes + slots * REDUCE_SLOT_BYTES)
         return _kernel(name, self.group.id, self.sched.describe(), self.buffers,
                        _widen([loop], self.wide), launch, int(product_flops) + flops,
                        tuple(scratch), slots=slots)
@@ -611,7 +613,7 @@ class _Lowerer:
         blocks = self._key_blocks(step, blk.n, lambda floor: (
             ThreadTile(blk, "r0", "r1", "0", "1", (
                 Load("wb_mr", m_run, "wb_si"), Assign("wb_ok", f"wb_ok && wb_mr > {floor}"))),
-            BlockReduce("wb_ok", i64, "({0} && {1})", "1", 0)))
+            BlockReduce("wb_ok", DType.int32, "({0} && {1})", "1", 0)))
         div = get_op("div").scalar
         finish = ThreadTile(ob, "r0", "r1", "0", str(D), (
             Load("wb_l0", l_run, "wb_si"),
@@ -947,15 +949,17 @@ class _Lowerer:
     def _key_blocks(self, step: tuple, block: int, rows_above) -> tuple:
         """A fused attention's loop over the blocks of keys, ``step`` each: every block;
         or, under a causal mask (``OnlineSoftmax.limit``, fusion/key_limit.py), the
-        blocks the tile's last row takes, then the others only when a check fails --
-        ``rows_above(floor)``, statements clearing ``wb_ok`` unless every row's running
-        maximum is above ``floor``, and for an additive mask the bound on the skipped
-        scores. Skipped or taken, the result is the same (see key_limit.py)."""
+        blocks the tile's last row takes, then the others only where a check fails:
+        before them, the skipped keys' values finite and (an additive mask) their
+        scores bounded; after the last block taken, ``rows_above(floor)``, statements
+        clearing ``wb_ok`` unless every row's running maximum is above ``floor``. (The
+        sums come first, while the output rows hold nothing: the GPU's tile is at the
+        edge of its 128 registers.) Skipped or taken, the result is the same (see key_limit.py)."""
         t, lim = self.sched.gemm, self.sched.then.online.limit
         nb = -(-t.n // block)
         if lim is None:
             return (Loop("kb", nb, "serial", step),)
-        i64, f32 = DType.int64, DType.float32
+        f32, i32 = DType.float32, DType.int32      # (32-bit: key counts; registers)
         last = f"r1 - 1 + {lim.offset}"
         floor = c_literal(np.float32(lim.fill) + np.float32(ROW_MARGIN), f32)
         skipped = (f"wb_khi * {block}", str(t.n))
@@ -966,38 +970,50 @@ class _Lowerer:
             sums += (*self._abs_sum("wb_tq", t.a, ("r0", "r1"), ("0", str(t.k))),
                      *self._abs_sum("wb_tk", t.b, ("0", str(t.k)), skipped))
             ok += f" && {scale} * wb_tq * wb_tk < {bound}"
-        checks = (Comment(f"every row's maximum above {floor}: the masked logits' exp is "
-                          "0 for each"), *rows_above(floor),
-                  Comment("the skipped keys' values finite (0 x V adds nothing)"
-                          + (", their scores bounded (x + the fill is the fill)"
-                             if lim.additive else "")),
-                  If("wb_ok", (*sums, Assign("wb_ok", ok))))
-        return (Let("wb_keys", i64, f"{last} < 0 ? 0 : {last} < {t.n} ? {last} : {t.n}"),
-                Let("wb_khi", i64, f"(wb_keys + {block - 1}) / {block}"),
+        check = (Comment(f"after the tile's last block: every row's maximum above {floor} "
+                         "(the masked logits' exp is 0 for each), or the masked blocks "
+                         "are taken too"), *rows_above(floor),
+                 Assign("wb_kend", f"wb_ok ? wb_khi : {nb}"))
+        # (one loop, the check inside it: a second copy of the block's step took the
+        # GPU's tile past its 128 registers)
+        return (Let("wb_keys", i32, f"{last} < 0 ? 0 : {last} < {t.n} ? {last} : {t.n}"),
+                Let("wb_khi", i32, f"(wb_keys + {block - 1}) / {block}"),
+                Let("wb_ok", i32, f"wb_khi < {nb}"),
+                Comment("the keys past the tile's blocks: their values finite (0 x V adds "
+                        "nothing)" + (", their scores bounded (x + the fill is the fill)"
+                                      if lim.additive else "")),
+                If("wb_ok", (*sums, Assign("wb_ok", ok))),
+                Let("wb_kend", i32, str(nb)),
                 Comment(f"the blocks of keys the tile's rows take ({lim.describe()})"),
-                Loop("kb", nb, "serial", step, stop="wb_khi"),
-                Let("wb_ok", i64, f"wb_khi < {nb}"),
-                *checks,
-                Comment("the masked blocks: taken only where a check failed"),
-                Loop("kb", nb, "serial", step, start="wb_khi",
-                     stop=f"(wb_ok ? wb_khi : {nb})"))
+                Loop("kb", nb, "serial", (*step, If("kb + 1 == wb_khi", check)),
+                     stop="wb_kend"))
 
     def _abs_sum(self, var: str, op, rows: tuple[str, str], cols: tuple[str, str]) -> tuple:
         """``var`` = the sum of |x| over rows and columns [lo, hi) of GEMM operand
-        ``op`` in batch item bt, the inner loop along its unit stride (a block's threads
-        or SIMD lanes: an upper bound, in any order)."""
-        v, f32 = op.view, DType.float32
+        ``op`` in batch item bt, in any order (an upper bound): on the CPU a loop along
+        its unit stride inside one over the other axis (SIMD lanes); on a GPU one loop
+        over the whole rectangle dealt out to the block's threads (neighbours along
+        the unit stride), then summed across the block."""
+        v, f32, i64 = op.view, DType.float32, DType.int64
         (r, (r0, r1), rs), (c, (c0, c1), cs) = ("wb_u", rows, v.row_stride), \
             ("wb_w", cols, v.col_stride)
         if rs == 1 and cs != 1:
             (r, (r0, r1), rs), (c, (c0, c1), cs) = (c, (c0, c1), cs), (r, (r0, r1), rs)
-        total = (BlockReduce(var, f32, "{0} + {1}", "0.0f", 0),) if self.device.is_gpu else ()
+        at = (Load("wb_x", self.buffers[op.value],
+                   f"{v.batch_offset('bt')} + {r} * {rs} + {c} * {cs}"),
+              Assign(var, f"{var} + fabsf(wb_x)"))
+        if not self.device.is_gpu:
+            return (Let(var, f32, "0.0f"),
+                    Loop(r, v.rows + v.cols, "serial", (Loop(
+                        c, v.rows + v.cols, "block", at, reduction=(var, "+"), start=c0,
+                        stop=c1),), start=r0, stop=r1))
+        width = f"(({c1}) - ({c0}))"
         return (Let(var, f32, "0.0f"),
-                Loop(r, v.rows + v.cols, "serial", (Loop(c, v.rows + v.cols, "block", (
-                    Load("wb_x", self.buffers[op.value],
-                         f"{v.batch_offset('bt')} + {r} * {rs} + {c} * {cs}"),
-                    Assign(var, f"{var} + fabsf(wb_x)")), reduction=(var, "+"),
-                    start=c0, stop=c1),), start=r0, stop=r1), *total)
+                Loop("wb_e", v.rows * v.cols, "block", (
+                    Let(r, i64, f"{r0} + wb_e / {width}"),
+                    Let(c, i64, f"{c0} + wb_e % {width}"), *at),
+                     start="0", stop=f"(({r1}) - ({r0})) * {width}"),
+                BlockReduce(var, f32, "{0} + {1}", "0.0f", 0))
 
     def _elementwise_epilogue(self, dest: Buffer) -> Loop | ThreadTile:
         """The tile's rows and columns, each element of the product read back from

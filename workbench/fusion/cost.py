@@ -458,10 +458,12 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
     again = a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
     lib = t.flops
     if s.then is not None:      # attention: V read again by each further tile of queries,
-        # and Q's panels staged again for each further block of keys
+        # and Q's panels staged again for each further block of keys -- K's, V's and
+        # Q's panels for the blocks the tiles take (_taken)
         lib += 2.0 * t.batch * t.m * s.then.k * s.then.n
-        again += g.value(s.then.b.value).nbytes * (t.row_tiles - 1)
-        again += a * (-(-t.n // t.block.n) - 1)
+        again = a * (t.col_tiles - 1) + _taken(s) * (
+            b * (t.row_tiles - 1) + g.value(s.then.b.value).nbytes * (t.row_tiles - 1)
+            + a * (-(-t.n // t.block.n) - 1))
     flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
                       if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
     lib, flops = lib * _taken(s), flops * _taken(s)
