@@ -954,7 +954,8 @@ class _Lowerer:
         scores bounded; after the last block taken, ``rows_above(floor)``, statements
         clearing ``wb_ok`` unless every row's running maximum is above ``floor``. (The
         sums come first, while the output rows hold nothing: the GPU's tile is at the
-        edge of its 128 registers.) Skipped or taken, the result is the same (see key_limit.py)."""
+        edge of its 128 registers.) Skipped or taken, the result is the same
+        (key_limit.py)."""
         t, lim = self.sched.gemm, self.sched.then.online.limit
         nb = -(-t.n // block)
         if lim is None:
@@ -995,18 +996,17 @@ class _Lowerer:
         over the whole rectangle dealt out to the block's threads (neighbours along
         the unit stride), then summed across the block."""
         v, f32, i64 = op.view, DType.float32, DType.int64
-        (r, (r0, r1), rs), (c, (c0, c1), cs) = ("wb_u", rows, v.row_stride), \
-            ("wb_w", cols, v.col_stride)
-        if rs == 1 and cs != 1:
-            (r, (r0, r1), rs), (c, (c0, c1), cs) = (c, (c0, c1), cs), (r, (r0, r1), rs)
+        # (outer, inner): (variable, [lo, hi), stride, extent), the inner one the unit
+        # stride's (the rows', where the operand is stored transposed)
+        axes = [("wb_u", rows, v.row_stride, v.rows), ("wb_w", cols, v.col_stride, v.cols)]
+        (r, (r0, r1), rs, rn), (c, (c0, c1), cs, cn) = axes[::-1] if v.trans else axes
         at = (Load("wb_x", self.buffers[op.value],
                    f"{v.batch_offset('bt')} + {r} * {rs} + {c} * {cs}"),
               Assign(var, f"{var} + fabsf(wb_x)"))
         if not self.device.is_gpu:
             return (Let(var, f32, "0.0f"),
-                    Loop(r, v.rows + v.cols, "serial", (Loop(
-                        c, v.rows + v.cols, "block", at, reduction=(var, "+"), start=c0,
-                        stop=c1),), start=r0, stop=r1))
+                    Loop(r, rn, "serial", (Loop(c, cn, "block", at, reduction=(var, "+"),
+                                                start=c0, stop=c1),), start=r0, stop=r1))
         width = f"(({c1}) - ({c0}))"
         return (Let(var, f32, "0.0f"),
                 Loop("wb_e", v.rows * v.cols, "block", (
