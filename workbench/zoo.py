@@ -66,6 +66,10 @@ SIZES = {
     # has, at a depth a benchmark can afford
     "base": Size(batch=1, seq=128, vocab=30522, hidden=768, heads=12, layers=2, ffn=3072,
                  image=128, frames=400, samples=16000),
+    # the small widths at a decoder's context length (GPT-2's 1024 tokens): attention,
+    # causal for GPT-2 and LLaMA, takes most of the time
+    "long": Size(batch=1, seq=1024, vocab=1000, hidden=256, heads=4, layers=2, ffn=1024,
+                 image=64, frames=1024, samples=32000),
 }
 
 

@@ -398,8 +398,9 @@ def test_packed_b_is_chosen_for_a_constant_on_wide_vectors():
     """B packed only where it pays, on a CPU whose compiler targets 256-bit vectors or
     wider: once where B is a constant (a weight: packed once serves every run); where
     it is an input (the attention's keys) it could be packed by every run
-    (``gemm.packs``) but the rule leaves it to sgemm (the online softmax aside), and
-    not where B's batch is broadcast in part; a GPU plan has no GEMM kernel."""
+    (``gemm.packs``) but the rule leaves it to sgemm (the online softmax aside) -- also
+    where B's batch is broadcast in part (one pack per distinct matrix); a GPU plan has
+    no GEMM kernel."""
     from workbench.fusion.devices import H100
     from workbench.fusion.planners import run_planner
     from workbench.runtime.calibrate import cpu_device
@@ -416,8 +417,42 @@ def test_packed_b_is_chosen_for_a_constant_on_wide_vectors():
     assert gemm.packs(_attention_scores(), kt, wide) == "per run"
     k = gemm.Operand(
         "k", MatrixView(0, ((2, 0), (3, 96 * 8)), 8, 96, 1, 8))   # [2 (broadcast), 3]
-    assert gemm.packs(_attention_scores(), k, wide) == ""
+    assert gemm.packs(_attention_scores(), k, wide) == "per run"
+    assert k.view.distinct.batch == ((3, 96 * 8),) and k.view.distinct_index("bt") == "bt % 3"
     assert not gemm.packs(_ffn_gelu(), gemm.Operand.whole("w", (96, 300)), H100)
+
+
+@pytest.mark.parametrize("groups,rep", [(2, 2), (1, 4), (3, 2)])
+def test_grouped_query_attention_packs_each_key_value_head_once(groups, rep, monkeypatch):
+    """Grouped-query attention (LLaMA: K and V of ``groups`` heads, each repeated for
+    ``rep`` query heads by an expand, a stride-0 view): the online softmax packs K and
+    V once per key-value head, and each query head's tiles read its group's packs --
+    the reference's result, and the V pack is sized per key-value head."""
+    from workbench.codegen.microkernel import packed_numel
+    from workbench.fuzz import check_plan as check_kernels
+    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    s, d, heads = 300, 16, groups * rep
+    b = wb.GraphBuilder("gqa")
+    q = b.input("q", (1, heads, s, d))
+    k, v = b.input("k", (1, groups, s, d)), b.input("v", (1, groups, s, d))
+
+    def repeat(x):              # [1, g, s, d] -> [1, g x rep, s, d], as LLaMA does
+        x = b.op("expand", b.op("unsqueeze", x, axes=[2]), shape=[1, groups, rep, s, d])
+        return b.op("reshape", x, shape=[1, heads, s, d])
+    z = b.matmul(q, b.op("transpose", repeat(k), perm=[0, 1, 3, 2])) * 0.25
+    b.output(b.matmul(b.softmax(z, axis=-1), repeat(v)), "o")
+    g = b.build()
+    sess = Session(g, backend="cpu")
+    sess.auto("rules")
+    (gr,) = [x for x in sess.plan.groups if x.schedule.then is not None]
+    sess.set_launch(gr.id, online=1)
+    (gr,) = [x for x in sess.plan.groups if x.schedule.then is not None]
+    sc = gr.schedule
+    assert sc.then.online is not None and sc.then.packed, sc.describe()
+    assert any(st == 0 and e > 1 for e, st in sc.then.b.view.batch) == (rep > 1)
+    assert check_kernels(sess, sess.inputs, sess.reference, cuda=True) is None
+    (pack_v,) = [x for x in sess.kernel(gr.id).params if x.name.endswith("pack_v")]
+    assert pack_v.numel == groups * packed_numel(s, d, once=False)
 
 
 def test_packed_program_run_from_threads_at_once(monkeypatch):

@@ -718,22 +718,23 @@ class _Lowerer:
     def _pack_per_run(self, name: str, b, k: int, n: int, batch: int, node: str,
                       pairs: bool = False):
         """A right operand (``b``: ``k x n`` per batch item) packed into column panels
-        by every run, before the tiles: one parallel loop over (batch item, panel),
-        one pack per batch item (one in all where one matrix serves every item).
-        Returns the packed workspace, the statements, and the C offset of tile batch
-        item ``bt``'s pack in it."""
+        by every run, before the tiles: one parallel loop over (matrix, panel), one
+        pack per distinct matrix -- one in all where one matrix serves every item, one
+        per key-value head where grouped-query attention's heads share them
+        (``MatrixView.distinct``). Returns the packed workspace, the statements, and
+        the C offset of tile batch item ``bt``'s pack in it."""
         v = b.view
-        items = 1 if v.one_matrix else batch
+        items = 1 if v.one_matrix else v.distinct.batch_size
         size, panels = packed_numel(k, n, once=False, pairs=pairs), -(-n // PANEL)
         packed = self.workspace(name, DType.float32, items * size, packed=True)
         i64 = DType.int64
         body = (Let("bt", i64, f"pk / {panels}"),
-                PackB(self.buffers[b.value], packed, v.batch_offset("bt"), k, n,
+                PackB(self.buffers[b.value], packed, v.distinct.batch_offset("bt"), k, n,
                       v.row_stride, v.col_stride, node, panel=f"pk % {panels}",
                       packed_off=f"bt * {size}", pairs=pairs))
         stmts = (Comment(f"{b.value} packed into column panels by every run, before the "
                          "tiles"), Loop("pk", items * panels, "grid", body))
-        return packed, stmts, "0" if items == 1 else f"bt * {size}"
+        return packed, stmts, "0" if items == 1 else f"({v.distinct_index('bt')}) * {size}"
 
     def _im2col_panels(self, cols: Scratch, pairs: bool = False) -> Loop:
         """Fill ``cols`` with the patches of the tile's output positions c0..c1 in the

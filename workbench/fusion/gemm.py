@@ -676,8 +676,9 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
                 else "")
     if half and not v_packed:
         raise FusionRefused(f"{mm2.id} (matmul) is {out.dtype.value}: only the micro-kernel "
-                            "multiplies it, and its V cannot be packed here (a batch "
-                            "broadcast in part), so the attention is not fused")
+                            "multiplies it, and its V is not packed here (blas=1, or "
+                            "vectors narrower than the micro-kernel's), so the attention "
+                            "is not fused")
     online = _online_softmax(g, first, mm1, t, p, io1) if t.packed_b and v_packed else None
     if lc.online == 1 and online is None:
         raise FusionRefused(f"online=1: the softmax before {mm2.id} (matmul) has no online "
@@ -1014,17 +1015,15 @@ def packs(g: Graph, b: Operand, device: Device) -> str:
     """How B can meet the micro-kernel (``GemmShape.packed_b``), where the compiler
     targets vectors wide enough for it to win (PACK_MIN_VECTOR_BYTES): packed once
     where B is a constant serving every batch item (a weight), else packed by every
-    run, one pack per batch item -- or "" (BLAS sgemm per tile) on narrower vectors, on
-    a GPU, and where B's batch is broadcast in part (one matrix for some batch items,
-    distinct ones for others: a pack per item would repeat data). Whether an
-    activation is packed is the caller's (``GemmLaunch.packs``: a long attention's K
-    and V, or ``blas=0``)."""
+    run, one pack per distinct matrix (grouped-query attention's K and V, broadcast
+    over the heads sharing them, once per key-value head) -- or "" (BLAS sgemm per
+    tile) on narrower vectors and on a GPU. Whether an activation is packed is the
+    caller's (``GemmLaunch.packs``: a long attention's K and V, or ``blas=0``)."""
     if device.is_gpu or device.vector_bytes < PACK_MIN_VECTOR_BYTES:
         return ""
-    v = b.view
-    if v.one_matrix:
+    if b.view.one_matrix:
         return PACK_ONCE if b.value in g.constants else PACK_PER_RUN
-    return PACK_PER_RUN if all(s for e, s in v.batch if e > 1) else ""
+    return PACK_PER_RUN
 
 
 def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,

@@ -24,7 +24,7 @@ stride (:meth:`Strided.matrix`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 Mode = tuple[int, int]          # (extent, stride)
 
@@ -58,6 +58,36 @@ class MatrixView:
         """Whether one matrix serves every batch item (no batch, or every batch mode
         broadcast -- stride 0 -- or of one item: a convolution's one group)."""
         return all(s == 0 or e == 1 for e, s in self.batch)
+
+    @property
+    def distinct(self) -> "MatrixView":
+        """The view over its distinct matrices only: the batch modes a broadcast (stride
+        0) repeats dropped -- grouped-query attention's K and V, each read by several
+        heads, are their own count of matrices.
+
+        >>> MatrixView(0, ((2, 64), (3, 0)), 8, 4, 128, 1).distinct.batch
+        ((2, 64),)
+        """
+        return replace(self, batch=tuple((e, s) for e, s in self.batch if s))
+
+    def distinct_index(self, index: str) -> str:
+        """A C expression: which of the distinct matrices (``distinct``, row-major over
+        its batch modes) batch item ``index`` reads.
+
+        >>> MatrixView(0, ((2, 64), (3, 0)), 8, 4, 128, 1).distinct_index("bt")
+        '(bt / 3)'
+        """
+        if all(s or e == 1 for e, s in self.batch):
+            return index
+        terms, inner, step = [], 1, 1
+        for e, s in reversed(self.batch):
+            if s and e > 1:
+                q = index if inner == 1 else f"({index} / {inner})"
+                q = f"{q} % {e}" if inner * e < self.batch_size else q
+                terms.append(q if step == 1 else f"({q}) * {step}")
+                step *= e
+            inner *= e
+        return " + ".join(reversed(terms)) or "0"
 
     def batch_offset(self, index: str) -> str:
         """A C expression: the offset of batch item ``index`` (row-major over the batch
