@@ -509,6 +509,31 @@ def attention_case(batch, heads, seq, head_dim, dtype="float32"):
     return _graph_case(b.build(), fn)
 
 
+def causal_attention_case(batch, heads, seq, head_dim):
+    """GPT-2's attention at its context length: softmax(q kᵀ / sqrt(d) + causal mask) v,
+    the mask a constant of 0 and float32's lowest as torch.onnx.export writes it, the
+    heads merged back. Under stitch one kernel whose tiles skip the blocks of keys past
+    their diagonal (fusion/key_limit.py); torch runs the same ops with the same mask."""
+    b = GraphBuilder("causal_attention",
+                     f"Causal attention over q, k, v[{batch},{heads},{seq},{head_dim}], "
+                     f"a constant causal mask [{seq},{seq}] added, heads merged")
+    q, k, v = (b.input(x, (batch, heads, seq, head_dim)) for x in "qkv")
+    scale = 1.0 / math.sqrt(head_dim)
+    keep = np.tril(np.ones((seq, seq), bool))
+    mask = np.where(keep, 0, np.finfo(np.float32).min).astype(np.float32)
+    z = b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * scale
+    o = b.matmul(b.softmax(z + b.constant(mask, "mask"), axis=-1), v)
+    b.output(b.op("reshape", b.op("transpose", o, perm=[0, 2, 1, 3]),
+                  shape=[batch, seq, heads * head_dim]), "o")
+
+    def fn(torch):
+        def attention(q, k, v, m):
+            o = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * scale + m, -1) @ v
+            return o.transpose(1, 2).reshape(batch, seq, heads * head_dim)
+        return attention
+    return _graph_case(b.build(), fn)
+
+
 def ffn_gelu_case(rows, hidden, inter, dtype="float32"):
     """BERT's FFN up-projection: x @ W + bias, GELU (a GEMM of depth 768: the cost
     model keeps cuBLAS for it; the tuned and forced rows say whether it should)."""
@@ -653,6 +678,10 @@ WORKLOADS = [
              lambda q: attention_case(*_rc(q, (8, 12, 512, 64), (1, 2, 64, 16)))),
     Workload("ffn_gelu", "gemm", lambda q: ffn_gelu_case(*_rc(q, (4096, 768, 3072),
                                                               (64, 64, 256)))),
+    # GPT-2's causal attention at 1024 tokens: the key blocks past each tile's diagonal
+    # skipped (fusion/key_limit.py)
+    Workload("causal_attention", "gemm",
+             lambda q: causal_attention_case(*_rc(q, (8, 12, 1024, 64), (1, 2, 256, 16)))),
     # the same in bfloat16: tensor cores (exact in TF32) for the generated kernels and
     # for cuBLAS, whatever --matmul-precision says
     Workload("attention_bf16", "gemm",
