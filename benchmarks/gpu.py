@@ -483,46 +483,30 @@ def attention_scores_case(batch, heads, seq, head_dim):
         torch.matmul(q, k.transpose(-1, -2)) * scale + m))
 
 
-def attention_case(batch, heads, seq, head_dim, dtype="float32"):
+def attention_case(batch, heads, seq, head_dim, dtype="float32", causal=False):
     """BERT's whole attention: softmax(q kᵀ / sqrt(d) + mask) v, the heads merged back
     -- one FlashAttention-style kernel under stitch on a GPU (rules: cuBLAS, softmax
     kernel, cuBLAS, copies); torch runs the same ops (its eager attention). In
     bfloat16 both products run on tensor cores (exact in TF32) whatever the precision
-    option."""
+    option. ``causal``: GPT-2's, the mask a constant of 0 and float32's lowest as
+    torch.onnx.export writes it, which stitch's kernel reads to skip each tile's blocks
+    of keys past the diagonal (fusion/key_limit.py)."""
     half = "" if dtype == "float32" else f" ({dtype})"
-    b = GraphBuilder("attention" + half.replace(" (", "_").rstrip(")"),
+    what = f"a constant causal mask [{seq},{seq}]" if causal else f"mask[{batch},1,1,{seq}]"
+    b = GraphBuilder(("causal_" if causal else "") + "attention"
+                     + half.replace(" (", "_").rstrip(")"),
                      f"Attention over q, k, v[{batch},{heads},{seq},{head_dim}], "
-                     f"mask[{batch},1,1,{seq}], heads merged{half}")
+                     f"{what}, heads merged{half}")
     q, k, v = (b.input(x, (batch, heads, seq, head_dim), dtype) for x in "qkv")
     scale = 1.0 / math.sqrt(head_dim)
     z = b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * scale
-    z = z + b.input("mask", (batch, 1, 1, seq), dtype, range=(-1.0, 0.0))
+    if causal:
+        keep = np.tril(np.ones((seq, seq), bool))
+        z = z + b.constant(np.where(keep, 0, np.finfo(np.float32).min).astype(np.float32),
+                           "mask")
+    else:
+        z = z + b.input("mask", (batch, 1, 1, seq), dtype, range=(-1.0, 0.0))
     o = b.matmul(b.softmax(z, axis=-1), v)
-    b.output(b.op("reshape", b.op("transpose", o, perm=[0, 2, 1, 3]),
-                  shape=[batch, seq, heads * head_dim]), "o")
-
-    def fn(torch):
-        def attention(q, k, v, m):
-            o = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * scale + m, -1) @ v
-            return o.transpose(1, 2).reshape(batch, seq, heads * head_dim)
-        return attention
-    return _graph_case(b.build(), fn)
-
-
-def causal_attention_case(batch, heads, seq, head_dim):
-    """GPT-2's attention at its context length: softmax(q kᵀ / sqrt(d) + causal mask) v,
-    the mask a constant of 0 and float32's lowest as torch.onnx.export writes it, the
-    heads merged back. Under stitch one kernel whose tiles skip the blocks of keys past
-    their diagonal (fusion/key_limit.py); torch runs the same ops with the same mask."""
-    b = GraphBuilder("causal_attention",
-                     f"Causal attention over q, k, v[{batch},{heads},{seq},{head_dim}], "
-                     f"a constant causal mask [{seq},{seq}] added, heads merged")
-    q, k, v = (b.input(x, (batch, heads, seq, head_dim)) for x in "qkv")
-    scale = 1.0 / math.sqrt(head_dim)
-    keep = np.tril(np.ones((seq, seq), bool))
-    mask = np.where(keep, 0, np.finfo(np.float32).min).astype(np.float32)
-    z = b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * scale
-    o = b.matmul(b.softmax(z + b.constant(mask, "mask"), axis=-1), v)
     b.output(b.op("reshape", b.op("transpose", o, perm=[0, 2, 1, 3]),
                   shape=[batch, seq, heads * head_dim]), "o")
 
@@ -681,7 +665,8 @@ WORKLOADS = [
     # GPT-2's causal attention at 1024 tokens: the key blocks past each tile's diagonal
     # skipped (fusion/key_limit.py)
     Workload("causal_attention", "gemm",
-             lambda q: causal_attention_case(*_rc(q, (8, 12, 1024, 64), (1, 2, 256, 16)))),
+             lambda q: attention_case(*_rc(q, (8, 12, 1024, 64), (1, 2, 256, 16)),
+                                      causal=True)),
     # the same in bfloat16: tensor cores (exact in TF32) for the generated kernels and
     # for cuBLAS, whatever --matmul-precision says
     Workload("attention_bf16", "gemm",
