@@ -143,12 +143,11 @@ class _BlockDrawer:
                              self.dtype)
             self.masks.append(m.name)
             s = s + m
+        tril = np.tril(np.ones((self.seq, self.seq), bool))[None, None]
         if how in ("causal", "both"):      # GPT-2: where(tril, scores, lowest)
-            tril = np.tril(np.ones((self.seq, self.seq), bool))[None, None]
             s = self.b.where(self.b.constant(tril), s,
                              self.b.constant(np.array(_lowest(self.dtype), self.dtype.np)))
-        if how == "causal_added":          # GPT-2 and LLaMA as torch.onnx.export writes
-            tril = np.tril(np.ones((self.seq, self.seq), bool))[None, None]   # them
+        if how == "causal_added":   # GPT-2 and LLaMA as torch.onnx.export writes them
             s = s + self.b.constant(np.where(tril, 0, _lowest(self.dtype)).astype(
                 self.dtype.np))
         return s

@@ -424,7 +424,8 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
         lib += 2.0 * t.batch * t.m * s.then.k * s.then.n
     flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
                       if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
-    lib, flops = lib * _taken(s), flops * _taken(s)
+    taken = _taken(s)
+    lib, flops = lib * taken, flops * taken
     mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
@@ -455,18 +456,17 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
     t = s.gemm
     geo = geometry(s, device)
     util = min(1.0, t.tiles / max(1, device.units))
-    again = a * (t.col_tiles - 1) + b * (t.row_tiles - 1)
-    lib = t.flops
+    b_again, lib, taken = b * (t.row_tiles - 1), t.flops, _taken(s)
     if s.then is not None:      # attention: V read again by each further tile of queries,
         # and Q's panels staged again for each further block of keys -- K's, V's and
         # Q's panels for the blocks the tiles take (_taken)
         lib += 2.0 * t.batch * t.m * s.then.k * s.then.n
-        again = a * (t.col_tiles - 1) + _taken(s) * (
-            b * (t.row_tiles - 1) + g.value(s.then.b.value).nbytes * (t.row_tiles - 1)
-            + a * (-(-t.n // t.block.n) - 1))
+        b_again = taken * (b_again + g.value(s.then.b.value).nbytes * (t.row_tiles - 1)
+                           + a * (-(-t.n // t.block.n) - 1))
+    again = a * (t.col_tiles - 1) + b_again
     flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
                       if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
-    lib, flops = lib * _taken(s), flops * _taken(s)
+    lib, flops = lib * taken, flops * taken
     mem = (read + written + again / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           geo.threads, t.tiles, geo.shared_bytes, 0, 1.0,

@@ -100,8 +100,10 @@ def find_key_limit(g: Graph, prefix, scores: str, logits: str) -> KeyLimit | Non
         if fill.size == 0 or not np.all(fill == fill.flat[0]):
             return None
         f = float(fill.flat[0])
+        if not f <= MIN_FILL:
+            return None
         offset = _suffix_offset(~np.asarray(g.constants[cond], dtype=bool), shape)
-        return None if offset is None or not f <= MIN_FILL else KeyLimit(offset, f)
+        return None if offset is None else KeyLimit(offset, f)
     if node.op != "add":
         return None
     consts = [x for x in node.inputs if x in g.constants]
@@ -166,4 +168,4 @@ def _suffix_offset(masked: np.ndarray, shape) -> int | None:
     if not np.array_equal(start, np.broadcast_to(np.clip(np.arange(m) + offset, 0, n),
                                                  start.shape)):
         return None
-    return offset if offset < n else None
+    return offset

@@ -79,15 +79,13 @@ class MatrixView:
         """
         if all(s or e == 1 for e, s in self.batch):
             return index
-        terms, inner, step = [], 1, 1
+        # (batch_offset over the batch with each distinct mode's stride its place in
+        # the distinct matrices' row-major order, and the broadcast modes' 0)
+        modes, step = [], 1
         for e, s in reversed(self.batch):
-            if s and e > 1:
-                q = index if inner == 1 else f"({index} / {inner})"
-                q = f"{q} % {e}" if inner * e < self.batch_size else q
-                terms.append(q if step == 1 else f"({q}) * {step}")
-                step *= e
-            inner *= e
-        return " + ".join(reversed(terms)) or "0"
+            modes.append((e, step if s else 0))
+            step *= e if s else 1
+        return replace(self, offset=0, batch=tuple(reversed(modes))).batch_offset(index)
 
     def batch_offset(self, index: str) -> str:
         """A C expression: the offset of batch item ``index`` (row-major over the batch
@@ -96,8 +94,8 @@ class MatrixView:
         for e, s in reversed(self.batch):
             if s and e > 1:
                 q = index if inner == 1 else f"({index} / {inner})"
-                terms.append(f"{q} % {e} * {s}" if inner * e < self.batch_size
-                             else f"{q} * {s}")
+                q = f"{q} % {e}" if inner * e < self.batch_size else q
+                terms.append(q if s == 1 else f"{q} * {s}")
             inner *= e
         if self.offset:
             terms.append(str(self.offset))
