@@ -161,6 +161,33 @@ def test_with_tf32_allowed_the_gpu_plan_runs_on_tensor_cores_within_tf32_s_bound
             assert np.max(np.abs(y - r)) / np.max(np.abs(r)) <= 2e-3, (name, k)
 
 
+@pytest.mark.parametrize("path", ["onnx", "torch"])
+@pytest.mark.parametrize("dtype", zoo.DTYPES)
+@pytest.mark.parametrize("name", ["gpt2", "llama"])
+def test_a_decoder_s_causal_mask_is_recognized_as_users_export_it(name, dtype, path,
+                                                                   zoo_dir, tmp_path):
+    """The decoders' masks as the exporters leave them (0 and the dtype's lowest added
+    to the scaled scores; in bfloat16 the sum widened to float32 for the softmax):
+    every fused attention of the GPU's stitch plan skips the keys past its row
+    (fusion/key_limit.py), in float32 and in bfloat16, from the ONNX file and from
+    from_torch alike."""
+    from workbench.fusion import run_planner
+    from workbench.fusion.devices import H100
+    if dtype == "float32":
+        m, onnx_path = built(name, zoo_dir)
+    else:
+        m = zoo.build(name, dtype=dtype)
+        onnx_path = zoo.export_onnx(m, tmp_path / f"{name}.onnx") if path == "onnx" else None
+    g = wb.load(str(onnx_path)) if path == "onnx" else zoo.import_torch(m)
+    plan, _ = run_planner("stitch", g, device=H100)
+    onlines = [gr.schedule.then.online for gr in plan.groups
+               if gr.schedule.then is not None and gr.schedule.then.online is not None]
+    assert len(onlines) == 2                                   # (one a layer)
+    lowest = -3.4028234663852886e38 if dtype == "float32" else -3.3895313892515355e38
+    assert all(o.limit is not None and (o.limit.offset, o.limit.fill) == (1, lowest)
+               for o in onlines), [o.limit for o in onlines]
+
+
 # -- bfloat16: the user's model.to(torch.bfloat16) -------------------------------------
 # scripts/zoo_bfloat16.py runs the whole zoo both ways (benchmarks/results/zoo-bfloat16-*)
 @pytest.mark.parametrize("name, path, backend", [

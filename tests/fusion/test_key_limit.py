@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -21,23 +22,30 @@ BIG = np.finfo(np.float32).max
 
 
 def _attention(s: int = 300, n: int | None = None, heads: int = 2, d: int = 16,
-               form: str = "add", fill=LOWEST, scale: float | None = None, mask=None):
+               form: str = "add", fill=None, scale: float | None = None, mask=None,
+               dtype: str = "float32"):
     """softmax(q kᵀ x scale + causal mask) v, the mask added (as torch.onnx.export
     writes transformers' masks) or a ``where``; ``n`` keys (the first n - s of them
-    cached, seen by every query); ``mask`` a boolean keep-mask of its own."""
+    cached, seen by every query); ``mask`` a boolean keep-mask of its own. A half
+    ``dtype`` is a model run in it: the mask added in it, the softmax taken in float32
+    (LLaMA's ``softmax(..., dtype=float32).to(dtype)``)."""
     n = n or s
+    fill = ml_dtypes.finfo(dtype).min if fill is None else fill     # (its type's lowest)
     b = wb.GraphBuilder("causal")
-    q, kt = b.input("q", (1, heads, s, d)), b.input("kt", (1, heads, d, n))
-    v = b.input("v", (1, heads, n, d))
+    q, kt = b.input("q", (1, heads, s, d), dtype), b.input("kt", (1, heads, d, n), dtype)
+    v = b.input("v", (1, heads, n, d), dtype)
     z = b.matmul(q, kt)
     if scale is not None:
-        z = z * scale
+        z = z * b.constant(np.array(scale, dtype))
     keep = np.tril(np.ones((s, n), bool), n - s)[None, None] if mask is None else mask
     if form == "add":
-        z = z + b.constant(np.where(keep, 0, fill).astype(np.float32), "mask")
+        z = z + b.constant(np.where(keep, 0, fill).astype(dtype), "mask")
     else:
-        z = b.where(b.constant(keep, "keep"), z, b.constant(np.array(fill, np.float32)))
-    b.output(b.matmul(b.softmax(z, axis=-1), v), "o")
+        z = b.where(b.constant(keep, "keep"), z, b.constant(np.array(fill, dtype)))
+    if dtype != "float32":
+        z = b.cast(z, to="float32")
+    p = b.softmax(z, axis=-1)
+    b.output(b.matmul(p if dtype == "float32" else b.cast(p, to=dtype), v), "o")
     return b.build()
 
 
@@ -58,6 +66,7 @@ def test_causal_masks_are_recognized():
     assert _limit(_attention(fill=-np.inf))[0].bound == float(BIG)
     lim, _ = _limit(_attention(form="where"))
     assert (lim.offset, lim.additive) == (1, False)
+    assert _limit(_attention())[0].scale == 1 + 2.0 ** -20     # (the scores' rounding)
     assert _limit(_attention(s=300, n=340))[0].offset == 41
     assert lim.keys(0, 300) == 1 and lim.keys(299, 300) == 300
 
@@ -108,9 +117,9 @@ def test_skipping_is_exact_and_cheaper():
 
 def _inputs_where_skipping_would_be_wrong(g, case: str) -> dict:
     """Fresh inputs, edited so that a skipped block would change the result:
-    ``huge_key``: the last key (masked for every row but the last) is FLT_MAX along
-    the queries' one axis, so its masked logit, FLT_MAX + lowest, is 0 and not the
-    fill (the additive mask's bound must fail); ``fill_row``: query 0's one unmasked
+    ``huge_key``: the last key (masked for every row but the last) is its type's
+    largest value along the queries' one axis, so its masked logit, max + lowest, is
+    0 and not the fill (the additive mask's bound must fail); ``fill_row``: query 0's one unmasked
     logit is -inf, so its row's maximum is the fill and NumPy's softmax spreads the
     row over the masked keys (the row check must fail); ``inf_value``: a masked key's
     value is infinite (0 x inf is NaN in the reference: the values' check must fail)."""
@@ -120,7 +129,7 @@ def _inputs_where_skipping_would_be_wrong(g, case: str) -> dict:
         q[..., 0] = 1.0
         q[..., 1:] = 0.0
         kt[..., :, -1] = 0.0
-        kt[..., 0, -1] = BIG
+        kt[..., 0, -1] = ml_dtypes.finfo(kt.dtype).max
     elif case == "fill_row":
         q[..., 0] = 0.0
         q[..., 0, :] = 0.0
@@ -184,6 +193,73 @@ def test_the_gpu_kernel_skips_and_checks_in_the_emulator(case, form):
         np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2, equal_nan=True)
 
 
+def _gpu_limit(g):
+    from workbench.fusion import run_planner
+    from workbench.fusion.devices import H100
+    plan, _ = run_planner("stitch", g, device=H100)
+    (gr,) = [x for x in plan.groups if x.schedule.then is not None]
+    return gr.schedule.then.online.limit
+
+
+BF16_LOWEST = float(ml_dtypes.finfo(ml_dtypes.bfloat16).min)
+F16_LOWEST = float(np.finfo(np.float16).min)
+
+
+def test_half_precision_models_masks_are_recognized():
+    """A bfloat16 model's mask, 0 and bfloat16's lowest added in bfloat16, the sum
+    widened to float32 for the softmax: the same limit, its scale bounding the
+    scores' and the product's bfloat16 rounding. float16's lowest (-65504) is too near
+    zero for an added mask's bound (only its ``where`` form qualifies); a cast that
+    narrows the logits rounds the fill, so it is not looked through."""
+    lim = _gpu_limit(_attention(s=300, scale=0.125, dtype="bfloat16"))
+    assert (lim.offset, lim.fill, lim.additive) == (1, BF16_LOWEST, True)
+    assert lim.scale == pytest.approx(0.125 * (1 + 2.0 ** -7) ** 2, rel=1e-12)
+    assert lim.bound == 2.0 ** 102       # a quarter of its float32 spacing
+    assert _gpu_limit(_attention(s=300, fill=-np.inf, dtype="bfloat16")).bound == float(BIG)
+    assert _gpu_limit(_attention(s=300, form="where", fill=F16_LOWEST,
+                                 dtype="float16")).fill == F16_LOWEST
+    assert _gpu_limit(_attention(s=300, fill=F16_LOWEST, dtype="float16")) is None
+    b = wb.GraphBuilder("narrowed")
+    q, kt = b.input("q", (1, 2, 300, 16)), b.input("kt", (1, 2, 16, 300))
+    keep = np.tril(np.ones((300, 300), bool))[None, None]
+    z = b.cast(b.matmul(q, kt) + b.constant(np.where(keep, 0, LOWEST).astype(np.float32)),
+               to="bfloat16")
+    b.output(b.softmax(z, axis=-1), "p")
+    g = b.build()
+    (mm,) = [x for x in g.nodes if x.op == "matmul"]
+    added, narrowed = g.producer[z.name].inputs[0], z.name
+    prefix = [g.producer[added].id, g.producer[narrowed].id]
+    assert find_key_limit(g, prefix, mm.outputs[0], narrowed) is None
+    assert find_key_limit(g, prefix, mm.outputs[0], added) is not None
+
+
+@pytest.mark.parametrize("case,form", [(None, "add"), ("huge_key", "add"),
+                                       ("fill_row", "where"), ("inf_value", "add")])
+def test_a_bfloat16_models_attention_skips_in_the_emulator(case, form):
+    """The GPU's fused attention of a bfloat16 model (bfloat16 tiles, the logits
+    widened to float32): the skip and its checks, within bfloat16's bound of the
+    reference, and the fallback where skipping would differ."""
+    from workbench.fuzz import check_plan
+    from workbench.runtime.cuda_emu import CudaEmuBackend
+    why = CudaEmuBackend.unavailable()
+    if why:
+        pytest.skip(why)
+    # (unscaled where the inputs break a check: huge_key's logit must come out 0)
+    g = _attention(s=130, scale=0.25 if case is None else None, form=form,
+                   dtype="bfloat16")
+    s = Session(g, backend="cuda-emu")
+    s.auto("stitch")
+    (gr,) = [x for x in s.plan.groups if x.schedule.then is not None]
+    assert gr.schedule.then.online.limit is not None
+    if case is None:
+        assert check_plan(s, s.inputs, s.reference, cuda=True) is None
+        return
+    ins = _inputs_where_skipping_would_be_wrong(g, case)
+    want = run_reference(g, ins)["o"].astype(np.float32)
+    got = s.run(ins)["o"].astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=5e-2, atol=5e-2, equal_nan=True)
+
+
 def test_key_limit_describes_itself():
     lim = KeyLimit(1, float(LOWEST), 0.125, 2.0 ** 102)
     assert lim.additive and "causal" in lim.describe()
@@ -210,18 +286,20 @@ def test_the_cost_model_prices_the_blocks_taken():
         model.estimate(g, ev).library_s * taken, rel=1e-9)
 
 
-def test_gpt2_s_causal_attention_on_an_h100_compiles_without_spills(nvrtc_toolchain):
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_gpt2_s_causal_attention_on_an_h100_compiles_without_spills(nvrtc_toolchain, dtype):
     """GPT-2's attention (8 x 12 x 512, 64 a head, the causal mask added) on an H100 in
-    TF32: stitch's one kernel skips the masked blocks, is predicted faster for it, and
-    NVRTC compiles it with the runtime's options within 128 registers, no spills, its
-    shared memory (the block reductions' slot too) as geometry says."""
+    TF32, or the model run in bfloat16: stitch's one kernel skips the masked blocks, is
+    predicted faster for it, and NVRTC compiles it with the runtime's options within
+    128 registers, no spills, its shared memory (the block reductions' slot too) as
+    geometry says."""
     from workbench.codegen import lower_plan, render_kernel
     from workbench.fusion import run_planner
     from workbench.fusion.cost import CostModel
     from workbench.fusion.devices import H100
     from workbench.runtime import nvrtc
     tf32 = H100.with_(matmul_precision="tf32")
-    g = _attention(s=512, heads=12, d=64, scale=0.125)
+    g = _attention(s=512, heads=12, d=64, scale=0.125, dtype=dtype)
     plan, _ = run_planner("stitch", g, device=tf32)
     (gr,) = plan.groups
     assert gr.schedule.then.online.limit is not None

@@ -16,7 +16,7 @@ block agreeing on each check through a block-wide reduction):
   query whose keys are all masked too -- is a uniform softmax over *all* keys in the
   reference, so that tile takes every block);
 - an additive mask (``scores x scale + mask``, what ``torch.onnx.export`` makes of
-  transformers' causal masks: 0 and float32's lowest): ``x + fill`` rounds to ``fill``
+  transformers' causal masks: 0 and the dtype's lowest): ``x + fill`` rounds to ``fill``
   only while ``|x|`` is under half of ``fill``'s spacing, so the tile also bounds its
   skipped scores by ``|scale| x sum|Q's rows| x sum|the skipped keys|`` (Cauchy-Schwarz
   over L1 norms; NaN and infinity fail the check) against ``bound``, a quarter of that
@@ -25,6 +25,14 @@ block agreeing on each check through a block-wide reduction):
 
 When a check fails the tile takes the remaining blocks as before, so the result is the
 reference's in every case; only the time differs.
+
+A model run in bfloat16 or float16 (``model.to(torch.bfloat16)``, then exported) adds
+its mask in that type -- 0 and bfloat16's lowest -- and widens the sum to float32 for
+the softmax (LLaMA's ``softmax(..., dtype=float32)``). The kernels compute in float32
+whatever the storage: ``x + fill`` is ``fill`` in float32 by the same bound, and so
+after rounding to the half type (``fill`` is one of its values) and widening back. A
+float16 model's lowest, -65504, is too near zero for the bound (its spacing is 2^-8
+in float32): only its ``where`` form qualifies.
 """
 from __future__ import annotations
 
@@ -40,6 +48,9 @@ from ..ir import DType, Graph
 MIN_FILL = -1e4
 # the margin above fill each row's maximum must keep: exp(-128) is 0 in float32
 ROW_MARGIN = 128.0
+# a value stored in each float type is off by at most this much of itself (twice its
+# unit roundoff and more: float32's also covers the products' accumulation order)
+ROUNDING = {DType.float32: 2.0 ** -20, DType.bfloat16: 2.0 ** -7, DType.float16: 2.0 ** -10}
 
 
 @dataclass(frozen=True)
@@ -83,14 +94,18 @@ def find_key_limit(g: Graph, prefix, scores: str, logits: str) -> KeyLimit | Non
     """The key limit of the logits ``logits`` that the elementwise ``prefix`` nodes
     make from the product ``scores``, or None. Recognized: ``logits`` made by a
     ``where(constant, x, fill)`` or by ``x + constant`` (with x the scores, or the
-    scores times or divided by a one-element constant), the constant's masked keys of
-    each row a suffix starting at ``row + offset`` for one offset over every row and
-    batch item; float32 logits."""
+    scores times or divided by a one-element constant), then perhaps widened by a cast
+    (a half-precision model's softmax in float32); the constant's masked keys of each
+    row a suffix starting at ``row + offset`` for one offset over every row and batch
+    item."""
     node = g.producer.get(logits)
+    if node is not None and node.op == "cast" and node.id in prefix and \
+            _widens(g, node.inputs[0], logits):
+        node = g.producer.get(node.inputs[0])
     if node is None or node.id not in prefix:
         return None
     shape = g.value(scores).shape
-    if g.value(logits).dtype is not DType.float32 or len(shape) < 2:
+    if not g.value(node.outputs[0]).dtype.is_float or len(shape) < 2:
         return None
     if node.op == "where":
         cond, _, fill_v = node.inputs
@@ -109,8 +124,10 @@ def find_key_limit(g: Graph, prefix, scores: str, logits: str) -> KeyLimit | Non
     consts = [x for x in node.inputs if x in g.constants]
     if len(consts) != 1:
         return None
-    mask = np.asarray(g.constants[consts[0]])
-    if mask.dtype != np.float32 or mask.size == 0:
+    if not g.value(consts[0]).dtype.is_float:
+        return None
+    mask = np.asarray(g.constants[consts[0]]).astype(np.float32)   # (exact from a half)
+    if mask.size == 0:
         return None
     f = float(mask.min())
     if not f <= -2.0 ** 64:
@@ -131,8 +148,9 @@ def find_key_limit(g: Graph, prefix, scores: str, logits: str) -> KeyLimit | Non
 def _scale(g: Graph, prefix, scores: str, x: str) -> float | None:
     """|x| <= scale |scores|: x the scores themselves, or the scores times or divided
     by a one-element constant in the prefix; None otherwise."""
+    stored = 1 + ROUNDING[g.value(scores).dtype]   # (the scores as stored)
     if x == scores:
-        return 1.0
+        return stored
     node = g.producer.get(x)
     if node is None or node.id not in prefix or node.op not in ("mul", "div") or \
             scores not in node.inputs:
@@ -146,7 +164,13 @@ def _scale(g: Graph, prefix, scores: str, x: str) -> float | None:
     if node.op == "div" and node.inputs[1] != other[0]:
         return None
     s = abs(c.item()) if node.op == "mul" else 1.0 / abs(c.item())
-    return s * (1 + 2.0 ** -20)     # (the product's own rounding)
+    return s * stored * (1 + ROUNDING[g.value(x).dtype])   # (the product's rounding)
+
+
+def _widens(g: Graph, src: str, dst: str) -> bool:
+    """A cast from ``src`` to ``dst`` is exact (a half type to float32, or none)."""
+    a, b = g.value(src).dtype, g.value(dst).dtype
+    return a.is_float and b.is_float and (a is b or b is DType.float32)
 
 
 def _suffix_offset(masked: np.ndarray, shape) -> int | None:
