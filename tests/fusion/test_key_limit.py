@@ -57,15 +57,24 @@ def _limit(g):
 
 
 def test_causal_masks_are_recognized():
-    """Added (0 and float32's lowest, or -inf) or chosen by ``where``; scaled by a
-    multiply, a divide or not at all; cached keys first move the diagonal."""
+    """Added (0 and float32's lowest, -inf or a BERT-era -10000) or chosen by
+    ``where``; scaled by a multiply, a divide or not at all; cached keys first move
+    the diagonal. The scores may move an added mask's logits an eighth of the way to
+    zero; the rows' floor is three quarters of the way out, plus the margin."""
     lim, _ = _limit(_attention(scale=0.25))
     assert (lim.offset, lim.fill, lim.additive) == (1, float(LOWEST), True)
     assert lim.scale == pytest.approx(0.25, rel=1e-5) and lim.scale >= 0.25
-    assert lim.bound == 2.0 ** 102       # a quarter of float32's lowest's spacing
-    assert _limit(_attention(fill=-np.inf))[0].bound == float(BIG)
+    assert lim.bound == -float(LOWEST) / 8
+    assert lim.floor == pytest.approx(0.75 * float(LOWEST), rel=0.02)
+    lim = _limit(_attention(fill=-np.inf))[0]
+    assert lim.bound == float(BIG) and lim.floor == -np.inf
+    lim = _limit(_attention(fill=-1e4))[0]
+    assert lim.bound == 1250 and lim.floor == -1e4 + 2500 + 1e4 * 2.0 ** -7 + 128
     lim, _ = _limit(_attention(form="where"))
     assert (lim.offset, lim.additive) == (1, False)
+    # (fill + 128 is the fill in float32; a maximum above it is 2^104 above)
+    assert lim.floor == float(LOWEST)
+    assert KeyLimit(1, -1e4).floor == -1e4 + 128
     assert _limit(_attention())[0].scale == 1 + 2.0 ** -20     # (the scores' rounding)
     assert _limit(_attention(s=300, n=340))[0].offset == 41
     assert lim.keys(0, 300) == 1 and lim.keys(299, 300) == 300
@@ -141,6 +150,32 @@ def _inputs_where_skipping_would_be_wrong(g, case: str) -> dict:
     return ins
 
 
+def test_a_bert_era_mask_falls_back_where_the_scores_could_cross_it():
+    """A mask of -10000 added: a masked key whose scores lift its logits to +6000
+    would take the whole softmax in the reference; the bound (scale x d x max|q| x
+    max|k| under 1250) fails, the tile takes every block, the output is the
+    reference's; so where a row's maximum is below the floor. Ordinary inputs pass
+    the checks and match too."""
+    from workbench.fuzz import check_plan
+    g = _attention(s=300, fill=-1e4)
+    lim, s = _limit(g)
+    assert lim.fill == -1e4 and _would_skip(lim, s.inputs, 16)
+    assert check_plan(s, s.inputs, s.reference, cuda=False) is None
+    ins = random_inputs(g, 5)
+    ins["q"][...] = 1.0
+    ins["kt"][..., :, -1] = 1000.0           # (16 x 1000: the last key's logit +6000)
+    want = run_reference(g, ins)["o"]
+    assert np.allclose(want[..., :-1, :], ins["v"][..., -1:, :], atol=1e-3)
+    np.testing.assert_allclose(s.run(ins)["o"], want, rtol=1e-5, atol=1e-6)
+    # query 0's one unmasked logit -9990: its maximum is below the floor (the scores
+    # leave the masked logits near -10000, whose exp(-10) counts in the reference)
+    ins = random_inputs(g, 6)
+    ins["q"][..., 0, :] = 1.0
+    ins["kt"][..., :, 0] = -9990.0 / 16
+    want = run_reference(g, ins)["o"]
+    np.testing.assert_allclose(s.run(ins)["o"], want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("case,form", [("huge_key", "add"), ("fill_row", "where"),
                                        ("fill_row", "add"), ("inf_value", "add"),
                                        ("inf_value", "where")])
@@ -193,6 +228,13 @@ def test_the_gpu_kernel_skips_and_checks_in_the_emulator(case, form):
         np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2, equal_nan=True)
 
 
+def _would_skip(lim: KeyLimit, ins: dict, d: int) -> bool:
+    """The checks pass for these inputs (taken over all of Q and K, so stricter than
+    any tile's): the skip is really taken, the test not vacuous."""
+    q, k = (np.abs(ins[x].astype(np.float64)).max() for x in ("q", "kt"))
+    return lim.scale * d * q * k < lim.bound and lim.floor < -1000
+
+
 def _gpu_limit(g):
     from workbench.fusion import run_planner
     from workbench.fusion.devices import H100
@@ -208,17 +250,20 @@ F16_LOWEST = float(np.finfo(np.float16).min)
 def test_half_precision_models_masks_are_recognized():
     """A bfloat16 model's mask, 0 and bfloat16's lowest added in bfloat16, the sum
     widened to float32 for the softmax: the same limit, its scale bounding the
-    scores' and the product's bfloat16 rounding. float16's lowest (-65504) is too near
-    zero for an added mask's bound (only its ``where`` form qualifies); a cast that
-    narrows the logits rounds the fill, so it is not looked through."""
+    scores' and the product's bfloat16 rounding. float16's lowest, -65504, too (the
+    scores may reach 8188 there); a cast that narrows the logits rounds the fill, so
+    it is not looked through."""
     lim = _gpu_limit(_attention(s=300, scale=0.125, dtype="bfloat16"))
     assert (lim.offset, lim.fill, lim.additive) == (1, BF16_LOWEST, True)
     assert lim.scale == pytest.approx(0.125 * (1 + 2.0 ** -7) ** 2, rel=1e-12)
-    assert lim.bound == 2.0 ** 102       # a quarter of its float32 spacing
+    assert lim.bound == -BF16_LOWEST / 8
     assert _gpu_limit(_attention(s=300, fill=-np.inf, dtype="bfloat16")).bound == float(BIG)
     assert _gpu_limit(_attention(s=300, form="where", fill=F16_LOWEST,
                                  dtype="float16")).fill == F16_LOWEST
-    assert _gpu_limit(_attention(s=300, fill=F16_LOWEST, dtype="float16")) is None
+    lim = _gpu_limit(_attention(s=300, scale=0.125, dtype="float16"))
+    assert (lim.fill, lim.bound) == (F16_LOWEST, 8188)
+    # (the sum -65504 + 2 x 8188 rounded to float16 is off by at most 16)
+    assert lim.floor == -65504 + 16376 + 65504 * 2.0 ** -7 + 128
     b = wb.GraphBuilder("narrowed")
     q, kt = b.input("q", (1, 2, 300, 16)), b.input("kt", (1, 2, 16, 300))
     keep = np.tril(np.ones((300, 300), bool))[None, None]
@@ -233,25 +278,27 @@ def test_half_precision_models_masks_are_recognized():
     assert find_key_limit(g, prefix, mm.outputs[0], added) is not None
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("case,form", [(None, "add"), ("huge_key", "add"),
                                        ("fill_row", "where"), ("inf_value", "add")])
-def test_a_bfloat16_models_attention_skips_in_the_emulator(case, form):
-    """The GPU's fused attention of a bfloat16 model (bfloat16 tiles, the logits
-    widened to float32): the skip and its checks, within bfloat16's bound of the
-    reference, and the fallback where skipping would differ."""
+def test_a_half_precision_models_attention_skips_in_the_emulator(case, form, dtype):
+    """The GPU's fused attention of a model run in bfloat16 or float16 (half tiles on
+    tensor cores, the logits widened to float32): the skip and its checks, within the
+    type's bound of the reference, and the fallback where skipping would differ."""
     from workbench.fuzz import check_plan
     from workbench.runtime.cuda_emu import CudaEmuBackend
     why = CudaEmuBackend.unavailable()
     if why:
         pytest.skip(why)
     # (unscaled where the inputs break a check: huge_key's logit must come out 0)
-    g = _attention(s=130, scale=0.25 if case is None else None, form=form,
-                   dtype="bfloat16")
+    g = _attention(s=130, scale=0.25 if case is None else None, form=form, dtype=dtype)
     s = Session(g, backend="cuda-emu")
     s.auto("stitch")
     (gr,) = [x for x in s.plan.groups if x.schedule.then is not None]
-    assert gr.schedule.then.online.limit is not None
+    lim = gr.schedule.then.online.limit
+    assert lim is not None
     if case is None:
+        assert _would_skip(lim, s.inputs, 16)
         assert check_plan(s, s.inputs, s.reference, cuda=True) is None
         return
     ins = _inputs_where_skipping_would_be_wrong(g, case)
@@ -261,7 +308,7 @@ def test_a_bfloat16_models_attention_skips_in_the_emulator(case, form):
 
 
 def test_key_limit_describes_itself():
-    lim = KeyLimit(1, float(LOWEST), 0.125, 2.0 ** 102)
+    lim = KeyLimit(1, float(LOWEST), 0.125, -float(LOWEST) / 8)
     assert lim.additive and "causal" in lim.describe()
     assert lim.taken(256, 256, 128, 128) == 0.75
 
@@ -286,10 +333,10 @@ def test_the_cost_model_prices_the_blocks_taken():
         model.estimate(g, ev).library_s * taken, rel=1e-9)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_gpt2_s_causal_attention_on_an_h100_compiles_without_spills(nvrtc_toolchain, dtype):
     """GPT-2's attention (8 x 12 x 512, 64 a head, the causal mask added) on an H100 in
-    TF32, or the model run in bfloat16: stitch's one kernel skips the masked blocks, is
+    TF32, or the model run in bfloat16 or float16: stitch's one kernel skips the masked blocks, is
     predicted faster for it, and NVRTC compiles it with the runtime's options within
     128 registers, no spills, its shared memory (the block reductions' slot too) as
     geometry says."""

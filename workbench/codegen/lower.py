@@ -23,7 +23,6 @@ from ..errors import WorkbenchError
 from ..fusion.devices import DEFAULT_DEVICE, Device
 from ..fusion.gemm import GPU_GEMM_RESIDENT, PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
 from ..fusion.geometry import REDUCE_SLOT_BYTES, Geometry, flat_vector, geometry
-from ..fusion.key_limit import ROW_MARGIN
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
 from ..fusion.row_tile import row_shifted
@@ -963,14 +962,16 @@ class _Lowerer:
             return (Loop("kb", nb, "serial", step),)
         f32, i32 = DType.float32, DType.int32      # (32-bit: key counts; registers)
         last = f"r1 - 1 + {lim.offset}"
-        floor = c_literal(np.float32(lim.fill) + np.float32(ROW_MARGIN), f32)
+        floor = c_literal(lim.floor, f32)
         skipped = (f"wb_khi * {block}", str(t.n))
-        sums = self._abs_sum("wb_tv", self.sched.then.b, skipped, ("0", str(self.sched.then.n)))
+        sums = self._abs_reduce("wb_tv", self.sched.then.b, skipped,
+                                ("0", str(self.sched.then.n)), "+")
         ok = "wb_tv < INFINITY"
         if lim.additive:
-            scale, bound = c_literal(lim.scale, f32), c_literal(lim.bound, f32)
-            sums += (*self._abs_sum("wb_tq", t.a, ("r0", "r1"), ("0", str(t.k))),
-                     *self._abs_sum("wb_tk", t.b, ("0", str(t.k)), skipped))
+            # (each score a sum of k products, each at most max|q| x max|k|)
+            scale, bound = c_literal(lim.scale * t.k, f32), c_literal(lim.bound, f32)
+            sums += (*self._abs_reduce("wb_tq", t.a, ("r0", "r1"), ("0", str(t.k)), "max"),
+                     *self._abs_reduce("wb_tk", t.b, ("0", str(t.k)), skipped, "max"))
             ok += f" && {scale} * wb_tq * wb_tk < {bound}"
         check = (Comment(f"after the tile's last block: every row's maximum above {floor} "
                          "(the masked logits' exp is 0 for each), or the masked blocks "
@@ -982,20 +983,23 @@ class _Lowerer:
                 Let("wb_khi", i32, f"(wb_keys + {block - 1}) / {block}"),
                 Let("wb_ok", i32, f"wb_khi < {nb}"),
                 Comment("the keys past the tile's blocks: their values finite (0 x V adds "
-                        "nothing)" + (", their scores bounded (x + the fill is the fill)"
-                                      if lim.additive else "")),
+                        "nothing)" + (", their scores bounded (the masked logits stay "
+                                      "near the fill)" if lim.additive else "")),
                 If("wb_ok", (*sums, Assign("wb_ok", ok))),
                 Let("wb_kend", i32, str(nb)),
                 Comment(f"the blocks of keys the tile's rows take ({lim.describe()})"),
                 Loop("kb", nb, "serial", (*step, If("kb + 1 == wb_khi", check)),
                      stop="wb_kend"))
 
-    def _abs_sum(self, var: str, op, rows: tuple[str, str], cols: tuple[str, str]) -> tuple:
-        """``var`` = the sum of |x| over rows and columns [lo, hi) of GEMM operand
-        ``op`` in batch item bt, in any order (an upper bound): on the CPU a loop along
-        its unit stride inside one over the other axis (SIMD lanes); on a GPU one loop
-        over the whole rectangle dealt out to the block's threads (neighbours along
-        the unit stride), then summed across the block."""
+    def _abs_reduce(self, var: str, op, rows: tuple[str, str], cols: tuple[str, str],
+                    how: str) -> tuple:
+        """``var`` = the sum (``how`` "+", in any order: an upper bound) or the maximum
+        ("max", NaN-propagating) of |x| over rows and columns [lo, hi) of GEMM operand
+        ``op`` in batch item bt: on the CPU a loop along its unit stride inside one
+        over the other axis (SIMD lanes); on a GPU one loop over the whole rectangle
+        dealt out to the block's threads (neighbours along the unit stride), then
+        combined across the block."""
+        combine = "{0} + {1}" if how == "+" else "wb_fmax({0}, {1})"
         v, f32, i64 = op.view, DType.float32, DType.int64
         # (outer, inner): (variable, [lo, hi), stride, extent), the inner one the unit
         # stride's (the rows', where the operand is stored transposed)
@@ -1003,10 +1007,11 @@ class _Lowerer:
         (r, (r0, r1), rs, rn), (c, (c0, c1), cs, cn) = axes[::-1] if v.trans else axes
         at = (Load("wb_x", self.buffers[op.value],
                    f"{v.batch_offset('bt')} + {r} * {rs} + {c} * {cs}"),
-              Assign(var, f"{var} + fabsf(wb_x)"))
+              Assign(var, combine.format(var, "fabsf(wb_x)")))
         if not self.device.is_gpu:
+            simd = "+" if how == "+" else get_op("reduce_max").combiner.simd_op[0]
             return (Let(var, f32, "0.0f"),
-                    Loop(r, rn, "serial", (Loop(c, cn, "block", at, reduction=(var, "+"),
+                    Loop(r, rn, "serial", (Loop(c, cn, "block", at, reduction=(var, simd),
                                                 start=c0, stop=c1),), start=r0, stop=r1))
         width = f"(({c1}) - ({c0}))"
         return (Let(var, f32, "0.0f"),
@@ -1014,7 +1019,7 @@ class _Lowerer:
                     Let(r, i64, f"{r0} + wb_e / {width}"),
                     Let(c, i64, f"{c0} + wb_e % {width}"), *at),
                      start="0", stop=f"(({r1}) - ({r0})) * {width}"),
-                BlockReduce(var, f32, "{0} + {1}", "0.0f", 0))
+                BlockReduce(var, f32, combine, "0.0f", 0))
 
     def _elementwise_epilogue(self, dest: Buffer) -> Loop | ThreadTile:
         """The tile's rows and columns, each element of the product read back from

@@ -3,54 +3,55 @@
 A decoder's attention masks every key after the query's own position: the logits of
 row ``r`` are the mask's fill value at every key from ``r + offset`` on (``offset`` 1
 for a causal mask, more where cached keys come first). FlashAttention does not compute
-those blocks at all. Skipping them is exact, not an approximation, when each skipped
-logit is exactly ``fill`` and ``exp(fill - m)`` is 0 for every row's running maximum
-``m`` -- then the reference's softmax adds exact zeros for them, and ``0 x V`` adds
-nothing to the output. So the kernel checks, per tile of rows, at run time (the GPU's
-block agreeing on each check through a block-wide reduction):
+those blocks at all. Skipping them is exact, not an approximation, when ``exp(z - m)``
+is 0 for every skipped logit ``z`` and every row's running maximum ``m`` -- then the
+reference's softmax adds exact zeros for them (and leaves each row's maximum as it
+is), and ``0 x V`` adds nothing to the output. So the kernel checks, per tile of rows,
+at run time (the GPU's block agreeing on each check through a block-wide reduction):
 
 - the skipped keys' values are finite (their sum of magnitudes is: ``0 x inf`` is NaN
   in the reference);
-- every row's running maximum over the keys it did take is above ``fill + 128``
-  (float32's ``exp`` is 0 below -104; a row with nothing but masked logits -- a padded
-  query whose keys are all masked too -- is a uniform softmax over *all* keys in the
-  reference, so that tile takes every block);
 - an additive mask (``scores x scale + mask``, what ``torch.onnx.export`` makes of
-  transformers' causal masks: 0 and the dtype's lowest): ``x + fill`` rounds to ``fill``
-  only while ``|x|`` is under half of ``fill``'s spacing, so the tile also bounds its
-  skipped scores by ``|scale| x sum|Q's rows| x sum|the skipped keys|`` (Cauchy-Schwarz
-  over L1 norms; NaN and infinity fail the check) against ``bound``, a quarter of that
-  spacing (the sums' own rounding inside the margin). A ``where(mask, x, fill)`` needs
-  no bound: the masked logits are ``fill`` whatever the scores.
+  transformers' causal masks: 0 and the dtype's lowest): the skipped logits are the
+  fill plus at most ``|scale| x d x max|Q's rows| x max|the skipped keys|`` (each
+  score a sum of ``d`` products; NaN and infinity fail the check), which must be under
+  ``bound``, an eighth of the fill's magnitude. A ``where(mask, x, fill)`` needs no
+  bound: its masked logits are ``fill`` whatever the scores;
+- every row's running maximum over the keys it did take is above ``floor``: the fill,
+  plus twice the bound and a rounding of the sum to the coarsest half type (what an
+  added mask's logits may reach), plus 128 (float32's ``exp`` is 0 below -104). A row
+  with nothing but masked logits -- a padded query whose keys are all masked too -- is
+  a uniform softmax over *all* keys in the reference, so that tile takes every block.
 
 When a check fails the tile takes the remaining blocks as before, so the result is the
 reference's in every case; only the time differs.
 
 A model run in bfloat16 or float16 (``model.to(torch.bfloat16)``, then exported) adds
-its mask in that type -- 0 and bfloat16's lowest -- and widens the sum to float32 for
-the softmax (LLaMA's ``softmax(..., dtype=float32)``). The kernels compute in float32
-whatever the storage: ``x + fill`` is ``fill`` in float32 by the same bound, and so
-after rounding to the half type (``fill`` is one of its values) and widening back. A
-float16 model's lowest, -65504, is too near zero for the bound (its spacing is 2^-8
-in float32): only its ``where`` form qualifies.
+its mask in that type -- 0 and the type's lowest (float16's is -65504) -- and widens the
+sum to float32 for the softmax (LLaMA's ``softmax(..., dtype=float32)``). The kernels
+compute in float32 whatever the storage; the scale covers the scores' and the
+product's rounding in their types, the floor the sum's. Masks of -10000 (BERT-era
+exporters) qualify the same way.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..ir import DType, Graph
 
-# below this fill the masked keys are worth skipping (a causal mask's fill is
-# float32's lowest or -inf; BERT-era -10000 masks pass the row check only when every
-# row's maximum is above -9872)
+# below this fill the masked keys are worth skipping (a causal mask's fill is the
+# dtype's lowest or -inf; BERT-era masks add -10000, float16 models -65504)
 MIN_FILL = -1e4
-# the margin above fill each row's maximum must keep: exp(-128) is 0 in float32
+# the margin above what a masked logit may reach each row's maximum must keep:
+# exp(-128) is 0 in float32
 ROW_MARGIN = 128.0
 # a value stored in each float type is off by at most this much of itself (twice its
 # unit roundoff and more: float32's also covers the products' accumulation order)
 ROUNDING = {DType.float32: 2.0 ** -20, DType.bfloat16: 2.0 ** -7, DType.float16: 2.0 ** -10}
+COARSEST = max(ROUNDING.values())
 
 
 @dataclass(frozen=True)
@@ -59,9 +60,9 @@ class KeyLimit:
     every key from ``min(keys, max(0, r + offset))`` on. ``scale`` 0: the mask is a
     ``where`` (masked logits are ``fill`` whatever the scores); else the mask is added
     to the scores times at most ``scale`` in magnitude, and ``bound`` is what the
-    tile's bound on those may reach.
+    tile's bound on those (``scale x d x max|q| x max|k|``) must stay under.
 
-    >>> KeyLimit(1, -3.4028235e38, 0.125, 2.5e30).keys(63, 128)
+    >>> KeyLimit(1, -3.4028235e38, 0.125, 4.25e37).keys(63, 128)
     64
     """
     offset: int
@@ -76,6 +77,19 @@ class KeyLimit:
     def keys(self, row: int, n: int) -> int:
         """The keys row ``row`` takes (the rest are masked)."""
         return min(n, max(0, row + self.offset))
+
+    @property
+    def floor(self) -> float:
+        """Every row's running maximum must be above this (float32, rounded up) for the
+        masked logits' exp to be 0: the fill, plus what an added mask's logits may
+        reach above it (twice ``bound``, the check's margin for its own rounding, and
+        the sum's rounding to the coarsest half type), plus ``ROW_MARGIN``."""
+        if np.isinf(self.fill):
+            return -math.inf            # (-inf plus any finite score is -inf)
+        reach = 2 * self.bound + -self.fill * COARSEST if self.additive else 0.0
+        exact = self.fill + reach + ROW_MARGIN
+        f = np.float32(exact)
+        return float(f if f >= exact else np.nextafter(f, np.float32(np.inf)))
 
     def describe(self) -> str:
         return (f"keys past row + {self.offset} skipped (a causal mask; checked per tile "
@@ -130,18 +144,16 @@ def find_key_limit(g: Graph, prefix, scores: str, logits: str) -> KeyLimit | Non
     if mask.size == 0:
         return None
     f = float(mask.min())
-    if not f <= -2.0 ** 64:
+    if not f <= MIN_FILL:
         return None
     scale = _scale(g, prefix, scores, next(x for x in node.inputs if x != consts[0]))
     offset = _suffix_offset(mask == np.float32(f), shape)
     if scale is None or offset is None:
         return None
-    # x + fill == fill while |x| is under half of fill's spacing toward zero (the
-    # smaller side: at a power of two, and past float32's lowest the threshold of
-    # overflow is as far); a quarter leaves the sums' rounding a margin of 2
-    f32 = np.float32(f)
-    bound = (float(np.finfo(np.float32).max) if np.isinf(f)
-             else float(f32 - np.nextafter(f32, np.float32(0))) / -4)
+    # the scores may move a masked logit an eighth of the way to zero (twice that with
+    # the check's own rounding): the rows' floor stays three quarters of the way out;
+    # -inf plus any finite score is -inf
+    bound = float(np.finfo(np.float32).max) if np.isinf(f) else -f / 8
     return KeyLimit(offset, f, scale, bound)
 
 
