@@ -7,7 +7,8 @@ torch's ``Linear`` store them), bias and activation epilogues, residual adds,
 LayerNorm and RMSNorm after a GEMM, and attention -- Q, K and V projected (or split
 from one packed projection, as GPT-2 does), reshaped into heads, ``Q Kᵀ`` scaled,
 masked the ways exporters write masks (a padding mask scaled by the dtype's most
-negative value, a causal ``where``, or a causal mask added), a softmax, ``· V``, the
+negative value, a causal ``where``, a causal mask added, or the causal mask and the
+user's padding as transformers combine them), a softmax, ``· V``, the
 heads merged back. These are the graphs whose plans hold GEMM kernels with prologues
 and epilogues, and fused attention, on both backends; this module draws them from one
 seed.
@@ -28,7 +29,7 @@ from .ir import DType, Graph, GraphBuilder
 
 F32, F16, BF16 = DType.float32, DType.float16, DType.bfloat16
 ACTIVATIONS = ["none", "gelu", "gelu_tanh", "relu", "silu", "tanh"]
-MASKS = ["none", "none", "padding", "causal", "both", "causal_added"]
+MASKS = ["none", "none", "padding", "causal", "both", "causal_added", "causal_padding"]
 
 
 def _lowest(dtype: DType) -> float:
@@ -150,6 +151,14 @@ class _BlockDrawer:
         if how == "causal_added":   # GPT-2 and LLaMA as torch.onnx.export writes them
             s = s + self.b.constant(np.where(tril, 0, _lowest(self.dtype)).astype(
                 self.dtype.np))
+        if how == "causal_padding":     # ... called with an attention_mask (keep*)
+            keep = self.b.input(f"keep{len(self.masks)}", (self.batch, 1, 1, self.seq),
+                                "bool")
+            self.masks.append(keep.name)
+            s = s + self.b.where(self.b.op("and", self.b.constant(tril), keep),
+                                 self.b.constant(np.array(0, self.dtype.np)),
+                                 self.b.constant(np.array(_lowest(self.dtype),
+                                                          self.dtype.np)))
         return s
 
     def block(self, x):
@@ -181,8 +190,8 @@ def draw_block_graph(seed: int) -> Graph:
 
 def draw_block_inputs(g: Graph, seed: int) -> dict[str, np.ndarray]:
     """Activations uniform in [-1, 1], weights (inputs named w*) by 1/sqrt(fan-in),
-    masks (mask*) of 0 and the dtype's lowest value, one element of x inf or NaN in a
-    tenth of the cases."""
+    masks (mask*) of 0 and the dtype's lowest value, attention masks (keep*) a quarter
+    padding, one element of x inf or NaN in a tenth of the cases."""
     rng = np.random.default_rng(seed + 7919)
     out = {}
     for name in g.inputs:
@@ -190,6 +199,9 @@ def draw_block_inputs(g: Graph, seed: int) -> dict[str, np.ndarray]:
         if name.startswith("mask"):
             a = np.where(rng.random(v.shape) < 0.25, _lowest(v.dtype), 0.0)
             a[..., 0] = 0.0           # every row keeps a key (an all-masked row is NaN)
+        elif name.startswith("keep"):
+            a = rng.random(v.shape) >= 0.25
+            a[..., 0] = True
         elif name.startswith("w"):
             a = rng.uniform(-1, 1, v.shape) / math.sqrt(max(v.shape[0], 1))
         else:

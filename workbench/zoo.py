@@ -291,14 +291,19 @@ def _to_numpy(t) -> np.ndarray:
     return tensor_numpy(t)
 
 
-def export_onnx(m: ZooModel, path: str | os.PathLike) -> Path:
+def export_onnx(m: ZooModel, path: str | os.PathLike, attention_mask=None) -> Path:
     """``torch.onnx.export`` of the model as users call it: the default exporter
     (dynamo, which needs onnxscript) and its default opset; one file (weights
-    inside)."""
+    inside). ``attention_mask`` (a torch tensor, batch x tokens of 1 and 0): passed
+    by name after the positional inputs, as ``model(**tokenizer(texts,
+    padding=True))`` does -- a decoder's forward takes it after ``past_key_values``
+    -- and the graph's last input."""
     torch = _torch()
     path = Path(path)
+    kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
+    names = list(m.input_names) + list(kwargs)
     with _quiet(), torch.no_grad():
-        torch.onnx.export(m.module, m.inputs, str(path), input_names=list(m.input_names),
+        torch.onnx.export(m.module, m.inputs, str(path), kwargs=kwargs, input_names=names,
                           output_names=list(m.outputs), external_data=False)
     return path
 

@@ -161,7 +161,17 @@ def test_with_tf32_allowed_the_gpu_plan_runs_on_tensor_cores_within_tf32_s_bound
             assert np.max(np.abs(y - r)) / np.max(np.abs(r)) <= 2e-3, (name, k)
 
 
-@pytest.mark.parametrize("path", ["onnx", "torch"])
+def _padding(batch: int, seq: int, left: int = 0, right: int = 0):
+    """A tokenizer's attention_mask for a padded batch: the last row padded ``right``
+    tokens at its end (padding_side="right"), the first ``left`` at its start."""
+    import torch
+    mask = torch.ones(batch, seq, dtype=torch.int64)
+    mask[-1, seq - right:] = 0
+    mask[0, :left] = 0
+    return mask
+
+
+@pytest.mark.parametrize("path", ["onnx", "onnx_attention_mask", "torch"])
 @pytest.mark.parametrize("dtype", zoo.DTYPES)
 @pytest.mark.parametrize("name", ["gpt2", "llama"])
 def test_a_decoder_s_causal_mask_is_recognized_as_users_export_it(name, dtype, path,
@@ -170,15 +180,21 @@ def test_a_decoder_s_causal_mask_is_recognized_as_users_export_it(name, dtype, p
     to the scaled scores; in bfloat16 the sum widened to float32 for the softmax):
     every fused attention of the GPU's stitch plan skips the keys past its row
     (fusion/key_limit.py), in float32 and in bfloat16, from the ONNX file and from
-    from_torch alike."""
+    from_torch alike. With the user's attention_mask the mask is no constant
+    (``where(causal & padding, 0, lowest)``, the padding from the input), but the
+    causal part still hides the same keys whatever the padding."""
     from workbench.fusion import run_planner
     from workbench.fusion.devices import H100
-    if dtype == "float32":
+    if dtype == "float32" and path != "onnx_attention_mask":
         m, onnx_path = built(name, zoo_dir)
     else:
         m = zoo.build(name, dtype=dtype)
-        onnx_path = zoo.export_onnx(m, tmp_path / f"{name}.onnx") if path == "onnx" else None
-    g = wb.load(str(onnx_path)) if path == "onnx" else zoo.import_torch(m)
+        z = zoo.SIZES["tiny"]
+        onnx_path = None if path == "torch" else zoo.export_onnx(
+            m, tmp_path / f"{name}.onnx", _padding(z.batch, z.seq, right=3)
+            if path == "onnx_attention_mask" else None)
+    g = zoo.import_torch(m) if path == "torch" else wb.load(str(onnx_path))
+    assert ("attention_mask" in g.inputs) == (path == "onnx_attention_mask")
     plan, _ = run_planner("stitch", g, device=H100)
     onlines = [gr.schedule.then.online for gr in plan.groups
                if gr.schedule.then is not None and gr.schedule.then.online is not None]
@@ -186,6 +202,29 @@ def test_a_decoder_s_causal_mask_is_recognized_as_users_export_it(name, dtype, p
     lowest = -3.4028234663852886e38 if dtype == "float32" else -3.3895313892515355e38
     assert all(o.limit is not None and (o.limit.offset, o.limit.fill) == (1, lowest)
                for o in onlines), [o.limit for o in onlines]
+
+
+def test_a_padded_batch_through_gpt2_at_1024_tokens_skips_and_matches_torch(tmp_path):
+    """GPT-2 (the zoo's ``long`` size: 1024 tokens) exported with the user's
+    attention_mask, its first 5 tokens padding (padding_side="left"): the CPU's
+    stitch plan takes the online softmax with the causal skip; the padded queries,
+    whose every key is masked, fail the row check (their tile takes every block, as
+    the reference's uniform softmax needs); the logits match torch's."""
+    m = zoo.build("gpt2", size="long")
+    z = zoo.SIZES["long"]
+    mask = _padding(z.batch, z.seq, left=5)
+    g = wb.load(str(zoo.export_onnx(m, tmp_path / "gpt2.onnx", mask)))
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    onlines = [gr.schedule.then.online for gr in s.plan.groups
+               if gr.schedule.then is not None and gr.schedule.then.online is not None]
+    assert len(onlines) == 2 and all(o.limit is not None for o in onlines)
+    import torch
+    with torch.no_grad():
+        want = m.module(m.inputs[0], attention_mask=mask).logits.numpy()
+    got = s.run({"input_ids": m.inputs[0].numpy(), "attention_mask": mask.numpy()})["logits"]
+    err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
+    assert err <= TOLERANCE, err
 
 
 # -- bfloat16: the user's model.to(torch.bfloat16) -------------------------------------

@@ -80,6 +80,40 @@ def test_causal_masks_are_recognized():
     assert lim.keys(0, 300) == 1 and lim.keys(299, 300) == 300
 
 
+@pytest.mark.parametrize("combine,polarity,found", [
+    ("and", "keep", True), ("and_swapped", "keep", True), ("not_or", "hide", True),
+    ("or", "keep", False), ("input_only", "keep", False)])
+def test_a_mask_combined_with_the_users_padding_is_recognized(combine, polarity, found):
+    """transformers' mask with the user's attention_mask, as exported:
+    ``where(causal & padding, 0, lowest)`` added, the padding an input. Whatever the
+    padding, the causal part hides the keys past the diagonal: the limit holds.
+    Equivalent forms (operands swapped; the condition through ``not`` and ``or``, the
+    fill on its true side) too; where the condition is not certainly false there (``causal | padding``, the
+    padding alone), no limit. (A whole model, padded, runs in
+    tests/frontends/test_model_zoo.py.)"""
+    s = n = 300
+    b = wb.GraphBuilder("padded")
+    q, kt = b.input("q", (2, 2, s, 16)), b.input("kt", (2, 2, 16, n))
+    pad = b.input("keep", (2, 1, 1, n), "bool")
+    tril = b.constant(np.tril(np.ones((s, n), bool))[None, None])
+    cond = {"and": lambda: b.op("and", tril, pad), "and_swapped": lambda: b.op("and", pad, tril),
+            "not_or": lambda: b.op("not", b.op("or", b.op("not", tril), b.op("not", pad))),
+            "or": lambda: b.op("or", tril, pad), "input_only": lambda: pad}[combine]()
+    zero, lowest = b.constant(np.array(0, np.float32)), b.constant(np.array(LOWEST))
+    mask = b.where(cond, zero, lowest) if polarity == "keep" else \
+        b.where(b.op("not", cond), lowest, zero)
+    scores = b.matmul(q, kt)
+    scaled = scores * 0.25
+    z = scaled + mask
+    b.output(b.softmax(z, axis=-1), "p")
+    g = b.build()
+    prefix = [g.producer[v.name].id for v in (scaled, z)]
+    lim = find_key_limit(g, prefix, scores.name, z.name)
+    assert (lim is not None) == found
+    if found:
+        assert (lim.offset, lim.fill, lim.additive) == (1, float(LOWEST), True)
+
+
 @pytest.mark.parametrize("why", ["random", "not_causal_everywhere", "small_fill",
                                  "nothing_masked"])
 def test_other_masks_are_not(why):

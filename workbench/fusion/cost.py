@@ -417,7 +417,8 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     if t.block is not None:
         return _block_gemm_features(g, group, device, read, written, a, b)
     b_repacks = 0 if t.packed_b else b * (t.row_tiles - 1)
-    repacked = 0 if s.epilogue is None else a * (t.col_tiles - 1) + b_repacks
+    repacked = (0 if s.epilogue is None else a * (t.col_tiles - 1) + b_repacks) + \
+        _checked(g, s, a, b)
     util = min(1.0, t.tiles / max(1, device.units))
     lib = t.flops
     if s.then is not None:         # attention: the probabilities times V, per tile
@@ -443,6 +444,18 @@ def _taken(s) -> float:
     return on.limit.taken(s.gemm.m, s.gemm.n, s.gemm.tile_m, on.block)
 
 
+def _checked(g, s, a: int, b: int) -> float:
+    """The bytes a causal fused attention's run-time checks read again
+    (codegen/lower.py's ``_key_blocks``): each tile of queries the keys it skips, V's
+    and (an added mask) K's, and then its own rows of Q."""
+    on = s.then.online if s.then is not None else None
+    if on is None or on.limit is None:
+        return 0.0
+    skipped = (1.0 - _taken(s)) * s.gemm.row_tiles
+    v = g.value(s.then.b.value).nbytes
+    return skipped * (v + b) + a if on.limit.additive else skipped * v
+
+
 def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeatures:
     """A GPU GEMM kernel (a thread block per tile): the product at the fraction of the
     peak the generated GEMM is assumed to reach (GPU_GEMM_EFFICIENCY of float32's, on
@@ -463,7 +476,7 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
         lib += 2.0 * t.batch * t.m * s.then.k * s.then.n
         b_again = taken * (b_again + g.value(s.then.b.value).nbytes * (t.row_tiles - 1)
                            + a * (-(-t.n // t.block.n) - 1))
-    again = a * (t.col_tiles - 1) + b_again
+    again = a * (t.col_tiles - 1) + b_again + _checked(g, s, a, b)
     flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
                       if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
     lib, flops = lib * taken, flops * taken

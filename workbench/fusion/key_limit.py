@@ -107,11 +107,13 @@ class KeyLimit:
 def find_key_limit(g: Graph, prefix, scores: str, logits: str) -> KeyLimit | None:
     """The key limit of the logits ``logits`` that the elementwise ``prefix`` nodes
     make from the product ``scores``, or None. Recognized: ``logits`` made by a
-    ``where(constant, x, fill)`` or by ``x + constant`` (with x the scores, or the
-    scores times or divided by a one-element constant), then perhaps widened by a cast
-    (a half-precision model's softmax in float32); the constant's masked keys of each
-    row a suffix starting at ``row + offset`` for one offset over every row and batch
-    item."""
+    ``where`` choosing a fill, or by ``x + mask`` (x the scores, or the scores times or
+    divided by a one-element constant), then perhaps widened by a cast (a
+    half-precision model's softmax in float32). The keys certainly filled
+    (:func:`_filled`: a constant mask's, or where a ``where``'s condition is certain
+    whatever the inputs -- transformers' ``causal & padding``, the padding from the
+    user's ``attention_mask``) of each row must be a suffix starting at ``row +
+    offset`` for one offset over every row and batch item."""
     node = g.producer.get(logits)
     if node is not None and node.op == "cast" and node.id in prefix and \
             _widens(g, node.inputs[0], logits):
@@ -122,39 +124,65 @@ def find_key_limit(g: Graph, prefix, scores: str, logits: str) -> KeyLimit | Non
     if not g.value(node.outputs[0]).dtype.is_float or len(shape) < 2:
         return None
     if node.op == "where":
-        cond, _, fill_v = node.inputs
-        if cond not in g.constants or fill_v not in g.constants:
-            return None
-        fill = np.asarray(g.constants[fill_v], dtype=np.float32)
-        if fill.size == 0 or not np.all(fill == fill.flat[0]):
-            return None
-        f = float(fill.flat[0])
-        if not f <= MIN_FILL:
-            return None
-        offset = _suffix_offset(~np.asarray(g.constants[cond], dtype=bool), shape)
-        return None if offset is None else KeyLimit(offset, f)
+        got = _filled(g, node.outputs[0])
+        offset = None if got is None else _suffix_offset(got[0], shape)
+        return None if offset is None else KeyLimit(offset, got[1])
     if node.op != "add":
         return None
-    consts = [x for x in node.inputs if x in g.constants]
-    if len(consts) != 1:
+    for x, mask in (node.inputs, node.inputs[::-1]):
+        scale = _scale(g, prefix, scores, x)
+        got = None if scale is None else _filled(g, mask)
+        offset = None if got is None else _suffix_offset(got[0], shape)
+        if offset is not None:
+            # the scores may move a masked logit an eighth of the way to zero (twice
+            # that with the check's own rounding): the rows' floor stays three
+            # quarters of the way out; -inf plus any finite score is -inf
+            f = got[1]
+            bound = float(np.finfo(np.float32).max) if np.isinf(f) else -f / 8
+            return KeyLimit(offset, f, scale, bound)
+    return None
+
+
+def _filled(g: Graph, v: str) -> tuple[np.ndarray, float] | None:
+    """Where float value ``v`` is its fill whatever the inputs: (a boolean array
+    broadcasting to v's shape, the fill), or None. ``v`` a constant: where it holds
+    its minimum; ``where(cond, a, b)`` with a branch one constant value: where
+    ``cond`` certainly picks that branch (:func:`_certain`). The fill must be at most
+    MIN_FILL."""
+    if v in g.constants:
+        if not g.value(v).dtype.is_float:
+            return None
+        c = np.asarray(g.constants[v]).astype(np.float32)   # (exact from a half)
+        if c.size == 0 or not float(c.min()) <= MIN_FILL:
+            return None
+        return c == c.min(), float(c.min())
+    node = g.producer.get(v)
+    if node is None or node.op != "where":
         return None
-    if not g.value(consts[0]).dtype.is_float:
-        return None
-    mask = np.asarray(g.constants[consts[0]]).astype(np.float32)   # (exact from a half)
-    if mask.size == 0:
-        return None
-    f = float(mask.min())
-    if not f <= MIN_FILL:
-        return None
-    scale = _scale(g, prefix, scores, next(x for x in node.inputs if x != consts[0]))
-    offset = _suffix_offset(mask == np.float32(f), shape)
-    if scale is None or offset is None:
-        return None
-    # the scores may move a masked logit an eighth of the way to zero (twice that with
-    # the check's own rounding): the rows' floor stays three quarters of the way out;
-    # -inf plus any finite score is -inf
-    bound = float(np.finfo(np.float32).max) if np.isinf(f) else -f / 8
-    return KeyLimit(offset, f, scale, bound)
+    cond, a, b = node.inputs
+    for branch, side in ((b, False), (a, True)):
+        if branch not in g.constants:
+            continue
+        c = np.asarray(g.constants[branch]).astype(np.float32)
+        if c.size and np.all(c == c.flat[0]) and float(c.flat[0]) <= MIN_FILL:
+            return _certain(g, cond, side), float(c.flat[0])
+    return None
+
+
+def _certain(g: Graph, v: str, side: bool) -> np.ndarray:
+    """Where boolean ``v`` is ``side`` whatever the inputs (an array broadcasting to
+    v's shape): a constant's own positions; through ``not``, ``and`` (false where
+    either operand is, true where both are) and ``or`` (the reverse); nowhere for
+    anything else, an input's value or an op not followed."""
+    if v in g.constants:
+        return np.asarray(g.constants[v], dtype=bool) == side
+    node = g.producer.get(v)
+    if node is not None and node.op == "not":
+        return _certain(g, node.inputs[0], not side)
+    if node is not None and node.op in ("and", "or"):
+        a, b = (_certain(g, x, side) for x in node.inputs)
+        return (a | b) if (node.op == "and") != side else (a & b)
+    return np.zeros((), bool)
 
 
 def _scale(g: Graph, prefix, scores: str, x: str) -> float | None:
