@@ -113,11 +113,14 @@ def blas_arg(v: str):
 # -- one model ---------------------------------------------------------------------
 def prepare_model(name: str, folder: Path, blas: list, size: str,
                   tune: bool = False, dtype: str = "float32",
-                  one_by_one: bool = False) -> tuple[dict, dict]:
+                  one_by_one: bool = False, attention_mask: bool = False) -> tuple[dict, dict]:
     """Build, export, import, plan and compile one model. Returns its record and the
     runnable methods (label -> zero-argument call returning output name -> array).
     ``tune``: the stitch plan tuned too (``Session.tune``), one more method;
-    ``one_by_one``: the stitch program launched kernel by kernel, one more."""
+    ``one_by_one``: the stitch program launched kernel by kernel, one more;
+    ``attention_mask``: a model without one among its inputs (the decoders) exported
+    and called with an all-ones ``attention_mask`` passed by name, as
+    ``model(**tokenizer(text))`` does (only the ONNX file imported)."""
     import torch
 
     import workbench as wb
@@ -126,19 +129,25 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
 
     rec: dict = {"model": name, "size": size, "dtype": dtype}
     m, rec["build_s"] = timed(lambda: zoo.build(name, size=size, dtype=dtype))
+    kwargs = {}
+    if attention_mask and "attention_mask" not in m.input_names:
+        kwargs["attention_mask"] = torch.ones(m.inputs[0].shape[:2], dtype=torch.int64)
     rec["inputs"] = {k: list(v.shape) for k, v in m.numpy_inputs().items()}
-    path, rec["export_s"] = timed(lambda: zoo.export_onnx(m, folder / f"{name}.onnx"))
+    rec["inputs"].update({k: list(v.shape) for k, v in kwargs.items()})
+    path, rec["export_s"] = timed(lambda: zoo.export_onnx(m, folder / f"{name}.onnx",
+                                                          kwargs.get("attention_mask")))
     rec["onnx_bytes"] = path.stat().st_size
     import onnx
     rec["onnx_opset"] = {o.domain or "ai.onnx": o.version
                          for o in onnx.load(str(path), load_external_data=False).opset_import}
     inputs = m.numpy_inputs()
-    want = m.torch_outputs()
+    inputs.update({k: v.numpy() for k, v in kwargs.items()})
+    want = zoo.run_torch(m.module, m.inputs, kwargs)
     methods: dict = {}
 
     graphs = {}
     for source, load in (("onnx", lambda: load_onnx(path)),
-                         ("from_torch", lambda: zoo.import_torch(m))):
+                         ("from_torch", lambda: zoo.import_torch(m)))[:2 - bool(kwargs)]:
         try:
             g, secs = timed(load)
             graphs[source] = g
@@ -202,7 +211,7 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
 
     def torch_call():
         with torch.no_grad():
-            out = m.module(*tin)
+            out = m.module(*tin, **kwargs)
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
     methods["torch eager"] = torch_call
     return rec, methods
@@ -361,7 +370,10 @@ def markdown(res: dict) -> str:
              f"torch threads {mi.get('torch_threads')}, onnxruntime default session "
              "options.", "",
              f"Models: zoo size `{res['size']}` ({res['dims']}), random weights, "
-             f"eval mode, {res.get('dtype', 'float32')}.", "",
+             f"eval mode, {res.get('dtype', 'float32')}"
+             + ("; the decoders exported and called with an all-ones attention_mask "
+                "passed by name, as model(**tokenizer(text)) does" if res.get(
+                    "attention_mask") else "") + ".", "",
              f"Latency: median ms of one call, {res['rounds']} alternating rounds of "
              f"{res['inner']} calls. Import/plan/compile in seconds (compile with a "
              f"{'warm' if res['warm_cache'] else 'cold'} kernel cache). Error: "
@@ -454,6 +466,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                     help="the models' dtype (bfloat16: converted as model.to(torch.bfloat16))")
+    ap.add_argument("--attention-mask", action="store_true",
+                    help="decoders exported and called with an all-ones attention_mask "
+                         "passed by name, as model(**tokenizer(text)) does")
     ap.add_argument("--tag", default="",
                     help="appended to the result file names (--tag=-passive)")
     a = ap.parse_args(argv)
@@ -464,6 +479,7 @@ def main(argv=None) -> int:
     date = _dt.date.today().isoformat()
     res = {"date": date, "size": a.size, "dims": dataclasses.asdict(zoo.SIZES[a.size]),
            "dtype": a.dtype, "rounds": a.repeats, "inner": a.inner,
+           "attention_mask": a.attention_mask,
            "warm_cache": a.warm_cache,
            "blas_arrangements": a.blas, "shared": a.shared, "notes": a.note,
            "load_average_at_start": list(os.getloadavg()), "machine": None, "models": []}
@@ -473,7 +489,7 @@ def main(argv=None) -> int:
         log(f"{name}: build, export, import, plan, compile")
         try:
             rec, methods = prepare_model(name, tmp, blas, a.size, a.tune, a.dtype,
-                                         a.one_by_one)
+                                         a.one_by_one, a.attention_mask)
         except Exception as e:
             rec, methods = {"model": name, "error": first_line(e)}, {}
             log(f"  {name}: {first_line(e)}")

@@ -54,3 +54,24 @@ def test_models_benchmark_tiny(tmp_path):
     assert "## Tuning the stitch plan" in md
     # ViT imports today through both paths
     assert "seconds" in res["models"][0]["import_onnx"]
+
+
+def test_models_benchmark_with_the_users_attention_mask(tmp_path):
+    """--attention-mask: GPT-2 exported and called with an attention_mask passed by
+    name; the graph takes it, the workbench and onnxruntime match torch's call with
+    it, and the report says so."""
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "models.py"), "--size", "tiny",
+         "--models", "gpt2", "--repeats", "1", "--inner", "1", "--attention-mask",
+         "--out", str(out), "--tag=-mask"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(next(out.glob("models-*-mask.json")).read_text())
+    (m,) = res["models"]
+    assert res["attention_mask"] and m["inputs"]["attention_mask"] == m["inputs"]["input_ids"]
+    assert "from_torch" not in m["workbench_graph"] and "seconds" in m["import_onnx"]
+    assert m["planners"]["stitch"]["error_vs_torch"] < 1e-4
+    assert m["onnxruntime_error_vs_torch"] < 1e-4
+    assert m["latency_ms"]["workbench stitch"] > 0 and m["latency_ms"]["torch eager"] > 0
+    assert "attention_mask passed by name" in next(out.glob("models-*-mask.md")).read_text()

@@ -92,7 +92,7 @@ class ZooModel:
 
     def torch_outputs(self, fresh: bool = False) -> dict[str, np.ndarray]:
         """What torch eager computes: output name -> array."""
-        return _run_torch(self.module, self.fresh_inputs if fresh else self.inputs)
+        return run_torch(self.module, self.fresh_inputs if fresh else self.inputs)
 
 
 def _torch():
@@ -273,16 +273,18 @@ def build(name: str, seed: int = 0, size: str = "tiny", dtype: str = "float32") 
         model = model.to(torch.bfloat16)
         inputs, fresh = (tuple(t.to(torch.bfloat16) if t.is_floating_point() else t
                                for t in ins) for ins in (inputs, fresh))
-    outputs = tuple(_run_torch(model, inputs))
+    outputs = tuple(run_torch(model, inputs))
     if output not in outputs:   # pragma: no cover - a transformers change
         raise WorkbenchError(f"zoo model {name}: {output} missing from its outputs {outputs}")
     return ZooModel(name, model, inputs, fresh, names, outputs)
 
 
-def _run_torch(model, inputs) -> dict[str, np.ndarray]:
+def run_torch(model, inputs, kwargs=None) -> dict[str, np.ndarray]:
+    """What torch eager computes from positional ``inputs`` (and ``kwargs``, say an
+    attention_mask): output name -> array."""
     torch = _torch()
     with torch.no_grad():
-        out = model(*inputs)
+        out = model(*inputs, **(kwargs or {}))
     return {k: _to_numpy(v) for k, v in out.items() if isinstance(v, torch.Tensor)}
 
 
