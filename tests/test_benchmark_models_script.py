@@ -74,4 +74,5 @@ def test_models_benchmark_with_the_users_attention_mask(tmp_path):
     assert m["planners"]["stitch"]["error_vs_torch"] < 1e-4
     assert m["onnxruntime_error_vs_torch"] < 1e-4
     assert m["latency_ms"]["workbench stitch"] > 0 and m["latency_ms"]["torch eager"] > 0
+    assert "skipped" in m["import_from_torch"]
     assert "attention_mask passed by name" in next(out.glob("models-*-mask.md")).read_text()

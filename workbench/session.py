@@ -188,7 +188,8 @@ class Session:
     def set_launch(self, ref: str, **params: int) -> Plan:
         """Launch the kernel holding ref with these parameters in place of the rule's
         (a row kernel's threads, rows_per_block, splits; a GEMM kernel's tile_m,
-        tile_n, blas, online, stages: see ``Plan.set_launch``), or refuse with the reason."""
+        tile_n, blas, online, stages, skip: see ``Plan.set_launch``), or refuse with the
+        reason."""
         label = " ".join(f"{k}={v}" for k, v in params.items())
         return self._push(f"set_launch {ref} {label}", self.plan.set_launch(ref, **params))
 

@@ -148,14 +148,13 @@ def test_skipping_is_exact_and_cheaper():
     got = s.run(s.inputs)["o"]
     # (300 keys in blocks of 128: the masked blocks taken only where a check failed)
     assert "wb_kend = wb_ok ? wb_khi : 3;" in s.source(s.plan.groups[0].id, target="c")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gemm, "find_key_limit", lambda *a: None)
-        mp.setattr(gemm, "ONLINE_BLOCK", gemm.CAUSAL_BLOCK)     # (the same sums)
-        plain = Session(g, backend="cpu")
-        plain.auto("stitch")
-        plain.set_launch(plain.plan.groups[0].id, online=1)
-        assert plain.plan.groups[0].schedule.then.online.limit is None
-        assert np.array_equal(plain.run(s.inputs)["o"], got)
+    # the same kernel taking every block (launch skip=0: the same blocks, the same sums)
+    s.set_launch(s.plan.groups[0].id, skip=0)
+    assert s.plan.groups[0].schedule.then.online.limit is None
+    assert s.plan.groups[0].schedule.then.online.block == gemm.CAUSAL_BLOCK
+    assert np.array_equal(s.run(s.inputs)["o"], got)
+    s.undo()
+    assert s.plan.groups[0].schedule.then.online.limit == lim
 
 
 def _inputs_where_skipping_would_be_wrong(g, case: str) -> dict:
@@ -341,6 +340,31 @@ def test_a_half_precision_models_attention_skips_in_the_emulator(case, form, dty
     np.testing.assert_allclose(got, want, rtol=5e-2, atol=5e-2, equal_nan=True)
 
 
+def test_the_skip_is_a_launch_parameter_the_tuner_tries():
+    """``skip=0`` takes every block (what the tuner measures beside the skip: on a GPU
+    the checks' reads may cost what it saves); ``skip=1`` where there is no key limit,
+    or ``skip`` on a kernel with no softmax, is refused with the reason."""
+    from workbench.errors import FusionRefused
+    from workbench.measure.tune import _gemm_candidates
+    lim, s = _limit(_attention(s=300))
+    gid = s.plan.groups[0].id
+    assert (("skip", 0),) in _gemm_candidates(s.plan.groups[0].schedule)
+    s.set_launch(gid, skip=0)
+    assert (("skip", 0),) not in _gemm_candidates(s.plan.groups[0].schedule)
+    s.set_launch(gid, skip=1)
+    assert s.plan.groups[0].schedule.then.online.limit == lim
+    with pytest.raises(FusionRefused, match="skip=1: the softmax before .* no causal key"):
+        s.plan.set_launch(gid, skip=1, online=0)
+    with pytest.raises(FusionRefused, match="skip=2 is out of range"):
+        s.plan.set_launch(gid, skip=2)
+    b = wb.GraphBuilder("gemm")
+    b.output(b.gelu(b.matmul(b.input("x", (64, 32)), b.constant(np.ones((32, 48), np.float32)))), "y")
+    lone = Session(b.build(), backend="cpu")
+    lone.auto("rules")
+    with pytest.raises(FusionRefused, match="skip applies to a fused attention"):
+        lone.plan.set_launch(lone.plan.groups[0].id, skip=0)
+
+
 def test_key_limit_describes_itself():
     lim = KeyLimit(1, float(LOWEST), 0.125, -float(LOWEST) / 8)
     assert lim.additive and "causal" in lim.describe()
@@ -353,12 +377,7 @@ def test_the_cost_model_prices_the_blocks_taken():
     g = _attention(s=1024, heads=1, d=64)
     lim, s = _limit(g)
     (gr,) = s.plan.groups
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gemm, "find_key_limit", lambda *a: None)
-        mp.setattr(gemm, "ONLINE_BLOCK", gemm.CAUSAL_BLOCK)
-        every = Session(g, backend="cpu")
-        every.auto("stitch")
-    (ev,) = every.plan.groups
+    (ev,) = s.plan.set_launch(gr.id, skip=0).groups
     assert ev.schedule.then.online.limit is None
     taken = lim.taken(1024, 1024, gr.schedule.gemm.tile_m, gemm.CAUSAL_BLOCK)
     assert 0.5 < taken < 0.6
@@ -384,9 +403,8 @@ def test_gpt2_s_causal_attention_on_an_h100_compiles_without_spills(nvrtc_toolch
     plan, _ = run_planner("stitch", g, device=tf32)
     (gr,) = plan.groups
     assert gr.schedule.then.online.limit is not None
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(gemm, "find_key_limit", lambda *a: None)
-        every, _ = run_planner("stitch", g, device=tf32)
+    every = plan.set_launch(gr.id, skip=0)
+    assert every.groups[0].schedule.then.online.limit is None
     model = CostModel.for_device(tf32)
     assert model.plan_seconds(plan) < 0.8 * model.plan_seconds(every)
     (k,) = lower_plan(plan)

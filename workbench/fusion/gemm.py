@@ -282,15 +282,21 @@ class GemmLaunch:
       whole rows of scores (0), where its epilogue has the online form;
     - ``stages``: a GPU tile's panels in 1 stage (the rule) or 2 (the next panels'
       elements loaded into registers while the current ones are multiplied:
-      ``BlockTile.stages``).
+      ``BlockTile.stages``);
+    - ``skip``: a fused attention under a causal mask skips the blocks of keys past
+      each tile's diagonal (1, the rule, where its mask has a key limit:
+      fusion/key_limit.py) or takes every block (0: the same kernel otherwise, for the
+      tuner -- on a GPU the run-time checks' reads may cost what the skip saves -- and
+      for comparing).
 
-    ``blas`` and ``online`` are 0 or 1; either one ``-1`` is the rule's.
+    ``blas``, ``online`` and ``skip`` are 0 or 1; any one ``-1`` is the rule's.
     """
     tile_m: int = 0
     tile_n: int = 0
     blas: int = -1
     online: int = -1
     stages: int = 0
+    skip: int = -1
 
     @staticmethod
     def parse(launch) -> "GemmLaunch":
@@ -302,7 +308,8 @@ class GemmLaunch:
             raise FusionRefused(f"a GEMM kernel has no launch parameter {bad[0]!r}; it takes "
                                 f"{', '.join(GEMM_LAUNCH)}")
         for k, v in launch.items():
-            allowed = {"blas": (0, 1), "online": (0, 1), "stages": (1, 2)}.get(k)
+            allowed = {"blas": (0, 1), "online": (0, 1), "stages": (1, 2),
+                       "skip": (0, 1)}.get(k)
             if not isinstance(v, int) or isinstance(v, bool) or (
                     v not in allowed if allowed else v < 1):
                 raise FusionRefused(f"{k}={v!r} is out of range for a GEMM kernel "
@@ -327,7 +334,7 @@ class GemmLaunch:
 
 
 # the launch parameters of a GEMM kernel (GemmLaunch's fields)
-GEMM_LAUNCH = ("tile_m", "tile_n", "blas", "online", "stages")
+GEMM_LAUNCH = ("tile_m", "tile_n", "blas", "online", "stages", "skip")
 
 
 # analyses the epilogue's nodes as a row_reduce group (analysis.analyze, passed in so
@@ -360,9 +367,10 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     other = next((n for n in libs if n.op != "matmul"), None)
     if other is None and len(mms) == 2:
         return _attention(g, ns, io, device, rows, mms, lc)
-    if lc.online != -1:
-        raise FusionRefused("online applies to a fused attention (two matmuls with a "
-                            "softmax between them); this GEMM kernel has one product")
+    if lc.online != -1 or lc.skip != -1:
+        raise FusionRefused(f"{'online' if lc.online != -1 else 'skip'} applies to a fused "
+                            "attention (two matmuls with a softmax between them); this GEMM "
+                            "kernel has one product")
     if other is not None or len(mms) != 1:
         x = other or mms[1]
         raise FusionRefused(f"{x.id} ({x.op}) is a library call and cannot share a kernel "
@@ -628,8 +636,8 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
         sub = _gpu_attention_scores(g, first, mm1, mm2, p, lc, device)
     else:
         # (the first product's tiles are set below, once the softmax's form is known)
-        sub = analyze_gemm(g, first, io1, device, rows, replace(lc, tile_m=0, online=-1),
-                           per_run=per_run)
+        sub = analyze_gemm(g, first, io1, device, rows,
+                           replace(lc, tile_m=0, online=-1, skip=-1), per_run=per_run)
     t = sub.gemm
     if not device.is_gpu and (sub.epilogue is None or t.dest != p):
         raise FusionRefused(f"{mm2.id} (matmul) joins a GEMM kernel only after an epilogue "
@@ -670,7 +678,7 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
                                 f"registers, up to {GPU_ATTENTION_MAX_VALUES} values a row")
         return replace(sub, gemm=replace(t, views=views), then=SecondGemm(
             p, b, n, d, mm2.outputs[0], _written_through(g, mm2, after) if after else None,
-            "", replace(online, block=t.block.n)))
+            "", _skipping(replace(online, block=t.block.n), lc, mm2)))
     # V is packed by every run with K (never a constant: refused above)
     v_packed = (PACK_PER_RUN if lc.packs(packs(g, b, device), f"{mm2.id}'s V", per_run)
                 else "")
@@ -691,6 +699,7 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     least = ONLINE_MIN_KEYS if online is None or online.limit is None else CAUSAL_MIN_KEYS
     if online is not None and (lc.online == 0 or lc.online == -1 and t.n < least):
         online = None
+    online = _skipping(online, lc, mm2)
     if online is not None:     # tiles of rows as a lone GEMM's: no whole rows to hold
         t = replace(t, tile_m=_row_tile(t.batch, t.m, TILE_M, device.units))
     elif not t.packed_b:       # sgemm's whole rows: at most ATTENTION_ROWS of them
@@ -706,6 +715,16 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
                    then=SecondGemm(p, b, n, d, mm2.outputs[0],
                                    _written_through(g, mm2, after) if after else None,
                                    v_packed, online))
+
+
+def _skipping(online: OnlineSoftmax | None, lc: GemmLaunch, mm2) -> OnlineSoftmax | None:
+    """The online softmax as ``skip`` sets it: 0 drops its key limit (every block
+    taken, the blocks as the limit chose them); 1 needs one, or FusionRefused."""
+    if lc.skip == 1 and (online is None or online.limit is None):
+        raise FusionRefused(f"skip=1: the softmax before {mm2.id} (matmul) has no causal "
+                            "key limit here (no constant causal mask among its logits, or "
+                            "no online softmax to skip blocks of)")
+    return replace(online, limit=None) if lc.skip == 0 and online is not None else online
 
 
 # the fewest keys for which a fused attention packs K and V by every run (see
@@ -888,9 +907,9 @@ def _conv(g: Graph, ns, io: GroupIO, device: Device, conv,
     per_group = MatrixView(0, ((n, 0), (group, k * depth)), k, depth, depth, 1)
     a = Operand(conv.inputs[1], Strided.contiguous((k, depth)).matrix() if group == 1 else
                 per_group)
-    if lc.online != -1:
+    if lc.online != -1 or lc.skip != -1:
         raise FusionRefused(f"{conv.id} ({conv.op}) has no softmax to take a block of keys "
-                            "at a time (online)")
+                            f"at a time ({'online' if lc.online != -1 else 'skip'})")
     # the patches gathered straight into the micro-kernel's panels, where it runs and a
     # panel's width of them fits a thread's buffer; the rule takes it for filters of
     # fewer than CONV_MICRO_DEPTH weights, and for every bfloat16 convolution (whose
@@ -1125,9 +1144,9 @@ def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch,
     taking the keys a block tile's columns at a time (the online softmax), float32 (both
     products on tensor cores in TF32 where the device's matmuls may be)."""
     block = _gpu_tiles(g, mm, device, "a GPU's fused attention")[GPU_ATTENTION_SHAPE]
-    if replace(lc, stages=0) != GemmLaunch():
-        raise FusionRefused("a GPU's fused attention takes stages only (its tiles are "
-                            f"{block.m} x {block.n}, its softmax online)")
+    if replace(lc, stages=0, skip=-1) != GemmLaunch():
+        raise FusionRefused("a GPU's fused attention takes stages and skip only (its tiles "
+                            f"are {block.m} x {block.n}, its softmax online)")
     block = _staged(block, lc)
     if block.stages == 2 and block.operands.is_half:
         raise FusionRefused("stages=2 on a fused attention in a half type: its next panels "

@@ -125,16 +125,21 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     multiplies, the micro-kernel (B packed) where sgemm does, both for a depthwise
     convolution computed in the lanes or a plane at a time (blas=0 its tap-by-tap
     path) and for one computed directly (blas=0 its patches for the micro-kernel); the
-    other form of a fused attention's softmax; tiles of half and twice the rule's
+    other form of a fused attention's softmax, and a causal one taking every block of
+    keys (skip=0); tiles of half and twice the rule's
     rows, and of half and twice its columns (whole-row tiles: rows only); on a GPU,
     its panels in the other number of stages (BlockTile.stages) and the other block
     tiles (fusion.gemm.GPU_GEMM_TILES). What
     the kernel refuses (no micro-kernel here, a packed B's tiles not in whole panels,
     no online form) is dropped when the group is made."""
     t = s.gemm
+    # a causal fused attention taking every block too: the skip's checks read the
+    # skipped keys, which a GPU's tensor cores may take about as fast
+    skip = [(("skip", 0),)] if s.then is not None and s.then.online is not None and \
+        s.then.online.limit is not None else []
     if t.block is not None:     # a GPU's: its other stages; its other tiles (attention: none)
         stages = [(("stages", 3 - t.block.stages),)]
-        return stages if s.then is not None else stages + [
+        return stages + skip if s.then is not None else stages + [
             (("tile_m", m), ("tile_n", n)) for m, n in GPU_GEMM_TILES
             if (m, n) != (t.tile_m, t.tile_n)]
     out = [(("blas", 1 if t.packed_b else 0),)]
@@ -143,7 +148,7 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
         # for the micro-kernel)
         out.append((("blas", 0),))
     if s.then is not None:
-        out.append((("online", 0 if s.then.online else 1),))
+        out += [(("online", 0 if s.then.online else 1),)] + skip
     for name, size, extent, ok in (("tile_m", t.tile_m, t.m, True),
                                    ("tile_n", t.tile_n, t.n, s.epilogue is None)):
         if not ok:
