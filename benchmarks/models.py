@@ -194,19 +194,24 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
                 tuned = s.program()
                 r["tuned_error_vs_torch"] = rel_error(tuned.run(inputs), want)
                 methods[f"workbench {planner} tuned"] = _workbench_call(tuned, inputs, blas[0])
-            # (last: it changes the session's plan)
-            causal = [gr.id for gr in s.plan.groups if gr.schedule is not None
-                      and gr.schedule.then is not None and gr.schedule.then.online
-                      is not None and gr.schedule.then.online.limit is not None]
-            if causal and planner == "stitch":
-                # the same kernels taking every block of keys (launch skip=0), side by
-                # side: what the causal skip saves
-                for gid in causal:
-                    s.set_launch(gid, skip=0)
-                every = s.program()
-                r["causal_skips"] = len(causal)
-                r["every_key_error_vs_torch"] = rel_error(every.run(inputs), want)
-                methods["workbench stitch, every key"] = _workbench_call(every, inputs, blas[0])
+            # (last: they change the session's plan) the fused attentions taking the
+            # softmax online as taken another way, side by side: every block of keys
+            # where a causal skip is (launch skip=0: what the skip saves), then whole
+            # rows of scores (online=0: what the online form saves)
+            online = {gr.id: gr.schedule.then.online for gr in s.plan.groups
+                      if gr.schedule is not None and gr.schedule.then is not None
+                      and gr.schedule.then.online is not None}
+            for launch, label in ((dict(skip=0), "every key"), (dict(online=0), "whole rows")):
+                gids = [gid for gid, on in online.items()
+                        if "online" in launch or on.limit is not None]
+                if not gids or planner != "stitch":
+                    continue
+                for gid in gids:
+                    s.set_launch(gid, **launch)
+                other = s.program()
+                r[f"{label.replace(' ', '_')}_kernels"] = len(gids)
+                r[f"{label.replace(' ', '_')}_error_vs_torch"] = rel_error(other.run(inputs), want)
+                methods[f"workbench stitch, {label}"] = _workbench_call(other, inputs, blas[0])
         except Exception as e:
             r["error"] = first_line(e)
             r["traceback_tail"] = traceback.format_exc()[-1500:]
