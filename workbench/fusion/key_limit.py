@@ -56,11 +56,12 @@ COARSEST = max(ROUNDING.values())
 
 @dataclass(frozen=True)
 class KeyLimit:
-    """Row ``r`` (of a batch item's rows) of a fused attention's logits is ``fill`` at
-    every key from ``min(keys, max(0, r + offset))`` on. ``scale`` 0: the mask is a
-    ``where`` (masked logits are ``fill`` whatever the scores); else the mask is added
-    to the scores times at most ``scale`` in magnitude, and ``bound`` is what the
-    tile's bound on those (``scale x d x max|q| x max|k|``) must stay under.
+    """Row ``r`` (of a batch item's rows) of a fused attention's mask is ``fill`` at
+    every key from ``min(keys, max(0, r + offset))`` on, whatever the inputs.
+    ``scale`` 0: the mask is a ``where`` (those logits are ``fill`` whatever the
+    scores); else the mask is added to the scores times at most ``scale`` in
+    magnitude, and ``bound`` is what the tile's bound on those (``scale x d x max|q| x
+    max|k|``) must stay under.
 
     >>> KeyLimit(1, -3.4028235e38, 0.125, 4.25e37).keys(63, 128)
     64
