@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import ml_dtypes
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -488,7 +489,7 @@ def attention_case(batch, heads, seq, head_dim, dtype="float32", causal=False):
     -- one FlashAttention-style kernel under stitch on a GPU (rules: cuBLAS, softmax
     kernel, cuBLAS, copies); torch runs the same ops (its eager attention). In
     bfloat16 both products run on tensor cores (exact in TF32) whatever the precision
-    option. ``causal``: GPT-2's, the mask a constant of 0 and float32's lowest as
+    option. ``causal``: GPT-2's, the mask a constant of 0 and the dtype's lowest as
     torch.onnx.export writes it, which stitch's kernel reads to skip each tile's blocks
     of keys past the diagonal (fusion/key_limit.py)."""
     half = "" if dtype == "float32" else f" ({dtype})"
@@ -502,8 +503,8 @@ def attention_case(batch, heads, seq, head_dim, dtype="float32", causal=False):
     z = b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * scale
     if causal:
         keep = np.tril(np.ones((seq, seq), bool))
-        z = z + b.constant(np.where(keep, 0, np.finfo(np.float32).min).astype(np.float32),
-                           "mask")
+        lowest = float(ml_dtypes.finfo(ml_dtypes.bfloat16 if half else np.float32).min)
+        z = z + b.constant(np.where(keep, 0, lowest).astype(dtype), "mask")
     else:
         z = z + b.input("mask", (batch, 1, 1, seq), dtype, range=(-1.0, 0.0))
     o = b.matmul(b.softmax(z, axis=-1), v)
@@ -669,6 +670,9 @@ WORKLOADS = [
                                       causal=True)),
     # the same in bfloat16: tensor cores (exact in TF32) for the generated kernels and
     # for cuBLAS, whatever --matmul-precision says
+    Workload("causal_attention_bf16", "gemm",
+             lambda q: attention_case(*_rc(q, (8, 12, 1024, 64), (1, 2, 256, 16)), "bfloat16",
+                                      causal=True), dtype="bfloat16"),
     Workload("attention_bf16", "gemm",
              lambda q: attention_case(*_rc(q, (8, 12, 512, 64), (1, 2, 64, 16)), "bfloat16"),
              dtype="bfloat16"),
@@ -802,6 +806,8 @@ class Runner:
                 extra["decisions"] = [str(d) for d in s.step.decisions][:40]
             except Exception:
                 pass
+        if p == "stitch":
+            extra.update(self._every_key(s, plan))
         return self._row(
             f"workbench {p}", "workbench", latency, int(m.bytes_moved),
             kernels=int(m.kernels), bytes_measured=measured,
@@ -810,6 +816,22 @@ class Runner:
             predicted_ms=float(m.predicted_ms) if not math.isnan(m.predicted_ms) else None,
             GBps_min_bytes=min_bytes / (latency / 1e3) / 1e9 if latency else None,
             per_kernel=json.loads(per.to_json(orient="records")), **extra)
+
+    def _every_key(self, s: Session, plan) -> dict:
+        """A plan whose fused attentions skip the keys a causal mask hides, timed again
+        with every block taken (launch skip=0), side by side: what the skip saves on
+        this GPU, or costs (its checks read the skipped keys)."""
+        causal = [gr.id for gr in plan.groups if gr.schedule is not None
+                  and gr.schedule.then is not None and gr.schedule.then.online is not None
+                  and gr.schedule.then.online.limit is not None]
+        if not causal:
+            return {}
+        every = plan
+        for gid in causal:
+            every = every.set_launch(gid, skip=0)
+        m = s.measure(every, warmup=self.warmup, repeats=self.repeats)
+        return {"every_key_ms": float(m.latency_ms),
+                "every_key_within_tolerance": bool(m.within_tolerance)}
 
     # torch -------------------------------------------------------------------------------
     def torch_rows(self, name: str, case: Case, inputs: dict, min_bytes: int | None,
@@ -1035,6 +1057,11 @@ def markdown(result: dict) -> str:
             lines += [f"Failed: {res.get('error')}", ""]
             continue
         lines += method_table(res) + [""]
+        st = res.get("methods", {}).get("stitch", {})
+        if st.get("every_key_ms"):
+            lines += [f"The causal skip: stitch {st['latency_ms']:.4f} ms against "
+                      f"{st['every_key_ms']:.4f} ms for the same plan taking every block "
+                      f"(skip=0), {st['every_key_ms'] / st['latency_ms']:.2f}x.", ""]
         eager = res.get("methods", {}).get("torch_eager", {})
         if eager.get("within_tolerance") is False:
             lines += [f"torch eager is outside the tolerance too (error "

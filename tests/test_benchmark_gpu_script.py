@@ -60,3 +60,22 @@ def test_gpu_benchmark_quick_on_cpu(tmp_path):
     assert "Copy bandwidth" in md
     # the compact summary comes last, then the written paths
     assert "== summary" in r.stdout and r.stdout.rstrip().splitlines()[-1].startswith("wrote ")
+
+
+def test_gpu_benchmark_times_the_causal_skip_against_every_key(tmp_path):
+    """The causal attention workloads (float32 and bfloat16) time stitch's plan again
+    with every block of keys taken (skip=0) and say what the skip saved; on the CPU
+    here, at the quick size (256 keys: the CPU's online form and skip)."""
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, str(SCRIPT), "--backend", "cpu", "--quick", "--workloads",
+         "causal_attention", "causal_attention_bf16", "--planners", "stitch", "--repeats",
+         "2", "--no-compile", "--out", str(out)],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(next(out.glob("gpu-cpu-*.json")).read_text())
+    for w in res["workloads"]:
+        st = w["methods"]["stitch"]
+        assert st["within_tolerance"] and st["every_key_within_tolerance"], w["workload"]
+        assert st["every_key_ms"] > 0
+    assert (out / "gpu-cpu.md").read_text().count("The causal skip: stitch") == 2
