@@ -88,9 +88,9 @@ def test_a_mask_combined_with_the_users_padding_is_recognized(combine, polarity,
     ``where(causal & padding, 0, lowest)`` added, the padding an input. Whatever the
     padding, the causal part hides the keys past the diagonal: the limit holds.
     Equivalent forms (operands swapped; the condition through ``not`` and ``or``, the
-    fill on its true side) too; where the condition is not certainly false there (``causal | padding``, the
-    padding alone), no limit. (A whole model, padded, runs in
-    tests/frontends/test_model_zoo.py.)"""
+    fill on its true side) too; where the condition is not certainly false there
+    (``causal | padding``, the padding alone), no limit. (A whole model, padded, runs
+    in tests/frontends/test_model_zoo.py.)"""
     s = n = 300
     b = wb.GraphBuilder("padded")
     q, kt = b.input("q", (2, 2, s, 16)), b.input("kt", (2, 2, 16, n))
@@ -367,7 +367,8 @@ def test_the_skip_is_a_launch_parameter_the_tuner_tries():
     with pytest.raises(FusionRefused, match="skip=2 is out of range"):
         s.plan.set_launch(gid, skip=2)
     b = wb.GraphBuilder("gemm")
-    b.output(b.gelu(b.matmul(b.input("x", (64, 32)), b.constant(np.ones((32, 48), np.float32)))), "y")
+    w = b.constant(np.ones((32, 48), np.float32))
+    b.output(b.gelu(b.matmul(b.input("x", (64, 32)), w)), "y")
     lone = Session(b.build(), backend="cpu")
     lone.auto("rules")
     with pytest.raises(FusionRefused, match="skip applies to a fused attention"):

@@ -687,7 +687,8 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
                             "multiplies it, and its V is not packed here (blas=1, or "
                             "vectors narrower than the micro-kernel's), so the attention "
                             "is not fused")
-    online = _online_softmax(g, first, mm1, t, p, io1, cast=True) if t.packed_b and v_packed else None
+    online = (_online_softmax(g, first, mm1, t, p, io1, cast=True) if t.packed_b and v_packed
+              else None)
     if lc.online == 1 and online is None:
         raise FusionRefused(f"online=1: the softmax before {mm2.id} (matmul) has no online "
                             "form here (it needs K and V packed for the micro-kernel and an "
