@@ -604,11 +604,13 @@ def test_transformations_preview_apply_and_history_in_lab(lab_factory, page):
                      has_text=re.compile(r"^\s*Transformations\s*$")).click()
         choices = page.locator(".wb-app .wb-transforms select").first
         label = f"fuse {FIRST} {SECOND}: -1 kernel"
-        # (ipywidgets writes an option's spaces as no-break spaces)
+        # (ipywidgets writes an option's spaces as no-break spaces; the list comes after
+        # the kernel has previewed every candidate: 23 s alone, past 60 s once under a
+        # loaded fresh-clone CI)
         page.wait_for_function(
             """l => [...document.querySelectorAll('.wb-app .wb-transforms select option')]
                    .some(o => o.textContent.replace(/\u00a0/g, ' ').startsWith(l))""",
-            arg=label, timeout=60_000)
+            arg=label, timeout=180_000)
         index = choices.evaluate("(s, l) => [...s.options].findIndex(o => o.textContent"
                                  ".replace(/\u00a0/g, ' ').startsWith(l))", label)
         assert graph.locator("g.cluster").count() == 0
