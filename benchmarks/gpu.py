@@ -61,6 +61,7 @@ sys.path.insert(0, str(ROOT / "sample_graphs"))
 
 import make_samples as samples  # noqa: E402
 from fusion_cpu import log, machine_info, stats, time_fn  # noqa: E402
+from models import attention_variants  # noqa: E402
 
 import workbench as wb  # noqa: E402
 from workbench.ir import DType, GraphBuilder  # noqa: E402
@@ -821,15 +822,10 @@ class Runner:
         """A plan whose fused attentions skip the keys a causal mask hides, timed again
         with every block taken (launch skip=0), side by side: what the skip saves on
         this GPU, or costs (its checks read the skipped keys)."""
-        causal = [gr.id for gr in plan.groups if gr.schedule is not None
-                  and gr.schedule.then is not None and gr.schedule.then.online is not None
-                  and gr.schedule.then.online.limit is not None]
-        if not causal:
+        every = attention_variants(plan).get("every key")
+        if every is None:
             return {}
-        every = plan
-        for gid in causal:
-            every = every.set_launch(gid, skip=0)
-        m = s.measure(every, warmup=self.warmup, repeats=self.repeats)
+        m = s.measure(every[0], warmup=self.warmup, repeats=self.repeats)
         return {"every_key_ms": float(m.latency_ms),
                 "every_key_within_tolerance": bool(m.within_tolerance)}
 

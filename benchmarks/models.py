@@ -194,22 +194,12 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
                 tuned = s.program()
                 r["tuned_error_vs_torch"] = rel_error(tuned.run(inputs), want)
                 methods[f"workbench {planner} tuned"] = _workbench_call(tuned, inputs, blas[0])
-            # (last: they change the session's plan) the fused attentions taking the
-            # softmax online as taken another way, side by side: every block of keys
-            # where a causal skip is (launch skip=0: what the skip saves), then whole
-            # rows of scores (online=0: what the online form saves)
-            online = {gr.id: gr.schedule.then.online for gr in s.plan.groups
-                      if gr.schedule is not None and gr.schedule.then is not None
-                      and gr.schedule.then.online is not None}
-            for launch, label in ((dict(skip=0), "every key"), (dict(online=0), "whole rows")):
-                gids = [gid for gid, on in online.items()
-                        if "online" in launch or on.limit is not None]
-                if not gids or planner != "stitch":
-                    continue
-                for gid in gids:
-                    s.set_launch(gid, **launch)
-                other = s.program()
-                r[f"{label.replace(' ', '_')}_kernels"] = len(gids)
+            # the fused attentions taking the softmax online as taken another way, side
+            # by side (attention_variants)
+            variants = attention_variants(s.plan) if planner == "stitch" else {}
+            for label, (plan, kernels) in variants.items():
+                other = s.program(plan)
+                r[f"{label.replace(' ', '_')}_kernels"] = kernels
                 r[f"{label.replace(' ', '_')}_error_vs_torch"] = rel_error(other.run(inputs), want)
                 methods[f"workbench stitch, {label}"] = _workbench_call(other, inputs, blas[0])
         except Exception as e:
@@ -243,6 +233,27 @@ def _bf16_matmuls_as_library_calls():
     from workbench.fusion import gemm
     from workbench.ir import DType
     return mock.patch.object(gemm, "GEMM_DTYPES", (DType.float32,))
+
+
+ATTENTION_FORMS = (("every key", dict(skip=0)), ("whole rows", dict(online=0)))
+
+
+def attention_variants(plan) -> dict:
+    """The plan with its fused attentions taken another way, by label (ATTENTION_FORMS):
+    ``every key``, each one skipping the keys a causal mask hides taking every block
+    (launch skip=0: what the skip saves); ``whole rows``, each one taking the softmax
+    online holding whole rows of scores instead (launch online=0: what the online form
+    saves). A form no kernel of the plan has is left out."""
+    out = {}
+    for label, launch in ATTENTION_FORMS:
+        gids = [gr.id for gr in plan.groups if gr.schedule is not None and (
+            gr.schedule.online if "online" in launch else gr.schedule.key_limit) is not None]
+        other = plan
+        for gid in gids:
+            other = other.set_launch(gid, **launch)
+        if gids:
+            out[label] = (other, len(gids))
+    return out
 
 
 def _workbench_call(prog, inputs, blas_threads):

@@ -76,3 +76,30 @@ def test_models_benchmark_with_the_users_attention_mask(tmp_path):
     assert m["latency_ms"]["workbench stitch"] > 0 and m["latency_ms"]["torch eager"] > 0
     assert "skipped" in m["import_from_torch"]
     assert "attention_mask passed by name" in next(out.glob("models-*-mask.md")).read_text()
+
+
+def test_attention_variants_take_each_fused_attention_another_way():
+    """The benchmarks' other forms of a stitch plan's fused attentions (models.py,
+    gemm.py and gpu.py time them side by side): ``every key`` drops the causal skip,
+    ``whole rows`` the online softmax, every other kernel kept; each still matches the
+    reference on fresh random inputs. Without a key limit there is no ``every key``."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from attention_forms import attention
+    from models import attention_variants
+
+    import workbench as wb
+    for causal in (True, False):
+        s = wb.Session(attention(1024 if not causal else 320, "float32", causal),
+                       backend="cpu")
+        s.auto("stitch")
+        (gr,) = [g for g in s.plan.groups if g.schedule.online is not None]
+        assert (gr.schedule.key_limit is not None) is causal
+        forms = attention_variants(s.plan)
+        assert sorted(forms) == (["every key", "whole rows"] if causal else ["whole rows"])
+        for label, (plan, kernels) in forms.items():
+            assert kernels == 1 and len(plan.groups) == len(s.plan.groups)
+            (other,) = [g for g in plan.groups if g.schedule.then is not None]
+            assert other.schedule.key_limit is None
+            assert (other.schedule.online is None) is (label == "whole rows")
+            m = s.measure(plan, repeats=1)
+            assert m.within_tolerance, (label, m.max_rel_error)

@@ -197,7 +197,7 @@ def test_a_decoder_s_causal_mask_is_recognized_as_users_export_it(name, dtype, p
     assert ("attention_mask" in g.inputs) == (path == "onnx_attention_mask")
     plan, _ = run_planner("stitch", g, device=H100)
     onlines = [gr.schedule.then.online for gr in plan.groups
-               if gr.schedule.then is not None and gr.schedule.then.online is not None]
+               if gr.schedule.online is not None]
     assert len(onlines) == 2                                   # (one a layer)
     lowest = -3.4028234663852886e38 if dtype == "float32" else -3.3895313892515355e38
     assert all(o.limit is not None and (o.limit.offset, o.limit.fill) == (1, lowest)
@@ -217,7 +217,7 @@ def test_a_padded_batch_through_gpt2_at_1024_tokens_skips_and_matches_torch(tmp_
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")
     onlines = [gr.schedule.then.online for gr in s.plan.groups
-               if gr.schedule.then is not None and gr.schedule.then.online is not None]
+               if gr.schedule.online is not None]
     assert len(onlines) == 2 and all(o.limit is not None for o in onlines)
     import torch
     with torch.no_grad():

@@ -53,7 +53,7 @@ def _limit(g):
     s = Session(g, backend="cpu")
     s.auto("stitch")
     (gr,) = [x for x in s.plan.groups if x.schedule.then is not None]
-    return gr.schedule.then.online.limit if gr.schedule.then.online else None, s
+    return gr.schedule.key_limit, s
 
 
 def test_causal_masks_are_recognized():
@@ -152,11 +152,11 @@ def test_skipping_is_exact_and_cheaper(dtype):
     assert "wb_kend = wb_ok ? wb_khi : 3;" in s.source(s.plan.groups[0].id, target="c")
     # the same kernel taking every block (launch skip=0: the same blocks, the same sums)
     s.set_launch(s.plan.groups[0].id, skip=0)
-    assert s.plan.groups[0].schedule.then.online.limit is None
+    assert s.plan.groups[0].schedule.key_limit is None
     assert s.plan.groups[0].schedule.then.online.block == gemm.CAUSAL_BLOCK
     assert np.array_equal(s.run(s.inputs)["o"], got)
     s.undo()
-    assert s.plan.groups[0].schedule.then.online.limit == lim
+    assert s.plan.groups[0].schedule.key_limit == lim
 
 
 def _inputs_where_skipping_would_be_wrong(g, case: str) -> dict:
@@ -259,7 +259,7 @@ def test_the_gpu_kernel_skips_and_checks_in_the_emulator(case, form):
     s.set_matmul_precision("tf32")
     s.auto("stitch")
     (gr,) = [x for x in s.plan.groups if x.schedule.then is not None]
-    assert gr.schedule.then.online.limit is not None
+    assert gr.schedule.key_limit is not None
     ins = s.inputs if case is None else _inputs_where_skipping_would_be_wrong(g, case)
     if case is None:
         assert check_plan(s, ins, s.reference, cuda=True) is None
@@ -282,7 +282,7 @@ def _gpu_limit(g):
     from workbench.fusion.devices import H100
     plan, _ = run_planner("stitch", g, device=H100)
     (gr,) = [x for x in plan.groups if x.schedule.then is not None]
-    return gr.schedule.then.online.limit
+    return gr.schedule.key_limit
 
 
 BF16_LOWEST = float(ml_dtypes.finfo(ml_dtypes.bfloat16).min)
@@ -337,7 +337,7 @@ def test_a_half_precision_models_attention_skips_in_the_emulator(case, form, dty
     s = Session(g, backend="cuda-emu")
     s.auto("stitch")
     (gr,) = [x for x in s.plan.groups if x.schedule.then is not None]
-    lim = gr.schedule.then.online.limit
+    lim = gr.schedule.key_limit
     assert lim is not None
     if case is None:
         assert _would_skip(lim, s.inputs, 16)
@@ -361,7 +361,7 @@ def test_the_skip_is_a_launch_parameter_the_tuner_tries():
     s.set_launch(gid, skip=0)
     assert (("skip", 0),) not in _gemm_candidates(s.plan.groups[0].schedule)
     s.set_launch(gid, skip=1)
-    assert s.plan.groups[0].schedule.then.online.limit == lim
+    assert s.plan.groups[0].schedule.key_limit == lim
     with pytest.raises(FusionRefused, match="skip=1: the softmax before .* no causal key"):
         s.plan.set_launch(gid, skip=1, online=0)
     with pytest.raises(FusionRefused, match="skip=2 is out of range"):
@@ -388,7 +388,7 @@ def test_the_cost_model_prices_the_blocks_taken():
     lim, s = _limit(g)
     (gr,) = s.plan.groups
     (ev,) = s.plan.set_launch(gr.id, skip=0).groups
-    assert ev.schedule.then.online.limit is None
+    assert ev.schedule.key_limit is None
     taken = lim.taken(1024, 1024, gr.schedule.gemm.tile_m, gemm.CAUSAL_BLOCK)
     assert 0.5 < taken < 0.6
     model = s.cost_model
@@ -412,9 +412,9 @@ def test_gpt2_s_causal_attention_on_an_h100_compiles_without_spills(nvrtc_toolch
     g = _attention(s=512, heads=12, d=64, scale=0.125, dtype=dtype)
     plan, _ = run_planner("stitch", g, device=tf32)
     (gr,) = plan.groups
-    assert gr.schedule.then.online.limit is not None
+    assert gr.schedule.key_limit is not None
     every = plan.set_launch(gr.id, skip=0)
-    assert every.groups[0].schedule.then.online.limit is None
+    assert every.groups[0].schedule.key_limit is None
     model = CostModel.for_device(tf32)
     assert model.plan_seconds(plan) < 0.8 * model.plan_seconds(every)
     (k,) = lower_plan(plan)

@@ -341,7 +341,7 @@ class _Lowerer:
         g, t, then = self.g, self.sched.gemm, self.sched.then
         if t.block is not None:
             return self._block_gemm(name)
-        if then is not None and then.online is not None:
+        if self.sched.online is not None:
             return self._online_attention(name)
         mm = g.producer[t.result]
         a, b = t.a.view, t.b.view
@@ -956,7 +956,7 @@ class _Lowerer:
         sums come first, while the output rows hold nothing: the GPU's tile is at the
         edge of its 128 registers.) Skipped or taken, the result is the same
         (key_limit.py)."""
-        t, lim = self.sched.gemm, self.sched.then.online.limit
+        t, lim = self.sched.gemm, self.sched.key_limit
         nb = -(-t.n // block)
         if lim is None:
             return (Loop("kb", nb, "serial", step),)

@@ -424,6 +424,18 @@ class Schedule:
     then: SecondGemm | None = None
 
     @property
+    def online(self) -> OnlineSoftmax | None:
+        """fused attention: its online softmax (None: whole rows of scores, or no
+        attention)."""
+        return self.then.online if self.then is not None else None
+
+    @property
+    def key_limit(self) -> KeyLimit | None:
+        """fused attention taking the softmax online: the causal limit past which it
+        skips blocks of keys (None: it takes every block)."""
+        return self.online.limit if self.online is not None else None
+
+    @property
     def through_global(self) -> tuple[str, ...]:
         """stitched: values made in one phase and read by a later one (global scheme)."""
         out = []

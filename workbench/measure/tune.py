@@ -135,8 +135,7 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     t = s.gemm
     # a causal fused attention taking every block too: the skip's checks read the
     # skipped keys, which a GPU's tensor cores may take about as fast
-    skip = [(("skip", 0),)] if s.then is not None and s.then.online is not None and \
-        s.then.online.limit is not None else []
+    skip = [(("skip", 0),)] if s.key_limit is not None else []
     if t.block is not None:     # a GPU's: its other stages; its other tiles (attention: none)
         stages = [(("stages", 3 - t.block.stages),)]
         return stages + skip if s.then is not None else stages + [
