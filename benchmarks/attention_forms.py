@@ -37,17 +37,14 @@ FORMS = {"whole rows": dict(online=0), "online, every key": dict(online=1, skip=
 
 def attention(keys: int, dtype: str, causal: bool, heads: int = 8, d: int = 64):
     """The case's graph (see the module docstring)."""
-    import ml_dtypes
-
     import workbench as wb
+    from workbench.fusion.key_limit import causal_mask
     b = wb.GraphBuilder(f"{'causal_' if causal else ''}attention_{keys}_{dtype}")
     q, kt = b.input("q", (1, heads, keys, d), dtype), b.input("kt", (1, heads, d, keys), dtype)
     v = b.input("v", (1, heads, keys, d), dtype)
     z = b.matmul(q, kt) * b.constant(np.array(1 / np.sqrt(d), dtype))
     if causal:
-        lowest = float(ml_dtypes.finfo(dtype).min)
-        keep = np.tril(np.ones((keys, keys), bool))[None, None]
-        z = z + b.constant(np.where(keep, 0, lowest).astype(dtype), "mask")
+        z = z + b.constant(causal_mask(keys, keys, dtype), "mask")
     else:
         z = z + b.input("mask", (1, 1, 1, keys), dtype, range=(-1.0, 0.0))
     if dtype != "float32":

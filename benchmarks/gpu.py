@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import ml_dtypes
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +63,7 @@ from fusion_cpu import log, machine_info, stats, time_fn  # noqa: E402
 from models import attention_variants  # noqa: E402
 
 import workbench as wb  # noqa: E402
+from workbench.fusion.key_limit import causal_mask  # noqa: E402
 from workbench.ir import DType, GraphBuilder  # noqa: E402
 from workbench.measure import max_rel_error, tolerance  # noqa: E402
 from workbench.session import Session  # noqa: E402
@@ -503,9 +503,7 @@ def attention_case(batch, heads, seq, head_dim, dtype="float32", causal=False):
     scale = 1.0 / math.sqrt(head_dim)
     z = b.matmul(q, b.op("transpose", k, perm=[0, 1, 3, 2])) * scale
     if causal:
-        keep = np.tril(np.ones((seq, seq), bool))
-        lowest = float(ml_dtypes.finfo(ml_dtypes.bfloat16 if half else np.float32).min)
-        z = z + b.constant(np.where(keep, 0, lowest).astype(dtype), "mask")
+        z = z + b.constant(causal_mask(seq, seq, dtype)[0, 0], "mask")
     else:
         z = z + b.input("mask", (batch, 1, 1, seq), dtype, range=(-1.0, 0.0))
     o = b.matmul(b.softmax(z, axis=-1), v)

@@ -25,18 +25,12 @@ import math
 
 import numpy as np
 
+from .fusion.key_limit import causal_mask
 from .ir import DType, Graph, GraphBuilder
 
 F32, F16, BF16 = DType.float32, DType.float16, DType.bfloat16
 ACTIVATIONS = ["none", "gelu", "gelu_tanh", "relu", "silu", "tanh"]
 MASKS = ["none", "none", "padding", "causal", "both", "causal_added", "causal_padding"]
-
-
-def _lowest(dtype: DType) -> float:
-    """The most negative finite value: what transformers' exporters add to a masked
-    score (torch.finfo(dtype).min)."""
-    return {F32: float(np.finfo(np.float32).min), F16: -65504.0,
-            BF16: -3.3895313892515355e38}[dtype]
 
 
 class _BlockDrawer:
@@ -147,17 +141,16 @@ class _BlockDrawer:
         tril = np.tril(np.ones((self.seq, self.seq), bool))[None, None]
         if how in ("causal", "both"):      # GPT-2: where(tril, scores, lowest)
             s = self.b.where(self.b.constant(tril), s,
-                             self.b.constant(np.array(_lowest(self.dtype), self.dtype.np)))
+                             self.b.constant(np.array(self.dtype.lowest, self.dtype.np)))
         if how == "causal_added":   # GPT-2 and LLaMA as torch.onnx.export writes them
-            s = s + self.b.constant(np.where(tril, 0, _lowest(self.dtype)).astype(
-                self.dtype.np))
+            s = s + self.b.constant(causal_mask(self.seq, self.seq, self.dtype))
         if how == "causal_padding":     # ... called with an attention_mask (keep*)
             keep = self.b.input(f"keep{len(self.masks)}", (self.batch, 1, 1, self.seq),
                                 "bool")
             self.masks.append(keep.name)
             s = s + self.b.where(self.b.op("and", self.b.constant(tril), keep),
                                  self.b.constant(np.array(0, self.dtype.np)),
-                                 self.b.constant(np.array(_lowest(self.dtype),
+                                 self.b.constant(np.array(self.dtype.lowest,
                                                           self.dtype.np)))
         return s
 
@@ -197,7 +190,7 @@ def draw_block_inputs(g: Graph, seed: int) -> dict[str, np.ndarray]:
     for name in g.inputs:
         v = g.value(name)
         if name.startswith("mask"):
-            a = np.where(rng.random(v.shape) < 0.25, _lowest(v.dtype), 0.0)
+            a = np.where(rng.random(v.shape) < 0.25, v.dtype.lowest, 0.0)
             a[..., 0] = 0.0           # every row keeps a key (an all-masked row is NaN)
         elif name.startswith("keep"):
             a = rng.random(v.shape) >= 0.25

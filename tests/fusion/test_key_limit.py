@@ -13,7 +13,8 @@ import pytest
 
 import workbench as wb
 from workbench.fusion import gemm
-from workbench.fusion.key_limit import KeyLimit, find_key_limit
+from workbench.fusion.key_limit import KeyLimit, causal_mask, find_key_limit
+from workbench.ir import DType
 from workbench.runtime import random_inputs, run_reference
 from workbench.session import Session
 
@@ -78,6 +79,26 @@ def test_causal_masks_are_recognized():
     assert _limit(_attention())[0].scale == 1 + 2.0 ** -20     # (the scores' rounding)
     assert _limit(_attention(s=300, n=340))[0].offset == 41
     assert lim.keys(0, 300) == 1 and lim.keys(299, 300) == 300
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_the_shared_causal_mask_is_the_recognized_form(dtype):
+    """key_limit.causal_mask (what the fuzz family ``blocks`` and the benchmarks add to
+    their scores) is 0 up to each query's diagonal and the dtype's lowest past it, the
+    cached keys seen by all -- the form find_key_limit recognizes."""
+    m = causal_mask(3, 5, dtype)
+    assert m.shape == (1, 1, 3, 5) and m.dtype == DType.of(dtype).np
+    lowest = float(ml_dtypes.finfo(dtype).min)
+    want = [[0, 0, 0, lowest, lowest], [0, 0, 0, 0, lowest], [0] * 5]
+    assert np.array_equal(m[0, 0].astype(np.float64), np.array(want, np.float64))
+    b = wb.GraphBuilder("shared_mask")
+    q, kt = b.input("q", (1, 2, 40, 16), dtype), b.input("kt", (1, 2, 16, 50), dtype)
+    scores = b.matmul(q, kt)
+    z = scores + b.constant(causal_mask(40, 50, dtype))
+    b.output(b.softmax(b.cast(z, to="float32"), axis=-1), "p")
+    g = b.build()
+    lim = find_key_limit(g, [g.producer[z.name].id], scores.name, z.name)
+    assert (lim.offset, lim.fill, lim.additive) == (11, lowest, True)
 
 
 @pytest.mark.parametrize("combine,polarity,found", [

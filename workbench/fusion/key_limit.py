@@ -54,6 +54,17 @@ ROUNDING = {DType.float32: 2.0 ** -20, DType.bfloat16: 2.0 ** -7, DType.float16:
 COARSEST = max(ROUNDING.values())
 
 
+def causal_mask(queries: int, keys: int, dtype="float32") -> np.ndarray:
+    """The additive causal mask ``[1, 1, queries, keys]`` as ``torch.onnx.export``
+    writes transformers' (a constant): 0 where a query sees a key -- the first
+    ``keys - queries`` (cached) keys and those up to its own position -- and the dtype's
+    lowest elsewhere. The form :func:`find_key_limit` recognizes added to the scores;
+    what test and benchmark graphs add to theirs."""
+    dt = DType.of(dtype)
+    keep = np.tril(np.ones((queries, keys), bool), keys - queries)
+    return np.where(keep, 0, dt.lowest).astype(dt.np)[None, None]
+
+
 @dataclass(frozen=True)
 class KeyLimit:
     """Row ``r`` (of a batch item's rows) of a fused attention's mask is ``fill`` at

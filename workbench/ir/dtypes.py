@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import enum
 
-import ml_dtypes  # noqa: F401  (registers np.dtype("bfloat16"))
+import ml_dtypes  # (registers np.dtype("bfloat16"))
 import numpy as np
 
 from ..errors import GraphError
@@ -56,6 +56,12 @@ class DType(enum.Enum):
     def is_half(self) -> bool:
         """A 16-bit float: stored in half precision, computed in float32."""
         return self in (DType.float16, DType.bfloat16)
+
+    @property
+    def lowest(self) -> float:
+        """A float type's most negative finite value (``torch.finfo(dtype).min``: what
+        transformers' exporters write where a mask hides a score)."""
+        return float(ml_dtypes.finfo(self.np).min)
 
     @property
     def kind(self) -> str:
