@@ -272,6 +272,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="5 repeats")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--tag", default="", help="appended to the result file names")
     ap.add_argument("--note", default="", help="a line for the report (e.g. 'shared machine')")
     args = ap.parse_args(argv)
     repeats = 5 if args.quick else args.repeats
@@ -298,7 +299,7 @@ def main(argv=None) -> int:
             log(f"  {r}")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"gemm-{env['date'][:10]}"
+    stem = out / f"gemm-{env['date'][:10]}{args.tag}"
     env["note"] = args.note
     stem.with_suffix(".json").write_text(json.dumps({"environment": env, "rows": rows},
                                                     indent=1))
