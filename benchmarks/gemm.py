@@ -40,7 +40,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 # methods in alternating, paused blocks; the fused attentions' other forms
-from models import alternate, attention_variants  # noqa: E402
+from models import ATTENTION_FORMS, alternate, attention_variants  # noqa: E402
+
+# the row keys of the attention forms timed beside stitch ("every_key", "whole_rows")
+VARIANTS = tuple(label.replace(" ", "_") for label in ATTENTION_FORMS)
 
 HIDDEN, HEADS, TOKENS = 768, 12, 128        # BERT-base / GPT-2 small, batch 1 x 128
 LONG = 2048     # keys of the long attention block (the online softmax's side of its rule)
@@ -195,7 +198,7 @@ def run_block(name, module, inputs, tmp: Path, repeats: int) -> dict:
     row["fused_vs_library_epilogue"] = row["library_epilogue_ms"] / row["rules_ms"]
     row["stitch_vs_onnxruntime"] = row["onnxruntime_ms"] / row["stitch_ms"]
     row["stitch_vs_torch"] = row["torch_eager_ms"] / row["stitch_ms"]
-    for key in ("every_key", "whole_rows"):
+    for key in VARIANTS:
         if f"{key}_ms" in row:
             row[f"stitch_vs_{key}"] = row[f"{key}_ms"] / row["stitch_ms"]
     return row
@@ -249,8 +252,8 @@ def markdown(env: dict, rows: list[dict]) -> str:
         if "error" in r:
             lines.append(f"| {r['block']} | failed: {r['error']} ||||||||||||||")
             continue
-        skip, rows_ = (f"{r[k]:.2f}" if k in r else "-"
-                       for k in ("stitch_vs_every_key", "stitch_vs_whole_rows"))
+        skip, rows_ = (f"{r[f'stitch_vs_{k}']:.2f}" if f"stitch_vs_{k}" in r else "-"
+                       for k in VARIANTS)
         lines.append(
             f"| {r['block']} | {r['rules_kernels']}/{r['stitch_kernels']} | "
             f"{r['gemm_kernels']} | {r['rules_ms']:.3g} | {r['library_epilogue_ms']:.3g} | "
@@ -263,7 +266,7 @@ def markdown(env: dict, rows: list[dict]) -> str:
 
 def _worst(r: dict) -> float:
     return max(r["rules_error"], r["stitch_error"], r["library_epilogue_error"],
-               r.get("every_key_error", 0.0), r.get("whole_rows_error", 0.0))
+               *(r.get(f"{k}_error", 0.0) for k in VARIANTS))
 
 
 def main(argv=None) -> int:

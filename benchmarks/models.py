@@ -235,7 +235,9 @@ def _bf16_matmuls_as_library_calls():
     return mock.patch.object(gemm, "GEMM_DTYPES", (DType.float32,))
 
 
-ATTENTION_FORMS = (("every key", dict(skip=0)), ("whole rows", dict(online=0)))
+# label: (the Schedule property a kernel taken that way has, the launch that drops it)
+ATTENTION_FORMS = {"every key": ("key_limit", dict(skip=0)),
+                   "whole rows": ("online", dict(online=0))}
 
 
 def attention_variants(plan) -> dict:
@@ -245,9 +247,9 @@ def attention_variants(plan) -> dict:
     online holding whole rows of scores instead (launch online=0: what the online form
     saves). A form no kernel of the plan has is left out."""
     out = {}
-    for label, launch in ATTENTION_FORMS:
-        gids = [gr.id for gr in plan.groups if gr.schedule is not None and (
-            gr.schedule.online if "online" in launch else gr.schedule.key_limit) is not None]
+    for label, (has, launch) in ATTENTION_FORMS.items():
+        gids = [gr.id for gr in plan.groups
+                if gr.schedule is not None and getattr(gr.schedule, has) is not None]
         other = plan
         for gid in gids:
             other = other.set_launch(gid, **launch)
