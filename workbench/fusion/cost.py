@@ -438,22 +438,20 @@ def _taken(s) -> float:
     """The share of a fused attention's blocks of keys its tiles take: under a constant
     causal mask (fusion/key_limit.py) those up to the diagonal (the run-time checks
     passing, as they do but for degenerate inputs), else all of them."""
-    on = s.online
-    if on is None or on.limit is None:
+    if s.key_limit is None:
         return 1.0
-    return on.limit.taken(s.gemm.m, s.gemm.n, s.gemm.tile_m, on.block)
+    return s.key_limit.taken(s.gemm.m, s.gemm.n, s.gemm.tile_m, s.online.block)
 
 
 def _checked(g, s, a: int, b: int) -> float:
     """The bytes a causal fused attention's run-time checks read again
     (codegen/lower.py's ``_key_blocks``): each tile of queries the keys it skips, V's
     and (an added mask) K's, and then its own rows of Q."""
-    on = s.online
-    if on is None or on.limit is None:
+    if s.key_limit is None:
         return 0.0
     skipped = (1.0 - _taken(s)) * s.gemm.row_tiles
     v = g.value(s.then.b.value).nbytes
-    return skipped * (v + b) + a if on.limit.additive else skipped * v
+    return skipped * (v + b) + a if s.key_limit.additive else skipped * v
 
 
 def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeatures:
