@@ -69,7 +69,7 @@ def export(name: str, folder: Path) -> Path:
     """The model's ONNX file, as a user exports it."""
     import torch
 
-    from workbench import zoo
+    from workbench.testing import zoo
     if name != "resnet50":
         return zoo.export_onnx(zoo.build(name, size="small"), folder / f"{name}.onnx")
     from transformers import ResNetConfig, ResNetModel

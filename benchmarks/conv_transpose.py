@@ -44,7 +44,7 @@ MODELS = ("hifigan", "unet_decoder")
 
 def _hifigan(torch):
     import transformers as T
-    from workbench.zoo import _quiet
+    from workbench.testing.zoo import _quiet
     with _quiet():
         cfg = T.SpeechT5HifiGanConfig()
         m = T.SpeechT5HifiGan(cfg).eval()
@@ -74,7 +74,7 @@ def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
     import torch
 
     import workbench as wb
-    from workbench.zoo import _quiet
+    from workbench.testing.zoo import _quiet
     torch.manual_seed(0)
     m, x, input_name = BUILDERS[name](torch)
     with torch.no_grad():

@@ -47,7 +47,7 @@ def _imports(m) -> dict:
     """The model's graph each way (``VARIANTS``)."""
     import workbench as wb
     import workbench.frontends.torch.importer as importer
-    from workbench import zoo
+    from workbench.testing import zoo
 
     rewrites = ("fold_constants", "fold_batch_reshapes", "fold_row_reshapes")
 
@@ -70,7 +70,7 @@ def _imports(m) -> dict:
 
 def run_model(name: str, rounds: int, inner: int) -> dict:
     import workbench as wb
-    from workbench import zoo
+    from workbench.testing import zoo
     m = zoo.build(name, size="small")
     ins = m.numpy_inputs()
     rec: dict = {"model": name}

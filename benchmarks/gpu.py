@@ -64,7 +64,8 @@ from models import attention_variants  # noqa: E402
 
 import workbench as wb  # noqa: E402
 from workbench.fusion.key_limit import causal_mask  # noqa: E402
-from workbench.ir import DType, GraphBuilder  # noqa: E402
+from workbench.dtypes import DType
+from workbench.ir import GraphBuilder  # noqa: E402
 from workbench.measure import max_rel_error, tolerance  # noqa: E402
 from workbench.session import Session  # noqa: E402
 

@@ -63,7 +63,7 @@ def run_model(name: str, folder: Path, rounds: int, inner: int) -> dict:
     import onnxruntime as ort
 
     import workbench as wb
-    from workbench import zoo
+    from workbench.testing import zoo
     from workbench.frontends import load_onnx
     path = zoo.export_onnx(zoo.build(name, size="small"), folder / f"{name}.onnx")
     g = load_onnx(path)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Whole models on the CPU: the model zoo (``workbench.zoo``) through the workbench
+"""Whole models on the CPU: the model zoo (``workbench.testing.zoo``) through the workbench
 against onnxruntime and torch eager, side by side in one run.
 
     .venv/bin/python benchmarks/models.py                       # every zoo model
@@ -124,7 +124,7 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
     import torch
 
     import workbench as wb
-    from workbench import zoo
+    from workbench.testing import zoo
     from workbench.frontends import load_onnx
 
     rec: dict = {"model": name, "size": size, "dtype": dtype}
@@ -231,7 +231,7 @@ def _bf16_matmuls_as_library_calls():
     """Plan with GEMM kernels taking float32 only (as before bfloat16 GEMM kernels):
     bfloat16 matmuls and convolutions are library calls."""
     from workbench.fusion import gemm
-    from workbench.ir import DType
+    from workbench.dtypes import DType
     return mock.patch.object(gemm, "GEMM_DTYPES", (DType.float32,))
 
 
@@ -476,7 +476,7 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from workbench import zoo
+    from workbench.testing import zoo
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", nargs="+", default=list(zoo.MODELS), choices=zoo.MODELS)
     ap.add_argument("--size", default="small", choices=list(zoo.SIZES),

@@ -88,7 +88,7 @@ def main(argv=None) -> int:
         return 0
     import numpy as np
     sys.path.insert(0, str(ROOT))
-    from workbench import zoo
+    from workbench.testing import zoo
     tmp = Path(tempfile.mkdtemp(prefix="wb-omp-"))
     files = {}
     for name in a.models:

@@ -28,7 +28,7 @@ for _p in (ROOT, ROOT / "sample_graphs", ROOT / "tests"):
 
 from make_samples import block_chain, build_all, transformer_stack  # noqa: E402
 
-from workbench.fusion.devices import H100, Device  # noqa: E402
+from workbench.device import H100, Device  # noqa: E402
 
 # runtime/calibrate.py's probe on the machine the baseline was recorded on (AMD EPYC,
 # 2 threads, 2026-11-23), frozen so predictions are comparable across machines

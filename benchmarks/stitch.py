@@ -49,7 +49,7 @@ from make_samples import build_all, transformer_stack  # noqa: E402
 from workbench.frontends import load  # noqa: E402
 from workbench.fusion import run_planner  # noqa: E402
 from workbench.fusion.cost import CostModel, relative_error, samples_from  # noqa: E402
-from workbench.fusion.devices import GPUS  # noqa: E402
+from workbench.device import GPUS  # noqa: E402
 from workbench.ir import GraphBuilder  # noqa: E402
 from workbench.session import Session  # noqa: E402
 

@@ -77,7 +77,7 @@ def export(name: str, folder: Path):
     import torch
     from torchvision import models
 
-    from workbench.zoo import _quiet
+    from workbench.testing.zoo import _quiet
     size = 299 if name == "inception_v3" else 224
     torch.manual_seed(0)
     with _quiet():

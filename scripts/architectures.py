@@ -254,7 +254,7 @@ def _planned(g, feeds: dict, backend: str = "cpu") -> tuple[int, dict]:
 def probe(name: str, backend: str = "cpu") -> dict:
     import torch
     import workbench as wb
-    from workbench.zoo import _quiet
+    from workbench.testing.zoo import _quiet
     torch.manual_seed(0)
     try:
         with _quiet():

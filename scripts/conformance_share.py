@@ -31,7 +31,7 @@ def zoo_op_types() -> dict[str, set[str]]:
     """Op types (default domain) per zoo model's ONNX export."""
     import onnx
 
-    from workbench import zoo
+    from workbench.testing import zoo
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name in zoo.MODELS:

@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT / "sample_graphs"))
 from workbench.codegen import RENDERERS, lower_plan  # noqa: E402
 from workbench.errors import FusionRefused  # noqa: E402
 from workbench.frontends import load  # noqa: E402
-from workbench.fusion import A100, H100, Plan, run_planner  # noqa: E402
+from workbench.device import A100, H100
+from workbench.fusion import Plan, run_planner  # noqa: E402
 from workbench.fusion.cost import CostModel  # noqa: E402
 
 MAPPINGS = ("warp", "block", "split", "thread", "auto")

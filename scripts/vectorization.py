@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from workbench import zoo  # noqa: E402
+from workbench.testing import zoo  # noqa: E402
 from workbench.codegen import lower_plan  # noqa: E402
 from workbench.frontends import load_onnx  # noqa: E402
 from workbench.runtime import get_backend  # noqa: E402

@@ -28,7 +28,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from workbench import zoo  # noqa: E402
+from workbench.testing import zoo  # noqa: E402
 from workbench.frontends import load  # noqa: E402
 from workbench.session import Session  # noqa: E402
 

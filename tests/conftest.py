@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from workbench.errors import FusionRefused
-from workbench.ir import DType, Graph, GraphBuilder
+from workbench.dtypes import DType
+from workbench.ir import Graph, GraphBuilder
 from workbench.measure.compare import max_rel_error, tolerance
 from workbench.runtime import random_inputs, run_reference
 from workbench.session import Session

@@ -289,7 +289,8 @@ def test_wrong_types_everywhere(tmp_path):
 def test_a_graph_made_by_hand_is_verified_on_the_way_in():
     # a Graph assembled without verify() (a split whose kernel would read out of
     # bounds) is refused by Session and load, not planned
-    from workbench.ir import DType, Graph, Node, Value
+    from workbench.dtypes import DType
+    from workbench.ir import Graph, Node, Value
     x = Value("x", (4, 8), DType.float32)
     y, z = Value("y", (4, 4194304), DType.float32), Value("z", (4, -4194296), DType.float32)
     g = Graph("hand", (x, y, z), (Node.make("n0", "split", ["x"], ["y", "z"],

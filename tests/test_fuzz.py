@@ -1,10 +1,10 @@
-"""The differential fuzzer (workbench.fuzz) on a fixed, bounded set of seeds, and the
+"""The differential fuzzer (workbench.testing.fuzz) on a fixed, bounded set of seeds, and the
 bugs its longer runs found, each pinned by a small case.
 
 Each seed draws a graph of mixed dtypes with boundary-valued inputs and a sequence of
 plan edits (fusions, splits, schemes, mappings, planners); every accepted plan is
 compiled and every kernel checked against NumPy, and its CUDA compiled by NVRTC. The
-longer run is ``python -m workbench.fuzz --seconds N --cuda`` (benchmarks/results)."""
+longer run is ``python -m workbench.testing.fuzz --seconds N --cuda`` (benchmarks/results)."""
 from __future__ import annotations
 
 import os
@@ -13,10 +13,11 @@ import time
 import numpy as np
 import pytest
 
-from workbench import fuzz
+from workbench.testing import fuzz
 from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze
-from workbench.ir import DType, GraphBuilder
+from workbench.dtypes import DType
+from workbench.ir import GraphBuilder
 from workbench.runtime import run_reference
 from workbench.session import Session
 
@@ -71,8 +72,8 @@ def test_drawn_cases_reach_what_they_are_meant_to():
     assert empty and long_rows and specials
 
 
-# the families of graphs users bring (workbench/fuzz_blocks.py, fuzz_convs.py,
-# fuzz_rows.py): seeds on the CPU (every plan's CUDA compiled by NVRTC too) and in the
+# the families of graphs users bring (workbench/testing/fuzz/blocks.py, convs.py,
+# rows.py): seeds on the CPU (every plan's CUDA compiled by NVRTC too) and in the
 # CUDA emulator -- transformer blocks in TF32 there (tensor-core GEMM tiles, fused
 # attention; their half-type graphs on their own tensor-core tiles)
 FAMILY_SEEDS = {"blocks": range(10), "convs": range(12), "rows": range(6)}

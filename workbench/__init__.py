@@ -6,10 +6,11 @@
 """
 from .errors import FusionRefused, WorkbenchError
 from .frontends import load, load_onnx
-from .ir import DType, Graph, GraphBuilder, load_json, save_json
+from .dtypes import DType
+from .ir import Graph, GraphBuilder, load_json, save_json
 from .session import Session
 
-__version__ = "0.1.0"
+from .version import __version__
 
 
 def load_artifact(path, backend: str = "auto", *, trusted_keys=None, require_signature=None):

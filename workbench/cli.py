@@ -14,10 +14,17 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
+from .version import __version__
 from .errors import WorkbenchError, shown
 from .fusion.planners import PLANNERS
 from .runtime.backends import backend_names
+from .codegen import lower_plan, render_kernel
+from .device import GPUS, MATMUL_PRECISIONS
+from .frontends import load
+from .fusion import run_planner
+from .fusion.cost import CostModel
+from .runtime import get_backend
+from .session import Session
 
 EXIT_USER_ERROR = 2
 
@@ -46,7 +53,6 @@ def _fmt_table(rows: list[dict], counters: bool = False) -> str:
 
 
 def cmd_optimize(args) -> int:
-    from .session import Session
     rows = []
     for path in args.graph:
         s = Session(path, backend=args.backend, seed=args.seed,
@@ -98,14 +104,8 @@ def cmd_optimize(args) -> int:
 
 
 def cmd_show(args) -> int:
-    from .codegen import lower_plan, render_kernel
-    from .frontends import load
-    from .fusion import run_planner
-    from .fusion.cost import CostModel
-    from .fusion.devices import GPUS
     g = load(args.graph)
     if args.device == "cpu":
-        from .runtime import get_backend
         device = get_backend("cpu").device      # this machine, measured once
     else:
         device = GPUS[args.device]
@@ -126,7 +126,6 @@ def cmd_show(args) -> int:
 
 def cmd_export(args) -> int:
     from .artifact import load_key
-    from .session import Session
     key = load_key(args.sign_key) if args.sign_key else None     # before the work
     s = Session(args.graph, backend=args.backend, seed=args.seed,
                 progress=None if args.quiet else _progress,
@@ -199,7 +198,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _precision_option(p) -> None:
-    from .fusion.devices import MATMUL_PRECISIONS
     p.add_argument("--matmul-precision", default="float32", choices=MATMUL_PRECISIONS,
                    help="what float32 matmuls may round their operands to on a GPU: "
                         "float32 (exact, the default) or tf32 (tensor cores, 10 mantissa "

@@ -25,6 +25,8 @@ from .errors import BackendUnavailable, GraphError, WorkbenchError
 from .frontends import load_onnx
 from .frontends.onnx.common import held_elem_types, widened
 from .ir import Graph
+from .runtime import gpu_available
+from .session import Session
 
 Runner = Callable[[Mapping[str, np.ndarray]], Mapping[str, np.ndarray]]
 
@@ -93,7 +95,6 @@ def _resolve_backend(device: str, backend: str) -> str:
 
 def _runner(graph: Graph, planner: str, backend: str,
             matmul_precision: str = "float32") -> tuple[Runner, Any]:
-    from .session import Session
     session = Session(graph, backend=backend, matmul_precision=matmul_precision)
     session.auto(planner)
     return session.run, session
@@ -140,10 +141,6 @@ class WorkbenchBackend(Backend):
             return False
         if kind == DeviceType.CPU:
             return True
-        try:
-            from .runtime import gpu_available
-        except ImportError:
-            return False
         return gpu_available()
 
 

@@ -32,6 +32,14 @@ from .ir import Graph
 from .measure import StepMeasurement, measure_program
 from .measure.step import DRAM_NOT_REQUESTED
 from .runtime import Program, get_backend, random_inputs, run_reference
+from .device import MATMUL_PRECISIONS
+from .frontends import load
+from .fusion.actions import Action, applicable_actions, effect
+from .fusion.cost import CostModel, Sample, samples_from
+from .measure.counters import with_dram
+from .measure.tune import tune_plan
+from .measure.verify import graph_magnitudes
+from .runtime.backends import backend_names
 
 STEP_COLUMNS = ["step", "action", "planner", "matmul_precision", "kernels", "bytes_moved_MB",
                 "dram_MB", "latency_ms", "predicted_ms", "speedup_vs_none", "max_rel_error",
@@ -47,7 +55,6 @@ class Step:
 
 
 def _check_precision(matmul_precision) -> None:
-    from .fusion.devices import MATMUL_PRECISIONS
     if not isinstance(matmul_precision, str) or matmul_precision not in MATMUL_PRECISIONS:
         raise WorkbenchError(f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)} "
                              f"(float32: exact; tf32: tensor cores, operands rounded to 10 "
@@ -78,7 +85,6 @@ def _replanned(plan: Plan, device) -> Plan:
 
 def _check_args(backend, seed, progress, matmul_precision="float32") -> None:
     """Session's arguments of the wrong type, refused before anything is loaded."""
-    from .runtime.backends import backend_names
     _check_precision(matmul_precision)
     if not isinstance(backend, str):
         raise WorkbenchError(f"backend must be a name ({', '.join(backend_names())}), got "
@@ -104,7 +110,6 @@ class Session:
     def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,
                  progress: Callable[[int, int, str], None] | None = None,
                  calibrate: bool = True, matmul_precision: str = "float32"):
-        from .frontends import load
         _check_args(backend, seed, progress, matmul_precision)
         self.graph = load(graph)
         self.backend = get_backend(backend)
@@ -225,7 +230,6 @@ class Session:
         (see :mod:`workbench.measure.tune`). Each kernel is timed on the values it
         really receives; ``self.tuning`` holds every candidate's time, and the cost
         model learns from them. Results are cached per device and kernel source."""
-        from .measure.tune import tune_plan
         if self.backend.emulated:
             raise WorkbenchError(
                 f"tuning chooses by measured time, and backend {self.backend.name}'s times "
@@ -279,12 +283,10 @@ class Session:
         mapping, tune), legal ones with the plan they would make and its predicted
         kernels, bytes and ms (a preview), refused ones with the reason
         (:func:`workbench.fusion.actions.applicable_actions`). Changes nothing."""
-        from .fusion.actions import applicable_actions
         return applicable_actions(self.plan, refs, self.cost_model)
 
     def apply(self, action) -> Plan:
         """Apply one of :meth:`actions`' results (made for the current plan) as a step."""
-        from .fusion.actions import Action
         if not isinstance(action, Action):
             raise WorkbenchError(f"apply takes an action from Session.actions(...), got "
                                  f"{type(action).__name__}")
@@ -302,7 +304,6 @@ class Session:
         """Two steps side by side: kernels, bytes moved (counted), predicted ms and,
         where measured, latency; one row per quantity, a column per step and the
         change."""
-        from .fusion.actions import effect
         cols = {}
         for i in map(self._step_index, (a, b)):
             st = self.history[i]
@@ -389,7 +390,6 @@ class Session:
         if not plan.device.tf32:
             return None
         if self._tf32_magnitudes is None:
-            from .measure.verify import graph_magnitudes
             self._tf32_magnitudes = graph_magnitudes(self.graph, self.inputs, tf32=True)
         return self._tf32_magnitudes
 
@@ -413,7 +413,6 @@ class Session:
             if self.calibrate:
                 self._recalibrate()
         if counters and self._measurements[plan].dram_source == DRAM_NOT_REQUESTED:
-            from .measure.counters import with_dram
             self._measurements[plan] = with_dram(self._measurements[plan], plan,
                                                  self.inputs, self.backend)
         return self._measurements[plan]
@@ -472,15 +471,12 @@ class Session:
     def _uncalibrated(self, matmul_precision: str | None = None):
         p = matmul_precision or self.matmul_precision
         if p not in self._device_models:
-            from .fusion.cost import CostModel
             self._device_models[p] = CostModel.for_device(self._device_at(p))
         return self._device_models[p]
 
     def _recalibrate(self) -> None:
         """Fit the device's model to every kernel measured so far (always from the
         uncalibrated model, so fits do not compound)."""
-        from .fusion.cost import samples_from
-        from .fusion.cost import Sample
         base = self._uncalibrated()
         # each kernel counted at the precision it ran at (a TF32 matmul's time is the
         # tensor cores')

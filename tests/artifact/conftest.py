@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from workbench.artifact.manifest import canonical_json, sha256
-from workbench.ir import DType, GraphBuilder
+from workbench.dtypes import DType
+from workbench.ir import GraphBuilder
 from workbench.ir.composites import random_array
 
 # every model-provided name carries this marker; generated source must never contain it

@@ -169,7 +169,7 @@ def test_rows_too_long_for_registers_are_kept_in_dynamic_shared_memory(kind, col
     loads, one per slot); ptxas sees no static shared memory beyond the reduction
     slots. (A bfloat16 row is kept as float32.) 65536 float32 (256 KB) fit nowhere and
     are read once per pass."""
-    from workbench.fusion.devices import H100
+    from workbench.device import H100
     from workbench.runtime import nvrtc
     b = GraphBuilder(f"{kind}_{cols}")
     x = b.input("x", (8, cols), dtype)
@@ -206,7 +206,7 @@ def test_a_row_too_long_for_either_is_split_between_registers_and_shared_memory(
     dynamic shared memory (a warp's lanes on 32 consecutive words), so the row is
     still read from global memory once -- one 16-byte load per slot -- with no local
     memory and no spills."""
-    from workbench.fusion.devices import H100
+    from workbench.device import H100
     from workbench.runtime import nvrtc
     b = GraphBuilder(f"softmax_{cols}")
     b.output(b.softmax(b.input("x", (8, cols)), axis=-1), "y")

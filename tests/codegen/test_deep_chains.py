@@ -5,7 +5,8 @@ import sys
 
 import numpy as np
 
-from workbench.ir import DType, GraphBuilder
+from workbench.dtypes import DType
+from workbench.ir import GraphBuilder
 from workbench.session import Session
 
 

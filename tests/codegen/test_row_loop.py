@@ -15,7 +15,7 @@ from workbench.codegen import lower_plan
 import numpy as np
 
 from workbench.codegen.kir import If, Let, Loop
-from workbench.fusion import H100
+from workbench.device import H100
 from workbench.fusion.planners import run_planner
 from workbench.ir import GraphBuilder
 from workbench.session import Session

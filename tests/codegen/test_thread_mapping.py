@@ -11,8 +11,9 @@ import pytest
 from workbench.codegen import RENDERERS, lower_plan, render_kernel
 from workbench.codegen.kir import Launch
 from workbench.errors import FusionRefused
-from workbench.fusion import (A100, H100, MAPPINGS, Device, Mapping, Plan, candidate_mappings,
-                              choose_mapping, run_planner)
+from workbench.device import A100, H100, Device
+from workbench.fusion import (MAPPINGS, Mapping, Plan, candidate_mappings, choose_mapping,
+                              run_planner)
 from workbench.fusion.geometry import co_resident_grid
 from workbench.ir import GraphBuilder
 from workbench.session import Session

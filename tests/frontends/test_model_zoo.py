@@ -1,4 +1,4 @@
-"""The model zoo as users run it: every architecture of ``workbench.zoo`` (transformers
+"""The model zoo as users run it: every architecture of ``workbench.testing.zoo`` (transformers
 config classes, small random-weight configurations, no downloads) through both paths a
 new user takes, each planned with ``stitch`` and run on the CPU backend:
 
@@ -29,7 +29,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import workbench as wb  # noqa: E402
-from workbench import onnx_backend, zoo  # noqa: E402
+from workbench import onnx_backend
+from workbench.testing import zoo  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("model_zoo")
 
@@ -184,7 +185,7 @@ def test_a_decoder_s_causal_mask_is_recognized_as_users_export_it(name, dtype, p
     (``where(causal & padding, 0, lowest)``, the padding from the input), but the
     causal part still hides the same keys whatever the padding."""
     from workbench.fusion import run_planner
-    from workbench.fusion.devices import H100
+    from workbench.device import H100
     if dtype == "float32" and path != "onnx_attention_mask":
         m, onnx_path = built(name, zoo_dir)
     else:

@@ -15,7 +15,7 @@ from workbench.errors import FusionRefused
 from workbench.fusion import Plan, make_group, run_planner
 from workbench.fusion.cost import (MEMORY_KEYS, CostModel, Factors, Sample, features,
                                    relative_error)
-from workbench.fusion.devices import A100, H100, Device, gpu_by_name
+from workbench.device import A100, H100, Device, gpu_by_name
 from workbench.ir import GraphBuilder
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sample_graphs"))

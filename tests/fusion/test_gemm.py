@@ -7,7 +7,7 @@ from workbench.errors import FusionRefused
 from workbench.fusion import run_planner
 from workbench.fusion.analysis import analyze
 from workbench.fusion.cost import CostModel
-from workbench.fusion.devices import H100, assumed_cpu
+from workbench.device import H100, assumed_cpu
 from workbench.fusion.gemm import GPU_REFUSAL
 from workbench.fusion.mapping import ScheduleKind
 

@@ -14,7 +14,7 @@ import pytest
 import workbench as wb
 from workbench.fusion import gemm
 from workbench.fusion.key_limit import KeyLimit, causal_mask, find_key_limit
-from workbench.ir import DType
+from workbench.dtypes import DType
 from workbench.runtime import random_inputs, run_reference
 from workbench.session import Session
 
@@ -161,7 +161,7 @@ def test_skipping_is_exact_and_cheaper(dtype):
     run in bfloat16 too: its probabilities kept in float32 inside the kernel); its
     output equals, bit for bit, the kernel's that takes every block (the skipped blocks
     add exact zeros), and both match the reference."""
-    from workbench.fuzz import check_plan
+    from workbench.testing.fuzz import check_plan
     g = _attention(s=300, scale=1 / math.sqrt(16), dtype=dtype)
     lim, s = _limit(g)
     assert lim is not None and "keys past row + 1 skipped" in s.plan.groups[0].schedule.describe()
@@ -212,7 +212,7 @@ def test_a_bert_era_mask_falls_back_where_the_scores_could_cross_it():
     max|k| under 1250) fails, the tile takes every block, the output is the
     reference's; so where a row's maximum is below the floor. Ordinary inputs pass
     the checks and match too."""
-    from workbench.fuzz import check_plan
+    from workbench.testing.fuzz import check_plan
     g = _attention(s=300, fill=-1e4)
     lim, s = _limit(g)
     assert lim.fill == -1e4 and _would_skip(lim, s.inputs, 16)
@@ -270,7 +270,7 @@ def test_the_gpu_kernel_skips_and_checks_in_the_emulator(case, form):
     """The GPU's fused attention (TF32 tiles, blocks of the tile's keys) with the skip:
     the block agrees on the rows' check (a block-wide AND) and sums the bounds across
     its threads; within TF32's bound of the reference, and the fallback where it must."""
-    from workbench.fuzz import check_plan
+    from workbench.testing.fuzz import check_plan
     from workbench.runtime.cuda_emu import CudaEmuBackend
     why = CudaEmuBackend.unavailable()
     if why:
@@ -300,7 +300,7 @@ def _would_skip(lim: KeyLimit, ins: dict, d: int) -> bool:
 
 def _gpu_limit(g):
     from workbench.fusion import run_planner
-    from workbench.fusion.devices import H100
+    from workbench.device import H100
     plan, _ = run_planner("stitch", g, device=H100)
     (gr,) = [x for x in plan.groups if x.schedule.then is not None]
     return gr.schedule.key_limit
@@ -348,7 +348,7 @@ def test_a_half_precision_models_attention_skips_in_the_emulator(case, form, dty
     """The GPU's fused attention of a model run in bfloat16 or float16 (half tiles on
     tensor cores, the logits widened to float32): the skip and its checks, within the
     type's bound of the reference, and the fallback where skipping would differ."""
-    from workbench.fuzz import check_plan
+    from workbench.testing.fuzz import check_plan
     from workbench.runtime.cuda_emu import CudaEmuBackend
     why = CudaEmuBackend.unavailable()
     if why:
@@ -427,7 +427,7 @@ def test_gpt2_s_causal_attention_on_an_h100_compiles_without_spills(nvrtc_toolch
     from workbench.codegen import lower_plan, render_kernel
     from workbench.fusion import run_planner
     from workbench.fusion.cost import CostModel
-    from workbench.fusion.devices import H100
+    from workbench.device import H100
     from workbench.runtime import nvrtc
     tf32 = H100.with_(matmul_precision="tf32")
     g = _attention(s=512, heads=12, d=64, scale=0.125, dtype=dtype)

@@ -161,7 +161,7 @@ def test_pooling_reduces_with_a_thread_per_output_position(planner):
     mapping) is reduced by a thread per output position under both planners, and a
     cost model offers no other mapping for it; its kernel matches NumPy."""
     from workbench.fusion import candidate_mappings
-    from workbench.fusion.devices import H100, assumed_cpu
+    from workbench.device import H100, assumed_cpu
     from workbench.ir.composites_nn import max_pool
     CPU = assumed_cpu("test cpu", 2)
     from workbench.runtime import random_inputs, run_reference

@@ -17,7 +17,7 @@ import pytest
 import workbench as wb
 from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze, analyze_stitched
-from workbench.fusion.devices import assumed_cpu
+from workbench.device import assumed_cpu
 
 CPU = assumed_cpu("cores", 2)
 onnx = pytest.importorskip("onnx")

@@ -11,7 +11,7 @@ import pytest
 from workbench.errors import FusionRefused
 from workbench.fusion import Plan, make_group, run_planner
 from workbench.fusion.cost import CostModel
-from workbench.fusion.devices import A100, H100, Device
+from workbench.device import A100, H100, Device
 from workbench.fusion.cycles import cycle_reason, cycle_via
 from workbench.fusion.plan import toposort_groups
 from workbench.measure.compare import tolerance

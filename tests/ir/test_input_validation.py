@@ -15,17 +15,9 @@ import numpy as np
 import pytest
 
 from workbench.errors import GraphError, WorkbenchError
-from workbench.ir import (
-    DType,
-    Graph,
-    GraphBuilder,
-    Node,
-    Value,
-    from_json,
-    load_json,
-    to_json,
-)
-from workbench.ir.shapes import MAX_ELEMENTS
+from workbench.dtypes import DType
+from workbench.ir import Graph, GraphBuilder, Node, Value, from_json, load_json, to_json
+from workbench.shapes import MAX_ELEMENTS
 from workbench.ops import get_op
 from workbench.runtime import run_reference
 

@@ -106,7 +106,7 @@ def mm_session():
 def test_ncu_command_names_only_generated_kernels():
     # a plan for the GPU, where the matmul is a cuBLAS call (on a CPU it is a kernel)
     from workbench.fusion import run_planner
-    from workbench.fusion.devices import H100
+    from workbench.device import H100
     ours, library = generated_kernels(run_planner("rules", _matmul_norm_graph(),
                                                   device=H100)[0])
     assert ours and len(library) == 1 and "matmul" in library[0]

@@ -8,7 +8,8 @@ import pytest
 
 from workbench.codegen import lower_plan, render_kernel
 from workbench.fusion import run_planner
-from workbench.ir import DType, GraphBuilder
+from workbench.dtypes import DType
+from workbench.ir import GraphBuilder
 from workbench.ops.bfloat16 import round_bf16
 
 ml_dtypes = pytest.importorskip("ml_dtypes")

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from workbench.errors import GraphError
-from workbench.ir import DType, GraphBuilder
+from workbench.dtypes import DType
+from workbench.ir import GraphBuilder
 from workbench.ops import get_op
 
 torch = pytest.importorskip("torch")

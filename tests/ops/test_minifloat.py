@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.ir import DType, GraphBuilder
+from workbench.dtypes import DType
+from workbench.ir import GraphBuilder
 from workbench.ops.minifloat import E8M0, FORMATS, ROUND_MODES, round_e8m0, round_mini
 from workbench.runtime import run_reference
 from workbench.session import Session

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from workbench.errors import GraphError
-from workbench.ir import DType, GraphBuilder
+from workbench.dtypes import DType
+from workbench.ir import GraphBuilder
 from workbench.ir.graph import Value
 from workbench.measure.compare import max_rel_error
 from workbench.ops import Kind, all_ops, get_op

@@ -18,7 +18,8 @@ import pytest
 from workbench.codegen import lower_plan, render_kernel
 from workbench.errors import FusionRefused
 from workbench.fusion import run_planner
-from workbench.ir import DType, GraphBuilder
+from workbench.dtypes import DType
+from workbench.ir import GraphBuilder
 from workbench.measure.compare import max_rel_error, tolerance
 from workbench.ops.bfloat16 import from_bits, to_bits
 from workbench.runtime import run_reference

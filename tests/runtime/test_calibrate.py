@@ -10,7 +10,7 @@ import pytest
 
 from workbench.errors import WorkbenchError
 from workbench.fusion.cost import CostModel, relative_error, samples_from
-from workbench.fusion.devices import Device
+from workbench.device import Device
 from workbench.ir import GraphBuilder
 from workbench.measure import KERNEL_COLUMNS
 from workbench.runtime import BACKENDS, Backend, backend_names, get_backend, resolve

@@ -16,7 +16,7 @@ import pytest
 import workbench as wb
 from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze
-from workbench.fusion.devices import assumed_cpu
+from workbench.device import assumed_cpu
 from workbench.fusion import gemm
 from workbench.fusion.gemm import (CONV_DIRECT_ALIGN, CONV_DIRECT_DEPTH_RATIO,
                                    CONV_DIRECT_WEIGHTS, CONV_MICRO_DEPTH,

@@ -314,7 +314,7 @@ def test_the_emulators_times_are_not_taken_for_the_gpus(tmp_path):
     import sys
 
     from workbench.errors import WorkbenchError
-    from workbench.fusion.devices import H100
+    from workbench.device import H100
     from workbench.measure.counters import CountersUnavailable, dram_bytes
     from workbench.session import Session
     s = Session("sample_graphs/bias_grad.json", backend="cuda-emu")

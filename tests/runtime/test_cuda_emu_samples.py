@@ -29,7 +29,7 @@ import pytest
 
 from workbench.fusion import run_planner
 from workbench.fusion.cost import _reread_bytes, _scatter
-from workbench.fusion.devices import DEFAULT_DEVICE
+from workbench.device import DEFAULT_DEVICE
 from workbench.fusion.mapping import ScheduleKind
 from workbench.fusion.schedule import group_io
 from workbench.measure import verify_kernels

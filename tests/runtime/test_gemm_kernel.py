@@ -401,7 +401,7 @@ def test_packed_b_is_chosen_for_a_constant_on_wide_vectors():
     (``gemm.packs``) but the rule leaves it to sgemm (the online softmax aside) -- also
     where B's batch is broadcast in part (one pack per distinct matrix); a GPU plan has
     no GEMM kernel."""
-    from workbench.fusion.devices import H100
+    from workbench.device import H100
     from workbench.fusion.planners import run_planner
     from workbench.runtime.calibrate import cpu_device
     for make, pack in [(_ffn_gelu, "once"), (_attention_scores, "")]:
@@ -429,7 +429,7 @@ def test_grouped_query_attention_packs_each_key_value_head_once(groups, rep, mon
     V once per key-value head, and each query head's tiles read its group's packs --
     the reference's result, and the V pack is sized per key-value head."""
     from workbench.codegen.microkernel import packed_numel
-    from workbench.fuzz import check_plan as check_kernels
+    from workbench.testing.fuzz import check_plan as check_kernels
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
     s, d, heads = 300, 16, groups * rep
     b = wb.GraphBuilder("gqa")

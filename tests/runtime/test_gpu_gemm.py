@@ -18,10 +18,10 @@ import workbench as wb
 from workbench.errors import FusionRefused
 from workbench.fusion import Plan, analyze, run_planner
 from workbench.fusion.cost import CostModel
-from workbench.fusion.devices import H100
+from workbench.device import H100
 from workbench.fusion.gemm import GPU_GEMM_TILES
 from workbench.fusion.mapping import ScheduleKind
-from workbench.ir import DType
+from workbench.dtypes import DType
 from workbench.runtime.cuda_emu import CudaEmuBackend, counting
 from workbench.session import Session
 

@@ -15,9 +15,9 @@ import pytest
 import workbench as wb
 from workbench.errors import FusionRefused
 from workbench.fusion import Plan
-from workbench.fusion.devices import H100
+from workbench.device import H100
 from workbench.fusion.gemm import GPU_GEMM_TILES, PIPELINED_TENSOR_MAX
-from workbench.ir import DType
+from workbench.dtypes import DType
 from workbench.measure import verify_kernels
 from workbench.runtime import gpu_available, random_inputs
 from workbench.runtime.cuda_emu import CudaEmuBackend
@@ -117,7 +117,7 @@ def test_two_stages_on_a_large_tensor_core_tile_are_refused_with_the_reason():
     with pytest.raises(FusionRefused, match=r"stages=3 is out of range for a GEMM kernel "
                                             r"\(1 or 2\)"):
         h100.set_launch(gid, stages=3)
-    from workbench.fusion.devices import assumed_cpu
+    from workbench.device import assumed_cpu
     cpu = assumed_cpu("cpu", 2)
     on_cpu = Plan.singletons(g, cpu).fuse([n.id for n in g.nodes])
     with pytest.raises(FusionRefused, match="stages applies to a GPU's GEMM tile"):

@@ -19,11 +19,11 @@ import workbench as wb
 from workbench.errors import WorkbenchError
 from workbench.fusion import Plan, run_planner
 from workbench.fusion.cost import CostModel
-from workbench.fusion.devices import H100
+from workbench.device import H100
 from workbench.fusion.gemm import GPU_TENSOR_TILES
 from workbench.fusion.mapping import ScheduleKind
-from workbench.ir import DType
-from workbench.ir.dtypes import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR
+from workbench.dtypes import DType
+from workbench.dtypes import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR
 from workbench.measure import verify_kernels
 from workbench.measure.verify import check_kernel
 from workbench.runtime import gpu_available, random_inputs

@@ -50,6 +50,7 @@ from .manifest import (CONSTANTS_FILE, FORMAT, GRAPH_FILE, KERNEL_DIR, MANIFEST,
                        KernelSpec, LibrarySpec, Manifest, TensorSpec, graph_hash, json_safe,
                        sha256)
 from .sign import SIGNATURE_FILE, signature_file, signing_key
+from ..version import __version__
 
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)   # fixed entry times: the archive's bytes follow its files
 
@@ -111,7 +112,6 @@ def _measurement_record(m) -> dict:
 
 def build_files(plan: Plan, backend_name: str, device: str, measurement=None) -> dict[str, bytes]:
     """Every file of the artifact of ``plan``, by relative path (manifest.json last)."""
-    from .. import __version__
     g = plan.graph
     files = graph_files(g)
     kernels = []

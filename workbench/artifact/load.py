@@ -26,13 +26,15 @@ import numpy as np
 
 from ..codegen.kir import Buffer, Kernel, Launch, LibraryCall, Scratch
 from ..errors import ArtifactError, BackendUnavailable, GraphError, WorkbenchError
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 from ..ir.graph import freeze_attr
 from ..runtime.backends import backend_names
 from ..runtime.program import KernelSequence
 from .manifest import KernelSpec, Manifest, TensorSpec, one_line
 from .sign import trusted
 from .verify import Artifact, read_artifact
+from ..runtime import get_backend
 
 
 def load_artifact(path: str | Path, backend: str = "auto", *, trusted_keys=None,
@@ -216,7 +218,6 @@ class ArtifactModel:
         """The shipped kernels compiled for a backend ('cpu', 'cupy', 'reference'...),
         each in the backend's source language (compiled once)."""
         if backend not in self._runners:
-            from ..runtime import get_backend
             be = get_backend(backend)
             sources = self.sources(be.target) if be.target else {}
             lacking = [k.name for k in self.manifest.kernels

@@ -38,10 +38,13 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any, Mapping
 
 from ..errors import ArtifactError
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 from ..ir.serialize import to_json
-from ..ir.shapes import MAX_RANK
+from ..shapes import MAX_RANK
 from ..runtime.blas import SYMBOLS as BLAS_SYMBOLS
+from ..codegen.kir import Buffer, Kernel, Scratch
+from ..fusion.mapping import Mapping as ThreadMapping
 
 FORMAT = "fusion-workbench.artifact"
 VERSION = 1
@@ -494,8 +497,6 @@ def _defaults(cls) -> dict:
 
 
 def _kir():
-    from ..codegen.kir import Buffer, Kernel, Scratch
-    from ..fusion.mapping import Mapping as ThreadMapping
     return Buffer, Kernel, Scratch, ThreadMapping
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..ir import DType
+from ..dtypes import DType
 
 BF16 = DType.bfloat16.np
 

@@ -36,7 +36,8 @@ import numpy as np
 
 from ..codegen.microkernel import packed_numel
 from ..errors import ArtifactError
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 from ..ir.graph import freeze_attr
 from ..ir.serialize import from_json
 from ..ops.bfloat16 import bits_as
@@ -45,6 +46,7 @@ from .manifest import (CONSTANTS_FILE, GRAPH_FILE, MANIFEST, MAX_IDENTIFIER,
                        file_limit, graph_hash, one_line, parse_json, read_manifest, sha256,
                        show)
 from .sign import MAX_SIGNATURE_BYTES, SIGNATURE_FILE, verify_signature
+from ..ops import get_op
 
 MAX_ENTRIES = 100_000          # files in an artifact directory or zip
 MAX_DIR_DEPTH = 8
@@ -583,7 +585,6 @@ def check_plan(m: Manifest, g: Graph, where: str) -> None:
 
 def _check_library(k, gr, nodes, fail) -> None:
     """A library call is exactly its group's single node: op, attributes, arguments."""
-    from ..ops import get_op
     if len(gr.nodes) != 1:
         raise fail(f"kernel {k.name} is a library call for a group of {len(gr.nodes)} nodes")
     n = nodes[gr.nodes[0]]

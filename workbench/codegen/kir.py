@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Mapping as MappingType, Union
 
-from ..fusion.devices import PORTABLE_SHARED_PER_BLOCK
+from ..device import PORTABLE_SHARED_PER_BLOCK
 from ..fusion.geometry import REDUCE_SLOT_BYTES
 from ..fusion.mapping import Mapping
 from ..fusion.schedule import BlockTile, Im2col
-from ..ir import DType
+from ..dtypes import DType
 
 
 @dataclass(frozen=True)
@@ -451,7 +451,7 @@ class Kernel:
     # call, tensor cores for a GPU GEMM tile
     tf32: bool = False
     # how far its operands' rounding on the way in may take each of its matmuls' products,
-    # relative to |A| @ |B| (0: exact; ir.dtypes' TF32_PRODUCT_ERROR, HALF_PRODUCT_ERROR):
+    # relative to |A| @ |B| (0: exact; dtypes' TF32_PRODUCT_ERROR, HALF_PRODUCT_ERROR):
     # the check widens their bounds by it (measure.verify)
     product_error: float = 0.0
 

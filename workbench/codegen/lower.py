@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import WorkbenchError
-from ..fusion.devices import DEFAULT_DEVICE, Device
+from ..device import DEFAULT_DEVICE, Device
 from ..fusion.gemm import GPU_GEMM_RESIDENT, PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
 from ..fusion.geometry import REDUCE_SLOT_BYTES, Geometry, flat_vector, geometry
 from ..fusion.mapping import Mapping, ScheduleKind
@@ -29,8 +29,9 @@ from ..fusion.row_tile import row_shifted
 from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
                                PACK_ONCE, PACK_PER_RUN, PACK_TILE, Im2col, Schedule,
                                group_io)
-from ..ir import DType, Graph
-from ..ir.dtypes import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR, c_literal
+from ..dtypes import DType
+from ..ir import Graph
+from ..dtypes import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR, c_literal
 from ..ops import Index, Kind, get_op
 from ..ops.index import mod
 from ..ops.reduce import reduce_axes

@@ -25,7 +25,7 @@ import math
 from dataclasses import dataclass
 
 from ..fusion.schedule import Im2col
-from ..ir import DType
+from ..dtypes import DType
 from .kir import Buffer, Let, Loop, Load, Scratch, Store
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from ..ir import DType
+from ..dtypes import DType
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
                   OnlineStep, PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)

@@ -12,8 +12,8 @@ from dataclasses import replace
 
 from ..errors import WorkbenchError
 from ..fusion.geometry import CPU_ROW_TILE, REDUCE_SLOT_WORDS
-from ..ir import DType
-from ..ir.dtypes import C_STORAGE
+from ..dtypes import DType
+from ..dtypes import C_STORAGE
 from ..ops import all_helpers
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
                   DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from ..ir import GraphBuilder, Tensor
-from ..ir.dtypes import DType
+from ..dtypes import DType
 from ..ops import broadcast_shapes
 from .importing import Unsupported
 

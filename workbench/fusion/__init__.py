@@ -1,7 +1,6 @@
 """Fusion: plans (partitions into kernels), legality, transformations, planners."""
 from .plan import Group, Plan, StitchScheme, make_group
 from .cost import CostModel, Estimate, Factors, KernelFeatures, PlanEstimate, Sample
-from .devices import A100, DEFAULT_DEVICE, H100, Device
 from .geometry import Geometry, geometry
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
 from .partition import Decision
@@ -9,8 +8,8 @@ from .planners import PLANNERS, run_planner
 from .analysis import analyze, analyze_stitched, candidate_mappings
 from .schedule import GroupIO, Phase, Schedule, group_io
 
-__all__ = ["A100", "CostModel", "DEFAULT_DEVICE", "Decision", "Device", "Estimate",
-           "Factors", "Geometry", "Group", "GroupIO", "H100", "KernelFeatures", "MAPPINGS",
+__all__ = ["CostModel", "Decision", "Estimate",
+           "Factors", "Geometry", "Group", "GroupIO", "KernelFeatures", "MAPPINGS",
            "Mapping", "PLANNERS", "Phase", "Plan", "PlanEstimate", "Sample", "Schedule",
            "ScheduleKind", "StitchScheme", "analyze", "analyze_stitched",
            "candidate_mappings", "choose_mapping", "geometry", "group_io", "make_group",

@@ -22,7 +22,7 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, RowRole, get_op
 from ..ops.conv import CONVS
-from .devices import DEFAULT_DEVICE, Device
+from ..device import DEFAULT_DEVICE, Device
 from .gemm import analyze_gemm
 from .geometry import (REDUCE_SLOT_BYTES, flat_vector, geometry, register_budget, row_threads,
                        row_vector, rows_per_block, shared_bytes, split_count)

@@ -2,7 +2,7 @@
 and arithmetic, priced at the fusion level (a :class:`Group` and its schedule), so
 planners can score plans without generating code.
 
-For one group on one :class:`~workbench.fusion.devices.Device`, :func:`features`
+For one group on one :class:`~workbench.device.Device`, :func:`features`
 counts what the kernel must do (FusionStitching's and AStitch's terms):
 
 - **bytes**: each value the group reads from outside once, each value it writes out
@@ -39,7 +39,7 @@ returns a new model fitted to measured per-kernel latencies.
 
 Example::
 
-    >>> from workbench.fusion.devices import H100
+    >>> from workbench.device import H100
     >>> m = CostModel.for_device(H100)                       # doctest: +SKIP
     >>> m.estimate(g, plan.groups[0]).ms                     # doctest: +SKIP
     0.0213
@@ -50,9 +50,10 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Iterable, Sequence
 
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 from ..ops import Kind, get_op
-from .devices import Device
+from ..device import Device
 from .geometry import geometry, shared_bytes
 from .mapping import Mapping, ScheduleKind
 from .plan import Group, Plan

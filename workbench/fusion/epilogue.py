@@ -43,7 +43,7 @@ from ..ir import Graph
 from ..ops.conv import CONVS
 from .analysis import analyze
 from .gemm import INVERTIBLE, prologue, view_chain
-from .devices import Device
+from ..device import Device
 from .partition import Decision, Partition
 
 GEMM_OPS = ("matmul",) + CONVS      # library ops the gemm template takes

@@ -59,13 +59,14 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ..errors import FusionRefused
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 from ..ops import Kind, get_op
 from ..ops.conv import CONVS, conv_attrs
 from ..ops.layout import transpose_perm
 from ..ops.reduce import reduce_axes
 from ..ops.strided import MatrixView, Strided
-from .devices import Device
+from ..device import Device
 from .key_limit import find_key_limit
 from .mapping import ScheduleKind
 from .schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS, PACK_ONCE,

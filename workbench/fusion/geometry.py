@@ -12,7 +12,7 @@ the C rendering has (a flat loop's elements, a thread-per-row kernel's row tiles
 
 Example::
 
-    >>> from workbench.fusion.devices import H100
+    >>> from workbench.device import H100
     >>> co_resident_grid(256, 0, H100)
     528
 """
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .devices import Device
+from ..device import Device
 from .mapping import Mapping, ScheduleKind
 from .schedule import Schedule
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind
-from .devices import DEFAULT_DEVICE, Device
+from ..device import DEFAULT_DEVICE, Device
 from .partition import Decision, Partition
 from .plan import Plan
 from .analysis import analyze

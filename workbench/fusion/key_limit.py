@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 
 # below this fill the masked keys are worth skipping (a causal mask's fill is the
 # dtype's lowest or -inf; BERT-era masks add -10000, float16 models -65504)

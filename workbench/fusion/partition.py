@@ -12,7 +12,7 @@ from typing import Iterable
 from ..ir import Graph
 from ..ops import Kind, get_op
 from .cycles import cycle_reason, cycle_via
-from .devices import DEFAULT_DEVICE, Device
+from ..device import DEFAULT_DEVICE, Device
 from .plan import Plan, make_group, toposort_groups
 
 

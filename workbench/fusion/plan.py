@@ -20,7 +20,7 @@ from typing import Iterable
 from ..errors import FusionRefused
 from ..ir import Graph
 from .cycles import cycle_reason, cycle_via
-from .devices import DEFAULT_DEVICE, Device
+from ..device import DEFAULT_DEVICE, Device
 from .mapping import Mapping, ScheduleKind
 from .analysis import analyze, analyze_stitched
 from .schedule import Schedule

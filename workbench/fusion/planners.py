@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..errors import WorkbenchError
 from ..ir import Graph
-from .devices import DEFAULT_DEVICE, Device
+from ..device import DEFAULT_DEVICE, Device
 from .greedy import plan_none, plan_rules, plan_xla
 from .partition import Decision
 from .plan import Plan

@@ -48,7 +48,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 from ..ops.strided import MatrixView, Strided
 from .key_limit import KeyLimit
 from .mapping import Mapping, ScheduleKind

@@ -55,7 +55,7 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, get_op
 from .cost import CostModel
-from .devices import DEFAULT_DEVICE, Device
+from ..device import DEFAULT_DEVICE, Device
 from .greedy import rules_partition
 from .mapping import ScheduleKind
 from .partition import Decision, Partition

@@ -1,9 +1,8 @@
 """The graph IR: values with static shapes and dtypes, nodes in topological order."""
 from .builder import GraphBuilder, Tensor
-from .dtypes import TOLERANCE, DType
 from .graph import Graph, Node, Origin, Value
 from .printer import format_graph
 from .serialize import from_json, load_json, save_json, to_json
 
-__all__ = ["DType", "TOLERANCE", "Graph", "GraphBuilder", "Node", "Origin", "Tensor",
-           "Value", "format_graph", "from_json", "load_json", "save_json", "to_json"]
+__all__ = ["Graph", "GraphBuilder", "Node", "Origin", "Tensor", "Value", "format_graph",
+           "from_json", "load_json", "save_json", "to_json"]

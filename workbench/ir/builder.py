@@ -23,9 +23,13 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..errors import GraphError
-from .dtypes import DType
+from ..dtypes import DType
 from .graph import Graph, Node, Origin, Value, freeze_attr, infer_node
-from .shapes import check_shape
+from ..shapes import check_shape
+from ..ops import Kind, all_ops, get_op, normalize_axes
+from ..ops.elementwise import cast_target
+from ..ops.registry import attr_bool
+from . import composites
 
 
 class Tensor:
@@ -142,9 +146,6 @@ class GraphBuilder:
            out_names: Sequence[str] | None = None, node_name: str = "",
            **attrs: Any) -> Any:
         """Apply a registered op; returns a Tensor, or a list for multi-output ops."""
-        from ..ops import Kind, get_op, normalize_axes
-        from ..ops.elementwise import cast_target
-        from ..ops.registry import attr_bool
         od = get_op(op)
         # a Python number takes the dtype of the data operands (not where's condition)
         tensors = [t for t in inputs if isinstance(t, Tensor)]
@@ -178,11 +179,9 @@ class GraphBuilder:
     def __getattr__(self, op: str):
         if op.startswith("_"):
             raise AttributeError(op)
-        from . import composites
         if op in composites.__all__:
             fn = getattr(composites, op)
             return lambda *a, **k: fn(self, *a, **k)
-        from ..ops import all_ops
         if op in all_ops():
             return lambda *a, **k: self.op(op, *a, **k)
         raise AttributeError(f"GraphBuilder has no op or composite {op!r}")

@@ -23,8 +23,10 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 import numpy as np
 
 from ..errors import GraphError, shown
-from .dtypes import DType
-from .shapes import Shape, check_shape
+from ..dtypes import DType
+from ..shapes import Shape, check_shape
+from ..ops import get_op
+from .printer import format_graph
 
 
 def freeze_attr(v: Any) -> Any:
@@ -207,7 +209,6 @@ class Graph:
                 f"outputs={list(self.outputs)})")
 
     def __str__(self) -> str:
-        from .printer import format_graph
         return format_graph(self)
 
     def verify(self) -> "Graph":
@@ -223,7 +224,6 @@ class Graph:
         """
         if self.__dict__.get("_verified"):     # a Graph is immutable: once is enough
             return self
-        from ..ops import get_op
         for v in self.values:
             if not isinstance(v, Value) or not isinstance(v.name, str):
                 raise GraphError(f"graph {self.name!r}: values must be Values named by "

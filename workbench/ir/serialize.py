@@ -41,9 +41,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import GraphError, WorkbenchError, shown
-from .dtypes import DType
+from ..dtypes import DType
 from .graph import Graph, LazyConstants, Node, Origin, Value, freeze_attr, infer_node
-from .shapes import check_shape, is_int
+from ..shapes import check_shape, is_int
+from ..ops import get_op
+from .composites import random_array
 
 FORMAT, VERSION = "workbench.graph", 1
 
@@ -145,7 +147,6 @@ def _init(name: str, shape: tuple[int, ...], dt: DType, init: Any):
     """A constant's data: an array (base64, data: held in the file) or a maker of it
     (fill, random: made on first use, so a graph loads and prints without them).
     Every parameter is checked here, before anything is made."""
-    from .composites import random_array
     what = f"constant {name!r}"
     npdt = dt.np
     numel = math.prod(shape)
@@ -226,7 +227,6 @@ def from_json(d: dict) -> Graph:
 
 
 def _from_json(d: dict) -> Graph:
-    from ..ops import get_op
     for key in ("nodes", "outputs"):
         if key not in d:
             raise GraphError(f"graph JSON has no \"{key}\" list")

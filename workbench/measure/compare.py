@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir import TOLERANCE, DType
+from ..dtypes import TOLERANCE, DType
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 

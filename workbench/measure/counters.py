@@ -52,8 +52,10 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..errors import WorkbenchError
-from ..ir import DType
+from ..dtypes import DType
 from ..ops.bfloat16 import as_bits, bits_as
+from ..artifact import export_plan
+from ..codegen import lower_plan
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 DEFAULT_TIMEOUT_S = 300.0
@@ -124,7 +126,6 @@ def ncu_command(ncu: str, artifact: str | Path, inputs: str | Path,
 
 def generated_kernels(plan) -> tuple[list[str], list[str]]:
     """(names of the plan's generated kernels, names of its library calls), in order."""
-    from ..codegen import lower_plan
     ours, library = [], []
     for k in lower_plan(plan):
         (library if k.library is not None else ours).append(k.name)
@@ -284,7 +285,6 @@ def dram_bytes(session_or_plan, inputs: Mapping[str, np.ndarray] | None = None, 
     if not ours:
         raise CountersUnavailable("the plan has no generated kernels (library calls are "
                                   "not measured)")
-    from ..artifact import export_plan
     with tempfile.TemporaryDirectory(prefix="workbench-ncu-") as tmp:
         artifact = Path(tmp) / "artifact"
         export_plan(plan, artifact, backend=backend)

@@ -43,6 +43,7 @@ from ..fusion.gemm import GPU_GEMM_TILES
 from ..fusion.schedule import CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES
 from ..runtime.program import KernelSequence
 from .verify import check_kernel
+from ..runtime.cc import cache_dir, extra_cflags
 
 # the kernels tuning searches (stitched kernels and library calls have no parameters)
 TUNED = (ScheduleKind.elementwise, ScheduleKind.row_reduce, ScheduleKind.gemm)
@@ -160,7 +161,6 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
 
 # -- the cache -------------------------------------------------------------------------
 def _cache_path(device_name: str) -> Path:
-    from ..runtime.cc import cache_dir
     slug = "".join(c if c.isalnum() else "-" for c in device_name.lower()).strip("-")
     p = cache_dir().parent / "tuning" / f"{slug[:80]}.json"
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -186,7 +186,6 @@ def tuning_key(source: str, backend_name: str) -> str:
     """A kernel's identity for the cache: its source under the rule's parameters (on
     the CPU with $WB_EXTRA_CFLAGS, which change its timings: sanitizers)."""
     if backend_name == "cpu":
-        from ..runtime.cc import extra_cflags
         if extra_cflags():
             backend_name += "\0" + " ".join(extra_cflags())
     return hashlib.sha256(f"{TUNER_VERSION}\0{backend_name}\0{source}".encode()

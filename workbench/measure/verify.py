@@ -23,8 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..ir import TOLERANCE, DType, Graph
-from ..ir.dtypes import TF32_PRODUCT_ERROR
+from ..dtypes import TOLERANCE, DType
+from ..ir import Graph
+from ..dtypes import TF32_PRODUCT_ERROR
 from ..ops import evaluate_node, magnitude
 from .compare import max_rel_error, tolerance
 

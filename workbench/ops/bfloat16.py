@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.dtypes import DType
+from ..dtypes import DType
 from .elementwise import BF16, _unary
 
 # the bits of a quiet NaN (a NaN's own bits, rounded, could carry into an inf)

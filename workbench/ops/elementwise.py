@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..ir.dtypes import C_INT, DType, c_int_literal
+from ..dtypes import C_INT, DType, c_int_literal
 from .registry import Helper, Kind, OpDef, broadcast_shapes, register
 
 # -- prelude helpers the scalar expressions call --------------------------------------

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..ir.dtypes import DType
-from ..ir.shapes import check_shape
+from ..dtypes import DType
+from ..shapes import check_shape
 from .index import Index
 from .layout import CLAMPI
 from .registry import Kind, OpDef, RowRole, attr_bool, attr_int, check_axis, register

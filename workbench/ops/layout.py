@@ -12,9 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from ..ir.dtypes import DType
+from ..dtypes import DType
 from .index import Index, add
-from ..ir.shapes import check_shape
+from ..shapes import check_shape
 from .strided import Strided
 from .registry import (Helper, Kind, OpDef, RowRole, attr_int, attr_ints, broadcast_shapes,
                        check_axis, normalize_axes, register)

@@ -17,8 +17,8 @@ import math
 import numpy as np
 
 from ..errors import GraphError
-from ..ir.dtypes import DType
-from ..ir.shapes import check_shape
+from ..dtypes import DType
+from ..shapes import check_shape
 from .indexing import clamp_index
 from .registry import Kind, OpDef, attr_bool, attr_int, check_axis, register
 

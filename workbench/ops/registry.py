@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 import numpy as np
 
 from ..errors import GraphError
-from ..ir.dtypes import DType
+from ..dtypes import DType
 from .index import Index
 
 

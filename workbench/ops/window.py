@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import GraphError
-from ..ir.dtypes import DType, c_literal
-from ..ir.shapes import check_shape
+from ..dtypes import DType, c_literal
+from ..shapes import check_shape
 from .index import Index, add, mul
 from .elementwise import LIMITS
 from .layout import CLAMPI

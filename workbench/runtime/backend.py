@@ -3,7 +3,7 @@
 A backend compiles kernel-IR kernels (rendered in its ``target`` language, or
 shipped sources from an artifact), launches them on arrays of its array module
 ``xp``, runs library calls with each op's ``library`` implementation on that module,
-times kernels, and describes the :class:`~workbench.fusion.devices.Device` it runs
+times kernels, and describes the :class:`~workbench.device.Device` it runs
 on (the device the session plans for and the cost model prices). The session, the
 CLI, the app, the artifact loader and calibration know backends only through this
 class and the registry (:mod:`.backends`); adding one (Triton, say) is one subclass
@@ -27,10 +27,11 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 
 from ..codegen.kir import Kernel
-from ..fusion.devices import Device
-from ..ir import DType
+from ..device import Device
+from ..dtypes import DType
 from ..ops import get_op
 from ..ops.bfloat16 import from_bits, to_bits
+from ..codegen import render_kernel
 
 Progress = Callable[[int, int, str], None]
 
@@ -111,7 +112,6 @@ class Backend(abc.ABC):
         from)."""
 
     def render(self, kernel: Kernel) -> str:
-        from ..codegen import render_kernel
         return render_kernel(kernel, self.target) if self.target else ""
 
     def compile(self, kernels: Sequence[Kernel], progress: Progress | None = None

@@ -36,9 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..fusion.devices import ASSUMED_GPU_LAUNCH, ASSUMED_GRID_BARRIER, Device, gpu_by_name
+from ..device import ASSUMED_GPU_LAUNCH, ASSUMED_GRID_BARRIER, Device, gpu_by_name
 from .cc import (build_library, cache_dir, cpu_model, find_compiler, load_library,
                  machine_cflags, vector_bytes)
+from ..codegen import RENDERERS
+from .nvrtc import compile_cuda
 
 # part of the cache key of a CPU's measurement: raised when Device gains a field the
 # CPU fills in (2: vector_bytes), so a description cached before is measured again
@@ -240,8 +242,6 @@ def measure_gpu(cp, dev: Device) -> dict:
     - grid-barrier cost: a cooperative kernel of 1000 ``wb_grid_sync()`` against one of
       none, on a full wave of 256-thread blocks, per barrier.
     """
-    from ..codegen import RENDERERS
-    from .nvrtc import compile_cuda
     arch = str(cp.cuda.Device().compute_capability)
     major = cp.cuda.runtime.runtimeGetVersion() // 1000
     cubin = compile_cuda(RENDERERS["cuda"].prelude() + _GPU_PROBE, "wb_probe", arch,

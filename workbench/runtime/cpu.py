@@ -14,13 +14,15 @@ import numpy as np
 
 from ..codegen.kir import Kernel
 from ..errors import WorkbenchError
-from ..fusion.devices import Device
+from ..device import Device
 from .backend import Backend, CompiledKernel, Progress, compile_in_parallel
 from .blas import blas_function
 from .cc import build_library, cpu_model, find_compiler, load_library, unload_library
 from .placement import placed
 from .threads import default_blas_threads, one_pool
 from .threads import rescan as rescan_blas
+from . import driver
+from .calibrate import cpu_device
 
 
 class CompiledCpuKernel(CompiledKernel):
@@ -96,7 +98,6 @@ class CpuBackend(Backend):
             yield
 
     def describe_device(self) -> Device:
-        from .calibrate import cpu_device
         return cpu_device()
 
     def device_name(self) -> str:
@@ -121,7 +122,6 @@ class CpuBackend(Backend):
     def plan_driver(self, seq):
         # one native call per run where every kernel is a generated C function; the
         # environment variable turns it off (to compare, or to debug a kernel)
-        from . import driver
         if os.environ.get("WB_PLAN_DRIVER", "1") == "0" or not driver.applies(seq.compiled):
             return None
         return driver.PlanDriver(seq)

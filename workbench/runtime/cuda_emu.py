@@ -6,7 +6,7 @@ shared memory, warp shuffles, ``__syncthreads`` and grid barriers, its launch
 geometry -- runs with CUDA's semantics, built by the system C++ compiler against
 ``emu/wb_cuda_emu.h`` (CUDA's built-ins) and the emulator's runtime (``emu/runtime.cpp``:
 a fiber per GPU thread, blocks on OS threads, each launch in a child process on
-guarded copies of its buffers). Plans are the H100's (``fusion.devices.H100``), the
+guarded copies of its buffers). Plans are the H100's (``device.H100``), the
 same plans and sources the ``cupy`` backend runs and the NVRTC check compiles.
 
 What it catches that the C rendering cannot: a renderer bug of the CUDA text alone,
@@ -43,7 +43,7 @@ import numpy as np
 
 from ..codegen.kir import Kernel
 from ..errors import BackendUnavailable, WorkbenchError
-from ..fusion.devices import DEFAULT_DEVICE, Device
+from ..device import DEFAULT_DEVICE, Device
 from .backend import Backend, CompiledKernel, Progress, compile_in_parallel
 from .cc import _run, build_shared, cache_dir, cpu_model
 

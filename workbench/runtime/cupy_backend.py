@@ -10,10 +10,12 @@ from functools import lru_cache
 import numpy as np
 
 from ..codegen.kir import Kernel
-from ..fusion.devices import Device
-from ..ir import DType
+from ..device import Device
+from ..dtypes import DType
 from ..ops.bfloat16 import as_bits, bits_as
 from .backend import Backend, CompiledKernel
+from .calibrate import gpu_device
+from .nvrtc import NvrtcError, compile_cuda, require_arch
 
 
 @lru_cache(maxsize=1)
@@ -65,7 +67,6 @@ class CupyBackend(Backend):
         self.xp = cupy
 
     def describe_device(self) -> Device:
-        from .calibrate import gpu_device
         return gpu_device(self.cp)
 
     def device_name(self) -> str:
@@ -85,7 +86,6 @@ class CupyBackend(Backend):
     def compile_source(self, kernel: Kernel, source: str, origin: str = "") -> CompiledKernel:
         ck = CompiledCudaKernel(kernel, source)
         if kernel.library is None:
-            from .nvrtc import NvrtcError, compile_cuda, require_arch
             require_arch(kernel, self.arch)
             try:
                 cubin = compile_cuda(source, kernel.name, self.arch, major=self.cuda_major)

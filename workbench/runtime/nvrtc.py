@@ -30,6 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import BackendUnavailable, WorkbenchError
+from .cc import cache_dir
 
 # What every kernel is compiled with (besides -arch and the header directories).
 # C++17: CUDA 13's cooperative_groups.h needs it (libcu++ refuses C++14).
@@ -226,7 +227,6 @@ def compile_cuda(source: str, name: str, arch: str, ptx: bool = False,
     :data:`OPTIONS`; cached on disk. Raises NvrtcError with NVRTC's log."""
     tc = toolchain(major)
     options = tc.options(arch, ptx)
-    from .cc import cache_dir
     key = hashlib.sha256("\0".join([source, " ".join(options), tc.library,
                                     str(tc.version)]).encode()).hexdigest()[:24]
     out = cache_dir().parent / "cuda" / f"{name}-{key}.{'ptx' if ptx else 'cubin'}"

@@ -24,7 +24,8 @@ import numpy as np
 from ..codegen import lower_plan
 from ..codegen.kir import Kernel
 from ..fusion import Plan
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 from ..ops.bfloat16 import QUIET_NAN
 from .backend import Progress
 from .memory_plan import ALIGN, MEMORY_PLAN_ENV, plan_memory

@@ -6,7 +6,8 @@ from typing import Mapping
 import numpy as np
 
 from ..errors import GraphError
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 from ..ops import evaluate_node
 
 

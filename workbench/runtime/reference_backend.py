@@ -11,9 +11,12 @@ import numpy as np
 
 from ..codegen.kir import Kernel
 from ..errors import WorkbenchError
-from ..fusion.devices import Device, assumed_cpu
+from ..device import Device, assumed_cpu
 from ..ops import evaluate_node
 from .backend import Backend, CompiledKernel
+from ..codegen import render_kernel
+from .calibrate import cpu_device
+from .cc import cpu_model
 
 
 class ReferenceBackend(Backend):
@@ -22,8 +25,6 @@ class ReferenceBackend(Backend):
     xp = np
 
     def describe_device(self) -> Device:
-        from .calibrate import cpu_device
-        from .cc import cpu_model
         try:
             return cpu_device()
         except WorkbenchError:
@@ -34,7 +35,6 @@ class ReferenceBackend(Backend):
         return f"NumPy {np.__version__} ({os.cpu_count()} threads)"
 
     def render(self, kernel: Kernel) -> str:
-        from ..codegen import render_kernel
         return render_kernel(kernel, "c")
 
     def compile_source(self, kernel: Kernel, source: str, origin: str = "") -> CompiledKernel:

@@ -31,8 +31,8 @@ import pandas as pd
 from ..errors import WorkbenchError
 from ..fusion import MAPPINGS, PLANNERS, Plan, ScheduleKind, StitchScheme
 from ..fusion.actions import Action
-from ..fusion.devices import MATMUL_PRECISIONS
-from ..ir import DType
+from ..device import MATMUL_PRECISIONS
+from ..dtypes import DType
 from ..measure import StepMeasurement
 from ..session import Session
 from .charts import KernelRow

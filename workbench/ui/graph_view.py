@@ -30,6 +30,7 @@ from ..errors import WorkbenchError
 from ..fusion import Plan
 from .dot import Overlay, render_svg, to_dot
 from .namespaces import namespaces
+from .export import save_drawing
 
 STATIC = Path(__file__).parent / "static"
 
@@ -191,6 +192,5 @@ class GraphView(anywidget.AnyWidget):
     def save(self, path) -> str:
         """Write the drawing as it is now (collapsed boxes, overlay) to ``path``: .svg
         or .png by its suffix. Returns the path written."""
-        from .export import save_drawing
         d = to_dot(self.graph, self.plan, self._collapsed, self._overlay, self.namespaces)
         return save_drawing(d.source, path)

@@ -15,6 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..errors import WorkbenchError
+from .app import open as open_app
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,7 +38,6 @@ class WorkbenchMagics(Magics):
             args = _PARSER.parse_args(shlex.split(line))
         except ValueError as e:   # unbalanced quotes
             raise UsageError(f"%workbench: {e}") from None
-        from .app import open as open_app
         try:
             return open_app(args.path, backend=args.backend, seed=args.seed)
         except WorkbenchError as e:   # one line, no traceback

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..fusion import Plan
-from ..ir import DType, Graph
+from ..dtypes import DType
+from ..ir import Graph
 from ..ir.graph import constant_spec
 from .namespaces import Namespaces, namespaces
 

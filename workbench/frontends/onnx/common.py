@@ -11,7 +11,7 @@ from onnx import TensorProto, helper
 
 from ...errors import GraphError
 from ...ir import GraphBuilder, Tensor
-from ...ir.dtypes import DType
+from ...dtypes import DType
 from ..importing import ImportBuilder as _Builder  # noqa: F401 (used by the importer)
 from ..importing import Unsupported as _Unsupported
 from ..importing import data_dependent

@@ -12,7 +12,7 @@ import numpy as np
 
 from ...errors import GraphError
 from ...ir import Tensor, composites
-from ...ir.dtypes import DType
+from ...dtypes import DType
 from .common import (HELD_FLOATS, HELD_INTS, _Ctx, _dtype_of_elem, _handles, _Unsupported,
                      to_array)
 

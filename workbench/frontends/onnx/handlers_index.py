@@ -9,7 +9,7 @@ Importing this module registers the handlers.
 from __future__ import annotations
 
 from ...errors import GraphError
-from ...ir.dtypes import DType
+from ...dtypes import DType
 from ..indexing import one_hot
 from .common import _Ctx, _handles, _Unsupported
 from .handlers import _axis, _malformed

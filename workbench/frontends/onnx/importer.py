@@ -13,10 +13,10 @@ import onnx
 
 from ...errors import GraphError, UnsupportedOpError, WorkbenchError, existing_file, shown
 from ...ir import Graph, GraphBuilder, Tensor
-from ...ir.constant_folding import fold_constants
-from ...ir.pad_folding import fold_pads_into_convs
-from ...ir.dtypes import DType
-from ...ir.shapes import check_shape
+from ..rewrites.constant_folding import fold_constants
+from ..rewrites.pad_folding import fold_pads_into_convs
+from ...dtypes import DType
+from ...shapes import check_shape
 from ..importing import located, workaround
 from . import handlers  # noqa: F401  (importing it registers the op handlers)
 from .common import (
@@ -34,6 +34,7 @@ from .common import (
     _Scope,
     _Unsupported,
 )
+from ...ops import evaluate_node
 
 
 # ---------------------------------------------------------------------------------
@@ -534,7 +535,6 @@ def _fold(node, display, handler, arrays, opset) -> list:
 
 
 def _fold_with_workbench(node, display, handler, arrays) -> list:
-    from ...ops import evaluate_node
     scope = _Scratch(arrays)
     results = handler(_Ctx(node, display, scope))
     g = scope.b

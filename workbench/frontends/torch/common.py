@@ -12,7 +12,7 @@ import torch.fx
 
 from ...errors import GraphError
 from ...ir import GraphBuilder, Tensor
-from ...ir.dtypes import DType
+from ...dtypes import DType
 from ..importing import ImportBuilder as _Builder  # noqa: F401 (used by the importer)
 from ..importing import Unsupported as _Unsupported
 from ..importing import data_dependent

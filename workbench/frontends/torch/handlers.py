@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import composites
-from ...ir.dtypes import DType
+from ...dtypes import DType
 from .common import FP8, _Ctx, _handles, _Unsupported, cast, dtype_of, promoted
 
 _INT64_MAX = 2 ** 63 - 1

@@ -15,11 +15,11 @@ from torch.utils import _pytree as pytree
 
 from ...errors import GraphError, UnsupportedOpError, WorkbenchError
 from ...ir import Graph, GraphBuilder, Tensor
-from ...ir.batched_matmul import fold_batch_reshapes
-from ...ir.constant_folding import fold_constants
-from ...ir.matmul_rows import fold_row_reshapes
-from ...ir.pad_folding import fold_pads_into_convs
-from ...ir.dtypes import DType
+from ..rewrites.batched_matmul import fold_batch_reshapes
+from ..rewrites.constant_folding import fold_constants
+from ..rewrites.matmul_rows import fold_row_reshapes
+from ..rewrites.pad_folding import fold_pads_into_convs
+from ...dtypes import DType
 from ..importing import located, workaround
 from . import handlers  # noqa: F401  (registers the handlers)
 from .common import (
@@ -35,6 +35,7 @@ from .common import (
     op_name,
     tensor_numpy,
 )
+from ...ops import evaluate_node
 
 
 def from_torch(module: Any, example_inputs: Any = (), *, name: str | None = None,
@@ -453,7 +454,6 @@ def _fold(node: torch.fx.Node, handler, imp: _Importer) -> Any:
 
 
 def _fold_with_workbench(node: torch.fx.Node, handler, env: dict[str, Any]) -> Any:
-    from ...ops import evaluate_node
     scope = _Scratch(env)
     result = handler(_Ctx(node, scope))
     g = scope.b

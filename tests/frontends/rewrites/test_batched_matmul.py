@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.ir.batched_matmul import fold_batch_reshapes
+from workbench.frontends.rewrites.batched_matmul import fold_batch_reshapes
 from rewrite_checks import same_outputs
 
 

@@ -9,7 +9,7 @@ is that input.
 """
 from __future__ import annotations
 
-from .graph import Graph, Node
+from ...ir.graph import Graph, Node
 
 
 def rebuild(g: Graph, nodes: list[Node], values: dict,

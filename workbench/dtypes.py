@@ -18,7 +18,7 @@ import enum
 import ml_dtypes  # (registers np.dtype("bfloat16"))
 import numpy as np
 
-from ..errors import GraphError
+from .errors import GraphError
 
 
 class UnsupportedDType(GraphError, ValueError):

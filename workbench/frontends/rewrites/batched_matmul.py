@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from .graph import Graph, Node, Value
+from ...ir.graph import Graph, Node, Value
 from .reshape_chains import fresh, rebuild
 
 

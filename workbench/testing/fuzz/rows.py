@@ -18,7 +18,8 @@ import math
 
 import numpy as np
 
-from .ir import DType, Graph, GraphBuilder
+from ...dtypes import DType
+from ...ir import Graph, GraphBuilder
 
 F32, F16, BF16 = DType.float32, DType.float16, DType.bfloat16
 COLS = [1, 7, 31, 32, 33, 255, 1023, 1024, 1025, 2047, 4099, 8192, 8193, 16411]

@@ -22,8 +22,9 @@ anyway.
 """
 from __future__ import annotations
 
-from .graph import Graph
+from ...ir.graph import Graph
 from .reshape_chains import rebuild
+from ...ops import evaluate_node
 
 SHARED_LIMIT = 1 << 16
 
@@ -32,7 +33,6 @@ def fold_constants(g: Graph) -> Graph:
     """``g`` with every op whose inputs are all constants replaced by its result (see
     the module docstring), the constants nothing reads any more dropped; ``g`` itself
     where there is none."""
-    from ..ops import evaluate_node
     values = {v.name: v for v in g.values}
     outputs = set(g.outputs)
     consts = dict(g.constants)

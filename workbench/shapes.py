@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import GraphError
+from .errors import GraphError
 
 Shape = tuple[int, ...]
 

@@ -8,7 +8,7 @@ import pytest
 
 import workbench as wb
 from workbench.ir.composites import batch_norm
-from workbench.ir.constant_folding import SHARED_LIMIT, fold_constants
+from workbench.frontends.rewrites.constant_folding import SHARED_LIMIT, fold_constants
 from rewrite_checks import same_outputs
 
 RNG = np.random.default_rng(0)

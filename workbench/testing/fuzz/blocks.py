@@ -1,6 +1,6 @@
 """Transformer-block graphs for the differential fuzzer (``--family blocks``).
 
-The mixed family (:mod:`workbench.fuzz`) rarely draws a graph rich in matmuls: a
+The mixed family (:mod:`.graphs`) rarely draws a graph rich in matmuls: a
 matmul there is one product by a narrow input. What users bring is different: linear
 layers with constant weights (given transposed half the time, as ONNX's Gemm and
 torch's ``Linear`` store them), bias and activation epilogues, residual adds,
@@ -25,8 +25,9 @@ import math
 
 import numpy as np
 
-from .fusion.key_limit import causal_mask
-from .ir import DType, Graph, GraphBuilder
+from ...fusion.key_limit import causal_mask
+from ...dtypes import DType
+from ...ir import Graph, GraphBuilder
 
 F32, F16, BF16 = DType.float32, DType.float16, DType.bfloat16
 ACTIVATIONS = ["none", "gelu", "gelu_tanh", "relu", "silu", "tanh"]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.ir.pad_folding import fold_pads_into_convs
+from workbench.frontends.rewrites.pad_folding import fold_pads_into_convs
 from rewrite_checks import same_outputs
 
 

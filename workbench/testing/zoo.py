@@ -9,7 +9,7 @@ what ``from_torch`` and ``torch.onnx.export`` both name them. The zoo is what th
 (``tests/frontends/test_model_zoo.py``) and ``benchmarks/models.py`` run, and what a
 user can load to try the workbench on a whole model::
 
-    >>> from workbench import zoo
+    >>> from workbench.testing import zoo
     >>> m = zoo.build("bert")                                   # doctest: +SKIP
     >>> path = zoo.export_onnx(m, "/tmp/bert.onnx")             # doctest: +SKIP
     >>> g = zoo.import_torch(m)                                 # doctest: +SKIP
@@ -33,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import WorkbenchError
+from ..errors import WorkbenchError
 
 
 
@@ -289,7 +289,7 @@ def run_torch(model, inputs, kwargs=None) -> dict[str, np.ndarray]:
 
 
 def _to_numpy(t) -> np.ndarray:
-    from .frontends.torch.common import tensor_numpy
+    from ..frontends.torch.common import tensor_numpy
     return tensor_numpy(t)
 
 
@@ -312,7 +312,7 @@ def export_onnx(m: ZooModel, path: str | os.PathLike, attention_mask=None) -> Pa
 
 def import_torch(m: ZooModel):
     """The model through :func:`workbench.from_torch` on its example inputs."""
-    from .frontends.torch import from_torch
+    from ..frontends.torch import from_torch
     return from_torch(m.module, m.inputs, name=m.name)
 
 

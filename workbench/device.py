@@ -7,7 +7,7 @@ overhead and arithmetic throughput of a small compiled C probe) and cached.
 
 Example::
 
-    >>> from workbench.fusion.devices import H100
+    >>> from workbench.device import H100
     >>> round(H100.dram_bandwidth / 1e12, 2), H100.units
     (3.35, 132)
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..ir import DType
+from .dtypes import DType
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Convolutional-network graphs for the differential fuzzer (``--family convs``).
 
-Neither the mixed family (:mod:`workbench.fuzz`) nor the transformer blocks draw a
+Neither the mixed family (:mod:`.graphs`) nor the transformer blocks draw a
 convolution or a pooling, yet CNNs are what many users bring, and their kernels take
 paths of their own on both backends: convolutions as GEMM kernels over gathered
 patches, computed directly tap by tap, depthwise a plane at a time, grouped,
@@ -20,9 +20,10 @@ import math
 
 import numpy as np
 
-from .errors import GraphError
-from .ir import DType, Graph, GraphBuilder
-from .ir import composites_nn as nn
+from ...errors import GraphError
+from ...dtypes import DType
+from ...ir import Graph, GraphBuilder
+from ...ir import composites_nn as nn
 
 F32, F16, BF16 = DType.float32, DType.float16, DType.bfloat16
 ACTIVATIONS = ["none", "relu", "relu", "relu6", "hardswish", "silu"]

@@ -30,8 +30,9 @@ import heapq
 import math
 from dataclasses import dataclass
 
-from .graph import Graph, Node, Value
+from ...ir.graph import Graph, Node, Value
 from .reshape_chains import fresh, rebuild
+from ...ops import Kind, get_op
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,6 @@ class _Rows:
 def fold_row_reshapes(g: Graph) -> Graph:
     """``g`` with its linear layers over flattened rows done over the leading axes
     (see the module docstring); ``g`` itself where there is none."""
-    from ..ops import Kind, get_op
     values = {v.name: v for v in g.values}
     producer = {o: n for n in g.nodes for o in n.outputs}
     readers: dict[str, list[Node]] = {}

@@ -9,7 +9,7 @@ import pytest
 
 import workbench as wb
 from workbench.ir.composites import gelu, layer_norm
-from workbench.ir.matmul_rows import fold_row_reshapes
+from workbench.frontends.rewrites.matmul_rows import fold_row_reshapes
 from rewrite_checks import same_outputs
 
 

@@ -28,8 +28,11 @@ reads it too.
 """
 from __future__ import annotations
 
-from .graph import Graph, Node, Value
+from ...ir.graph import Graph, Node, Value
 from .reshape_chains import rebuild
+from ...ops.conv import CONVS, conv_attrs
+from ...ops.layout import transpose_perm
+from ...ops.window import pad_attrs, window_attrs
 
 
 def fold_pads_into_convs(g: Graph) -> Graph:
@@ -53,8 +56,6 @@ def fold_pads_into_convs(g: Graph) -> Graph:
 def _folded(g: Graph, n: Node, p: Node) -> Node | None:
     """``n`` (a convolution or a window) reading ``p``'s input with ``p``'s zero pads
     added to its own, or None where they cannot be."""
-    from ..ops.conv import CONVS, conv_attrs
-    from ..ops.window import pad_attrs, window_attrs
     if n.op not in CONVS and n.op != "window":
         return None
     x = g.value(p.inputs[0])
@@ -86,8 +87,6 @@ def _pads_after_transposes(g: Graph) -> Graph:
     transpose. tf2onnx writes Keras' ZeroPadding2D in the model's NHWC layout between
     two transposes (MobileNetV3: transpose, hard-swish, pad, transpose back, depthwise
     convolution); moved after the second, the pad joins the convolution."""
-    from ..ops.layout import transpose_perm
-    from ..ops.window import pad_attrs
     producer = {o: n for n in g.nodes for o in n.outputs}
     values = {v.name: v for v in g.values}
     nodes, changed = [], False
