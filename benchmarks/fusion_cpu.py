@@ -36,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from workbench.measure import max_rel_error, tolerance  # noqa: E402
+from workbench.tolerance import max_rel_error, tolerance  # noqa: E402
 from workbench.runtime import run_reference  # noqa: E402
 from workbench.session import Session  # noqa: E402
 

@@ -133,7 +133,7 @@ def run_block(name, module, inputs, tmp: Path, repeats: int) -> dict:
     import onnxruntime as ort
     import torch
 
-    from workbench.measure import max_rel_error
+    from workbench.tolerance import max_rel_error
     from workbench.session import Session
 
     path = tmp / f"{name}.onnx"

@@ -66,7 +66,7 @@ import workbench as wb  # noqa: E402
 from workbench.fusion.key_limit import causal_mask  # noqa: E402
 from workbench.dtypes import DType
 from workbench.ir import GraphBuilder  # noqa: E402
-from workbench.measure import max_rel_error, tolerance  # noqa: E402
+from workbench.tolerance import max_rel_error, tolerance  # noqa: E402
 from workbench.session import Session  # noqa: E402
 
 PLANNERS = ("none", "xla", "rules", "stitch", "tuned")

@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT / "sample_graphs"))
 
 from fusion_cpu import machine_info  # noqa: E402
 from make_samples import block_chain  # noqa: E402
+from workbench.device import H100
 
 
 PHASES = ("plan", "codegen", "compile", "draw", "other")
@@ -127,7 +128,7 @@ def draw_times(blocks: int, rows: int, cols: int, repeats: int) -> dict:
     from workbench.fusion import Plan
     from workbench.ui.dot import composites, render_svg, to_dot
     g = block_chain(blocks, rows, cols)
-    plan = Plan.singletons(g)
+    plan = Plan.singletons(g, H100)
     out = {"nodes": len(g.nodes)}
     for name, collapsed in (("collapsed", set(composites(g))), ("expanded", set())):
         ts = []

@@ -21,7 +21,7 @@ random-init models give, is reported, not divided by). A failure is the importer
 one-line error. The zoo (``workbench/zoo.py``) holds the architectures the test suite
 runs; this script runs the others and writes
 ``benchmarks/results/architectures-<date>.md`` (and ``.json``). Exits 1 when any
-fails to import or is off by more than ``TOLERANCE``.
+fails to import or is off by more than ``FRAMEWORK_TOLERANCE`` (workbench.tolerance).
 
 torchvision must match the torch it runs with. The CPU build of torch 2.13 the project
 installs has no torchvision beside it (PyPI's fails to import with it: ``operator
@@ -47,7 +47,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-TOLERANCE = 1e-4          # as the zoo test's
+from workbench.tolerance import FRAMEWORK_TOLERANCE  # noqa: E402
+
 BATCH, SEQ, IMAGE = 2, 16, 32
 
 
@@ -291,7 +292,7 @@ def probe(name: str, backend: str = "cpu") -> dict:
             kernels, got = _planned(g, feeds, backend)
             err = _error(got, want)
             rec[path] = {"nodes": len(g.nodes), "kernels": kernels, "error": err,
-                         "ok": isinstance(err, float) and err <= TOLERANCE}
+                         "ok": isinstance(err, float) and err <= FRAMEWORK_TOLERANCE}
         except Exception as e:      # noqa: BLE001 -- reported, the others still run
             rec[path] = {"failed": _first_line(e), "ok": False}
         rec[path]["seconds"] = round(time.perf_counter() - t0, 1)
@@ -305,7 +306,7 @@ def markdown(res: dict) -> str:
              f"{BATCH}, {SEQ} tokens or {IMAGE}-64 px images (torchvision's `tv_*`: 64 px, "
              f"more where the model needs it); `stitch`, "
              f"{_BACKEND_TEXT[res.get('backend', 'cpu')]}; error: max over "
-             f"outputs of max |y - torch| / max |torch| (tolerance {TOLERANCE:g}).", "",
+             f"outputs of max |y - torch| / max |torch| (tolerance {FRAMEWORK_TOLERANCE:g}).", "",
              "| architecture | from_torch: nodes / kernels / error | ONNX export: nodes / "
              "kernels / error | note |", "|---|---|---|---|"]
     for r in res["results"]:

@@ -411,7 +411,7 @@ def _output_errors(g, outs: dict, refs: dict, slack: float = 1.0
     """Graph outputs against the whole-graph reference: (what is past ``slack`` times
     the tolerance, worst error, the names of the outputs past the tolerance itself)."""
     import numpy as np
-    from workbench.measure.compare import output_error, tolerance
+    from workbench.tolerance import output_error, tolerance
     bad, worst, past = [], 0.0, []
     for name in g.outputs:
         v = g.value(name)

@@ -31,13 +31,13 @@ sys.path.insert(0, str(ROOT))
 from workbench.testing import zoo  # noqa: E402
 from workbench.frontends import load  # noqa: E402
 from workbench.session import Session  # noqa: E402
+from workbench.tolerance import relative_to_largest  # noqa: E402
 
 SLACK = 2.0     # the workbench may be this many times torch bfloat16's distance from f32
 
 
 def distance(y, r) -> float:
-    y, r = np.asarray(y).astype(np.float64), np.asarray(r).astype(np.float64)
-    return float(np.max(np.abs(y - r)) / np.max(np.abs(r)))
+    return relative_to_largest(y, r)
 
 
 def onnx_checker(path: Path) -> str:

@@ -30,6 +30,7 @@ from workbench.testing import zoo  # noqa: E402
 from workbench.measure import verify_kernels  # noqa: E402
 from workbench.runtime.cc import cpu_model  # noqa: E402
 from workbench.session import Session  # noqa: E402
+from workbench.tolerance import relative_to_largest  # noqa: E402
 
 
 def run_model(name: str) -> dict:
@@ -45,8 +46,7 @@ def run_model(name: str) -> dict:
     for fresh in (False, True):
         got, want = s.run(m.numpy_inputs(fresh)), m.torch_outputs(fresh)
         for k, r in want.items():
-            y = np.asarray(got[k]).astype(np.float64)
-            dist = max(dist, float(np.max(np.abs(y - r)) / np.max(np.abs(r))))
+            dist = max(dist, relative_to_largest(got[k], r))
     return {"model": name, "kernels": len(kernels),
             "tensor_core": sum(k.tensor_cores for k in kernels),
             "attention": sum(gr.schedule.then is not None for gr in s.plan.groups

@@ -21,7 +21,7 @@ import pytest
 from workbench.errors import FusionRefused
 from workbench.dtypes import DType
 from workbench.ir import Graph, GraphBuilder
-from workbench.measure.compare import max_rel_error, tolerance
+from workbench.tolerance import max_rel_error, tolerance
 from workbench.runtime import random_inputs, run_reference
 from workbench.session import Session
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from workbench.errors import FusionRefused
 from workbench.measure import verify_kernels
-from workbench.measure.compare import max_rel_error, output_error, tolerance
+from workbench.tolerance import max_rel_error, output_error, tolerance
 from workbench.runtime import random_inputs, run_reference
 from workbench.session import Session
 

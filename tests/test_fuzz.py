@@ -14,12 +14,14 @@ import numpy as np
 import pytest
 
 from workbench.testing import fuzz
+from workbench.testing.fuzz import processes
 from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze
 from workbench.dtypes import DType
 from workbench.ir import GraphBuilder
 from workbench.runtime import run_reference
 from workbench.session import Session
+from workbench.device import H100
 
 SEEDS = range(40)
 BUDGET_S = 150          # a guard for slow machines; the seeds normally take ~60 s on 2 cores
@@ -202,7 +204,7 @@ def test_a_per_row_result_of_one_value_is_not_stored_per_row():
     b.output(b.op("tanh", x1), "y1")
     g = b.build()
     with pytest.raises(FusionRefused, match="not one per row"):
-        analyze(g, ("n0", "n1"))
+        analyze(g, ("n0", "n1"), device=H100)
     s = Session(g, backend="cpu")
     s.fuse(["n0", "n1"])         # stitched instead: the tanh in a phase of its own
     assert s.plan.groups[0].schedule.kind == "stitched"
@@ -348,10 +350,10 @@ def test_a_pooling_a_plane_at_a_time_is_the_cpus_form_only(nvrtc_toolchain):
 
 
 def _batch_dying_at_seed_4(first, count, *args):
-    """fuzz._batch, but the process dies (abort: as heap corruption ends one) when it
+    """processes._batch, but the process dies (abort: as heap corruption ends one) when it
     reaches seed 4."""
     def starting(seed):
-        fuzz._mark(args[-1], seed)
+        processes._mark(args[-1], seed)
         if seed == 4:
             os.abort()
     return fuzz.fuzz(range(first, first + count), args[0], *args[1:3], None, *args[3:7],

@@ -1,4 +1,6 @@
 """Session: history, undo/redo, refusals leave it unchanged, measurements."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -165,7 +167,7 @@ def test_a_new_matmul_precision_is_a_step_that_undo_takes_back():
     assert s.matmul_precision == "float32" and not s.kernel("n0").tf32
     tf32 = s.set_matmul_precision("tf32")
     assert s.step.action == "matmul precision tf32" and s.position == 2
-    assert s.matmul_precision == "tf32" and s.device.tf32 and tf32.device.tf32
+    assert s.matmul_precision == "tf32" and s.tf32 and tf32.tf32
     # the same partition, made again: the GEMM's tile now multiplies on tensor cores
     assert [gr.nodes for gr in tf32.groups] == [gr.nodes for gr in exact.groups]
     assert tf32 != exact and tf32.planner == exact.planner
@@ -174,8 +176,8 @@ def test_a_new_matmul_precision_is_a_step_that_undo_takes_back():
     assert not s.kernel("n0", exact).tf32 and "wmma::" not in s.source("n0", plan=exact)
     t = s.table(measure=False)
     assert list(t.matmul_precision) == ["float32", "float32", "tf32"]
-    assert s.undo() == exact and s.matmul_precision == "float32" and not s.device.tf32
-    assert s.cost_model.device.matmul_precision == "float32"
+    assert s.undo() == exact and s.matmul_precision == "float32" and not s.tf32
+    assert s.cost_model.device == s.device      # (one model prices every precision)
     assert s.redo() == tf32 and s.matmul_precision == "tf32"
 
 
@@ -188,13 +190,16 @@ def test_the_precision_in_use_again_adds_no_step():
 
 
 def test_kernels_and_measurements_are_kept_apart_per_precision():
-    # unfused, the matmul is a library call whose Group is the same at both
-    # precisions: its kernel is not (cuBLAS in TF32 or not), nor its program
+    # unfused, the matmul is a library call whose schedule differs between the
+    # precisions only in saying that it runs on tensor cores: its kernel differs (cuBLAS
+    # in TF32 or not), and so does its program
     s = _emulated_gpu(_linear())
     exact = s.plan
     assert not s.kernel("n0").tf32 and not s.program().compiled[0].kernel.tf32
     tf32 = s.set_matmul_precision("tf32")
-    assert exact.group("n0") == tf32.group("n0")
+    a, b = exact.group("n0"), tf32.group("n0")
+    assert a != b and a.nodes == b.nodes and not a.schedule.tensor_cores
+    assert replace(a.schedule, tensor_cores=True) == b.schedule
     assert s.kernel("n0").tf32 and s.program().compiled[0].kernel.tf32
     assert not s.kernel("n0", exact).tf32 and not s.program(exact).compiled[0].kernel.tf32
     m_tf32 = s.measure(repeats=1)
@@ -221,13 +226,12 @@ def test_the_fitted_model_follows_the_precision(session):
     session.auto("rules")
     session.measure(repeats=2)
     fitted = session.cost_model
-    assert fitted.calibrated_on > 0 and fitted.device.matmul_precision == "float32"
+    assert fitted.calibrated_on > 0 and fitted.device == session.device
     with pytest.warns(UserWarning, match="no TF32 tensor cores"):
         session.set_matmul_precision("tf32")
-    # the machine's factors, priced on the device at the new precision
-    model = session.cost_model
-    assert model.device.matmul_precision == "tf32" and model.factors == fitted.factors
-    assert session.cost_model is model           # (made once, not on every look)
+    # the machine's one fitted model prices the new precision too (each kernel's
+    # schedule says whether its matmuls run on tensor cores)
+    assert session.cost_model is fitted
     session.undo()
     assert session.cost_model is fitted
 
@@ -253,7 +257,7 @@ def test_a_cpu_warns_and_its_matmuls_stay_float32():
     # asked, and kept as a step (undo goes back to what was asked before), but the
     # kernels are float32's and the table says the step ran in float32
     assert s.step.action == "matmul precision tf32" and s.matmul_precision == "tf32"
-    assert not s.device.tf32 and not any(k.tf32 for k in s.kernels())
+    assert not s.tf32 and not any(k.tf32 for k in s.kernels())
     assert list(s.table(measure=False).matmul_precision) == ["float32", "float32"]
     m = s.measure(repeats=1)
     assert m.within_tolerance

@@ -19,7 +19,8 @@ from .errors import WorkbenchError, shown
 from .fusion.planners import PLANNERS
 from .runtime.backends import backend_names
 from .codegen import lower_plan, render_kernel
-from .device import GPUS, MATMUL_PRECISIONS
+from .device import GPUS
+from .fusion.plan import MATMUL_PRECISIONS
 from .frontends import load
 from .fusion import run_planner
 from .fusion.cost import CostModel
@@ -74,7 +75,7 @@ def cmd_optimize(args) -> int:
             # the file's name: a JSON and an ONNX graph may share a graph name
             rows.append({"graph": Path(path).name, "device": device,
                          "backend": s.backend.name,
-                         "matmul_precision": "tf32" if s.device.tf32 else "float32", **r})
+                         "matmul_precision": "tf32" if s.tf32 else "float32", **r})
             if args.counters:
                 rows[-1]["dram_source"] = s.measured(st.plan).dram_source
         if not args.quiet:
@@ -109,9 +110,9 @@ def cmd_show(args) -> int:
         device = get_backend("cpu").device      # this machine, measured once
     else:
         device = GPUS[args.device]
-    device = device.with_(matmul_precision=args.matmul_precision)
     # nothing runs here: cost-driven planners plan for the device named
-    plan, log = run_planner(args.planner, g, model=CostModel.for_device(device))
+    plan, log = run_planner(args.planner, g, model=CostModel.for_device(device),
+                            matmul_precision=args.matmul_precision)
     if args.what == "graph":
         print(g)
     elif args.what == "plan":

@@ -57,47 +57,42 @@ class Device:
     # AVX-512, 32 AVX, 16 SSE or NEON; 0 unknown): whether the generated GEMM
     # micro-kernel beats a BLAS call per tile (codegen/microkernel.py)
     vector_bytes: int = 0
-    # dense TF32 tensor-core flop/s (0: none), and what a float32 matmul may round its
-    # operands to: "float32" (exact, the default) or "tf32" (10 mantissa bits, the
-    # tensor cores' float32 mode) -- the user's choice (Session(matmul_precision=),
-    # --matmul-precision), which plans are made and priced under
+    # dense TF32 tensor-core flop/s (0: none)
     tensor_flops: float = 0.0
-    matmul_precision: str = "float32"
 
     def __post_init__(self):
         if self.kind not in ("gpu", "cpu"):
             raise ValueError(f"device kind must be gpu or cpu, not {self.kind!r}")
-        if self.matmul_precision not in MATMUL_PRECISIONS:
-            raise ValueError(f"matmul precision must be one of {', '.join(MATMUL_PRECISIONS)}, "
-                             f"not {self.matmul_precision!r}")
 
     @property
-    def tf32(self) -> bool:
-        """Whether float32 matmuls run on tensor cores in TF32 (chosen, and there are
-        tensor cores: a CPU computes float32 whatever was asked)."""
-        return self.matmul_precision == "tf32" and self.tensor_flops > 0
+    def has_tf32(self) -> bool:
+        """Whether float32 matmuls can run on tensor cores in TF32 here (a CPU computes
+        float32 whatever a plan allows)."""
+        return self.tensor_flops > 0
 
-    def on_tensor_cores(self, dtype: DType) -> bool:
-        """Whether a matmul of ``dtype`` runs on tensor cores in TF32 here: float32
-        where TF32 is allowed (``tf32``); bfloat16 and float16 wherever there are
-        tensor cores, as their operands are exact in TF32 (8 and 10 mantissa bits
-        against its 10, exponents within its range: nothing is rounded, products and
-        float32 sums as on the CUDA cores)."""
-        if self.tensor_flops <= 0:
+    def on_tensor_cores(self, dtype: DType, tf32: bool) -> bool:
+        """Whether a matmul of ``dtype`` runs on tensor cores here, where a plan allows
+        its float32 matmuls TF32 or not (``tf32``: ``Plan.tf32``): float32 where TF32 is
+        allowed; bfloat16 and float16 wherever there are tensor cores, as their
+        operands are exact in TF32 (8 and 10 mantissa bits against its 10, exponents
+        within its range: nothing is rounded, products and float32 sums as on the CUDA
+        cores)."""
+        if not self.has_tf32:
             return False
-        return dtype.is_half or (dtype is DType.float32 and self.tf32)
+        return dtype.is_half or (dtype is DType.float32 and tf32)
 
     def tensor_rate(self, operands: DType) -> float:
         """Dense tensor-core flop/s on operands of this type: TF32's for float32, twice
         it for bfloat16 and float16 (A100 156 and 312, H100 495 and 989 TFLOP/s)."""
         return self.tensor_flops * (2.0 if operands.is_half else 1.0)
 
-    def matmul_rate(self, dtype: DType) -> float:
+    def matmul_rate(self, dtype: DType, tensor_cores: bool) -> float:
         """The flop/s a ``dtype`` library matmul is priced at: on tensor cores
-        (``on_tensor_cores``) float16 at its own rate (cuBLAS takes it as it is),
-        float32 and bfloat16 at TF32's (CuPy has no bfloat16: widened to float32
-        copies, multiplied in TF32); else the float32 peak."""
-        if not self.on_tensor_cores(dtype):
+        (``tensor_cores``: ``on_tensor_cores``, as its kernel's schedule records it)
+        float16 at its own rate (cuBLAS takes it as it is), float32 and bfloat16 at
+        TF32's (CuPy has no bfloat16: widened to float32 copies, multiplied in TF32);
+        else the float32 peak."""
+        if not tensor_cores:
             return self.peak_flops
         return self.tensor_rate(dtype if dtype is DType.float16 else DType.float32)
 
@@ -126,13 +121,8 @@ class Device:
         return (f"{self.name}: {self.dram_bandwidth / 1e9:.0f} GB/s, "
                 f"{self.peak_flops / 1e12:.2f} TFLOP/s, {self.units} "
                 f"{'SMs' if self.kind == 'gpu' else 'cores'}, launch "
-                f"{self.launch_overhead * 1e6:.1f} us"
-                + (f", matmuls in TF32 ({self.tensor_flops / 1e12:.0f} TFLOP/s)"
-                   if self.tf32 else ""))
+                f"{self.launch_overhead * 1e6:.1f} us")
 
-
-# "float32": exact, the default; "tf32": operands rounded to TF32 on tensor cores
-MATMUL_PRECISIONS = ("float32", "tf32")
 
 # What every CUDA GPU gives a block without opting in to more.
 PORTABLE_SHARED_PER_BLOCK = 48 * 1024

@@ -145,31 +145,6 @@ C_STORAGE = {
     DType.bool: "unsigned char",
 }
 
-# Relative error bound accepted when a kernel is compared with the NumPy reference.
-# float16 rounds at every stored intermediate in the reference but only once in a
-# fused kernel, so its bound is loose; bfloat16 keeps 8 significant bits against
-# float16's 11 (a rounding is off by up to 2^-9 of the value, not 2^-12), so its bound
-# is looser still: a dozen of its roundings; integers and booleans must match exactly.
-TOLERANCE = {
-    DType.float32: 1e-4,
-    DType.float16: 2e-2,
-    DType.bfloat16: 5e-2,
-    **{d: 0.0 for d in C_INT},
-    DType.bool: 0.0,
-}
-
-# A float32 matmul allowed TF32 (tensor cores) rounds each operand to 10 mantissa bits
-# before multiplying: a product of two is off by up to 2^-9 of |a||b| where they are
-# truncated (a tensor core ignores the low bits of an unconverted operand; rounded to
-# nearest, 2^-10), so an element of A @ B by up to TF32_PRODUCT_ERROR * (|A| @ |B|)
-# besides float32's accumulation (measure.verify holds such a product to that).
-TF32_PRODUCT_ERROR = 2.0 ** -9
-# A bfloat16 or float16 matmul on tensor cores multiplies in its own type: its operands
-# are exact there, but a value the kernel computed in float32 on the way (a fused
-# attention's probabilities, a prologue's result) is rounded to nearest into it, off
-# by up to 2^-8 (bfloat16) or 2^-11 (float16) of itself: a product of two by twice that.
-HALF_PRODUCT_ERROR = {DType.bfloat16: 2.0 ** -7, DType.float16: 2.0 ** -10}
-
 
 def c_int_literal(v: int, dt: DType) -> str:
     """An integer constant as C text of type ``dt`` (suffixed where int would not hold

@@ -18,8 +18,7 @@ Example::
 from __future__ import annotations
 
 import warnings
-
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
@@ -32,10 +31,10 @@ from .ir import Graph
 from .measure import StepMeasurement, measure_program
 from .measure.step import DRAM_NOT_REQUESTED
 from .runtime import Program, get_backend, random_inputs, run_reference
-from .device import MATMUL_PRECISIONS
 from .frontends import load
 from .fusion.actions import Action, applicable_actions, effect
 from .fusion.cost import CostModel, Sample, samples_from
+from .fusion.plan import MATMUL_PRECISIONS
 from .measure.counters import with_dram
 from .measure.tune import tune_plan
 from .measure.verify import graph_magnitudes
@@ -67,20 +66,21 @@ def _warn_no_tf32(device) -> None:
                   "cores, so its matmuls stay float32 (exact)", stacklevel=3)
 
 
-def _replanned(plan: Plan, device) -> Plan:
-    """``plan``'s kernels made again for ``device`` (the same device at another matmul
-    precision): the same partition, with the schemes, mappings and launch parameters
-    set by the user or the tuner; a kernel that cannot be made so is refused with the
-    reason, changing nothing."""
+def _replanned(plan: Plan, device, precision: str) -> Plan:
+    """``plan``'s kernels made again for ``device`` at matmul precision ``precision``:
+    the same partition, with the schemes, mappings and launch parameters set by the
+    user or the tuner; a kernel that cannot be made so is refused with the reason,
+    changing nothing."""
     groups = []
     for gr in plan.groups:
         try:
             groups.append(make_group(plan.graph, gr.nodes, True, gr.forced_mapping or None,
-                                     gr.forced, device, gr.forced_launch))
+                                     gr.forced, device=device, launch=gr.forced_launch,
+                                     tf32=precision == "tf32"))
         except FusionRefused as e:
             raise FusionRefused(f"{gr.id} cannot be made with matmul precision "
-                                f"{device.matmul_precision}: {e}") from None
-    return Plan(plan.graph, tuple(groups), plan.planner, device)
+                                f"{precision}: {e}") from None
+    return Plan(plan.graph, tuple(groups), plan.planner, device, precision)
 
 
 def _check_args(backend, seed, progress, matmul_precision="float32") -> None:
@@ -113,30 +113,29 @@ class Session:
         _check_args(backend, seed, progress, matmul_precision)
         self.graph = load(graph)
         self.backend = get_backend(backend)
-        device = self._device_at(matmul_precision)
-        if matmul_precision == "tf32" and not device.tf32:
+        device = self.backend.device
+        if matmul_precision == "tf32" and not device.has_tf32:
             _warn_no_tf32(device)
         self.progress = progress
         # plans are made for the backend's device (the CPU's is measured once, cached)
-        self.history: list[Step] = [Step("load", Plan.singletons(self.graph, device))]
+        self.history: list[Step] = [Step("load", Plan.singletons(self.graph, device,
+                                                                 matmul_precision))]
         self.position = 0
         self.seed = seed
         self._inputs: dict[str, np.ndarray] | None = None
         self._reference: dict[str, np.ndarray] | None = None
         self._tf32_magnitudes: dict | None = None   # (graph_magnitudes, computed once)
         self._programs: dict[Plan, Program] = {}
-        # lowered and built per (matmul precision, group): a group's schedule can be the
-        # same at both precisions (a library matmul) while its kernel is not (TF32 or not)
-        self._kernels: dict[tuple[str, Group], Kernel] = {}
-        self._compiled: dict[tuple[str, Group], object] = {}
+        # lowered and built per group (its schedule says whether its matmuls run on
+        # tensor cores, so a group at another matmul precision is another group)
+        self._kernels: dict[Group, Kernel] = {}
+        self._compiled: dict[Group, object] = {}
         self._measurements: dict[Plan, StepMeasurement] = {}
         self._baseline: StepMeasurement | None = None
-        self._tuned: list = []         # (group, seconds, precision) of every candidate timed
+        self._tuned: list = []         # (group, seconds) of every candidate timed
         self.tuning: list = []         # the last tune()'s results (measure.tune.TuneResult)
         self._cost_model = None        # assigned by the user, or fitted to measurements
-        self._assigned = False         # (then it prices every plan as it is)
-        self._device_models: dict = {}  # the device's uncalibrated model, per precision
-        self._fitted_at: dict = {}     # the fitted factors at the other precision
+        self._device_model = None      # the device's uncalibrated model (made once)
         # refit the model after every new measurement -- of the device's own timings
         # (the CUDA emulator's are the CPU's, and would teach the GPU's model nonsense)
         self.calibrate = calibrate and not self.backend.emulated
@@ -154,8 +153,14 @@ class Session:
     def matmul_precision(self) -> str:
         """What float32 matmuls may round to in the current step: "float32" (exact) or
         "tf32" (see the class docstring). The current plan's, so undo and redo carry it
-        (a CPU computes float32 whatever it says: ``device.tf32``)."""
-        return self.plan.device.matmul_precision
+        (a CPU computes float32 whatever it says: :attr:`tf32`)."""
+        return self.plan.matmul_precision
+
+    @property
+    def tf32(self) -> bool:
+        """Whether the current step's float32 matmuls run in TF32: allowed by its
+        matmul precision, and the device has TF32 tensor cores."""
+        return self._ran_in(self.plan) == "tf32"
 
     def _push(self, action: str, plan: Plan, decisions: Iterable[Decision] = ()) -> Plan:
         # an action that leaves the plan as it is (Auto again, the same mapping or
@@ -200,7 +205,8 @@ class Session:
 
     def auto(self, planner: str = "rules") -> Plan:
         """Replace the plan with a planner's whole-graph plan."""
-        plan, log = run_planner(planner, self.graph, model=self.cost_model)
+        plan, log = run_planner(planner, self.graph, model=self.cost_model,
+                                matmul_precision=self.matmul_precision)
         return self._push(f"auto {planner}", plan, log)
 
     def set_matmul_precision(self, precision: str) -> Plan:
@@ -217,10 +223,9 @@ class Session:
         _check_precision(precision)
         if precision == self.matmul_precision:
             return self.plan
-        device = self._device_at(precision)
-        plan = _replanned(self.plan, device)        # or refused, changing nothing
-        if precision == "tf32" and not device.tf32:
-            _warn_no_tf32(device)
+        plan = _replanned(self.plan, self.device, precision)   # or refused, changing nothing
+        if precision == "tf32" and not self.device.has_tf32:
+            _warn_no_tf32(self.device)
         return self._push(f"matmul precision {precision}", plan)
 
     def tune(self, refs: Iterable[str] | None = None, repeats: int = 20,
@@ -236,12 +241,11 @@ class Session:
                 "are not the device's (the CUDA emulator's are the CPU's): tune on the "
                 "device itself (backend cupy on a GPU)")
         groups = None if refs is None else {self.plan.group(r).id for r in refs}
-        precision = self.matmul_precision     # (the candidates were timed at it)
         env = self.program().run(self.inputs, keep_all=True)
         plan, results = tune_plan(self.plan, self.backend, env, groups, repeats=repeats,
                                   use_cache=use_cache, progress=self.progress)
         self.tuning = results
-        self._tuned += [(gr, t, precision) for r in results for gr, t in r.timed]
+        self._tuned += [gr_t for r in results for gr_t in r.timed]
         if self.calibrate and self._tuned:
             self._recalibrate()
         if plan == self.plan:
@@ -307,7 +311,7 @@ class Session:
         cols = {}
         for i in map(self._step_index, (a, b)):
             st = self.history[i]
-            e = effect(st.plan, self._model_for(st.plan))
+            e = effect(st.plan, self.cost_model)
             m = self._measurements.get(st.plan)
             cols[f"step {i}: {st.action}"] = [
                 e.kernels, e.bytes_moved / 1e6, e.predicted_ms,
@@ -323,41 +327,36 @@ class Session:
         from the kernels already compiled for its groups, compiling the rest."""
         plan = plan or self.plan
         if plan not in self._programs:
-            p = plan.device.matmul_precision
-            self.compile(plan.groups, p)
+            self.compile(plan.groups)
             self._programs[plan] = Program(
-                plan, self.backend, kernels=[self._lower(gr, p) for gr in plan.groups],
-                compiled=[self._compiled[p, gr] for gr in plan.groups])
+                plan, self.backend, kernels=[self._lower(gr) for gr in plan.groups],
+                compiled=[self._compiled[gr] for gr in plan.groups])
         return self._programs[plan]
 
     def kernels(self, plan: Plan | None = None) -> list[Kernel]:
         """The kernel IR of every group of a plan (the current one by default)."""
         plan = plan or self.plan
-        return [self._lower(gr, plan.device.matmul_precision) for gr in plan.groups]
+        return [self._lower(gr) for gr in plan.groups]
 
     def kernel(self, ref: str, plan: Plan | None = None) -> Kernel:
         """The kernel IR of the group holding a node or group id (cached per group)."""
         plan = plan or self.plan
-        return self._lower(plan.group(ref), plan.device.matmul_precision)
+        return self._lower(plan.group(ref))
 
-    def compile(self, groups, matmul_precision: str | None = None) -> list:
+    def compile(self, groups) -> list:
         """Build these groups' kernels on the backend now (those not built yet, in one
-        batch; progress reported), so a compiler error shows at once; returns them.
-        ``matmul_precision``: the one their plan was made at (default: the current)."""
-        p = matmul_precision or self.matmul_precision
-        todo = [gr for gr in dict.fromkeys(groups) if (p, gr) not in self._compiled]
+        batch; progress reported), so a compiler error shows at once; returns them."""
+        todo = [gr for gr in dict.fromkeys(groups) if gr not in self._compiled]
         if todo:
-            built = self.backend.compile([self._lower(gr, p) for gr in todo], self.progress)
-            self._compiled.update(((p, gr), k) for gr, k in zip(todo, built))
-        return [self._compiled[p, gr] for gr in groups]
+            built = self.backend.compile([self._lower(gr) for gr in todo], self.progress)
+            self._compiled.update(zip(todo, built))
+        return [self._compiled[gr] for gr in groups]
 
-    def _lower(self, gr: Group, matmul_precision: str) -> Kernel:
-        # sized for the backend's device (whatever device a user's model planned for),
-        # at the precision of the plan the group is in
-        key = (matmul_precision, gr)
-        if key not in self._kernels:
-            self._kernels[key] = lower_group(self.graph, gr, self._device_at(matmul_precision))
-        return self._kernels[key]
+    def _lower(self, gr: Group) -> Kernel:
+        # sized for the backend's device (whatever device a user's model planned for)
+        if gr not in self._kernels:
+            self._kernels[gr] = lower_group(self.graph, gr, self.device)
+        return self._kernels[gr]
 
     def source(self, ref: str, target: str = "cuda", plan: Plan | None = None) -> str:
         """Source of the kernel holding a node or group, for target 'cuda' or 'c'."""
@@ -387,7 +386,7 @@ class Session:
         matmuls in TF32 the whole graph's TF32 bound, as its kernels are held to theirs
         (float32's would call every TF32 plan wrong). It depends on the graph and the
         inputs only, so it is computed once."""
-        if not plan.device.tf32:
+        if self._ran_in(plan) != "tf32":
             return None
         if self._tf32_magnitudes is None:
             self._tf32_magnitudes = graph_magnitudes(self.graph, self.inputs, tf32=True)
@@ -408,7 +407,7 @@ class Session:
             # predicted_ms is an honest prediction; then the model learns from it
             self._measurements[plan] = measure_program(self.program(plan), self.inputs,
                                                        self.reference, warmup, repeats,
-                                                       self._model_for(plan), self.progress,
+                                                       self.cost_model, self.progress,
                                                        self._output_magnitudes(plan))
             if self.calibrate:
                 self._recalibrate()
@@ -425,69 +424,38 @@ class Session:
     @property
     def device(self):
         """The Device the backend runs on, which plans are made for (the local CPU's is
-        measured once, cached), with the precision the session's matmuls may round to."""
-        return self._device_at(self.matmul_precision)
-
-    def _device_at(self, matmul_precision: str):
-        d = self.backend.device
-        return d if d.matmul_precision == matmul_precision else d.with_(
-            matmul_precision=matmul_precision)
+        measured once, cached)."""
+        return self.backend.device
 
     @property
     def cost_model(self):
         """The model that predicts latencies and scores the ``stitch`` planner: the
         device's model, refitted to every kernel this session has measured (with
-        ``calibrate=True``, the default), or one assigned by the user. At the current
-        step's matmul precision."""
-        return self._model_at(self.matmul_precision)
+        ``calibrate=True``, the default), or one assigned by the user. It prices a
+        plan at any matmul precision (each kernel's schedule says whether its matmuls
+        run on tensor cores)."""
+        return self._cost_model or self._uncalibrated()
 
     @cost_model.setter
     def cost_model(self, model) -> None:
         # an assigned model is kept as it is: automatic refitting stops
-        self._cost_model, self._assigned = model, True
-        self._fitted_at = {}
+        self._cost_model = model
         self.calibrate = False
 
-    def _model_for(self, plan: Plan):
-        """The model that prices ``plan``: at its own matmul precision (a float32 step
-        stays priced as float32 after a switch to TF32)."""
-        return self._model_at(plan.device.matmul_precision)
-
-    def _model_at(self, matmul_precision: str):
-        # the fitted factors are the machine's, whatever the precision its kernels ran
-        # at; what the precision changes is the features (a matmul's flop rate), which
-        # are each precision's device's -- cached with its uncalibrated model
-        m = self._cost_model
-        if m is None:
-            return self._uncalibrated(matmul_precision)
-        if self._assigned or m.device.matmul_precision == matmul_precision:
-            return m
-        if matmul_precision not in self._fitted_at:
-            self._fitted_at[matmul_precision] = replace(
-                self._uncalibrated(matmul_precision), factors=m.factors,
-                calibrated_on=m.calibrated_on)
-        return self._fitted_at[matmul_precision]
-
-    def _uncalibrated(self, matmul_precision: str | None = None):
-        p = matmul_precision or self.matmul_precision
-        if p not in self._device_models:
-            self._device_models[p] = CostModel.for_device(self._device_at(p))
-        return self._device_models[p]
+    def _uncalibrated(self):
+        if self._device_model is None:
+            self._device_model = CostModel.for_device(self.device)
+        return self._device_model
 
     def _recalibrate(self) -> None:
         """Fit the device's model to every kernel measured so far (always from the
         uncalibrated model, so fits do not compound)."""
         base = self._uncalibrated()
-        # each kernel counted at the precision it ran at (a TF32 matmul's time is the
-        # tensor cores')
         samples = [smp for plan, m in self._measurements.items()
-                   for smp in samples_from(self._uncalibrated(plan.device.matmul_precision),
-                                           plan, m.per_kernel)]
-        samples += [Sample(self._uncalibrated(p).features(self.graph, gr), t)
-                    for gr, t, p in self._tuned]
+                   for smp in samples_from(base, plan, m.per_kernel)]
+        samples += [Sample(base.features(self.graph, gr), t) for gr, t in self._tuned]
         try:
             self._cost_model = base.calibrate(samples)
-            self._fitted_at = {}
         except ValueError:   # nothing measurable yet (e.g. only empty kernels)
             pass
 
@@ -495,7 +463,7 @@ class Session:
         """The cost model's prediction for a plan (the current by default), per kernel
         and in total (``.ms``), without running anything."""
         plan = plan or self.plan
-        return self._model_for(plan).predict(plan)
+        return self.cost_model.predict(plan)
 
     def export(self, path, measure: bool = False, force: bool = False, sign_with=None):
         """Write the current plan as an artifact: a directory, or a zip if path ends in
@@ -547,4 +515,4 @@ class Session:
         return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
     def _ran_in(self, plan: Plan) -> str:
-        return "tf32" if self._device_at(plan.device.matmul_precision).tf32 else "float32"
+        return "tf32" if plan.tf32 and self.device.has_tf32 else "float32"

@@ -22,6 +22,7 @@ from workbench.errors import FusionRefused
 from workbench.frontends import load
 from workbench.fusion import MAPPINGS, Plan, run_planner
 from workbench.ir import GraphBuilder
+from workbench.device import H100
 
 SAMPLES = sorted(p.name for p in (Path(__file__).parents[2] / "sample_graphs").iterdir()
                  if p.suffix in (".json", ".onnx"))
@@ -118,7 +119,7 @@ def test_every_row_kernel_prints_under_every_mapping(sample, planner):
             except FusionRefused:
                 continue
             new = next(x for x in mapped.groups if set(x.nodes) == set(gr.nodes))
-            k = lower_group(mapped.graph, new)
+            k = lower_group(mapped.graph, new, H100)
             text = check_structure(k)
             assert str(k.launch) in text
             if m == "split":
@@ -189,7 +190,7 @@ def test_stitched_kernels_show_grid_syncs_between_phases():
 
     # cross entropy fused whole: its phases in order, a barrier before each that reads
     g = _sample("cross_entropy.json")
-    k = lower_plan(Plan.singletons(g).fuse([n.id for n in g.nodes]))[0]
+    k = lower_plan(Plan.singletons(g, H100).fuse([n.id for n in g.nodes]))[0]
     text = check_structure(k)
     assert k.phases == 4 and k.grid_barriers == 3
     assert [x.split("  #")[0] for x in _phases_and_syncs(text)] == [

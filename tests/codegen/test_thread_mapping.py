@@ -117,15 +117,15 @@ def test_rule_picks_by_rows_cols_and_device():
     plan, _ = run_planner("rules", g)
     assert plan.groups[0].schedule.mapping == "block"          # rules: unchanged default
     assert plan.set_mapping("k0", "auto").groups[0].schedule.mapping == "split"
-    cands = candidate_mappings(plan.groups[0].schedule)
+    cands = candidate_mappings(plan.groups[0].schedule, H100)
     assert cands[0] == "split" and set(cands) == set(MAPPINGS)
     ew = GraphBuilder("ew")
     ew.output(ew.exp(ew.input("x", (4, 4))), "y")
-    assert candidate_mappings(run_planner("rules", ew.build())[0].groups[0].schedule) == ()
+    assert candidate_mappings(run_planner("rules", ew.build())[0].groups[0].schedule, H100) == ()
     col = GraphBuilder("col")
     col.output(col.reduce_sum(col.input("x", (64, 8)), axes=[0]), "y")
     col_sched = run_planner("rules", col.build())[0].groups[0].schedule
-    assert candidate_mappings(col_sched) == ("thread",)       # only coalesced choice
+    assert candidate_mappings(col_sched, H100) == ("thread",)       # only coalesced choice
 
 
 def test_mapping_refusals_have_reasons():

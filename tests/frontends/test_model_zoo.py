@@ -31,10 +31,10 @@ pytest.importorskip("transformers")
 import workbench as wb  # noqa: E402
 from workbench import onnx_backend
 from workbench.testing import zoo  # noqa: E402
+from workbench.tolerance import FRAMEWORK_TOLERANCE, relative_to_largest
 
 pytestmark = pytest.mark.xdist_group("model_zoo")
 
-TOLERANCE = 1e-4
 
 
 @pytest.fixture(scope="session")
@@ -60,9 +60,9 @@ def check_outputs(m, run) -> None:
         for k, r in want.items():
             y = np.asarray(got[k])
             assert y.shape == r.shape and y.dtype == r.dtype, (k, y.shape, r.shape, y.dtype)
-            err = float(np.max(np.abs(y.astype(np.float64) - r)) / np.max(np.abs(r)))
-            assert err <= TOLERANCE, (f"{m.name} {k} ({'fresh' if fresh else 'export'} "
-                                      f"input): {err:.3g} > {TOLERANCE}")
+            err = relative_to_largest(y, r)
+            assert err <= FRAMEWORK_TOLERANCE, (f"{m.name} {k} ({'fresh' if fresh else 'export'} "
+                                                f"input): {err:.3g} > {FRAMEWORK_TOLERANCE}")
 
 
 def test_the_zoo_has_the_architectures_of_issue_12():
@@ -159,7 +159,7 @@ def test_with_tf32_allowed_the_gpu_plan_runs_on_tensor_cores_within_tf32_s_bound
     for fresh in (False, True):
         for k, r in m.torch_outputs(fresh).items():
             y = np.asarray(s.run(m.numpy_inputs(fresh))[k]).astype(np.float64)
-            assert np.max(np.abs(y - r)) / np.max(np.abs(r)) <= 2e-3, (name, k)
+            assert relative_to_largest(y, r) <= 2e-3, (name, k)
 
 
 def _padding(batch: int, seq: int, left: int = 0, right: int = 0):
@@ -224,8 +224,8 @@ def test_a_padded_batch_through_gpt2_at_1024_tokens_skips_and_matches_torch(tmp_
     with torch.no_grad():
         want = m.module(m.inputs[0], attention_mask=mask).logits.numpy()
     got = s.run({"input_ids": m.inputs[0].numpy(), "attention_mask": mask.numpy()})["logits"]
-    err = float(np.max(np.abs(got - want)) / np.max(np.abs(want)))
-    assert err <= TOLERANCE, err
+    err = relative_to_largest(got, want)
+    assert err <= FRAMEWORK_TOLERANCE, err
 
 
 # -- bfloat16: the user's model.to(torch.bfloat16) -------------------------------------
@@ -259,6 +259,6 @@ def test_a_bfloat16_model_runs_in_bfloat16_as_accurately_as_torch(name, path, ba
         b16 = m.torch_outputs(fresh)[m.outputs[0]].astype(np.float64)
 
         def dist(a):
-            return float(np.max(np.abs(a.astype(np.float64) - f32)) / np.max(np.abs(f32)))
+            return relative_to_largest(a, f32)
         assert 0 < dist(b16) < 0.05               # bfloat16 really differs from float32
         assert dist(y) <= 2 * dist(b16), (name, path, fresh, dist(y), dist(b16))

@@ -23,7 +23,7 @@ from workbench.errors import GraphError, UnsupportedOpError, WorkbenchError
 from workbench.frontends.torch import supported_aten_ops
 from workbench.dtypes import DType
 from workbench.ir import Graph, Origin, from_json, to_json
-from workbench.measure.compare import max_rel_error, tolerance
+from workbench.tolerance import max_rel_error, tolerance
 from workbench.runtime import run_reference
 
 

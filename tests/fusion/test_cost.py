@@ -51,15 +51,15 @@ def test_bytes_match_the_kernels(fname):
         plan, _ = run_planner(planner, g)
         for gr in plan.groups:
             f = features(g, gr, H100)
-            k = lower_group(g, gr)
+            k = lower_group(g, gr, H100)
             assert f.bytes_moved == k.bytes_read + k.bytes_written, (fname, gr.id)
 
 
 @pytest.mark.parametrize("mapping", ["warp", "block", "split", "thread"])
 def test_threads_per_block_match_the_launch(mapping):
     g = softmax(300, 2000)
-    gr = make_group(g, [n.id for n in g.nodes], mapping=mapping)
-    k = lower_group(g, gr)
+    gr = make_group(g, [n.id for n in g.nodes], mapping=mapping, device=H100)
+    k = lower_group(g, gr, H100)
     f = features(g, gr, H100)
     assert f.threads == k.launch.block
     assert f.barriers == gr.schedule.grid_barriers
@@ -80,7 +80,7 @@ def test_more_bytes_take_longer(device):
 def test_fusing_away_an_intermediate_predicts_less(device):
     g = chain(4096, 1024)
     m = CostModel.for_device(device)
-    none, rules = Plan.singletons(g), run_planner("rules", g)[0]
+    none, rules = Plan.singletons(g, H100), run_planner("rules", g)[0]
     assert len(rules.groups) == 1 and len(none.groups) == 2
     saved = m.plan_seconds(none) - m.plan_seconds(rules)
     # at least the intermediate's write and read back at full bandwidth, plus a launch
@@ -150,8 +150,8 @@ def test_uncoalesced_mapping_costs_more():
     g = SAMPLES["bias_grad.json"]
     nodes = [n.id for n in g.nodes]
     m = CostModel.for_device(H100.with_(units=1))    # same parallelism either way
-    thread = m.estimate(g, make_group(g, nodes, mapping="thread"))
-    block = m.estimate(g, make_group(g, nodes, mapping="block"))
+    thread = m.estimate(g, make_group(g, nodes, mapping="thread", device=H100))
+    block = m.estimate(g, make_group(g, nodes, mapping="block", device=H100))
     assert block.memory_s / block.features.efficiency > \
         thread.memory_s / thread.features.efficiency
 
@@ -161,7 +161,7 @@ def test_recomputation_is_counted():
     chip it is computed once, recomputed it costs three times the arithmetic."""
     g = SAMPLES["bias_gelu_residual_layernorm.json"]
     nodes = [n.id for n in g.nodes]
-    cached = make_group(g, nodes)
+    cached = make_group(g, nodes, device=H100)
     assert cached.schedule.row_registers      # GELU(x + b) + residual, in registers
     f_cached = features(g, cached, CPU)
     from dataclasses import replace

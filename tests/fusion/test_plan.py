@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.device import H100
 from workbench.errors import FusionRefused
 from workbench.fusion import Plan, StitchScheme, run_planner
 from workbench.ir import load_json
@@ -30,7 +31,7 @@ def test_rules_makes_norms_one_kernel(name):
 
 def test_plan_is_a_partition_and_immutable():
     g = _ln()
-    p0 = Plan.singletons(g)
+    p0 = Plan.singletons(g, H100)
     p1 = p0.fuse(["n0", "n1"])
     assert len(p0.groups) == len(g.nodes)        # old plan untouched
     assert len(p1.groups) == len(g.nodes) - 1
@@ -47,7 +48,7 @@ def test_cycle_is_refused_with_the_node_named():
     m = b.neg(a)             # n1
     c = b.add(a, m)          # n2
     b.output(c, "y")
-    p = Plan.singletons(b.build())
+    p = Plan.singletons(b.build(), H100)
     with pytest.raises(FusionRefused, match="cycle through n1"):
         p.fuse(["n0", "n2"])
     assert len(p.fuse(["n0", "n1", "n2"]).groups) == 1
@@ -61,7 +62,7 @@ def test_library_op_refuses_company():
     w = b.input("w", (8, 3))
     y = b.exp(b.matmul(b.exp(x), w))
     b.output(b.matmul(y, b.input("w2", (3, 5))), "y")
-    p = Plan.singletons(b.build())
+    p = Plan.singletons(b.build(), H100)
     with pytest.raises(FusionRefused, match="library call"):
         p.fuse(["n0", "n1"])
     with pytest.raises(FusionRefused, match="library call"):
@@ -76,7 +77,7 @@ def test_reductions_over_different_domains_refused():
     s0 = b.reduce_sum(x, axes=[0], keepdims=True)
     b.output(s1, "a")
     b.output(s0, "b")
-    p = Plan.singletons(b.build())
+    p = Plan.singletons(b.build(), H100)
     with pytest.raises(FusionRefused, match="one reduction domain"):
         p.fuse(["n0", "n1"], stitch=False)
     # by default the fusion falls back to a stitched kernel, and says so
@@ -88,7 +89,7 @@ def test_layout_op_refused_in_reduction_kernel():
     x = b.input("x", (4, 8))
     t = b.transpose(x, perm=[1, 0])
     b.output(b.reduce_sum(t, axes=[1]), "y")
-    p = Plan.singletons(b.build())
+    p = Plan.singletons(b.build(), H100)
     with pytest.raises(FusionRefused, match="moves elements"):
         p.fuse(["n0", "n1"], stitch=False)
     assert p.fuse(["n0", "n1"]).groups[0].schedule.describe().startswith("stitched 2 phases")
@@ -113,7 +114,7 @@ def test_a_window_over_a_reduction_of_its_kernel_is_refused_or_phased():
     g = _max_then_avg_pool()
     nodes = [n.id for n in g.nodes]
     assert [g.node(n).op for n in nodes] == ["window", "reduce_max", "window", "reduce_mean"]
-    p = Plan.singletons(g)
+    p = Plan.singletons(g, H100)
     with pytest.raises(FusionRefused, match="per-row result .* at other rows' positions"):
         p.fuse(nodes[1:], stitch=False)
     assert p.fuse(nodes[1:]).group(nodes[1]).schedule.kind == "stitched"
@@ -127,7 +128,7 @@ def test_a_window_over_a_reduction_of_its_kernel_is_refused_or_phased():
 
 
 def test_refusals_and_empty_selection_messages():
-    p = Plan.singletons(_ln())
+    p = Plan.singletons(_ln(), H100)
     with pytest.raises(FusionRefused, match="nothing selected"):
         p.fuse([])
     with pytest.raises(FusionRefused, match="already one kernel"):

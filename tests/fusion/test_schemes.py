@@ -18,6 +18,7 @@ from workbench.fusion import Plan, StitchScheme, make_group, run_planner
 from workbench.fusion.geometry import shared_bytes
 from workbench.ir import GraphBuilder
 from workbench.session import Session
+from workbench.device import H100
 
 
 
@@ -78,8 +79,8 @@ def _value(g, op):
 def test_unrelated_reductions_stitch_independent(wb):
     g = _two_domains()
     with pytest.raises(FusionRefused, match="one reduction domain"):
-        make_group(g, ["n0", "n1"])                    # stitch=False: as before
-    plan = Plan.singletons(g).fuse(["n0", "n1"])
+        make_group(g, ["n0", "n1"], device=H100)                    # stitch=False: as before
+    plan = Plan.singletons(g, H100).fuse(["n0", "n1"])
     gr = plan.groups[0]
     assert gr.stitched and len(gr.schedule.phases) == 2
     assert not gr.schedule.phases[1].barrier          # no path between them
@@ -125,8 +126,8 @@ def test_layout_op_and_reduction_stitch(wb):
     b.output(t, "t")
     g = b.build()
     with pytest.raises(FusionRefused, match="moves elements"):
-        Plan.singletons(g).fuse(["n1", "n2"], stitch=False)
-    plan = Plan.singletons(g).fuse(["n0", "n1", "n2"])
+        Plan.singletons(g, H100).fuse(["n1", "n2"], stitch=False)
+    plan = Plan.singletons(g, H100).fuse(["n0", "n1", "n2"])
     kinds = [p.schedule.kind for p in plan.groups[0].schedule.phases]
     assert kinds == ["elementwise", "row_reduce"]
     _run(wb, plan)
@@ -137,7 +138,7 @@ def test_stitch_refuses_library_calls_and_cycles():
     x = b.input("x", (4, 8))
     w = b.input("w", (8, 3))
     b.output(b.reduce_sum(b.matmul(x, w), axes=[1]), "y")
-    p = Plan.singletons(b.build())
+    p = Plan.singletons(b.build(), H100)
     with pytest.raises(FusionRefused, match="library call"):
         p.fuse(["n0", "n1"])
     b = GraphBuilder("diamond")
@@ -146,7 +147,7 @@ def test_stitch_refuses_library_calls_and_cycles():
     m = b.neg(a)
     b.output(b.add(a, m), "y")
     with pytest.raises(FusionRefused, match="cycle through n1"):
-        Plan.singletons(b.build()).fuse(["n0", "n2"])
+        Plan.singletons(b.build(), H100).fuse(["n0", "n2"])
 
 
 @pytest.mark.parametrize("name, kwargs", [
@@ -157,7 +158,7 @@ def test_stitch_refuses_library_calls_and_cycles():
 ])
 def test_whole_sample_graphs_stitch_into_one_kernel(wb, name, kwargs):
     g = getattr(_samples(), name)(**kwargs)
-    plan = Plan.singletons(g)
+    plan = Plan.singletons(g, H100)
     plan = plan.fuse([n.id for n in g.nodes]) if len(g.nodes) > 1 else plan
     assert len(plan.groups) == 1
     _run(wb, plan)
@@ -229,7 +230,7 @@ def test_illegal_schemes_are_refused_with_reasons():
     with pytest.raises(FusionRefused, match="graph input"):
         plan.set_scheme("x", "local")
     with pytest.raises(FusionRefused, match="leaves kernel"):
-        Plan.singletons(g).set_scheme(mean, "local")
+        Plan.singletons(g, H100).set_scheme(mean, "local")
     with pytest.raises(FusionRefused, match="no value 'nope'"):
         plan.set_scheme("nope", "local")
     # regional in an elementwise kernel: nothing is shared by a block
@@ -284,11 +285,11 @@ def test_stitched_sources_compile_with_nvrtc(compile_cuda):
     ln = _ln(1057, 2500)
     rules, _ = run_planner("rules", ln)
     plans = {
-        "independent": Plan.singletons(_two_domains()).fuse(["n0", "n1"]),
+        "independent": Plan.singletons(_two_domains(), H100).fuse(["n0", "n1"]),
         "global": (lambda p: p.fuse([gr.id for gr in p.groups]))(
             run_planner("rules", _softmax_then_column_sum(1000, 3000))[0]),
         "split_mean": rules.set_scheme(ln.node("n0").outputs[0], "global"),
-        "xent": (lambda g: Plan.singletons(g).fuse([n.id for n in g.nodes]))(
+        "xent": (lambda g: Plan.singletons(g, H100).fuse([n.id for n in g.nodes]))(
             _samples().cross_entropy(rows=67, classes=300)),
     }
     for name, plan in plans.items():
@@ -310,7 +311,7 @@ def test_phases_share_one_blocks_shared_memory(wb):
     z = b.softmax(y + c, axis=-1)
     b.output(z, "z")
     g = b.build()
-    plan = Plan.singletons(g).fuse([n.id for n in g.nodes])
+    plan = Plan.singletons(g, H100).fuse([n.id for n in g.nodes])
     gr = plan.groups[0]
     assert gr.stitched
     assert shared_bytes(gr.schedule) <= 48 * 1024

@@ -14,7 +14,7 @@ from workbench.fusion.cost import CostModel
 from workbench.device import A100, H100, Device
 from workbench.fusion.cycles import cycle_reason, cycle_via
 from workbench.fusion.plan import toposort_groups
-from workbench.measure.compare import tolerance
+from workbench.tolerance import tolerance
 from workbench.fusion.greedy import rules_partition
 from workbench.fusion.stitch import dominant_ops, plan_stitch
 from workbench.frontends import load
@@ -154,7 +154,7 @@ def test_a_thousand_node_graph_plans():
 def plain_rules(g):
     """The rules planner as first written: make_group and the cycle search over the
     whole kernel graph at every merge."""
-    start = Plan.singletons(g)
+    start = Plan.singletons(g, H100)
     groups = {gr.id: gr for gr in start.groups}
     owner = dict(start.group_of)
     log = []
@@ -179,7 +179,7 @@ def plain_rules(g):
                 if via is not None:
                     k = groups[via]
                     raise FusionRefused(cycle_reason(k.nodes[0], k.id, len(k.nodes)))
-                new = make_group(g, nodes)
+                new = make_group(g, nodes, device=H100)
             except FusionRefused as e:
                 log.append(("not fused", prod.id, node.id, str(e)))
                 continue
@@ -187,7 +187,7 @@ def plain_rules(g):
             groups[new.id] = new
             owner.update(dict.fromkeys(new.nodes, new))
             log.append(("fused", prod.id, node.id))
-    return Plan(g, toposort_groups(g, list(groups.values())), "rules"), log
+    return Plan(g, toposort_groups(g, list(groups.values())), "rules", H100), log
 
 
 def _random_graphs():
@@ -206,7 +206,7 @@ def test_fast_rules_equals_the_plain_greedy(g):
     assert [gr.schedule for gr in got.groups] == [gr.schedule for gr in want.groups]
     # same decisions; a refusal by a cycle may name another node on it
     assert [(d.action, d.nodes) for d in got_log] == [(a[0], (a[1], a[2])) for a in want_log]
-    part, _ = rules_partition(g)
+    part, _ = rules_partition(g, device=H100)
     assert part.key() == frozenset(frozenset(gr.nodes) for gr in want.groups)
 
 

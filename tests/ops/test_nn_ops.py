@@ -22,6 +22,7 @@ from workbench.errors import GraphError, UnsupportedOpError  # noqa: E402
 from workbench.frontends import load_onnx  # noqa: E402
 from workbench.fusion import run_planner  # noqa: E402
 from workbench.ir import GraphBuilder, composites_nn  # noqa: E402
+from workbench.tolerance import relative_to_largest
 
 PLANNERS = ("none", "rules", "stitch")
 F32 = TensorProto.FLOAT
@@ -31,8 +32,7 @@ def _close(got, want, what, tol=1e-5):
     """Error relative to the largest output (a float32 sum over a window or a filter
     rounds relative to its terms, not to a result that cancels to near zero)."""
     assert got.shape == want.shape and got.dtype == want.dtype, what
-    scale = max(float(np.max(np.abs(want))), 1e-30) if want.size else 1.0
-    err = float(np.max(np.abs(got.astype(np.float64) - want))) / scale if want.size else 0.0
+    err = relative_to_largest(got, want)
     assert err <= tol, f"{what}: error {err:.3g} relative to the largest output"
 
 

@@ -23,7 +23,7 @@ from workbench.codegen.render import CRenderer
 from workbench.fusion import gemm
 from workbench.fusion.mapping import ScheduleKind
 from workbench.ir import GraphBuilder
-from workbench.measure.compare import output_error
+from workbench.tolerance import output_error
 from workbench.runtime import random_inputs, run_reference
 from workbench.session import Session
 

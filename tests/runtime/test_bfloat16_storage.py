@@ -20,7 +20,7 @@ from workbench.errors import FusionRefused
 from workbench.fusion import run_planner
 from workbench.dtypes import DType
 from workbench.ir import GraphBuilder
-from workbench.measure.compare import max_rel_error, tolerance
+from workbench.tolerance import max_rel_error, tolerance
 from workbench.ops.bfloat16 import from_bits, to_bits
 from workbench.runtime import run_reference
 from workbench.runtime.cpu import CpuBackend

@@ -493,7 +493,7 @@ def test_bfloat16_convolution_gemm_computes_in_float32_and_rounds_once(name, bla
     rounded once where it stores: within one bfloat16 ulp (of the largest output) of
     the float32 graph on the same values, and every kernel within its bound."""
     from workbench.codegen.render import CRenderer
-    from workbench.measure.compare import output_error
+    from workbench.tolerance import output_error
     from workbench.runtime import random_inputs, run_reference
     g = _graph(name, "bfloat16")
     s = Session(g, backend="cpu")

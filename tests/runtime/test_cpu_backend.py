@@ -11,6 +11,7 @@ import workbench as wb
 from workbench.fusion import Plan
 from workbench.runtime import Program, get_backend, poison
 from workbench.runtime import cc
+from workbench.device import H100
 
 
 def _graph(cols=37):
@@ -22,7 +23,7 @@ def _graph(cols=37):
 
 def test_cache_reuses_library(tmp_path, monkeypatch):
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
-    p = Plan.singletons(_graph())
+    p = Plan.singletons(_graph(), H100)
     Program(p, get_backend("cpu"))
     libs = sorted((tmp_path / "cpu").glob("*.so"))
     assert len(libs) == 2
@@ -101,8 +102,8 @@ def test_a_damaged_cached_library_is_rebuilt(tmp_path, monkeypatch, damage):
     from workbench.runtime.cpu import compile_kernel
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
     cols = 41 + len(damage)                  # a source this process has not loaded yet
-    p = Plan.singletons(_graph(cols))
-    k = lower_group(p.graph, p.groups[0])
+    p = Plan.singletons(_graph(cols), H100)
+    k = lower_group(p.graph, p.groups[0], H100)
     src = render_kernel(k, "c")
     path = cc.build_library(k.name, src)     # built, never loaded, then damaged
     path.write_bytes(damage)

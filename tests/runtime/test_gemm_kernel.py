@@ -112,7 +112,7 @@ def test_online_softmax_attention_matches_reference(case, monkeypatch):
     """The online softmax (a block of keys at a time) against NumPy's softmax on fresh
     inputs: within float32's bound of the magnitudes summed, the NaN of a row masked
     on every key where NumPy has it, and nowhere else."""
-    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.tolerance import max_rel_error, tolerance
     from workbench.runtime import random_inputs, run_reference
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
     monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 512)
@@ -147,7 +147,7 @@ def test_online_softmax_on_random_shapes(seed, shape, monkeypatch):
     everything; masks -inf at random and (odd seeds) over the first half of the keys:
     NaNs where NumPy has them, the rest within float32's bound of the magnitudes
     summed."""
-    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.tolerance import max_rel_error, tolerance
     from workbench.runtime import random_inputs, run_reference
     monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
     monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 1)

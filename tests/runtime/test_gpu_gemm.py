@@ -160,7 +160,7 @@ def test_a_gpu_plan_s_gemm_kernel_runs_on_the_cpu_too(tmp_path):
     kernel's C rendering computes the whole tile in one thread."""
     from workbench.artifact import export_plan, load_artifact
     from workbench.runtime import random_inputs, run_reference
-    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.tolerance import max_rel_error, tolerance
     plan = _fused_plan(_linear_residual, (64, 64))
     model = load_artifact(export_plan(plan, tmp_path / "gpu_gemm"), backend="cpu")
     ins = random_inputs(plan.graph, 5)
@@ -285,7 +285,7 @@ def test_gpu_fused_attention_on_random_shapes(seed, shape):
     and over every key of one query (its softmax is 0/0): NaNs where NumPy has them,
     the rest within float32's bound of the magnitudes summed. Scores and probabilities
     are never written: the kernel's only output is the attention's."""
-    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.tolerance import max_rel_error, tolerance
     from workbench.runtime import random_inputs, run_reference
     rng = np.random.default_rng(200 + seed)
     n, h, q, keys, d, dk = shape

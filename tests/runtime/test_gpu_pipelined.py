@@ -28,7 +28,6 @@ import test_gpu_gemm as gpu
 EMU_MISSING = None if os.environ.get("WB_REQUIRE_CUDA_EMU") else CudaEmuBackend.unavailable()
 needs_emu = pytest.mark.skipif(EMU_MISSING is not None, reason=str(EMU_MISSING))
 
-TF32 = H100.with_(matmul_precision="tf32")
 # the tiles a tensor-core kernel may pipeline (no spills), and every CUDA-core tile
 TENSOR_PIPELINED = sorted(t for t in GPU_GEMM_TILES if t[0] * t[1] <= PIPELINED_TENSOR_MAX)
 
@@ -103,7 +102,7 @@ def test_a_pipelined_fused_attention_matches_numpy(precision):
 
 def test_two_stages_on_a_large_tensor_core_tile_are_refused_with_the_reason():
     g = gpu._linear_residual()
-    plan = Plan.singletons(g, TF32).fuse([n.id for n in g.nodes])
+    plan = Plan.singletons(g, H100, "tf32").fuse([n.id for n in g.nodes])
     gid = plan.groups[0].id
     with pytest.raises(FusionRefused, match=r"stages=2 on a 128 x 128 tensor-core tile: .* "
                                             r"would spill; pipeline a 128 x 64"):
@@ -124,10 +123,10 @@ def test_two_stages_on_a_large_tensor_core_tile_are_refused_with_the_reason():
         on_cpu.set_launch(on_cpu.groups[0].id, stages=2)
 
 
-@pytest.mark.parametrize("dtype, device", [("float32", H100), ("float32", TF32),
-                                           ("bfloat16", H100), ("float16", H100)],
+@pytest.mark.parametrize("dtype, precision", [("float32", "float32"), ("float32", "tf32"),
+                                              ("bfloat16", "float32"), ("float16", "float32")],
                          ids=["cuda-cores", "tf32", "bfloat16", "float16"])
-def test_pipelined_kernels_compile_without_spills(dtype, device, nvrtc_toolchain):
+def test_pipelined_kernels_compile_without_spills(dtype, precision, nvrtc_toolchain):
     """BERT-base's FFN GEMM kernel under every tile its precision may pipeline, and the
     fused attention, in 2 stages: NVRTC with the runtime's options, no local memory, at
     most 128 registers (two blocks an SM), twice the panels' shared memory."""
@@ -135,12 +134,12 @@ def test_pipelined_kernels_compile_without_spills(dtype, device, nvrtc_toolchain
     from workbench.runtime import nvrtc
     from test_gpu_tf32 import _bert_half
     cases = [(_bert_half(dtype, "ffn"), t) for t in GPU_GEMM_TILES
-             if not (device.on_tensor_cores(DType(dtype))
+             if not (H100.on_tensor_cores(DType(dtype), precision == "tf32")
                                        and t[0] * t[1] > PIPELINED_TENSOR_MAX)]
     if not DType(dtype).is_half:
         cases.append((_bert_half(dtype, "attention"), None))
     for g, tile in cases:
-        plan = Plan.singletons(g, device).fuse([n.id for n in g.nodes])
+        plan = Plan.singletons(g, H100, precision).fuse([n.id for n in g.nodes])
         tiles = {} if tile is None else {"tile_m": tile[0], "tile_n": tile[1]}
         plan = plan.set_launch(plan.groups[0].id, stages=2, **tiles)
         (k,) = lower_plan(plan)
@@ -157,18 +156,19 @@ def test_the_tuner_times_two_stages_beside_the_other_tiles():
     plan refuses, 2 stages on a 128 x 128 tensor-core tile, is dropped there.)"""
     from workbench.fusion import make_group
     from workbench.measure.tune import candidates, climb
-    for device in (H100, TF32):
+    for precision in ("float32", "tf32"):
         g = gpu._linear_residual()
-        plan = Plan.singletons(g, device).fuse([n.id for n in g.nodes])
+        plan = Plan.singletons(g, H100, precision).fuse([n.id for n in g.nodes])
         (gr,) = plan.set_launch(plan.groups[0].id, tile_m=128, tile_n=128).groups
         rule, *cands = candidates(gr)
         assert (("stages", 2),) in [c.launch for c in cands]
         made = []
         for c in cands + climb(cands[0], gr):
             try:
-                made.append(make_group(g, gr.nodes, device=device, launch=c.launch))
+                made.append(make_group(g, gr.nodes, device=H100, launch=c.launch,
+                                       tf32=precision == "tf32"))
             except FusionRefused as e:
-                assert device is TF32 and "stages=2 on a 128 x 128" in str(e)
+                assert precision == "tf32" and "stages=2 on a 128 x 128" in str(e)
         assert any(m.schedule.gemm.block.stages == 2 for m in made)
     att = _attention()
     plan = Plan.singletons(att, H100).fuse([n.id for n in att.nodes])

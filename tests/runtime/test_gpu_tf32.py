@@ -23,7 +23,7 @@ from workbench.device import H100
 from workbench.fusion.gemm import GPU_TENSOR_TILES
 from workbench.fusion.mapping import ScheduleKind
 from workbench.dtypes import DType
-from workbench.dtypes import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR
+from workbench.tolerance import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR
 from workbench.measure import verify_kernels
 from workbench.measure.verify import check_kernel
 from workbench.runtime import gpu_available, random_inputs
@@ -35,7 +35,6 @@ import test_gpu_gemm as gpu
 EMU_MISSING = None if os.environ.get("WB_REQUIRE_CUDA_EMU") else CudaEmuBackend.unavailable()
 needs_emu = pytest.mark.skipif(EMU_MISSING is not None, reason=str(EMU_MISSING))
 
-TF32 = H100.with_(matmul_precision="tf32")
 
 
 def to_tf32(x: np.ndarray) -> np.ndarray:
@@ -133,8 +132,8 @@ def test_the_check_holds_tf32_products_to_tf32_s_bound_and_no_looser():
     a = rng.standard_normal((64, 8)).astype(np.float32)
     bb = rng.standard_normal((8, 48)).astype(np.float32)
     c = (to_tf32(a) @ to_tf32(bb)).astype(np.float32)
-    (gr,) = Plan.singletons(g, TF32).groups
-    k = lower_group(g, gr, TF32)
+    (gr,) = Plan.singletons(g, H100, "tf32").groups
+    k = lower_group(g, gr, H100)
     assert k.tf32 and k.library is not None        # (a lone matmul: cuBLAS, in TF32)
     assert k.product_error == TF32_PRODUCT_ERROR
     env = {"a": a, "b": bb, "c": c}
@@ -151,7 +150,7 @@ def test_another_framework_s_tf32_output_is_held_to_the_whole_graph_s_tf32_bound
     """graph_magnitudes: the bound torch's outputs are held to in benchmarks/gpu.py
     --matmul-precision tf32 -- a two-matmul chain computed with TF32-rounded operands
     passes under it and fails float32's; one off by 1% fails both."""
-    from workbench.measure.compare import max_rel_error, tolerance
+    from workbench.tolerance import max_rel_error, tolerance
     from workbench.measure.verify import graph_magnitudes
     b = wb.GraphBuilder("chain")
     h = b.relu(b.matmul(b.input("a", (32, 8)), b.input("b", (8, 24))))
@@ -178,7 +177,7 @@ def test_tensor_core_kernels_compile_without_spills(make, tile, nvrtc_toolchain)
     from workbench.codegen import lower_plan, render_kernel
     from workbench.runtime import nvrtc
     g = make()
-    plan = Plan.singletons(g, TF32).fuse([n.id for n in g.nodes])
+    plan = Plan.singletons(g, H100, "tf32").fuse([n.id for n in g.nodes])
     (k,) = lower_plan(plan.set_launch(plan.groups[0].id, tile_m=tile[0], tile_n=tile[1]))
     src = render_kernel(k, "cuda")
     assert "wmma::mma_sync" in src and "#include <mma.h>" in src
@@ -196,7 +195,7 @@ def test_a_tensor_core_kernel_is_refused_with_the_reason_on_a_gpu_before_sm80(
     from workbench.codegen import lower_plan, render_kernel
     from workbench.runtime import nvrtc
     g = gpu._linear_residual()
-    (k,) = lower_plan(Plan.singletons(g, TF32).fuse([n.id for n in g.nodes]))
+    (k,) = lower_plan(Plan.singletons(g, H100, "tf32").fuse([n.id for n in g.nodes]))
     assert k.tensor_cores
     with pytest.raises(nvrtc.NvrtcError):
         nvrtc.compile_cuda(render_kernel(k, "cuda"), k.name, "75")
@@ -215,13 +214,14 @@ def test_bert_s_attention_in_tf32_is_one_tensor_core_kernel_that_compiles(nvrtc_
     from workbench.codegen import lower_plan, render_kernel
     from workbench.runtime import nvrtc
     g = gpu._bert_attention()
-    tf32, f32 = CostModel.for_device(TF32), CostModel.for_device(H100)
-    stitch = run_planner("stitch", g, device=TF32)[0]
-    rules = run_planner("rules", g, device=TF32)[0]
+    model = CostModel.for_device(H100)
+    stitch = run_planner("stitch", g, device=H100, matmul_precision="tf32")[0]
+    rules = run_planner("rules", g, device=H100, matmul_precision="tf32")[0]
     (gr,) = stitch.groups
     assert gr.schedule.gemm.block.tensor and gr.schedule.then is not None
-    assert tf32.plan_seconds(stitch) < tf32.plan_seconds(rules)
-    assert tf32.plan_seconds(stitch) < f32.plan_seconds(run_planner("stitch", g, device=H100)[0])
+    assert model.plan_seconds(stitch) < model.plan_seconds(rules)
+    assert model.plan_seconds(stitch) < model.plan_seconds(
+        run_planner("stitch", g, device=H100)[0])
     assert all(k.tf32 for k in lower_plan(rules) if k.library is not None)
     (k,) = lower_plan(stitch)
     rep = nvrtc.ptxas_report(render_kernel(k, "cuda"), k.name)
@@ -232,18 +232,18 @@ def test_bert_s_attention_in_tf32_is_one_tensor_core_kernel_that_compiles(nvrtc_
 def test_float32_stays_the_exact_default_and_plans_are_keyed_by_precision():
     g = gpu._bert_scores()
     f32 = run_planner("stitch", g, device=H100)[0]
-    t32 = run_planner("stitch", g, device=TF32)[0]
+    t32 = run_planner("stitch", g, device=H100, matmul_precision="tf32")[0]
     assert f32 != t32 and f32.key[:2] == (H100.name, "float32")
+    assert t32.key[:2] == (H100.name, "tf32") and t32.tf32 and not f32.tf32
     assert not f32.groups[0].schedule.gemm.block.tensor
     assert t32.groups[0].schedule.gemm.block.tensor
-    assert "TF32" in TF32.describe() and "TF32" not in H100.describe()
 
 
 def test_a_cpu_computes_float32_whatever_is_asked_and_says_so():
     g = gpu._ffn_gelu()
     with pytest.warns(UserWarning, match="no TF32 tensor cores"):
         s = Session(g, backend="cpu", matmul_precision="tf32")
-    assert not s.device.tf32
+    assert not s.tf32
     s.auto("rules")
     assert not any(k.tf32 for k in (ck.kernel for ck in s.program().compiled))
     with pytest.raises(WorkbenchError, match="matmul_precision must be one of"):
@@ -281,7 +281,7 @@ def test_a_tf32_plan_s_artifact_runs_without_the_workbench_s_session(backend, tm
     as tensor cores do (the manifest keeps the kernel's tf32), the C rendering on a CPU
     computes float32; either within TF32's bound of the product."""
     from workbench.artifact import export_plan, load_artifact
-    plan = Plan.singletons(gpu._linear_residual(), TF32)
+    plan = Plan.singletons(gpu._linear_residual(), H100, "tf32")
     plan = plan.fuse([n.id for n in plan.graph.nodes])
     path = export_plan(plan, tmp_path / "tf32")
     model = load_artifact(path, backend=backend)
@@ -349,10 +349,13 @@ def test_a_half_precision_matmul_is_planned_on_tensor_cores_without_the_option(d
     lone = Plan.singletons(g, H100).group_of[mm.id]
     k = lower_group(g, lone, H100)
     assert k.library is not None and k.tf32 and k.product_error == TF32_PRODUCT_ERROR
-    assert H100.on_tensor_cores(half) and not H100.on_tensor_cores(DType.float32)
+    assert lone.schedule.tensor_cores
+    assert H100.on_tensor_cores(half, tf32=False)
+    assert not H100.on_tensor_cores(DType.float32, tf32=False)
     assert H100.tensor_rate(half) == 2 * H100.tensor_flops
-    assert H100.matmul_rate(half) == (2 if half is DType.float16 else 1) * H100.tensor_flops
-    assert not H100.with_(tensor_flops=0.0).on_tensor_cores(half)
+    assert H100.matmul_rate(half, lone.schedule.tensor_cores) == (
+        2 if half is DType.float16 else 1) * H100.tensor_flops
+    assert not H100.with_(tensor_flops=0.0).on_tensor_cores(half, tf32=True)
 
 
 @needs_emu
@@ -399,7 +402,7 @@ def test_the_onnx_backend_takes_the_precision_too():
     from workbench import onnx_backend
     rep = onnx_backend.prepare("sample_graphs/layernorm_gelu.onnx", planner="stitch",
                                backend="cuda-emu", matmul_precision="tf32")
-    assert rep.session.device.tf32
+    assert rep.session.tf32
     assert any(k.tf32 for k in rep.session.kernels())
     with pytest.raises(WorkbenchError, match="matmul_precision must be one of"):
         onnx_backend.prepare("sample_graphs/layernorm_gelu.onnx", backend="cpu",
@@ -452,14 +455,13 @@ def test_half_tensor_core_kernels_compile_without_spills(dtype, tile, nvrtc_tool
 def test_a_half_plan_is_priced_at_twice_tf32_s_tensor_rate():
     """The same attention and FFN kernels in bfloat16 on m16n16k16 are predicted faster
     than in float32 with TF32: twice the tensor rate, half the bytes."""
-    tf32 = CostModel.for_device(TF32)
-    half = CostModel.for_device(H100)
+    model = CostModel.for_device(H100)
     for part in ("ffn", "attention"):
         g16, g32 = _bert_half("bfloat16", part), _bert_half("float32", part)
         p16 = Plan.singletons(g16, H100).fuse([n.id for n in g16.nodes])
-        p32 = Plan.singletons(g32, TF32).fuse([n.id for n in g32.nodes])
+        p32 = Plan.singletons(g32, H100, "tf32").fuse([n.id for n in g32.nodes])
         (gr16,), (gr32,) = p16.groups, p32.groups
-        assert half.estimate(g16, gr16).ms < tf32.estimate(g32, gr32).ms
+        assert model.estimate(g16, gr16).ms < model.estimate(g32, gr32).ms
 
 
 def test_a_bfloat16_library_matmul_is_priced_with_its_widening_copies():
@@ -496,7 +498,7 @@ def test_a_tf32_step_s_output_error_is_measured_against_tf32_s_whole_graph_bound
     """The step table's end-to-end error of a TF32 plan: its outputs against the
     reference within the whole graph's TF32 bound (verify.graph_magnitudes) -- against
     |ref| alone, as for float32, every TF32 plan would read as off."""
-    from workbench.measure.compare import check_outputs, tolerance
+    from workbench.tolerance import check_outputs, tolerance
     g = gpu._linear_residual()
     s = _tf32_session(gpu._linear_residual)
     m = s.measure(warmup=0, repeats=1)

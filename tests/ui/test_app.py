@@ -36,9 +36,9 @@ def test_open_takes_the_matmul_precision_and_says_when_matmuls_run_in_tf32():
         pytest.skip(CudaEmuBackend.unavailable())
     app = wb.open("sample_graphs/bert_chain.json", backend="cuda-emu", display=False,
                   matmul_precision="tf32")
-    assert app.session.device.tf32 and "float32 matmuls in TF32" in app.message
+    assert app.session.tf32 and "float32 matmuls in TF32" in app.message
     exact = wb.open("sample_graphs/bert_chain.json", backend="cuda-emu", display=False)
-    assert not exact.session.device.tf32 and "TF32" not in exact.message
+    assert not exact.session.tf32 and "TF32" not in exact.message
     # the matmuls drop-down starts at the session's precision
     assert app.matmuls.value == "tf32" and exact.matmuls.value == "float32"
 

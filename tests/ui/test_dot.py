@@ -10,6 +10,7 @@ from workbench.errors import WorkbenchError
 from workbench.fusion import Plan, run_planner
 from workbench.ir import GraphBuilder
 from workbench.ui.dot import HEAT, Overlay, composites, render_svg, to_dot
+from workbench.device import H100
 
 
 def svg_ids(svg: str, cls: str) -> set[str]:
@@ -17,7 +18,7 @@ def svg_ids(svg: str, cls: str) -> set[str]:
 
 
 def test_every_node_is_an_svg_group_with_its_id(small_graph):
-    svg = render_svg(to_dot(small_graph, Plan.singletons(small_graph)).source)
+    svg = render_svg(to_dot(small_graph, Plan.singletons(small_graph, H100)).source)
     assert svg.startswith("<svg")
     assert svg_ids(svg, "node") >= {n.id for n in small_graph.nodes}
     assert {"in0", "out0"} <= svg_ids(svg, "node")
@@ -27,7 +28,7 @@ def test_every_node_is_an_svg_group_with_its_id(small_graph):
 
 
 def test_fused_groups_are_clusters_labelled_with_their_kernel(small_graph):
-    plan = Plan.singletons(small_graph).fuse(["n9", "n10", "n11", "n12", "n13"])
+    plan = Plan.singletons(small_graph, H100).fuse(["n9", "n10", "n11", "n12", "n13"])
     d = to_dot(small_graph, plan)
     assert "subgraph cluster_k9 {" in d.source
     svg = render_svg(d.source)
@@ -51,7 +52,7 @@ def test_composites_collapse_to_one_box_and_expand(small_graph):
     assert list(comps) == ["c0", "c1"]
     assert comps["c0"] == tuple(f"n{i}" for i in range(9))      # LayerNorm
     assert comps["c1"] == tuple(f"n{i}" for i in range(9, 14))  # GELU
-    plan = Plan.singletons(small_graph)
+    plan = Plan.singletons(small_graph, H100)
     d = to_dot(small_graph, plan, {"c0"})
     assert d.boxes == {"c0": comps["c0"]}
     svg = render_svg(d.source)
@@ -76,11 +77,11 @@ def test_collapsed_composite_inside_its_kernel_cluster(small_graph):
 
 def test_unknown_composite_is_refused(small_graph):
     with pytest.raises(WorkbenchError, match="no composite 'c9'"):
-        to_dot(small_graph, Plan.singletons(small_graph), {"c9"})
+        to_dot(small_graph, Plan.singletons(small_graph, H100), {"c9"})
 
 
 def test_overlay_colors_and_legend(small_graph):
-    plan = Plan.singletons(small_graph)
+    plan = Plan.singletons(small_graph, H100)
     vals = {gr.id: float(i) for i, gr in enumerate(plan.groups)}   # 0 .. 14
     d = to_dot(small_graph, plan, overlay=Overlay("latency", vals))
     assert [e.color for e in d.legend] == list(HEAT)
@@ -101,7 +102,7 @@ def test_model_text_cannot_inject_dot_or_markup():
     x = b.input(evil, (4, 8))
     b.output(b.exp(x), 'y\\" -> in0')
     g = b.build()
-    d = to_dot(g, Plan.singletons(g))
+    d = to_dot(g, Plan.singletons(g, H100))
     svg = render_svg(d.source)
     assert svg_ids(svg, "node") == {"in0", "n0", "out0"}      # no injected node
     assert "<script" not in svg
@@ -112,7 +113,7 @@ def test_model_text_cannot_inject_dot_or_markup():
 def test_a_500_node_graph_draws(big_graph):
     assert len(big_graph.nodes) == 510
     plan, _ = run_planner("rules", big_graph)
-    for p in (Plan.singletons(big_graph), plan):
+    for p in (Plan.singletons(big_graph, H100), plan):
         svg = render_svg(to_dot(big_graph, p).source)
         assert svg_ids(svg, "node") >= {n.id for n in big_graph.nodes}
     collapsed = render_svg(to_dot(big_graph, plan, set(composites(big_graph))).source)

@@ -6,10 +6,11 @@ import html
 from workbench.fusion import Plan
 from workbench.ui import GraphView
 from workbench.ui.dot import Overlay
+from workbench.device import H100
 
 
 def test_selection_syncs_from_python_and_from_the_front_end(small_graph):
-    view = GraphView(Plan.singletons(small_graph))
+    view = GraphView(Plan.singletons(small_graph, H100))
     seen = []
     view.observe(lambda ch: seen.append(ch["new"]), "selected")
     view.selected = ["n1"]
@@ -21,15 +22,15 @@ def test_selection_syncs_from_python_and_from_the_front_end(small_graph):
 
 
 def test_svg_trait_holds_the_drawing(small_graph):
-    view = GraphView(Plan.singletons(small_graph))
+    view = GraphView(Plan.singletons(small_graph, H100))
     assert view.svg.startswith("<svg") and 'id="n14"' in view.svg
     before = view.svg
-    view.redraw(Plan.singletons(small_graph).fuse(["n13", "n14"]))
+    view.redraw(Plan.singletons(small_graph, H100).fuse(["n13", "n14"]))
     assert view.svg != before and 'id="k13" class="cluster' in view.svg
 
 
 def test_double_click_message_toggles_a_composite(small_graph):
-    view = GraphView(Plan.singletons(small_graph))
+    view = GraphView(Plan.singletons(small_graph, H100))
     assert view.collapsed == frozenset()       # small graphs start expanded
     view._handle_custom_msg({"type": "toggle", "id": "n4"}, [])   # a LayerNorm node
     assert view.collapsed == {"c0"}
@@ -42,7 +43,7 @@ def test_double_click_message_toggles_a_composite(small_graph):
 
 
 def test_collapse_and_expand_from_python(small_graph):
-    view = GraphView(Plan.singletons(small_graph))
+    view = GraphView(Plan.singletons(small_graph, H100))
     view.collapse()
     # the LayerNorm, the GELU and the namespace "block0" of "block0/ln", "block0/gelu"
     assert view.collapsed == {"c0", "c1", "s0"}
@@ -51,13 +52,13 @@ def test_collapse_and_expand_from_python(small_graph):
 
 
 def test_large_graphs_start_collapsed(big_graph):
-    view = GraphView(Plan.singletons(big_graph))
+    view = GraphView(Plan.singletons(big_graph, H100))
     assert len(view.collapsed) == 34 * 3      # per block: LN, GELU and the block scope
     assert view.svg.count('class="node') == 34 * 2 + 2     # block box, residual add
 
 
 def test_overlay_sets_the_legend(small_graph):
-    plan = Plan.singletons(small_graph)
+    plan = Plan.singletons(small_graph, H100)
     view = GraphView(plan)
     assert view.legend == [] and view.legend_title == ""
     view.overlay = Overlay("bytes", {gr.id: i + 1.0 for i, gr in enumerate(plan.groups)})

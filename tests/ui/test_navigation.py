@@ -21,6 +21,7 @@ from workbench.ui.dot import render_svg, to_dot
 from workbench.ui.namespaces import namespaces, scope_path
 from workbench.ui.properties import constant_summary, node_properties
 from workbench.ui.source_map import annotated_html, implemented_nodes, line_nodes, node_lines
+from workbench.device import H100
 
 
 # -- namespaces ------------------------------------------------------------------------
@@ -85,7 +86,7 @@ def test_torch_module_paths_nest_to_any_depth():
     assert len(ns[enc].nodes) == len(g.nodes) - 1       # all but the final * 2
     # collapsing all draws the encoder as one box; expanding it shows its two layers
     # still collapsed: one level at a time
-    view = GraphView(Plan.singletons(g), collapse=True)
+    view = GraphView(Plan.singletons(g, H100), collapse=True)
     assert set(view.members) == {enc}
     view.expand(enc)
     assert set(view.members) == {l0, scopes["encoder/layer.1"]}
@@ -98,7 +99,7 @@ def test_torch_module_paths_nest_to_any_depth():
 
 def test_breadcrumb_names_the_containers_and_collapses_one():
     g = _nested_torch_graph()
-    view = GraphView(Plan.singletons(g))
+    view = GraphView(Plan.singletons(g, H100))
     ns = view.namespaces
     matmul = next(n.id for n in g.nodes if n.op == "matmul")
     view.selected = [matmul]
@@ -134,7 +135,7 @@ def test_a_real_bert_nests_six_deep():
     assert ns[query].kind == "composite" and ns[query].label == "Gemm"
     assert ns[ns[query].parent].path == "encoder/layer.1/attention/self"
     assert ns.depth() >= 5
-    view = GraphView(Plan.singletons(g), collapse=True)
+    view = GraphView(Plan.singletons(g, H100), collapse=True)
     top = {ns[b].label for b in view.members if ns[b].kind == "scope"}
     assert top == {"embeddings", "encoder", "pooler"}
 
@@ -184,12 +185,12 @@ def test_scope_paths_from_sources():
 
 # -- the drawing -------------------------------------------------------------------------
 def test_boxes_show_the_ids_messages_use(small_graph):
-    svg = render_svg(to_dot(small_graph, Plan.singletons(small_graph)).source)
+    svg = render_svg(to_dot(small_graph, Plan.singletons(small_graph, H100)).source)
     texts = re.findall(r"<text[^>]*>([^<]*)</text>", svg)
     for n in small_graph.nodes:
         assert any(t.startswith(f"{n.id} · {n.op}") or t.startswith(f"{n.id} &#183; ")
                    for t in texts), (n.id, texts[:5])
-    collapsed = render_svg(to_dot(small_graph, Plan.singletons(small_graph), {"c0"}).source)
+    collapsed = render_svg(to_dot(small_graph, Plan.singletons(small_graph, H100), {"c0"}).source)
     assert "c0 · LayerNormalization" in collapsed
 
 
@@ -246,7 +247,7 @@ def test_property_panel_escapes_model_text():
     c = b.constant(np.array([1.0, np.nan, -2.0], np.float32), name=f"{evil}c")
     b.output(b.mul(x, c), "y")
     g = b.build()
-    p = node_properties(Plan.singletons(g), "n0")
+    p = node_properties(Plan.singletons(g, H100), "n0")
     page = p.to_html()
     assert "<img" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
     assert "1 non-finite" in dict(p.section("constants"))[f"{evil}c"]
@@ -266,7 +267,7 @@ def test_app_panel_follows_the_selection(app):
 def test_generated_source_names_the_nodes_it_computes(small_graph, target):
     plan, _ = run_planner("rules", small_graph)
     for gr in plan.groups:
-        src = RENDERERS[target].kernel(lower_group(small_graph, gr))
+        src = RENDERERS[target].kernel(lower_group(small_graph, gr, H100))
         assert implemented_nodes(src) == gr.nodes
         lines = node_lines(src)
         # every op that computes a value has a line; nothing outside the kernel
@@ -322,6 +323,6 @@ def test_save_graph_writes_valid_svg_and_png(app, tmp_path):
 
 
 def test_unknown_container_is_refused(small_graph):
-    view = GraphView(Plan.singletons(small_graph))
+    view = GraphView(Plan.singletons(small_graph, H100))
     with pytest.raises(WorkbenchError, match="not a composite"):
         view.collapse("n14")

@@ -451,7 +451,7 @@ class Kernel:
     # call, tensor cores for a GPU GEMM tile
     tf32: bool = False
     # how far its operands' rounding on the way in may take each of its matmuls' products,
-    # relative to |A| @ |B| (0: exact; dtypes' TF32_PRODUCT_ERROR, HALF_PRODUCT_ERROR):
+    # relative to |A| @ |B| (0: exact; tolerance.TF32_PRODUCT_ERROR, HALF_PRODUCT_ERROR):
     # the check widens their bounds by it (measure.verify)
     product_error: float = 0.0
 

@@ -20,7 +20,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..errors import WorkbenchError
-from ..device import DEFAULT_DEVICE, Device
+from ..device import Device
 from ..fusion.gemm import GPU_GEMM_RESIDENT, PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
 from ..fusion.geometry import REDUCE_SLOT_BYTES, Geometry, flat_vector, geometry
 from ..fusion.mapping import Mapping, ScheduleKind
@@ -31,7 +31,8 @@ from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, P
                                group_io)
 from ..dtypes import DType
 from ..ir import Graph
-from ..dtypes import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR, c_literal
+from ..tolerance import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR
+from ..dtypes import c_literal
 from ..ops import Index, Kind, get_op
 from ..ops.index import mod
 from ..ops.reduce import reduce_axes
@@ -115,7 +116,7 @@ class _IndexContext:
 
 
 class _Lowerer:
-    def __init__(self, g: Graph, group: Group, device: Device = DEFAULT_DEVICE,
+    def __init__(self, g: Graph, group: Group, device: Device,
                  buffers: dict[str, Buffer] | None = None, counter: int = 0,
                  prefix: str = ""):
         self.g, self.group, self.sched = g, group, group.schedule
@@ -1543,7 +1544,7 @@ def _lower_stitched(g: Graph, group: Group, name: str, device: Device) -> Kernel
                    tuple(scratch), len(s.phases), s.grid_barriers, geo.reduce_slots)
 
 
-def lower_group(g: Graph, group: Group, device: Device = DEFAULT_DEVICE) -> Kernel:
+def lower_group(g: Graph, group: Group, device: Device) -> Kernel:
     """Lower one group to a kernel named after its id and its ops (sanitized); its
     launch is sized for ``device`` (the plan's)."""
     ops = []
@@ -1557,23 +1558,22 @@ def lower_group(g: Graph, group: Group, device: Device = DEFAULT_DEVICE) -> Kern
             k = _lower_stitched(g, group, name, device)
         else:
             k = _Lowerer(g, group, device).lower(name)
-    err = _product_error(g, group, device)
+    err = _product_error(group, device)
     return replace(k, nodes=tuple(group.nodes), tf32=err > 0, product_error=err)
 
 
-def _product_error(g: Graph, group: Group, device: Device) -> float:
+def _product_error(group: Group, device: Device) -> float:
     """How far the rounding of its operands may take a product of the group's matmuls
-    (relative to |A| @ |B|): none on the CUDA cores; on tensor cores
-    (Device.on_tensor_cores) a half type's in a GPU tile of that type (its computed
-    operands rounded into it), else TF32's (cuBLAS in TF32, a TF32 tile; half
-    operands are exact in TF32, but a fused attention's probabilities are not)."""
+    (relative to |A| @ |B|): none on the CUDA cores; on tensor cores (the schedule's
+    ``tensor_cores``, where the device has them) a half type's in a GPU tile of that
+    type (its computed operands rounded into it), else TF32's (cuBLAS in TF32, a TF32
+    tile; half operands are exact in TF32, but a fused attention's probabilities are
+    not)."""
     s = group.schedule
     block = s.gemm.block if s.kind is ScheduleKind.gemm else None
     half = block is not None and block.tensor and block.operands.is_half
     each = HALF_PRODUCT_ERROR[block.operands] if half else TF32_PRODUCT_ERROR
-    on_tensor_cores = any(g.node(n).op == "matmul" and device.on_tensor_cores(
-        g.value(g.node(n).inputs[0]).dtype) for n in group.nodes)
-    return each if on_tensor_cores else 0.0
+    return each if s.tensor_cores and device.has_tf32 else 0.0
 
 
 # Lowering is demand-driven: an op's expression asks for its inputs' (``_Lowerer.at``),

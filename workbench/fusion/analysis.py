@@ -15,14 +15,14 @@ Example::
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, RowRole, get_op
 from ..ops.conv import CONVS
-from ..device import DEFAULT_DEVICE, Device
+from ..device import Device
 from .gemm import analyze_gemm
 from .geometry import (REDUCE_SLOT_BYTES, flat_vector, geometry, register_budget, row_threads,
                        row_vector, rows_per_block, shared_bytes, split_count)
@@ -52,8 +52,7 @@ def _is_per_row(shape, domain, axes) -> bool:
         a < off or shape[a - off] == 1 for a in axes)
 
 
-def candidate_mappings(schedule: Schedule, device: Device = DEFAULT_DEVICE
-                       ) -> tuple[Mapping, ...]:
+def candidate_mappings(schedule: Schedule, device: Device) -> tuple[Mapping, ...]:
     """The mappings a cost model may choose from for this schedule, the rule's first.
 
     Every mapping is correct for every row group, but only ``thread`` reads memory
@@ -70,9 +69,8 @@ def candidate_mappings(schedule: Schedule, device: Device = DEFAULT_DEVICE
 
 
 def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = None,
-            regional: Iterable[str] = (), local: Iterable[str] = (),
-            device: Device = DEFAULT_DEVICE, launch: Iterable[tuple[str, int]] = ()
-            ) -> Schedule:
+            regional: Iterable[str] = (), local: Iterable[str] = (), *, device: Device,
+            launch: Iterable[tuple[str, int]] = (), tf32: bool = False) -> Schedule:
     """The schedule for a group on ``device``, or FusionRefused with a reason a person
     can read.
 
@@ -84,9 +82,20 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
     searches: ``threads`` of a block-mapped row or a flat loop's block,
     ``rows_per_block`` of the warp mapping, ``splits`` of the split mapping). A
     schedule that needs more than the device gives (shared memory, threads per block)
-    is refused here, with the numbers.
+    is refused here, with the numbers. ``tf32``: the plan lets float32 matmuls round
+    to TF32 (``Plan.tf32``); the schedule records whether its matmuls run on tensor
+    cores (``Schedule.tensor_cores``), which its kernel and its price follow.
     """
-    launch = dict(launch)
+    sched = _analyze(g, nodes, mapping, regional, local, device, dict(launch), tf32)
+    if any(g.node(n).op == "matmul" and device.on_tensor_cores(
+            g.value(g.node(n).inputs[0]).dtype, tf32) for n in nodes):
+        return replace(sched, tensor_cores=True)
+    return sched
+
+
+def _analyze(g: Graph, nodes: tuple[str, ...], mapping, regional, local, device: Device,
+             launch: dict, tf32: bool) -> Schedule:
+    """:func:`analyze`'s schedule, before its matmuls' tensor cores are recorded."""
     auto = mapping == "auto"
     forced = None if auto else Mapping.parse(mapping)
     ns = [g.node(n) for n in nodes]
@@ -110,7 +119,7 @@ def analyze(g: Graph, nodes: tuple[str, ...], mapping: "Mapping | str | None" = 
         if len(ns) > 1:
             # a matmul shares its kernel only with an epilogue (the gemm template)
             sched = analyze_gemm(g, ns, io, device, lambda rest: analyze(
-                g, rest, mapping=Mapping.block, device=device), launch.items())
+                g, rest, mapping=Mapping.block, device=device), launch.items(), tf32=tf32)
         else:
             sched = _lone_library_op(g, ns, io, device, launch)
     else:
@@ -536,7 +545,7 @@ def pass_needs(ns, reduces, element: set[str], outputs, kept=frozenset()
 
 def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[str] = (),
                      regional: Iterable[str] = (), local: Iterable[str] = (),
-                     device: Device = DEFAULT_DEVICE) -> Schedule:
+                     *, device: Device) -> Schedule:
     """A stitched schedule: the nodes (topological order) split into phases, each one
     template, or FusionRefused.
 

@@ -232,12 +232,13 @@ def _widening(g: Graph, io) -> tuple[int, int]:
     return sum(4 * g.value(v).nbytes for v in half), len(half)
 
 
-def _library_rate(g: Graph, nid: str, device: Device) -> float:
-    """The flop/s a library op is priced at: a matmul's by its dtype (tensor cores:
-    Device.matmul_rate), anything else's at the float32 peak."""
+def _library_rate(g: Graph, nid: str, device: Device, s: Schedule) -> float:
+    """The flop/s a library op of a kernel of schedule ``s`` is priced at: a matmul's by
+    its dtype, on tensor cores where ``s`` says it runs there (Device.matmul_rate),
+    anything else's at the float32 peak."""
     n = g.node(nid)
-    return (device.matmul_rate(g.value(n.inputs[0]).dtype) if n.op == "matmul"
-            else device.peak_flops)
+    return (device.matmul_rate(g.value(n.inputs[0]).dtype, s.tensor_cores)
+            if n.op == "matmul" else device.peak_flops)
 
 
 def _pass_counts(g: Graph, nodes: Sequence[str], s: Schedule) -> dict[str, int]:
@@ -368,7 +369,7 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
         return KernelFeatures("opaque", read, written, 0, 0.0, sum(per_node.values()),
                               1 + copies, 0, 1, 1, 0, 0, 1.0, 1.0,
                               (read + written + widened) / device.dram_bandwidth,
-                              0.0, sum(f / _library_rate(g, n, device)
+                              0.0, sum(f / _library_rate(g, n, device, s)
                                        for n, f in per_node.items()))
     if s.kind is ScheduleKind.stitched:
         return _stitched_features(g, group, device, io, read, written)
@@ -432,7 +433,7 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
                           flops / (device.peak_flops * util), 0.0,
-                          gemm_s=lib / (_library_rate(g, mm.id, device) * util))
+                          gemm_s=lib / (_library_rate(g, mm.id, device, s) * util))
 
 
 def _taken(s) -> float:

@@ -223,7 +223,7 @@ GPU_GEMM_TILES = {(128, 128): BlockTile(128, 128, GPU_GEMM_DEPTH, 8, 8),
                   (64, 64): BlockTile(64, 64, GPU_GEMM_DEPTH, 4, 4),
                   (128, 64): BlockTile(128, 64, GPU_GEMM_DEPTH, 8, 4),
                   (64, 128): BlockTile(64, 128, GPU_GEMM_DEPTH, 4, 8)}
-# with matmul_precision "tf32" (Device.tf32), and for bfloat16 whatever it says (its
+# with matmul_precision "tf32" (Plan.tf32), and for bfloat16 whatever it says (its
 # operands are exact in TF32: Device.on_tensor_cores), the same tiles are multiplied on tensor
 # cores (BlockTile.tensor: WMMA m16n16k8 fragments, operands rounded to TF32), panels
 # 8 deep, one fragment step between barriers (16 deep, the 128 x 128 tile's panel loads
@@ -345,13 +345,14 @@ RowAnalysis = Callable[[tuple], Schedule]
 
 def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
                  rows: RowAnalysis | None = None, launch=(), *,
-                 per_run: bool = False) -> Schedule:
+                 per_run: bool = False, tf32: bool = False) -> Schedule:
     """The gemm schedule of a group holding a matmul (see the module docstring), or
     FusionRefused naming the op and the rule it breaks. ``rows`` analyses an epilogue
     that reduces rows; without it such an epilogue is refused. ``launch``: the
     parameters set in place of the rule's (see :class:`GemmLaunch`). ``per_run``: an
     activation B is packed by every run (a long fused attention's K, see
-    ``_attention``)."""
+    ``_attention``). ``tf32``: the plan lets float32 products round their operands to
+    TF32 (``Plan.tf32``), which a GPU multiplies on tensor cores."""
     lc = launch if isinstance(launch, GemmLaunch) else GemmLaunch.parse(launch)
     if lc.stages and not device.is_gpu:
         raise FusionRefused("stages applies to a GPU's GEMM tile (its panels through shared "
@@ -367,7 +368,7 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     mms = [n for n in libs if n.op == "matmul"]
     other = next((n for n in libs if n.op != "matmul"), None)
     if other is None and len(mms) == 2:
-        return _attention(g, ns, io, device, rows, mms, lc)
+        return _attention(g, ns, io, device, rows, mms, lc, tf32)
     if lc.online != -1 or lc.skip != -1:
         raise FusionRefused(f"{'online' if lc.online != -1 else 'skip'} applies to a fused "
                             "attention (two matmuls with a softmax between them); this GEMM "
@@ -383,7 +384,7 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
     if len(out.shape) < 2 or any(len(g.value(i).shape) < 2 for i in mm.inputs):
         raise FusionRefused(f"{mm.id} (matmul) of a vector (rank-1 operand) stays a library "
                             "call; the GEMM kernel takes matrices")
-    if out.dtype not in GEMM_DTYPES and not device.on_tensor_cores(out.dtype):
+    if out.dtype not in GEMM_DTYPES and not device.on_tensor_cores(out.dtype, tf32):
         raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: the fused GEMM kernel "
                             "takes float32 and bfloat16 (and float16 on a GPU's tensor "
                             "cores) so far, so it stays a library call")
@@ -414,7 +415,7 @@ def analyze_gemm(g: Graph, ns, io: GroupIO, device: Device,
                             "or shape")
     a, b = (operand(g, mm, i, members, shape) for i in mm.inputs)
     if device.is_gpu:
-        tiling = _gpu_tiling(g, mm, a, b, result, dest, device, row is not None, lc)
+        tiling = _gpu_tiling(g, mm, a, b, result, dest, device, row is not None, lc, tf32)
         return Schedule(ScheduleKind.gemm, elements=out.numel,
                         gemm=replace(tiling, epilogue_ops=len(ns) - 1,
                                      views=tuple(v.id for v in views)))
@@ -585,7 +586,7 @@ def _row_epilogue(g: Graph, ns, mm, shape, rows: RowAnalysis | None) -> Schedule
 
 
 def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | None,
-               mms, lc: GemmLaunch = GemmLaunch()) -> Schedule:
+               mms, lc: GemmLaunch = GemmLaunch(), tf32: bool = False) -> Schedule:
     """Two matmuls: the first with an epilogue reducing rows, the second reading that
     epilogue's result (``softmax(Q Kᵀ) V``) as its left operand, which no one outside
     the kernel reads: the first's gemm schedule with ``then``, or FusionRefused."""
@@ -634,18 +635,19 @@ def _attention(g: Graph, ns, io: GroupIO, device: Device, rows: RowAnalysis | No
     half = g.value(mm2.outputs[0]).dtype is not DType.float32   # (packed: see GEMM_DTYPES)
     per_run = lc.online == 1 or keys >= ATTENTION_PACK_MIN_KEYS or half
     if device.is_gpu:
-        sub = _gpu_attention_scores(g, first, mm1, mm2, p, lc, device)
+        sub = _gpu_attention_scores(g, first, mm1, mm2, p, lc, device, tf32)
     else:
         # (the first product's tiles are set below, once the softmax's form is known)
         sub = analyze_gemm(g, first, io1, device, rows,
-                           replace(lc, tile_m=0, online=-1, skip=-1), per_run=per_run)
+                           replace(lc, tile_m=0, online=-1, skip=-1), per_run=per_run,
+                           tf32=tf32)
     t = sub.gemm
     if not device.is_gpu and (sub.epilogue is None or t.dest != p):
         raise FusionRefused(f"{mm2.id} (matmul) joins a GEMM kernel only after an epilogue "
                             f"reducing rows whose result {p} it reads (attention)")
     pv, vv, out = g.value(p), g.value(v), g.value(mm2.outputs[0])
     first_dtype = g.value(mm1.outputs[0]).dtype
-    if (out.dtype not in GEMM_DTYPES and not device.on_tensor_cores(out.dtype)) or \
+    if (out.dtype not in GEMM_DTYPES and not device.on_tensor_cores(out.dtype, tf32)) or \
             out.dtype is not first_dtype:
         raise FusionRefused(f"{mm2.id} (matmul) is {out.dtype.value} after a "
                             f"{first_dtype.value} product: a fused attention takes float32 "
@@ -1084,7 +1086,7 @@ def _tiling(out, a: Operand, b: Operand, result: str, dest: str, units: int,
 
 
 def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
-                device: Device, whole_rows: bool, lc: GemmLaunch) -> GemmShape:
+                device: Device, whole_rows: bool, lc: GemmLaunch, tf32: bool) -> GemmShape:
     """A GPU GEMM's tiles: one thread block per tile (``_gpu_tiles``), 128 x 128 where
     there are enough of them to give every SM one, else 64 x 64; FusionRefused for what
     the GPU kernel does not do yet (an epilogue reducing rows, a dtype it has no tiles
@@ -1093,7 +1095,7 @@ def _gpu_tiling(g: Graph, mm, a: Operand, b: Operand, result: str, dest: str,
         raise FusionRefused(f"{mm.id} (matmul) with an epilogue reducing rows: on a GPU the "
                             "GEMM kernel takes an elementwise epilogue only so far, so the "
                             "reduction stays a kernel of its own")
-    tiles = _gpu_tiles(g, mm, device, "the GPU GEMM kernel")
+    tiles = _gpu_tiles(g, mm, device, tf32, "the GPU GEMM kernel")
     if lc.blas != -1:
         raise FusionRefused("blas applies to the CPU's GEMM kernel (sgemm per tile or the "
                             "micro-kernel); a GPU tile is the generated block GEMM")
@@ -1124,13 +1126,13 @@ def _staged(block: BlockTile, lc: GemmLaunch) -> BlockTile:
     return block
 
 
-def _gpu_tiles(g: Graph, mm, device: Device, kernel: str) -> dict:
+def _gpu_tiles(g: Graph, mm, device: Device, tf32: bool, kernel: str) -> dict:
     """The block tiles a GPU kernel (``kernel``, for the reason) multiplies ``mm``'s
     dtype with: on tensor cores where the device runs it there (Device.on_tensor_cores:
     GPU_TENSOR_TILES in TF32, GPU_HALF_TILES in a half type), float32 on the CUDA cores
     otherwise (GPU_GEMM_TILES); any other dtype is FusionRefused."""
     dtype = g.value(mm.inputs[0]).dtype
-    if device.on_tensor_cores(dtype):
+    if device.on_tensor_cores(dtype, tf32):
         return GPU_HALF_TILES[dtype] if dtype.is_half else GPU_TENSOR_TILES
     if dtype is DType.float32:
         return GPU_GEMM_TILES
@@ -1140,12 +1142,12 @@ def _gpu_tiles(g: Graph, mm, device: Device, kernel: str) -> dict:
 
 
 def _gpu_attention_scores(g: Graph, first, mm, mm2, p: str, lc: GemmLaunch,
-                          device: Device) -> Schedule:
+                          device: Device, tf32: bool) -> Schedule:
     """The scores' product of a fused attention on a GPU (its second product and softmax
     are added by _attention): a thread block per GPU_ATTENTION_SHAPE tile of queries,
     taking the keys a block tile's columns at a time (the online softmax), float32 (both
     products on tensor cores in TF32 where the device's matmuls may be)."""
-    block = _gpu_tiles(g, mm, device, "a GPU's fused attention")[GPU_ATTENTION_SHAPE]
+    block = _gpu_tiles(g, mm, device, tf32, "a GPU's fused attention")[GPU_ATTENTION_SHAPE]
     if replace(lc, stages=0, skip=-1) != GemmLaunch():
         raise FusionRefused("a GPU's fused attention takes stages and skip only (its tiles "
                             f"are {block.m} x {block.n}, its softmax online)")

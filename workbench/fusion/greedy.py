@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind
-from ..device import DEFAULT_DEVICE, Device
+from ..device import Device
 from .partition import Decision, Partition
 from .plan import Plan
 from .analysis import analyze
@@ -28,13 +28,13 @@ from .epilogue import absorb_epilogues
 from .regions import region_key
 
 
-def plan_none(g: Graph, model=None, device: Device = DEFAULT_DEVICE
+def plan_none(g: Graph, model, device: Device, matmul_precision: str = "float32"
               ) -> tuple[Plan, list[Decision]]:
-    return Plan.singletons(g, device), []
+    return Plan.singletons(g, device, matmul_precision), []
 
 
-def rules_partition(g: Graph, reduction_ends_kernel: bool = False,
-                    device: Device = DEFAULT_DEVICE) -> tuple[Partition, list[Decision]]:
+def rules_partition(g: Graph, reduction_ends_kernel: bool = False, *,
+                    device: Device) -> tuple[Partition, list[Decision]]:
     """The ``rules`` planner's partition and log (see the module docstring); with
     ``reduction_ends_kernel``, the ``xla`` planner's.
 
@@ -89,14 +89,14 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False,
     return part, log
 
 
-def plan_rules(g: Graph, model=None, device: Device = DEFAULT_DEVICE
+def plan_rules(g: Graph, model, device: Device, matmul_precision: str = "float32"
                ) -> tuple[Plan, list[Decision]]:
     part, log = rules_partition(g, device=device)
     log += absorb_epilogues(g, part, device)
-    return part.to_plan("rules", device), log
+    return part.to_plan("rules", device, matmul_precision), log
 
 
-def plan_xla(g: Graph, model=None, device: Device = DEFAULT_DEVICE
+def plan_xla(g: Graph, model, device: Device, matmul_precision: str = "float32"
              ) -> tuple[Plan, list[Decision]]:
     part, log = rules_partition(g, reduction_ends_kernel=True, device=device)
-    return part.to_plan("xla", device), log
+    return part.to_plan("xla", device, matmul_precision), log

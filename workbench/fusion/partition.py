@@ -12,7 +12,7 @@ from typing import Iterable
 from ..ir import Graph
 from ..ops import Kind, get_op
 from .cycles import cycle_reason, cycle_via
-from ..device import DEFAULT_DEVICE, Device
+from ..device import Device
 from .plan import Plan, make_group, toposort_groups
 
 
@@ -141,6 +141,10 @@ class Partition:
     def key(self) -> frozenset:
         return frozenset(frozenset(v) for v in self.members.values())
 
-    def to_plan(self, planner: str, device: Device = DEFAULT_DEVICE) -> Plan:
-        groups = [make_group(self.g, nodes, device=device) for nodes in self.members.values()]
-        return Plan(self.g, toposort_groups(self.g, groups), planner, device)
+    def to_plan(self, planner: str, device: Device, matmul_precision: str = "float32"
+                ) -> Plan:
+        tf32 = matmul_precision == "tf32"
+        groups = [make_group(self.g, nodes, device=device, tf32=tf32)
+                  for nodes in self.members.values()]
+        return Plan(self.g, toposort_groups(self.g, groups), planner, device,
+                    matmul_precision)

@@ -20,7 +20,7 @@ from typing import Iterable
 from ..errors import FusionRefused
 from ..ir import Graph
 from .cycles import cycle_reason, cycle_via
-from ..device import DEFAULT_DEVICE, Device
+from ..device import Device
 from .mapping import Mapping, ScheduleKind
 from .analysis import analyze, analyze_stitched
 from .schedule import Schedule
@@ -93,9 +93,9 @@ def _schemes(g: Graph, nodes: tuple[str, ...], sched: Schedule):
 
 def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
                mapping: "Mapping | str | None" = None,
-               forced: Iterable[tuple[str, StitchScheme]] = (),
-               device: Device = DEFAULT_DEVICE,
-               launch: Iterable[tuple[str, int]] = ()) -> Group:
+               forced: Iterable[tuple[str, StitchScheme]] = (), *,
+               device: Device, launch: Iterable[tuple[str, int]] = (),
+               tf32: bool = False) -> Group:
     """The group of these nodes on ``device``, or FusionRefused.
 
     With ``stitch=False`` one template must fit (what the ``rules`` planner uses).
@@ -103,8 +103,9 @@ def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
     kernel (see ``schedule.analyze_stitched``). ``mapping`` forces a row reduction's
     thread mapping; ``forced`` holds (value, scheme) pairs a user chose -- a ``global``
     one always stitches -- and a group that cannot honour one is refused with why.
+    ``tf32``: the plan lets float32 matmuls round to TF32 (``Plan.tf32``).
 
-    >>> make_group(g, ["n0", "n1"], stitch=True).schedule.kind   # doctest: +SKIP
+    >>> make_group(g, ["n0", "n1"], stitch=True, device=H100).schedule.kind   # doctest: +SKIP
     'stitched'
     """
     order = g.position
@@ -120,18 +121,19 @@ def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
             raise FusionRefused("a thread mapping or launch parameters apply to a "
                                 "row-reduction or elementwise kernel; a global scheme "
                                 "makes this one a stitched kernel")
-        sched = analyze_stitched(g, ns, through, regional, local, device)
+        sched = analyze_stitched(g, ns, through, regional, local, device=device)
     else:
         try:
-            sched = analyze(g, ns, mapping, regional, local, device, launch)
+            sched = analyze(g, ns, mapping, regional, local, device=device, launch=launch,
+                            tf32=tf32)
         except FusionRefused:
             if not stitch or mapping is not None or launch:
                 raise
-            if (regional or local) and _fits(g, ns, device):
+            if (regional or local) and _fits(g, ns, device, tf32):
                 raise    # the user's scheme is what does not fit: say so, do not stitch
             # (when stitching refuses too, its reason -- a library call, shared
             # memory -- is the one that matters)
-            sched = analyze_stitched(g, ns, (), regional, local, device)
+            sched = analyze_stitched(g, ns, (), regional, local, device=device)
     schemes = _schemes(g, ns, sched)
     have = dict(schemes)
     for v, sc in want.items():
@@ -140,9 +142,9 @@ def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
     return Group(f"k{order[ns[0]]}", ns, sched, schemes, forced, str(mapping or ""), launch)
 
 
-def _fits(g: Graph, ns, device: Device) -> bool:
+def _fits(g: Graph, ns, device: Device, tf32: bool) -> bool:
     try:
-        analyze(g, ns, device=device)
+        analyze(g, ns, device=device, tf32=tf32)
         return True
     except FusionRefused:
         return False
@@ -172,20 +174,40 @@ def _why_not(g: Graph, v: str, want: StitchScheme, got, sched: Schedule) -> str:
     return f"{want.value} {v}: not possible in this kernel; it stays {got_s}"
 
 
+# "float32": exact, the default; "tf32": float32 matmuls' operands rounded to TF32 (10
+# mantissa bits) on tensor cores, as torch.backends.cuda.matmul.allow_tf32 allows
+MATMUL_PRECISIONS = ("float32", "tf32")
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     """A partition of ``graph``'s nodes into groups, in a topological order of groups,
-    made for ``device`` (its schedules are sized for it; see :mod:`.geometry`)."""
+    made for ``device`` (its schedules are sized for it; see :mod:`.geometry`) at a
+    ``matmul_precision`` (what its float32 matmuls may round their operands to: the
+    user's choice, ``Session(matmul_precision=)``, ``--matmul-precision``)."""
     graph: Graph
     groups: tuple[Group, ...]
-    planner: str = "manual"
-    device: Device = DEFAULT_DEVICE
+    planner: str
+    device: Device
+    matmul_precision: str = "float32"
+
+    def __post_init__(self):
+        if self.matmul_precision not in MATMUL_PRECISIONS:
+            raise ValueError(f"matmul precision must be one of {', '.join(MATMUL_PRECISIONS)}, "
+                             f"not {self.matmul_precision!r}")
+
+    @property
+    def tf32(self) -> bool:
+        """Whether the plan lets float32 matmuls run on tensor cores in TF32 (where the
+        device has them: ``Device.on_tensor_cores``)."""
+        return self.matmul_precision == "tf32"
 
     @staticmethod
-    def singletons(g: Graph, device: Device = DEFAULT_DEVICE) -> "Plan":
+    def singletons(g: Graph, device: Device, matmul_precision: str = "float32") -> "Plan":
         """One kernel per op (the ``none`` planner)."""
-        return Plan(g, tuple(make_group(g, [n.id], device=device) for n in g.nodes), "none",
-                    device)
+        tf32 = matmul_precision == "tf32"
+        return Plan(g, tuple(make_group(g, [n.id], device=device, tf32=tf32)
+                             for n in g.nodes), "none", device, matmul_precision)
 
     def __eq__(self, other) -> bool:
         return isinstance(other, Plan) and self.key == other.key
@@ -198,7 +220,7 @@ class Plan:
         # user-set schemes, mappings and launches are part of a plan's identity (caches
         # key on it), and so is the device its schedules are sized for, with the
         # precision its matmuls may round to
-        return (self.device.name, self.device.matmul_precision) + tuple(sorted(
+        return (self.device.name, self.matmul_precision) + tuple(sorted(
             (gr.nodes, gr.forced_mapping, tuple((v, sc.value) for v, sc in gr.forced),
              gr.forced_launch) for gr in self.groups))
 
@@ -236,7 +258,8 @@ class Plan:
             raise FusionRefused("the selection is already one kernel")
         nodes = {n for gr in merged.values() for n in gr.nodes}
         self._check_acyclic(set(merged))
-        new = make_group(self.graph, nodes, stitch, device=self.device)   # or refused
+        new = make_group(self.graph, nodes, stitch, device=self.device,   # or refused
+                         tf32=self.tf32)
         return self._replace(set(merged), [new], planner)
 
     def set_scheme(self, value: str, scheme: "StitchScheme | str",
@@ -273,7 +296,8 @@ class Plan:
         forced = dict(gr.forced)
         forced[value] = sc
         new = make_group(g, gr.nodes, True, gr.forced_mapping or None,
-                         tuple(forced.items()), self.device, gr.forced_launch)
+                         tuple(forced.items()), device=self.device, launch=gr.forced_launch,
+                         tf32=self.tf32)
         return self._replace({gr.id}, [new], planner)
 
     def set_mapping(self, ref: str, mapping: str, planner: str = "manual") -> "Plan":
@@ -289,7 +313,8 @@ class Plan:
         if gr.schedule.kind is not ScheduleKind.row_reduce:
             raise FusionRefused(f"{gr.id} is a {gr.schedule.kind.value} kernel; a thread "
                                 "mapping applies to a row-reduction kernel")
-        new = make_group(self.graph, gr.nodes, True, mapping, gr.forced, self.device)
+        new = make_group(self.graph, gr.nodes, True, mapping, gr.forced, device=self.device,
+                         tf32=self.tf32)
         return self._replace({gr.id}, [new], planner)
 
     def set_launch(self, ref: str, planner: str = "manual", **params: int) -> "Plan":
@@ -305,7 +330,7 @@ class Plan:
         """
         gr = self.group(ref)
         new = make_group(self.graph, gr.nodes, True, gr.forced_mapping or None, gr.forced,
-                         self.device, params)
+                         device=self.device, launch=params, tf32=self.tf32)
         return self._replace({gr.id}, [new], planner)
 
     def describe(self) -> str:
@@ -334,12 +359,14 @@ class Plan:
         gr = self.group(ref)
         if len(gr.nodes) == 1:
             raise FusionRefused(f"{gr.id} has one op; there is nothing to split")
-        return self._replace({gr.id}, [make_group(self.graph, [n], device=self.device)
+        return self._replace({gr.id}, [make_group(self.graph, [n], device=self.device,
+                                                  tf32=self.tf32)
                                        for n in gr.nodes], planner)
 
     def _replace(self, drop: set[str], add: list[Group], planner: str) -> "Plan":
         keep = [gr for gr in self.groups if gr.id not in drop] + add
-        return Plan(self.graph, toposort_groups(self.graph, keep), planner, self.device)
+        return Plan(self.graph, toposort_groups(self.graph, keep), planner, self.device,
+                    self.matmul_precision)
 
     def _check_acyclic(self, gids: set[str]) -> None:
         """Refuse when merging these groups would make kernels depend on each other in

@@ -423,6 +423,10 @@ class Schedule:
     epilogue: "Schedule | None" = None
     # gemm with a row epilogue: a second matmul of each tile's finished rows (attention)
     then: SecondGemm | None = None
+    # gemm or library matmul: its products run on tensor cores (Device.on_tensor_cores
+    # at the plan's matmul precision: float32 ones where the plan allows TF32, bfloat16
+    # and float16 ones always), so its kernel is a TF32 one and is priced at their rate
+    tensor_cores: bool = False
 
     @property
     def online(self) -> OnlineSoftmax | None:

@@ -55,7 +55,7 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, get_op
 from .cost import CostModel
-from ..device import DEFAULT_DEVICE, Device
+from ..device import Device
 from .greedy import rules_partition
 from .mapping import ScheduleKind
 from .partition import Decision, Partition
@@ -108,8 +108,8 @@ class _Move:
 class _Search:
     """Legality and cost per node set, cached across every plan the search visits."""
 
-    def __init__(self, g: Graph, model: CostModel, stitch: bool):
-        self.g, self.model, self.stitch = g, model, stitch
+    def __init__(self, g: Graph, model: CostModel, stitch: bool, tf32: bool = False):
+        self.g, self.model, self.stitch, self.tf32 = g, model, stitch, tf32
         self.device = model.device
         self.index = g.position
         self.kind = {n.id: get_op(n.op).kind for n in g.nodes}
@@ -141,7 +141,7 @@ class _Search:
             ns = tuple(sorted(nodes, key=self.index.__getitem__))
             try:
                 hit = Group(f"k{self.index[ns[0]]}", ns,
-                            analyze(self.g, ns, device=self.device))
+                            analyze(self.g, ns, device=self.device, tf32=self.tf32))
             except FusionRefused as e:
                 hit = self.single_refusal[nodes] = str(e)
                 if (self.stitch and len(ns) <= STITCH_MAX
@@ -160,7 +160,7 @@ class _Search:
         if isinstance(gr, str):       # every group of a visited plan was legal
             raise FusionRefused(gr)
         return make_group(self.g, gr.nodes, stitch=gr.schedule.kind is ScheduleKind.stitched,
-                          device=self.device)
+                          device=self.device, tf32=self.tf32)
 
     def _priced(self, nodes: frozenset) -> tuple[float, bool]:
         """(predicted seconds, whether one template fits) of a kernel of these nodes,
@@ -473,14 +473,16 @@ def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]
         if key in chosen:
             m = chosen[key]
             groups.append(gr if m is None else
-                          make_group(g, gr.nodes, mapping=m, device=search.device))
+                          make_group(g, gr.nodes, mapping=m, device=search.device,
+                                     tf32=search.tf32))
             continue
         best, best_t = gr, model.estimate(g, gr).seconds
         for m in candidate_mappings(gr.schedule, search.device):
             if m is gr.schedule.mapping:
                 continue
             try:
-                cand = make_group(g, gr.nodes, mapping=m, device=search.device)
+                cand = make_group(g, gr.nodes, mapping=m, device=search.device,
+                                  tf32=search.tf32)
             except FusionRefused:
                 continue
             t = model.estimate(g, cand).seconds
@@ -493,7 +495,8 @@ def _choose_mappings(search: _Search, plan: Plan) -> tuple[Plan, list[Decision]]
                 f"{gr.id} {best.schedule.describe()} instead of {gr.schedule.mapping}: "
                 f"predicted {_ms(model.estimate(g, gr).seconds)} -> {_ms(best_t)}"))
         groups.append(best)
-    return Plan(g, toposort_groups(g, groups), plan.planner, plan.device), log
+    return Plan(g, toposort_groups(g, groups), plan.planner, plan.device,
+                plan.matmul_precision), log
 
 
 def _not_fused(search: _Search, part: Partition, copied: set[str]) -> list[Decision]:
@@ -529,19 +532,21 @@ def _not_fused(search: _Search, part: Partition, copied: set[str]) -> list[Decis
 
 
 def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None = None,
-                beam: int = BEAM, branch: int = BRANCH, stats: dict | None = None
-                ) -> tuple[Plan, list[Decision]]:
+                matmul_precision: str = "float32", beam: int = BEAM, branch: int = BRANCH,
+                stats: dict | None = None) -> tuple[Plan, list[Decision]]:
     """The stitch planner's plan of g and its decisions (see the module docstring).
 
-    ``model`` scores plans and its device is the one planned for; without one, the
-    uncalibrated model of ``device`` (default: the GPU schedules are sized for).
+    ``model`` scores plans and its device is the one planned for; without one (or
+    for another ``device``), the uncalibrated model of ``device``.
     ``stats``, if given, receives the search's work counts: ``analyses`` (node sets
     the search analysed and priced, kernels of one shape once; the final plan's
     groups are built after), ``regions`` and ``searched`` (regions, and those
     searched rather than copied)."""
+    if model is None and device is None:
+        raise ValueError("plan_stitch plans with a cost model or for a device: pass one")
     if model is None or (device is not None and device != model.device):
-        model = CostModel.for_device(device or DEFAULT_DEVICE)
-    search = _Search(g, model, stitch=True)
+        model = CostModel.for_device(device)
+    search = _Search(g, model, stitch=True, tf32=matmul_precision == "tf32")
     rules, _ = rules_partition(g, device=search.device)
     # the rules plan's predicted time: its library calls here, each region's kernels
     # as the region is searched (a copy's are its original's)
@@ -589,7 +594,7 @@ def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None 
         stats.update(analyses=search.analyses, regions=len(regions),
                      searched=len(regions) - sum(copies.values()))
     plan = Plan(g, toposort_groups(g, [search.final(m) for m in part.members.values()]),
-                "stitch", search.device)
+                "stitch", search.device, matmul_precision)
     plan, mapped = _choose_mappings(search, plan)
     dom = dominant_ops(g)
     head = Decision("dominant", tuple(dom[:8]),

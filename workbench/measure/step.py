@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..fusion.cost import CostModel
 from ..runtime import Program
-from .compare import check_outputs, max_rel_error
+from ..tolerance import check_outputs, max_rel_error
 from .verify import KernelCheck, verify_kernels
 
 KERNEL_COLUMNS = ["kernel", "group", "nodes", "schedule", "launch", "bytes_read",

@@ -300,8 +300,8 @@ def _make(plan: Plan, group: Group, cand: Candidate) -> Group:
     mapping = cand.mapping or group.forced_mapping or None
     if not cand.launch and cand.mapping is None:
         return group
-    return make_group(plan.graph, group.nodes, True, mapping, group.forced, plan.device,
-                      cand.launch)
+    return make_group(plan.graph, group.nodes, True, mapping, group.forced, device=plan.device,
+                      launch=cand.launch, tf32=plan.tf32)
 
 
 def _correct(g, entry, env: dict, backend) -> bool:
@@ -335,7 +335,7 @@ def tune_plan(plan: Plan, backend, env: dict, groups: Iterable[str] | None = Non
         if progress:
             progress(i + 1, len(todo), f"tuned {gr.id}")
     return Plan(new.graph, new.groups, "tuned" if new is not plan else plan.planner,
-                plan.device), results
+                plan.device, plan.matmul_precision), results
 
 
 __all__ = ["Candidate", "TUNE_COLUMNS", "TuneResult", "candidates", "climb", "tune_group",

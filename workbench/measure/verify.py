@@ -23,11 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import TOLERANCE, DType
+from ..dtypes import DType
 from ..ir import Graph
-from ..dtypes import TF32_PRODUCT_ERROR
 from ..ops import evaluate_node, magnitude
-from .compare import max_rel_error, tolerance
+from ..tolerance import TF32_PRODUCT_ERROR, TOLERANCE, max_rel_error, tolerance
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..codegen.kir import Kernel
 from ..errors import BackendUnavailable, WorkbenchError
-from ..device import DEFAULT_DEVICE, Device
+from ..device import H100, Device
 from .backend import Backend, CompiledKernel, Progress, compile_in_parallel
 from .cc import _run, build_shared, cache_dir, cpu_model
 
@@ -283,10 +283,10 @@ class CudaEmuBackend(Backend):
     def describe_device(self) -> Device:
         # the plans of the GPU the CUDA sources are sized for: the same kernels the
         # cupy backend would run on an H100 and the NVRTC check compiles
-        return DEFAULT_DEVICE
+        return H100
 
     def device_name(self) -> str:
-        return f"{DEFAULT_DEVICE.name}, emulated on the CPU ({cpu_model()})"
+        return f"{H100.name}, emulated on the CPU ({cpu_model()})"
 
     def compile(self, kernels: Sequence[Kernel], progress: Progress | None = None
                 ) -> list[CompiledKernel]:

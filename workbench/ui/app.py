@@ -31,7 +31,7 @@ import pandas as pd
 from ..errors import WorkbenchError
 from ..fusion import MAPPINGS, PLANNERS, Plan, ScheduleKind, StitchScheme
 from ..fusion.actions import Action
-from ..device import MATMUL_PRECISIONS
+from ..fusion.plan import MATMUL_PRECISIONS
 from ..dtypes import DType
 from ..measure import StepMeasurement
 from ..session import Session
@@ -207,7 +207,7 @@ class WorkbenchApp(w.VBox):
         self.view.observe(lambda ch: self._on_selection(), "selected")
         self._set_message(f"{session.graph.name}: {plural(len(session.graph.nodes), 'op')}, "
                           f"backend {session.backend.name}"
-                          + (", float32 matmuls in TF32" if session.device.tf32 else "")
+                          + (", float32 matmuls in TF32" if session.tf32 else "")
                           + ". Click nodes to select "
                           "(shift-click adds), then Fuse; or Auto.")
         self._refresh(redraw=False)
@@ -657,8 +657,10 @@ class WorkbenchApp(w.VBox):
         self._update_scheme_controls()
         self.transforms.cancel()
         self.transforms.refresh_history()
-        self.plots.update(self._plotted_history(), self._kernel_rows(),
-                          getattr(self.session, "device", None))
+        device = getattr(self.session, "device", None)
+        # (the step's float32 matmuls on tensor cores in TF32: their ceiling too)
+        self.plots.update(self._plotted_history(), self._kernel_rows(), device,
+                          device.tensor_flops if getattr(self.session, "tf32", False) else None)
 
     def _counted_bytes(self, gr) -> int:
         # the cost model counts the bytes the kernel IR moves (the count a measurement
@@ -808,7 +810,7 @@ def _precision_summary(session: Session, precision: str) -> str:
     g = session.graph
     mm = sum(1 for n in g.nodes
              if n.op == "matmul" and g.value(n.inputs[0]).dtype is DType.float32)
-    if precision == "tf32" and not session.device.tf32:
+    if precision == "tf32" and not session.tf32:
         what = "CPU" if not session.device.is_gpu else "device"
         return (f"{step}; this {what} ({session.device.name}) has no TF32 tensor cores: "
                 f"matmuls stay float32; {kernels}")

@@ -82,16 +82,16 @@ class Plots(anywidget.AnyWidget):
                 return t
         raise KeyError(f"no trace {name!r} on {axis} in {figure}")
 
-    def update(self, history, rows: Sequence[KernelRow] = (), device=None) -> None:
+    def update(self, history, rows: Sequence[KernelRow] = (), device=None,
+               tensor_flops: float | None = None) -> None:
         """Redraw from the history table (one row per step; ``bytes_moved_MB`` holds
-        counted bytes where unmeasured) and the current step's kernels."""
+        counted bytes where unmeasured) and the current step's kernels; ``tensor_flops``:
+        the tensor cores' ceiling where the step's matmuls run on them."""
         bw = getattr(device, "dram_bandwidth", None)
         peak = getattr(device, "peak_flops", None)
         name = getattr(device, "name", "") or ""
-        # (the step's float32 matmuls on tensor cores in TF32: their ceiling too)
-        tensor = device.tensor_flops if getattr(device, "tf32", False) else None
         figs = [steps_figure(history),
                 kernels_figure(rows, bw / 1e9 if bw else None, name),
-                roofline_figure(rows, peak, bw, name, tensor)]
+                roofline_figure(rows, peak, bw, name, tensor_flops)]
         # through JSON: NumPy scalars become plain numbers, the trait syncs plain data
         self.figures = json.loads(json.dumps(figs, default=float))

@@ -27,6 +27,7 @@ seeds (tests/test_fuzz.py).
 """
 from .cases import Report, check_plan, draw_case, fuzz, run_case
 from .graphs import FAMILIES, Case, Failure, draw_graph, draw_inputs
+from .processes import fuzz_in_processes
 
 __all__ = ["FAMILIES", "Case", "Failure", "Report", "check_plan", "draw_case", "draw_graph",
-           "draw_inputs", "fuzz", "run_case"]
+           "draw_inputs", "fuzz", "fuzz_in_processes", "run_case"]

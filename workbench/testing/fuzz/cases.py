@@ -12,7 +12,7 @@ import numpy as np
 from ...errors import FusionRefused
 from ...fusion.mapping import ScheduleKind
 from ...ir import Graph
-from ...measure.compare import max_rel_error
+from ...tolerance import max_rel_error
 from ...measure.tune import candidates
 from ...measure.verify import verify_kernels
 from ...runtime import nvrtc, run_reference
