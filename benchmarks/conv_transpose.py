@@ -17,7 +17,7 @@ the one onnxruntime runs; ``stitch``):
   16 x 16 up to 16 channels at 256 x 256.
 
 Methods: **phases** (``composites_nn.conv_transpose``'s rule: one convolution per
-output phase, no zeros multiplied) and **spread** (``composites_nn.PHASES`` off at
+output phase, no zeros multiplied) and **spread** (``transposed_conv.PHASES`` off at
 import: the input spread with zeros, strides^d times the arithmetic), onnxruntime and
 torch eager; median ms of one call, timed in alternation as ``benchmarks/models.py``
 does. Writes ``<out>/conv-transpose-<date>.json`` and ``.md``; never exits non-zero
@@ -66,8 +66,8 @@ BUILDERS = {"hifigan": _hifigan, "unet_decoder": _unet_decoder}
 
 def _spread():
     """Import with every transposed convolution over its input spread with zeros."""
-    from workbench.ir import composites_nn
-    return mock.patch.object(composites_nn, "PHASES", False)
+    from workbench.ir.composites_nn import transposed_conv
+    return mock.patch.object(transposed_conv, "PHASES", False)
 
 
 def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:

@@ -834,7 +834,7 @@ def test_the_manifest_checker_knows_every_kir_field():
     checker, or every artifact that has it would be refused."""
     from dataclasses import MISSING, fields
 
-    import workbench.artifact.manifest as mf
+    import workbench.artifact.manifest_check as mf
     from workbench.codegen.kir import Buffer, Kernel, Scratch
     for cls, required in ((Buffer, mf._BUFFER_REQUIRED), (Scratch, mf._SCRATCH_REQUIRED)):
         assert {f.name for f in fields(cls) if f.default is MISSING

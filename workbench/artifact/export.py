@@ -45,10 +45,10 @@ from ..fusion import Plan
 from ..ir import Graph
 from ..ir.serialize import to_json
 from ..ops.bfloat16 import as_bits
+from .limits import MAX_MANIFEST_BYTES
 from .manifest import (CONSTANTS_FILE, FORMAT, GRAPH_FILE, KERNEL_DIR, MANIFEST,
-                       MAX_MANIFEST_BYTES, SOURCE_SUFFIX, VERSION, FileEntry, GroupSpec,
-                       KernelSpec, LibrarySpec, Manifest, TensorSpec, graph_hash, json_safe,
-                       sha256)
+                       SOURCE_SUFFIX, VERSION, FileEntry, GroupSpec, KernelSpec, LibrarySpec,
+                       Manifest, TensorSpec, graph_hash, json_safe, sha256)
 from .sign import SIGNATURE_FILE, signature_file, signing_key
 from ..version import __version__
 

@@ -31,7 +31,8 @@ from ..ir import Graph
 from ..ir.graph import freeze_attr
 from ..runtime.backends import backend_names
 from ..runtime.program import KernelSequence
-from .manifest import KernelSpec, Manifest, TensorSpec, one_line
+from .manifest import KernelSpec, Manifest, TensorSpec
+from .messages import one_line
 from .sign import trusted
 from .verify import Artifact, read_artifact
 from ..runtime import get_backend

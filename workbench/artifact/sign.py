@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from ..errors import ArtifactError
-from .manifest import canonical_json, parse_json
+from .manifest import canonical_json
+from .strict_json import parse_json
 
 SIGNATURE_FILE = "signature.json"
 SIGNATURE_FORMAT = "fusion-workbench.artifact.signature"

@@ -1,7 +1,9 @@
 """Sentences and labels the app shows: counts with the right plural, a kernel's
-internal edges named the way the drawing shows them, a planner's result.
+internal edges named the way the drawing shows them, a planner's result, the first
+status line and what a change of matmul precision did.
 
-Pure functions of graph, plan and decisions, so each wording is tested without widgets.
+Pure functions of session, graph, plan and decisions, so each wording is tested
+without widgets.
 
 Example::
 
@@ -13,9 +15,11 @@ from __future__ import annotations
 from collections import Counter
 from typing import Iterable
 
+from ..dtypes import DType
 from ..fusion import Decision, Group, Plan
 from ..fusion.actions import edge_text
 from ..ir import Graph
+from ..session import Session
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
@@ -51,3 +55,32 @@ def planner_summary(planner: str, g: Graph, plan: Plan,
             f"{plural(len(plan.groups), 'kernel')} ({plural(in_fused, 'op')} fused into "
             f"{plural(len(fused), 'kernel')})"
             + (f"; {plural(sum(counts.values()), 'planner decision')}: {log}" if log else ""))
+
+
+def opening_line(session: Session) -> str:
+    """The app's first status line: the graph, the backend, and what to do first."""
+    return (f"{session.graph.name}: {plural(len(session.graph.nodes), 'op')}, "
+            f"backend {session.backend.name}"
+            + (", float32 matmuls in TF32" if session.tf32 else "")
+            + ". Click nodes to select "
+            "(shift-click adds), then Fuse; or Auto.")
+
+
+def precision_summary(session: Session, precision: str) -> str:
+    """The status line after the matmul precision changed: what the matmuls now run
+    in, and why not TF32 where there are no tensor cores for it."""
+    step = f"step {session.position}: matmul precision {precision}"
+    kernels = plural(len(session.plan.groups), "kernel")
+    g = session.graph
+    mm = sum(1 for n in g.nodes
+             if n.op == "matmul" and g.value(n.inputs[0]).dtype is DType.float32)
+    if precision == "tf32" and not session.tf32:
+        what = "CPU" if not session.device.is_gpu else "device"
+        return (f"{step}; this {what} ({session.device.name}) has no TF32 tensor cores: "
+                f"matmuls stay float32; {kernels}")
+    if mm == 0:
+        return f"{step}; no float32 matmul in this graph, so its kernels compute as before"
+    if precision == "tf32":
+        return (f"{step}, float32 matmuls in TF32 ({plural(mm, 'matmul')} on tensor cores, "
+                f"operands rounded to 10 mantissa bits); {kernels}")
+    return f"{step}, float32 matmuls exact ({plural(mm, 'matmul')}); {kernels}"

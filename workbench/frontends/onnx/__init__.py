@@ -38,22 +38,36 @@ Modules:
 
 - :mod:`.common` -- what the importer and the handlers share: ``MIN_OPSET``, the
   ONNX-to-workbench dtype table and dtype checks, ``_Unsupported``, the builder
-  (``_Builder``), the per-node context handed to handlers (``_Ctx``, ``_Scope``) and
-  the handler registry (``_handles``, ``supported_op_types``).
-- :mod:`.handlers` -- one function per ONNX op type (or family), mapping a node to
-  workbench primitives or composites; importing it fills the registry.
-- :mod:`.handlers_index` -- the indexing family (GatherElements, GatherND, Scatter*,
-  ArgMax/ArgMin, TopK, CumSum, Trilu, OneHot).
-- :mod:`.handlers_nn` -- the handlers of CNN and audio ops: convolution, pooling,
-  group/instance normalization, Resize, Pad, Einsum, Mod, Round.
-- :mod:`.importer` -- :func:`load_onnx`: reading and checking the model, walking its
-  nodes (``_Importer``) and constant folding (``_fold``, ``_Scratch``).
+  (``_Builder``), the per-node context handed to handlers (``_Ctx``, ``_Scope``),
+  ``_malformed`` and ``_axis``, and the handler registry (``_handles``,
+  ``supported_op_types``).
+- the handlers, one function per ONNX op type (or family) mapping a node to workbench
+  primitives or composites; importing a module fills the registry:
+  :mod:`.handlers_elementwise` (arithmetic, comparisons, casts, activations),
+  :mod:`.handlers_reduce` (reductions, Softmax, Layer/RMS/Batch normalization),
+  :mod:`.handlers_matmul` (MatMul, Gemm), :mod:`.handlers_layout` (Reshape ...
+  Gather), :mod:`.handlers_constants` (Shape, Size, Constant, ConstantOfShape,
+  Range), :mod:`.handlers_index` (GatherElements, GatherND, Scatter*, ArgMax/ArgMin,
+  TopK, CumSum, Trilu, OneHot) and :mod:`.handlers_nn` (convolution, pooling,
+  group/instance normalization, Resize, Pad, Einsum, Mod, Round).
+- :mod:`.reading` -- the model read and checked: ``input_shapes``, the ONNX checker,
+  the opset range.
+- :mod:`.importer` -- :func:`load_onnx`: walking the model's nodes (``_Importer``).
+- :mod:`.folding` -- constant folding (``fold``, ``_Scratch``).
+- :mod:`.inference` -- each node's result held against ONNX's shape inference.
+- :mod:`.locations` -- where a refused node sits in the model (``NodeLocator``).
 """
 from __future__ import annotations
 
-from . import handlers_nn  # noqa: F401  (registers the CNN/audio op handlers)
+# (importing a handler module registers its op handlers)
+from . import handlers_constants  # noqa: F401
+from . import handlers_elementwise  # noqa: F401
+from . import handlers_index  # noqa: F401
+from . import handlers_layout  # noqa: F401
+from . import handlers_matmul  # noqa: F401
+from . import handlers_nn  # noqa: F401
+from . import handlers_reduce  # noqa: F401
 from .common import MAX_OPSET, MIN_OPSET, supported_op_types
-from . import handlers_index  # noqa: F401  (registers the indexing handlers)
 from .importer import load_onnx
 
 __all__ = ["MAX_OPSET", "MIN_OPSET", "load_onnx", "supported_op_types"]

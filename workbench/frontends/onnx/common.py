@@ -1,6 +1,7 @@
 """What the ONNX importer and its op handlers share: constants, the dtype table and
-dtype checks, the ``_Unsupported`` signal, the builder, the per-node context handed
-to handlers, and the handler registry."""
+dtype checks, an exception's first line for messages, the ``_Unsupported`` signal,
+the builder, the per-node context handed to handlers, the model's faults and axes
+(``_malformed``, ``_axis``), and the handler registry."""
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -9,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from ...errors import GraphError
+from ...errors import GraphError, shown
 from ...ir import GraphBuilder, Tensor
 from ...dtypes import DType
 from ..importing import ImportBuilder as _Builder  # noqa: F401 (used by the importer)
@@ -101,6 +102,11 @@ def _check_array_dtype(arr: np.ndarray, what: str) -> DType:
                          "convert the model to one of these") from None
 
 
+def first_line(e: Exception) -> str:
+    text = str(e).strip() or type(e).__name__
+    return shown(text.splitlines()[0][:200])
+
+
 # ---------------------------------------------------------------------------------
 # per-node context handed to handlers
 
@@ -163,6 +169,24 @@ class _Scope:
     def elem_type(self, name: str) -> int | None:
         """The ONNX element type the model declares for a value, where it does."""
         return None
+
+
+# ---------------------------------------------------------------------------------
+# what handlers share: the model's faults, and axes
+
+def _malformed(c: _Ctx, why: str) -> GraphError:
+    """The model's own fault (not the importer's): one line naming the node."""
+    return GraphError(f"{c.node.op_type} {c.display!r}: {why} -- the model is malformed; "
+                      "fix it or re-export it")
+
+
+def _axis(c: _Ctx, a, rank: int, what: str = "axis", upto: int = 0) -> int:
+    """An ONNX axis in [-rank, rank + upto) as an index (upto=1: Flatten's axis may be
+    rank itself)."""
+    a = int(a)
+    if not -rank <= a < rank + upto:
+        raise _malformed(c, f"{what} {a} is out of range for rank {rank}")
+    return a + rank if a < 0 else a
 
 
 # ---------------------------------------------------------------------------------

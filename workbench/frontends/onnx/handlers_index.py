@@ -11,8 +11,7 @@ from __future__ import annotations
 from ...errors import GraphError
 from ...dtypes import DType
 from ..indexing import one_hot
-from .common import _Ctx, _handles, _Unsupported
-from .handlers import _axis, _malformed
+from .common import _axis, _Ctx, _handles, _malformed, _Unsupported
 
 
 def _reduction(c: _Ctx) -> str:

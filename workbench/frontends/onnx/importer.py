@@ -1,40 +1,37 @@
-"""The ONNX import itself: :func:`load_onnx` reads and checks the model, and
-``_Importer`` walks its nodes in order, folding those with constant inputs
-(``_fold``) and handing the others to the registered op handlers."""
+"""The ONNX import itself: :func:`load_onnx` reads and checks the model (:mod:`.reading`),
+and ``_Importer`` walks its nodes in order, folding those with constant inputs
+(:mod:`.folding`) and handing the others to the registered op handlers; each node's
+result is held against ONNX's shape inference (:mod:`.inference`)."""
 from __future__ import annotations
 
-import ast
-import os
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
 
-from ...errors import GraphError, UnsupportedOpError, WorkbenchError, existing_file, shown
-from ...ir import Graph, GraphBuilder, Tensor
+from ...errors import GraphError, UnsupportedOpError, WorkbenchError
+from ...ir import Graph, Tensor
 from ..rewrites.constant_folding import fold_constants
 from ..rewrites.pad_folding import fold_pads_into_convs
 from ...dtypes import DType
-from ...shapes import check_shape
-from ..importing import located, workaround
-from . import handlers  # noqa: F401  (importing it registers the op handlers)
+from ..importing import workaround
 from .common import (
-    _DTYPES,
     _HANDLERS,
     _NONDETERMINISTIC,
-    MAX_OPSET,
-    MIN_OPSET,
     _Builder,
     _check_array_dtype,
     _Ctx,
     _dtype_of_elem,
+    first_line,
     to_array,
-    widened,
     _Scope,
     _Unsupported,
 )
-from ...ops import evaluate_node
+from .folding import fold
+from .inference import check_expected, expected_types
+from .locations import NodeLocator
+from .reading import checked_input_shapes, default_opset, read_model
 
 
 # ---------------------------------------------------------------------------------
@@ -49,9 +46,9 @@ def load_onnx(model: "str | Path | onnx.ModelProto",
 
         >>> g = load_onnx("model.onnx", input_shapes={"x": [8, 128]})  # doctest: +SKIP
     """
-    shapes = _input_shapes(input_shapes)
-    proto, label = _read_model(model)
-    opset = _default_opset(proto, label)
+    shapes = checked_input_shapes(input_shapes)
+    proto, label = read_model(model)
+    opset = default_opset(proto, label)
     try:
         if proto.functions:  # model-local functions: inline them so their nodes import
             proto = onnx.inliner.inline_local_functions(proto)
@@ -63,106 +60,9 @@ def load_onnx(model: "str | Path | onnx.ModelProto",
                          "folded shape computation is too large for this machine)") from None
     except Exception as e:  # noqa: BLE001 -- a corrupt model makes onnx or NumPy raise anything
         raise GraphError(f"{label}: cannot import the model ({type(e).__name__}: "
-                         f"{_first_line(e)}); it may be malformed -- check it with "
+                         f"{first_line(e)}); it may be malformed -- check it with "
                          "onnx.checker.check_model(model, full_check=True) or re-export "
                          "it") from None
-
-
-def _input_shapes(input_shapes) -> dict[str, tuple[int, ...]]:
-    """input_shapes validated: input name -> a static shape of integers >= 0."""
-    if input_shapes is None:
-        return {}
-    if not isinstance(input_shapes, Mapping):
-        raise GraphError(f"input_shapes must map input names to shapes, e.g. "
-                         f"{{'x': [8, 128]}}; got {type(input_shapes).__name__}")
-    out = {}
-    for name, shape in input_shapes.items():
-        if not isinstance(name, str):
-            raise GraphError(f"input_shapes keys are input names (strings), got {name!r:.40}")
-        out[name] = check_shape(shape, f"input_shapes[{shown(name)!r}]")
-    return out
-
-
-def _read_model(model) -> tuple[onnx.ModelProto, str]:
-    """Parse and check the model; one-line GraphError naming the file if it is bad."""
-    if isinstance(model, onnx.ModelProto):
-        label, proto = f"model {shown(model.graph.name or '<unnamed>')!r}", model
-    else:
-        if not isinstance(model, (str, os.PathLike)):
-            raise WorkbenchError(f"load_onnx takes an onnx.ModelProto or a path to a .onnx "
-                                 f"file, got {type(model).__name__}")
-        path = Path(model)
-        label = existing_file(path, ".onnx file")
-        try:
-            proto = onnx.load(str(path))
-        except Exception as e:  # protobuf raises DecodeError, RuntimeWarning...
-            raise GraphError(f"{label} is not a readable ONNX model ({_first_line(e)}); "
-                             "check the file is complete or re-export it") from None
-        if not proto.graph.node and not proto.graph.output:
-            raise GraphError(f"{label} holds no ONNX graph (empty or not an ONNX file); "
-                             "re-export the model")
-    try:
-        onnx.checker.check_model(proto)
-    except ValueError as e:
-        if "2GB" not in str(e):  # models over 2 GB cannot be checked in memory
-            raise GraphError(f"{label} fails the ONNX checker ({_first_line(e)}); "
-                             "re-export the model") from None
-    except onnx.checker.ValidationError as e:
-        # an op ONNX later deprecated (opset 18's GroupNormalization, per-group scale)
-        # is no fault of the model: exporters wrote it, onnxruntime runs it
-        if "is deprecated in domain_version" not in str(e):
-            raise GraphError(f"{label} fails the ONNX checker ({_first_line(e)}); "
-                             "re-export the model") from None
-    except Exception as e:  # noqa: BLE001 -- the checker on a corrupt proto: anything
-        raise GraphError(f"{label} fails the ONNX checker ({type(e).__name__}: "
-                         f"{_first_line(e)}); re-export the model") from None
-    return proto, label
-
-
-def _first_line(e: Exception) -> str:
-    text = str(e).strip() or type(e).__name__
-    return shown(text.splitlines()[0][:200])
-
-
-def _default_opset(proto: onnx.ModelProto, label: str) -> int:
-    versions = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
-    opset = versions[0] if versions else 1
-    if opset < MIN_OPSET:
-        changed = _changed_since(proto, opset)
-        if changed:
-            shown_ops = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more"
-                                                 if len(changed) > 5 else "")
-            raise GraphError(f"{label} uses opset {opset}, and {shown_ops} changed between "
-                             f"opset {opset} and {MIN_OPSET}: the importer reads opsets "
-                             f"{MIN_OPSET} to {MAX_OPSET} (older ones only where no op "
-                             "changed) -- upgrade it with "
-                             f"onnx.version_converter.convert_version(model, {MIN_OPSET})")
-    if opset > MAX_OPSET:
-        raise GraphError(f"{label} uses opset {opset}, newer than the importer knows; it "
-                         f"reads opsets {MIN_OPSET} to {MAX_OPSET} -- convert the model with "
-                         f"onnx.version_converter.convert_version(model, {MAX_OPSET}) or "
-                         "export it for an older opset")
-    return opset
-
-
-def _changed_since(proto: onnx.ModelProto, opset: int) -> list[str]:
-    """The default-domain op types of the model whose definition at ``opset`` is not
-    the one in force at ``MIN_OPSET`` (or that did not exist yet). A model older than
-    ``MIN_OPSET`` whose every op kept its definition means what it would mean at
-    ``MIN_OPSET`` (ONNX bumps an op's version whenever its meaning changes), so the
-    handlers, written for ``MIN_OPSET`` on, read it as it is."""
-    ops = {n.op_type for n in proto.graph.node if n.domain in ("", "ai.onnx")}
-    changed = []
-    for op in sorted(ops):
-        try:
-            old = onnx.defs.get_schema(op, opset).since_version
-            new = onnx.defs.get_schema(op, MIN_OPSET).since_version
-        except onnx.defs.SchemaError:     # unknown then (or at all): not the same op
-            changed.append(op)
-            continue
-        if old != new:
-            changed.append(op)
-    return changed
 
 
 # ---------------------------------------------------------------------------------
@@ -187,7 +87,7 @@ class _Importer(_Scope):
         self.unsupported: dict[str, list[str]] = {}
         self.locations: dict[str, list[str]] = {}
         self.hints: dict[str, str] = {}
-        self._producers: dict[str, onnx.NodeProto] | None = None
+        self.locator = NodeLocator(self.g)
         self._elem_types: dict[str, int] | None = None
         self.expected: dict[str, tuple[tuple[int, ...], DType]] = {}
         self._start = 0  # index of the first builder node the current ONNX node made
@@ -233,7 +133,7 @@ class _Importer(_Scope):
     # -- steps ----------------------------------------------------------------------
     def run(self) -> Graph:
         self._leaves()
-        self._expectations()
+        self.expected = expected_types(self.proto, self.env)
         for i, node in enumerate(self.g.node):
             self._node(node, node.name or f"{node.op_type}_{i}")
         if self.unsupported:
@@ -293,30 +193,6 @@ class _Importer(_Scope):
                for i, d in enumerate(dims) if not d.HasField("dim_value")]
         return [d.dim_value for d in dims], dyn
 
-    def _expectations(self) -> None:
-        """ONNX's own inferred static types, to check each imported node against."""
-        model = onnx.ModelProto()
-        model.CopyFrom(self.proto)
-        for v in model.graph.input:  # give inference the shapes we use
-            t = self.env.get(v.name)
-            if isinstance(t, Tensor):
-                v.type.tensor_type.ClearField("shape")
-                v.type.tensor_type.shape.SetInParent()
-                for d in t.shape:
-                    v.type.tensor_type.shape.dim.add().dim_value = d
-        try:
-            inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False,
-                                                         data_prop=True)
-        except Exception:  # inference is a cross-check only; its absence is no error
-            return
-        for v in list(inferred.graph.value_info) + list(inferred.graph.output):
-            tt = v.type.tensor_type if v.type.HasField("tensor_type") else None
-            if tt is None or not tt.HasField("shape") or tt.elem_type not in _DTYPES:
-                continue
-            if all(d.HasField("dim_value") for d in tt.shape.dim):
-                self.expected[v.name] = (tuple(d.dim_value for d in tt.shape.dim),
-                                         _DTYPES[tt.elem_type])
-
     def _node(self, node: onnx.NodeProto, display: str) -> None:
         outs = [o for o in node.output if o]
         if any(i in self.poisoned for i in node.input if i):
@@ -348,60 +224,13 @@ class _Importer(_Scope):
         if reason:
             key = f"{key} [{reason}]"
         self.unsupported.setdefault(key, []).append(display)
-        self.locations.setdefault(key, []).append(self._located(node, display))
+        self.locations.setdefault(key, []).append(self.locator.locate(node, display))
         hint = workaround(node.op_type, node.domain)
         if hint:
             self.hints[key] = hint
 
     def _unsupported_error(self) -> UnsupportedOpError:
         return UnsupportedOpError(self.unsupported, self.locations, self.hints)
-
-    def _located(self, node: onnx.NodeProto, display: str) -> str:
-        """Where a node sits: the module path torch.onnx.export recorded (the same
-        words from_torch uses), a scoped name (``/encoder/layer.0/...``) as it is, or
-        else the node with its nearest named producer (an initializer, an input or a
-        scoped node) -- or consumer, when nothing named feeds it."""
-        meta = {p.key: p.value for p in node.metadata_props}
-        scopes = meta.get("pkg.torch.onnx.name_scopes")
-        if scopes:
-            try:
-                path = [str(x) for x in ast.literal_eval(scopes)][1:-1]
-            except (ValueError, SyntaxError):
-                path = []
-            return located(display, path[-1] if path else "",
-                           meta.get("pkg.torch.onnx.stack_trace"))
-        if "/" in display.strip("/"):
-            return display
-        near = self._named_near(node)
-        return f"{display} ({near})" if near else display
-
-    def _named_near(self, node: onnx.NodeProto) -> str:
-        if self._producers is None:
-            self._producers = {o: n for n in self.g.node for o in n.output}
-        named = lambda n: bool(n.name) and "/" in n.name.strip("/")  # noqa: E731
-        leaves = {v.name for v in self.g.input} | {t.name for t in self.g.initializer}
-        seen, frontier = set(), [i for i in node.input if i]
-        for _ in range(32):      # breadth first, a bounded walk
-            nxt = []
-            for v in frontier:
-                if v in seen:
-                    continue
-                seen.add(v)
-                if v in leaves:
-                    return f"after {v}"
-                p = self._producers.get(v)
-                if p is None:
-                    continue
-                if named(p):
-                    return f"after {p.name}"
-                nxt += [i for i in p.input if i]
-            if not nxt:
-                break
-            frontier = nxt
-        for n in self.g.node:     # nothing named feeds it: its first named consumer
-            if named(n) and set(node.output) & set(n.input):
-                return f"before {n.name}"
-        return ""
 
     def _results(self, node: onnx.NodeProto, display: str) -> list:
         """The node's outputs: folded to constants when its inputs are all constant."""
@@ -412,7 +241,7 @@ class _Importer(_Scope):
         ins = [i for i in node.input if i]
         foldable = node.op_type not in _NONDETERMINISTIC and not _has_subgraph(node)
         if foldable and all(self.const(i) is not None for i in ins):
-            return _fold(node, display, handler, {i: self.env[i] for i in ins}, self.opset)
+            return fold(node, display, handler, {i: self.env[i] for i in ins}, self.opset)
         if handler is None:
             raise _Unsupported(None)
         with self.b.composite(node.op_type, display):
@@ -423,31 +252,8 @@ class _Importer(_Scope):
         if isinstance(r, Tensor) and r.name not in self.onnx_names \
                 and self.b.made_since(r.name, self._start):
             r = self.b.rename_recent(r.name, name, self._start)
-        self._check_expected(name, r, node, display)
+        check_expected(self.expected, name, r, node, display)
         self.env[name] = r
-
-    def _check_expected(self, name: str, r, node: onnx.NodeProto, display: str) -> None:
-        """Fail loudly where ONNX's shape inference disagrees with the import."""
-        exp = self.expected.get(name)
-        if exp is None:
-            return
-        if isinstance(r, Tensor):
-            got = (tuple(r.shape), r.dtype)
-        else:
-            try:
-                got = (tuple(r.shape), DType.of(r.dtype))
-            except ValueError:
-                return  # an unsupported dtype is reported if the value is ever used
-        if got != exp and _ceil_pool(node) and got[1] is exp[1] \
-                and len(got[0]) == len(exp[0]):
-            # ONNX's shape inference keeps a ceil_mode window that starts in the end
-            # padding, which onnxruntime and torch drop (and so does the importer)
-            return
-        if got != exp:
-            raise GraphError(
-                f"ONNX node {display!r} ({node.op_type}) output {name!r} imports as "
-                f"{got[1].value}{list(got[0])} but ONNX infers {exp[1].value}{list(exp[0])}; "
-                "this is an importer bug -- please report it with the model")
 
     def _outputs(self) -> None:
         """Mark the graph outputs under their ONNX names (copying where a value is an
@@ -476,85 +282,3 @@ def _dims_text(dims) -> str:
 def _has_subgraph(node: onnx.NodeProto) -> bool:
     return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                for a in node.attribute)
-
-
-# ---------------------------------------------------------------------------------
-# constant folding
-
-class _Scratch(_Scope):
-    """A throwaway graph holding one node whose inputs are all known, for folding."""
-
-    def __init__(self, arrays: dict[str, np.ndarray]):
-        self.arrays = arrays
-        self.b = GraphBuilder("fold")
-        self.feeds: dict[str, np.ndarray] = {}
-        self.tensors: dict[str, Tensor] = {}
-
-    def tensor(self, name: str) -> Tensor:
-        if name not in self.tensors:
-            arr = self.arrays[name]
-            dt = _check_array_dtype(arr, f"constant {name!r}")
-            self.tensors[name] = self.b.input(name, arr.shape, dt)
-            self.feeds[name] = arr
-        return self.tensors[name]
-
-    def const(self, name: str) -> np.ndarray:
-        return self.arrays[name]
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self.arrays[name].shape)
-
-    def dtype(self, name: str) -> DType:
-        return _check_array_dtype(self.arrays[name], repr(name))
-
-
-def _ceil_pool(node: onnx.NodeProto) -> bool:
-    return node.op_type in ("MaxPool", "AveragePool", "LpPool") and any(
-        a.name == "ceil_mode" and a.i for a in node.attribute)
-
-
-def _fold(node, display, handler, arrays, opset) -> list:
-    """Evaluate a node on constant inputs: by the workbench's own definitions where it
-    has them (so folding agrees with what the graph would compute), else by ONNX's.
-
-    A folding failure is never reported as an unsupported op: where the workbench has
-    the op, its own error (a malformed node) is the one raised, and ONNX's evaluator is
-    only asked about what the workbench cannot fold (a float64 shape computation); an op
-    only ONNX's evaluator knows is reported with the evaluator's reason."""
-    if handler is not None:
-        try:
-            return _fold_with_workbench(node, display, handler, arrays)
-        except _Unsupported:
-            pass  # e.g. a float64 step in a shape computation: ONNX's evaluator takes it
-        except WorkbenchError as e:
-            try:
-                return _fold_with_onnx(node, arrays, opset)
-            except _Unsupported:
-                raise GraphError(f"constant folding failed: {e}") from None
-    return _fold_with_onnx(node, arrays, opset)
-
-
-def _fold_with_workbench(node, display, handler, arrays) -> list:
-    scope = _Scratch(arrays)
-    results = handler(_Ctx(node, display, scope))
-    g = scope.b
-    # constants the handler itself made (a scalar 1 or eps) are inputs to its nodes too
-    env = {**g._constants, **scope.feeds}
-    for n in g._nodes:  # the nodes just made, evaluated with each op's reference
-        env.update(zip(n.outputs, evaluate_node(n, [env[i] for i in n.inputs],
-                                                [g._values[o] for o in n.outputs])))
-    return [env[r.name] if isinstance(r, Tensor) else r for r in results]
-
-
-def _fold_with_onnx(node, arrays, opset) -> list:
-    from onnx.reference import ReferenceEvaluator
-    try:
-        ev = ReferenceEvaluator(node, opsets={"": opset})
-        outs = ev.run(None, arrays)
-    except Exception as e:  # the evaluator lacks the op, or the op needs something else
-        # (NotImplementedError, or a "no implementation" lookup: the op is unknown; any
-        # other failure is the evaluator's, named so it is not taken for a missing op)
-        known = not isinstance(e, NotImplementedError) and "implement" not in str(e)
-        raise _Unsupported(f"constant inputs; onnx.reference could not fold it: "
-                           f"{_first_line(e)[:120]}" if known else None) from e
-    return [None if o is None else widened(np.asarray(o)) for o in outs]

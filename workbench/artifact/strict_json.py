@@ -1,0 +1,62 @@
+"""Strict JSON from an artifact: UTF-8, no NaN or infinities, no duplicate keys, and
+bounded nesting, so that what a manifest, graph or signature file parses to is plain
+JSON (it is untrusted input)."""
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .limits import MAX_JSON_DEPTH
+from .messages import artifact_error, one_line, show
+
+
+def _not_json(name: str):
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"the number {text[:24]} is out of range")
+    return x
+
+
+def _unique_keys(pairs: list) -> dict:
+    d = {}
+    for k, v in pairs:
+        if k in d:
+            raise ValueError(f"the key {show(k, 40)} appears twice in one object")
+        d[k] = v
+    return d
+
+
+def json_depth(x: Any) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (without recursion)."""
+    deepest, stack = 0, [(x, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, (dict, list)):
+            deepest = max(deepest, d)
+            if deepest > MAX_JSON_DEPTH:
+                return deepest
+            stack.extend((c, d + 1) for c in (v.values() if isinstance(v, dict) else v))
+    return deepest
+
+
+def parse_json(data: bytes, what: str, where: str) -> Any:
+    """Strict JSON from an artifact: UTF-8, no NaN or infinities, no duplicate keys,
+    nesting at most MAX_JSON_DEPTH. Raises ArtifactError (one line) otherwise."""
+    try:
+        obj = json.loads(data.decode("utf-8"), parse_constant=_not_json,
+                         parse_float=_finite, object_pairs_hook=_unique_keys)
+    except RecursionError:
+        raise artifact_error(where, f"{what} is nested too deeply; re-export the "
+                                    "artifact") from None
+    except (ValueError, UnicodeDecodeError) as e:   # JSONDecodeError is a ValueError
+        raise artifact_error(where, f"{what} is not valid JSON ({one_line(str(e), 160)}); "
+                                    "re-export the artifact") from None
+    if json_depth(obj) > MAX_JSON_DEPTH:
+        raise artifact_error(where, f"{what} nests lists and objects more than "
+                                    f"{MAX_JSON_DEPTH} deep; re-export the artifact")
+    return obj
