@@ -43,7 +43,8 @@ from ..ir import Graph
 from ..ir.serialize import to_json
 from ..shapes import MAX_RANK
 from ..runtime.blas import SYMBOLS as BLAS_SYMBOLS
-from ..codegen.kir import Buffer, Kernel, Scratch
+from ..codegen.kir import Buffer, Scratch
+from ..codegen.kernel import Kernel
 from ..fusion.mapping import Mapping as ThreadMapping
 
 FORMAT = "fusion-workbench.artifact"
@@ -132,7 +133,7 @@ class KernelSpec:
     """A kernel as run, recorded field by field from ``kir`` so that fields the
     schedules add travel without a format change: ``params`` in call order (every
     ``kir.Buffer`` field: identifier, graph value, dtype, numel, is_output, ...),
-    ``launch`` (every ``kir.Launch`` field), ``scratch`` (``kir.Scratch``), ``fields``
+    ``launch`` (every ``kernel.Launch`` field), ``scratch`` (``kir.Scratch``), ``fields``
     (the kernel's other scalar fields: reductions, flops, ...), shared memory, a library
     call for opaque ops, and its source files (``{"c": "kernels/k0_exp.c", "cuda":
     "kernels/k0_exp.cu"}``, empty for a library call)."""

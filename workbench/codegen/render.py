@@ -16,9 +16,9 @@ from ..dtypes import DType
 from ..dtypes import C_STORAGE
 from ..ops import all_helpers
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
-                  DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
-                  OnlineStep, PackA, PackB, Scratch, Store, ThreadTile,
-                  WidenOnce)
+                  DepthwiseLanes, Gemm, GridSync, If, Let, Load, Loop, OncePerBlock,
+                  OnlineStep, PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
+from .kernel import Kernel
 from .microkernel import MICRO_KERNEL_C, a_tile_stride
 
 # name -> arity; powf too, or one powf call would keep a whole fused loop scalar
