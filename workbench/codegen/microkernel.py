@@ -49,7 +49,8 @@ Measured single-threaded on the development machine (Zen 4, AVX-512), per tile o
 BERT/ViT shapes: 90-108 GFLOP/s against OpenBLAS's 78-101 for the same call with its
 own packing (``benchmarks/gemm.py`` compares the two inside whole blocks).
 
-The C itself is ``include/microkernel.h``, pasted into every C source; this module
+The C itself is ``include/microkernel.h`` (with ``include/conv_lanes.h``, the
+convolutions that use its vectors and panels), pasted into every C source; this module
 owns its sizes, which the lowering allocates the packed buffers by.
 """
 from __future__ import annotations
@@ -89,4 +90,5 @@ def panel_rows(k: int, pairs: bool = False) -> int:
 
 
 # C only: the CUDA renderer never sees a packed Gemm (GPU plans refuse the template).
-MICRO_KERNEL_C = source("microkernel.h", PANEL=PANEL, KC=KC)
+MICRO_KERNEL_C = source("microkernel.h", PANEL=PANEL, KC=KC,
+                        CONV_LANES=source("conv_lanes.h"))
