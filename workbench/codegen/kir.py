@@ -6,8 +6,9 @@ over it; ``warp``: one warp per iteration, ``per_block`` iterations per block;
 ``lane``: the 32 threads of a warp stride over it; ``serial``). Every loop strides
 over the grid, so any grid size is correct -- which lets a cooperative kernel cap its
 grid to one wave. ``GridSync`` is a grid-wide barrier between phases (AStitch's global
-stitching): ``cooperative_groups::this_grid().sync()`` on the GPU; on the CPU each
-phase is its own OpenMP parallel loop, whose implicit barrier is the grid barrier.
+stitching): cooperative_groups' grid sync written out on the GPU
+(``include/grid_sync.cuh``); on the CPU each phase is its own OpenMP parallel loop,
+whose implicit barrier is the grid barrier.
 
 Statements are loads and stores (where storage types and conversions differ by
 target), ``Let``/``Assign`` of target-neutral C expressions, ``If``, a block-wide
