@@ -106,13 +106,13 @@ def _rows_cut_only(n, oh, fit, k, units):
 
 def _settings(how: str):
     """The planner and code generator patched to make ``how``."""
-    from workbench.codegen import render
+    from workbench.codegen.render import c
     from workbench.fusion import gemm
     patches = []
     if how in ("blocks of 8", "before"):
         patches.append(mock.patch.object(
-            render, "MICRO_KERNEL_C",
-            render.MICRO_KERNEL_C.replace("#define WB_CR7 1", "#define WB_CR7 0")))
+            c, "MICRO_KERNEL_C",
+            c.MICRO_KERNEL_C.replace("#define WB_CR7 1", "#define WB_CR7 0")))
     if how in ("rows cut only", "before"):
         patches.append(mock.patch.object(gemm, "_direct_split", _rows_cut_only))
     if how == "before":

@@ -835,7 +835,8 @@ def test_the_manifest_checker_knows_every_kir_field():
     from dataclasses import MISSING, fields
 
     import workbench.artifact.manifest_check as mf
-    from workbench.codegen.kir import Buffer, Kernel, Scratch
+    from workbench.codegen.kir import Buffer, Scratch
+    from workbench.codegen.kernel import Kernel
     for cls, required in ((Buffer, mf._BUFFER_REQUIRED), (Scratch, mf._SCRATCH_REQUIRED)):
         assert {f.name for f in fields(cls) if f.default is MISSING
                 and f.default_factory is MISSING} <= set(required), cls

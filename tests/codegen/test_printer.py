@@ -15,6 +15,7 @@ import pytest
 
 from workbench.codegen import format_kernel, lower_group, lower_plan
 from workbench.codegen import kir
+from workbench.codegen.kernel import Kernel
 from workbench.codegen.kir import (Assign, BlockReduce, Comment, DeclareScratch, GridSync, If,
                                    Let, Load, Loop, OncePerBlock, Store)
 from workbench.codegen.printer import STATEMENTS, VALUE_CHARS
@@ -52,7 +53,7 @@ def _body_lines(text: str) -> list[str]:
     return lines[lines.index("body:") + 1:]
 
 
-def check_structure(k: kir.Kernel) -> str:
+def check_structure(k: Kernel) -> str:
     """Print k and check the text against the IR; returns the text."""
     text = format_kernel(k)
     assert text == format_kernel(k)                  # a pure function of the kernel
@@ -233,7 +234,7 @@ def test_every_statement_type_has_a_printer_and_unknown_ones_do_not_raise():
 
     plan, _ = run_planner("rules", _sample("softmax.json"))
     k = lower_plan(plan)[0]
-    odd = kir.Kernel(k.name, k.group, k.schedule, k.params,
+    odd = Kernel(k.name, k.group, k.schedule, k.params,
                      (Loop("row", 3, "grid", (Future(),)),), k.launch)
     assert format_kernel(odd).splitlines()[-2:] == ["  loop row in [0, 3) grid:",
                                                     "    ? Future"]

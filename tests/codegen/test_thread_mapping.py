@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from workbench.codegen import RENDERERS, lower_plan, render_kernel
-from workbench.codegen.kir import Launch
+from workbench.codegen.kernel import Launch
 from workbench.errors import FusionRefused
 from workbench.device import A100, H100, Device
 from workbench.fusion import (MAPPINGS, Mapping, Plan, candidate_mappings, choose_mapping,

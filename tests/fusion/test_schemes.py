@@ -112,7 +112,7 @@ def test_row_then_column_reduction_stitch_global(wb):
     assert k.launch.cooperative and k.grid_barriers == 1
     cuda = render_kernel(k, "cuda")
     assert RENDERERS["cuda"].kernel(k).count("wb_grid_sync();") == 1
-    assert "cooperative_groups" not in cuda      # (our own barrier: see render.py)
+    assert "cooperative_groups" not in cuda      # (our own barrier: include/grid_sync.cuh)
     c = render_kernel(k, "c")
     assert c.count("#pragma omp parallel for") >= 2  # one parallel loop per phase
     _run(wb, plan)

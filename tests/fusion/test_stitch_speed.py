@@ -140,7 +140,7 @@ def test_region_key_sees_shapes_and_outside_readers():
 
 def test_a_cpu_prices_each_stitched_phase_as_a_parallel_loop():
     """On a CPU every phase of a stitched kernel is an OpenMP parallel loop of its own
-    (codegen/render.py): its fork/join costs what a kernel call's does, so stitching
+    (codegen/render/c.py): its fork/join costs what a kernel call's does, so stitching
     saves no launch there (it did in the model, and stitch lost to rules on GPT-2)."""
     g = CASES["cross_entropy.json"]()
     cpu = DEVICES["cpu"]

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 
-from workbench.codegen.render import _GRID_SYNC
+from workbench.codegen.render.cuda import GRID_SYNC
 from workbench.runtime import cuda_emu
 
 # (CI sets WB_REQUIRE_CUDA_EMU: there these fail rather than skip)
@@ -177,7 +177,7 @@ def test_undefined_behaviour_is_reported(how, message):
 
 
 # the kernels' own grid barrier, as the CUDA prelude writes it
-GRID_SUM = _GRID_SYNC + r"""
+GRID_SUM = GRID_SYNC + r"""
 extern "C" __global__ void t_grid(float* __restrict__ part, float* __restrict__ total) {
   if (threadIdx.x == 0) part[blockIdx.x] = (float)(blockIdx.x + 1);
   for (int round = 0; round < 3; ++round) {
@@ -193,7 +193,7 @@ extern "C" __global__ void t_grid(float* __restrict__ part, float* __restrict__ 
 
 
 def test_a_cooperative_launch_runs_the_kernels_own_grid_barrier():
-    """The kernels' spin barrier (render._GRID_SYNC's), three rounds: every block's
+    """The kernels' spin barrier (include/grid_sync.cuh), three rounds: every block's
     write is seen after it; without a cooperative launch blocks run a few at a time and
     the barrier never completes -- a hang the emulator stops."""
     fn = cuda_emu.build("t_grid", GRID_SUM)

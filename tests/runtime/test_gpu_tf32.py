@@ -433,7 +433,7 @@ def test_half_tensor_core_kernels_compile_without_spills(dtype, tile, nvrtc_tool
     NVRTC with the runtime's options leaves no local memory and at most 128 registers
     (two blocks an SM), its shared memory what geometry says."""
     from workbench.codegen import lower_plan, render_kernel
-    from workbench.codegen.render import TENSOR_OPERANDS
+    from workbench.codegen.render.cuda import TENSOR_OPERANDS
     from workbench.runtime import nvrtc
     half = DType(dtype)
     g = _bert_half(dtype, "ffn" if tile else "attention")

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from ..codegen import RENDERERS, lower_plan, render_kernel
-from ..codegen.kir import Kernel
+from ..codegen.kernel import Kernel
 from ..errors import ArtifactError
 from ..fusion import Plan
 from ..ir import Graph

@@ -24,7 +24,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..codegen.kir import Buffer, Kernel, Launch, LibraryCall, Scratch
+from ..codegen.kir import Buffer, Scratch
+from ..codegen.kernel import Kernel, Launch, LibraryCall
 from ..errors import ArtifactError, BackendUnavailable, GraphError, WorkbenchError
 from ..dtypes import DType
 from ..ir import Graph
@@ -101,7 +102,7 @@ def _scratch(d: Mapping[str, Any]) -> Scratch:
 
 
 def rebuild_kernel(spec: KernelSpec, g: Graph, where: str) -> Kernel:
-    """A ``kir.Kernel`` with the manifest's parameters, launch, scratch and library call
+    """A ``kernel.Kernel`` with the manifest's parameters, launch, scratch and library call
     (no body: the shipped source is what runs), checked against the graph's values so
     that no kernel is handed a buffer of the wrong size."""
     try:

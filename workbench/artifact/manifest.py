@@ -95,7 +95,7 @@ class KernelSpec:
     """A kernel as run, recorded field by field from ``kir`` so that fields the
     schedules add travel without a format change: ``params`` in call order (every
     ``kir.Buffer`` field: identifier, graph value, dtype, numel, is_output, ...),
-    ``launch`` (every ``kir.Launch`` field), ``scratch`` (``kir.Scratch``), ``fields``
+    ``launch`` (every ``kernel.Launch`` field), ``scratch`` (``kir.Scratch``), ``fields``
     (the kernel's other scalar fields: reductions, flops, ...), shared memory, a library
     call for opaque ops, and its source files (``{"c": "kernels/k0_exp.c", "cuda":
     "kernels/k0_exp.cu"}``, empty for a library call)."""

@@ -25,7 +25,8 @@ from ..errors import ArtifactError
 from ..dtypes import DType
 from ..shapes import MAX_RANK
 from ..runtime.blas import SYMBOLS as BLAS_SYMBOLS
-from ..codegen.kir import Buffer, Kernel, Scratch
+from ..codegen.kernel import Kernel
+from ..codegen.kir import Buffer, Scratch
 from ..fusion.mapping import Mapping as ThreadMapping
 from .limits import (IDENTIFIER, MAX_BLOCK, MAX_GRID, MAX_IDENTIFIER, MAX_INT, MAX_ITEMS,
                      MAX_NUMEL, MAX_SHARED_BYTES, MAX_TEXT, file_limit)
@@ -282,26 +283,21 @@ def _defaults(cls) -> dict:
     return {f.name: f.default for f in fields(cls) if f.default is not MISSING}
 
 
-def _kir():
-    return Buffer, Kernel, Scratch, ThreadMapping
-
-
 _DTYPES = {d.value for d in DType}
-_Buffer, _Kernel, _Scratch, _ThreadMapping = _kir()
 _BUFFER_REQUIRED = ("name", "value", "dtype", "numel", "is_output")
-_BUFFER_OTHER = {k: v for k, v in _defaults(_Buffer).items() if k not in _BUFFER_REQUIRED}
+_BUFFER_OTHER = {k: v for k, v in _defaults(Buffer).items() if k not in _BUFFER_REQUIRED}
 _SCRATCH_REQUIRED = ("name", "value", "dtype", "numel")
-_SCRATCH_OTHER = {k: v for k, v in _defaults(_Scratch).items()
+_SCRATCH_OTHER = {k: v for k, v in _defaults(Scratch).items()
                   if k not in _SCRATCH_REQUIRED}
 # kernel fields recorded on their own (export._STRUCTURED); the rest are scalar fields
 _KERNEL_STRUCTURED = {"name", "group", "schedule", "params", "body", "launch", "library",
                       "scratch"}
-_KERNEL_SCALARS = {k: v for k, v in _defaults(_Kernel).items()
+_KERNEL_SCALARS = {k: v for k, v in _defaults(Kernel).items()
                    if k not in _KERNEL_STRUCTURED}
 _KERNEL_FIELDS = tuple(f.name for f in fields(KernelSpec))
 _LAUNCH_FIELDS = ("grid", "block", "mapping", "rows_per_block", "cooperative", "splits",
                   "shared_bytes")
-_MAPPINGS = {"", "stitched"} | {m.value for m in _ThreadMapping}
+_MAPPINGS = {"", "stitched"} | {m.value for m in ThreadMapping}
 _MANIFEST_FIELDS = tuple(f.name for f in fields(Manifest)) + ("digest",)
 
 

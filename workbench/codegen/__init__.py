@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 from ..fusion import Plan
-from .kir import Kernel
+from .kernel import Kernel
 from .lower import c_literal, identifier, lower_group
 from .printer import format_kernel
 from .render import RENDERERS, CRenderer, CudaRenderer

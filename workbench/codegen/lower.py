@@ -38,9 +38,9 @@ from ..ops.index import mod
 from ..ops.reduce import reduce_axes
 from ..ops.window import window_attrs
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
-                  DepthwiseLanes, Gemm, GridSync, If, Kernel, Launch, LibraryCall, Let, Load,
-                  Loop, OncePerBlock, OnlineStep, PackA, PackB, Scratch, Store, ThreadTile,
-                  WidenOnce)
+                  DepthwiseLanes, Gemm, GridSync, If, Let, Load, Loop, OncePerBlock,
+                  OnlineStep, PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
+from .kernel import Kernel, Launch, LibraryCall
 from . import planes
 from .microkernel import (STATE_SLOTS, a_tile_stride, packed_a_numel, packed_numel,
                           panel_rows)

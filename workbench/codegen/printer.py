@@ -40,8 +40,9 @@ from typing import Callable
 
 from ..dtypes import DType
 from .kir import (Assign, BlockReduce, Buffer, Comment, ConvLanes, DeclareScratch,
-                  DepthwiseLanes, Gemm, GridSync, If, Kernel, Let, Load, Loop, OncePerBlock,
+                  DepthwiseLanes, Gemm, GridSync, If, Let, Load, Loop, OncePerBlock,
                   OnlineStep, PackA, PackB, Scratch, Store, ThreadTile, WidenOnce)
+from .kernel import Kernel
 
 INDENT = "  "
 VALUE_CHARS = 40      # model text is display only: a name, never a paragraph

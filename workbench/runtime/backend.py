@@ -26,7 +26,7 @@ from typing import Any, Callable, ClassVar, Mapping, Sequence
 
 import numpy as np
 
-from ..codegen.kir import Kernel
+from ..codegen.kernel import Kernel
 from ..device import Device
 from ..dtypes import DType
 from ..ops import get_op

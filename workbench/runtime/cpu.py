@@ -12,7 +12,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..codegen.kir import Kernel
+from ..codegen.kernel import Kernel
 from ..errors import WorkbenchError
 from ..device import Device
 from .backend import Backend, CompiledKernel, Progress, compile_in_parallel

@@ -41,7 +41,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from ..codegen.kir import Kernel
+from ..codegen.kernel import Kernel
 from ..errors import BackendUnavailable, WorkbenchError
 from ..device import H100, Device
 from .backend import Backend, CompiledKernel, Progress, compile_in_parallel

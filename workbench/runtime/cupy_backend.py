@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from ..codegen.kir import Kernel
+from ..codegen.kernel import Kernel
 from ..device import Device
 from ..dtypes import DType
 from ..ops.bfloat16 import as_bits, bits_as

@@ -22,7 +22,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from ..codegen import lower_plan
-from ..codegen.kir import Kernel
+from ..codegen.kernel import Kernel
 from ..fusion import Plan
 from ..dtypes import DType
 from ..ir import Graph

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import numpy as np
 
-from ..codegen.kir import Kernel
+from ..codegen.kernel import Kernel
 from ..errors import WorkbenchError
 from ..device import Device, assumed_cpu
 from ..ops import evaluate_node

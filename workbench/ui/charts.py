@@ -13,7 +13,7 @@ Pure functions of their inputs, so every chart is testable without a browser.
   latency and the rest summed: latency (measured, predicted) and bandwidth (achieved,
   predicted) against the device's DRAM bandwidth, drawn as a line at any kernel count;
 - :func:`roofline_figure`: each kernel's FLOP/s against its arithmetic intensity,
-  under the device's roofs (peak FLOP/s, DRAM bandwidth from ``fusion/devices.py``;
+  under the device's roofs (peak FLOP/s, DRAM bandwidth from ``workbench/device.py``;
   the TF32 tensor cores' peak too in a step whose matmuls run on them).
 
 Legends sit above the plotting area, so they never meet rotated tick labels.

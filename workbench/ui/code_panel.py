@@ -29,7 +29,7 @@ from pygments.lexers import CLexer, CudaLexer, DiffLexer
 from pygments.token import Comment, Keyword, Name, Number, Text
 
 from ..codegen import RENDERERS, format_kernel, render_kernel
-from ..codegen.kir import Kernel
+from ..codegen.kernel import Kernel
 from ..fusion import Group, Plan
 from .source_map import annotated_html
 
