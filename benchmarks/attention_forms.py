@@ -25,11 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import alternate, log, machine_line, write_results  # noqa: E402
+from harness import RESULTS, ROOT, alternate, log, machine_line, write_results
 
 FORMS = {"whole rows": dict(online=0), "online, every key": dict(online=1, skip=0),
          "online, skip": dict(online=1)}
@@ -101,7 +97,7 @@ def main(argv=None) -> int:
                     choices=["float32", "bfloat16"])
     ap.add_argument("--rounds", type=int, default=6, help="alternating rounds")
     ap.add_argument("--inner", type=int, default=3, help="timed calls per form per round")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--tag", default="")
     a = ap.parse_args(argv)
     import subprocess

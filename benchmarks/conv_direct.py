@@ -43,12 +43,7 @@ from unittest import mock
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import (alternate, machine_line, one_op_case, quiet_ms,  # noqa: E402
-                    shapes_main)
+from harness import alternate, machine_line, one_op_case, quiet_ms, shapes_main
 
 # name: (channels, plane, filters, kernel, stride) -- ResNet-50's 3 x 3s by stage (and
 # their strided first ones), its 7 x 7 stem; DenseNet-121's growth convolutions (128

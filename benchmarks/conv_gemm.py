@@ -53,12 +53,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import (alternate, first_line, log, machine_line,  # noqa: E402
-                    method_rows, model_timing_args, rel_error, write_results)
+from harness import (alternate, first_line, log, machine_line, method_rows,
+                     model_timing_args, rel_error, write_results)
 
 MODELS = ("resnet50", "resnet", "vit", "whisper_encoder", "wav2vec2", "mobilenet_v2")
 RULE, MICRO, SGEMM = "rule", "micro-kernel", "sgemm"

@@ -36,13 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from conv_direct import onnx_file, shapes_described  # noqa: E402
-from models import (machine_line, one_op_case, shapes_main,  # noqa: E402
-                    time_beside_onnxruntime)
+from harness import machine_line, one_op_case, shapes_main, time_beside_onnxruntime
+from conv_direct import onnx_file, shapes_described
 
 # name: (channels, plane, filters, kernel, stride[, groups])
 SHAPES = {

@@ -31,13 +31,8 @@ import sys
 from pathlib import Path
 from unittest import mock
 
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import (eager_rows, machine_line, method_rows,  # noqa: E402
-                    model_timing_args, rel_error, time_beside, time_models)
+from harness import (eager_rows, machine_line, method_rows, model_timing_args, rel_error,
+                     time_beside, time_models)
 
 MODELS = ("hifigan", "unet_decoder")
 

@@ -27,9 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from fusion_cpu import machine_info  # noqa: E402
+from harness import RESULTS, ROOT, machine_info
+
 
 GRAPHS = {
     "layernorm (9 ops)": "sample_graphs/layernorm.json",
@@ -84,7 +83,7 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--tree", type=Path, default=ROOT, help="checkout to measure")
     ap.add_argument("--label", default="", help="a name for this tree in the report")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     # the kernelspec runs this interpreter (the venv's)
     os.environ.setdefault("JUPYTER_PATH", "")

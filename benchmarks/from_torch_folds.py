@@ -28,12 +28,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import (alternate, log, machine_line, model_timing_args,  # noqa: E402
-                    rel_error, write_results)
+from harness import (alternate, log, machine_line, model_timing_args, rel_error,
+                     write_results)
 
 MODELS = ("bert", "distilbert", "gpt2", "llama", "t5_encoder", "vit", "whisper_encoder",
           "wav2vec2", "resnet")

@@ -24,56 +24,22 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+from harness import RESULTS, ROOT, log, machine_info, stats, time_fn, workbench_samples
 
-from workbench.tolerance import max_rel_error, tolerance  # noqa: E402
-from workbench.runtime import run_reference  # noqa: E402
-from workbench.session import Session  # noqa: E402
+
+from workbench.runtime import run_reference
+from workbench.session import Session
+from workbench.tolerance import max_rel_error, tolerance
 
 EXPECT_GRAPHS = ("softmax", "layernorm", "rmsnorm")
 EXPECT_FACTOR = 2.0
 OPSET = 18
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-# -- timing ------------------------------------------------------------------------
-def time_fn(fn, warmup: int, repeats: int) -> list[float]:
-    """Seconds of each of `repeats` calls of fn() after `warmup` calls (at least one)."""
-    for _ in range(max(1, warmup)):
-        fn()
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
-def workbench_samples(prog, inputs, repeats: int) -> list[float]:
-    """Extra samples of a compiled program through its public ``time`` (one warm run,
-    then one timed run, per sample) so the spread can be reported next to the median
-    ``Session.measure`` gives."""
-    return [prog.time(inputs, 1, 1)[1] for _ in range(repeats)]
-
-
-def stats(samples: list[float]) -> dict:
-    a = np.asarray(samples) * 1e3
-    return {"latency_ms": float(np.median(a)), "latency_min_ms": float(a.min()),
-            "latency_max_ms": float(a.max()),
-            "spread_pct": float((a.max() - a.min()) / np.median(a) * 100) if a.size else None}
 
 
 def worst_error(graph, outs: dict, refs: dict) -> tuple[float, bool]:
@@ -413,76 +379,6 @@ def bench_graph(path: Path, repeats: int, warmup: int, have_ort: bool, have_torc
 
 
 # -- machine -------------------------------------------------------------------------------
-def git_commit() -> str | None:
-    """HEAD's commit: $WORKBENCH_COMMIT (a copy of the tree run elsewhere, without
-    its .git), else read from .git (no git process), else `git rev-parse HEAD`."""
-    if os.environ.get("WORKBENCH_COMMIT"):
-        return os.environ["WORKBENCH_COMMIT"]
-    try:
-        gitdir = ROOT / ".git"
-        if gitdir.is_file():  # a worktree: "gitdir: PATH"
-            gitdir = Path(gitdir.read_text().split(":", 1)[1].strip())
-        head = (gitdir / "HEAD").read_text().strip()
-        if not head.startswith("ref:"):
-            return head
-        ref = head.split(":", 1)[1].strip()
-        for base in (gitdir, Path((gitdir / "commondir").read_text().strip()).resolve()
-                     if (gitdir / "commondir").is_file() else gitdir):
-            if (base / ref).is_file():
-                return (base / ref).read_text().strip()
-            packed = base / "packed-refs"
-            if packed.is_file():
-                for line in packed.read_text().splitlines():
-                    if line.endswith(" " + ref):
-                        return line.split()[0]
-    except OSError:
-        pass
-    if shutil.which("git"):
-        r = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
-                           text=True)
-        if r.returncode == 0:
-            return r.stdout.strip()
-    return None
-
-
-def machine_info() -> dict:
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    info = {"cpu": cpu, "cores": os.cpu_count(), "os": platform.platform(),
-            "python": platform.python_version(), "numpy": np.__version__,
-            "date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-            "git_commit": git_commit(),
-            "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "unset (OpenMP default)")}
-    try:
-        info["load_average"] = list(os.getloadavg())
-    except OSError:
-        pass
-    try:
-        import onnxruntime
-        info["onnxruntime"] = onnxruntime.__version__
-        info["onnxruntime_intra_op_threads"] = os.cpu_count()
-    except ImportError:
-        info["onnxruntime"] = None
-    try:
-        import torch
-        info["torch"] = torch.__version__
-    except ImportError:
-        info["torch"] = None
-    try:
-        from workbench.runtime.cc import cflags, find_compiler
-        info["compiler"] = find_compiler()[1]
-        info["cflags"] = " ".join(cflags())
-    except Exception as e:
-        info["compiler"] = f"unavailable: {e}"
-    import workbench
-    info["workbench"] = getattr(workbench, "__version__", None)
-    return info
 
 
 # -- reporting -------------------------------------------------------------------------
@@ -568,7 +464,7 @@ def main(argv=None) -> int:
     p.add_argument("--graphs", nargs="+", metavar="NAME", help="subset: file names or stems "
                    "(softmax, bert_chain.onnx, ...); a stem matches both .json and .onnx")
     p.add_argument("--quick", action="store_true", help="3 repeats, 1 warm-up")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), metavar="DIR")
+    p.add_argument("--out", default=str(RESULTS), metavar="DIR")
     p.add_argument("--samples", default=str(ROOT / "sample_graphs"), metavar="DIR")
     args = p.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 10)

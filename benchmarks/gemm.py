@@ -35,12 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 # methods in alternating, paused blocks; the fused attentions' other forms
-from models import ATTENTION_FORMS, alternate, attention_variants  # noqa: E402
+from harness import ATTENTION_FORMS, RESULTS, alternate, attention_variants
 
 # the row keys of the attention forms timed beside stitch ("every_key", "whole_rows")
 VARIANTS = tuple(label.replace(" ", "_") for label in ATTENTION_FORMS)
@@ -274,7 +271,7 @@ def main(argv=None) -> int:
     ap.add_argument("--blocks", nargs="+", help="block names (default: all)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--quick", action="store_true", help="5 repeats")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--tag", default="", help="appended to the result file names")
     ap.add_argument("--note", default="", help="a line for the report (e.g. 'shared machine')")
     args = ap.parse_args(argv)

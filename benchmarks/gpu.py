@@ -53,21 +53,15 @@ from typing import Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))                      # run from a checkout
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "sample_graphs"))
+from harness import RESULTS, attention_variants, log, machine_info, stats, time_fn
+import make_samples as samples
 
-import make_samples as samples  # noqa: E402
-from fusion_cpu import log, machine_info, stats, time_fn  # noqa: E402
-from models import attention_variants  # noqa: E402
-
-import workbench as wb  # noqa: E402
-from workbench.fusion.key_limit import causal_mask  # noqa: E402
+import workbench as wb
+from workbench.fusion.key_limit import causal_mask
 from workbench.dtypes import DType
-from workbench.ir import GraphBuilder  # noqa: E402
-from workbench.tolerance import max_rel_error, tolerance  # noqa: E402
-from workbench.session import Session  # noqa: E402
+from workbench.ir import GraphBuilder
+from workbench.session import Session
+from workbench.tolerance import max_rel_error, tolerance
 
 PLANNERS = ("none", "xla", "rules", "stitch", "tuned")
 TORCH_METHODS = (("torch_eager", "torch eager"), ("torch_compile", "torch.compile"))
@@ -1194,7 +1188,7 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=None, help="timed runs per method "
                    "(median; default 30, 5 with --quick)")
     p.add_argument("--warmup", type=int, default=None, help="default 5, 2 with --quick")
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), metavar="DIR")
+    p.add_argument("--out", default=str(RESULTS), metavar="DIR")
     p.add_argument("--workloads", nargs="+", metavar="NAME",
                    help="subset: " + ", ".join(BY_NAME) + "; or a group: "
                         + ", ".join(GROUPS))

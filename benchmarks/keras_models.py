@@ -41,12 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import (alternate, machine_line, model_timing_args,  # noqa: E402
-                    quiet_ms, rel_error, slowest_kernels, slowest_rows, time_models)
+from harness import (ROOT, alternate, machine_line, model_timing_args, quiet_ms,
+                     rel_error, slowest_kernels, slowest_rows, time_models)
 
 # (ConvNeXtTiny is not among them: tf2onnx 1.17 leaves a StatefulPartitionedCall in
 # its file, which neither onnxruntime nor the workbench runs -- the workbench says so:

@@ -30,11 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import alternate, machine_line, quiet_ms, time_models  # noqa: E402
+from harness import RESULTS, alternate, machine_line, quiet_ms, time_models
 
 TORCHVISION = ("resnet50", "mobilenet_v3_large", "efficientnet_b0", "googlenet",
                "squeezenet1_1", "regnet_y_400mf", "shufflenet_v2_x1_0")
@@ -164,7 +160,7 @@ def main(argv=None) -> int:
                     help="ONNX files, or torchvision model names (in a venv with it)")
     ap.add_argument("--repeats", type=int, default=6, help="alternating rounds")
     ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     return time_models(a, "kernel-kinds", markdown,
                        lambda name, tmp: run_model(name, tmp, a.repeats, a.inner),

@@ -30,7 +30,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import RESULTS, ROOT, machine_info
 
 # (m, n, k): a tile of 128 rows over widths with and without a partial block of
 # columns at the edge, at depths of a BERT layer (256, 1024) and a deep convolution
@@ -66,7 +66,6 @@ def _library(checkout: Path):
             "print(cc.build_library('t_microbench', CRenderer().prelude() + sys.argv[2]))")
     out = subprocess.run([sys.executable, "-c", code, str(checkout), TIMER],
                          capture_output=True, text=True, check=True)
-    sys.path.insert(0, str(ROOT))
     from workbench.runtime import cc
     lib = cc.load_library(out.stdout.strip().splitlines()[-1])
     P, LL = ctypes.c_void_p, ctypes.c_longlong
@@ -83,7 +82,6 @@ def _best(f, repeats: int) -> float:
 
 def run(checkout: Path, repeats: int) -> list[dict]:
     from threadpoolctl import threadpool_limits
-    sys.path.insert(0, str(ROOT))
     from workbench.codegen.microkernel import packed_numel
     lib = _library(checkout)
     rows = []
@@ -142,11 +140,9 @@ def main(argv=None) -> int:
     ap.add_argument("--checkout", type=Path, default=ROOT,
                     help="the workbench checkout whose micro-kernel is compiled")
     ap.add_argument("--repeats", type=int, default=7, help="batches; the best is kept")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--tag", default="", help="appended to the result file names")
     a = ap.parse_args(argv)
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from fusion_cpu import machine_info
     commit = subprocess.run(["git", "-C", str(a.checkout), "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
     date = _dt.date.today().isoformat()

@@ -26,12 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import (alternate, log, machine_line, method_rows,  # noqa: E402
-                    model_timing_args, rel_error, time_models)
+from harness import (alternate, log, machine_line, method_rows, model_timing_args,
+                     rel_error, time_models)
 
 MODELS = ("mobilenet_v2", "resnet")
 # the helpers as they were: the same bits, but GCC leaves two in a row unvectorized

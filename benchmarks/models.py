@@ -53,53 +53,20 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime as _dt
-import json
 import os
 import sys
 import tempfile
-import time
 import traceback
 from pathlib import Path
 from unittest import mock
 
-# read before anything imports the workbench (whose C toolchain module sets a default)
-_OMP_WAIT_POLICY_AT_START = os.environ.get("OMP_WAIT_POLICY")
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from fusion_cpu import machine_info  # noqa: E402
+# (the harness reads OMP_WAIT_POLICY before anything imports the workbench)
+from harness import (RESULTS, alternate, attention_variants, first_line, fmt, log,
+                     rel_error, timed, write_results)
 
 PLANNERS = ("rules", "stitch")
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return f"{type(e).__name__}: {text.splitlines()[0][:400]}"
-
-
-def rel_error(got: dict, want: dict) -> float:
-    """max |y - r| / max |r| over every output (the model-zoo test's measure)."""
-    worst = 0.0
-    for k, r in want.items():
-        y, r = np.asarray(got[k], dtype=np.float64), np.asarray(r, dtype=np.float64)
-        if y.shape != r.shape:
-            return float("inf")
-        worst = max(worst, float(np.max(np.abs(y - r)) / max(np.max(np.abs(r)), 1e-30)))
-    return worst
-
-
-def timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - t0
 
 
 def blas_arg(v: str):
@@ -235,29 +202,6 @@ def _bf16_matmuls_as_library_calls():
     return mock.patch.object(gemm, "GEMM_DTYPES", (DType.float32,))
 
 
-# label: (the Schedule property a kernel taken that way has, the launch that drops it)
-ATTENTION_FORMS = {"every key": ("key_limit", dict(skip=0)),
-                   "whole rows": ("online", dict(online=0))}
-
-
-def attention_variants(plan) -> dict:
-    """The plan with its fused attentions taken another way, by label (ATTENTION_FORMS):
-    ``every key``, each one skipping the keys a causal mask hides taking every block
-    (launch skip=0: what the skip saves); ``whole rows``, each one taking the softmax
-    online holding whole rows of scores instead (launch online=0: what the online form
-    saves). A form no kernel of the plan has is left out."""
-    out = {}
-    for label, (has, launch) in ATTENTION_FORMS.items():
-        gids = [gr.id for gr in plan.groups
-                if gr.schedule is not None and getattr(gr.schedule, has) is not None]
-        other = plan
-        for gid in gids:
-            other = other.set_launch(gid, **launch)
-        if gids:
-            out[label] = (other, len(gids))
-    return out
-
-
 def _workbench_call(prog, inputs, blas_threads):
     def call():
         prog.backend.blas_threads = blas_threads
@@ -265,121 +209,7 @@ def _workbench_call(prog, inputs, blas_threads):
     return call
 
 
-SETTLE_S = 0.2       # seconds between one method's block and the next (see alternate)
-
-
-def alternate(methods: dict, rounds: int, inner: int) -> dict[str, list[float]]:
-    """Seconds per call of each method, timed in alternating blocks (see the module
-    docstring)."""
-    samples: dict[str, list[float]] = {k: [] for k in methods}
-    for k, fn in methods.items():    # warm-up: first calls allocate and load
-        fn()
-        fn()
-    for _ in range(rounds):
-        for k, fn in methods.items():
-            # the previous method's thread pool may spin for milliseconds after its
-            # last call (onnxruntime's does: measured, the next method ran up to 2x
-            # slower over its next three calls); a pause lets every pool go to sleep
-            time.sleep(SETTLE_S)
-            fn()
-            for _ in range(inner):
-                t0 = time.perf_counter()
-                fn()
-                samples[k].append(time.perf_counter() - t0)
-    return samples
-
-
-def quiet_ms(samples: list[float], inner: int) -> float:
-    """ms of the fastest block's median, blocks of ``inner`` calls as ``alternate``
-    timed them: on a host that now and then runs whole blocks at half speed (the
-    development VM, onnxruntime's calls too), the method at its quiet pace."""
-    return min(float(np.median(samples[i:i + inner])) * 1e3
-               for i in range(0, len(samples), inner))
-
-
-
-def one_op_case(path):
-    """A one-input ONNX file (input ``x``) of a benchmark of single ops: its graph as
-    the workbench loads it, feeds of random normal values (seed 1), onnxruntime's
-    session and its output."""
-    import onnxruntime as ort
-
-    import workbench as wb
-    g = wb.load(path)
-    x = np.random.default_rng(1).standard_normal(g.value("x").shape).astype(np.float32)
-    feeds = {"x": x}
-    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    return g, feeds, sess, sess.run(None, feeds)[0]
-
-
-def time_beside_onnxruntime(progs: dict, feeds, sess, rounds: int, inner: int,
-                            rec: dict) -> None:
-    """Into ``rec``: each program's whole call and onnxruntime's, timed in alternation
-    (``call_ms``: quiet ms), then each program's first kernel alone (``methods[how]
-    ["kernel_ms"]``: the fastest block's median launch, ``Program.time``)."""
-    calls = {how: (lambda p: lambda: p.run(feeds))(prog) for how, prog in progs.items()}
-    calls["onnxruntime"] = lambda: sess.run(None, feeds)
-    samples = alternate(calls, rounds, inner)
-    rec["call_ms"] = {k: quiet_ms(v, inner) for k, v in samples.items()}
-    for how, prog in progs.items():      # the kernel alone, blocks of launches
-        blocks = [prog.time(feeds, warmup=1, repeats=inner)[0][0] for _ in range(rounds)]
-        rec["methods"][how]["kernel_ms"] = min(blocks) * 1e3
-
-
-
-def slowest_kernels(s, prog, feeds, count: int = 5) -> list[dict]:
-    """The ``count`` slowest kernels of session ``s``'s program (``Program.time``, 5
-    runs): name, ms and schedule each."""
-    per, _ = prog.time(feeds, repeats=5)
-    return [{"kernel": ck.kernel.name, "ms": t * 1e3,
-             "schedule": s.plan.group(ck.kernel.group).schedule.describe()}
-            for t, ck in sorted(zip(per, prog.compiled), key=lambda p: -p[0])[:count]]
-
-
-def slowest_rows(res: dict) -> list[str]:
-    """The report's section of each model's slowest kernels (``slowest_kernels``)."""
-    lines = ["", "## The slowest kernels of each stitch plan", "",
-             "| model | kernel | ms | schedule |", "|---|---|---|---|"]
-    for rec in res["models"]:
-        for k in rec.get("slowest_kernels", []):
-            lines.append(f"| {rec['model']} | {k['kernel']} | {k['ms']:.3f} | "
-                         f"{k['schedule'][:110]} |")
-    return lines
-
-
 # -- the run -------------------------------------------------------------------------
-def machine() -> dict:
-    import importlib.metadata as metadata
-    info = machine_info()
-    from threadpoolctl import threadpool_info
-
-    def version(package: str):      # (None where a benchmark's venv has no such package)
-        try:
-            return metadata.version(package)
-        except metadata.PackageNotFoundError:
-            return None
-    info.update({
-        "transformers": version("transformers"), "onnx": version("onnx"),
-        "onnxscript": version("onnxscript"),
-        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE", "unset"),
-        "OPENBLAS_L2_SIZE": os.environ.get("OPENBLAS_L2_SIZE", "unset"),
-        "OMP_WAIT_POLICY_at_start": _OMP_WAIT_POLICY_AT_START or "unset",
-        "OMP_WAIT_POLICY_in_run": os.environ.get("OMP_WAIT_POLICY", "unset"),
-        "threadpools": [{k: i.get(k) for k in ("user_api", "internal_api", "num_threads",
-                                               "version", "threading_layer",
-                                               "architecture", "filepath")}
-                        for i in threadpool_info()],
-    })
-    try:
-        import torch
-        info["torch_threads"] = torch.get_num_threads()
-    except ImportError:
-        pass
-    return info
-
-
-def fmt(x, f="{:.2f}"):
-    return "n/a" if x is None else f.format(x)
 
 
 def markdown(res: dict) -> str:
@@ -496,7 +326,7 @@ def main(argv=None) -> int:
     ap.add_argument("--shared", action="store_true",
                     help="say in the results that other jobs shared the machine")
     ap.add_argument("--note", action="append", default=[], help="a line for the report")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                     help="the models' dtype (bfloat16: converted as model.to(torch.bfloat16))")
     ap.add_argument("--attention-mask", action="store_true",
@@ -536,119 +366,6 @@ def main(argv=None) -> int:
         write_results(stem, res, markdown)
     print(markdown(res))
     log(f"wrote {stem}.json and {stem}.md")
-    return 0
-
-
-def model_timing_args(ap: argparse.ArgumentParser, models, repeats: int = 10) -> None:
-    """The arguments of a benchmark timing models in alternation: which (``models``
-    the choices and the default), its rounds and calls, the results folder."""
-    ap.add_argument("--models", nargs="+", default=list(models), choices=models)
-    ap.add_argument("--repeats", type=int, default=repeats, help="alternating rounds")
-    ap.add_argument("--inner", type=int, default=5, help="timed calls per method per round")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
-
-
-def shapes_main(argv, doc: str, shapes, stem: str, markdown, run_shape, label: str,
-                repeats: int = 10) -> int:
-    """The command line of a benchmark of single ops, one per named shape (``--models``
-    the shapes): each shape's record ``run_shape(name, folder, rounds, inner)``,
-    written as ``<out>/<stem>-<date>``."""
-    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    model_timing_args(ap, list(shapes), repeats=repeats)
-    a = ap.parse_args(argv)
-    return time_models(a, stem, markdown,
-                       lambda name, tmp: run_shape(name, tmp, a.repeats, a.inner),
-                       label=label)
-
-def machine_line(res: dict) -> str:
-    """The report's first words on where it ran: the CPU, its cores, the load."""
-    mi = res["machine"]
-    return (f"Machine: {mi['cpu']}, {mi['cores']} cores, load average at start "
-            f"{', '.join(f'{x:.1f}' for x in res['load_average_at_start'])}")
-
-
-def method_rows(res: dict, cells, label=lambda how, r: how) -> list[str]:
-    """The rows of a table of methods against onnxruntime: per model, each workbench
-    method's median latency and its ratio to onnxruntime's, then its own cells
-    (``cells(r)``, a list of strings from the method's record ``r``; ``cells(None)``
-    says how many), then onnxruntime's row; a model that failed is one row saying
-    why. ``label`` names a method's row."""
-    width = len(cells(None))
-    rows = []
-    for rec in res["models"]:
-        if "error" in rec:
-            rows.append(f"| {rec['model']} | failed: {rec['error']} |" + " |" * (2 + width))
-            continue
-        lat = rec["latency_ms"]
-        ort = lat["onnxruntime"]
-        for how, r in rec["methods"].items():
-            ms = lat[f"workbench {how}"]
-            rows.append(" | ".join([f"| {rec['model']}", label(how, r), f"{ms:.3f}",
-                                    f"{ort / ms:.2f}x", *cells(r)]) + " |")
-        rows.append(f"| {rec['model']} | onnxruntime | {ort:.3f} | 1.00x |" + " |" * width)
-    return rows
-
-
-def write_results(stem: Path, res: dict, markdown) -> None:
-    """The run so far, after each model (an interrupted run keeps what it measured):
-    ``<stem>.json`` (every sample, the machine and versions) and ``<stem>.md``
-    (``markdown(res)``)."""
-    res["machine"] = machine()      # (after the imports it reports on)
-    stem.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-    stem.with_suffix(".md").write_text(markdown(res))
-
-
-def time_beside(calls: dict, rec: dict, onnx_path: Path, feeds: dict, module, args: tuple,
-                rounds: int, inner: int) -> None:
-    """``calls`` (label -> zero-argument call) timed in alternation with onnxruntime
-    running ``onnx_path`` and torch eager running ``module(*args)``; each method's
-    median ms into ``rec["latency_ms"]``, its samples into ``rec["samples_ms"]``."""
-    import onnxruntime as ort
-    import torch
-    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    calls = dict(calls, onnxruntime=lambda: sess.run(None, feeds))
-
-    def eager():
-        with torch.no_grad():
-            return module(*args)
-    calls["torch eager"] = eager
-    samples = alternate(calls, rounds, inner)
-    rec["latency_ms"] = {k: float(np.median(v) * 1e3) for k, v in samples.items()}
-    rec["samples_ms"] = {k: [t * 1e3 for t in v] for k, v in samples.items()}
-
-
-def eager_rows(res: dict, width: int) -> list[str]:
-    """A table row per model for torch eager against onnxruntime (as ``method_rows``
-    makes the workbench's), its ``width`` cells of its own empty."""
-    rows = []
-    for rec in res["models"]:
-        eager = rec.get("latency_ms", {}).get("torch eager")
-        if eager is not None:
-            rows.append(f"| {rec['model']} | torch eager | {eager:.3f} | "
-                        f"{rec['latency_ms']['onnxruntime'] / eager:.2f}x |" + " |" * width)
-    return rows
-
-
-def time_models(a, name: str, markdown, run, label: str = "", **extra) -> int:
-    """A benchmark's run over the models of ``a`` (``model_timing_args``): each model's
-    record ``run(name, folder)`` (``folder`` a scratch folder for exports) appended to
-    the results (a model that fails is its one-line error, and the others still run),
-    written after each (``write_results``) as ``<a.out>/<name>-<date>.json`` and
-    ``.md``, the markdown printed at the end. ``extra``: more entries of the results."""
-    date = _dt.date.today().isoformat()
-    res = {"date": date, "rounds": a.repeats, "inner": a.inner, **extra,
-           "load_average_at_start": list(os.getloadavg()), "models": []}
-    a.out.mkdir(parents=True, exist_ok=True)
-    stem = a.out / f"{name}-{date}"
-    with tempfile.TemporaryDirectory() as tmp:
-        for model in a.models:
-            log(f"{label}{model}")
-            try:
-                res["models"].append(run(model, Path(tmp)))
-            except Exception as e:          # a failure is a result, not a crash
-                res["models"].append({"model": model, "error": first_line(e)})
-            write_results(stem, res, markdown)
-    print(markdown(res))
     return 0
 
 

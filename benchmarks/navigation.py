@@ -27,18 +27,12 @@ import argparse
 import json
 import re
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "sample_graphs"))
-
-from fusion_cpu import machine_info  # noqa: E402
-from make_samples import block_chain, transformer_stack  # noqa: E402
+from harness import RESULTS, machine_info
+from make_samples import block_chain, transformer_stack
 
 VIEW_W, VIEW_H = 800, 520          # the graph view's size in the app, px
 MIN_READABLE, MAX_FIT = 0.5, 1.5   # as static/graph_view.js
@@ -95,7 +89,7 @@ def measure(name: str, g, target: str, repeat: int, tmp: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args()
     rows = []

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import torch
 
+from harness import RESULTS
+
 import workbench as wb
 from workbench.fusion import run_planner
 
@@ -78,7 +80,7 @@ def torch_ms(module, x, repeats: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
     repeats = 5 if args.quick else 20
     torch.set_num_threads(os.cpu_count() or 1)

@@ -28,7 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from harness import RESULTS
+
 TORCH_FIRST = "WB_BENCH_IMPORT_TORCH_FIRST"
 # setting -> the environment a worker starts with (every other OpenMP variable unset);
 # GOMP_SPINCOUNT spins are PAUSE instructions, about 26 ns each on the Zen 4 measured
@@ -53,7 +54,6 @@ def worker(onnx: str, inputs: str, planner: str, calls: int) -> None:
     if torch_first:
         import torch  # noqa: F401  (loads torch's libgomp before any kernel)
     import numpy as np
-    sys.path.insert(0, str(ROOT))
     from workbench import Session
     from workbench.frontends import load_onnx
     s = Session(load_onnx(onnx), backend="cpu")
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
     ap.add_argument("--settings", nargs="+", choices=list(SETTINGS), default=list(SETTINGS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--calls", type=int, default=15)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--tag", default="", help="appended to the result files' names")
     ap.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -87,7 +87,6 @@ def main(argv=None) -> int:
         worker(*a.worker, a.planner, a.calls)
         return 0
     import numpy as np
-    sys.path.insert(0, str(ROOT))
     from workbench.testing import zoo
     tmp = Path(tempfile.mkdtemp(prefix="wb-omp-"))
     files = {}

@@ -32,11 +32,7 @@ from unittest import mock
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import SETTLE_S, log, machine_line, write_results  # noqa: E402
+from harness import RESULTS, ROOT, SETTLE_S, log, machine_line, write_results
 
 METHODS = ("placed", "unplaced")
 
@@ -119,7 +115,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--inner", type=int, default=10)
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     date = _dt.date.today().isoformat()
     res = {"date": date, "rounds": a.rounds, "inner": a.inner,

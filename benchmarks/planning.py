@@ -31,21 +31,18 @@ import datetime as _dt
 import json
 import os
 import statistics
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from fusion_cpu import log, machine_info  # noqa: E402
-from planning_cases import DEVICES, all_cases, bert_base_onnx, gpt2_block  # noqa: E402
+from harness import RESULTS, ROOT, log, machine_info
+from planning_cases import DEVICES, all_cases, bert_base_onnx, gpt2_block
 
-from workbench.fusion.cost import CostModel  # noqa: E402
-from workbench.fusion.greedy import rules_partition  # noqa: E402
-from workbench.fusion.stitch import plan_stitch  # noqa: E402
+from workbench.fusion.cost import CostModel
+from workbench.fusion.greedy import rules_partition
+from workbench.fusion.stitch import plan_stitch
 
-BASELINE = HERE.parent / "tests" / "fusion" / "data" / "stitch_baseline.json"
+BASELINE = ROOT / "tests" / "fusion" / "data" / "stitch_baseline.json"
 
 
 def plan_case(name: str, g, rounds: int, baseline_file: Path) -> dict:
@@ -226,7 +223,7 @@ def main() -> None:
     ap.add_argument("--bert-dir", type=Path,
                     default=Path(os.environ.get("WB_CACHE", Path.home() / ".cache" /
                                                 "fusion-workbench")) / "planning")
-    ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--baseline", type=Path, default=BASELINE,
                     help="the old search's plan quality (stitch_baseline.py's output)")
     args = ap.parse_args()

@@ -25,12 +25,7 @@ from unittest import mock
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import (machine_line, one_op_case, shapes_main,  # noqa: E402
-                    time_beside_onnxruntime)
+from harness import machine_line, one_op_case, shapes_main, time_beside_onnxruntime
 
 # name: (channels, plane, kernel, stride, pads (top, left, bottom, right))
 SHAPES = {

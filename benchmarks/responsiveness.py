@@ -36,14 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import RESULTS, machine_info
+from make_samples import block_chain
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "sample_graphs"))
-
-from fusion_cpu import machine_info  # noqa: E402
-from make_samples import block_chain  # noqa: E402
 from workbench.device import H100
 
 
@@ -171,7 +166,7 @@ def main(argv=None) -> int:
     ap.add_argument("--cols", type=int, default=1024)
     ap.add_argument("--draw-repeats", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="2 blocks, 1 draw repeat")
-    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--out", type=Path, default=RESULTS)
     a = ap.parse_args(argv)
     if a.quick:
         a.blocks, a.draw_repeats = 2, 1

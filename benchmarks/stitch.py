@@ -38,20 +38,15 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))                      # run from a checkout
-sys.path.insert(0, str(ROOT / "benchmarks"))
-sys.path.insert(0, str(ROOT / "sample_graphs"))
+from harness import RESULTS, ROOT, log, machine_info, stats, workbench_samples
+from make_samples import build_all, transformer_stack
 
-from fusion_cpu import log, machine_info, stats, workbench_samples  # noqa: E402
-from make_samples import build_all, transformer_stack  # noqa: E402
-
-from workbench.frontends import load  # noqa: E402
-from workbench.fusion import run_planner  # noqa: E402
-from workbench.fusion.cost import CostModel, relative_error, samples_from  # noqa: E402
-from workbench.device import GPUS  # noqa: E402
-from workbench.ir import GraphBuilder  # noqa: E402
-from workbench.session import Session  # noqa: E402
+from workbench.frontends import load
+from workbench.fusion import run_planner
+from workbench.fusion.cost import CostModel, relative_error, samples_from
+from workbench.device import GPUS
+from workbench.ir import GraphBuilder
+from workbench.session import Session
 
 # xla: the XLA/TVM baseline (a reduction ends its kernel); rules: + row templates
 PLANNERS = ("none", "xla", "rules", "stitch")
@@ -256,7 +251,7 @@ def main(argv=None) -> int:
     p.add_argument("--device", nargs="*", default=["h100", "a100"], choices=sorted(GPUS),
                    help="GPUs to predict each plan's latency on (model only)")
     p.add_argument("--search-reps", type=int, default=3)
-    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"), metavar="DIR")
+    p.add_argument("--out", default=str(RESULTS), metavar="DIR")
     args = p.parse_args(argv)
     repeats = args.repeats or (3 if args.quick else 10)
     warmup = 1 if args.quick and args.warmup == 2 else args.warmup

@@ -17,19 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-from planning_cases import DEVICES, all_cases, bert_base_onnx  # noqa: E402
+from harness import ROOT
+from planning_cases import DEVICES, all_cases, bert_base_onnx
 
-from workbench.fusion.cost import CostModel  # noqa: E402
-from workbench.fusion.greedy import rules_partition  # noqa: E402
-from workbench.fusion.stitch import plan_stitch  # noqa: E402
+from workbench.fusion.cost import CostModel
+from workbench.fusion.greedy import rules_partition
+from workbench.fusion.stitch import plan_stitch
 
-BASELINE = HERE.parent / "tests" / "fusion" / "data" / "stitch_baseline.json"
+BASELINE = ROOT / "tests" / "fusion" / "data" / "stitch_baseline.json"
 
 
 def record(g, devices=DEVICES) -> dict:
@@ -57,7 +55,7 @@ def main() -> None:
     args = ap.parse_args()
     cases = all_cases()
     res = json.loads(args.out.read_text()) if args.out.exists() else {}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE,
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
                             capture_output=True, text=True).stdout.strip()
     todo = [(k, f) for k, f in cases.items() if not args.only or k in args.only]
     if args.bert:

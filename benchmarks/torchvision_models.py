@@ -39,14 +39,8 @@ from unittest import mock
 
 import numpy as np
 
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from models import (eager_rows, machine_line, method_rows,  # noqa: E402
-                    model_timing_args, rel_error, slowest_kernels, slowest_rows,
-                    time_beside, time_models)
+from harness import (eager_rows, machine_line, method_rows, model_timing_args, rel_error,
+                     slowest_kernels, slowest_rows, time_beside, time_models)
 
 MODELS = ("resnet18", "resnet50", "mobilenet_v3_large", "efficientnet_b0", "densenet121",
           "googlenet", "inception_v3", "shufflenet_v2_x1_0", "squeezenet1_1",

@@ -3,7 +3,7 @@
 Like ``gather`` they are index rules (see :mod:`.layout`): an output element is read
 from its input at a position computed from an index tensor or from its own position,
 so they fuse into elementwise kernels and read nothing twice. Index arithmetic is
-total (docs/architecture.md, "Total arithmetic"): a negative index counts from the
+total (docs/ir-and-ops.md, "Total arithmetic"): a negative index counts from the
 end, and an index still out of range is clamped into ``[0, n - 1]`` -- a kernel never
 reads outside its input, and the NumPy reference clamps the same way (ONNX and torch
 leave out-of-range indices undefined or raise).

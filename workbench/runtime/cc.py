@@ -35,7 +35,8 @@ from ..errors import BackendUnavailable, WorkbenchError
 # bert_chain.onnx when BLAS threads ran the matmuls beside the kernels), but sleeping at
 # once (PASSIVE) makes every kernel wake its threads through a futex: ViT ran 3.5-4.6
 # ms under PASSIVE against 2.9-3.6 with this short spin, BERT 6.1-7.5 against 5.7-6.3
-# (benchmarks/results/omp_wait_policy-2026-11-23-spin.md). So a short spin, then sleep:
+# (benchmarks/results/archive/omp_wait_policy-2026-11-23-spin.md; docs/decisions/
+# omp-wait-policy.md). So a short spin, then sleep:
 # 10000 PAUSEs, about 0.26 ms at 26 ns each (Zen 4), longer than the gap between two
 # kernels of a run, short enough that a pool left spinning after a run costs nothing
 # that matters. libgomp reads these once, when it is loaded: load_library sets them for

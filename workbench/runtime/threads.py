@@ -36,7 +36,8 @@ ENV = "WB_BLAS_THREADS"
 
 def default_blas_threads() -> int | None:
     """``$WB_BLAS_THREADS``: a count, ``all`` (every core), ``off`` (leave BLAS alone);
-    unset means 1, which measured fastest (benchmarks/results/models-*.md)."""
+    unset means 1, which measured fastest (benchmarks/results/archive/
+    models-2026-11-23*.md)."""
     v = os.environ.get(ENV, "").strip().lower()
     if v in ("", "1"):
         return 1
