@@ -26,7 +26,7 @@ import pandas as pd
 
 from .codegen import Kernel, lower_group, render_kernel
 from .errors import FusionRefused, WorkbenchError
-from .fusion import Decision, Group, Plan, make_group, run_planner
+from .fusion import Decision, Group, Plan, run_planner
 from .ir import Graph
 from .measure import StepMeasurement, measure_program
 from .measure.step import DRAM_NOT_REQUESTED
@@ -34,7 +34,7 @@ from .runtime import Program, get_backend, random_inputs, run_reference
 from .frontends import load
 from .fusion.actions import Action, applicable_actions, effect
 from .fusion.cost import CostModel, Sample, samples_from
-from .fusion.plan import MATMUL_PRECISIONS
+from .fusion.plan import check_precision
 from .measure.counters import with_dram
 from .measure.tune import tune_plan
 from .measure.verify import graph_magnitudes
@@ -53,39 +53,15 @@ class Step:
     decisions: tuple[Decision, ...] = field(default=())
 
 
-def _check_precision(matmul_precision) -> None:
-    if not isinstance(matmul_precision, str) or matmul_precision not in MATMUL_PRECISIONS:
-        raise WorkbenchError(f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)} "
-                             f"(float32: exact; tf32: tensor cores, operands rounded to 10 "
-                             f"mantissa bits), got {matmul_precision!r:.40}")
-
-
-def _warn_no_tf32(device) -> None:
+def warn_no_tf32(device) -> None:
     # (stacklevel 3: the line that called Session(...) or set_matmul_precision)
     warnings.warn(f"matmul_precision='tf32': {device.name} has no TF32 tensor "
                   "cores, so its matmuls stay float32 (exact)", stacklevel=3)
 
 
-def _replanned(plan: Plan, device, precision: str) -> Plan:
-    """``plan``'s kernels made again for ``device`` at matmul precision ``precision``:
-    the same partition, with the schemes, mappings and launch parameters set by the
-    user or the tuner; a kernel that cannot be made so is refused with the reason,
-    changing nothing."""
-    groups = []
-    for gr in plan.groups:
-        try:
-            groups.append(make_group(plan.graph, gr.nodes, True, gr.forced_mapping or None,
-                                     gr.forced, device=device, launch=gr.forced_launch,
-                                     tf32=precision == "tf32"))
-        except FusionRefused as e:
-            raise FusionRefused(f"{gr.id} cannot be made with matmul precision "
-                                f"{precision}: {e}") from None
-    return Plan(plan.graph, tuple(groups), plan.planner, device, precision)
-
-
-def _check_args(backend, seed, progress, matmul_precision="float32") -> None:
+def check_session_args(backend, seed, progress, matmul_precision="float32") -> None:
     """Session's arguments of the wrong type, refused before anything is loaded."""
-    _check_precision(matmul_precision)
+    check_precision(matmul_precision)
     if not isinstance(backend, str):
         raise WorkbenchError(f"backend must be a name ({', '.join(backend_names())}), got "
                              f"{type(backend).__name__}")
@@ -110,12 +86,12 @@ class Session:
     def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,
                  progress: Callable[[int, int, str], None] | None = None,
                  calibrate: bool = True, matmul_precision: str = "float32"):
-        _check_args(backend, seed, progress, matmul_precision)
+        check_session_args(backend, seed, progress, matmul_precision)
         self.graph = load(graph)
         self.backend = get_backend(backend)
         device = self.backend.device
         if matmul_precision == "tf32" and not device.has_tf32:
-            _warn_no_tf32(device)
+            warn_no_tf32(device)
         self.progress = progress
         # plans are made for the backend's device (the CPU's is measured once, cached)
         self.history: list[Step] = [Step("load", Plan.singletons(self.graph, device,
@@ -220,12 +196,12 @@ class Session:
         >>> s.set_matmul_precision("tf32"); s.kernel("n0").tf32      # doctest: +SKIP
         True
         """
-        _check_precision(precision)
+        check_precision(precision)
         if precision == self.matmul_precision:
             return self.plan
-        plan = _replanned(self.plan, self.device, precision)   # or refused, changing nothing
+        plan = self.plan.remade(self.device, precision)   # or refused, changing nothing
         if precision == "tf32" and not self.device.has_tf32:
-            _warn_no_tf32(self.device)
+            warn_no_tf32(self.device)
         return self._push(f"matmul precision {precision}", plan)
 
     def tune(self, refs: Iterable[str] | None = None, repeats: int = 20,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable
 
-from ..errors import FusionRefused
+from ..errors import FusionRefused, WorkbenchError
 from ..ir import Graph
 from .cycles import cycle_reason, cycle_via
 from ..device import Device
@@ -179,6 +179,15 @@ def _why_not(g: Graph, v: str, want: StitchScheme, got, sched: Schedule) -> str:
 MATMUL_PRECISIONS = ("float32", "tf32")
 
 
+def check_precision(matmul_precision) -> None:
+    """A matmul precision a plan can be made at, or one WorkbenchError line saying which
+    there are."""
+    if not isinstance(matmul_precision, str) or matmul_precision not in MATMUL_PRECISIONS:
+        raise WorkbenchError(f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)} "
+                             f"(float32: exact; tf32: tensor cores, operands rounded to 10 "
+                             f"mantissa bits), got {matmul_precision!r:.40}")
+
+
 @dataclass(frozen=True, eq=False)
 class Plan:
     """A partition of ``graph``'s nodes into groups, in a topological order of groups,
@@ -192,9 +201,7 @@ class Plan:
     matmul_precision: str = "float32"
 
     def __post_init__(self):
-        if self.matmul_precision not in MATMUL_PRECISIONS:
-            raise ValueError(f"matmul precision must be one of {', '.join(MATMUL_PRECISIONS)}, "
-                             f"not {self.matmul_precision!r}")
+        check_precision(self.matmul_precision)
 
     @property
     def tf32(self) -> bool:
@@ -332,6 +339,22 @@ class Plan:
         new = make_group(self.graph, gr.nodes, True, gr.forced_mapping or None, gr.forced,
                          device=self.device, launch=params, tf32=self.tf32)
         return self._replace({gr.id}, [new], planner)
+
+    def remade(self, device: Device, matmul_precision: str) -> "Plan":
+        """The plan's kernels made again for ``device`` at ``matmul_precision``: the same
+        partition, with the schemes, mappings and launch parameters set by the user or
+        the tuner; a kernel that cannot be made so is refused with the reason."""
+        check_precision(matmul_precision)
+        groups = []
+        for gr in self.groups:
+            try:
+                groups.append(make_group(self.graph, gr.nodes, True, gr.forced_mapping or None,
+                                         gr.forced, device=device, launch=gr.forced_launch,
+                                         tf32=matmul_precision == "tf32"))
+            except FusionRefused as e:
+                raise FusionRefused(f"{gr.id} cannot be made with matmul precision "
+                                    f"{matmul_precision}: {e}") from None
+        return Plan(self.graph, tuple(groups), self.planner, device, matmul_precision)
 
     def describe(self) -> str:
         """One line per kernel (id, schedule and mapping, its ops), then its internal

@@ -13,7 +13,7 @@ from ..ir import Graph
 from ..device import DEFAULT_DEVICE, Device
 from .greedy import plan_none, plan_rules, plan_xla
 from .partition import Decision
-from .plan import MATMUL_PRECISIONS, Plan
+from .plan import Plan, check_precision
 from .stitch import plan_stitch
 
 PLANNERS = {"none": plan_none, "xla": plan_xla, "rules": plan_rules,
@@ -31,9 +31,7 @@ def run_planner(name: str, g: Graph, model=None, device: Device | None = None,
     except (KeyError, TypeError):      # (a list or None is no planner name either)
         raise WorkbenchError(f"unknown planner {name!r}; choose one of "
                              f"{', '.join(PLANNERS)}") from None
-    if not isinstance(matmul_precision, str) or matmul_precision not in MATMUL_PRECISIONS:
-        raise WorkbenchError(f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)}"
-                             f", got {matmul_precision!r:.40}")
+    check_precision(matmul_precision)
     device = device or (model.device if model is not None else DEFAULT_DEVICE)
     return fn(g, model, device, matmul_precision)
 
