@@ -110,6 +110,28 @@ def _assert_close(name, expected, got):
         np.testing.assert_array_equal(got, expected, err_msg=name)
 
 
+# ONNX's Cast leaves a float out of the range of a fixed-point target undefined; the
+# node tests' expected 2- and 4-bit integers for such inputs are whatever the
+# installed ml_dtypes' astype gives (0.5 wraps, 0.7 gives 0), so only the elements in
+# range are compared there
+_SMALL_INTS = {"int4": (-8, 7), "uint4": (0, 15), "int2": (-2, 1), "uint2": (0, 3)}
+
+
+def _defined(case, inputs, expected) -> np.ndarray | None:
+    """Where ONNX defines a Cast/CastLike to a 2- or 4-bit integer of a float input (the
+    input in the target's range), or None: every element is defined."""
+    ops = [n.op_type for n in case.model.graph.node]
+    expected = _array(expected)
+    if ops not in (["Cast"], ["CastLike"]) or expected.dtype.name not in _SMALL_INTS:
+        return None
+    x = _array(inputs[0])
+    if x.dtype.kind != "f" and not x.dtype.name.startswith(("float8", "float4", "bfloat")):
+        return None
+    lo, hi = _SMALL_INTS[expected.dtype.name]
+    x = np.trunc(x.astype(np.float64))
+    return (x >= lo) & (x <= hi)
+
+
 def _reason(message: str) -> str:
     """The importer's refusal without the names, so the skip summary groups them."""
     import re
@@ -133,4 +155,8 @@ def test_node_case(case):
         got = _run(model, inputs)
         assert len(got) == len(expected)
         for i, (e, g) in enumerate(zip(expected, got)):
+            defined = _defined(case, inputs, e)
+            if defined is not None:
+                assert defined.any(), case.name
+                e, g = _array(e)[defined], np.asarray(g)[defined]
             _assert_close(f"{case.name} output {i}", e, g)
