@@ -130,6 +130,11 @@ PORTABLE_SHARED_PER_BLOCK = 48 * 1024
 # grid.sync() ~1-3 us on recent GPUs: assumed values that calibration replaces.
 ASSUMED_GPU_LAUNCH = 3e-6
 ASSUMED_GRID_BARRIER = 2e-6
+# CUDA's occupancy rules that are no device property (programming guide: registers are
+# allocated per warp in units of 256 since the first GPUs with 64K registers; a thread
+# addresses at most 255)
+CUDA_REGISTER_ALLOC_UNIT = 256
+CUDA_MAX_REGISTERS_PER_THREAD = 255
 
 # NVIDIA H100 SXM5 80 GB: H100 Tensor Core GPU datasheet and the Hopper architecture
 # whitepaper (2022).
@@ -149,7 +154,8 @@ H100 = Device(
     grid_barrier=ASSUMED_GRID_BARRIER,
     cache_bytes=50 * 2**20,         # 50 MB L2
     # CUDA occupancy rules (programming guide, compute capability 9.0)
-    reserved_shared_per_block=1024, register_alloc_unit=256, max_registers_per_thread=255,
+    reserved_shared_per_block=1024, register_alloc_unit=CUDA_REGISTER_ALLOC_UNIT,
+    max_registers_per_thread=CUDA_MAX_REGISTERS_PER_THREAD,
     source="NVIDIA H100 datasheet / Hopper whitepaper; launch and barrier costs assumed")
 
 # NVIDIA A100 SXM4 80 GB: A100 datasheet and the Ampere GA100 whitepaper (2020).
@@ -168,7 +174,8 @@ A100 = Device(
     warp=32,
     grid_barrier=ASSUMED_GRID_BARRIER,
     cache_bytes=40 * 2**20,         # 40 MB L2
-    reserved_shared_per_block=1024, register_alloc_unit=256, max_registers_per_thread=255,
+    reserved_shared_per_block=1024, register_alloc_unit=CUDA_REGISTER_ALLOC_UNIT,
+    max_registers_per_thread=CUDA_MAX_REGISTERS_PER_THREAD,
     source="NVIDIA A100 datasheet / GA100 whitepaper; launch and barrier costs assumed")
 
 GPUS = {"h100": H100, "a100": A100}

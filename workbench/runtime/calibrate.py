@@ -36,7 +36,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..device import ASSUMED_GPU_LAUNCH, ASSUMED_GRID_BARRIER, Device, gpu_by_name
+from ..device import (ASSUMED_GPU_LAUNCH, ASSUMED_GRID_BARRIER, CUDA_MAX_REGISTERS_PER_THREAD,
+                      CUDA_REGISTER_ALLOC_UNIT, Device, gpu_by_name)
 from .cc import (build_library, cache_dir, cpu_model, find_compiler, load_library,
                  machine_cflags, vector_bytes)
 from ..codegen import RENDERERS
@@ -212,8 +213,8 @@ def _gpu_description(cp) -> Device:
         warp=int(props["warpSize"]), grid_barrier=ASSUMED_GRID_BARRIER,
         cache_bytes=int(props["l2CacheSize"]),
         reserved_shared_per_block=int(props.get("reservedSharedMemPerBlock", 0)),
-        # (not a device property; 256 since the first CUDA GPUs with 64K registers)
-        register_alloc_unit=256, max_registers_per_thread=255,
+        register_alloc_unit=CUDA_REGISTER_ALLOC_UNIT,
+        max_registers_per_thread=CUDA_MAX_REGISTERS_PER_THREAD,
         source="CUDA device properties; launch and barrier costs assumed")
 
 
@@ -271,7 +272,7 @@ def measure_gpu(cp, dev: Device) -> dict:
     bufs.clear()
     cp.get_default_memory_pool().free_all_blocks()
     ptr = cp.empty(1, cp.float32)
-    t_launch = event_ms(lambda: empty((1,), (32,), (ptr,)), 200) / 1e3
+    t_launch = event_ms(lambda: empty((1,), (dev.warp,), (ptr,)), 200) / 1e3
     grid = dev.units * max(1, min(dev.max_blocks_per_unit, dev.max_threads_per_unit // 256))
     reps = 1000
 
