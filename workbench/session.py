@@ -447,7 +447,7 @@ class Session:
         measurement when one is cached (``measure=True`` measures first). Refuses a
         non-empty existing path unless ``force`` (which replaces only an artifact).
         ``sign_with``: a key that signs it (``wb.artifact.HmacKey``, ``Ed25519Key``, a
-        bytes secret or a key file's Path). Returns the path written."""
+        key file's Path). Returns the path written."""
         from .artifact import export_plan
         m = self.measure() if measure else self._measurements.get(self.plan)
         return export_plan(self.plan, path, backend=self.backend, measurement=m, force=force,

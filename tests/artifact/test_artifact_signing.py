@@ -105,9 +105,12 @@ def test_hmac_signed_round_trip(session, tmp_path, fresh_cache, key, form):
     assert "signature.json" not in manifest["files"]   # outside the digest, by design
     assert SECRET.decode() not in json.dumps(sig)
     want = session.run(session.inputs)["y"]
-    for keys in ([key], [HmacKey(b"x" * 40), key], key, [SECRET]):
+    for keys in ([key], [HmacKey(b"x" * 40), key], key):
         model = load_artifact(path, backend="cpu", trusted_keys=keys)
         assert np.array_equal(model(**session.inputs)["y"], want)
+    # a secret is given as one (HmacKey): bare bytes could be a public key's PEM
+    with pytest.raises(ArtifactError, match="bare bytes are not a key"):
+        load_artifact(path, backend="cpu", trusted_keys=[SECRET])
     # a signed artifact still loads, unverified, where no signature is asked for
     assert np.array_equal(load_artifact(path, backend="cpu")(**session.inputs)["y"], want)
     # require_signature=False with keys: verify what is signed, accept what is not
@@ -268,3 +271,80 @@ def test_ed25519_without_cryptography_says_what_to_install(monkeypatch, tmp_path
     (tmp_path / "k.pem").write_text("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
     with pytest.raises(ArtifactError, match=r"pip install .*\[sign\]"):
         load_key(tmp_path / "k.pem")
+
+
+# -- key confusion, algorithm downgrade, replay (the red team's forged artifact) ----------
+def _forged_with_public_key_as_secret(session, root, marker, art, public_pem: bytes):
+    """An attacker's artifact: a C constructor added, the manifest made consistent, and
+    an HMAC signature keyed by the signer's *public* key, which anyone has."""
+    import workbench.artifact.sign as signing
+    path = _constructor_artifact(session, root, marker, art)
+    digest = json.loads((path / "manifest.json").read_text())["digest"]
+
+    class PublicAsSecret:           # what the loader's old bytes->HmacKey made of it
+        algorithm = signing.HMAC
+        key_id = f"{signing.HMAC}:" + __import__("hashlib").sha256(
+            b"fusion-workbench.artifact key id\0" + public_pem).hexdigest()[:16]
+
+        def sign(self, message):
+            import hashlib
+            import hmac
+            return hmac.new(public_pem, message, hashlib.sha256).hexdigest()
+    (path / "signature.json").write_bytes(signing.signature_file(digest, PublicAsSecret()))
+    return path
+
+
+def test_a_public_key_is_never_an_hmac_secret(session, tmp_path, fresh_cache, art):
+    """The loader the README describes passes ``signer.public_pem()``: before, those
+    bytes became an HMAC secret, and an artifact HMAC-signed with the public key (which
+    anyone has) passed, its constructor running inside load_artifact."""
+    pytest.importorskip("cryptography")
+    from workbench.artifact import Ed25519Key
+    signer = Ed25519Key.generate()
+    pem = signer.public_pem()
+    marker = tmp_path / "ran"
+    path = _forged_with_public_key_as_secret(session, tmp_path / "a", marker, art, pem)
+    for keys in ([pem], pem, [bytearray(pem)]):
+        with pytest.raises(ArtifactError, match="bare bytes are not a key"):
+            load_artifact(path, backend="cpu", trusted_keys=keys)
+    for material in (pem, signer.private_pem(), b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAA" * 2):
+        with pytest.raises(ArtifactError, match="key material"):
+            HmacKey(material)
+    (tmp_path / "pub.pem").write_bytes(pem)
+    for keys in ([signer.public()], [tmp_path / "pub.pem"]):
+        msg = refused(path, "no trusted key is an 'hmac-sha256' key", fresh_cache,
+                      trusted_keys=keys)
+        assert "its own algorithm" in msg
+    assert not marker.exists()
+    # an OpenSSH public key in a key file is no shared secret either
+    (tmp_path / "id.pub").write_bytes(b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIK" + b"x" * 40)
+    with pytest.raises(ArtifactError, match="key material"):
+        load_key(tmp_path / "id.pub")
+
+
+def test_an_hmac_signature_is_refused_where_ed25519_is_trusted(session, tmp_path,
+                                                               fresh_cache, key):
+    """Algorithm downgrade: a loader that trusts an Ed25519 key accepts only Ed25519
+    signatures of it, whatever else verifies."""
+    pytest.importorskip("cryptography")
+    from workbench.artifact import Ed25519Key
+    path = session.export(tmp_path / "a", sign_with=key)
+    refused(path, "no trusted key is an 'hmac-sha256' key", fresh_cache,
+            trusted_keys=[Ed25519Key.generate().public()])
+    # the same signature.json claiming ed25519 with the HMAC key's id: refused too
+    sig = json.loads((path / "signature.json").read_text())
+    sig["algorithm"] = "ed25519"
+    (path / "signature.json").write_text(json.dumps(sig))
+    refused(path, "no trusted key is an 'ed25519' key", fresh_cache, trusted_keys=[key])
+
+
+def test_a_signature_replayed_onto_another_artifact_is_refused(session, tmp_path,
+                                                               fresh_cache, art, key):
+    """A valid signature.json copied onto a modified artifact (its manifest made
+    consistent again) signs another manifest: refused before anything compiles."""
+    good = session.export(tmp_path / "good", sign_with=key)
+    marker = tmp_path / "ran"
+    bad = _constructor_artifact(session, tmp_path / "bad", marker, art)
+    shutil.copy(good / "signature.json", bad / "signature.json")
+    refused(bad, "signs another manifest", fresh_cache, trusted_keys=[key])
+    assert not marker.exists()

@@ -20,6 +20,13 @@ that signing changes no other byte of the artifact::
      "algorithm": "hmac-sha256", "key_id": "hmac-sha256:3f0c...", "digest": "<manifest
      digest>", "signature": "<hex>"}
 
+Keys are typed by their algorithm, and a key verifies only signatures of its own
+algorithm: an Ed25519 public key can never be taken for an HMAC secret (that confusion
+would let anyone who has the public key sign, as in JWT libraries that let a public key
+verify an HMAC token). So keys are given as key objects (or key files), never as bare
+bytes, and an HMAC secret that is key material -- a PEM block, an OpenSSH key line --
+is refused.
+
 Key files (``load_key``, ``workbench export --sign-key FILE``): a PEM file is an
 Ed25519 private or public key; any other file holds a shared secret as text (its
 bytes, surrounding whitespace stripped; at least 32 bytes), e.g. made with
@@ -53,6 +60,8 @@ SIGNATURE_VERSION = 1
 MAX_SIGNATURE_BYTES = 64 << 10
 MAX_KEY_FILE_BYTES = 64 << 10
 MIN_SECRET_BYTES = 32
+# what public or private key material starts with or holds: never an HMAC secret
+_KEY_MATERIAL = (b"-----BEGIN", b"ssh-", b"ecdsa-", b"PUBLIC KEY", b"PRIVATE KEY")
 HMAC = "hmac-sha256"
 ED25519 = "ed25519"
 _HEX = re.compile(r"[0-9a-f]*")
@@ -92,6 +101,11 @@ class HmacKey:
             raise ArtifactError(f"an HMAC secret must be at least {MIN_SECRET_BYTES} bytes "
                                 f"(this one has {len(secret)}); make one with "
                                 "HmacKey.generate() or secrets.token_hex(32)")
+        if any(m in bytes(secret) for m in _KEY_MATERIAL):
+            raise ArtifactError("an HMAC secret must be a secret, and this is key material "
+                                "(a PEM block or an OpenSSH key): a public key used as an "
+                                "HMAC secret lets anyone who has it sign; load it with "
+                                "load_key(path) or Ed25519Key to verify Ed25519 signatures")
         self.secret = bytes(secret)
         tag = hashlib.sha256(b"fusion-workbench.artifact key id\0" + self.secret)
         self.key_id = f"{HMAC}:{tag.hexdigest()[:16]}"
@@ -207,19 +221,23 @@ def load_key(path: str | os.PathLike) -> HmacKey | Ed25519Key:
 
 
 def as_key(k: Any, what: str = "trusted_keys") -> HmacKey | Ed25519Key:
-    """A key object from what a caller gave: a key, bytes (a shared secret), a
-    ``cryptography`` Ed25519 key, or a path (``pathlib.Path``) to a key file."""
+    """A key object from what a caller gave: a key, a ``cryptography`` Ed25519 key, or a
+    path (``pathlib.Path``) to a key file. Bare bytes are refused: whether they are a
+    shared secret or a public key's PEM only the caller knows (a public key taken for an
+    HMAC secret lets anyone sign), so a secret is given as ``HmacKey(secret)``."""
     if isinstance(k, (HmacKey, Ed25519Key)):
         return k
     if isinstance(k, (bytes, bytearray)):
-        return HmacKey(k)
+        raise ArtifactError(f"{what}: bare bytes are not a key (a shared secret, or a "
+                            "public key's PEM?); pass HmacKey(secret) for a shared secret, "
+                            "or load_key(path) / Ed25519Key for an Ed25519 key")
     if isinstance(k, os.PathLike):
         return load_key(k)
     if type(k).__module__.startswith("cryptography."):
         return Ed25519Key(k)
     raise ArtifactError(f"{what}: a {type(k).__name__} is not a key; pass an HmacKey, "
-                        "an Ed25519Key, bytes (a shared secret) or a pathlib.Path to a key "
-                        "file (wb.artifact.load_key)")
+                        "an Ed25519Key or a pathlib.Path to a key file "
+                        "(wb.artifact.load_key)")
 
 
 def signing_key(k: Any) -> HmacKey | Ed25519Key:
@@ -238,8 +256,8 @@ def trusted(keys: Any) -> tuple:
             type(keys).__module__.startswith("cryptography."):
         keys = [keys]
     if isinstance(keys, (str, dict)) or not isinstance(keys, Iterable):
-        raise ArtifactError("trusted_keys: give a list of keys (HmacKey, Ed25519Key, bytes "
-                            f"or pathlib.Path), not a {type(keys).__name__}")
+        raise ArtifactError("trusted_keys: give a list of keys (HmacKey, Ed25519Key or "
+                            f"pathlib.Path), not a {type(keys).__name__}")
     return tuple(as_key(k) for k in keys)
 
 
@@ -290,6 +308,12 @@ def verify_signature(data: bytes | None, digest: str, keys: tuple, where: str,
     for k in keys:
         if k.algorithm == alg and k.key_id == kid and k.verify(message, sig):
             return k.key_id
+    if keys and all(k.algorithm != alg for k in keys):
+        # (a key verifies only its own algorithm's signatures: no downgrade to another)
+        raise ArtifactError(f"artifact {where}: it is {shown}, and no trusted key is an "
+                            f"{alg[:40]!r} key (trusted: {ids}); a key verifies only "
+                            "signatures of its own algorithm -- re-export it signed with "
+                            "a trusted key")
     raise ArtifactError(f"artifact {where}: signature does not verify with any trusted key "
                         f"({shown}; trusted: {ids}); it was changed after signing or signed "
                         "by a key you do not trust -- re-export it signed with a trusted key")

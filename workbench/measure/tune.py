@@ -43,7 +43,8 @@ from ..fusion.gemm import GPU_GEMM_TILES
 from ..fusion.schedule import CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES
 from ..runtime.program import KernelSequence
 from .verify import check_kernel
-from ..runtime.cc import cache_dir, extra_cflags
+from ..runtime.cache import cache_subdir
+from ..runtime.cc import extra_cflags
 
 # the kernels tuning searches (stitched kernels and library calls have no parameters)
 TUNED = (ScheduleKind.elementwise, ScheduleKind.row_reduce, ScheduleKind.gemm)
@@ -162,9 +163,7 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
 # -- the cache -------------------------------------------------------------------------
 def _cache_path(device_name: str) -> Path:
     slug = "".join(c if c.isalnum() else "-" for c in device_name.lower()).strip("-")
-    p = cache_dir().parent / "tuning" / f"{slug[:80]}.json"
-    p.parent.mkdir(parents=True, exist_ok=True)
-    return p
+    return cache_subdir("tuning") / f"{slug[:80]}.json"
 
 
 def _load(path: Path) -> dict:

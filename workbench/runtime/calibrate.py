@@ -38,8 +38,9 @@ import numpy as np
 
 from ..device import (ASSUMED_GPU_LAUNCH, ASSUMED_GRID_BARRIER, CUDA_MAX_REGISTERS_PER_THREAD,
                       CUDA_REGISTER_ALLOC_UNIT, Device, gpu_by_name)
-from .cc import (build_library, cache_dir, cpu_model, find_compiler, load_library,
-                 machine_cflags, vector_bytes)
+from .cache import cache_subdir
+from .cc import (build_library, cpu_model, find_compiler, load_library, machine_cflags,
+                 vector_bytes)
 from ..codegen import RENDERERS
 from .nvrtc import compile_cuda
 
@@ -76,9 +77,7 @@ FMA_ELEMS, FMA_REPS = 64 * 1024, 256
 
 
 def devices_dir() -> Path:
-    p = cache_dir().parent / "devices"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    return cache_subdir("devices")
 
 
 def _llc_bytes() -> int:

@@ -2,9 +2,10 @@
 
 Each source is compiled to its own shared library, cached by the SHA-256 of its
 source, flags and compiler in a user cache directory (``$WORKBENCH_CACHE`` or
-``~/.cache/fusion-workbench``). A library is written to a temporary name and moved
-into place atomically, so processes compiling the same kernel at once never see a
-partial file. The CPU backend and the CPU probe (``calibrate``) build with it.
+``~/.cache/fusion-workbench``; :mod:`.cache`: a library is reused and loaded only where
+this user's seal of its bytes verifies). A library is written to a temporary name and
+moved into place atomically, so processes compiling the same kernel at once never see
+a partial file. The CPU backend and the CPU probe (``calibrate``) build with it.
 
 ``$WB_EXTRA_CFLAGS`` (split as a shell would) is appended to the flags of every kernel,
 for checking builds such as ``-fsanitize=address,undefined`` (``scripts/sanitize.py``).
@@ -16,8 +17,10 @@ are checked with.
 from __future__ import annotations
 
 import _ctypes
+import atexit
 import ctypes
 import hashlib
+import itertools
 import os
 import re
 import shlex
@@ -29,6 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import BackendUnavailable, WorkbenchError
+from .cache import cache_subdir, install, is_cached, open_sealed, read_sealed
 
 # How the kernels' OpenMP threads wait for the next kernel. Spinning forever steals the
 # cores from whatever runs next on the host (measured 324 ms -> 128 ms on
@@ -47,24 +51,57 @@ _OPENMP_WAIT_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 _env_lock = threading.Lock()
 
 
-def load_library(path) -> ctypes.CDLL:
+def load_library(path, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
     """``ctypes.CDLL`` of a built library, with the OpenMP wait settings above in the
     environment while it loads (unless the user set any of them) and the environment
     put back after: the first library loads libgomp, which reads them then. (Where
     torch, say, loaded libgomp first, its settings stand.) libgomp takes the spin count
-    over the policy; PASSIVE is for OpenMP runtimes that know no GOMP_SPINCOUNT."""
+    over the policy; PASSIVE is for OpenMP runtimes that know no GOMP_SPINCOUNT. A
+    library in the kernel cache is loaded only where its seal verifies, from the very
+    bytes checked (:func:`.cache.open_sealed`; CacheEntryChanged otherwise)."""
     with _env_lock:
         if any(v in os.environ for v in _OPENMP_WAIT_VARIABLES):
-            lib = ctypes.CDLL(str(path))
+            lib = _open_library(Path(path), mode)
         else:
             os.environ.update(_OPENMP_WAIT)
             try:
-                lib = ctypes.CDLL(str(path))
+                lib = _open_library(Path(path), mode)
             finally:
                 for v in _OPENMP_WAIT:
                     del os.environ[v]
         _pin_openmp_runtime()
     return lib
+
+
+_links = itertools.count()
+
+
+@lru_cache(maxsize=None)
+def _link_dir() -> str:
+    d = tempfile.mkdtemp(prefix="wb-load-")     # (this process's own, mode 0700)
+    atexit.register(shutil.rmtree, d, True)
+    return d
+
+
+def _open_library(path: Path, mode: int) -> ctypes.CDLL:
+    """dlopen ``path``; one in the kernel cache through a descriptor of its checked
+    bytes, so what is mapped is what was checked, whatever replaces the file meanwhile:
+    through a link of a name never used before to /proc/self/fd/N (the loader takes a
+    name it has loaded as that library again, and fd numbers are reused)."""
+    if not is_cached(path):
+        return ctypes.CDLL(str(path), mode)
+    fd = open_sealed(path)
+    try:
+        if not os.path.isdir("/proc/self/fd"):       # (not Linux: checked, loaded by name)
+            return ctypes.CDLL(str(path), mode)
+        link = os.path.join(_link_dir(), f"{path.stem}-{next(_links)}.so")
+        os.symlink(f"/proc/self/fd/{fd}", link)
+        try:
+            return ctypes.CDLL(link, mode)
+        finally:
+            os.unlink(link)
+    finally:
+        os.close(fd)
 
 
 # the OpenMP runtimes' files this process keeps loaded for good (see _pin_openmp_runtime)
@@ -119,11 +156,8 @@ EXTRA_CFLAGS_ENV = "WB_EXTRA_CFLAGS"
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("WORKBENCH_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fusion-workbench")
-    p = Path(root) / "cpu"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    """The C kernels' cache directory (:func:`.cache.cache_subdir`)."""
+    return cache_subdir("cpu")
 
 
 @lru_cache(maxsize=None)
@@ -246,7 +280,8 @@ def build_shared(name: str, src: str, *, compiler: tuple[str, str], flags, link=
                  cache: Path | None = None, compile_only=()) -> Path:
     """Compile ``src`` with ``compiler`` (path, version line) and ``flags`` into a
     shared library in ``cache`` (the kernel cache by default), cached by source,
-    flags and compiler version and installed atomically. ``check()`` runs when the
+    flags and compiler version, installed atomically and sealed (a cached library
+    whose seal does not verify is built again: :mod:`.cache`). ``check()`` runs when the
     compiler rejects the source, to blame a broken toolchain rather than the source.
     ``compile_only``: flags of the compile step alone, which then runs apart from the
     link (an instrumentation whose runtime the link must not pull in). The C kernels
@@ -263,7 +298,7 @@ def build_shared(name: str, src: str, *, compiler: tuple[str, str], flags, link=
     key = hashlib.sha256("\0".join([src, " ".join(map(shlex.quote, (*flags, *compile_only))),
                                     version]).encode()).hexdigest()[:24]
     out = cache / f"{name}-{key}.so"
-    if not out.exists():
+    if read_sealed(out) is None:
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
             c_file, so_tmp = Path(tmp) / f"{name}{suffix}", Path(tmp) / "k.so"
             c_file.write_text(src)
@@ -280,5 +315,5 @@ def build_shared(name: str, src: str, *, compiler: tuple[str, str], flags, link=
                 raise WorkbenchError(
                     f"the {language} compiler rejected kernel {name}:\n{r.stderr[-2000:]}\n"
                     + (origin or "this is a workbench bug; please report it with the graph"))
-            os.replace(so_tmp, out)
+            install(out, so_tmp)
     return out

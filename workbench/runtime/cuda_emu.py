@@ -45,7 +45,8 @@ from ..codegen.kernel import Kernel
 from ..errors import BackendUnavailable, WorkbenchError
 from ..device import H100, Device
 from .backend import Backend, CompiledKernel, Progress, compile_in_parallel
-from .cc import _run, build_shared, cache_dir, cpu_model
+from .cache import cache_subdir
+from .cc import _run, build_shared, cpu_model, load_library
 
 EMU_DIR = Path(__file__).with_name("emu")
 HEADER = EMU_DIR / "wb_cuda_emu.h"
@@ -136,9 +137,7 @@ def find_cxx() -> tuple[str, str] | None:
 
 
 def _emu_cache() -> Path:
-    p = cache_dir().parent / "cuda-emu"
-    p.mkdir(parents=True, exist_ok=True)
-    return p
+    return cache_subdir("cuda-emu")
 
 
 def _compiler_takes(extra: tuple[str, ...], link: bool) -> tuple[str, ...]:
@@ -194,7 +193,7 @@ def runtime_library() -> ctypes.CDLL:
         path = build_shared("wb_cuda_emu_runtime", RUNTIME.read_text() + HEADER.read_text(),
                             compiler=cxx, flags=(*CXX_FLAGS, "-O2", f"-I{EMU_DIR}"),
                             suffix=".cpp", language="C++", cache=_emu_cache())
-        return ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL)
+        return load_library(path, mode=ctypes.RTLD_GLOBAL)
 
 
 _NO_CXX = ("backend cuda-emu needs a C++ compiler (looked for $CXX, c++, g++, clang++): "
@@ -208,7 +207,7 @@ def build(name: str, source: str, origin: str = ""):
     path = build_shared(name, f"{source}\nWB_EMU_ENTRY({name})\n", compiler=find_cxx(),
                         flags=flags(), suffix=".cpp", origin=origin, language="C++",
                         cache=_emu_cache(), compile_only=count_flags())
-    lib = ctypes.CDLL(str(path))
+    lib = load_library(path)
     # closed with the last reference to its entry: only child processes run kernel
     # code, so the parent may unmap it at any time (a long fuzz run loads thousands)
     weakref.finalize(lib, _ctypes.dlclose, lib._handle).atexit = False

@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from ..errors import BackendUnavailable, WorkbenchError
-from .cc import cache_dir
+from .cache import cache_subdir, install, read_sealed
 
 # What every kernel is compiled with (besides -arch and the header directories).
 # C++17: CUDA 13's cooperative_groups.h needs it (libcu++ refuses C++14).
@@ -229,13 +229,13 @@ def compile_cuda(source: str, name: str, arch: str, ptx: bool = False,
     options = tc.options(arch, ptx)
     key = hashlib.sha256("\0".join([source, " ".join(options), tc.library,
                                     str(tc.version)]).encode()).hexdigest()[:24]
-    out = cache_dir().parent / "cuda" / f"{name}-{key}.{'ptx' if ptx else 'cubin'}"
-    if out.exists():
-        return out.read_bytes()
+    out = cache_subdir("cuda") / f"{name}-{key}.{'ptx' if ptx else 'cubin'}"
+    cached = read_sealed(out)      # (reused only where this user's seal verifies)
+    if cached is not None:
+        return cached
     binary = _nvrtc(source, name, options, tc, ptx)
-    out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=out.parent)
     with os.fdopen(fd, "wb") as f:
         f.write(binary)
-    os.replace(tmp, out)        # atomic: concurrent compiles race harmlessly
+    install(out, Path(tmp))        # atomic: concurrent compiles race harmlessly
     return binary
