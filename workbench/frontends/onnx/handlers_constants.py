@@ -9,7 +9,8 @@ import math
 
 import numpy as np
 
-from .common import _Ctx, _handles, _Unsupported, to_array
+from .budget import check_made
+from .common import _Ctx, _handles, _malformed, _Unsupported, to_array
 
 
 @_handles("Shape")
@@ -41,6 +42,9 @@ def _constant_of_shape(c: _Ctx):
     shape = [int(d) for d in c.const(0, "shape").reshape(-1)]
     val = c.attrs.get("value")
     fill = to_array(val).reshape(-1)[0] if val is not None else np.float32(0)
+    if any(d < 0 for d in shape):
+        raise _malformed(c, f"shape {shape[:8]} has a negative dimension")
+    check_made(f"ConstantOfShape {c.display!r}", shape, fill.dtype)
     return [np.full(shape, fill, dtype=fill.dtype)]
 
 
@@ -48,5 +52,9 @@ def _constant_of_shape(c: _Ctx):
 def _range(c: _Ctx):
     start, limit, delta = (c.const(i, "range").reshape(()) for i in range(3))
     # ONNX's definition, not np.arange's: n = max(ceil((limit - start) / delta), 0)
-    n = max(int(math.ceil((float(limit) - float(start)) / float(delta))), 0)
+    n = (float(limit) - float(start)) / float(delta) if float(delta) else math.inf
+    if not math.isfinite(n):
+        raise _malformed(c, f"range from {start} to {limit} by {delta} has no end")
+    n = max(int(math.ceil(n)), 0)
+    check_made(f"Range {c.display!r}", (n,), start.dtype)
     return [(start + np.arange(n, dtype=start.dtype) * delta).astype(start.dtype)]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from ...errors import GraphError
 from ...dtypes import DType
+import numpy as np
 from ..indexing import one_hot
 from .common import _axis, _Ctx, _handles, _malformed, _Unsupported
+from .budget import check_made
 
 
 def _reduction(c: _Ctx) -> str:
@@ -100,4 +102,5 @@ def _one_hot(c: _Ctx):
         if not ind.dtype.is_float:
             raise GraphError(f"OneHot {c.display!r}: indices of type {ind.dtype.value}")
     axis = _axis(c, c.attr("axis", -1), len(ind.shape) + 1)
+    check_made(f"OneHot {c.display!r}'s classes", (max(int(depth[0]), 0),), np.int64)
     return [one_hot(c.b, ind, int(depth[0]), values, axis)]

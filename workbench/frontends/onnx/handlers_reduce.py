@@ -13,6 +13,7 @@ import numpy as np
 
 from ...ir import Tensor, composites
 from .common import _axis, _Ctx, _handles, _Unsupported
+from .budget import check_made
 
 _REDUCE = {"ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax": "reduce_max",
            "ReduceMin": "reduce_min", "ReduceProd": "reduce_prod",
@@ -51,6 +52,7 @@ def _empty_reduce(c: _Ctx, x: Tensor, axes, keep) -> np.ndarray:
     if fill is None or (math.isinf(fill) and not x.dtype.is_float):
         raise _Unsupported("reduction over an empty set (result undefined)")
     shape = [1 if i in axes else d for i, d in enumerate(x.shape) if keep or i not in axes]
+    check_made(f"{c.node.op_type} {c.display!r} of an empty set", shape, x.dtype.np)
     return np.full(shape, fill, dtype=x.dtype.np)
 
 

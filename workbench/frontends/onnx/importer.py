@@ -28,6 +28,7 @@ from .common import (
     _Scope,
     _Unsupported,
 )
+from .budget import FoldBudget, OverBudget
 from .folding import fold
 from .inference import check_expected, expected_types
 from .locations import NodeLocator
@@ -74,6 +75,7 @@ class _Importer(_Scope):
     def __init__(self, proto: onnx.ModelProto, label: str, opset: int,
                  input_shapes: dict[str, Sequence[int]]):
         self.proto, self.label, self.opset = proto, label, opset
+        self.budget = FoldBudget()          # what constant folding has added so far
         self.g = proto.graph
         self.input_shapes = input_shapes
         reserved = {v for n in self.g.node for v in list(n.input) + list(n.output)}
@@ -241,7 +243,19 @@ class _Importer(_Scope):
         ins = [i for i in node.input if i]
         foldable = node.op_type not in _NONDETERMINISTIC and not _has_subgraph(node)
         if foldable and all(self.const(i) is not None for i in ins):
-            return fold(node, display, handler, {i: self.env[i] for i in ins}, self.opset)
+            try:
+                return fold(node, display, handler, {i: self.env[i] for i in ins},
+                            self.opset, self.budget)
+            except OverBudget as e:
+                if handler is None:
+                    raise
+                # past the folding budget: the node stays ops of the graph, computed
+                # when the model runs -- where its handler makes ops at all
+                with self.b.composite(node.op_type, display):
+                    results = handler(_Ctx(node, display, self))
+                if any(isinstance(r, np.ndarray) for r in results):
+                    raise e from None
+                return results
         if handler is None:
             raise _Unsupported(None)
         with self.b.composite(node.op_type, display):
