@@ -14,6 +14,8 @@ import os
 import sys
 from pathlib import Path
 
+from . import arguments
+from .arguments import MAX_COUNT
 from .version import __version__
 from .errors import WorkbenchError, shown
 from .fusion.planners import PLANNERS
@@ -95,7 +97,11 @@ def cmd_optimize(args) -> int:
             print(f"DRAM MB not measured: {why.removeprefix('unavailable: ')}",
                   file=sys.stderr)
     if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
+        try:
+            args.json.write_text(json.dumps(rows, indent=1, default=str))
+        except OSError as e:
+            raise WorkbenchError(f"cannot write --json {shown(args.json)} "
+                                 f"({e.strerror or e}); the table is printed above") from None
     bad = [r for r in rows if not r["ok"]]
     if bad:
         print(f"error: {len(bad)} step(s) exceed the error tolerance against the NumPy "
@@ -150,10 +156,14 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("graph", nargs="+", help=".json or .onnx graph files")
     o.add_argument("--planner", default="rules", choices=list(PLANNERS))
     o.add_argument("--backend", default="auto", choices=backend_names())
-    o.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    o.add_argument("--repeats", type=int, default=10, help="timed runs per step (median)")
-    o.add_argument("--warmup", type=int, default=2)
-    o.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    o.add_argument("--json", metavar="FILE", type=_output_file,
+                   help="also write the rows as JSON")
+    o.add_argument("--repeats", type=_count(1), default=10,
+                   help="timed runs per step (median; 1 to a million)")
+    o.add_argument("--warmup", type=_count(0), default=2,
+                   help="untimed runs before them (0 to a million)")
+    o.add_argument("--seed", type=_count(0, 2 ** 32 - 1), default=0,
+                   help="seed of the random inputs")
     o.add_argument("--counters", action="store_true",
                    help="also read each kernel's DRAM bytes from the GPU's hardware "
                         "counters (Nsight Compute, cupy backend): a DRAM MB column")
@@ -191,10 +201,44 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--sign-key", metavar="FILE",
                    help="sign the artifact with this key: a PEM Ed25519 private key, or a "
                         "file holding a shared secret (HMAC-SHA256)")
-    e.add_argument("--seed", type=int, default=0, help="seed of the measurement's inputs")
+    e.add_argument("--seed", type=_count(0, 2 ** 32 - 1), default=0,
+                   help="seed of the measurement's inputs")
     _precision_option(e)
     e.add_argument("-q", "--quiet", action="store_true")
     e.set_defaults(fn=cmd_export)
+    return p
+
+
+def _count(lo: int, hi: int = MAX_COUNT):
+    """An argparse type: an integer in [lo, hi] (every count bounds a loop)."""
+    def parse(text: str) -> int:
+        try:
+            v = int(text) if len(text) <= 20 else None
+        except ValueError:
+            v = None
+        if v is None or not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{text[:24]!r} is not an integer from {lo} "
+                                             f"to {hi}")
+        return v
+    return parse
+
+
+def _output_file(text: str) -> Path:
+    """An argparse type: a file the job can write at its end, checked before it runs:
+    its directory exists, and it is no directory, device or other special file."""
+    try:
+        p = arguments.path(text, "--json")
+    except WorkbenchError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    parent = p.parent if str(p.parent) else Path(".")
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"{shown(p)}: no directory {shown(parent)} to "
+                                         "write it in")
+    if p.exists() and not p.is_file():
+        raise argparse.ArgumentTypeError(f"{shown(p)} is not a regular file (a directory "
+                                         "or a device); give a file name")
+    if not os.access(parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{shown(p)}: not writable here")
     return p
 
 

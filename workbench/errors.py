@@ -65,6 +65,10 @@ class BackendUnavailable(WorkbenchError):
     """The requested backend cannot run here (no GPU, no C compiler)."""
 
 
+class OutOfMemory(WorkbenchError):
+    """What a graph's values need does not fit in this machine's memory."""
+
+
 class ArtifactError(WorkbenchError):
     """An exported artifact cannot be written or loaded: changed, truncated, foreign,
     made by a newer workbench, or its target path is taken."""

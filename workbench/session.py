@@ -17,6 +17,7 @@ Example::
 """
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
@@ -25,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from .codegen import Kernel, lower_group, render_kernel
-from .errors import FusionRefused, WorkbenchError
+from .errors import FusionRefused, OutOfMemory, WorkbenchError
 from .fusion import Decision, Group, Plan, run_planner
 from .ir import Graph
 from .measure import StepMeasurement, measure_program
@@ -35,6 +36,8 @@ from .frontends import load
 from .fusion.actions import Action, applicable_actions, effect
 from .fusion.cost import CostModel, Sample, samples_from
 from .fusion.plan import check_precision
+from .artifact import export_plan
+from . import arguments as args
 from .measure.counters import with_dram
 from .measure.tune import tune_plan
 from .measure.verify import graph_magnitudes
@@ -71,6 +74,22 @@ def check_session_args(backend, seed, progress, matmul_precision="float32") -> N
     if progress is not None and not callable(progress):
         raise WorkbenchError(f"progress must be a function (done, total, name) or None, "
                              f"got {type(progress).__name__}")
+
+
+def in_memory(method):
+    """A session method that allocates the graph's values: MemoryError becomes one
+    OutOfMemory line saying what the graph needs (the session is left as it was)."""
+    @functools.wraps(method)
+    def run(self, *a, **kw):
+        try:
+            return method(self, *a, **kw)
+        except MemoryError:
+            need = sum(v.nbytes for v in self.graph.values)
+            raise OutOfMemory(f"out of memory: graph {self.graph.name!r} holds "
+                              f"{need / 2**30:.1f} GiB of values (inputs, intermediates, "
+                              "outputs), more than this machine could allocate; use "
+                              "smaller shapes") from None
+    return run
 
 
 class Session:
@@ -153,22 +172,25 @@ class Session:
     # -- transformations ---------------------------------------------------------
     def fuse(self, refs: Iterable[str]) -> Plan:
         """Fuse the kernels holding these node or group ids into one (or refuse)."""
-        refs = list(refs)
+        refs = args.refs(refs)
         return self._push(f"fuse {' '.join(refs)}", self.plan.fuse(refs))
 
     def split(self, ref: str) -> Plan:
         """Split the kernel holding ref back into one kernel per op."""
-        return self._push(f"split {ref}", self.plan.split(ref))
+        return self._push(f"split {ref}", self.plan.split(args.ref(ref)))
 
     def set_scheme(self, value: str, scheme) -> Plan:
         """Pass ``value`` (an edge inside a kernel) by a stitch scheme: local, regional
         or global (or refuse with the reason, changing nothing)."""
+        args.name(value, "value")
         sc = getattr(scheme, "value", scheme)
+        args.name(sc, "scheme")
         return self._push(f"set_scheme {value} {sc}", self.plan.set_scheme(value, scheme))
 
     def set_mapping(self, ref: str, mapping: str) -> Plan:
         """Map the row-reduction kernel holding ref to threads by warp, block, split,
         thread (or auto, the rule)."""
+        args.ref(ref), args.name(mapping, "mapping")
         return self._push(f"set_mapping {ref} {mapping}", self.plan.set_mapping(ref, mapping))
 
     def set_launch(self, ref: str, **params: int) -> Plan:
@@ -204,6 +226,7 @@ class Session:
             warn_no_tf32(self.device)
         return self._push(f"matmul precision {precision}", plan)
 
+    @in_memory
     def tune(self, refs: Iterable[str] | None = None, repeats: int = 20,
              use_cache: bool = True) -> Plan:
         """Search each kernel's launch parameters (or those of the kernels holding
@@ -216,7 +239,9 @@ class Session:
                 f"tuning chooses by measured time, and backend {self.backend.name}'s times "
                 "are not the device's (the CUDA emulator's are the CPU's): tune on the "
                 "device itself (backend cupy on a GPU)")
-        groups = None if refs is None else {self.plan.group(r).id for r in refs}
+        groups = None if refs is None else {self.plan.group(r).id for r in args.refs(refs)}
+        repeats = args.count(repeats, "repeats", 1)
+        args.flag(use_cache, "use_cache")
         env = self.program().run(self.inputs, keep_all=True)
         plan, results = tune_plan(self.plan, self.backend, env, groups, repeats=repeats,
                                   use_cache=use_cache, progress=self.progress)
@@ -263,7 +288,7 @@ class Session:
         mapping, tune), legal ones with the plan they would make and its predicted
         kernels, bytes and ms (a preview), refused ones with the reason
         (:func:`workbench.fusion.actions.applicable_actions`). Changes nothing."""
-        return applicable_actions(self.plan, refs, self.cost_model)
+        return applicable_actions(self.plan, args.refs(refs), self.cost_model)
 
     def apply(self, action) -> Plan:
         """Apply one of :meth:`actions`' results (made for the current plan) as a step."""
@@ -301,7 +326,7 @@ class Session:
     def program(self, plan: Plan | None = None) -> Program:
         """The compiled program of a plan (the current one by default), cached; built
         from the kernels already compiled for its groups, compiling the rest."""
-        plan = plan or self.plan
+        plan = self._plan(plan)
         if plan not in self._programs:
             self.compile(plan.groups)
             self._programs[plan] = Program(
@@ -311,13 +336,13 @@ class Session:
 
     def kernels(self, plan: Plan | None = None) -> list[Kernel]:
         """The kernel IR of every group of a plan (the current one by default)."""
-        plan = plan or self.plan
+        plan = self._plan(plan)
         return [self._lower(gr) for gr in plan.groups]
 
     def kernel(self, ref: str, plan: Plan | None = None) -> Kernel:
         """The kernel IR of the group holding a node or group id (cached per group)."""
-        plan = plan or self.plan
-        return self._lower(plan.group(ref))
+        plan = self._plan(plan)
+        return self._lower(plan.group(args.ref(ref)))
 
     def compile(self, groups) -> list:
         """Build these groups' kernels on the backend now (those not built yet, in one
@@ -336,15 +361,17 @@ class Session:
 
     def source(self, ref: str, target: str = "cuda", plan: Plan | None = None) -> str:
         """Source of the kernel holding a node or group, for target 'cuda' or 'c'."""
-        if target not in ("cuda", "c"):
-            raise WorkbenchError(f"unknown source target {target!r}; choose 'cuda' or 'c'")
+        if not isinstance(target, str) or target not in ("cuda", "c"):
+            raise WorkbenchError(f"unknown source target {target!r:.40}; choose 'cuda' or 'c'")
         return render_kernel(self.kernel(ref, plan), target)
 
+    @in_memory
     def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the current plan on the backend; returns the graph outputs."""
-        return self.program().run(inputs)
+        return self.program().run(args.mapping(inputs, "inputs"))
 
     @property
+    @in_memory
     def inputs(self) -> dict[str, np.ndarray]:
         """The fixed random inputs measurements use (fresh per session seed, never zeros)."""
         if self._inputs is None:
@@ -352,6 +379,7 @@ class Session:
         return self._inputs
 
     @property
+    @in_memory
     def reference(self) -> dict[str, np.ndarray]:
         if self._reference is None:
             self._reference = run_reference(self.graph, self.inputs)
@@ -368,6 +396,7 @@ class Session:
             self._tf32_magnitudes = graph_magnitudes(self.graph, self.inputs, tf32=True)
         return self._tf32_magnitudes
 
+    @in_memory
     def measure(self, plan: Plan | None = None, warmup: int = 2,
                 repeats: int = 10, counters: bool = False) -> StepMeasurement:
         """Run, check against the reference and time a plan (the current by default).
@@ -377,7 +406,9 @@ class Session:
         also reads each kernel's DRAM bytes from the GPU's hardware counters (Nsight
         Compute in a child process, once per plan; :mod:`workbench.measure.counters`);
         where they cannot be read, NaN and ``dram_source`` says why."""
-        plan = plan or self.plan
+        plan = self._plan(plan)
+        warmup, repeats = args.count(warmup, "warmup"), args.count(repeats, "repeats", 1)
+        args.flag(counters, "counters")
         if plan not in self._measurements:
             # predicted before the model has seen this plan's timings, so the step's
             # predicted_ms is an honest prediction; then the model learns from it
@@ -394,7 +425,7 @@ class Session:
 
     def measured(self, plan: Plan | None = None) -> StepMeasurement | None:
         """The cached measurement of a plan (the current by default), or None."""
-        return self._measurements.get(plan or self.plan)
+        return self._measurements.get(self._plan(plan))
 
     # -- the cost model ----------------------------------------------------------
     @property
@@ -438,8 +469,7 @@ class Session:
     def predict(self, plan: Plan | None = None):
         """The cost model's prediction for a plan (the current by default), per kernel
         and in total (``.ms``), without running anything."""
-        plan = plan or self.plan
-        return self.cost_model.predict(plan)
+        return self.cost_model.predict(self._plan(plan))
 
     def export(self, path, measure: bool = False, force: bool = False, sign_with=None):
         """Write the current plan as an artifact: a directory, or a zip if path ends in
@@ -448,7 +478,8 @@ class Session:
         non-empty existing path unless ``force`` (which replaces only an artifact).
         ``sign_with``: a key that signs it (``wb.artifact.HmacKey``, ``Ed25519Key``, a
         key file's Path). Returns the path written."""
-        from .artifact import export_plan
+        path = args.path(path, "export path")
+        args.flag(measure, "measure"), args.flag(force, "force")
         m = self.measure() if measure else self._measurements.get(self.plan)
         return export_plan(self.plan, path, backend=self.backend, measurement=m, force=force,
                            sign_with=sign_with)
@@ -470,7 +501,11 @@ class Session:
         step 0's latency over the step's: a step at another matmul precision than step
         0's counts what the precision gained too (the ``matmul_precision`` column says
         which; the history holds the switch as a step of its own)."""
-        base = (self.baseline(**kw) if measure
+        unknown = set(kw) - {"warmup", "repeats", "counters"}
+        if unknown:
+            raise WorkbenchError(f"table takes measure, warmup, repeats and counters, not "
+                                 f"{', '.join(sorted(map(str, unknown)))[:80]}")
+        base = (self.baseline(**kw) if args.flag(measure, "measure")
                 else self._measurements.get(self.history[0].plan))
         rows = []
         for i, st in enumerate(self.history[:self.position + 1]):
@@ -489,6 +524,15 @@ class Session:
                 "end_to_end_error": m.end_to_end_error if m else np.nan,
                 "ok": m.within_tolerance if m else None})
         return pd.DataFrame(rows, columns=STEP_COLUMNS)
+
+    def _plan(self, plan) -> Plan:
+        """``plan`` (None: the current one), which must be a plan of this session's graph."""
+        if plan is None:
+            return self.plan
+        if not isinstance(plan, Plan) or plan.graph is not self.graph:
+            raise WorkbenchError(f"plan must be a Plan of this session's graph (s.plan, "
+                                 f"s.history[i].plan), got {type(plan).__name__}")
+        return plan
 
     def _ran_in(self, plan: Plan) -> str:
         return "tf32" if plan.tf32 and self.device.has_tf32 else "float32"

@@ -46,6 +46,13 @@ def check_shape(shape: Any, what: str) -> Shape:
             raise GraphError(f"{what}: negative dimension {d} in shape {dims!r:.120}; "
                              "dimensions are whole numbers >= 0")
     numel = math.prod(int(d) for d in dims)
+    extents = math.prod(int(d) for d in dims if d)
+    if numel == 0 and extents > MAX_ELEMENTS:
+        # (an empty value too: no array library holds such extents, their strides
+        # overflow 64 bits)
+        raise GraphError(f"{what}: shape {dims!r:.120} is empty, but its other extents "
+                         f"multiply to {extents}, more than the {MAX_ELEMENTS} (2^35) "
+                         "elements one value may hold; check the shape")
     if numel > MAX_ELEMENTS:
         raise GraphError(f"{what}: shape {dims!r:.120} has {numel} elements, more than the "
                          f"{MAX_ELEMENTS} (2^35) one value may hold; check the shape")

@@ -40,7 +40,7 @@ import numpy as np
 
 from ..codegen import RENDERERS, lower_plan, render_kernel
 from ..codegen.kernel import Kernel
-from ..errors import ArtifactError
+from ..errors import ArtifactError, shown
 from ..fusion import Plan
 from ..ir import Graph
 from ..ir.serialize import to_json
@@ -50,6 +50,7 @@ from .manifest import (CONSTANTS_FILE, FORMAT, GRAPH_FILE, KERNEL_DIR, MANIFEST,
                        SOURCE_SUFFIX, VERSION, FileEntry, GroupSpec, KernelSpec, LibrarySpec,
                        Manifest, TensorSpec, graph_hash, json_safe, sha256)
 from .sign import SIGNATURE_FILE, signature_file, signing_key
+from .verify import read_artifact
 from ..version import __version__
 
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)   # fixed entry times: the archive's bytes follow its files
@@ -186,10 +187,13 @@ def _not_an_artifact(target: Path) -> str | None:
     return "it is not a regular file or a directory"
 
 
-def write_files(files: dict[str, bytes], path: str | Path, force: bool = False) -> Path:
+def write_files(files: dict[str, bytes], path: str | Path, force: bool = False,
+                check=None) -> Path:
     """Write the files as a directory, or a zip when path ends in .zip, atomically.
 
-    ``force`` replaces an existing artifact (directory or zip) and nothing else."""
+    ``force`` replaces an existing artifact (directory or zip) and nothing else.
+    ``check(staged)`` (raising ArtifactError) runs on the complete staged copy before it
+    takes the target's place: refused, nothing at the target changes."""
     target = Path(path)
     as_zip = target.suffix.lower() == ".zip"
     if _taken(target) and not force:
@@ -221,6 +225,8 @@ def write_files(files: dict[str, bytes], path: str | Path, force: bool = False) 
                 f = staged / rel
                 f.parent.mkdir(parents=True, exist_ok=True)
                 f.write_bytes(data)
+        if check is not None:
+            check(staged)
         _replace(staged, target)
     except OSError as e:
         raise ArtifactError(f"cannot write {target}: {e.strerror or e}; check the path and "
@@ -252,10 +258,12 @@ def export_plan(plan: Plan, path: str | Path, backend=None, measurement=None,
     ``backend`` is the backend the plan ran on (its name and device go in the manifest);
     ``measurement`` a :class:`~workbench.measure.StepMeasurement` of this plan, or None.
     ``sign_with``: a key that signs the artifact (``signature.json``): an
-    :class:`~workbench.artifact.HmacKey` or ``bytes`` shared secret, an
-    :class:`~workbench.artifact.Ed25519Key` private key, or a ``pathlib.Path`` to a key
-    file. Returns the path written; raises :class:`ArtifactError` when the target is
-    taken (unless ``force``, and then unless it is an artifact) or cannot be written.
+    :class:`~workbench.artifact.HmacKey`, an :class:`~workbench.artifact.Ed25519Key`
+    private key, or a ``pathlib.Path`` to a key file. Returns the path written; raises
+    :class:`ArtifactError` when the target is taken (unless ``force``, and then unless
+    it is an artifact) or cannot be written -- or when the loader would refuse what was
+    written (each artifact is read back by the loader's own checks before it takes its
+    place: an export never writes what ``load_artifact`` refuses).
     """
     key = signing_key(sign_with) if sign_with is not None else None   # before any work
     name = backend.name if backend is not None else "none"
@@ -263,4 +271,17 @@ def export_plan(plan: Plan, path: str | Path, backend=None, measurement=None,
     files = build_files(plan, name, device, measurement)
     if key is not None:
         files[SIGNATURE_FILE] = signature_file(json.loads(files[MANIFEST])["digest"], key)
-    return write_files(files, path, force)
+    return write_files(files, path, force, check=lambda staged: _loads(staged, path))
+
+
+def _loads(staged: Path, target) -> None:
+    """The loader's checks (:func:`.verify.read_artifact`; nothing compiled) of a staged
+    artifact, a refusal said as the export's (what the loader found, without the staged
+    copy's name or its advice to re-export)."""
+    try:
+        read_artifact(staged)
+    except ArtifactError as e:
+        why = str(e).replace(f"artifact {staged}: ", "").replace(str(staged), str(target))
+        why = why.removesuffix("; re-export the artifact")
+        raise ArtifactError(f"cannot export {shown(target)}: load_artifact would refuse "
+                            f"it ({shown(why)}); nothing was written") from None

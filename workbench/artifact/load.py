@@ -37,6 +37,7 @@ from .messages import one_line
 from .sign import trusted
 from .verify import Artifact, read_artifact
 from ..runtime import get_backend
+from .. import arguments as args
 
 
 def load_artifact(path: str | Path, backend: str = "auto", *, trusted_keys=None,
@@ -49,8 +50,8 @@ def load_artifact(path: str | Path, backend: str = "auto", *, trusted_keys=None,
     or ask for a signature:
 
     ``trusted_keys``: keys (:class:`~workbench.artifact.HmacKey`,
-    :class:`~workbench.artifact.Ed25519Key`, ``bytes`` shared secrets, or
-    ``pathlib.Path`` key files) one of which must have signed the artifact; checked
+    :class:`~workbench.artifact.Ed25519Key`, or ``pathlib.Path`` key files; never bare
+    bytes, see :mod:`.sign`) one of which must have signed the artifact; checked
     before anything else of it is read. ``require_signature``: refuse an unsigned
     artifact; implied (True) when ``trusted_keys`` is given (even an empty list: then
     nothing loads), and needs at least one key. ``require_signature=False`` with keys
@@ -62,9 +63,11 @@ def load_artifact(path: str | Path, backend: str = "auto", *, trusted_keys=None,
     truncated, foreign, newer, malformed or (when asked) unsigned artifact raises
     :class:`ArtifactError` (one line) before anything is compiled.
     """
-    if backend not in backend_names():
-        raise WorkbenchError(f"unknown backend {backend!r}; choose one of "
+    if not isinstance(backend, str) or backend not in backend_names():
+        raise WorkbenchError(f"unknown backend {backend!r:.40}; choose one of "
                              f"{', '.join(backend_names())}")
+    if require_signature is not None:
+        args.flag(require_signature, "require_signature")
     keys = trusted(trusted_keys)
     # trusted_keys given (even an empty list) asks for a signature: fail closed
     required = (trusted_keys is not None) if require_signature is None \

@@ -237,6 +237,9 @@ class Plan:
 
     def group(self, ref: str) -> Group:
         """A group by its id (``k3``) or by any node id in it (``n3``)."""
+        if not isinstance(ref, str):
+            raise FusionRefused(f"a kernel or node id is a string like 'k0' or 'n3', not "
+                                f"{type(ref).__name__} {ref!r:.40}")
         for gr in self.groups:
             if gr.id == ref:
                 return gr

@@ -154,6 +154,9 @@ def register(op: OpDef) -> OpDef:
 
 
 def get_op(name: str) -> OpDef:
+    if not isinstance(name, str):
+        raise GraphError(f"an op is named by a string, not {type(name).__name__} "
+                         f"{name!r:.40}; known ops: {', '.join(sorted(_REGISTRY))}")
     try:
         return _REGISTRY[name]
     except KeyError:

@@ -14,6 +14,10 @@ from ..ops import evaluate_node
 def check_inputs(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Inputs as contiguous arrays of the declared shape and dtype, or a GraphError.
     Device arrays (CuPy) are checked where they are, never copied to the host."""
+    if not isinstance(inputs, Mapping):
+        raise GraphError(f"inputs must be a dict of input name -> array, got "
+                         f"{type(inputs).__name__}; the graph takes "
+                         + ", ".join(g.inputs)[:200])
     missing = [i for i in g.inputs if i not in inputs]
     if missing:
         raise GraphError(f"missing inputs {missing}; the graph takes "

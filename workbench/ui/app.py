@@ -35,6 +35,7 @@ from ..errors import WorkbenchError
 from ..fusion import MAPPINGS, Plan, ScheduleKind
 from ..fusion.actions import Action
 from ..session import Session
+from .. import arguments as args
 from .code_panel import CodePanel
 from .controls import (action_buttons, collapse_toggle, edge_choice, export_path_box,
                        mapping_choice, matmul_choice, overlay_choice, planner_choice,
@@ -154,7 +155,7 @@ class WorkbenchApp(PlanActions, BackgroundJobs, w.VBox):
 
     @selected.setter
     def selected(self, ids: Iterable[str]) -> None:
-        ids = list(dict.fromkeys(ids))
+        ids = list(dict.fromkeys(args.refs(ids, "selected")))
         known = self.session.graph.node_map
         bad = [i for i in ids if i not in known]
         if bad:
@@ -165,7 +166,7 @@ class WorkbenchApp(PlanActions, BackgroundJobs, w.VBox):
     def select(self, query: str) -> list[str]:
         """Select the nodes whose id equals ``query`` or whose op, name or composite
         contains it (case-insensitive), like the search box; returns their ids."""
-        q = query.strip().lower()
+        q = args.name(query, "query").strip().lower()
         hits = [n.id for n in self.session.graph.nodes
                 if q and (n.id == q or q in n.op.lower() or q in n.name.lower()
                           or (n.origin is not None and (q in n.origin.composite.lower()
@@ -207,7 +208,13 @@ class WorkbenchApp(PlanActions, BackgroundJobs, w.VBox):
         """Draw the plan ``action`` (or the index of one in :meth:`actions`' list)
         would make, with its numbers; :meth:`apply` or :meth:`cancel_preview` next."""
         if not isinstance(action, Action):
-            action = self.transforms.actions[action]
+            acts = self.transforms.actions
+            i = args.count(action, "action (an index of app.actions())", -len(acts),
+                           len(acts) - 1) if acts else None
+            if i is None:
+                raise WorkbenchError("nothing to preview: list the actions of a selection "
+                                     "first (app.actions(['n0']))")
+            action = acts[i]
         self.transforms.preview(action)
 
     def apply(self) -> Plan | None:

@@ -21,6 +21,8 @@ from typing import Iterable
 from ..errors import WorkbenchError
 from ..fusion import PLANNERS, Plan
 from ..measure import StepMeasurement
+from .. import arguments as args
+from ..fusion.plan import check_precision
 from .describe import edge_label, planner_summary, plural, precision_summary
 
 
@@ -50,7 +52,7 @@ class PlanActions:
     def fuse(self, nodes: Iterable[str] | None = None) -> Plan | None:
         """Fuse the given (default: selected) nodes' kernels into one; compiles the new
         kernel and redraws. Refused: ``message`` says why, returns None."""
-        refs = list(self.selected if nodes is None else nodes)
+        refs = list(self.selected if nodes is None else args.refs(nodes, "nodes"))
         # group ids change when groups merge; a node id of the selection does not
         anchor = self.session.plan.group(refs[0]).nodes[0] if refs else None
         plan = self.session.fuse(refs)
@@ -102,6 +104,7 @@ class PlanActions:
         again for it as a new step (Session.set_matmul_precision; Undo goes back). What
         the ``matmuls`` drop-down does."""
         s = self.session
+        check_precision(precision)
         if precision == s.matmul_precision:
             self._set_message(f"matmuls: unchanged, already {precision}; no new step")
             return s.plan
@@ -125,7 +128,9 @@ class PlanActions:
     def set_scheme(self, value: str, scheme) -> Plan | None:
         """Stitch scheme of internal edge ``value`` (a value name, as in the ``edge``
         drop-down's values; delegates to Session.set_scheme)."""
-        sc = getattr(scheme, "value", scheme)
+        sc = args.name(getattr(scheme, "value", scheme), "scheme")
+        if value is not None:
+            args.name(value, "value")
         if value is None:
             gr = self._current_group() if self.selected else None
             raise WorkbenchError(
@@ -152,7 +157,8 @@ class PlanActions:
     def set_mapping(self, ref: str | None = None, mapping: str = "auto") -> Plan | None:
         """Thread mapping of the row-reduction kernel holding ``ref`` (default: the
         first selected node): warp, block, split, thread, or auto (the rule)."""
-        ref = ref or (self.selected[0] if self.selected else None)
+        ref = (self.selected[0] if self.selected else None) if ref is None else args.ref(ref)
+        args.name(mapping, "mapping")
         if ref is None:
             raise WorkbenchError("select a node of a row-reduction kernel first")
         before = self.session.plan
@@ -205,6 +211,7 @@ class PlanActions:
     @app_action
     def export(self, path: str | os.PathLike) -> object | None:
         """Write the current plan as an artifact (delegates to Session.export)."""
+        path = args.path(path, "export path")
         with self._busy("exporting"):
             result = self.session.export(path)
         self._set_message(f"exported step {self.session.position} to {os.fspath(path)}")
@@ -214,6 +221,6 @@ class PlanActions:
     def save_graph(self, path: str | os.PathLike) -> str | None:
         """Write the graph as drawn now (collapsed boxes, kernels, colours) to ``path``:
         ``.svg`` or ``.png``. The view's "SVG"/"PNG" buttons download the same."""
-        out = self.view.save(path)
+        out = self.view.save(args.path(path))
         self._set_message(f"saved the graph of step {self.session.position} to {out}")
         return out
