@@ -24,7 +24,8 @@ from dataclasses import replace
 from ...device import Device
 from ...dtypes import DType, c_literal
 from ...errors import WorkbenchError
-from ...fusion.geometry import Geometry, geometry
+from ...fusion.geometry import (FLAT_BLOCK, FLAT_VECTOR_MIN, MAX_GRID, Geometry, flat_vector,
+                               geometry)
 from ...fusion.mapping import ScheduleKind
 from ...fusion.plan import Group
 from ...fusion.schedule import Schedule, group_io
@@ -34,8 +35,9 @@ from ..kernel import Kernel, Launch
 from ..kir import Buffer, If, Let, Load, Loop, OncePerBlock, Scratch, Store, ThreadTile
 
 # Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
-# stride a flat loop takes (65535 blocks x 256 threads x 4), so no loop wraps around.
-WIDE_INDEX_FROM = 2**31 - 65535 * 256 * 4
+# stride a flat loop takes (MAX_GRID = 65535 blocks x FLAT_BLOCK = 256 threads x a
+# 4-byte type's 16-byte vector, 4), so no loop wraps around.
+WIDE_INDEX_FROM = 2**31 - MAX_GRID * FLAT_BLOCK * flat_vector(FLAT_VECTOR_MIN)
 
 
 def identifier(text: str) -> str:
