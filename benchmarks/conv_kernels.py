@@ -19,7 +19,7 @@ these ways:
   **sgemm** (``blas=1``: the input read in place);
 - depthwise (``dw`` shapes: MobileNetV3's and EfficientNet-B0's): **rule** (a plane at
   a time through its stride phases, ``codegen/planes.py``), **tap by tap** (``blas=0``:
-  each tap's run added into the tile in memory, ``lower._direct``).
+  each tap's run added into the tile in memory, ``lower.convolution.direct``).
 
 Per method the kernel's own time (the median of ``Program.time``'s launches, each
 block's, the fastest block kept) and its GFLOP/s over 2 x MACs, and one whole call

@@ -15,7 +15,7 @@ Methods, timed in alternation as ``benchmarks/models.py`` does (median ms of one
 
 - **workbench stitch**;
 - **stitch, concats unsplit** (models with a concat): the same plan compiled with
-  every concat read as before ``lower._split_concat`` (each element reading every part
+  every concat read as before ``lower.elementwise._split_concat`` (each element reading every part
   at a clamped index and keeping one): what the split gains, side by side;
 - **stitch, deep 1 x 1s by GEMM**: planned with every 1 x 1 convolution read in place
   multiplied as a GEMM (sgemm or the micro-kernel), as before deep ones were computed
@@ -52,8 +52,8 @@ POINTWISE_BEFORE = "stitch, deep 1 x 1s by GEMM"
 
 def _concats_unsplit():
     """Compile with no loop split at a concat (as before ``_split_concat``)."""
-    from workbench.codegen import lower
-    return mock.patch.object(lower, "CONCAT_SPLIT_RUN", 1 << 62)
+    from workbench.codegen.lower import elementwise
+    return mock.patch.object(elementwise, "CONCAT_SPLIT_RUN", 1 << 62)
 
 
 def _stitched(g):

@@ -1,4 +1,4 @@
-"""2-D pooling on the CPU a plane at a time (``lower._pool_planes``): a window and its
+"""2-D pooling on the CPU a plane at a time (``lower.convolution.pool_planes``): a window and its
 max, sum or mean over the taps, nothing else in the kernel, lowered as the plane
 copied into its stride phases bordered with the window's fill and each output's taps
 read at a constant offset from its flat position (codegen/planes.py) -- against

@@ -241,7 +241,7 @@ def test_convolution_gemm_matches_reference(name, planner):
             src = s.program().compiled[0].source
             assert "wb_gemm_packed_t(" in src.split(f"void {s.kernels()[0].name}")[-1]
     if name.startswith("depthwise") and t.packed_b == PACK_TILE:
-        # one filter per group: no patches gathered, no micro-kernel (lower._direct)
+        # one filter per group: no patches gathered, no micro-kernel (lower.convolution.direct)
         src = s.program().compiled[0].source
         assert "one filter per group" in src and "wb_gemm_packed(" not in src.split(
             "void k")[-1], src[-3000:]
@@ -443,7 +443,7 @@ def test_pointwise_over_few_positions_made_transposed(monkeypatch, name, tile_m)
 def test_depthwise_tiles_of_channels_and_the_tap_by_tap_path(name):
     """A 2-D depthwise convolution (its channels in the lanes, or a padded plane at a
     time) takes tiles of any number of channels (in the lanes, a partial vector at the
-    end), never a cut plane; ``blas=0`` gives the tap-by-tap path (``lower._direct``)
+    end), never a cut plane; ``blas=0`` gives the tap-by-tap path (``lower.convolution.direct``)
     for the tuner to compare."""
     s = Session(_graph(name), backend="cpu")
     s.auto("rules")

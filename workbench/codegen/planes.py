@@ -1,12 +1,12 @@
 """A window over one plane -- a depthwise convolution's taps, a pooling's -- computed by
 one flat loop the compiler vectorizes, whatever the stride.
 
-Why: the plane-at-a-time kernels (``lower._depthwise_planes``, ``lower._pool_planes``)
-looped over each output row, ``ow`` positions long, with each tap read at ``x * sx``.
-Rows of 7 and 14 positions (MobileNetV3's and EfficientNet's late stages) are shorter
-than one AVX-512 vector, so GCC ran them scalar, and a stride of 2 made every read a
-gather: a 5 x 5 depthwise convolution over 14 x 14 took 0.22 ms where onnxruntime's
-whole call took 0.055.
+Why: the plane-at-a-time kernels (``lower/convolution.py``'s ``depthwise_planes``,
+``pool_planes``) looped over each output row, ``ow`` positions long, with each tap read
+at ``x * sx``. Rows of 7 and 14 positions (MobileNetV3's and EfficientNet's late stages)
+are shorter than one AVX-512 vector, so GCC ran them scalar, and a stride of 2 made
+every read a gather: a 5 x 5 depthwise convolution over 14 x 14 took 0.22 ms where
+onnxruntime's whole call took 0.055.
 
 So the padded plane (the input and the border its taps meet) is copied split into its
 ``sy x sx`` stride phases: phase ``(a, b)`` holds padded positions ``(r * sy + a,

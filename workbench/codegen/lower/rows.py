@@ -1,0 +1,269 @@
+"""The row-reduction template: reductions over rows, with their stitched neighbours,
+under each thread mapping (``fusion/mapping.py``).
+
+Warp, block and thread: one warp, block or thread owns a row and makes its passes one
+after another (``_row_reduce``), a row kept on chip dealt out to threads as a tile
+(``_tile``). Split: a long row's chunks go to several blocks, each reduction a pass over
+the grid with a grid barrier after it (``_split_rows``). A CPU's 2-D pooling is lowered a
+plane at a time where it can be (``convolution.pool_planes``).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ...device import Device
+from ...dtypes import DType
+from ...fusion.mapping import Mapping, ScheduleKind
+from ...fusion.plan import Group
+from ...fusion.row_tile import row_shifted
+from ...fusion.schedule import Schedule
+from ...ir import Graph
+from ...ops import Index, Kind, get_op
+from ..kernel import Kernel
+from ..kir import (Assign, BlockReduce, Comment, DeclareScratch, GridSync, If, Let, Load,
+                   Loop, OncePerBlock, Scratch, Store)
+from .base import Lowerer, Scope, launch_of, make_kernel, widen
+from .convolution import pool_planes
+
+
+class RowLowerer(Lowerer):
+    """A row-reduction group (or a stitched kernel's row phase, or a GEMM epilogue
+    reducing rows: ``GemmLowerer._row_epilogue``)."""
+
+    def lower(self, name: str) -> Kernel:
+        pooled = pool_planes(self)
+        if pooled is None:
+            return super().lower(name)
+        # (a CPU's form, as its GEMM kernels are: no CUDA rendering -- rendered anyway,
+        # its plane buffer went undeclared; found by the fuzzer's convs family)
+        s = self.sched
+        return replace(make_kernel(name, self.group.id,
+                                   s.describe() + ", pooled a plane at a time", self.buffers,
+                                   widen(pooled, self.wide), launch_of(self.geometry, s),
+                                   self.flops, tuple(self.scratch.values())), host_only=True)
+
+    def lower_body(self) -> list:
+        if self.sched.mapping.info.grid_barrier_per_reduction:
+            return self._split_rows()
+        return self._row_reduce()
+
+    def _domain(self) -> Index:
+        s = self.sched
+        kept = [d for d in range(len(s.domain)) if d not in s.reduce_axes]
+        return Index.from_runs(s.domain, [("row", kept), ("col", list(s.reduce_axes))])
+
+    def _reductions(self):
+        return [n for n in (self.g.node(x) for x in self.group.nodes)
+                if get_op(n.op).kind is Kind.reduce]
+
+    def _accumulate(self, scope: Scope, slot: int, r, dom: Index, extent: int,
+                    bind: str, **loop_kw):
+        """Emit reduction ``r``'s accumulator ``acc<slot>`` and its loop over the row's
+        columns into scope; returns (acc, compute dtype, combiner, identity)."""
+        dt, ident, comb = self._accumulator(r)
+        acc = f"acc{slot}"
+        col_scope = self._col_scope(scope, self._tile())
+        e = self.at(col_scope, r.inputs[0], dom)
+        scope.stmts.append(Let(acc, dt, ident, r.id))
+        simd = comb.simd_op[0 if dt.kind == "f" else 1]
+        if bind == "serial" and dt.kind == "f" and simd == "+":
+            # one thread sums a whole row (a column reduction): compensated (Kahan) so
+            # a long row stays within float32's bound against NumPy's pairwise sum; a
+            # non-finite partial sum drops the compensation (inf stays inf)
+            c, y, t = f"{acc}_c", self.fresh(), self.fresh()
+            scope.stmts.append(Let(c, dt, "0.0f", r.id))
+            col_scope.stmts += [Let(y, dt, f"{e} - {c}", r.id), Let(t, dt, f"{acc} + {y}", r.id),
+                                Assign(c, f"({t} - {t} == 0.0f) ? (({t} - {acc}) - {y}) "
+                                          ": 0.0f", r.id),
+                                Assign(acc, t, r.id)]
+            simd = ""                      # the order is the point: no SIMD reordering
+        else:
+            col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e), r.id))
+        scope.stmts.append(Loop("col", extent, bind, tuple(col_scope.stmts),
+                                reduction=(acc, simd), tile=self._tile(), **loop_kw))
+        return acc, dt, comb, ident
+
+    def _tile(self) -> tuple[int, int, int, str] | None:
+        """How a row kept on chip deals its columns to threads (threads, per_thread,
+        vector, shift), or None when a row is not kept in one block; shift: the C
+        expression of the row's first offset mod vector when the vector does not
+        divide the row ("" when it does)."""
+        s = self.sched
+        if s.kind is not ScheduleKind.row_reduce or not s.mapping.info.on_chip:
+            return None
+        shift = ""
+        if row_shifted(s.cols, s.vector):
+            shift = f"(int)({self._row_base()} % {s.vector})"
+        return (s.threads, s.tile_steps, s.vector, shift)
+
+    def _row_base(self) -> str:
+        """The offset of a row's first element in a buffer of the domain's shape."""
+        return self._row_index(self._domain()).offset()
+
+    def _col_scope(self, parent: Scope, tile) -> Scope:
+        """The scope of a column loop over a tile (or over a row not kept on chip)."""
+        if tile is None:
+            return Scope(parent)
+        return Scope(parent, tile[2], self._row_base() if tile[3] else "")
+
+    def _accumulator(self, r):
+        """(accumulator type, identity, combiner) of reduction r: integers accumulate
+        in 64 bits (a mean of int32 must not wrap at 2^31; NumPy sums them in int64),
+        unsigned ones unsigned (a uint64 past 2^63 is no long long)."""
+        src = self.g.value(r.inputs[0]).dtype.compute
+        comb = get_op(r.op).combiner
+        dt = src if src.kind != "i" else (DType.int64 if src.signed else DType.uint64)
+        return dt, comb.identity(src.kind, src.value), comb
+
+    def _result(self, r, acc: str, dt: DType) -> str:
+        """Reduction r's value as its consumers in the kernel read it: a 64-bit integer
+        accumulator wrapped to the output's type first (an int8 sum is an int8, also
+        when a cast to float follows it in the same kernel)."""
+        out = self.g.value(r.outputs[0]).dtype.compute
+        return acc if out is dt else f"(({out.c_compute}){acc})"
+
+    def _finish(self, comb, acc: str, dt: DType, node: str = "") -> Assign:
+        cols = self.sched.cols
+        if dt.kind == "f":
+            return Assign(acc, f"{acc} * (1.0f / {cols}.0f)", node)
+        # an integer mean over an empty axis is 0 (and no division by zero)
+        return Assign(acc, f"{acc} / {cols}LL" if cols else "0", node)
+
+    def _row_reduce(self) -> list:
+        """Mappings warp, block and thread: every row is owned by one warp, one block
+        or one thread, which runs the row's passes one after another."""
+        s: Schedule = self.sched
+        g = self.g
+        dom = self._domain()
+        info = s.mapping.info
+        width = info.reduce_width        # "" when one thread owns the row
+        row_scope = Scope()
+        self.row_scope = row_scope
+        tile = self._tile()
+        for k, v in enumerate(s.row_cached):
+            if v == s.hybrid:       # (an input: its first tile steps in registers)
+                T, K, V = tile[0], tile[1], tile[2]
+                self.scratch[v] = Scratch(f"wb_{self.prefix}row{k}", v,
+                                          g.value(v).dtype.compute, (K - s.hybrid_steps) * V * T,
+                                          1, "hybrid", s.hybrid_steps * V, self.buffers[v], T)
+            else:
+                self.scratch[v] = Scratch(f"wb_{self.prefix}row{k}", v,
+                                          g.value(v).dtype.compute, s.cols, s.rows_per_block)
+            row_scope.stmts.append(DeclareScratch(self.scratch[v]))
+        for k, v in enumerate(s.row_registers):
+            self.scratch[v] = Scratch(f"wb_{self.prefix}reg{k}", v, g.value(v).dtype.compute,
+                                      s.cols, 1, "register", tile[1] * tile[2],
+                                      None if v in self.producer else self.buffers[v])
+            row_scope.stmts.append(DeclareScratch(self.scratch[v]))
+        reduces = self._reductions()
+        for slot, r in enumerate(reduces):
+            row_scope.stmts.append(Comment(f"{r.op} over {list(s.reduce_axes)}"))
+            acc, dt, comb, ident = self._accumulate(row_scope, slot, r, dom, s.cols,
+                                                    info.col_bind)
+            if width:
+                row_scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident,
+                                                   slot, width))
+            if comb.finish_mean:
+                row_scope.stmts.append(self._finish(comb, acc, dt, r.id))
+            self.reduce_var[r.outputs[0]] = self._result(r, acc, dt)
+            self.flops += 1
+        stores = self._per_row_stores(row_scope, dom)
+        if stores:
+            if width:
+                row_scope.stmts.append(OncePerBlock(tuple(stores), width))
+            else:
+                row_scope.stmts.extend(stores)
+        self._element_pass(row_scope, dom, info.col_bind)
+        per_block = s.rows_per_block if s.mapping is Mapping.warp else 1
+        return [Loop("row", s.rows, info.row_bind, tuple(row_scope.stmts),
+                     per_block=per_block)]
+
+    def _per_row_stores(self, row_scope: Scope, dom: Index) -> list:
+        g, s = self.g, self.sched
+        stores = []
+        for o in self.io.outputs:
+            if o not in s.per_row:
+                continue
+            shape = g.value(o).shape
+            idx = dom.broadcast_to(shape) if len(shape) == len(s.domain) \
+                else Index.flat("row", shape)
+            e = self.at(row_scope, o, self._row_index(idx))
+            stores.append(Store(self.buffers[o], "row", e, node=self._made_by(o)))
+        return stores
+
+    def _element_pass(self, row_scope: Scope, dom: Index, col_bind: str,
+                      start: str = "", stop: str = "", only_if: str = "") -> None:
+        elem_out = [o for o in self.io.outputs if o not in self.sched.per_row]
+        if not elem_out:
+            return
+        tile = None if start else self._tile()
+        col_scope = self._col_scope(row_scope, tile)
+        for o in elem_out:
+            e = self.at(col_scope, o, dom)
+            col_scope.stmts.append(Store(self.buffers[o], dom.offset(), e,
+                                         self._vector(col_scope, dom), self._made_by(o)))
+        row_scope.stmts.append(Comment("write the row's elements"))
+        row_scope.stmts.append(Loop("col", self.sched.cols, col_bind, tuple(col_scope.stmts),
+                                    start=start, stop=stop, tile=tile))
+
+    def _split_rows(self):
+        """Mapping split: each row is cut into ``splits`` chunks of columns, one block
+        per chunk. Each reduction is one pass over the grid: every block reduces its
+        chunk and writes a partial to global memory; after a grid barrier every block
+        combines its row's partials (in a fixed order, so all agree bit for bit) and
+        goes on. The last pass writes the outputs."""
+        s: Schedule = self.sched
+        dom = self._domain()
+        S, cols, rows = s.splits, s.cols, s.rows
+        chunk = -(-cols // S)
+        start = f"part * {chunk}"
+        stop = f"((part + 1) * {chunk} < {cols} ? (part + 1) * {chunk} : {cols})"
+        reduces = self._reductions()
+        partials = []
+        body = []
+
+        def new_pass(upto: int) -> Scope:
+            scope = Scope()
+            self.row_scope = scope
+            scope.stmts.append(Let("row", self.index_dtype, f"vb / {S}"))
+            scope.stmts.append(Let("part", self.index_dtype, f"vb % {S}"))
+            for j in range(upto):
+                r = reduces[j]
+                dt, ident, comb = self._accumulator(r)
+                acc = f"acc{j}"
+                scope.stmts.append(Let(acc, dt, ident, r.id))
+                t = self.fresh()
+                scope.stmts.append(Loop("s", S, "serial", (
+                    Load(t, partials[j], f"row * {S} + s"),
+                    Assign(acc, comb.combine(dt.kind).format(acc, t), r.id))))
+                if comb.finish_mean:
+                    scope.stmts.append(self._finish(comb, acc, dt, r.id))
+                self.reduce_var[r.outputs[0]] = self._result(r, acc, dt)
+            return scope
+
+        for j, r in enumerate(reduces):
+            dt, _, _ = self._accumulator(r)
+            part_buf = self.workspace(f"part{j}", dt, rows * S)
+            scope = new_pass(j)
+            scope.stmts.append(Comment(f"{r.op}: this block's chunk of the row"))
+            acc, dt, comb, ident = self._accumulate(scope, j, r, dom, cols, "block",
+                                                    start=start, stop=stop)
+            scope.stmts.append(BlockReduce(acc, dt, comb.combine(dt.kind), ident, 0))
+            scope.stmts.append(OncePerBlock((Store(part_buf, "vb", acc),)))
+            partials.append(part_buf)
+            body.append(Loop("vb", rows * S, "grid", tuple(scope.stmts)))
+            body.append(GridSync(f"the partials of {r.op} are complete"))
+            self.flops += 1
+        scope = new_pass(len(reduces))
+        stores = self._per_row_stores(scope, dom)
+        if stores:
+            # (every block of the row knows the result; the first one writes it)
+            scope.stmts.append(If("part == 0", (OncePerBlock(tuple(stores)),)))
+        self._element_pass(scope, dom, "block", start, stop)
+        body.append(Loop("vb", rows * S, "grid", tuple(scope.stmts)))
+        return body
+
+
+def lower_rows(g: Graph, group: Group, device: Device, name: str) -> Kernel:
+    """The kernel of a row-reduction group."""
+    return RowLowerer(g, group, device).lower(name)
