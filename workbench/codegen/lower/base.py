@@ -24,7 +24,8 @@ from dataclasses import replace
 from ...device import Device
 from ...dtypes import DType, c_literal
 from ...errors import WorkbenchError
-from ...fusion.geometry import (FLAT_BLOCK, FLAT_VECTOR_MIN, MAX_GRID, Geometry, flat_vector,
+from ...fusion.geometry import (FLAT_BLOCK, FLAT_VECTOR_MIN, MAX_BLOCK_THREADS, MAX_GRID,
+                               Geometry, flat_vector,
                                geometry)
 from ...fusion.mapping import ScheduleKind
 from ...fusion.plan import Group
@@ -34,10 +35,12 @@ from ...ops import Index, Kind, get_op
 from ..kernel import Kernel, Launch
 from ..kir import Buffer, If, Let, Load, Loop, OncePerBlock, Scratch, Store, ThreadTile
 
-# Buffers this large (or larger) are indexed in 64 bits: 2^31 less the largest grid
-# stride a flat loop takes (MAX_GRID = 65535 blocks x FLAT_BLOCK = 256 threads x a
-# 4-byte type's 16-byte vector, 4), so no loop wraps around.
-WIDE_INDEX_FROM = 2**31 - MAX_GRID * FLAT_BLOCK * flat_vector(FLAT_VECTOR_MIN)
+# A kernel whose values (buffers, or values it never stores: an expand it reduces) hold
+# this many elements or more is indexed in 64 bits: 2^31 less the largest grid stride a
+# flat loop takes -- MAX_GRID = 65535 blocks x the most threads a block may take
+# (MAX_BLOCK_THREADS, which the tuner tries) x the widest vector (a 1- or 2-byte type's
+# 16-byte access, 8 elements) -- so no loop wraps around.
+WIDE_INDEX_FROM = 2**31 - MAX_GRID * MAX_BLOCK_THREADS * flat_vector(FLAT_VECTOR_MIN, 1)
 
 
 def identifier(text: str) -> str:
@@ -111,8 +114,13 @@ class Lowerer:
         if buffers is None:
             buffers = group_buffers(g, self.io, self._inline_constant)
         self.buffers = buffers
-        # offsets past 2^31 - 1 (a grid stride included) need 64-bit index arithmetic
-        self.wide = any(b.numel >= WIDE_INDEX_FROM for b in buffers.values())
+        # offsets past 2^31 - 1 (a grid stride included) need 64-bit index arithmetic:
+        # of a buffer, or of a value the kernel computes without storing it (a row of
+        # 2^31 elements expanded from one and summed: its loop counts past int)
+        io = self.io
+        self.wide = any(b.numel >= WIDE_INDEX_FROM for b in buffers.values()) or any(
+            g.value(v).numel >= WIDE_INDEX_FROM for v in (*io.inputs, *io.outputs,
+                                                          *io.internal))
         self.index_dtype = DType.int64 if self.wide else DType.int32
         self.counter = counter
         self.reduce_var: dict[str, str] = {}

@@ -26,6 +26,11 @@ from .base import Lowerer, Scope, launch_of, make_kernel, widen
 from .convolution import pool_planes
 
 
+# A row this long is summed with compensation whatever the mapping: its terms per
+# accumulator (a thread's or a SIMD lane's share) may pass 2^24, float32's exact count.
+COMPENSATED_FROM = 1 << 24
+
+
 class RowLowerer(Lowerer):
     """A row-reduction group (or a stitched kernel's row phase, or a GEMM epilogue
     reducing rows: ``GemmLowerer._row_epilogue``)."""
@@ -66,10 +71,13 @@ class RowLowerer(Lowerer):
         e = self.at(col_scope, r.inputs[0], dom)
         scope.stmts.append(Let(acc, dt, ident, r.id))
         simd = comb.simd_op[0 if dt.kind == "f" else 1]
-        if bind == "serial" and dt.kind == "f" and simd == "+":
-            # one thread sums a whole row (a column reduction): compensated (Kahan) so
-            # a long row stays within float32's bound against NumPy's pairwise sum; a
-            # non-finite partial sum drops the compensation (inf stays inf)
+        if (bind == "serial" or extent > COMPENSATED_FROM) and dt.kind == "f" \
+                and simd == "+":
+            # one thread sums a whole row (a column reduction), or a row so long that a
+            # thread's (or SIMD lane's) share of it passes float32's 2^24 (where adding
+            # 1 to a sum of ones no longer counts): compensated (Kahan) so a long row
+            # stays within float32's bound against NumPy's pairwise sum; a non-finite
+            # partial sum drops the compensation (inf stays inf)
             c, y, t = f"{acc}_c", self.fresh(), self.fresh()
             scope.stmts.append(Let(c, dt, "0.0f", r.id))
             col_scope.stmts += [Let(y, dt, f"{e} - {c}", r.id), Let(t, dt, f"{acc} + {y}", r.id),
