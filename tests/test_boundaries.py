@@ -125,8 +125,8 @@ def test_graph_files_that_were_internal_errors_are_user_errors(tmp_path, text, m
 @pytest.mark.parametrize("seed", range(4))
 def test_junk_calls_to_every_face_raise_only_workbench_errors(session, tmp_path, seed,
                                                               monkeypatch):
-    """The CI's bounded sample of the API fuzzer (the long run: python -m
-    workbench.testing.fuzz --family api)."""
+    """The CI's bounded sample of the API fuzzer (workbench/testing/fuzz/api.py; a
+    longer run is call_failures over more seeds and rounds)."""
     pytest.importorskip("ipywidgets")
     from workbench.ui.app import WorkbenchApp
     monkeypatch.chdir(tmp_path)       # (junk paths are relative: written here, if at all)

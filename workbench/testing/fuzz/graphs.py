@@ -9,7 +9,7 @@ import numpy as np
 from ...dtypes import DType
 from ...errors import GraphError
 from ...ir import Graph, GraphBuilder
-from . import blocks, convs, rows
+from . import blocks, convs, modules, rows
 
 F32, F16, I32, I64, B = DType.float32, DType.float16, DType.int32, DType.int64, DType.bool
 BF16 = DType.bfloat16
@@ -33,15 +33,17 @@ PLANNERS = ["none", "xla", "rules", "stitch"]
 FAMILY_DRAWERS = {
     "blocks": (blocks.draw_block_graph, blocks.draw_block_inputs),
     "convs": (convs.draw_conv_graph, convs.draw_conv_inputs),
-    "rows": (rows.draw_row_graph, rows.draw_row_inputs)}
+    "rows": (rows.draw_row_graph, rows.draw_row_inputs),
+    "modules": (modules.draw_module_graph, modules.draw_module_inputs)}
 FAMILIES = ["mixed", *FAMILY_DRAWERS]
 
 
 @dataclass
 class Case:
-    """One drawn graph, its inputs and what the plan edits did."""
+    """One drawn graph (None: drawing it failed), its inputs and what the plan edits
+    did."""
     seed: int
-    graph: Graph
+    graph: Graph | None
     inputs: dict
     actions: list[str] = field(default_factory=list)
     plans_checked: int = 0

@@ -19,7 +19,8 @@ SEEDS_PER_PROCESS = 400
 
 def _print_progress(case, fails):
     mark = "FAIL" if fails else "ok"
-    print(f"seed {case.seed}: {len(case.graph.nodes)} ops, {case.plans_checked} plans "
+    ops = len(case.graph.nodes) if case.graph is not None else 0
+    print(f"seed {case.seed}: {ops} ops, {case.plans_checked} plans "
           f"{mark}" + "".join(f"\n  after {f.action}: {f.message}" for f in fails),
           flush=True)
 
