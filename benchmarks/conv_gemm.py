@@ -118,8 +118,8 @@ def conv_time(s, prog, inputs) -> dict:
 
 def made(t) -> str:
     """How a convolution's product is made, in a word or two."""
-    from workbench.fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
-                                           PACK_FILTERS)
+    from workbench.fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
+                                             PACK_FILTERS)
     return {CONV_DIRECT: "direct", DEPTHWISE_LANES: "depthwise lanes",
             DEPTHWISE_PLANES: "depthwise planes", PACK_FILTERS: "transposed",
             "": "sgemm"}.get(t.packed_b, "micro-kernel")
@@ -156,7 +156,7 @@ def run_model(name: str, folder: Path, rounds: int, inner: int,
     import onnxruntime as ort
 
     from workbench.frontends import load_onnx
-    from workbench.fusion.schedule import PACK_FILTERS
+    from workbench.fusion.gemm_shape import PACK_FILTERS
     rec: dict = {"model": name}
     path = export(name, folder)
     g = load_onnx(path)

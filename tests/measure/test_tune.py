@@ -11,7 +11,7 @@ import pytest
 import workbench as wb
 from workbench.fusion import gemm
 from workbench.fusion.mapping import ScheduleKind
-from workbench.fusion.schedule import DEPTHWISE_LANES
+from workbench.fusion.gemm_shape import DEPTHWISE_LANES
 from workbench.ir import GraphBuilder
 from workbench.measure import tune
 from workbench.session import Session

@@ -25,8 +25,8 @@ from workbench.fusion.gemm import (CONV_DIRECT_ALIGN, CONV_DIRECT_DEPTH_RATIO,
                                    FEW_POSITIONS, PACK_MIN_VECTOR_BYTES, PANEL,
                                    PLANE_PHASES_MAX)
 from workbench.fusion.mapping import ScheduleKind
-from workbench.fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
-                                       PACK_FILTERS, PACK_PER_RUN, PACK_TILE)
+from workbench.fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
+                                         PACK_FILTERS, PACK_PER_RUN, PACK_TILE)
 from workbench.session import Session
 
 from plan_checks import check_plan

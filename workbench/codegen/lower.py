@@ -26,9 +26,9 @@ from ..fusion.geometry import REDUCE_SLOT_BYTES, Geometry, flat_vector, geometry
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group
 from ..fusion.row_tile import row_shifted
-from ..fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
-                               PACK_ONCE, PACK_PER_RUN, PACK_TILE, Im2col, Schedule,
-                               group_io)
+from ..fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
+                                 PACK_ONCE, PACK_PER_RUN, PACK_TILE, Im2col)
+from ..fusion.schedule import Schedule, group_io
 from ..dtypes import DType
 from ..ir import Graph
 from ..tolerance import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR

@@ -69,9 +69,10 @@ from ..ops.strided import MatrixView, Strided
 from ..device import Device
 from .key_limit import find_key_limit
 from .mapping import ScheduleKind
-from .schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS, PACK_ONCE,
-                       PACK_PER_RUN, PACK_TILE, BlockTile, GemmShape, GroupIO, Im2col,
-                       OnlineSoftmax, Operand, Schedule, SecondGemm, group_io)
+from .gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
+                         PACK_ONCE, PACK_PER_RUN, PACK_TILE, BlockTile, GemmShape, Im2col,
+                         OnlineSoftmax, Operand, SecondGemm)
+from .schedule import GroupIO, Schedule, group_io
 
 # A tile's product should stay in the core's cache while the epilogue reads it: 128 x
 # 256 float32 is 128 KB. Tiles also bound what sgemm packs per call (A's tile rows and

@@ -40,7 +40,7 @@ from ..errors import FusionRefused
 from ..fusion import Group, Plan, make_group
 from ..fusion.mapping import ScheduleKind
 from ..fusion.gemm import GPU_GEMM_TILES
-from ..fusion.schedule import CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES
+from ..fusion.gemm_shape import CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES
 from ..runtime.program import KernelSequence
 from .verify import check_kernel
 from ..runtime.cc import cache_dir, extra_cflags
