@@ -19,7 +19,7 @@ from workbench.errors import FusionRefused
 from workbench.fusion import Plan, analyze, run_planner
 from workbench.fusion.cost import CostModel
 from workbench.device import H100
-from workbench.fusion.gemm import GPU_GEMM_TILES
+from workbench.fusion.gemm.gpu_tiles import GPU_GEMM_TILES
 from workbench.fusion.mapping import ScheduleKind
 from workbench.dtypes import DType
 from workbench.runtime.cuda_emu import CudaEmuBackend, counting

@@ -20,7 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.fusion import Plan, run_planner
 from workbench.fusion.cost import CostModel
 from workbench.device import H100
-from workbench.fusion.gemm import GPU_TENSOR_TILES
+from workbench.fusion.gemm.gpu_tiles import GPU_TENSOR_TILES
 from workbench.fusion.mapping import ScheduleKind
 from workbench.dtypes import DType
 from workbench.tolerance import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR

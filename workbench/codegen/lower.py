@@ -21,7 +21,10 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..device import Device
-from ..fusion.gemm import GPU_GEMM_RESIDENT, PANEL, PLANE_PHASES_MAX, VIEWS, plane_tile
+from ..fusion.gemm.gpu_tiles import GPU_GEMM_RESIDENT
+from ..fusion.gemm.legality import VIEWS
+from ..fusion.gemm.planes import PLANE_PHASES_MAX, plane_tile
+from ..fusion.gemm.tiles import PANEL
 from ..fusion.geometry import REDUCE_SLOT_BYTES, Geometry, flat_vector, geometry
 from ..fusion.mapping import Mapping, ScheduleKind
 from ..fusion.plan import Group

@@ -23,7 +23,7 @@ from ..ir import Graph
 from ..ops import Kind, RowRole, get_op
 from ..ops.conv import CONVS
 from ..device import Device
-from .gemm import analyze_gemm
+from .gemm.analyze import analyze_gemm
 from .geometry import (REDUCE_SLOT_BYTES, flat_vector, geometry, register_budget, row_threads,
                        row_vector, rows_per_block, shared_bytes, split_count)
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping

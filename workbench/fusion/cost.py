@@ -58,7 +58,7 @@ from .geometry import geometry, shared_bytes
 from .mapping import Mapping, ScheduleKind
 from .plan import Group, Plan
 from .analysis import pass_needs
-from .gemm import GPU_GEMM_EFFICIENCY, GPU_TENSOR_GEMM_EFFICIENCY
+from .gemm.gpu_tiles import GPU_GEMM_EFFICIENCY, GPU_TENSOR_GEMM_EFFICIENCY
 from .row_tile import row_slots
 from .schedule import Schedule, group_io
 
@@ -411,7 +411,7 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     a, b = (g.value(i).nbytes for i in ins)
     # a matmul alone is priced as the library call it stands for on every core (whose
     # own blocking packs panels too, unpriced), and so is one with an elementwise
-    # epilogue: its tiles are the lone product's (gemm._tiling, _conv), so the epilogue
+    # epilogue: its tiles are the lone product's (gemm.tiles.cpu_tiling, gemm.conv), so the epilogue
     # adds no repack. Whole-row tiles (an epilogue reducing rows) cost the repacks
     # (none of B where it is a constant packed once, GemmShape.packed_b). Charging an
     # elementwise epilogue for them kept each 3x3 convolution of ResNet-50's third
