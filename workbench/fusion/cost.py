@@ -57,7 +57,7 @@ from ..device import Device
 from .geometry import geometry, shared_bytes
 from .mapping import Mapping, ScheduleKind
 from .plan import Group, Plan
-from .analysis import pass_needs
+from .row_cache import pass_needs
 from .gemm.gpu_tiles import GPU_GEMM_EFFICIENCY, GPU_TENSOR_GEMM_EFFICIENCY
 from .row_tile import row_slots
 from .schedule import Schedule, group_io

@@ -22,7 +22,8 @@ from ..ir import Graph
 from .cycles import cycle_reason, cycle_via
 from ..device import Device
 from .mapping import Mapping, ScheduleKind
-from .analysis import analyze, analyze_stitched
+from .analysis import analyze
+from .phases import analyze_stitched
 from .schedule import Schedule
 
 

@@ -60,7 +60,9 @@ from .greedy import rules_partition
 from .mapping import ScheduleKind
 from .partition import Decision, Partition
 from .plan import Group, Plan, make_group, toposort_groups
-from .analysis import analyze, analyze_stitched, candidate_mappings
+from .analysis import analyze
+from .phases import analyze_stitched
+from .rows import candidate_mappings
 from .epilogue import absorb_epilogues
 from .regions import Region, find_regions, region_key
 
