@@ -471,7 +471,7 @@ def test_a_bfloat16_library_matmul_is_priced_with_its_widening_copies():
     the H100 ``stitch`` takes BERT's bfloat16 FFN GEMM with its bias and GELU as one
     tensor-core kernel (predicted faster than rules' library call and epilogue), and
     leaves the float16 one to cuBLAS."""
-    from workbench.fusion.cost import features
+    from workbench.fusion.features import features
     model = CostModel.for_device(H100)
     for dtype in HALVES:
         g = _bert_half(dtype, "ffn")

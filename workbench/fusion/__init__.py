@@ -1,6 +1,7 @@
 """Fusion: plans (partitions into kernels), legality, transformations, planners."""
 from .plan import Group, Plan, StitchScheme, make_group
-from .cost import CostModel, Estimate, Factors, KernelFeatures, PlanEstimate, Sample
+from .cost import CostModel, Estimate, Factors, PlanEstimate, Sample
+from .features import KernelFeatures
 from .geometry import Geometry, geometry
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
 from .partition import Decision
