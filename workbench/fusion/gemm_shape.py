@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..device import CUDA_WARP
 from ..dtypes import DType
 from ..ops.strided import MatrixView, Strided
 from .key_limit import KeyLimit
@@ -249,7 +250,7 @@ class BlockTile:
                             or self.n % (self.WARPS_N * self.FRAGMENT)
                             or self.depth % self.fragment_k
                             or self.m // self.thread_m != self.FRAGMENT
-                            or self.threads != 32 * self.WARPS_M * self.WARPS_N):
+                            or self.threads != CUDA_WARP * self.WARPS_M * self.WARPS_N):
             raise ValueError(f"a tensor-core tile takes 8 warps over rows in 32s, columns in "
                              f"64s, depth in {self.fragment_k}s and each thread's rows 16 "
                              f"apart, not {self}")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from ..device import Device
+from ..device import CUDA_MAX_BLOCK_THREADS, CUDA_WARP, Device
 from ..errors import FusionRefused
 from ..ops import Kind, RowRole, get_op
 from .geometry import row_threads, row_vector, rows_per_block, split_count
@@ -60,13 +60,17 @@ def launch_param(launch: dict, key: str, rule: int, what: str, allowed) -> int:
     if key not in launch:
         return rule
     v = launch[key]
-    ok = {"threads": lambda x: 32 <= x <= 1024 and x & (x - 1) == 0,
-          "rows_per_block": lambda x: 1 <= x <= 32 and x & (x - 1) == 0,
+    # (every kernel also renders as CUDA: its blocks within CUDA's, a warp-mapped one's
+    # warps too)
+    most_rows = CUDA_MAX_BLOCK_THREADS // CUDA_WARP
+    ok = {"threads": lambda x: CUDA_WARP <= x <= CUDA_MAX_BLOCK_THREADS and x & (x - 1) == 0,
+          "rows_per_block": lambda x: 1 <= x <= most_rows and x & (x - 1) == 0,
           "splits": lambda x: 2 <= x <= 1024}[key]
     if not isinstance(v, int) or not ok(v):
         raise FusionRefused(f"{key}={v!r} is out of range for {what} kernel (threads: a "
-                            "power of two from 32 to 1024; rows_per_block: a power of two "
-                            "up to 32; splits: 2 to 1024)")
+                            f"power of two from {CUDA_WARP} to {CUDA_MAX_BLOCK_THREADS}; "
+                            f"rows_per_block: a power of two up to {most_rows}; splits: 2 "
+                            "to 1024)")
     return v
 
 
@@ -114,7 +118,7 @@ def _row_tiling(mapping: Mapping, dom: RowDomain, itemsize: int) -> tuple[int, i
     keep a row in one block."""
     if not mapping.info.on_chip:
         return 0, 1
-    threads = 32 if mapping is Mapping.warp else row_threads(dom.cols)
+    threads = CUDA_WARP if mapping is Mapping.warp else row_threads(dom.cols)
     return threads, row_vector(dom.cols, itemsize)
 
 
