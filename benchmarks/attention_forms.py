@@ -1,7 +1,8 @@
 """The CPU's fused attention taken three ways, side by side: whole rows of scores,
 the online softmax over every block of keys, and the online softmax skipping the
-blocks a causal mask hides -- the measurements behind ``fusion/gemm.py``'s thresholds
-(ONLINE_MIN_KEYS, CAUSAL_MIN_KEYS) for float32 and bfloat16.
+blocks a causal mask hides -- the measurements behind ``fusion/gemm/attention.py``'s
+thresholds (``CpuAttention``'s ``online`` and ``causal`` blocks' ``min_keys``) for float32
+and bfloat16.
 
 Each case is ``softmax(q kᵀ x 1/8 + mask) v`` over one batch item of 8 heads of 64, as
 an exported model writes it: the mask a padding input (``[1, 1, 1, keys]``) or a

@@ -13,11 +13,11 @@ by a ReLU, written as an ONNX file with ``onnx.helper`` and imported from it by
 
 - **rule**: as the planner makes it -- blocks of 7 positions where a row's last block
   leaves fewer unused than 8 (``wb_conv_cr``), tiles cut so the busiest core has the
-  least work (``gemm._direct_split``), a thread's buffer of ``CONV_DIRECT_SCRATCH``
-  floats;
+  least work (``gemm.direct.direct_split``), a thread's buffer of
+  ``DirectConv.scratch`` floats;
 - **blocks of 8**: the rule with every block 8 positions (``WB_CR7`` off);
 - **rows cut only**: the rule with every tile holding all the filters, the rows cut
-  for the cores (the cut before ``_direct_split``);
+  for the cores (the cut before ``direct_split``);
 - **before**: both of those and a buffer of 32768 floats (a convolution whose rows do
   not fit it is not computed directly: ResNet-50's strided 3 x 3 of its last stage
   went to sgemm);
@@ -91,27 +91,29 @@ def onnx_file(name: str, folder: Path, shape: tuple | None = None) -> Path:
 
 
 def _rows_cut_only(n, oh, fit, k, units):
-    """The cut before ``_direct_split``: all the filters in every tile, the rows cut
+    """The cut before ``direct_split``: all the filters in every tile, the rows cut
     into as many tiles as the buffer needs, more where that makes their count a
     multiple of the cores."""
-    from workbench.fusion import gemm
-    col_tiles = min(oh, gemm._for_cores(n, -(-oh // fit), units))
+    from workbench.fusion.gemm.tiles import for_cores
+    col_tiles = min(oh, for_cores(n, -(-oh // fit), units))
     return -(-oh // col_tiles), k
 
 
 def _settings(how: str):
     """The planner and code generator patched to make ``how``."""
+    from dataclasses import replace
     from workbench.codegen.render import c
-    from workbench.fusion import gemm
+    from workbench.fusion.gemm import direct
     patches = []
     if how in ("blocks of 8", "before"):
         patches.append(mock.patch.object(
             c, "MICRO_KERNEL_C",
             c.MICRO_KERNEL_C.replace("#define WB_CR7 1", "#define WB_CR7 0")))
     if how in ("rows cut only", "before"):
-        patches.append(mock.patch.object(gemm, "_direct_split", _rows_cut_only))
+        patches.append(mock.patch.object(direct, "direct_split", _rows_cut_only))
     if how == "before":
-        patches.append(mock.patch.object(gemm, "CONV_DIRECT_SCRATCH", 32768))
+        patches.append(mock.patch.object(direct, "DIRECT",
+                                         replace(direct.DIRECT, scratch=32768)))
     return patches
 
 

@@ -12,10 +12,10 @@ weights) and the zoo's models with convolutions at size ``small`` (``resnet``,
 workbench plans each with ``stitch``, three ways (``Session.set_launch`` on every
 convolution kernel):
 
-- **rule**: the planner's choice (``fusion/gemm.py``) -- a 1-D or 2-D convolution of
-  one group whose filters hold at most ``CONV_DIRECT_WEIGHTS`` weights computed
-  directly, the filters in the vectors' lanes and no patches (``CONV_DIRECT``);
-  otherwise filters of fewer than ``CONV_MICRO_DEPTH`` (256) weights on the
+- **rule**: the planner's choice (``fusion/gemm/conv_rule.py``) -- a 1-D or 2-D
+  convolution of one group whose filters hold at most ``ConvRule.direct_weights``
+  weights computed directly, the filters in the vectors' lanes and no patches
+  (``CONV_DIRECT``); otherwise filters of fewer than ``ConvRule.micro_depth`` (256) weights on the
   micro-kernel (each tile's patches gathered straight into its column panels,
   ``PACK_TILE``; a 1 x 1 convolution's input packed by every run), deeper ones by
   sgemm per tile (patches gathered row-major; a 1 x 1 convolution's input read in
@@ -24,7 +24,7 @@ convolution kernel):
   filter per group, a depthwise one, is then computed tap by tap into its tile);
 - **sgemm** (``blas=1`` on every convolution);
 - **rule, positions in lanes** (``--methods``; not by default): the rule with no
-  1 x 1 convolution made transposed (``FEW_POSITIONS`` = 0), as before
+  1 x 1 convolution made transposed (``ConvRule.few_positions`` = 0), as before
   ``PACK_FILTERS``: side by side with **rule**, what that path gains.
 
 Per method: whole-model latency (median ms of one ``Program.run``, timed in
@@ -87,15 +87,16 @@ def plan(g, how: str):
     """A stitch session of ``g`` with its convolutions made ``how``."""
     import workbench as wb
     from workbench.errors import FusionRefused
-    from workbench.fusion import gemm
+    from dataclasses import replace
+    from workbench.fusion.gemm import conv_rule
     s = wb.Session(g, backend="cpu")
-    keep = gemm.FEW_POSITIONS
+    keep = conv_rule.CONV_RULE
     if how == LANES:      # no 1 x 1 convolution made transposed
-        gemm.FEW_POSITIONS = 0
+        conv_rule.CONV_RULE = replace(keep, few_positions=0)
     try:
         s.auto("stitch")
     finally:
-        gemm.FEW_POSITIONS = keep
+        conv_rule.CONV_RULE = keep
     for gr in _convs(s) if how not in (RULE, LANES) else ():
         try:
             s.set_launch(gr.id, blas=0 if how == MICRO else 1)
@@ -118,8 +119,8 @@ def conv_time(s, prog, inputs) -> dict:
 
 def made(t) -> str:
     """How a convolution's product is made, in a word or two."""
-    from workbench.fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
-                                           PACK_FILTERS)
+    from workbench.fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
+                                             PACK_FILTERS)
     return {CONV_DIRECT: "direct", DEPTHWISE_LANES: "depthwise lanes",
             DEPTHWISE_PLANES: "depthwise planes", PACK_FILTERS: "transposed",
             "": "sgemm"}.get(t.packed_b, "micro-kernel")
@@ -156,7 +157,7 @@ def run_model(name: str, folder: Path, rounds: int, inner: int,
     import onnxruntime as ort
 
     from workbench.frontends import load_onnx
-    from workbench.fusion.schedule import PACK_FILTERS
+    from workbench.fusion.gemm_shape import PACK_FILTERS
     rec: dict = {"model": name}
     path = export(name, folder)
     g = load_onnx(path)
@@ -239,15 +240,16 @@ def main(argv=None) -> int:
     ap.add_argument("--kernel-rounds", type=int, default=5,
                     help="alternations of the per-kernel timing")
     ap.add_argument("--direct-weights", type=int, default=None,
-                    help="the rule's CONV_DIRECT_WEIGHTS for this run (the most weights "
+                    help="the rule's ConvRule.direct_weights for this run (the most weights "
                     "the filters of a convolution computed directly hold)")
     ap.add_argument("--note", action="append", default=[], help="a line for the report")
     ap.add_argument("--tag", default="", help="appended to the result file names")
     a = ap.parse_args(argv)
     if a.direct_weights is not None:
-        from workbench.fusion import gemm
-        gemm.CONV_DIRECT_WEIGHTS = a.direct_weights
-        a.note.append(f"CONV_DIRECT_WEIGHTS = {a.direct_weights} in this run.")
+        from dataclasses import replace
+        from workbench.fusion.gemm import conv_rule
+        conv_rule.CONV_RULE = replace(conv_rule.CONV_RULE, direct_weights=a.direct_weights)
+        a.note.append(f"ConvRule.direct_weights = {a.direct_weights} in this run.")
     tmp = Path(tempfile.mkdtemp(prefix="wb-conv-gemm-"))
     os.environ.setdefault("WORKBENCH_CACHE", str(tmp / "cache"))
     date = _dt.date.today().isoformat()

@@ -105,7 +105,7 @@ def blocks():
         "ffn_residual_layernorm": (FFNDownNorm(), [h, x]),
         "bert_attention_padding_mask": (Attention(False), qkv),
         "gpt2_attention_causal": (Attention(True), qkv),
-        # 2048 keys: the fused attention's online softmax (fusion/gemm.py)
+        # 2048 keys: the fused attention's online softmax (fusion/gemm/attention.py)
         "attention_padding_mask_2048": (Attention(False, LONG), qkv_long),
         # GPT-2's context lengths under its causal mask: the online softmax skipping
         # the blocks past the diagonal (fusion/key_limit.py)

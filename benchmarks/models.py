@@ -197,9 +197,9 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
 def _bf16_matmuls_as_library_calls():
     """Plan with GEMM kernels taking float32 only (as before bfloat16 GEMM kernels):
     bfloat16 matmuls and convolutions are library calls."""
-    from workbench.fusion import gemm
+    from workbench.fusion.gemm import legality
     from workbench.dtypes import DType
-    return mock.patch.object(gemm, "GEMM_DTYPES", (DType.float32,))
+    return mock.patch.object(legality, "GEMM_DTYPES", (DType.float32,))
 
 
 def _workbench_call(prog, inputs, blas_threads):

@@ -111,8 +111,10 @@ def run_model(name: str, rounds: int, inner: int, folder: Path) -> dict:
     s = _stitched(g)
     prog = s.program()
     method("stitch", prog)
-    from workbench.fusion import gemm
-    with mock.patch.object(gemm, "CONV_POINTWISE_DIRECT_DEPTH", 1 << 62):
+    from dataclasses import replace
+    from workbench.fusion.gemm import conv_rule
+    with mock.patch.object(conv_rule, "CONV_RULE",
+                           replace(conv_rule.CONV_RULE, pointwise_direct_depth=1 << 62)):
         pointwise = _stitched(g).program()
     method(POINTWISE_BEFORE, pointwise)
     from workbench.runtime.memory_plan import MEMORY_PLAN_ENV

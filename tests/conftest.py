@@ -234,7 +234,7 @@ def packing(request, monkeypatch):
     """Both ways a GEMM kernel's tile is multiplied, whatever this machine's vectors:
     the generated micro-kernel against a constant B packed once, or sgemm per tile.
     True for the first."""
-    from workbench.fusion import gemm
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0 if request.param == "packed"
+    from workbench.fusion.gemm import tiles
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0 if request.param == "packed"
                         else 1 << 30)
     return request.param == "packed"

@@ -126,6 +126,15 @@ class Device:
 
 # What every CUDA GPU gives a block without opting in to more.
 PORTABLE_SHARED_PER_BLOCK = 48 * 1024
+# What every CUDA GPU has, whatever device a plan is made for: a warp's lanes, the most
+# threads a block may have, and 32-bit registers per SM (64K on every GPU since
+# Kepler). Every kernel also renders as CUDA -- a CPU's plans too, and an exported
+# artifact may run on any GPU -- so the kernels' thread geometry is sized by these,
+# where a Device's own fields (warp, max_threads_per_block, registers_per_unit:
+# a CPU's 1 and 0) describe the machine the plan is priced and checked on.
+CUDA_WARP = 32
+CUDA_MAX_BLOCK_THREADS = 1024
+CUDA_REGISTERS_PER_UNIT = 64 * 1024
 # Back-to-back launches on one stream cost a few us of host+GPU time, and a cooperative
 # grid.sync() ~1-3 us on recent GPUs: assumed values that calibration replaces.
 ASSUMED_GPU_LAUNCH = 3e-6

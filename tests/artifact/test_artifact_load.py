@@ -44,8 +44,8 @@ if "stitch" in PLANNERS:   # global stitching: workspace buffers, cooperative la
 
 def _wide(s) -> bool:
     """Whether this machine's kernels multiply by the micro-kernel (packed B)."""
-    from workbench.fusion.gemm import PACK_MIN_VECTOR_BYTES
-    return s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES
+    from workbench.fusion.gemm.tiles import micro_kernel_fits
+    return micro_kernel_fits(s.device)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 from workbench.codegen.microkernel import KC, STATE_SLOTS, packed_numel
 from workbench.codegen.render import CRenderer
-from workbench.fusion.gemm import PANEL
+from workbench.fusion.gemm.tiles import PANEL
 from workbench.runtime import cc
 
 LL, P = ctypes.c_longlong, ctypes.c_void_p

@@ -13,8 +13,8 @@ import pytest
 from workbench.codegen import lower_group
 from workbench.errors import FusionRefused
 from workbench.fusion import Plan, make_group, run_planner
-from workbench.fusion.cost import (MEMORY_KEYS, CostModel, Factors, Sample, features,
-                                   relative_error)
+from workbench.fusion.cost import CostModel, Factors, Sample, relative_error
+from workbench.fusion.features import MEMORY_KEYS, features
 from workbench.device import A100, H100, Device, gpu_by_name
 from workbench.ir import GraphBuilder
 

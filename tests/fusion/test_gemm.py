@@ -8,7 +8,7 @@ from workbench.fusion import run_planner
 from workbench.fusion.analysis import analyze
 from workbench.fusion.cost import CostModel
 from workbench.device import H100, assumed_cpu
-from workbench.fusion.gemm import GPU_REFUSAL
+from workbench.fusion.gemm.conv import GPU_REFUSAL
 from workbench.fusion.mapping import ScheduleKind
 
 CPU = assumed_cpu("test cpu", 2)
@@ -215,7 +215,7 @@ def test_tiles_of_whole_rows_keep_every_core_busy(rows, units):
     """A GEMM + LayerNorm (tiles of whole rows) is cut into a multiple of the cores'
     tiles where there are rows enough (1278 rows of 256 were 5 tiles on 2 cores), each
     within the whole-row tile cap, the rows evenly shared."""
-    from workbench.fusion.gemm import TILE_M, TILE_N
+    from workbench.fusion.gemm.tiles import CPU_TILES
     b = wb.GraphBuilder("ffn_norm")
     x = b.input("x", (1, rows, 1024))
     y = b.matmul(x, b.constant(np.zeros((1024, 256), np.float32), "w"))
@@ -223,7 +223,7 @@ def test_tiles_of_whole_rows_keep_every_core_busy(rows, units):
     g = b.build()
     t = analyze(g, tuple(n.id for n in g.nodes), device=assumed_cpu("cores", units)).gemm
     assert t.tile_n == t.n == 256 and t.row_tiles * t.tile_m >= rows
-    assert t.tile_m <= max(1, 2 * TILE_M * TILE_N // 256)
+    assert t.tile_m <= max(1, 2 * CPU_TILES.m * CPU_TILES.n // 256)
     assert t.tiles % units == 0 or t.tiles == rows
     assert t.row_tiles * t.tile_m - rows < t.row_tiles      # no tile much shorter
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.fusion import gemm
+from workbench.fusion.gemm.attention import ATTENTION
 from workbench.fusion.key_limit import KeyLimit, causal_mask, find_key_limit
 from workbench.dtypes import DType
 from workbench.runtime import random_inputs, run_reference
@@ -165,8 +165,8 @@ def test_skipping_is_exact_and_cheaper(dtype):
     g = _attention(s=300, scale=1 / math.sqrt(16), dtype=dtype)
     lim, s = _limit(g)
     assert lim is not None and "keys past row + 1 skipped" in s.plan.groups[0].schedule.describe()
-    assert s.plan.groups[0].schedule.then.online.block == gemm.CAUSAL_BLOCK
-    assert lim.taken(300, 300, s.plan.groups[0].schedule.gemm.tile_m, gemm.CAUSAL_BLOCK) < 0.9
+    assert s.plan.groups[0].schedule.then.online.block == ATTENTION.causal.block
+    assert lim.taken(300, 300, s.plan.groups[0].schedule.gemm.tile_m, ATTENTION.causal.block) < 0.9
     assert check_plan(s, s.inputs, s.reference, cuda=True) is None
     got = s.run(s.inputs)["o"]
     # (300 keys in blocks of 128: the masked blocks taken only where a check failed)
@@ -174,7 +174,7 @@ def test_skipping_is_exact_and_cheaper(dtype):
     # the same kernel taking every block (launch skip=0: the same blocks, the same sums)
     s.set_launch(s.plan.groups[0].id, skip=0)
     assert s.plan.groups[0].schedule.key_limit is None
-    assert s.plan.groups[0].schedule.then.online.block == gemm.CAUSAL_BLOCK
+    assert s.plan.groups[0].schedule.then.online.block == ATTENTION.causal.block
     assert np.array_equal(s.run(s.inputs)["o"], got)
     s.undo()
     assert s.plan.groups[0].schedule.key_limit == lim
@@ -410,7 +410,7 @@ def test_the_cost_model_prices_the_blocks_taken():
     (gr,) = s.plan.groups
     (ev,) = s.plan.set_launch(gr.id, skip=0).groups
     assert ev.schedule.key_limit is None
-    taken = lim.taken(1024, 1024, gr.schedule.gemm.tile_m, gemm.CAUSAL_BLOCK)
+    taken = lim.taken(1024, 1024, gr.schedule.gemm.tile_m, ATTENTION.causal.block)
     assert 0.5 < taken < 0.6
     model = s.cost_model
     assert model.estimate(g, gr).library_s == pytest.approx(

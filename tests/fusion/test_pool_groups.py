@@ -16,7 +16,8 @@ import pytest
 
 import workbench as wb
 from workbench.errors import FusionRefused
-from workbench.fusion.analysis import analyze, analyze_stitched
+from workbench.fusion.analysis import analyze
+from workbench.fusion.phases import analyze_stitched
 from workbench.device import assumed_cpu
 
 CPU = assumed_cpu("cores", 2)

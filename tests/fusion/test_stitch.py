@@ -16,7 +16,8 @@ from workbench.fusion.cycles import cycle_reason, cycle_via
 from workbench.fusion.plan import toposort_groups
 from workbench.tolerance import tolerance
 from workbench.fusion.greedy import rules_partition
-from workbench.fusion.stitch import dominant_ops, plan_stitch
+from workbench.fusion.moves import dominant_ops
+from workbench.fusion.stitch import plan_stitch
 from workbench.frontends import load
 from workbench.ir import GraphBuilder
 from workbench.session import Session

@@ -14,8 +14,9 @@ import pytest
 
 from workbench.fusion import make_group, run_planner
 from workbench.fusion.cost import CostModel
+from workbench.fusion.moves import Search
 from workbench.fusion.regions import find_regions, kept_apart, region_key
-from workbench.fusion.stitch import _Search, plan_stitch
+from workbench.fusion.stitch import plan_stitch
 from workbench.ir import GraphBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +94,7 @@ def test_a_chain_of_identical_blocks_is_priced_once_per_shape():
 
 def test_regions_join_siblings_but_not_across_a_library_call():
     g = _layers(3)
-    search = _Search(g, CostModel.for_device(DEVICES["h100"]), stitch=True)
+    search = Search(g, CostModel.for_device(DEVICES["h100"]), stitch=True)
     regions = find_regions(g, search.readers)
     # every layer's two adds read the bias (siblings: one region), but layer k's ops
     # reach layer k+1's through the matmul: never one kernel, three regions
@@ -112,7 +113,7 @@ def test_every_kernel_of_a_plan_lies_in_one_region():
     for name in ("bert_chain.onnx", "cross_entropy.json", "layernorm_param_grad.json",
                  "transformer_stack_200"):
         g = CASES[name]()
-        search = _Search(g, CostModel.for_device(DEVICES["h100"]), stitch=True)
+        search = Search(g, CostModel.for_device(DEVICES["h100"]), stitch=True)
         where = {n: k for k, r in enumerate(find_regions(g, search.readers))
                  for n in r.nodes}
         for planner in ("rules", "stitch"):
@@ -126,9 +127,9 @@ def test_every_kernel_of_a_plan_lies_in_one_region():
 
 def test_region_key_sees_shapes_and_outside_readers():
     a, b = _layers(2), _layers(2, rows=8)
-    ka = [r.key for r in find_regions(a, _Search(a, CostModel.for_device(DEVICES["h100"]),
+    ka = [r.key for r in find_regions(a, Search(a, CostModel.for_device(DEVICES["h100"]),
                                                  True).readers)]
-    kb = [r.key for r in find_regions(b, _Search(b, CostModel.for_device(DEVICES["h100"]),
+    kb = [r.key for r in find_regions(b, Search(b, CostModel.for_device(DEVICES["h100"]),
                                                  True).readers)]
     assert ka[0] == ka[1] and kb[0] == kb[1] and ka[0] != kb[0]
     # a kernel key without the apart sets: the same ops read outside or not differ

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.fusion import gemm
+from workbench.fusion.gemm import tiles
 from workbench.fusion.mapping import ScheduleKind
-from workbench.fusion.schedule import DEPTHWISE_LANES
+from workbench.fusion.gemm_shape import DEPTHWISE_LANES
 from workbench.ir import GraphBuilder
 from workbench.measure import tune
 from workbench.session import Session
@@ -61,7 +61,7 @@ def test_gemm_candidates_by_kind(monkeypatch):
     twice the rule's rows and columns; a fused attention the other softmax form and
     rows only (its tiles are whole rows); a convolution sgemm (its patches gathered
     row-major), and its filters and columns."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     _, gr = _gemm_group(_ffn)
     t = gr.schedule.gemm
     assert _labels(gr)[:2] == ["rule", "blas=1"]
@@ -75,7 +75,7 @@ def test_gemm_candidates_by_kind(monkeypatch):
     labels = _labels(gr)
     assert labels[:2] == ["rule", "blas=1"] and any(x.startswith("tile_m") for x in labels)
     assert any(x.startswith("tile_n") for x in labels), labels
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)     # sgemm per tile
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 1 << 30)     # sgemm per tile
     _, gr = _gemm_group(_ffn)
     assert "blas=1" not in _labels(gr)      # (blas=0 is offered, and refused when made)
 
@@ -85,7 +85,7 @@ def test_a_depthwise_convolution_offers_its_tap_by_tap_path_and_sgemm(monkeypatc
     ways: blas=0 (tap by tap into the tile) and blas=1 (sgemm on gathered patches);
     tuning times all three and keeps a correct one."""
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))     # no earlier answers
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     b = GraphBuilder("dw")
     x = b.input("x", (2, 32, 4, 4))
     w = b.constant(np.random.default_rng(0).standard_normal((32, 1, 3, 3), np.float32))
@@ -107,7 +107,7 @@ def test_tune_searches_gemm_kernels_and_caches(make, tmp_path, monkeypatch):
     correct one, and a second search of the same kernel source is answered from the
     cache; the tuned plan matches the reference either way."""
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))     # no earlier answers
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s = Session(make(), backend="cpu")
     s.auto("rules")
     s.tune(repeats=3)
@@ -162,7 +162,7 @@ def test_climb_changes_one_more_parameter_of_the_fastest(monkeypatch):
     """From a GEMM candidate, its neighbours are its launch with one parameter more
     set or changed, as the schedule it makes offers them (tiles halved and doubled from
     its own)."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s, gr = _gemm_group(_ffn)
     best = tune.Candidate(None, (("blas", 1),))
     made = tune._make(s.plan, gr, best)
@@ -179,7 +179,7 @@ def test_gemm_parameters_are_searched_together(monkeypatch, tmp_path):
     when it is faster still (the kernel's times given, as the host's load would; each
     candidate compiled, run and checked against the reference as tuning does)."""
     monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s, gr = _gemm_group(_ffn)
     half = gr.schedule.gemm.tile_m // 2
     real = tune._time

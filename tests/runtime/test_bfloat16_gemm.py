@@ -2,7 +2,7 @@
 LayerNorm), alone, or as a fused attention, in one C kernel whose micro-kernel takes A
 and B two bfloat16 rows of k at a time (B packed in pairs; AVX512-BF16's dot product
 where the CPU has it), accumulates in float32 and rounds once where it stores
-(codegen/microkernel.py, fusion/gemm.py GEMM_DTYPES).
+(codegen/microkernel.py, fusion/gemm/legality.py GEMM_DTYPES).
 
 Each graph runs under every planner on fresh random inputs, outputs poisoned
 (``Session.measure`` checks each kernel against the reference on its own inputs); a
@@ -14,13 +14,14 @@ test_gemm_kernel.py); the rule on narrower vectors is tested in tests/fusion."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 from workbench.codegen.render import CRenderer
-from workbench.fusion import gemm
+from workbench.fusion.gemm import attention, tiles
 from workbench.fusion.mapping import ScheduleKind
 from workbench.ir import GraphBuilder
 from workbench.tolerance import output_error
@@ -31,6 +32,13 @@ BF16 = ml_dtypes.bfloat16
 ULP = 2.0 ** -8
 # the micro-kernel taking bfloat16 A and B two rows of k at a time
 PAIRS = re.compile(r"wb_gemm_packed_pairs\(")
+
+
+def _online_from(monkeypatch, keys: int) -> None:
+    """The CPU's online softmax (no causal mask) from ``keys`` keys, for one test."""
+    rule = attention.ATTENTION
+    monkeypatch.setattr(attention, "ATTENTION",
+                        replace(rule, online=replace(rule.online, min_keys=keys)))
 
 
 def _graph(kind: str, dtype: str = "bfloat16"):
@@ -79,9 +87,9 @@ KINDS = ["gelu", "product_and_gelu", "to_float32", "layernorm", "layernorm_and_s
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_bfloat16_gemm_kernels_match_the_reference(kind, monkeypatch):
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     if kind == "long_attention":
-        monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 512)     # the online softmax
+        _online_from(monkeypatch, 512)     # the online softmax
     g = _graph(kind)
     s = Session(g, backend="cpu", seed=5)
     ins = random_inputs(g, 17)
@@ -112,15 +120,15 @@ def test_bfloat16_gemm_kernels_match_the_reference(kind, monkeypatch):
 def test_a_fused_bfloat16_attention_is_one_kernel():
     """Short rows of keys too: a bfloat16 attention packs K and V by every run (sgemm
     would read float32), so it is fused whatever the key count."""
-    gemm_min = gemm.PACK_MIN_VECTOR_BYTES
+    gemm_min = tiles.PACK_MIN_VECTOR_BYTES
     try:
-        gemm.PACK_MIN_VECTOR_BYTES = 0
+        tiles.PACK_MIN_VECTOR_BYTES = 0
         s = Session(_graph("attention"), backend="cpu")
         s.auto("rules")
         (gr,) = s.plan.groups
         assert gr.schedule.then is not None and gr.schedule.then.packed
     finally:
-        gemm.PACK_MIN_VECTOR_BYTES = gemm_min
+        tiles.PACK_MIN_VECTOR_BYTES = gemm_min
 
 
 def test_a_bfloat16_gemm_artifact_runs_as_the_session(tmp_path, monkeypatch):
@@ -128,7 +136,7 @@ def test_a_bfloat16_gemm_artifact_runs_as_the_session(tmp_path, monkeypatch):
     in its prelude) and runs bit for bit as the session does, its packed weight made
     on the artifact's own first run."""
     from workbench.artifact import load_artifact
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     g = _graph("layernorm")
     s = Session(g, backend="cpu")
     s.auto("stitch")

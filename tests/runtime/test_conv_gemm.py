@@ -8,6 +8,7 @@ the NumPy reference on fresh random inputs with outputs poisoned, every kernel w
 its float32 bound; grouped and depthwise ones as a batch of GEMMs, one per batch item
 and group."""
 import math
+from dataclasses import replace
 
 import ml_dtypes
 import numpy as np
@@ -17,16 +18,14 @@ import workbench as wb
 from workbench.errors import FusionRefused
 from workbench.fusion.analysis import analyze
 from workbench.device import assumed_cpu
-from workbench.fusion import gemm
-from workbench.fusion.gemm import (CONV_DIRECT_ALIGN, CONV_DIRECT_DEPTH_RATIO,
-                                   CONV_DIRECT_WEIGHTS, CONV_MICRO_DEPTH,
-                                   CONV_POINTWISE_DIRECT_DEPTH, CONV_POINTWISE_MICRO_FILTERS,
-                                   CONV_POINTWISE_MICRO_POSITIONS, DEPTHWISE_LANES_SPAN,
-                                   FEW_POSITIONS, PACK_MIN_VECTOR_BYTES, PANEL,
-                                   PLANE_PHASES_MAX)
+from workbench.fusion.gemm import direct as direct_conv, tiles
+from workbench.fusion.gemm.conv_rule import CONV_RULE
+from workbench.fusion.gemm.direct import DIRECT as DIRECT_CONV
+from workbench.fusion.gemm.planes import PLANE_PHASES_MAX
+from workbench.fusion.gemm.tiles import PACK_MIN_VECTOR_BYTES, PANEL
 from workbench.fusion.mapping import ScheduleKind
-from workbench.fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
-                                       PACK_FILTERS, PACK_PER_RUN, PACK_TILE)
+from workbench.fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES,
+                                         PACK_FILTERS, PACK_PER_RUN, PACK_TILE)
 from workbench.session import Session
 
 from plan_checks import check_plan
@@ -95,9 +94,9 @@ CASES = {
     # a batch item's groups one channel run after another)
     "pointwise": ((2, 24, 7, 9), (40, 24, 1, 1), {}, "bias"),
     "pointwise_grouped": ((2, 12, 5, 6), (8, 6, 1, 1), {"group": 2}, "bn_relu"),
-    # more filters than CONV_POINTWISE_MICRO_FILTERS: the micro-kernel's, its input
-    # packed by every run; over 63 positions (fewer than CONV_POINTWISE_MICRO_POSITIONS,
-    # more than FEW_POSITIONS) sgemm's
+    # more filters than CONV_RULE.pointwise_micro_filters: the micro-kernel's, its input
+    # packed by every run; over 63 positions (fewer than CONV_RULE.pointwise_micro_positions,
+    # more than CONV_RULE.few_positions) sgemm's
     "pointwise_wide": ((2, 24, 7, 10), (256, 24, 1, 1), {}, "bn_relu"),
     "pointwise_wide_few": ((2, 24, 7, 9), (256, 24, 1, 1), {}, "bn_relu"),
     # MobileNetV2's last blocks: a 1 x 1 of many filters over few positions, made
@@ -105,7 +104,7 @@ CASES = {
     # a block of k (KC), over positions fewer than a sliver, with a bias and a residual
     "pointwise_few": ((2, 24, 4, 4), (208, 24, 1, 1), {}, "bn_relu"),
     "pointwise_few_deep": ((3, 300, 2, 3), (200, 300, 1, 1), {}, "residual"),
-    # deep ones computed directly (CONV_POINTWISE_DIRECT_DEPTH): as deep as many (a
+    # deep ones computed directly (CONV_RULE.pointwise_direct_depth): as deep as many (a
     # late stage of ResNet-50 over 7 x 7), and more filters than weights over fewer
     # positions than a panel holds
     "pointwise_deep": ((2, 272, 7, 7), (64, 272, 1, 1), {}, "bn_relu"),
@@ -196,30 +195,30 @@ def test_convolution_gemm_matches_reference(name, planner):
     t = sched.gemm
     assert sched.kind is ScheduleKind.gemm and t.im2col is not None
     if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES:
-        # the micro-kernel for shallow filters, sgemm for deep ones (CONV_MICRO_DEPTH)
+        # the micro-kernel for shallow filters, sgemm for deep ones (CONV_RULE.micro_depth)
         # (a 1 x 1 one with few filters: sgemm on its input in place)
         # (over few positions, one group: made transposed against the filters)
-        few = t.n <= FEW_POSITIONS and name != "pointwise_grouped"
-        pointwise = ("" if t.m <= CONV_POINTWISE_MICRO_FILTERS
-                     or FEW_POSITIONS < t.n < CONV_POINTWISE_MICRO_POSITIONS
+        few = t.n <= CONV_RULE.few_positions and name != "pointwise_grouped"
+        pointwise = ("" if t.m <= CONV_RULE.pointwise_micro_filters
+                     or CONV_RULE.few_positions < t.n < CONV_RULE.pointwise_micro_positions
                      else PACK_FILTERS if few else PACK_PER_RUN)
         # (a 2-D depthwise one: over small planes the channels in the lanes, else a
         # padded plane at a time)
         planar = name.startswith("depthwise") and len(t.im2col.out) == 2
-        depthwise = (DEPTHWISE_LANES if math.prod(t.im2col.span) <= DEPTHWISE_LANES_SPAN
+        depthwise = (DEPTHWISE_LANES if math.prod(t.im2col.span) <= CONV_RULE.depthwise_lanes_span
                      else DEPTHWISE_PLANES if math.prod(t.im2col.strides) <= PLANE_PHASES_MAX
                      else PACK_TILE)
         # (a 1-D or 2-D one of one group, not a 1 x 1 in place: direct)
-        # (a 1 x 1 one in place too, where deep: CONV_POINTWISE_DIRECT_DEPTH)
-        deep_pointwise = (t.im2col.pointwise and t.n > FEW_POSITIONS
-                          and t.k >= CONV_POINTWISE_DIRECT_DEPTH
-                          and (t.k >= t.m or t.n < CONV_POINTWISE_MICRO_POSITIONS)
-                          and -(-t.m // CONV_DIRECT_ALIGN) * CONV_DIRECT_ALIGN * 7 <= t.m * 8)
+        # (a 1 x 1 one in place too, where deep: CONV_RULE.pointwise_direct_depth)
+        deep_pointwise = (t.im2col.pointwise and t.n > CONV_RULE.few_positions
+                          and t.k >= CONV_RULE.pointwise_direct_depth
+                          and (t.k >= t.m or t.n < CONV_RULE.pointwise_micro_positions)
+                          and -(-t.m // DIRECT_CONV.align) * DIRECT_CONV.align * 7 <= t.m * 8)
         direct = (len(t.im2col.out) <= 2 and (not t.im2col.pointwise or deep_pointwise)
-                  and t.m * t.k <= CONV_DIRECT_WEIGHTS
-                  and (t.k * CONV_DIRECT_DEPTH_RATIO >= t.m or deep_pointwise)
+                  and t.m * t.k <= CONV_RULE.direct_weights
+                  and (t.k * CONV_RULE.direct_depth_ratio >= t.m or deep_pointwise)
                   and CASES[name][2].get("group", 1) == 1)
-        assert t.packed_b == (CONV_DIRECT if direct else "" if t.k >= CONV_MICRO_DEPTH
+        assert t.packed_b == (CONV_DIRECT if direct else "" if t.k >= CONV_RULE.micro_depth
                               else pointwise if name.startswith("pointwise") else depthwise
                               if planar else PACK_TILE), t
         if direct:
@@ -228,7 +227,7 @@ def test_convolution_gemm_matches_reference(name, planner):
             src = s.program().compiled[0].source.split(f"void {s.kernels()[0].name}")[-1]
             assert "wb_conv_lanes(" in src and "wb_cols" not in src, src
             assert t.tile_n % t.im2col.out[-1] == 0, t
-            assert t.tile_m == t.m or t.tile_m % CONV_DIRECT_ALIGN == 0, t
+            assert t.tile_m == t.m or t.tile_m % DIRECT_CONV.align == 0, t
             if s.device.units == 2 and name == "direct_wide":
                 assert t.col_tiles == 2, t       # (one image: its rows cut for the cores)
         if planar and depthwise != PACK_TILE:
@@ -250,8 +249,8 @@ def test_convolution_gemm_matches_reference(name, planner):
 
 DIRECT = sorted(n for n, (xs, ws, attrs, _) in CASES.items()
                 if len(xs) <= 4 and attrs.get("group", 1) == 1
-                and math.prod(ws) <= CONV_DIRECT_WEIGHTS
-                and math.prod(ws[1:]) * CONV_DIRECT_DEPTH_RATIO >= ws[0]
+                and math.prod(ws) <= CONV_RULE.direct_weights
+                and math.prod(ws[1:]) * CONV_RULE.direct_depth_ratio >= ws[0]
                 and not (ws[2:] == (1, 1) and not attrs))
 
 
@@ -261,7 +260,7 @@ def test_blas0_gathers_the_patches_of_a_direct_convolution(monkeypatch, name):
     into the micro-kernel's panels (``PACK_TILE``) instead, for the tuner to compare:
     the gather's runs starting inside an output row, a panel of positions for a tile
     of few columns."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s = Session(_graph(name), backend="cpu")
     s.auto("rules")
     assert s.plan.groups[0].schedule.gemm.packed_b == CONV_DIRECT
@@ -289,14 +288,15 @@ def test_direct_convolution_tiles(monkeypatch):
     gid = s.plan.groups[0].id
     if s.plan.groups[0].schedule.gemm.packed_b != CONV_DIRECT:
         pytest.skip("the micro-kernel's vectors are too narrow here")
-    s.set_launch(gid, tile_m=CONV_DIRECT_ALIGN, tile_n=10)
+    s.set_launch(gid, tile_m=DIRECT_CONV.align, tile_n=10)
     t = s.plan.groups[0].schedule.gemm
     assert (t.tile_m, t.tile_n, t.row_tiles, t.col_tiles) == (32, 14, 2, 4), t
     check_plan(s)
     with pytest.raises(FusionRefused, match="multiple of 32 filters"):
         s.set_launch(gid, tile_m=48)
     # a buffer holding three output rows' input
-    monkeypatch.setattr(gemm, "CONV_DIRECT_SCRATCH", gemm._direct_scratch(t.im2col, 3))
+    monkeypatch.setattr(direct_conv, "DIRECT",
+                        replace(DIRECT_CONV, scratch=direct_conv.direct_scratch(t.im2col, 3)))
     s2 = Session(_graph("few"), backend="cpu")
     s2.auto("rules")
     t = s2.plan.groups[0].schedule.gemm
@@ -311,16 +311,16 @@ def test_direct_convolution_tiles_share_the_work_evenly():
     ResNet-50's last stage (7 rows, 512 filters) in two tiles of half the filters on
     2 cores, not rows cut 4 and 3; where the rows share out evenly (14 rows, 256
     filters) they are cut, the filters whole; a buffer of 4 rows cuts both."""
-    assert gemm._direct_split(1, 7, 7, 512, 2) == (7, 256)
-    assert gemm._direct_split(1, 14, 14, 256, 2) == (7, 256)
-    assert gemm._direct_split(1, 7, 4, 512, 2) == (4, 256)      # 4 tiles, 7 rows each core
-    assert gemm._direct_split(2, 7, 7, 512, 2) == (7, 512)      # one image a core
-    assert gemm._direct_split(1, 1, 1, 64, 1) == (1, 64)
+    assert direct_conv.direct_split(1, 7, 7, 512, 2) == (7, 256)
+    assert direct_conv.direct_split(1, 14, 14, 256, 2) == (7, 256)
+    assert direct_conv.direct_split(1, 7, 4, 512, 2) == (4, 256)      # 4 tiles, 7 rows each core
+    assert direct_conv.direct_split(2, 7, 7, 512, 2) == (7, 512)      # one image a core
+    assert direct_conv.direct_split(1, 1, 1, 64, 1) == (1, 64)
     # schedule(static): runs of consecutive tiles, the first cores one more
-    assert gemm._static_load([4, 3, 4, 3], 2) == 7
-    assert gemm._static_load([4, 3, 4], 2) == 7
-    assert gemm._static_load([5, 1, 1], 2) == 6
-    assert gemm._static_load([2], 4) == 2
+    assert direct_conv.static_load([4, 3, 4, 3], 2) == 7
+    assert direct_conv.static_load([4, 3, 4], 2) == 7
+    assert direct_conv.static_load([5, 1, 1], 2) == 6
+    assert direct_conv.static_load([2], 4) == 2
 
 
 def _random_direct(seed):
@@ -336,7 +336,7 @@ def _random_direct(seed):
     size = tuple(max(int(rng.integers(1, 21)), (k - 1) * dl + 1 - p0 - p1)
                  for k, dl, p0, p1 in zip(kern, dil, pads[:d], pads[d:]))
     c = int(rng.integers(1, 10))
-    m = int(rng.integers(1, min(70, c * math.prod(kern) * CONV_DIRECT_DEPTH_RATIO) + 1))
+    m = int(rng.integers(1, min(70, c * math.prod(kern) * CONV_RULE.direct_depth_ratio) + 1))
     if d == 2 and c == m == 1:
         m = 2       # (one channel, one filter: a depthwise convolution, its own path)
     attrs = {"strides": [int(v) for v in rng.integers(1, 4, d)], "dilations": list(dil),
@@ -393,7 +393,7 @@ def test_random_depthwise_planes_match_reference(seed):
     s.auto("rules")
     t = s.plan.groups[0].schedule.gemm
     if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES and \
-            math.prod(t.im2col.span) > DEPTHWISE_LANES_SPAN:
+            math.prod(t.im2col.span) > CONV_RULE.depthwise_lanes_span:
         assert t.packed_b == DEPTHWISE_PLANES, s.plan.describe()
     check_plan(s)
 
@@ -402,7 +402,7 @@ def test_deep_filters_on_the_micro_kernel_take_a_panel_of_positions(monkeypatch)
     """``blas=0`` on deep filters (2880 weights: IM2COL_TILE holds 45 positions of
     patches): a tile takes a whole panel of the 49 positions instead, the filters cut
     into row tiles for the cores."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s = Session(_graph("deep_few"), backend="cpu")
     s.auto("rules")
     s.set_launch(s.plan.groups[0].id, blas=0)
@@ -421,13 +421,13 @@ def test_pointwise_over_few_positions_made_transposed(monkeypatch, name, tile_m)
     each position's filters stored back as rows; deeper than a block of k
     (``pointwise_few_deep``: 300 weights) the positions' sliver is taken a block at a
     time."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s = Session(_graph(name), backend="cpu")
     s.auto("stitch")
     gid = s.plan.groups[0].id
     s.set_launch(gid, blas=0, **({"tile_m": tile_m} if tile_m else {}))
     t = s.plan.groups[0].schedule.gemm
-    assert t.packed_b == PACK_FILTERS and t.tile_n == t.n <= FEW_POSITIONS, t
+    assert t.packed_b == PACK_FILTERS and t.tile_n == t.n <= CONV_RULE.few_positions, t
     assert t.tile_m % PANEL == 0 or t.tile_m == t.m, t
     if tile_m:
         assert t.tile_m == tile_m and t.row_tiles == -(-t.m // tile_m)

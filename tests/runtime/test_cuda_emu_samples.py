@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from workbench.fusion import run_planner
-from workbench.fusion.cost import _reread_bytes, _scatter
+from workbench.fusion.features import _reread_bytes, _scatter
 from workbench.device import DEFAULT_DEVICE
 from workbench.fusion.mapping import ScheduleKind
 from workbench.fusion.schedule import group_io

@@ -3,12 +3,14 @@ tile) against the NumPy reference: graphs from the builder and from torch throug
 planned by rules and stitch, on fresh random inputs, outputs poisoned before each run
 (the program does it), each kernel held to float32's bound on ``|A| @ |B|``."""
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 import workbench as wb
-from workbench.fusion import gemm
+from workbench.fusion.gemm import attention, tiles
+from workbench.fusion.gemm_shape import Operand
 from workbench.fusion.mapping import ScheduleKind
 from workbench.ops.strided import MatrixView
 from workbench.runtime.threads import blas_threads_now
@@ -17,6 +19,13 @@ from workbench.session import Session
 from plan_checks import check_plan
 
 RNG = np.random.default_rng(7)
+
+
+def _online_from(monkeypatch, keys: int) -> None:
+    """The CPU's online softmax (no causal mask) from ``keys`` keys, for one test."""
+    rule = attention.ATTENTION
+    monkeypatch.setattr(attention, "ATTENTION",
+                        replace(rule, online=replace(rule.online, min_keys=keys)))
 
 
 def _w(*shape):
@@ -114,8 +123,8 @@ def test_online_softmax_attention_matches_reference(case, monkeypatch):
     on every key where NumPy has it, and nowhere else."""
     from workbench.tolerance import max_rel_error, tolerance
     from workbench.runtime import random_inputs, run_reference
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
-    monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 512)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
+    _online_from(monkeypatch, 512)
     g = _long_attention(dead=case == "dead_blocks", merged=case == "merged_heads")
     s = Session(g, backend="cpu")
     s.auto("rules")
@@ -149,9 +158,10 @@ def test_online_softmax_on_random_shapes(seed, shape, monkeypatch):
     summed."""
     from workbench.tolerance import max_rel_error, tolerance
     from workbench.runtime import random_inputs, run_reference
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
-    monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 1)
-    monkeypatch.setattr(gemm, "ATTENTION_PACK_MIN_KEYS", 1)   # K and V packed: online
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
+    _online_from(monkeypatch, 1)
+    monkeypatch.setattr(attention, "ATTENTION",          # K and V packed: online
+                        replace(attention.ATTENTION, pack_min_keys=1))
     rng = np.random.default_rng(100 + seed)
     n, h, q, keys, d, dk = shape
     scale = float(rng.uniform(0.05, 1.0))
@@ -181,8 +191,8 @@ def test_online_softmax_on_random_shapes(seed, shape, monkeypatch):
 def test_online_softmax_is_taken_only_where_it_fits(monkeypatch):
     """Rows of ONLINE_MIN_KEYS keys or more, the epilogue exactly a softmax of the
     logits, K and V packed by the micro-kernel (which the rule does from
-    ATTENTION_PACK_MIN_KEYS keys); else whole rows of scores per tile."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    CpuAttention.pack_min_keys keys); else whole rows of scores per tile."""
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
 
     def online(g):
         s = Session(g, backend="cpu")
@@ -190,31 +200,31 @@ def test_online_softmax_is_taken_only_where_it_fits(monkeypatch):
         return [gr.schedule.then.online for gr in s.plan.groups if gr.schedule.then]
 
     assert online(_long_attention()) == [None]          # 600 keys: below the rule
-    monkeypatch.setattr(gemm, "ONLINE_MIN_KEYS", 512)
+    _online_from(monkeypatch, 512)
     (o,) = online(_long_attention())
-    assert o.block == gemm.ONLINE_BLOCK and len(o.prefix) == 2     # the scale and mask
+    assert o.block == attention.ATTENTION.online.block and len(o.prefix) == 2   # scale, mask
     assert online(_attention()) == [None]               # 90 keys
 
     def plain_sum(b, z):         # a row epilogue that is no softmax: z / sum(z)
         return z / b.op("reduce_sum", z, axes=[3], keepdims=True)
 
     assert online(_long_attention(normalize=plain_sum)) == [None]
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)     # sgemm per tile
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 1 << 30)     # sgemm per tile
     assert online(_long_attention()) == [None]
 
 
 def test_attention_packs_k_and_v_only_for_long_rows(monkeypatch):
-    """K and V packed by every run from ATTENTION_PACK_MIN_KEYS keys (each pack then
-    serves many row tiles); below, sgemm per tile in tiles of at most ATTENTION_ROWS
+    """K and V packed by every run from CpuAttention.pack_min_keys keys (each pack then
+    serves many row tiles); below, sgemm per tile in tiles of at most CpuAttention.rows
     whole rows (what measured faster in the zoo's models)."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     for make, packed in [(_attention, ""), (_long_attention, "per run")]:
         s = Session(make(), backend="cpu")
         s.auto("rules")
         sched = _gemm_groups(s)[0].schedule
         assert (sched.gemm.packed_b, sched.then.packed) == (packed, packed), make.__name__
         if not packed:    # (the packed one runs in the online-softmax tests above)
-            assert sched.gemm.tile_m <= gemm.ATTENTION_ROWS < sched.gemm.m
+            assert sched.gemm.tile_m <= attention.ATTENTION.rows < sched.gemm.m
             _check(s)
 
 
@@ -328,7 +338,7 @@ def test_a_program_of_packed_gemms_leaves_blas_alone(monkeypatch):
     """Every product the micro-kernel's (attention's K and V packed by the run): the
     kernel takes no sgemm and the program's runs leave BLAS's threads as they are;
     with sgemm per tile, BLAS runs one thread while the program runs."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s = Session(_attention(), backend="cpu")
     s.auto("rules")
     s.set_launch(s.plan.groups[0].nodes[0], blas=0)
@@ -338,7 +348,7 @@ def test_a_program_of_packed_gemms_leaves_blas_alone(monkeypatch):
     before = blas_threads_now()
     with s.backend.running(prog.calls_blas):
         assert blas_threads_now() == before
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 1 << 30)
     s = Session(_attention(), backend="cpu")
     s.auto("rules")
     prog = s.program()
@@ -398,7 +408,7 @@ def test_packed_b_is_chosen_for_a_constant_on_wide_vectors():
     """B packed only where it pays, on a CPU whose compiler targets 256-bit vectors or
     wider: once where B is a constant (a weight: packed once serves every run); where
     it is an input (the attention's keys) it could be packed by every run
-    (``gemm.packs``) but the rule leaves it to sgemm (the online softmax aside) -- also
+    (``tiles.packs``) but the rule leaves it to sgemm (the online softmax aside) -- also
     where B's batch is broadcast in part (one pack per distinct matrix); a GPU plan has
     no GEMM kernel."""
     from workbench.device import H100
@@ -413,13 +423,13 @@ def test_packed_b_is_chosen_for_a_constant_on_wide_vectors():
             assert sched.gemm.packed_b == want, (make.__name__, width)
             assert (f"B packed {pack}" in sched.describe()) == bool(want)
     wide = cpu_device().with_(vector_bytes=64)
-    kt = gemm.Operand.whole("kt", (2, 3, 16, 24))
-    assert gemm.packs(_attention_scores(), kt, wide) == "per run"
-    k = gemm.Operand(
+    kt = Operand.whole("kt", (2, 3, 16, 24))
+    assert tiles.packs(_attention_scores(), kt, wide) == "per run"
+    k = Operand(
         "k", MatrixView(0, ((2, 0), (3, 96 * 8)), 8, 96, 1, 8))   # [2 (broadcast), 3]
-    assert gemm.packs(_attention_scores(), k, wide) == "per run"
+    assert tiles.packs(_attention_scores(), k, wide) == "per run"
     assert k.view.distinct.batch == ((3, 96 * 8),) and k.view.distinct_index("bt") == "bt % 3"
-    assert not gemm.packs(_ffn_gelu(), gemm.Operand.whole("w", (96, 300)), H100)
+    assert not tiles.packs(_ffn_gelu(), Operand.whole("w", (96, 300)), H100)
 
 
 @pytest.mark.parametrize("groups,rep", [(2, 2), (1, 4), (3, 2)])
@@ -430,7 +440,7 @@ def test_grouped_query_attention_packs_each_key_value_head_once(groups, rep, mon
     the reference's result, and the V pack is sized per key-value head."""
     from workbench.codegen.microkernel import packed_numel
     from workbench.testing.fuzz import check_plan as check_kernels
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s, d, heads = 300, 16, groups * rep
     b = wb.GraphBuilder("gqa")
     q = b.input("q", (1, heads, s, d))
@@ -460,7 +470,7 @@ def test_packed_program_run_from_threads_at_once(monkeypatch):
     done by one of them while the others wait for it (its state word), so every run
     gives the reference's answer."""
     import threading
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     from workbench.runtime import random_inputs, run_reference
     g = _ffn_layernorm()
     s = Session(g, backend="cpu")
@@ -506,7 +516,7 @@ def _launched(make, planner="rules", **params):
 def test_gemm_launch_parameters_run_and_match(params, monkeypatch, fresh_weights):
     """What the tuner sets on a GEMM kernel (tile sizes, sgemm in place of the
     micro-kernel) gives the kernel it says, and that kernel matches the reference."""
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s, sched = _launched(_ffn_gelu, **params)
     t = sched.gemm
     assert t.packed_b == ("" if params.get("blas") == 1 else "once")
@@ -516,7 +526,7 @@ def test_gemm_launch_parameters_run_and_match(params, monkeypatch, fresh_weights
 
 
 def test_gemm_launch_on_whole_rows_attention_and_convolutions(monkeypatch, fresh_weights):
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s, sched = _launched(_ffn_layernorm, tile_m=8)          # whole rows: rows only
     assert sched.gemm.tile_m == 8 and sched.gemm.tile_n == sched.gemm.n
     _check(s)
@@ -563,7 +573,7 @@ def test_gemm_launch_refused_with_the_reason(make, params, why, monkeypatch):
     """A parameter the kernel does not take, or a value it cannot honour, is refused
     with the reason, and the plan stays as it was."""
     from workbench.errors import FusionRefused
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
     s = Session(make(), backend="cpu")
     s.auto("rules")
     before = s.plan
@@ -577,10 +587,10 @@ def test_gemm_launch_refused_with_the_reason(make, params, why, monkeypatch):
 
 def test_a_tile_too_large_for_a_threads_buffers_is_refused(monkeypatch):
     """A fused attention's scores live on each thread's stack: a tile_m past
-    THREAD_SCRATCH is refused, not a crash."""
+    CpuTiles.scratch is refused, not a crash."""
     from workbench.errors import FusionRefused
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 0)
-    monkeypatch.setattr(gemm, "THREAD_SCRATCH", 40 * 90)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0)
+    monkeypatch.setattr(attention, "CPU_TILES", replace(tiles.CPU_TILES, scratch=40 * 90))
     s = Session(_attention(), backend="cpu")
     s.auto("rules")
     ref = _gemm_groups(s)[0].nodes[0]
@@ -591,7 +601,7 @@ def test_a_tile_too_large_for_a_threads_buffers_is_refused(monkeypatch):
 
 def test_blas_0_is_refused_where_no_micro_kernel_runs(monkeypatch):
     from workbench.errors import FusionRefused
-    monkeypatch.setattr(gemm, "PACK_MIN_VECTOR_BYTES", 1 << 30)
+    monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 1 << 30)
     s = Session(_ffn_gelu(), backend="cpu")
     s.auto("rules")
     with pytest.raises(FusionRefused, match="no micro-kernel to choose"):

@@ -19,7 +19,7 @@ from workbench.errors import FusionRefused
 from workbench.fusion import Plan, analyze, run_planner
 from workbench.fusion.cost import CostModel
 from workbench.device import H100
-from workbench.fusion.gemm import GPU_GEMM_TILES
+from workbench.fusion.gemm.gpu_tiles import GPU_GEMM_TILES
 from workbench.fusion.mapping import ScheduleKind
 from workbench.dtypes import DType
 from workbench.runtime.cuda_emu import CudaEmuBackend, counting
@@ -119,7 +119,7 @@ def test_gpu_gemm_kernel_matches_reference_in_the_emulator(make, tile):
 
 def _check_accesses(gr, k, accesses):
     """The global accesses the emulator counted against the cost model's account
-    (cost._block_gemm_features): every output byte written once, in coalesced stores
+    (features._block_gemm_features): every output byte written once, in coalesced stores
     (two rows' runs a warp);
     every input byte read; A's rows read once per column tile and B's columns once per
     row tile, nothing more (the panels hold zeros past the edges, never read there)."""
@@ -326,7 +326,7 @@ def test_gpu_fused_attention_on_random_shapes(seed, shape):
     assert np.isnan(want).any() or seed % 2 == 0
     if ok.any():
         assert max_rel_error(got[ok], want[ok], mags[ok]) <= tolerance(DType.float32)
-    if counting():       # the reads the cost model prices (cost._block_gemm_features):
+    if counting():       # the reads the cost model prices (features._block_gemm_features):
         t = gr.schedule.gemm
         by_value = {x.value: a for x, a in zip(ck.kernel.params, ck.accesses)}
         key_blocks = -(-t.n // t.block.n)

@@ -16,7 +16,7 @@ import workbench as wb
 from workbench.errors import FusionRefused
 from workbench.fusion import Plan
 from workbench.device import H100
-from workbench.fusion.gemm import GPU_GEMM_TILES, PIPELINED_TENSOR_MAX
+from workbench.fusion.gemm.gpu_tiles import GPU_GEMM_TILES, PIPELINED_TENSOR_MAX
 from workbench.dtypes import DType
 from workbench.measure import verify_kernels
 from workbench.runtime import gpu_available, random_inputs

@@ -20,7 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.fusion import Plan, run_planner
 from workbench.fusion.cost import CostModel
 from workbench.device import H100
-from workbench.fusion.gemm import GPU_TENSOR_TILES
+from workbench.fusion.gemm.gpu_tiles import GPU_TENSOR_TILES
 from workbench.fusion.mapping import ScheduleKind
 from workbench.dtypes import DType
 from workbench.tolerance import HALF_PRODUCT_ERROR, TF32_PRODUCT_ERROR
@@ -471,7 +471,7 @@ def test_a_bfloat16_library_matmul_is_priced_with_its_widening_copies():
     the H100 ``stitch`` takes BERT's bfloat16 FFN GEMM with its bias and GELU as one
     tensor-core kernel (predicted faster than rules' library call and epilogue), and
     leaves the float16 one to cuBLAS."""
-    from workbench.fusion.cost import features
+    from workbench.fusion.features import features
     model = CostModel.for_device(H100)
     for dtype in HALVES:
         g = _bert_half(dtype, "ffn")

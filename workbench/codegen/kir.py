@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from ..fusion.schedule import BlockTile, Im2col
+from ..fusion.gemm_shape import BlockTile, Im2col
 from ..dtypes import DType
 
 

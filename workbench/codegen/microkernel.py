@@ -55,7 +55,7 @@ owns its sizes, which the lowering allocates the packed buffers by.
 """
 from __future__ import annotations
 
-from ..fusion.gemm import PANEL   # columns per packed panel of B
+from ..fusion.gemm.tiles import PANEL   # columns per packed panel of B
 from .include import source
 
 KC = 256          # inner-dimension block: an A sliver of MR x KC floats stays in L1

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..fusion.schedule import Im2col
+from ..fusion.gemm_shape import Im2col
 from ..dtypes import DType
 from .kir import Buffer, Let, Loop, Load, Scratch, Store
 

@@ -1,11 +1,14 @@
 """Fusion: plans (partitions into kernels), legality, transformations, planners."""
 from .plan import Group, Plan, StitchScheme, make_group
-from .cost import CostModel, Estimate, Factors, KernelFeatures, PlanEstimate, Sample
+from .cost import CostModel, Estimate, Factors, PlanEstimate, Sample
+from .features import KernelFeatures
 from .geometry import Geometry, geometry
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
 from .partition import Decision
 from .planners import PLANNERS, run_planner
-from .analysis import analyze, analyze_stitched, candidate_mappings
+from .analysis import analyze
+from .phases import analyze_stitched
+from .rows import candidate_mappings
 from .schedule import GroupIO, Phase, Schedule, group_io
 
 __all__ = ["CostModel", "Decision", "Estimate",

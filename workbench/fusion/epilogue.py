@@ -22,8 +22,8 @@ matmul of an attention joins its softmax kernel and the scores' kernel in one st
     fused n0 + n1 + n2: n1 add, n2 gelu into the GEMM of n0 matmul: ...
 
 Before and after that, the layout ops giving a GEMM kernel's operands (reshapes,
-transposes, slices, splits: prologue views, :func:`.gemm.operand`) move into it, which
-then reads the operand in place: the heads split out of a QKV projection for
+transposes, slices, splits: prologue views, :func:`.gemm.operands.operand`) move into
+it, which then reads the operand in place: the heads split out of a QKV projection for
 attention, GPT-2's reshapes. They leave the kernel they were in (their copies are
 gone); what is left of it is cut into its connected parts, and each part that is the
 epilogue of a lone matmul's product joins that matmul (the bias add left behind when
@@ -31,7 +31,7 @@ a projection's heads are read in place). Under a cost model the whole move is ta
 only when the kernels it touches are predicted faster after it. A lone matmul whose
 left operand a GEMM kernel with a row epilogue computes (the softmax over attention
 scores) may join that kernel as its second product (fused attention,
-:func:`.gemm._attention`), tried after its consumers.
+:func:`.gemm.attention.analyze_attention`), tried after its consumers.
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops.conv import CONVS
 from .analysis import analyze
-from .gemm import INVERTIBLE, prologue, view_chain
+from .gemm.operands import INVERTIBLE, prologue, view_chain
 from ..device import Device
 from .partition import Decision, Partition
 
@@ -61,8 +61,9 @@ def absorb_epilogues(g: Graph, part: Partition, device: Device,
     is changed in place."""
     if device.is_gpu and price is None:
         # on a GPU the library GEMM (cuBLAS) outruns the generated one
-        # (gemm.GPU_GEMM_EFFICIENCY), so a GEMM kernel wins only where the epilogue's
-        # round trip through memory costs more than that: only a cost model says where
+        # (gemm.gpu_tiles.GPU_GEMM_EFFICIENCY), so a GEMM kernel wins only where the
+        # epilogue's round trip through memory costs more than that: only a cost model
+        # says where
         return []
     log: list[Decision] = []
     _take_views(g, part, device, price, log)
@@ -106,7 +107,7 @@ def _take_result_views(g: Graph, part: Partition, device: Device, price: Price |
                        log: list[Decision]) -> None:
     """A fused attention's kernel takes the kernel after it when that only moves its
     output (the heads merged back: a transpose and a reshape): the second product is
-    written where they would put it (:func:`.gemm._result_views`)."""
+    written where they would put it (:func:`.gemm.operands.result_views`)."""
     for node in g.nodes:
         if node.op != "matmul" or node.inputs[0] not in g.producer:
             continue

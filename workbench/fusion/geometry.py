@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..device import Device
+from ..device import CUDA_MAX_BLOCK_THREADS, CUDA_REGISTERS_PER_UNIT, CUDA_WARP, Device
 from .mapping import Mapping, ScheduleKind
 from .schedule import Schedule
 
@@ -31,9 +31,9 @@ ROW_GRID_MAX = 1 << 20        # blocks of a row kernel
 MAX_ROW_THREADS = 512         # threads of a block that walks one row (or chunk)
 WARP_ROWS_PER_BLOCK = 8       # short rows packed per block under the warp mapping
 SPLIT_CHUNK_COLS = 1024       # a split row's chunks have at least this many columns
-# Block-wide reduction scratch: one double per warp (a block has at most 32) plus the
-# broadcast result, per slot
-REDUCE_SLOT_WORDS = 33
+# Block-wide reduction scratch: one double per warp (a block has at most 1024 / 32 =
+# 32) plus the broadcast result, per slot
+REDUCE_SLOT_WORDS = CUDA_MAX_BLOCK_THREADS // CUDA_WARP + 1
 REDUCE_SLOT_BYTES = REDUCE_SLOT_WORDS * 8
 # Registers per thread assumed before a kernel is compiled (the GPU backend re-checks
 # co-residency with the compiled kernel's real count)
@@ -52,7 +52,7 @@ REG_CACHE_MAX = 64            # at most this many cached elements per thread
 def block_threads(cols: int) -> int:
     """Threads of a block that walks one row (or chunk) of ``cols`` columns: a warp,
     doubled while each thread would still get more than 4 columns, at most 512."""
-    threads = 32
+    threads = CUDA_WARP
     while threads < MAX_ROW_THREADS and threads * 4 < cols:
         threads *= 2
     return threads
@@ -61,8 +61,8 @@ def block_threads(cols: int) -> int:
 def row_threads(cols: int) -> int:
     """Threads of a block that keeps one row in registers (the block mapping): about
     ROW_ELEMS_PER_THREAD elements each, a power of two from a warp to 1024."""
-    threads = 32
-    while threads < 1024 and threads * ROW_ELEMS_PER_THREAD < cols:
+    threads = CUDA_WARP
+    while threads < CUDA_MAX_BLOCK_THREADS and threads * ROW_ELEMS_PER_THREAD < cols:
         threads *= 2
     return threads
 
@@ -92,7 +92,7 @@ def register_budget(threads: int, device: Device) -> int:
     """Cached row elements a thread may hold in registers: what the SM's register file
     leaves a block of this size besides its own work (a CPU device is held to a GPU's
     64K, since every kernel also renders as CUDA)."""
-    regs = device.registers_per_unit or 65536
+    regs = device.registers_per_unit or CUDA_REGISTERS_PER_UNIT
     return max(0, min(REG_CACHE_MAX, regs // threads - REG_OVERHEAD))
 
 
@@ -135,9 +135,9 @@ def co_resident_grid(threads: int, shared_bytes: int, device: Device,
     may launch. CUDA's occupancy rules: blocks, threads and registers (allocated per
     warp in the device's unit) per SM, and shared memory per SM with the driver's
     reservation per block."""
-    warps = -(-threads // 32)
+    warps = -(-threads // device.warp)
     unit = device.register_alloc_unit
-    per_warp = -(-registers * 32 // unit) * unit
+    per_warp = -(-registers * device.warp // unit) * unit
     per_sm = min(device.max_blocks_per_unit, device.max_threads_per_unit // threads,
                  device.registers_per_unit // (per_warp * warps))
     if shared_bytes:
@@ -217,8 +217,8 @@ def _row_geometry(s: Schedule, device: Device) -> Geometry:
     if m is Mapping.warp:
         rpb = s.rows_per_block
         blocks = max(1, -(-rows // rpb))
-        return Geometry(32 * rpb, blocks, min(blocks, ROW_GRID_MAX), rpb, 1, slots, shared,
-                        False, blocks)
+        return Geometry(CUDA_WARP * rpb, blocks, min(blocks, ROW_GRID_MAX), rpb, 1, slots,
+                        shared, False, blocks)
     if m is Mapping.split:
         S = s.splits
         threads = s.threads or block_threads(-(-cols // S))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from ..device import CUDA_WARP
 from ..errors import FusionRefused
 
 
@@ -97,7 +98,8 @@ MAPPING_TABLE: dict[Mapping, MappingInfo] = {
         label="warp/row", launch="warp/row x{rpb} rows/block",
         describe_fmt="warp per row x{rpb} rows/block", row_bind="warp", col_bind="lane",
         reduce_width="warp", on_chip=True, innermost=True, shared_slot=False,
-        slots_per_reduction=False, grid_barrier_per_reduction=False, combine_threads=32),
+        slots_per_reduction=False, grid_barrier_per_reduction=False,
+        combine_threads=CUDA_WARP),
     Mapping.block: MappingInfo(
         label="block/row", launch="block/row", describe_fmt="block per row",
         row_bind="grid", col_bind="block", reduce_width="block", on_chip=True,

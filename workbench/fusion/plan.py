@@ -22,7 +22,8 @@ from ..ir import Graph
 from .cycles import cycle_reason, cycle_via
 from ..device import Device
 from .mapping import Mapping, ScheduleKind
-from .analysis import analyze, analyze_stitched
+from .analysis import analyze
+from .phases import analyze_stitched
 from .schedule import Schedule
 
 
@@ -331,7 +332,7 @@ class Plan:
         """The plan with the kernel holding ``ref`` launched with these parameters
         (``threads``, ``rows_per_block``, ``splits`` of a row or flat kernel; a GEMM
         kernel's ``tile_m``, ``tile_n``, ``blas``, ``online``, ``stages`` and ``skip``, see
-        :class:`~.gemm.GemmLaunch`; what the tuner searches), its mapping and schemes
+        :class:`~.gemm.launch.GemmLaunch`; what the tuner searches), its mapping and schemes
         kept; refused with why when the kernel has no such parameter or a value is out
         of range.
 

@@ -8,7 +8,7 @@ implementation of its products (the generated micro-kernel or BLAS sgemm per til
 which wins depends on the shape), its tile sizes, on a GPU its panels in 1 or 2
 stages (software pipelining), and for a fused attention whether
 the softmax goes a block of keys at a time (online) or over whole rows of scores (see
-``fusion.gemm.GemmLaunch``) -- one parameter at a time from the rule, then together:
+``fusion.gemm.launch.GemmLaunch``) -- one parameter at a time from the rule, then together:
 from the fastest so far, its neighbours with one more parameter changed, for up to
 CLIMB_ROUNDS rounds (``climb``). Each candidate is compiled and
 timed on the values the kernel really receives (the plan run once); the fastest is
@@ -39,8 +39,8 @@ from ..codegen import lower_group, render_kernel
 from ..errors import FusionRefused
 from ..fusion import Group, Plan, make_group
 from ..fusion.mapping import ScheduleKind
-from ..fusion.gemm import GPU_GEMM_TILES
-from ..fusion.schedule import CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES
+from ..fusion.gemm.gpu_tiles import GPU_GEMM_TILES
+from ..fusion.gemm_shape import CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES
 from ..runtime.program import KernelSequence
 from .verify import check_kernel
 from ..runtime.cache import cache_subdir
@@ -131,7 +131,7 @@ def _gemm_candidates(s) -> list[tuple[tuple[str, int], ...]]:
     keys (skip=0); tiles of half and twice the rule's
     rows, and of half and twice its columns (whole-row tiles: rows only); on a GPU,
     its panels in the other number of stages (BlockTile.stages) and the other block
-    tiles (fusion.gemm.GPU_GEMM_TILES). What
+    tiles (fusion.gemm.gpu_tiles.GPU_GEMM_TILES). What
     the kernel refuses (no micro-kernel here, a packed B's tiles not in whole panels,
     no online form) is dropped when the group is made."""
     t = s.gemm

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...dtypes import DType, c_literal
-from ...fusion.gemm import PANEL
+from ...fusion.gemm.tiles import PANEL
 from ...ops import get_op
 from ..kernel import Kernel
 from ..kir import (Assign, BlockReduce, Comment, DeclareScratch, Gemm, If, Let, Load, Loop,

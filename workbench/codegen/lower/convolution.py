@@ -15,8 +15,9 @@ import math
 import numpy as np
 
 from ...dtypes import DType, c_literal
-from ...fusion.gemm import PANEL, PLANE_PHASES_MAX, plane_tile
-from ...fusion.schedule import PACK_TILE, Im2col
+from ...fusion.gemm.tiles import PANEL
+from ...fusion.gemm.planes import PLANE_PHASES_MAX, plane_tile
+from ...fusion.gemm_shape import PACK_TILE, Im2col
 from ...ops import Index
 from ...ops.reduce import reduce_axes
 from ...ops.window import window_attrs

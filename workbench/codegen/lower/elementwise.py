@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from ...device import Device
-from ...fusion.gemm import VIEWS
+from ...fusion.gemm.legality import VIEWS
 from ...fusion.geometry import flat_vector
 from ...fusion.plan import Group
 from ...ir import Graph

@@ -16,10 +16,11 @@ from dataclasses import replace
 
 from ...device import Device
 from ...dtypes import DType, c_literal
-from ...fusion.gemm import PANEL, VIEWS
+from ...fusion.gemm.tiles import PANEL
+from ...fusion.gemm.legality import VIEWS
 from ...fusion.plan import Group
-from ...fusion.schedule import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
-                               PACK_ONCE, PACK_PER_RUN)
+from ...fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
+                                  PACK_ONCE, PACK_PER_RUN)
 from ...ir import Graph
 from ..kernel import Kernel
 from ..kir import (Buffer, Comment, DeclareScratch, Gemm, If, Let, Load, Loop, OncePerBlock,

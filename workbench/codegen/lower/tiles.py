@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ...dtypes import DType
-from ...fusion.gemm import GPU_GEMM_RESIDENT, PANEL
+from ...fusion.gemm.gpu_tiles import GPU_GEMM_RESIDENT
+from ...fusion.gemm.tiles import PANEL
 from ...fusion.geometry import REDUCE_SLOT_BYTES
 from ...ops import Index
 from ..kernel import Kernel

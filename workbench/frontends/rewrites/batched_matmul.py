@@ -4,7 +4,7 @@ attention (``bmm`` over batch x heads), folded into one matmul over the original
 axes.
 
 Why: the planner's GEMM template reads a matmul's operands and writes its result
-through layout ops (``fusion/gemm.py``), and joins attention's two products with the
+through layout ops (``fusion/gemm/operands.py``), and joins attention's two products with the
 softmax between them, but only when each product is one op whose result the
 epilogue reads where it is. A model imported from PyTorch reached its attention as
 ``view(B x H, S, D)`` -> ``bmm`` -> ``view(B, H, S, S)``: the reshape between the
