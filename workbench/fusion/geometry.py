@@ -26,7 +26,6 @@ from .schedule import Schedule
 
 FLAT_BLOCK = 256              # threads per block of flat loops and of thread per row
 MAX_GRID = 65535              # blocks of a flat loop (every loop strides over the grid)
-MAX_BLOCK_THREADS = 1024      # threads one CUDA block may take (every GPU since sm_20)
 ROW_GRID_MAX = 1 << 20        # blocks of a row kernel
 MAX_ROW_THREADS = 512         # threads of a block that walks one row (or chunk)
 WARP_ROWS_PER_BLOCK = 8       # short rows packed per block under the warp mapping

@@ -21,12 +21,10 @@ import threading
 from contextlib import contextmanager
 from dataclasses import replace
 
-from ...device import Device
+from ...device import CUDA_MAX_BLOCK_THREADS, Device
 from ...dtypes import DType, c_literal
 from ...errors import WorkbenchError
-from ...fusion.geometry import (FLAT_BLOCK, FLAT_VECTOR_MIN, MAX_BLOCK_THREADS, MAX_GRID,
-                               Geometry, flat_vector,
-                               geometry)
+from ...fusion.geometry import FLAT_VECTOR_MIN, MAX_GRID, Geometry, flat_vector, geometry
 from ...fusion.mapping import ScheduleKind
 from ...fusion.plan import Group
 from ...fusion.schedule import Schedule, group_io
@@ -38,9 +36,9 @@ from ..kir import Buffer, If, Let, Load, Loop, OncePerBlock, Scratch, Store, Thr
 # A kernel whose values (buffers, or values it never stores: an expand it reduces) hold
 # this many elements or more is indexed in 64 bits: 2^31 less the largest grid stride a
 # flat loop takes -- MAX_GRID = 65535 blocks x the most threads a block may take
-# (MAX_BLOCK_THREADS, which the tuner tries) x the widest vector (a 1- or 2-byte type's
+# (CUDA_MAX_BLOCK_THREADS, which the tuner tries) x the widest vector (a 1- or 2-byte type's
 # 16-byte access, 8 elements) -- so no loop wraps around.
-WIDE_INDEX_FROM = 2**31 - MAX_GRID * MAX_BLOCK_THREADS * flat_vector(FLAT_VECTOR_MIN, 1)
+WIDE_INDEX_FROM = 2**31 - MAX_GRID * CUDA_MAX_BLOCK_THREADS * flat_vector(FLAT_VECTOR_MIN, 1)
 
 
 def identifier(text: str) -> str:
