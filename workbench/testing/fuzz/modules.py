@@ -71,7 +71,8 @@ def _module(seed: int):
                 elif kind == "attention":
                     q, k = self.mods[arg](x).chunk(2, dim=-1)
                     scores = q.unsqueeze(-1) * k.unsqueeze(-2) / max(1, q.shape[-1]) ** 0.5
-                    x = torch.softmax(scores, dim=-1).sum(-1)
+                    # (weights times values: a row of weights alone sums to 1)
+                    x = (torch.softmax(scores, dim=-1) * k.unsqueeze(-2)).sum(-1)
                 elif kind == "rms_norm":
                     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
                 elif kind == "softmax":
