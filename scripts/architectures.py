@@ -18,7 +18,7 @@ images (more where a model needs it). Each is then imported two ways,
 each planned by ``stitch`` and run on its example inputs: kernels, and the largest
 ``max |y - r| / max |r|`` over the outputs torch returns (an all-zero output, as some
 random-init models give, is reported, not divided by). A failure is the importer's
-one-line error. The zoo (``workbench/zoo.py``) holds the architectures the test suite
+one-line error. The zoo (``workbench/testing/zoo.py``) holds the architectures the test suite
 runs; this script runs the others and writes
 ``benchmarks/results/architectures-<date>.md`` (and ``.json``). Exits 1 when any
 fails to import or is off by more than ``FRAMEWORK_TOLERANCE`` (workbench.tolerance).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The ONNX node-test suite's supported share over the op types real models use.
 
-Exports every model of the zoo (``workbench/zoo.py``, size ``tiny``) with torch's
+Exports every model of the zoo (``workbench/testing/zoo.py``, size ``tiny``) with torch's
 default exporter, collects the op types in those ONNX files, then runs every node test
 case of the installed ``onnx`` package whose model uses only those op types exactly as
 ``tests/test_onnx_conformance.py`` does (same freezing of shape inputs, same

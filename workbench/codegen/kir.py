@@ -191,7 +191,7 @@ class Gemm:
     # (packed only) ``a`` is a constant A packed once into the micro-kernel's slivers
     # (PackA), ``a_off`` the tile's: no sliver is copied while the tile is multiplied
     a_packed: bool = False
-    # a GPU tile (fusion.schedule.BlockTile): the block's threads compute it together,
+    # a GPU tile (fusion.gemm_shape.BlockTile): the block's threads compute it together,
     # each its own elements into ``c``, a register Scratch (the CUDA prelude's
     # wb_gemm_tile); ``ldc`` unused. The C rendering computes the whole tile into
     # ``c`` row-major (``block.n`` wide), as one thread does the block's work there

@@ -39,12 +39,13 @@ probabilities), B is widened into float32 panels as it is packed (``WB_B_BF16``,
 A constant B is packed in the kernel on its first run, into a persistent workspace
 buffer (``kir.Buffer.persistent``); an int after the panels says whether it is done
 (compare-and-swap, so two runs of one program at once pack once and the other waits).
-An activation B (a fused attention's K and V from 256 keys, ``fusion.gemm.
-ATTENTION_PACK_MIN_KEYS``, or any one with ``blas=0``) is packed by every run, one
-panel per item of a parallel loop before the tiles, one pack per batch item, into a
-workspace of the run: sgemm per tile packed the same panels again for every row tile
-of a batch item (Wav2Vec2's attention, 639 keys: 7 row tiles per head). Over shorter
-rows, one or two row tiles per head, sgemm per tile measured faster.
+An activation B (a fused attention's K and V from 256 keys,
+``fusion.gemm.attention.CpuAttention.pack_min_keys``, or any one with ``blas=0``) is
+packed by every run, one panel per item of a parallel loop before the tiles, one pack
+per batch item, into a workspace of the run: sgemm per tile packed the same panels
+again for every row tile of a batch item (Wav2Vec2's attention, 639 keys: 7 row tiles
+per head). Over shorter rows, one or two row tiles per head, sgemm per tile measured
+faster.
 Measured single-threaded on the development machine (Zen 4, AVX-512), per tile of the
 BERT/ViT shapes: 90-108 GFLOP/s against OpenBLAS's 78-101 for the same call with its
 own packing (``benchmarks/gemm.py`` compares the two inside whole blocks).

@@ -336,8 +336,8 @@ def _taken(s) -> float:
 
 def _checked(g, s, a: int, b: int) -> float:
     """The bytes a causal fused attention's run-time checks read again
-    (codegen/lower.py's ``_key_blocks``): each tile of queries the keys it skips, V's
-    and (an added mask) K's, and then its own rows of Q."""
+    (codegen/lower/attention.py's ``_key_blocks``): each tile of queries the keys it
+    skips, V's and (an added mask) K's, and then its own rows of Q."""
     if s.key_limit is None:
         return 0.0
     skipped = (1.0 - _taken(s)) * s.gemm.row_tiles
@@ -399,7 +399,7 @@ def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:
         bad = bad or sub.infeasible
     smem = shared_bytes(s)    # reduction slots shared by the phases, row caches summed
     scratch = 2 * sum(g.value(v).nbytes for v in s.through_global)
-    # on a CPU every phase is a parallel loop of its own (codegen/render.py), dependent
+    # on a CPU every phase is a parallel loop of its own (codegen/render/c.py), dependent
     # on the one before or not: each after the first is a barrier there
     barriers = s.grid_barriers if device.is_gpu else (
         len(s.phases) - 1 + sum(p.schedule.grid_barriers for p in s.phases))

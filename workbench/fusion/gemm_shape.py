@@ -27,7 +27,7 @@ PACK_FILTERS = "filters once"
 DEPTHWISE_LANES = "depthwise, channels in lanes"
 # a 2-D depthwise convolution over larger planes: each tile's channels a plane at a
 # time, the plane with its zero border copied once, each output row's taps
-# summed in registers (codegen lower._depthwise_planes)
+# summed in registers (codegen lower/convolution.py's depthwise_planes)
 DEPTHWISE_PLANES = "depthwise, planes"
 # a 2-D convolution of few filters computed directly (codegen wb_conv_lanes): its
 # filters in the vectors' lanes, packed once, each tap's input a broadcast operand, no

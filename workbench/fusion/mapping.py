@@ -5,7 +5,8 @@ A schedule *kind* is the template a kernel is built from (see :mod:`.schedule`);
 thread mapping). Both are string-valued enums, so a notebook may still write
 ``schedule.mapping == "warp"``, but the code asks the table (``mapping.info.on_chip``,
 ``mapping.info.col_bind``...) instead of comparing names. Adding a mapping is one row of
-:data:`MAPPING_TABLE` plus its lowering (``codegen/lower.py``).
+:data:`MAPPING_TABLE` plus its lowering (``codegen/lower/rows.py``, the row template
+``codegen.lower.LOWERERS`` gives a row kernel).
 
 Example::
 

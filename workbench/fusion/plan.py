@@ -101,7 +101,7 @@ def make_group(g: Graph, nodes: Iterable[str], stitch: bool = False,
 
     With ``stitch=False`` one template must fit (what the ``rules`` planner uses).
     With ``stitch=True``, when none fits, the nodes become a stitched multi-phase
-    kernel (see ``schedule.analyze_stitched``). ``mapping`` forces a row reduction's
+    kernel (see ``phases.analyze_stitched``). ``mapping`` forces a row reduction's
     thread mapping; ``forced`` holds (value, scheme) pairs a user chose -- a ``global``
     one always stitches -- and a group that cannot honour one is refused with why.
     ``tf32``: the plan lets float32 matmuls round to TF32 (``Plan.tf32``).

@@ -1,4 +1,4 @@
-"""Which schedule template a group of nodes gets, or why none fits.
+"""Schedules: the template a group of nodes runs as one kernel, as a value.
 
 A group is legal only if one template can run it as one kernel:
 

@@ -1,8 +1,9 @@
 """Runtime: backends that compile and launch kernels, and the Program that runs a plan.
 
 Backends (:mod:`.backends`): ``cpu`` (system C compiler + OpenMP), ``cupy`` (CUDA via
-NVRTC), ``reference`` (NumPy op by op) and ``auto`` (cupy when a GPU is present, else
-cpu); each implements :class:`~.backend.Backend`.
+NVRTC), ``cuda-emu`` (the CUDA source run on the CPU, :mod:`.cuda_emu`), ``reference``
+(NumPy op by op) and ``auto`` (cupy when a GPU is present, else cpu); each implements
+:class:`~.backend.Backend`.
 """
 from __future__ import annotations
 

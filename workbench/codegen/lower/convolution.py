@@ -1,5 +1,5 @@
 """Convolutions and poolings over windows: a convolution's right operand in each form the
-planner gives it (``GemmSpec.packed_b``), and a CPU's 2-D pooling a plane at a time.
+planner gives it (``GemmShape.packed_b``), and a CPU's 2-D pooling a plane at a time.
 
 A convolution is a GEMM of its filters (A) by its input's patches (B, ``Im2col``): the
 patches gathered per tile (im2col, into panels or not), gathered nowhere (the filters in
@@ -283,7 +283,7 @@ def pool_planes(lw: Lowerer) -> list | None:
         return None
     x, y = g.value(win.inputs[0]), g.value(red.outputs[0])
     # the border holds the window's fill whatever the reduction: a max over zeros
-    # too (a zero pad before a max pool, taken into it: ir/pad_folding.py)
+    # too (a zero pad before a max pool, taken into it: frontends/rewrites/pad_folding.py)
     fill = {"lowest": c_literal(-np.inf, DType.float32), "zero": "0.0f"}.get(
         win.attr_map.get("fill", "zero"))
     kernel, strides, dil, pads = window_attrs(x.shape, win.attr_map)

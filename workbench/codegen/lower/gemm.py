@@ -4,7 +4,7 @@ row-reducing ops after it fused as the tile's epilogue.
 On a CPU (``_cpu_gemm``) each work item's tile is multiplied by the host BLAS or the
 micro-kernel into a destination (the product's buffer, or a float32 tile of the
 thread's own), then finished while it is in cache; B comes in the form the planner chose
-(``GemmSpec.packed_b``: read in place, packed, or a convolution's patches, whose forms
+(``GemmShape.packed_b``: read in place, packed, or a convolution's patches, whose forms
 are :mod:`.convolution`'s), and a CPU's attention over whole rows multiplies the tile's
 probabilities by V as a second product. On a GPU (``_block_gemm``) a thread block per
 tile holds the product in registers and finishes it there. Fused attention that takes

@@ -174,7 +174,8 @@ def _depthwise(c: _Conv, form: str, units: int, lc: GemmLaunch) -> GemmShape:
     """A depthwise convolution's tiles: an image's channels are the rows, tiles of
     whole planes, computed a vector of channels at a time over small planes
     (DEPTHWISE_LANES), else a padded plane at a time (DEPTHWISE_PLANES); blas=0 keeps
-    the tap-by-tap path (lower._direct), blas=1 sgemm, for the tuner to compare."""
+    the tap-by-tap path (codegen lower/convolution.py's direct_taps), blas=1 sgemm, for
+    the tuner to compare."""
     conv, group = c.node, c.groups
     if lc.tile_n:
         raise FusionRefused(f"tile_n: {conv.id}'s planes are whole in each tile (a "

@@ -75,10 +75,11 @@ class ConvRule:
     #   thread's stack), a padded plane at a time, each output's taps summed in a register
     #   (DEPTHWISE_PLANES).
     # Measured on MobileNetV2 (small, one process, alternating): against the tap-by-tap
-    # loops (lower._direct, which add each tap into the tile in memory) 4 x 4 planes 24 ->
-    # 11 us in the lanes, 16 x 16 35 -> 10 and 32 x 32 25 -> 12 as planes, strided 41 ->
-    # 22; lanes against planes: 2 x 2 (16 positions with the border) 7.1 against 13.5 us,
-    # 4 x 4 (36) 6.4 against 8.5, 8 x 8 (100) 11.4 against 7.8
+    # loops (codegen lower/convolution.py's direct_taps, which add each tap into the
+    # tile in memory) 4 x 4 planes 24 -> 11 us in the lanes, 16 x 16 35 -> 10 and
+    # 32 x 32 25 -> 12 as planes, strided 41 -> 22; lanes against planes: 2 x 2 (16
+    # positions with the border) 7.1 against 13.5 us, 4 x 4 (36) 6.4 against 8.5, 8 x 8
+    # (100) 11.4 against 7.8
     depthwise_lanes_span: int = 64
     depthwise_plane_span: int = 16384
     # A 1-D or 2-D float32 convolution of one group with constant filters of at most

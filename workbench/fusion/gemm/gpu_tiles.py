@@ -10,7 +10,8 @@ float16 on tensor cores in their own type -- a thread block per tile of 128 x 12
 finished there by the epilogue (codegen's wb_gemm_tile and wb_gemm_tile_tc), so the
 product is never stored unless it is an output; and a fused attention whose softmax
 has the online form (:mod:`.attention`). Other row epilogues (a GEMM + LayerNorm) and
-convolutions stay cuBLAS/cuDNN calls and kernels of their own on a GPU so far.
+convolutions stay library calls (cuBLAS; a convolution a batched matmul per filter
+tap) and kernels of their own on a GPU so far.
 
     >>> gpu_block(GPU_GEMM_TILES, 1, 512, 768, 132).m       # 24 large tiles, 132 SMs
     64

@@ -97,7 +97,7 @@ def product_dest(g: Graph, result: str, io: GroupIO, half: bool, fits) -> str | 
     when it is read outside the kernel, else an output whose shape ``fits`` the
     product's -- a float32 one, finished in place, first; for a bfloat16 product any
     such output, which the kernel writes from a float32 tile of each thread's
-    (codegen/lower.py) -- or None."""
+    (codegen/lower/gemm.py) -- or None."""
     if result in io.outputs:
         return result
     outs = [o for o in io.outputs if fits(g.value(o).shape)]

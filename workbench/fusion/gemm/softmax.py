@@ -15,7 +15,7 @@ from ...ops.reduce import reduce_axes
 from ..gemm_shape import GemmShape, OnlineSoftmax
 from ..key_limit import find_key_limit
 
-# the softmax over the last axis as ops/composites.py decomposes it (and the ONNX
+# the softmax over the last axis as ir/composites.py decomposes it (and the ONNX
 # importer's Softmax): m = max(z), e = exp(z - m), p = e / sum(e)
 _SOFTMAX_TAIL = ("reduce_max", "sub", "exp", "reduce_sum", "div")
 
