@@ -20,7 +20,11 @@ its ``tanh(x) > x`` differs from op by op), and no error bound holds a flipped b
 
 ``--family blocks`` draws transformer blocks instead (:mod:`.blocks`),
 ``--family convs`` convolutional networks (:mod:`.convs`), ``--family
-rows`` row workloads at every mapping's lengths (:mod:`.rows`).
+rows`` row workloads at every mapping's lengths (:mod:`.rows`), ``--family modules``
+random torch modules imported by ``from_torch`` and checked against torch
+(:mod:`.modules`). Two attacks besides: junk calls to the public API (:mod:`.api`) and
+changes to a signed artifact (:mod:`.artifacts`); ``scripts/trust_campaign.py`` runs
+them all on fresh seeds.
 ``python -m workbench.testing.fuzz --seconds 600`` runs cases until the time is spent and
 prints (or ``--out`` writes) a report; the test suite runs a fixed, bounded set of
 seeds (tests/test_fuzz.py).
