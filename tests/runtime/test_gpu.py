@@ -199,6 +199,34 @@ def test_bfloat16_library_matmul(backend):
         assert m.within_tolerance, (planner, m.per_kernel)
 
 
+def _conv_block():
+    """A CNN's block: a padded, strided 3 x 3 convolution with its bias and a ReLU, a
+    grouped (depthwise) 3 x 3 one, a max pool and a 1 x 1 convolution."""
+    import numpy as np
+
+    from workbench.ir import GraphBuilder, composites_nn
+    rng = np.random.default_rng(5)
+    w = lambda *shape: b.constant(rng.uniform(-0.5, 0.5, shape).astype(np.float32))  # noqa: E731
+    b = GraphBuilder("conv_block")
+    x = b.input("x", (2, 8, 18, 18))
+    h = b.relu(b.op("conv2d", x, w(16, 8, 3, 3), w(16), strides=[2, 2], pads=[1, 1, 1, 1]))
+    h = b.relu(b.op("conv2d", h, w(16, 1, 3, 3), w(16), strides=[1, 1], pads=[1, 1, 1, 1],
+                    group=16))
+    h = composites_nn.max_pool(b, h, [2, 2], [2, 2])
+    b.output(b.op("conv2d", h, w(4, 16, 1, 1), w(4), strides=[1, 1], pads=[0, 0, 0, 0]), "y")
+    return b.build()
+
+
+@pytest.mark.parametrize("planner", ["rules", "stitch"])
+def test_a_convolution_block_runs_right(backend, planner):
+    """Convolutions on a GPU's plan (the library's, their epilogues and poolings in
+    generated kernels), checked kernel by kernel."""
+    s = Session(_conv_block(), backend=backend)
+    s.auto(planner)
+    m = _measure(s)
+    assert m.within_tolerance, (planner, m.max_rel_error, m.per_kernel)
+
+
 @pytest.mark.parametrize("kind, rows, cols", [("softmax", 3, 4099), ("layer_norm", 37, 2048),
                                               ("softmax", 6, 8192), ("layer_norm", 130, 96)])
 @pytest.mark.skipif(EMU_MISSING is not None, reason=str(EMU_MISSING))
