@@ -16,7 +16,8 @@ pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "architectures.py"
-pytestmark = pytest.mark.xdist_group("model_zoo")
+# slow: a subprocess importing torch per test
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("model_zoo")]
 
 
 def test_two_architectures_import_both_ways_and_match_torch(tmp_path):

@@ -8,8 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu.py"
+# slow: the benchmark in a subprocess with torch (eager and torch.compile) beside it
+pytestmark = pytest.mark.slow
 
 
 def test_gpu_benchmark_quick_on_cpu(tmp_path):

@@ -17,7 +17,8 @@ pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "vectorization.py"
-pytestmark = pytest.mark.xdist_group("model_zoo")
+# slow: a subprocess exporting a zoo model with torch
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("model_zoo")]
 
 
 def test_the_report_lists_mobilenet_loops_and_no_select_left_scalar(tmp_path):

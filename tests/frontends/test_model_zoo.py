@@ -32,7 +32,8 @@ import workbench as wb  # noqa: E402
 from workbench import onnx_backend
 from workbench.testing import zoo  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group("model_zoo")
+# slow: every architecture built in torch, exported and imported (minutes)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("model_zoo")]
 
 TOLERANCE = 1e-4
 
