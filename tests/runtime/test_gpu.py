@@ -69,8 +69,11 @@ def _norm(kind, rows, cols):
     return b.build()
 
 
-@pytest.mark.parametrize("rows, cols", [(3, 33), (1057, 700), (5, 2501), (4, 70000), (7, 77),
-                                        (3, 50257), (2048, 4096), (64, 32768), (19, 1000)])
+@pytest.mark.parametrize("rows, cols", [
+    (3, 33), (1057, 700), (7, 77), (2048, 4096), (64, 32768),
+    # (longer rows: seconds to a minute of emulation each under split and thread)
+    *(pytest.param(*shape, marks=pytest.mark.slow)
+      for shape in ((5, 2501), (19, 1000), (4, 70000), (3, 50257)))])
 @pytest.mark.parametrize("kind", ["layer_norm", "softmax"])
 @pytest.mark.parametrize("mapping", ["warp", "block", "split", "thread"])
 def test_every_thread_mapping(backend, kind, rows, cols, mapping):
@@ -94,6 +97,7 @@ def test_global_stitch_cooperative_launch(backend, rows, cols):
     assert m.within_tolerance, (m.max_rel_error, m.per_kernel)
 
 
+@pytest.mark.slow   # (half a minute to a minute each in the emulator)
 @pytest.mark.parametrize("name", ["cross_entropy.json", "layernorm_param_grad.json",
                                   "bias_gelu_residual_layernorm.json", "adam.json"])
 def test_whole_graph_stitched(backend, name):
@@ -170,6 +174,8 @@ def test_row_kernel_compiled_for_the_device_fits_its_registers():
         ck.kernel.launch.block, attrs["shared_bytes"], be.device, attrs["registers"])
 
 
+@pytest.mark.slow   # (every mapping in the emulator; the fast tier's bfloat16 rows:
+#                    tests/runtime/test_bfloat16_storage.py)
 @pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm", "gelu_residual_ln"])
 @pytest.mark.parametrize("rows, cols", [(67, 520), (4096, 1024), (64, 32768), (5, 3001)])
 def test_bfloat16_rows_under_every_mapping(backend, kind, rows, cols):
@@ -227,8 +233,10 @@ def test_a_convolution_block_runs_right(backend, planner):
     assert m.within_tolerance, (planner, m.max_rel_error, m.per_kernel)
 
 
-@pytest.mark.parametrize("kind, rows, cols", [("softmax", 3, 4099), ("layer_norm", 37, 2048),
-                                              ("softmax", 6, 8192), ("layer_norm", 130, 96)])
+@pytest.mark.parametrize("kind, rows, cols", [
+    ("layer_norm", 130, 96),
+    *(pytest.param(*c, marks=pytest.mark.slow) for c in (      # (longer rows: more candidates)
+        ("softmax", 3, 4099), ("layer_norm", 37, 2048), ("softmax", 6, 8192)))])
 @pytest.mark.skipif(EMU_MISSING is not None, reason=str(EMU_MISSING))
 def test_every_tuning_candidate_runs_right(kind, rows, cols):
     """What ``Session.tune`` may launch on a GPU: every candidate of the row kernel
