@@ -192,6 +192,7 @@ def test_torch_indexing_ops_match_torch(planner):
 
 # -- a transformers model with an attention mask, both paths --------------------------
 
+@pytest.mark.slow   # (a transformers model exported and traced)
 def test_bert_with_attention_mask_imports_through_both_paths():
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("onnxscript")
