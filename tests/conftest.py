@@ -238,3 +238,80 @@ def packing(request, monkeypatch):
     monkeypatch.setattr(tiles, "PACK_MIN_VECTOR_BYTES", 0 if request.param == "packed"
                         else 1 << 30)
     return request.param == "packed"
+
+
+# -- the fast tier ------------------------------------------------------------------------
+# ``pytest -m "not slow"`` (under 5 minutes on 2 cores, kernel cache cold) is what a
+# developer runs while working; CI (.ci/run) runs every test. Whole tests and files that
+# take long carry ``pytest.mark.slow`` where they are defined. These parametrized tests
+# keep a sample of their cases in the fast tier -- about the number given, one from
+# the middle of each run of k cases in collection order, so the sample spans the matrix
+# -- and the rest are marked slow here.
+FAST_SAMPLE = {
+    "tests/test_onnx_conformance.py::test_node_case": 50,
+    "tests/ops/test_op_kernels.py::test_binary_op": 30,
+    "tests/ops/test_op_kernels.py::test_cast": 27,
+    "tests/ops/test_op_kernels.py::test_pad": 9,
+    "tests/ops/test_op_kernels.py::test_unary_op": 36,
+    "tests/ops/test_op_kernels.py::test_fusion_patterns": 7,
+    "tests/ops/test_op_kernels.py::test_row_composites_are_one_kernel": 27,
+    "tests/ops/test_nn_ops.py::test_torch_op_matches_torch": 6,
+    "tests/ops/test_op_kernels.py::test_reduce_dtypes": 10,
+    "tests/ops/test_op_kernels.py::test_reshape": 5,
+    "tests/ops/test_op_kernels.py::test_transpose": 5,
+    "tests/ops/test_nn_ops.py::test_onnx_conv_transpose": 1,
+    "tests/ops/test_nn_ops.py::test_onnx_op_matches_onnxruntime": 8,
+    "tests/ops/test_nn_ops.py::test_onnx_group_norm": 1,
+    "tests/ops/test_nn_ops.py::test_onnx_resize": 2,
+    "tests/ops/test_minifloat.py::test_cuda_kernels_compile": 1,
+    "tests/codegen/test_thread_mapping.py::test_every_mapping_matches_reference": 12,
+    "tests/fusion/test_stitch_speed.py::test_no_worse_than_the_search_before": 8,
+    "tests/frontends/test_nn_models.py::test_model_from_torch_matches_torch": 1,
+            "tests/runtime/test_memory_plan.py::test_programs_share_memory_and_match_one_buffer_per_value": 1,
+    "tests/codegen/test_pool_planes.py::test_pooling_a_plane_at_a_time_matches_torch": 5,
+    "tests/codegen/test_cuda_compile.py::test_rows_too_long_for_registers_are_kept_in_dynamic_shared_memory": 2,
+    "tests/codegen/test_cuda_compile.py::test_rows_no_vector_divides_move_16_bytes_inside_the_row": 4,
+    "tests/measure/test_tune.py::test_tune_searches_gemm_kernels_and_caches": 1,
+    "tests/fusion/test_key_limit.py::test_the_gpu_kernel_skips_and_checks_in_the_emulator": 1,
+    "tests/test_sample_graphs.py::test_json_sample_reference_is_finite_and_matches_numpy": 4,
+    "tests/fusion/test_stitch.py::test_stitch_matches_the_reference": 3,
+    "tests/fusion/test_key_limit.py::test_a_half_precision_models_attention_skips_in_the_emulator": 1,
+    "tests/codegen/test_cuda_compile.py::test_every_kernel_compiles_as_the_runtime_compiles_it": 2,
+    "tests/frontends/test_torch.py::test_handlers_match_torch": 1,
+    "tests/frontends/test_indexing_frontends.py::test_torch_indexing_ops_match_torch": 1,
+    "tests/runtime/test_conv_gemm.py::test_convolution_gemm_matches_reference": 19,
+    "tests/runtime/test_conv_gemm.py::test_bfloat16_convolution_gemm_computes_in_float32_and_rounds_once": 10,
+    "tests/runtime/test_conv_gemm.py::test_random_direct_convolutions_match_reference": 3,
+    "tests/runtime/test_conv_gemm.py::test_blas0_gathers_the_patches_of_a_direct_convolution": 4,
+    "tests/runtime/test_conv_gemm.py::test_convolution_patches_gathered_row_major_for_sgemm": 10,
+    "tests/runtime/test_gemm_kernel.py::test_gemm_kernel_matches_reference": 10,
+    "tests/runtime/test_gemm_kernel.py::test_online_softmax_on_random_shapes": 2,
+    "tests/runtime/test_gemm_kernel.py::test_online_softmax_attention_matches_reference": 1,
+    "tests/runtime/test_bfloat16_gemm.py::test_bfloat16_gemm_kernels_match_the_reference": 2,
+    "tests/runtime/test_bfloat16_storage.py::test_row_workloads_in_bfloat16_under_every_planner_and_mapping": 1,
+    "tests/runtime/test_plan_driver.py::test_driver_gives_what_kernels_one_by_one_give": 1,
+    "tests/runtime/test_gpu_gemm.py::test_gpu_gemm_kernel_matches_reference_in_the_emulator": 4,
+    "tests/runtime/test_gpu_gemm.py::test_gpu_fused_attention_on_random_shapes": 2,
+    "tests/runtime/test_gpu_tf32.py::test_tensor_core_gemm_kernels_match_numpy_within_tf32_s_bound": 4,
+    "tests/runtime/test_gpu_tf32.py::test_a_half_precision_gemm_kernel_on_tensor_cores_matches_numpy": 2,
+    "tests/runtime/test_gpu_tf32.py::test_a_fused_attention_on_tensor_cores_matches_numpy": 1,
+    "tests/runtime/test_gpu_pipelined.py::test_a_pipelined_cuda_core_gemm_matches_numpy": 2,
+    "tests/runtime/test_gpu_pipelined.py::test_pipelined_kernels_compile_without_spills": 1,
+    "tests/runtime/test_cuda_emu_samples.py::test_a_row_too_long_for_registers_is_read_once_from_shared_memory": 1,
+    "tests/artifact/test_artifact_load.py::test_a_gpu_plans_shipped_cuda_runs_in_the_emulator": 1,
+}
+
+
+@pytest.hookimpl(tryfirst=True)      # (before -m deselects by the marks)
+def pytest_collection_modifyitems(config, items):
+    cases: dict[str, list] = {}
+    for item in items:
+        test = item.nodeid.split("[")[0]
+        if test in FAST_SAMPLE:
+            cases.setdefault(test, []).append(item)
+    for test, its in cases.items():
+        step = -(-len(its) // FAST_SAMPLE[test])
+        for start in range(0, len(its), step):
+            run = its[start:start + step]
+            for item in run[:len(run) // 2] + run[len(run) // 2 + 1:]:
+                item.add_marker(pytest.mark.slow)

@@ -16,7 +16,10 @@ pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "architectures.py"
-pytestmark = pytest.mark.xdist_group("model_zoo")
+# slow: a subprocess importing torch per test
+# (xdist group torch_scripts: these subprocesses, each holding torch and a model, run one
+# at a time -- beside the zoo's worker (group model_zoo), not behind it on the same one)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torch_scripts")]
 
 
 def test_two_architectures_import_both_ways_and_match_torch(tmp_path):

@@ -8,7 +8,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+# slow: the benchmark in a subprocess, timing each form in alternation
+pytestmark = pytest.mark.slow
 
 
 def test_attention_forms_benchmark_small(tmp_path):

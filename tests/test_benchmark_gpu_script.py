@@ -8,8 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "benchmarks" / "gpu.py"
+# slow: the benchmark in a subprocess with torch (eager and torch.compile) beside it
+# (xdist group torch_scripts: these subprocesses, each holding torch and a model, run one
+# at a time -- beside the zoo's worker (group model_zoo), not behind it on the same one)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torch_scripts")]
 
 
 def test_gpu_benchmark_quick_on_cpu(tmp_path):

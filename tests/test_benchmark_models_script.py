@@ -5,6 +5,7 @@ model that does not import."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,16 +17,23 @@ pytest.importorskip("transformers")
 pytest.importorskip("onnxruntime")
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.xdist_group("model_zoo")
+# slow: the benchmark in a subprocess, exporting zoo models with torch (and tuning); the
+# forms of a fused attention at 320 and 1024 keys, measured
+# (xdist group torch_scripts: these subprocesses, each holding torch and a model, run one
+# at a time -- beside the zoo's worker (group model_zoo), not behind it on the same one)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torch_scripts")]
 
 
 def test_models_benchmark_tiny(tmp_path):
-    out = tmp_path / "results"
+    out, cache = tmp_path / "results", tmp_path / "cache"
+    # --warm-cache: the script keeps this $WORKBENCH_CACHE (empty: compiles are as cold
+    # as in its own fresh one), so the tuning cache it leaves there can be read below
     r = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "models.py"), "--size", "tiny",
          "--models", "vit", "resnet", "--repeats", "1", "--inner", "1", "--blas", "off",
-         "1", "--tune", "--one-by-one", "--out", str(out), "--tag=-test"],
-        capture_output=True, text=True, timeout=900, cwd=ROOT)
+         "1", "--tune", "--one-by-one", "--warm-cache", "--out", str(out), "--tag=-test"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env=dict(os.environ, WORKBENCH_CACHE=str(cache)))
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(next(out.glob("models-*-test.json")).read_text())
     md = next(out.glob("models-*-test.md")).read_text()
@@ -52,6 +60,25 @@ def test_models_benchmark_tiny(tmp_path):
             assert all(t["best_ms"] < t["rule_ms"] for t in p["tuned"])
         assert f"| {m['model']} |" in md
     assert "## Tuning the stitch plan" in md
+    # the rows of retuned kernels ("tuned") are the script's pick from Session.tune's
+    # results; Session.tune saves every kernel it searched, retuned or not, in the
+    # tuning cache. The script's rows must be exactly the searched kernels whose best
+    # time beat the rule's -- none dropped, none added, their times and launches
+    # as searched (a check of the rows alone cannot see a kernel the script left out)
+    searched = [e for f in (cache / "tuning").glob("*.json")
+                for e in json.loads(f.read_text()).values()]
+    assert searched, "Session.tune saved no kernel"
+
+    def row(rule_ms, best_ms, launch):
+        return rule_ms, best_ms, sorted((k, v) for k, v in launch)
+    retuned = sorted(row(e["rule_ms"], e["best_ms"], e["launch"]) for e in searched
+                     if e["best_ms"] < e["rule_ms"])
+    kept = [t for m in res["models"]
+            for t in (m.get("planners") or {}).get("stitch", {}).get("tuned", [])]
+    rows = sorted(row(t["rule_ms"], t["best_ms"], t["launch"].items()) for t in kept)
+    assert rows == retuned, (rows, retuned)
+    for t in kept:
+        assert f"{t['kernel']} {t['rule_ms']:.3f} -> {t['best_ms']:.3f}" in md
     # ViT imports today through both paths
     assert "seconds" in res["models"][0]["import_onnx"]
 

@@ -8,6 +8,10 @@ import pytest
 CLI = [sys.executable, "-m", "workbench.cli"]
 
 
+# slow: the CLI tests beyond the fast tier's few (each a subprocess or two of seconds)
+SUBPROCESSES = pytest.mark.slow
+
+
 def run(*args):
     return subprocess.run(CLI + list(args), capture_output=True, text=True, timeout=600)
 
@@ -25,6 +29,7 @@ def test_optimize_prints_one_row_per_step(tmp_path):
     assert rows[1]["bytes_moved_MB"] * 2 < rows[0]["bytes_moved_MB"]
 
 
+@SUBPROCESSES
 def test_optimize_counters_column_is_nan_without_a_gpu(tmp_path):
     out = tmp_path / "r.json"
     r = run("optimize", "sample_graphs/softmax.json", "--backend", "cpu", "--repeats", "2",
@@ -41,19 +46,18 @@ def test_optimize_counters_column_is_nan_without_a_gpu(tmp_path):
     assert "DRAM MB" not in plain.stdout and "DRAM" not in plain.stderr
 
 
-@pytest.mark.parametrize("content,match", [
-    (None, "file not found"),
-    ("{not json", "not valid JSON"),
-    ('{"format": "workbench.graph", "inputs": {"x": {"shape": [2, 3]}}, "nodes": '
-     '[{"op": "add", "inputs": ["x", "y"], "outputs": ["z"]}], "outputs": ["z"]}',
-     "undefined value 'y'"),
-    ('{"format": "workbench.graph", "inputs": {"x": {"shape": [2, 3]}, "y": {"shape": [4]}},'
-     ' "nodes": [{"op": "add", "inputs": ["x", "y"], "outputs": ["z"]}], "outputs": ["z"]}',
-     "do not broadcast"),
-    ('{"format": "workbench.graph", "inputs": {"x": {"shape": [2]}}, "nodes": '
-     '[{"op": "frobnicate", "inputs": ["x"], "outputs": ["z"]}], "outputs": ["z"]}',
-     "unknown op 'frobnicate'"),
-])
+@pytest.mark.parametrize("content,match", [(None, "file not found")] + [
+    pytest.param(*case, marks=SUBPROCESSES) for case in [
+        ("{not json", "not valid JSON"),
+        ('{"format": "workbench.graph", "inputs": {"x": {"shape": [2, 3]}}, "nodes": '
+         '[{"op": "add", "inputs": ["x", "y"], "outputs": ["z"]}], "outputs": ["z"]}',
+         "undefined value 'y'"),
+        ('{"format": "workbench.graph", "inputs": {"x": {"shape": [2, 3]}, "y": {"shape": [4]}},'
+         ' "nodes": [{"op": "add", "inputs": ["x", "y"], "outputs": ["z"]}], "outputs": ["z"]}',
+         "do not broadcast"),
+        ('{"format": "workbench.graph", "inputs": {"x": {"shape": [2]}}, "nodes": '
+         '[{"op": "frobnicate", "inputs": ["x"], "outputs": ["z"]}], "outputs": ["z"]}',
+         "unknown op 'frobnicate'")]])
 def test_bad_input_one_line_exit_2(tmp_path, content, match):
     p = tmp_path / "g.json"
     if content is not None:
@@ -68,6 +72,7 @@ def test_bad_input_one_line_exit_2(tmp_path, content, match):
         assert p.read_text() == before        # the file is left as it was
 
 
+@SUBPROCESSES
 def test_malformed_onnx_exit_2(tmp_path):
     p = tmp_path / "m.onnx"
     p.write_bytes(b"\x08\x07garbage-that-is-not-a-model")
@@ -76,6 +81,7 @@ def test_malformed_onnx_exit_2(tmp_path):
     assert r.stderr.startswith("error: ")
 
 
+@SUBPROCESSES
 def test_show_plans_for_the_named_device():
     r = run("show", "sample_graphs/cross_entropy.json", "plan", "--planner", "stitch",
             "--device", "a100")
@@ -84,6 +90,7 @@ def test_show_plans_for_the_named_device():
     assert r.returncode == 2 and "tpu" in r.stderr
 
 
+@SUBPROCESSES
 def test_show_prints_plan_and_sources():
     r = run("show", "sample_graphs/softmax.json", "plan")
     assert r.returncode == 0 and "row_reduce" in r.stdout

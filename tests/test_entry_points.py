@@ -326,9 +326,14 @@ def _listing(d: Path) -> dict:
 
 
 CLI_CASES = list(ALL_FILES) + ["<directory>.json", "<missing>.onnx"]
+# the fast tier's sample, one through optimize and one through export (two subprocesses
+# a case: seconds each); the rest slow
+FAST_CLI_CASES = ("outputs_missing.json", "<directory>.json")
 
 
-@pytest.mark.parametrize("name", CLI_CASES)
+@pytest.mark.parametrize("name", [n if n in FAST_CLI_CASES else
+                                  pytest.param(n, marks=pytest.mark.slow)
+                                  for n in CLI_CASES])
 def test_cli_one_error_line_exit_2_nothing_written(tmp_path, name):
     # every input through `show` (the loader every command shares), and through
     # `optimize` or `export` in turn (a subprocess costs a second of imports)

@@ -17,7 +17,10 @@ pytest.importorskip("transformers")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "vectorization.py"
-pytestmark = pytest.mark.xdist_group("model_zoo")
+# slow: a subprocess exporting a zoo model with torch
+# (xdist group torch_scripts: these subprocesses, each holding torch and a model, run one
+# at a time -- beside the zoo's worker (group model_zoo), not behind it on the same one)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torch_scripts")]
 
 
 def test_the_report_lists_mobilenet_loops_and_no_select_left_scalar(tmp_path):

@@ -161,6 +161,7 @@ def test_failure_while_writing_leaves_nothing(session, tmp_path, monkeypatch):
 CLI = [sys.executable, "-m", "workbench.cli"]
 
 
+@pytest.mark.slow   # (the CLI in subprocesses)
 def test_cli_export_and_exit_codes(tmp_path):
     out = tmp_path / "ln.zip"
     args = ["export", "sample_graphs/layernorm.json", "--backend", "cpu", "-o", str(out)]

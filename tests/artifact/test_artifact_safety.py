@@ -719,6 +719,7 @@ def _truncated_zip(root, tmp):
     return z
 
 
+@pytest.mark.slow   # (every hostile artifact built and loaded: tens of seconds)
 def test_every_hostile_artifact_raises_one_artifact_error(pristine, tmp_path, monkeypatch):
     """Each hostile artifact raises ArtifactError (one line) from load_artifact, and
     nothing is written anywhere but the temporary compile cache."""

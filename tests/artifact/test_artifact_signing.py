@@ -199,6 +199,7 @@ def test_sign_with_a_string_is_refused(session, tmp_path):
     assert not (tmp_path / "a").exists()
 
 
+@pytest.mark.slow   # (the CLI in subprocesses)
 def test_cli_sign_key(tmp_path, fresh_cache):
     key = HmacKey.generate()
     f = tmp_path / "wb.key"

@@ -30,7 +30,8 @@ from lab_driver import (
     wait_idle,
 )
 
-pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]
+# slow: JupyterLab servers and headless Chromium
+pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
 GRAPH = REPO / "sample_graphs" / "layernorm.json"
 # two connected nodes that fuse legally: d = x - mean (n1) and d * d (n2)

@@ -192,6 +192,7 @@ def test_torch_indexing_ops_match_torch(planner):
 
 # -- a transformers model with an attention mask, both paths --------------------------
 
+@pytest.mark.slow   # (a transformers model exported and traced)
 def test_bert_with_attention_mask_imports_through_both_paths():
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("onnxscript")
@@ -233,6 +234,7 @@ class _LogitsOf(torch.nn.Module):
         return self.lm(input_ids=ids, attention_mask=mask).logits
 
 
+@pytest.mark.slow   # (transformers models traced)
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_causal_lm_with_attention_mask_imports_through_from_torch(arch):
     # LLaMA's head slices logits_to_keep (aten.alias); GPT-2's Conv1D views a value

@@ -16,7 +16,9 @@ A model that does not import fails here with the importer's one-line error (an
 unsupported op names itself); nothing is skipped or expected to fail.
 
 Every model is built and exported once per test session into a temporary folder; the
-module runs in one xdist group so one worker builds them.
+module runs in one xdist group (model_zoo) so one worker builds them. The scripts'
+tests that export zoo models in subprocesses have a group of their own (torch_scripts),
+so that the other worker takes them.
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ from workbench import onnx_backend
 from workbench.testing import zoo  # noqa: E402
 from workbench.tolerance import FRAMEWORK_TOLERANCE, relative_to_largest
 
-pytestmark = pytest.mark.xdist_group("model_zoo")
+# slow: every architecture built in torch, exported and imported (minutes)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("model_zoo")]
 
 
 

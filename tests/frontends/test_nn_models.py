@@ -90,6 +90,7 @@ def test_model_from_torch_matches_torch(name, planner):
         assert _error(got, want) < 1e-5, name
 
 
+@pytest.mark.slow   # (torch.onnx.export of each model; the fast tier's model: from_torch's)
 @pytest.mark.parametrize("name", list(MODELS))
 def test_model_through_onnx_matches_torch(name):
     module, shape = _build(name)

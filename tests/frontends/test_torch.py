@@ -118,6 +118,7 @@ def test_bert_layer_matches_torch():
     assert all(a.dtype == np.float32 for a in g.constants.values())
 
 
+@pytest.mark.slow   # (the fast tier's transformer block: BERT's, below)
 def test_gpt2_block_matches_torch():
     pytest.importorskip("transformers")
     from transformers import GPT2Config
@@ -144,6 +145,7 @@ def _llama():
     return cfg, LlamaDecoderLayer(cfg, layer_idx=0), LlamaRotaryEmbedding(cfg)
 
 
+@pytest.mark.slow   # (the fast tier's transformer block: BERT's)
 def test_llama_decoder_layer_matches_torch():
     _, layer, rope = _llama()
     x = torch.randn(2, 16, 64)

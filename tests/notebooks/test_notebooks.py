@@ -24,6 +24,9 @@ nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 pytest.importorskip("ipykernel")
 
+# slow: every notebook run top to bottom in a real Jupyter kernel
+pytestmark = pytest.mark.slow
+
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 CELL_TIMEOUT_S = 600    # the first run compiles every kernel (cached afterwards)
 WIDGET_MIME = "application/vnd.jupyter.widget-view+json"

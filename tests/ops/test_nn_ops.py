@@ -431,6 +431,7 @@ def test_window_and_pad_shape_rules_refuse_bad_attrs():
 
 # -- CUDA: every kernel these ops make compiles with NVRTC -----------------------------
 
+@pytest.mark.slow   # (every kernel of every nn op through NVRTC: tens of seconds)
 def test_nn_kernels_compile_with_nvrtc(nvrtc_toolchain):
     from workbench.runtime import nvrtc
     graphs = [wb.from_torch(_Fn(fn) if not isinstance(fn, torch.nn.Module) else fn,

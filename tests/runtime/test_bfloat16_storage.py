@@ -266,6 +266,7 @@ def test_bfloat16_row_kernels_move_16_bytes_per_access(kind, rows, cols, mapping
     assert rep.spill_bytes == 0 and rep.stack_bytes == 0
 
 
+@pytest.mark.slow   # (every planner's kernels through NVRTC: tens of seconds)
 def test_bfloat16_kernels_of_every_planner_compile(nvrtc_compile_plans):
     graphs = [_row_graph(kind, 257, 1000) for kind in
               ("softmax", "layer_norm", "rms_norm", "gelu_residual_ln")]

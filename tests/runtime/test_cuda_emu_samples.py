@@ -79,7 +79,14 @@ def _small(name: str, tmp_path):
     return getattr(make_samples, name)(**SMALL[name])
 
 
-@pytest.mark.parametrize("name", sorted(SMALL))
+# the fast tier's samples: an elementwise chain and a column reduction (seconds); the
+# others take half a minute to three minutes each in the emulator (slow)
+FAST_SAMPLES = ("bias_gelu", "bias_grad")
+
+
+@pytest.mark.parametrize("name", [n if n in FAST_SAMPLES else
+                                  pytest.param(n, marks=pytest.mark.slow)
+                                  for n in sorted(SMALL)])
 def test_every_variant_of_a_sample_runs_right(name, tmp_path):
     # (without GCC's -fsanitize=thread the accesses are not counted: CI has GCC)
     assert counting() or not os.environ.get("WB_REQUIRE_CUDA_EMU")

@@ -395,6 +395,7 @@ def onnx_blocks(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow   # (torch blocks exported to ONNX)
 @pytest.mark.parametrize("planner", ["rules", "stitch"])
 @pytest.mark.parametrize("block", ["up", "down"])
 def test_torch_blocks_through_onnx(onnx_blocks, block, planner):

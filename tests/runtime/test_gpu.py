@@ -69,8 +69,11 @@ def _norm(kind, rows, cols):
     return b.build()
 
 
-@pytest.mark.parametrize("rows, cols", [(3, 33), (1057, 700), (5, 2501), (4, 70000), (7, 77),
-                                        (3, 50257), (2048, 4096), (64, 32768), (19, 1000)])
+@pytest.mark.parametrize("rows, cols", [
+    (3, 33), (1057, 700), (7, 77), (2048, 4096), (64, 32768),
+    # (longer rows: seconds to a minute of emulation each under split and thread)
+    *(pytest.param(*shape, marks=pytest.mark.slow)
+      for shape in ((5, 2501), (19, 1000), (4, 70000), (3, 50257)))])
 @pytest.mark.parametrize("kind", ["layer_norm", "softmax"])
 @pytest.mark.parametrize("mapping", ["warp", "block", "split", "thread"])
 def test_every_thread_mapping(backend, kind, rows, cols, mapping):
@@ -94,6 +97,7 @@ def test_global_stitch_cooperative_launch(backend, rows, cols):
     assert m.within_tolerance, (m.max_rel_error, m.per_kernel)
 
 
+@pytest.mark.slow   # (half a minute to a minute each in the emulator)
 @pytest.mark.parametrize("name", ["cross_entropy.json", "layernorm_param_grad.json",
                                   "bias_gelu_residual_layernorm.json", "adam.json"])
 def test_whole_graph_stitched(backend, name):
@@ -170,6 +174,8 @@ def test_row_kernel_compiled_for_the_device_fits_its_registers():
         ck.kernel.launch.block, attrs["shared_bytes"], be.device, attrs["registers"])
 
 
+@pytest.mark.slow   # (every mapping in the emulator; the fast tier's bfloat16 rows:
+#                    tests/runtime/test_bfloat16_storage.py)
 @pytest.mark.parametrize("kind", ["softmax", "layer_norm", "rms_norm", "gelu_residual_ln"])
 @pytest.mark.parametrize("rows, cols", [(67, 520), (4096, 1024), (64, 32768), (5, 3001)])
 def test_bfloat16_rows_under_every_mapping(backend, kind, rows, cols):
@@ -199,8 +205,38 @@ def test_bfloat16_library_matmul(backend):
         assert m.within_tolerance, (planner, m.per_kernel)
 
 
-@pytest.mark.parametrize("kind, rows, cols", [("softmax", 3, 4099), ("layer_norm", 37, 2048),
-                                              ("softmax", 6, 8192), ("layer_norm", 130, 96)])
+def _conv_block():
+    """A CNN's block: a padded, strided 3 x 3 convolution with its bias and a ReLU, a
+    grouped (depthwise) 3 x 3 one, a max pool and a 1 x 1 convolution."""
+    import numpy as np
+
+    from workbench.ir import GraphBuilder, composites_nn
+    rng = np.random.default_rng(5)
+    w = lambda *shape: b.constant(rng.uniform(-0.5, 0.5, shape).astype(np.float32))  # noqa: E731
+    b = GraphBuilder("conv_block")
+    x = b.input("x", (2, 8, 18, 18))
+    h = b.relu(b.op("conv2d", x, w(16, 8, 3, 3), w(16), strides=[2, 2], pads=[1, 1, 1, 1]))
+    h = b.relu(b.op("conv2d", h, w(16, 1, 3, 3), w(16), strides=[1, 1], pads=[1, 1, 1, 1],
+                    group=16))
+    h = composites_nn.max_pool(b, h, [2, 2], [2, 2])
+    b.output(b.op("conv2d", h, w(4, 16, 1, 1), w(4), strides=[1, 1], pads=[0, 0, 0, 0]), "y")
+    return b.build()
+
+
+@pytest.mark.parametrize("planner", ["rules", "stitch"])
+def test_a_convolution_block_runs_right(backend, planner):
+    """Convolutions on a GPU's plan (the library's, their epilogues and poolings in
+    generated kernels), checked kernel by kernel."""
+    s = Session(_conv_block(), backend=backend)
+    s.auto(planner)
+    m = _measure(s)
+    assert m.within_tolerance, (planner, m.max_rel_error, m.per_kernel)
+
+
+@pytest.mark.parametrize("kind, rows, cols", [
+    ("layer_norm", 130, 96),
+    *(pytest.param(*c, marks=pytest.mark.slow) for c in (      # (longer rows: more candidates)
+        ("softmax", 3, 4099), ("layer_norm", 37, 2048), ("softmax", 6, 8192)))])
 @pytest.mark.skipif(EMU_MISSING is not None, reason=str(EMU_MISSING))
 def test_every_tuning_candidate_runs_right(kind, rows, cols):
     """What ``Session.tune`` may launch on a GPU: every candidate of the row kernel

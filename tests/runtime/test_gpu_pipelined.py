@@ -76,6 +76,7 @@ def test_a_pipelined_cuda_core_gemm_matches_numpy(make, tile):
     _within(_pipelined(make(), tile_m=tile[0], tile_n=tile[1]))
 
 
+@pytest.mark.slow   # (large tensor-core tiles in the emulator; the fast tier's: test_gpu_tf32.py)
 @needs_emu
 @pytest.mark.parametrize("tile", TENSOR_PIPELINED)
 def test_a_pipelined_tensor_core_gemm_matches_numpy_in_tf32_and_bfloat16(tile):

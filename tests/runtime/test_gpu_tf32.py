@@ -250,6 +250,7 @@ def test_a_cpu_computes_float32_whatever_is_asked_and_says_so():
         Session(g, backend="cpu", matmul_precision="fp16")
 
 
+@pytest.mark.slow   # (the CLI in a subprocess on every sample graph, emulated)
 @needs_emu
 def test_the_main_job_with_tf32_as_a_user_runs_it(tmp_path):
     """``workbench optimize ... --matmul-precision tf32`` in a subprocess, on the GPU's

@@ -53,6 +53,11 @@ def sanitizer_env():
     return sanitize.sanitizer_env()
 
 
+# slow: a child Python with the ASan runtime preloaded, every sample graph's kernels built
+# sanitized (the tests of $WB_EXTRA_CFLAGS below build one small library: fast tier)
+SANITIZED = pytest.mark.slow
+
+
 def _run(env, *args, timeout):
     return subprocess.run([sys.executable, str(SCRIPT), *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
@@ -66,6 +71,7 @@ def _report(r) -> str:
     return f"exit status {r.returncode}\n-- stdout (end):\n{out}\n-- stderr (last 60 lines):\n{err}"
 
 
+@SANITIZED
 def test_generated_kernels_are_clean_under_asan_and_ubsan(sanitizer_env):
     r = _run(sanitizer_env, timeout=900)
     assert r.returncode == 0, _report(r)
@@ -93,6 +99,7 @@ def test_generated_kernels_are_clean_under_asan_and_ubsan(sanitizer_env):
         _report(r)
 
 
+@SANITIZED
 @pytest.mark.parametrize("kind, message", [
     ("oob", "ERROR: AddressSanitizer: heap-buffer-overflow"),
     ("overflow", "runtime error: signed integer overflow"),
@@ -108,6 +115,7 @@ def test_a_broken_kernel_is_caught(sanitizer_env, kind, message):
     assert "NOT caught" not in r.stdout, _report(r)
 
 
+@SANITIZED
 def test_the_child_refuses_to_run_without_the_sanitizers(sanitizer_env):
     """Started as the child but without the ASan runtime, it says so (exit 3) instead
     of checking unsanitized kernels and passing."""

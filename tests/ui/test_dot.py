@@ -110,6 +110,7 @@ def test_model_text_cannot_inject_dot_or_markup():
     assert "\\N" in svg                                     # not expanded to a node name
 
 
+@pytest.mark.slow   # (Graphviz on 500 nodes)
 def test_a_500_node_graph_draws(big_graph):
     assert len(big_graph.nodes) == 510
     plan, _ = run_planner("rules", big_graph)
