@@ -88,14 +88,17 @@ def _cli(*argv, cwd=None):
                           capture_output=True, text=True, timeout=600, cwd=cwd)
 
 
+SLOW = pytest.mark.slow      # (a subprocess each: the fast tier keeps one of a kind)
+
+
 @pytest.mark.parametrize("argv, match", [
     (["--json", "/nonexistent/dir/rows.json"], "no directory /nonexistent/dir"),
-    (["--json", "/tmp"], "is not a regular file"),
-    (["--json", "/dev/full"], "is not a regular file"),
+    pytest.param(["--json", "/tmp"], "is not a regular file", marks=SLOW),
+    pytest.param(["--json", "/dev/full"], "is not a regular file", marks=SLOW),
     (["--repeats", "0"], "'0' is not an integer from 1 to 1000000"),
-    (["--repeats", "-1"], "not an integer from 1"),
-    (["--warmup", "-5"], "'-5' is not an integer from 0"),
-    (["--seed", "9" * 200], "is not an integer from 0"),
+    pytest.param(["--repeats", "-1"], "not an integer from 1", marks=SLOW),
+    pytest.param(["--warmup", "-5"], "'-5' is not an integer from 0", marks=SLOW),
+    pytest.param(["--seed", "9" * 200], "is not an integer from 0", marks=SLOW),
 ])
 def test_cli_counts_and_paths_are_checked_before_the_job(argv, match):
     r = _cli("optimize", SAMPLE, "--backend", "cpu", *argv)
@@ -122,7 +125,7 @@ def test_graph_files_that_were_internal_errors_are_user_errors(tmp_path, text, m
         wb.load(f)
 
 
-@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("seed", [0, *(pytest.param(s, marks=SLOW) for s in (1, 2, 3))])
 def test_junk_calls_to_every_face_raise_only_workbench_errors(session, tmp_path, seed,
                                                               monkeypatch):
     """The CI's bounded sample of the API fuzzer (workbench/testing/fuzz/api.py; a
