@@ -97,6 +97,13 @@ def path(x: Any, what: str = "path") -> Path:
     return Path(text)
 
 
+def callback(x: Any, what: str):
+    """A function, or None."""
+    if x is not None and not callable(x):
+        raise WorkbenchError(f"{what} must be a function or None, got {_got(x)}")
+    return x
+
+
 def mapping(x: Any, what: str) -> Mapping:
     if not isinstance(x, Mapping):
         raise WorkbenchError(f"{what} must be a dict of name -> array, got {_got(x)}")

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass, field
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
@@ -28,13 +27,14 @@ import pandas as pd
 from .codegen import Kernel, lower_group, render_kernel
 from .errors import FusionRefused, OutOfMemory, WorkbenchError
 from .fusion import Decision, Group, Plan, run_planner
+from .history import History, Step
 from .ir import Graph
 from .measure import StepMeasurement, measure_program
 from .measure.step import DRAM_NOT_REQUESTED
 from .runtime import Program, get_backend, random_inputs, run_reference
 from .frontends import load
 from .fusion.actions import Action, applicable_actions, effect
-from .fusion.cost import CostModel, Sample, samples_from
+from .fusion.fitted import FittedModel
 from .fusion.plan import check_precision
 from .artifact import export_plan
 from . import arguments as args
@@ -48,32 +48,10 @@ STEP_COLUMNS = ["step", "action", "planner", "matmul_precision", "kernels", "byt
                 "end_to_end_error", "ok"]
 
 
-@dataclass(frozen=True)
-class Step:
-    """One entry in the history: the action that made it and the resulting plan."""
-    action: str
-    plan: Plan
-    decisions: tuple[Decision, ...] = field(default=())
-
-
 def warn_no_tf32(device) -> None:
     # (stacklevel 3: the line that called Session(...) or set_matmul_precision)
     warnings.warn(f"matmul_precision='tf32': {device.name} has no TF32 tensor "
                   "cores, so its matmuls stay float32 (exact)", stacklevel=3)
-
-
-def check_session_args(backend, seed, progress, matmul_precision="float32") -> None:
-    """Session's arguments of the wrong type, refused before anything is loaded."""
-    check_precision(matmul_precision)
-    if not isinstance(backend, str):
-        raise WorkbenchError(f"backend must be a name ({', '.join(backend_names())}), got "
-                             f"{type(backend).__name__}")
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)) \
-            or seed < 0:
-        raise WorkbenchError(f"seed must be an integer >= 0, got {seed!r:.40}")
-    if progress is not None and not callable(progress):
-        raise WorkbenchError(f"progress must be a function (done, total, name) or None, "
-                             f"got {type(progress).__name__}")
 
 
 def in_memory(method):
@@ -105,7 +83,11 @@ class Session:
     def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,
                  progress: Callable[[int, int, str], None] | None = None,
                  calibrate: bool = True, matmul_precision: str = "float32"):
-        check_session_args(backend, seed, progress, matmul_precision)
+        # (refused before anything is loaded)
+        check_precision(matmul_precision)
+        args.name(backend, f"backend ({', '.join(backend_names())})")
+        args.count(seed, "seed", 0, 2 ** 63 - 1)
+        args.callback(progress, "progress (a function (done, total, name))")
         self.graph = load(graph)
         self.backend = get_backend(backend)
         device = self.backend.device
@@ -113,9 +95,8 @@ class Session:
             warn_no_tf32(device)
         self.progress = progress
         # plans are made for the backend's device (the CPU's is measured once, cached)
-        self.history: list[Step] = [Step("load", Plan.singletons(self.graph, device,
-                                                                 matmul_precision))]
-        self.position = 0
+        self._history = History(Step("load", Plan.singletons(self.graph, device,
+                                                            matmul_precision)))
         self.seed = seed
         self._inputs: dict[str, np.ndarray] | None = None
         self._reference: dict[str, np.ndarray] | None = None
@@ -129,8 +110,7 @@ class Session:
         self._baseline: StepMeasurement | None = None
         self._tuned: list = []         # (group, seconds) of every candidate timed
         self.tuning: list = []         # the last tune()'s results (measure.tune.TuneResult)
-        self._cost_model = None        # assigned by the user, or fitted to measurements
-        self._device_model = None      # the device's uncalibrated model (made once)
+        self._models = FittedModel(self.device)   # the device's, refitted, or assigned
         # refit the model after every new measurement -- of the device's own timings
         # (the CUDA emulator's are the CPU's, and would teach the GPU's model nonsense)
         self.calibrate = calibrate and not self.backend.emulated
@@ -138,11 +118,21 @@ class Session:
     # -- the current state -----------------------------------------------------
     @property
     def plan(self) -> Plan:
-        return self.history[self.position].plan
+        return self._history.current.plan
 
     @property
     def step(self) -> Step:
-        return self.history[self.position]
+        return self._history.current
+
+    @property
+    def history(self) -> list[Step]:
+        """Every step, the undone ones after ``position`` included (see :mod:`.history`)."""
+        return self._history.steps
+
+    @property
+    def position(self) -> int:
+        """The index of the current step in ``history``."""
+        return self._history.position
 
     @property
     def matmul_precision(self) -> str:
@@ -164,9 +154,7 @@ class Session:
         # plan is worth comparing)
         if plan == self.plan and plan.planner == self.plan.planner:
             return self.plan
-        del self.history[self.position + 1:]
-        self.history.append(Step(action, plan, tuple(decisions)))
-        self.position += 1
+        self._history.push(Step(action, plan, tuple(decisions)))
         return plan
 
     # -- transformations ---------------------------------------------------------
@@ -255,31 +243,18 @@ class Session:
         return self._push(f"tune ({tuned} of {len(results)} kernels retuned)", plan)
 
     def undo(self) -> Plan:
-        if self.position == 0:
-            raise WorkbenchError("nothing to undo: this is the first step")
-        self.position -= 1
+        self._history.undo()
         return self.plan
 
     def redo(self) -> Plan:
-        if self.position + 1 >= len(self.history):
-            raise WorkbenchError("nothing to redo")
-        self.position += 1
+        self._history.redo()
         return self.plan
 
     def goto(self, index: int) -> Plan:
         """Jump to any step of the history (as many undos or redos at once; nothing is
         dropped)."""
-        self.position = self._step_index(index, from_end=True)
+        self._history.goto(index)
         return self.plan
-
-    def _step_index(self, index, from_end: bool = False) -> int:
-        """A step of the history by its index (negative from the end, where allowed),
-        or the error naming the steps there are."""
-        n = len(self.history)
-        if isinstance(index, bool) or not isinstance(index, (int, np.integer)) \
-                or not (-n if from_end else 0) <= index < n:
-            raise WorkbenchError(f"no step {index!r:.20}: the history has steps 0..{n - 1}")
-        return int(index) % n
 
     # -- what applies to a selection ---------------------------------------------
     def actions(self, refs: Iterable[str]) -> list:
@@ -310,7 +285,7 @@ class Session:
         where measured, latency; one row per quantity, a column per step and the
         change."""
         cols = {}
-        for i in map(self._step_index, (a, b)):
+        for i in map(self._history.index, (a, b)):
             st = self.history[i]
             e = effect(st.plan, self.cost_model)
             m = self._measurements.get(st.plan)
@@ -441,30 +416,17 @@ class Session:
         ``calibrate=True``, the default), or one assigned by the user. It prices a
         plan at any matmul precision (each kernel's schedule says whether its matmuls
         run on tensor cores)."""
-        return self._cost_model or self._uncalibrated()
+        return self._models.model
 
     @cost_model.setter
     def cost_model(self, model) -> None:
         # an assigned model is kept as it is: automatic refitting stops
-        self._cost_model = model
+        self._models.assign(model)
         self.calibrate = False
 
-    def _uncalibrated(self):
-        if self._device_model is None:
-            self._device_model = CostModel.for_device(self.device)
-        return self._device_model
-
     def _recalibrate(self) -> None:
-        """Fit the device's model to every kernel measured so far (always from the
-        uncalibrated model, so fits do not compound)."""
-        base = self._uncalibrated()
-        samples = [smp for plan, m in self._measurements.items()
-                   for smp in samples_from(base, plan, m.per_kernel)]
-        samples += [Sample(base.features(self.graph, gr), t) for gr, t in self._tuned]
-        try:
-            self._cost_model = base.calibrate(samples)
-        except ValueError:   # nothing measurable yet (e.g. only empty kernels)
-            pass
+        self._models.refit(self.graph, ((plan, m.per_kernel)
+                                        for plan, m in self._measurements.items()), self._tuned)
 
     def predict(self, plan: Plan | None = None):
         """The cost model's prediction for a plan (the current by default), per kernel
