@@ -2,16 +2,13 @@
 hostile model names, and a way to re-sign an artifact after a deliberate edit."""
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-from workbench.artifact.manifest import canonical_json, sha256
 from workbench.dtypes import DType
 from workbench.ir import GraphBuilder
 from workbench.ir.composites import random_array
+from workbench.testing.fuzz.artifacts import resign  # noqa: F401  (the tests' helper)
 
 # every model-provided name carries this marker; generated source must never contain it
 MARK = "EVILNAME"
@@ -31,20 +28,6 @@ def small_graph():
     b.output(b.softmax(y), f'{MARK} probs"); /*')
     b.output(b.reduce_sum(y, axes=[0], keepdims=False), f"{MARK}_colsum")
     return b.build()
-
-
-def resign(root: Path, edit=None) -> None:
-    """Recompute every file's entry and the digest of an artifact directory after a
-    deliberate edit (``edit(manifest_dict)`` may change the manifest first)."""
-    m = json.loads((root / "manifest.json").read_text())
-    if edit:
-        edit(m)
-    for rel in m["files"]:
-        data = (root / rel).read_bytes()
-        m["files"][rel] = {"sha256": sha256(data), "size": len(data)}
-    m.pop("digest", None)
-    m["digest"] = sha256(canonical_json(m))
-    (root / "manifest.json").write_text(json.dumps(m, indent=1))
 
 
 def conv_graph():

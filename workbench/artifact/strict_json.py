@@ -7,8 +7,9 @@ import json
 import math
 from typing import Any
 
+from ..json_keys import bounded_int, unique_keys
 from .limits import MAX_JSON_DEPTH
-from .messages import artifact_error, one_line, show
+from .messages import artifact_error, one_line
 
 
 def _not_json(name: str):
@@ -20,15 +21,6 @@ def _finite(text: str) -> float:
     if not math.isfinite(x):
         raise ValueError(f"the number {text[:24]} is out of range")
     return x
-
-
-def _unique_keys(pairs: list) -> dict:
-    d = {}
-    for k, v in pairs:
-        if k in d:
-            raise ValueError(f"the key {show(k, 40)} appears twice in one object")
-        d[k] = v
-    return d
 
 
 def json_depth(x: Any) -> int:
@@ -49,7 +41,8 @@ def parse_json(data: bytes, what: str, where: str) -> Any:
     nesting at most MAX_JSON_DEPTH. Raises ArtifactError (one line) otherwise."""
     try:
         obj = json.loads(data.decode("utf-8"), parse_constant=_not_json,
-                         parse_float=_finite, object_pairs_hook=_unique_keys)
+                         parse_float=_finite, object_pairs_hook=unique_keys,
+                         parse_int=bounded_int)
     except RecursionError:
         raise artifact_error(where, f"{what} is nested too deeply; re-export the "
                                     "artifact") from None

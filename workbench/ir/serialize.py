@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import GraphError, WorkbenchError, shown
+from ..json_keys import JsonFault, bounded_int, unique_keys
 from ..dtypes import DType
 from .graph import Graph, LazyConstants, Node, Origin, Value, freeze_attr, infer_node
 from ..shapes import check_shape, is_int
@@ -303,32 +304,6 @@ def save_json(g: Graph, path: str | Path) -> None:
     Path(path).write_text(json.dumps(to_json(g), indent=1))
 
 
-class _JsonFault(ValueError):
-    pass
-
-
-# an integer in a graph file: a dimension, an axis, an index (a dimension past 2^35 is
-# refused anyway); far longer digit strings only cost time to read
-MAX_INT_DIGITS = 40
-
-
-def _bounded_int(text: str) -> int:
-    if len(text.lstrip("-")) > MAX_INT_DIGITS:
-        raise _JsonFault(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS})")
-    return int(text)
-
-
-def _unique_keys(pairs) -> dict:
-    """A JSON object whose keys are distinct (two values for one key is ambiguous: JSON
-    readers disagree on which wins)."""
-    d = {}
-    for k, v in pairs:
-        if k in d:
-            raise _JsonFault(f"key {shown(k)[:60]!r} appears twice in one object")
-        d[k] = v
-    return d
-
-
 def load_json(path: str | Path) -> Graph:
     """Read and verify a graph file; every fault (missing, a directory, not UTF-8, not
     JSON, nested too deeply, malformed) is one WorkbenchError naming the file."""
@@ -353,8 +328,8 @@ def load_json(path: str | Path) -> Graph:
         raise GraphError(f"{label} is not UTF-8 text (byte {e.start} is "
                          f"{raw[e.start:e.start + 1]!r}); save the JSON as UTF-8") from None
     try:
-        d = json.loads(text, object_pairs_hook=_unique_keys, parse_int=_bounded_int)
-    except _JsonFault as e:
+        d = json.loads(text, object_pairs_hook=unique_keys, parse_int=bounded_int)
+    except JsonFault as e:
         raise GraphError(f"{label}: {e}; fix the file or re-export it") from None
     except json.JSONDecodeError as e:
         # (e.msg may end in "at", as in "Unterminated string starting at")

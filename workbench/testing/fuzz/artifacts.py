@@ -39,9 +39,12 @@ def _files(root: Path) -> list[Path]:
     return sorted(p for p in root.rglob("*") if p.is_file())
 
 
-def _consistent(root: Path) -> None:
-    """What anyone can do: recompute the manifest's file entries and digest."""
+def resign(root: Path, edit=None) -> None:
+    """What anyone can do to an artifact directory: recompute every file's entry and
+    the digest of its manifest (after ``edit(manifest_dict)``, where given)."""
     m = json.loads((root / "manifest.json").read_text())
+    if edit:
+        edit(m)
     for rel in m["files"]:
         data = (root / rel).read_bytes()
         m["files"][rel] = {"sha256": sha256(data), "size": len(data)}
@@ -78,16 +81,16 @@ def _change(rng, root: Path, change: str, marker: Path, other: Path, untrusted) 
         src.write_text(src.read_text() + "\n#include <stdio.h>\n"
                        "__attribute__((constructor)) static void wb_evil(void) {\n"
                        f"  FILE* f = fopen(\"{marker}\", \"w\"); if (f) fclose(f);\n}}\n")
-        _consistent(root)
+        resign(root)
     elif change == "foreign_signature":
-        _consistent(root)
+        resign(root)
         shutil.copy(other / sign.SIGNATURE_FILE, root / sign.SIGNATURE_FILE)
     elif change == "untrusted_signature":
         (root / "kernels" / "extra.c").write_text("int wb_extra;\n")
         m = json.loads((root / "manifest.json").read_text())
         m["files"]["kernels/extra.c"] = {"sha256": "", "size": 0}
         (root / "manifest.json").write_text(json.dumps(m))
-        _consistent(root)
+        resign(root)
         digest = json.loads((root / "manifest.json").read_text())["digest"]
         (root / sign.SIGNATURE_FILE).write_bytes(sign.signature_file(digest, untrusted))
     elif change == "other_algorithm":
