@@ -312,6 +312,26 @@ def _cli(*args, cwd):
                           timeout=600, cwd=cwd, env=env)
 
 
+def _cli_in_process(*args, cwd):
+    """``workbench ARGS`` as ``workbench.cli.main`` runs it, in this process: the same
+    code as the command line but for Python's start (the fast form of the sweep below;
+    the fast tier keeps real subprocesses of it)."""
+    import contextlib
+    import io
+    from workbench import cli
+    out, err, here = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main([str(a) for a in args])
+            except SystemExit as e:      # (argparse's own exits)
+                code = e.code
+    finally:
+        os.chdir(here)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
 def _assert_one_error_line(r, what):
     assert r.returncode == 2, (what, r.returncode, r.stderr[-2000:])
     assert "Traceback" not in r.stderr, (what, r.stderr[-2000:])
@@ -326,14 +346,12 @@ def _listing(d: Path) -> dict:
 
 
 CLI_CASES = list(ALL_FILES) + ["<directory>.json", "<missing>.onnx"]
-# the fast tier's sample, one through optimize and one through export (two subprocesses
-# a case: seconds each); the rest slow
-FAST_CLI_CASES = ("outputs_missing.json", "<directory>.json")
+# the cases run as real subprocesses, one through optimize and one through export (two
+# subprocesses a case: seconds each); the rest through cli.main in this process
+SUBPROCESS_CLI_CASES = ("outputs_missing.json", "<directory>.json")
 
 
-@pytest.mark.parametrize("name", [n if n in FAST_CLI_CASES else
-                                  pytest.param(n, marks=pytest.mark.slow)
-                                  for n in CLI_CASES])
+@pytest.mark.parametrize("name", CLI_CASES)
 def test_cli_one_error_line_exit_2_nothing_written(tmp_path, name):
     # every input through `show` (the loader every command shares), and through
     # `optimize` or `export` in turn (a subprocess costs a second of imports)
@@ -349,8 +367,9 @@ def test_cli_one_error_line_exit_2_nothing_written(tmp_path, name):
     commands = [["show", p, "graph"],
                 ["optimize", p, "--backend", "reference", "--json", tmp_path / "rows.json"],
                 ["export", p, "-o", tmp_path / "artifact", "--backend", "reference"]]
+    run = _cli if name in SUBPROCESS_CLI_CASES else _cli_in_process
     for args in (commands[0], commands[1 + k % 2]):
-        _assert_one_error_line(_cli(*args, cwd=tmp_path), (name, args[0]))
+        _assert_one_error_line(run(*args, cwd=tmp_path), (name, args[0]))
         assert _listing(tmp_path) == before, (name, args[0])
 
 
