@@ -131,7 +131,7 @@ def _check_accesses(g, gr, k, accesses):
         if b.is_output and not b.workspace:
             assert a.written == a.written_distinct == b.nbytes, (where, b.name, a)
         elif not b.is_output:
-            assert a.read_distinct == b.nbytes, (where, b.name, a)
+            assert a.read_distinct == b.read_bytes, (where, b.name, a)
     s = gr.schedule
     if s.kind is ScheduleKind.elementwise:
         # a flat loop's outputs are stored at its index: 16 bytes at a time (8 bytes

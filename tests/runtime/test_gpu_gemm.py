@@ -133,7 +133,7 @@ def _check_accesses(gr, k, accesses):
             assert a.store_sectors <= -(-a.written // 32) + 2 * a.store_requests, (
                 b.value, a)
         else:
-            assert a.read_distinct == b.nbytes, (b.value, a)
+            assert a.read_distinct == b.read_bytes, (b.value, a)
     (ba, aa), (bb, ab) = by_value[t.a.value], by_value[t.b.value]
     assert aa.read == ba.nbytes * t.col_tiles, aa
     assert ab.read == bb.nbytes * t.row_tiles, ab

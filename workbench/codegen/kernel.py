@@ -145,8 +145,9 @@ class Kernel:
 
     @property
     def bytes_read(self) -> int:
-        """Global-memory reads: each input buffer once, plus each workspace buffer once."""
-        return sum(b.nbytes for b in self.inputs) + self.scratch_bytes // 2
+        """Global-memory reads: the elements of each input the kernel loads, each once
+        (``Buffer.read_bytes``), plus each workspace buffer once."""
+        return sum(b.read_bytes for b in self.inputs) + self.scratch_bytes // 2
 
     @property
     def bytes_written(self) -> int:

@@ -46,10 +46,18 @@ class Buffer:
     # a right operand packed into the micro-kernel's column panels (up to PANEL x the
     # operand: each row padded to whole panels), persistent or packed by every run
     packed: bool = False
+    # an input's elements the kernel loads (fusion/footprint.py: a gather's table rows,
+    # a slice of it, a window's positions); -1: all of them
+    read_numel: int = -1
 
     @property
     def nbytes(self) -> int:
         return self.numel * self.dtype.itemsize
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes of an input the kernel reads, each element once."""
+        return (self.numel if self.read_numel < 0 else self.read_numel) * self.dtype.itemsize
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ generating code.
 For one group on one :class:`~workbench.device.Device`, :func:`features`
 counts (FusionStitching's and AStitch's terms):
 
-- **bytes**: each value the group reads from outside once, each value it writes out
-  once (the compulsory traffic ``codegen`` also counts), plus the intermediates a
+- **bytes**: the elements the group reads of each value from outside, once (all of
+  it, but for what a gather, slice or window skips: ``footprint.py``), each value it
+  writes out once (the compulsory traffic ``codegen`` also counts), plus the intermediates a
   stitched kernel passes through global memory (written once, read once);
 - **launches** (one per kernel) and **grid barriers** (stitched phases, split rows);
 - **arithmetic**: ``OpDef.flops`` per element, *including recomputation*: in a row
@@ -41,6 +42,7 @@ from ..device import Device
 from ..dtypes import DType
 from ..ir import Graph
 from ..ops import Kind, get_op
+from .footprint import read_bytes
 from .gemm.gpu_tiles import GPU_GEMM_EFFICIENCY, GPU_TENSOR_GEMM_EFFICIENCY
 from .geometry import geometry, shared_bytes
 from .mapping import Mapping, ScheduleKind
@@ -250,7 +252,10 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
     s = group.schedule
     nodes = group.nodes
     io = group_io(g, nodes)
-    read = sum(g.value(v).nbytes for v in io.inputs if not _inlined(g, v, s))
+    # the elements the kernel loads of each input (footprint.py: a gather's rows, a
+    # slice, a window's positions), the rule the kernel IR's bytes_read counts by too
+    read = sum(read_bytes(g, nodes, v, io.outputs, s.kind is ScheduleKind.opaque)
+               for v in io.inputs if not _inlined(g, v, s))
     written = sum(g.value(v).nbytes for v in io.outputs)
     if s.kind is ScheduleKind.opaque:
         per_node = {n: library_flops(g, n) for n in nodes}

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ..errors import GraphError
+from .footprint import whole_axis, window_positions
 from .registry import Kind, OpDef, attr_int, attr_ints, register
 
 
@@ -128,8 +129,25 @@ def conv_flops(in_shapes, out_shape, attrs) -> float:
     return 2.0 * math.prod(out_shape) * math.prod(in_shapes[1][1:])
 
 
+def _conv_reads(shapes, attrs, k, consts):
+    # A generated convolution (a GEMM's patches, codegen/lower/convolution.py) reads the
+    # input positions its taps reach: not the padding (its patches test the bounds),
+    # nor the positions between taps that a stride past the filter's extent skips. (A
+    # library call reads its whole input: fusion/footprint.py asks no rule of it.)
+    if k != 0:
+        return None
+    x, w = shapes[0], shapes[1]
+    d = len(x) - 2
+    _, strides, dil, pads = conv_attrs(attrs, d)
+    out = conv_out_shape(x, w, attrs)[2:]
+    return (None, None) + tuple(
+        whole_axis(window_positions(x[2 + i], out[i], w[2 + i], strides[i], dil[i],
+                                    pads[i], clamp=False), x[2 + i]) for i in range(d))
+
+
 def _register(name, ranks, doc):
     register(OpDef(name, Kind.opaque, (2, 3), _infer(name, ranks), conv_reference, None, doc,
+                   reads=_conv_reads,
                    library=lambda xp, xs, attrs: conv_reference(xs, attrs, xp=xp),
                    library_flops=conv_flops,
                    # each output's rounding is bounded by the sum of |x w| it adds

@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import GraphError
 from ..dtypes import DType
 from ..shapes import check_shape
+from .footprint import whole_axis
 from .index import Index
 from .layout import CLAMPI
 from .registry import Kind, OpDef, RowRole, attr_bool, attr_int, check_axis, register
@@ -83,9 +84,22 @@ def _ge_index(ctx, node, k, idx: Index) -> str:
     return ctx.at(data, Index.from_digits(d, shape))
 
 
+def _ge_reads(shapes, attrs, k, consts):
+    # Off the axis the output's position is the data's, so only the indices' extent of
+    # each such axis is read; along it, at worst each index a different element.
+    if k == 1:
+        return None
+    data, ind = shapes
+    axis = int(attrs.get("axis", 0)) % len(data)
+    along = min(ind[axis], data[axis])
+    return tuple((None if along == data[a] else along) if a == axis
+                 else whole_axis(np.arange(ind[a]), data[a]) for a in range(len(data)))
+
+
 register(OpDef("gather_elements", Kind.layout, (2, 2), _ge_infer, _ge_ref, None,
                "take along attr axis at an index per output element (ONNX GatherElements, "
-               "torch.gather)", helpers=(CLAMPI,), index=_ge_index, row_role=RowRole.never))
+               "torch.gather)", helpers=(CLAMPI,), index=_ge_index, row_role=RowRole.never,
+               reads=_ge_reads))
 
 
 # -- gather_nd: the last axis of the indices holds a position in the data ------------

@@ -15,6 +15,7 @@ from ..errors import GraphError
 from ..dtypes import DType
 from .index import Index, add
 from ..shapes import check_shape
+from .footprint import whole_axis
 from .strided import Strided
 from .registry import (Helper, Kind, OpDef, RowRole, attr_int, attr_ints, broadcast_shapes,
                        check_axis, normalize_axes, register)
@@ -339,6 +340,26 @@ def _gather_index(ctx, node, k, idx: Index) -> str:
     return ctx.at(node.inputs[0], Index.from_digits(d[:axis] + [sel] + d[axis + r:], data))
 
 
+def _gather_reads(shapes, attrs, k, consts):
+    # An embedding lookup loads the table rows its indices select, not the table (128
+    # tokens of BERT's 30522-row table: 0.4 of 94 MB). With constant indices those rows
+    # are known; otherwise, at worst, each index selects a row of its own. Every index
+    # is loaded (once per output row).
+    if k == 1:
+        return None
+    data, ind = shapes
+    axis = int(attrs.get("axis", 0)) % len(data)
+    n = data[axis]
+    if consts[1] is not None:
+        i = np.asarray(consts[1], dtype=np.int64)
+        along = whole_axis(np.unique(np.clip(np.where(i < 0, i + n, i), 0, n - 1)), n)
+    else:
+        along = min(_numel(ind), n)
+        along = None if along == n else along
+    return tuple(along if a == axis else None for a in range(len(data)))
+
+
 register(OpDef("gather", Kind.layout, (2, 2), _gather_infer,
                _gather_ref, None, "take along attr axis at integer indices",
-               helpers=(CLAMPI,), index=_gather_index, row_role=RowRole.never))
+               helpers=(CLAMPI,), index=_gather_index, row_role=RowRole.never,
+               reads=_gather_reads))

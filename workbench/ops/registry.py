@@ -135,6 +135,11 @@ class OpDef:
     library: Callable[[Any, Sequence, Mapping[str, Any]], list] | None = None
     # opaque: arithmetic from the input shapes, the output shape and the attrs
     library_flops: Callable[[Sequence[tuple], tuple, Mapping[str, Any]], float] | None = None
+    # the elements of input ``k`` a generated kernel loads to compute the whole output,
+    # per axis of that input (ops/footprint.py: None every index, an array the indices,
+    # an int how many, which unknown), given the input shapes, the attrs, k and the
+    # inputs' values where they are constants (else None); None: every element
+    reads: Callable[[Sequence[tuple], Mapping[str, Any], int, Sequence], tuple] | None = None
 
     def check_arity(self, n: int) -> None:
         lo, hi = self.arity

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import GraphError
 from ..dtypes import DType, c_literal
 from ..shapes import check_shape
+from .footprint import whole_axis, window_positions
 from .index import Index, add, mul
 from .elementwise import LIMITS
 from .layout import CLAMPI
@@ -148,12 +149,27 @@ def _padded_read(ctx, node, src, digits, shape, inside, fill) -> str:
     return ctx.let(dt.compute, f"(({' && '.join(inside)}) ? {val} : {fill(dt)})")
 
 
+def _window_reads(shapes, attrs, k, consts):
+    # A pooling window reads the positions its windows reach -- not the padding, nor
+    # what lies between windows whose stride passes their extent (a 1 x 1 pool of
+    # stride 2 reads a quarter of its input); a tap in the padding loads the clamped
+    # edge element (branch-free), which is counted as read.
+    x = shapes[0]
+    kernel, strides, dil, pads = window_attrs(x, attrs)
+    d, lead = len(kernel), len(x) - len(kernel)
+    out = [window_out(n, kk, s, dl, pads[i], pads[i + d])
+           for i, (n, kk, s, dl) in enumerate(zip(x[lead:], kernel, strides, dil))]
+    return (None,) * lead + tuple(
+        whole_axis(window_positions(x[lead + i], out[i], kernel[i], strides[i], dil[i],
+                                    pads[i], clamp=True), x[lead + i]) for i in range(d))
+
+
 register(OpDef("window", Kind.layout, (1, 1), _window_infer, _window_ref, None,
                "sliding windows over the trailing len(kernel) axes: out[..., o, t] = "
                "x[..., o*strides + t*dilations - pads_begin] (attrs kernel, strides, "
                "dilations, pads begin+end, fill zero|lowest outside the input); the "
                "window taps are the trailing axes, for a reduction to pool over",
-               helpers=(LIMITS, CLAMPI), index=_window_index,
+               helpers=(LIMITS, CLAMPI), index=_window_index, reads=_window_reads,
                # an element of the pooling reduction's row, read from the input by its
                # index rule (its producers cannot join: their shape is not the row's)
                row_role=RowRole.element))
@@ -307,6 +323,22 @@ def _pad_index(ctx, node, k, idx: Index) -> str:
                         lambda dt: _c_number(value, dt))
 
 
+def _pad_reads(shapes, attrs, k, consts):
+    # Negative pads crop: the cropped positions are never read. Positive pads read the
+    # clamped (constant, edge) or mirrored (reflect) positions, all inside the input.
+    x = shapes[0]
+    pads, mode, _ = pad_attrs(x, attrs)
+    rank = len(x)
+    out = []
+    for a, n in enumerate(x):
+        pb, pe = pads[a], pads[a + rank]
+        pos = np.arange(n + pb + pe, dtype=np.int64) - pb
+        if mode == "reflect":
+            pos = np.where(pos < 0, -pos, np.where(pos > n - 1, 2 * (n - 1) - pos, pos))
+        out.append(whole_axis(np.unique(np.clip(pos, 0, max(n - 1, 0))), n))
+    return tuple(out)
+
+
 def _c_number(value, dt: DType) -> str:
     """The pad value as C text in the compute type, rounded to the element type first
     (as the reference stores it)."""
@@ -317,4 +349,4 @@ def _c_number(value, dt: DType) -> str:
 register(OpDef("pad", Kind.layout, (1, 1), _pad_infer, _pad_ref, None,
                "pad every axis by attr pads (begin..., end...; negative crops), mode "
                "constant (attr value), edge or reflect", helpers=(CLAMPI,),
-               index=_pad_index, row_role=RowRole.never))
+               index=_pad_index, row_role=RowRole.never, reads=_pad_reads))

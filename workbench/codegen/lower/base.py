@@ -24,6 +24,7 @@ from dataclasses import replace
 from ...device import CUDA_MAX_BLOCK_THREADS, Device
 from ...dtypes import DType, c_literal
 from ...errors import WorkbenchError
+from ...fusion.footprint import read_elements
 from ...fusion.geometry import FLAT_VECTOR_MIN, MAX_GRID, Geometry, flat_vector, geometry
 from ...fusion.mapping import ScheduleKind
 from ...fusion.plan import Group
@@ -110,7 +111,7 @@ class Lowerer:
         self.producer = {o: g.node(n) for n in group.nodes for o in g.node(n).outputs}
         self.prefix = prefix      # keeps a phase's shared arrays apart from the others'
         if buffers is None:
-            buffers = group_buffers(g, self.io, self._inline_constant)
+            buffers = group_buffers(g, self.io, self._inline_constant, group)
         self.buffers = buffers
         # offsets past 2^31 - 1 (a grid stride included) need 64-bit index arithmetic:
         # of a buffer, or of a value the kernel computes without storing it (a row of
@@ -266,13 +267,18 @@ def _gemm_operands(s: Schedule) -> set[str]:
     return out
 
 
-def group_buffers(g: Graph, io, inline) -> dict[str, Buffer]:
-    """Kernel parameters for a group's inputs (scalar constants inlined) and outputs."""
+def group_buffers(g: Graph, io, inline, group) -> dict[str, Buffer]:
+    """Kernel parameters for a group's inputs (scalar constants inlined), each with the
+    elements the kernel loads of it (the cost model's count: fusion/footprint.py), and
+    outputs."""
     buffers: dict[str, Buffer] = {}
+    library = group.schedule.kind is ScheduleKind.opaque
     for v in io.inputs:
         if not inline(v):
             val = g.value(v)
-            buffers[v] = Buffer(f"in{len(buffers)}", v, val.dtype, val.numel, False)
+            buffers[v] = Buffer(f"in{len(buffers)}", v, val.dtype, val.numel, False,
+                                read_numel=read_elements(g, group.nodes, v, io.outputs,
+                                                         library))
     for k, v in enumerate(io.outputs):
         val = g.value(v)
         buffers[v] = Buffer(f"out{k}", v, val.dtype, val.numel, True)

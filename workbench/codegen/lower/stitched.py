@@ -29,7 +29,7 @@ def lower_stitched(g: Graph, group: Group, device: Device, name: str) -> Kernel:
     phases (the largest any wants; every loop strides, so more threads only idle)."""
     s = group.schedule
     io = group_io(g, group.nodes)
-    buffers = group_buffers(g, io, lambda v: inlined(g, s, v))
+    buffers = group_buffers(g, io, lambda v: inlined(g, s, v), group)
     for v in s.through_global:
         if v not in buffers:
             val = g.value(v)
