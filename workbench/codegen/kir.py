@@ -46,9 +46,9 @@ class Buffer:
     # a right operand packed into the micro-kernel's column panels (up to PANEL x the
     # operand: each row padded to whole panels), persistent or packed by every run
     packed: bool = False
-    # an input's elements the kernel loads (fusion/footprint.py: a gather's table rows,
-    # a slice of it, a window's positions); -1: all of them
-    read_numel: int = -1
+    # an input's elements the kernel never loads (fusion/footprint.py: the table rows a
+    # gather does not select, what a slice or a window skips); 0: it reads them all
+    unread: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -57,7 +57,7 @@ class Buffer:
     @property
     def read_bytes(self) -> int:
         """Bytes of an input the kernel reads, each element once."""
-        return (self.numel if self.read_numel < 0 else self.read_numel) * self.dtype.itemsize
+        return max(0, self.numel - self.unread) * self.dtype.itemsize
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The bytes a group's kernel reads of each value it takes from outside: the elements
 its loads touch, each counted once, not the buffer -- the one rule both the cost model
 (``features.py``) and the kernel IR (``Kernel.bytes_read``, through
-``Buffer.read_numel``) count by, and that the CUDA emulator's distinct bytes check
+``Buffer.unread``) count by, and that the CUDA emulator's distinct bytes check
 (``tests/runtime/test_read_footprint.py``).
 
 A value ``v`` is followed through the group's layout ops that read it in place -- a

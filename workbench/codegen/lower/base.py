@@ -277,8 +277,8 @@ def group_buffers(g: Graph, io, inline, group) -> dict[str, Buffer]:
         if not inline(v):
             val = g.value(v)
             buffers[v] = Buffer(f"in{len(buffers)}", v, val.dtype, val.numel, False,
-                                read_numel=read_elements(g, group.nodes, v, io.outputs,
-                                                         library))
+                                unread=val.numel - read_elements(g, group.nodes, v,
+                                                                 io.outputs, library))
     for k, v in enumerate(io.outputs):
         val = g.value(v)
         buffers[v] = Buffer(f"out{k}", v, val.dtype, val.numel, True)
