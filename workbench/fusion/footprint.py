@@ -131,8 +131,8 @@ def _join(parts: list, numel: int) -> int:
     """Distinct elements of the parts together: exact where each part's indices are
     known and they are few enough to enumerate, else their sum."""
     counts = [_count(p, a) for p, a in parts]
-    if len(parts) == 1:
-        return counts[0]
+    if len(parts) <= 1:         # (none: what the group makes of it is never used)
+        return sum(counts)
     if any(isinstance(x, int) for _, a in parts for x in a) or \
             sum(math.prod(p.shape) for p, _ in parts) > ENUMERATE_LIMIT:
         return sum(counts)
