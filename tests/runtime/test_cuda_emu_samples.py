@@ -3,8 +3,9 @@ scheme -- the matrix the NVRTC check compiles (tests/codegen/test_cuda_compile.p
 run in the CUDA emulator with the H100's plans, each kernel checked against the NumPy
 reference on fresh random inputs with its outputs poisoned; and each kernel's global
 memory accesses, counted by the emulator, against what the kernel IR and the cost model
-say it does: every output byte written once, every input read in full, a row kernel's
-row-long inputs read again exactly as often as the cost model prices it (each element
+say it does: every output byte written once, every input's distinct bytes read as
+counted (Buffer.read_bytes: in full, but for what a slice or gather skips), a row
+kernel's row-long inputs read again exactly as often as the cost model prices it (each element
 once where the row stays on chip), a vectorized row's buffers moved only in accesses
 of its vector's width (16 bytes: 4 float32, 8 bfloat16), an elementwise loop's
 outputs stored in accesses of its vector's width but for the tail; and the warp-wide
