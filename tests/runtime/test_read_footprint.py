@@ -72,6 +72,30 @@ def _slices():
     return b.build()
 
 
+def _views():
+    # a slice of a reshape (one merged axis sliced: no strided view, its offsets
+    # enumerated), a transpose then a slice, and a pad that crops one axis and mirrors
+    # another
+    b = wb.GraphBuilder("views")
+    x = b.op("reshape", b.input("x", (8, 6, 16)), shape=[48, 16])
+    b.output(b.op("relu", b.op("slice", x, starts=[5], ends=[40], steps=[2], axes=[0])), "a")
+    t = b.op("transpose", b.input("z", (24, 40)), perm=[1, 0])
+    b.output(b.op("slice", t, starts=[3, 2], ends=[30, 20], axes=[0, 1]) * 3.0, "b")
+    p = b.op("pad", b.input("p", (20, 12)), pads=[-4, 2, -3, 2], mode="reflect")
+    b.output(p + 1.0, "c")
+    return b.build()
+
+
+def _embedding_layernorm():
+    # the lookup, a positional add and a LayerNorm: one row kernel, or stitched
+    b = wb.GraphBuilder("embedding_layernorm")
+    table = b.input("table", (300, 64))
+    e = b.op("gather", table, b.constant(RNG.integers(0, 300, (2, 12)), "ids"), axis=0)
+    e = e + b.constant(_w(12, 64), "pos")
+    b.output(b.layer_norm(e, b.constant(_w(64), "g"), b.constant(_w(64), "beta")), "y")
+    return b.build()
+
+
 def _pool():
     # a 2 x 2 max pool of stride 3 (a row and column of each 3 never read), padded
     b = wb.GraphBuilder("pool")
@@ -135,6 +159,9 @@ CASES = {
     "gather": (lambda: _embedding(RNG.integers(0, 500, 24)), _plans, "elementwise"),
     "slice": (_slices, _plans, "elementwise"),
     "pool": (_pool, _plans, "row_reduce"),
+    "views": (_views, _plans, "elementwise"),
+    "embedding_layernorm": (_embedding_layernorm, lambda s: _plans(s) + _global_stitch(s),
+                            "row_reduce"),
     "gemm": (_gemm, _plans, "gemm"),
     "stitched": (_stitched, _global_stitch, "stitched"),
     "attention": (_attention, _fused, "gemm"),
