@@ -11,7 +11,7 @@ rule (ops/footprint.py) says which of its input's elements it loads (a gather's 
 a window's or convolution's positions), and every other op loads all of them. An
 input broadcast over another axis (an elementwise op's bias, an expand) is read once
 per distinct element: the kernel re-reads it from cache, so its bytes are its own.
-The parts are joined exactly (their buffer offsets enumerated) where they are few
+The parts are joined exactly (their buffer offsets marked) where the buffer is small
 enough, else summed (capped at the buffer): a gather's rows of unknown indices count
 at worst as all distinct.
 
@@ -20,7 +20,7 @@ at worst as all distinct.
 """
 from __future__ import annotations
 
-import math
+from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
@@ -29,8 +29,8 @@ from ..ir import Graph
 from ..ops import get_op
 from ..ops.strided import Strided
 
-# at most this many buffer offsets are enumerated to join overlapping parts exactly
-ENUMERATE_LIMIT = 1 << 22
+# overlapping parts of a buffer up to this many elements are joined exactly (marked)
+MARK_LIMIT = 1 << 24
 
 
 class _Members(set):
@@ -54,6 +54,12 @@ def read_elements(g: Graph, nodes: Sequence[str], value: str, outputs: Sequence[
     if library or numel == 0:
         return numel
     members = _Members(nodes, outputs)
+    # (the planners price many groups: an input every member reads whole -- elementwise
+    # ops, reductions -- is settled without a walk)
+    if not any(c.id in members and (get_op(c.op).view is not None or
+                                    get_op(c.op).reads is not None)
+               for c in g.consumers[value]):
+        return numel
     parts: list[tuple[Strided, tuple]] = []
     try:
         _walk(g, members, value, Strided.contiguous(g.value(value).shape), parts, numel)
@@ -82,7 +88,7 @@ def _walk(g: Graph, members: "_Members", v: str, layout: Strided, parts: list,
             if i != v:
                 continue
             if op.view is not None:
-                views = [op.view(layout, c.attr_map, j, g.value(o).shape)
+                views = [_view(c.op, c.attrs, j, layout, g.value(o).shape)
                          for j, o in enumerate(c.outputs)]
                 if all(x is not None for x in views):
                     for o, x in zip(c.outputs, views):
@@ -94,6 +100,14 @@ def _walk(g: Graph, members: "_Members", v: str, layout: Strided, parts: list,
                 axes = op.reads([g.value(n).shape for n in c.inputs], c.attr_map, k,
                                 consts) or every
             _add(parts, layout, axes, numel)
+
+
+@lru_cache(maxsize=1 << 14)
+def _view(op: str, attrs: tuple, k: int, layout: Strided, shape: tuple) -> Strided | None:
+    """A layout op's output ``k`` as a view of its input's layout (``OpDef.view``),
+    cached: the planners price the same attention reshapes and transposes in many
+    candidate groups, and the view depends on nothing else."""
+    return get_op(op).view(layout, dict(attrs), k, shape)
 
 
 def _add(parts: list, layout: Strided, axes: tuple, numel: int) -> None:
@@ -115,7 +129,8 @@ def _count(layout: Strided, axes: tuple) -> int:
 
 
 def _offsets(layout: Strided, axes: tuple) -> np.ndarray:
-    """The buffer offsets one part reads (indices split over each axis's modes)."""
+    """The buffer offsets one part reads (indices split over each axis's modes; a
+    broadcast axis repeats offsets, which the caller's mask absorbs)."""
     total = np.full(1, layout.offset, dtype=np.int64)
     for modes, a, d in zip(layout.axes, axes, layout.shape):
         idx = np.arange(d, dtype=np.int64) if a is None else np.asarray(a, dtype=np.int64)
@@ -123,20 +138,26 @@ def _offsets(layout: Strided, axes: tuple) -> np.ndarray:
         for e, s in reversed(modes):
             off += (idx // inner) % e * s
             inner *= e
-        total = np.unique((total[:, None] + np.unique(off)[None, :]).ravel())
+        total = (total[:, None] + off[None, :]).ravel()
     return total
 
 
 def _join(parts: list, numel: int) -> int:
     """Distinct elements of the parts together: exact where each part's indices are
-    known and they are few enough to enumerate, else their sum."""
+    known and the buffer is small enough to mark (a mask of its elements), else the
+    parts' sum. (The same view reached twice -- a value two ops read -- counts once.)"""
+    whole_views = {p for p, a in parts if all(x is None for x in a)}
+    parts = [(p, a) for p, a in parts if not all(x is None for x in a)] + \
+        [(p, tuple(None for _ in p.axes)) for p in whole_views]
     counts = [_count(p, a) for p, a in parts]
     if len(parts) <= 1:         # (none: what the group makes of it is never used)
         return sum(counts)
-    if any(isinstance(x, int) for _, a in parts for x in a) or \
-            sum(math.prod(p.shape) for p, _ in parts) > ENUMERATE_LIMIT:
+    if any(isinstance(x, int) for _, a in parts for x in a) or numel > MARK_LIMIT:
         return sum(counts)
-    return len(np.unique(np.concatenate([_offsets(p, a) for p, a in parts])))
+    mask = np.zeros(numel, dtype=bool)
+    for p, a in parts:
+        mask[_offsets(p, a)] = True
+    return int(mask.sum())
 
 
-__all__ = ["ENUMERATE_LIMIT", "read_bytes", "read_elements"]
+__all__ = ["MARK_LIMIT", "read_bytes", "read_elements"]
