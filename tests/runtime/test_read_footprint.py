@@ -81,6 +81,9 @@ def _views():
     b.output(b.op("relu", b.op("slice", x, starts=[5], ends=[40], steps=[2], axes=[0])), "a")
     t = b.op("transpose", b.input("z", (24, 40)), perm=[1, 0])
     b.output(b.op("slice", t, starts=[3, 2], ends=[30, 20], axes=[0, 1]) * 3.0, "b")
+    m = b.op("reshape", b.op("transpose", b.input("m", (6, 8, 4)), perm=[1, 0, 2]),
+             shape=[48, 4])       # (rows 8 x 6 from two strides: no one-stride slice)
+    b.output(b.op("neg", b.op("slice", m, starts=[3], ends=[30], axes=[0])), "d")
     p = b.op("pad", b.input("p", (20, 12)), pads=[-4, 2, -3, 2], mode="reflect")
     b.output(p + 1.0, "c")
     return b.build()
@@ -224,8 +227,9 @@ def test_a_gather_of_unknown_indices_counts_each_index_a_row_at_worst():
 
 def test_the_rule_follows_views_and_joins_overlapping_reads_exactly():
     """Two overlapping slices of one input (rows 0..40 and 20..60 of 64) read 60 rows,
-    not 80 nor 64; a transpose then a slice reads the slice's elements; a library call
-    reads all of its input."""
+    not 80 nor 64; a transpose then a slice reads the slice's elements, and so does a
+    slice of an axis merged from two strides (no strided view: its offsets marked); a
+    library call reads all of its input."""
     b = wb.GraphBuilder("overlap")
     x = b.input("x", (64, 8))
     a = b.op("slice", x, starts=[0], ends=[40], axes=[0])
@@ -234,11 +238,15 @@ def test_the_rule_follows_views_and_joins_overlapping_reads_exactly():
     t = b.op("slice", b.op("transpose", b.input("z", (16, 32)), perm=[1, 0]),
              starts=[0], ends=[8], axes=[0])
     b.output(b.op("relu", t), "w")
+    m = b.op("reshape", b.op("transpose", b.input("m", (6, 8, 4)), perm=[1, 0, 2]),
+             shape=[48, 4])
+    b.output(b.op("slice", m, starts=[3], ends=[30], axes=[0]) + 1.0, "v")
     g = b.build()
     nodes = tuple(n.id for n in g.nodes)
     outs = group_io(g, nodes).outputs
     assert read_elements(g, nodes, "x", outs) == 60 * 8
     assert read_elements(g, nodes, "z", outs) == 8 * 16
+    assert read_elements(g, nodes, "m", outs) == 27 * 4
     assert read_elements(g, nodes, "x", outs, library=True) == 64 * 8
 
 

@@ -206,9 +206,18 @@ def _slice_view(x: Strided, attrs, k, shape):
     return x
 
 
+def _slice_reads(shapes, attrs, k, consts):
+    # A slice reads the elements it selects. (Mostly followed as a strided view of its
+    # input instead; this serves where it is none: a slice of an axis a reshape merged
+    # from axes a transpose had moved apart.)
+    return tuple(whole_axis(np.sort(np.arange(n, dtype=np.int64) * step + start), d)
+                 for (start, step, n), d in zip(slice_params(shapes[0], attrs), shapes[0]))
+
+
 register(OpDef("slice", Kind.layout, (1, 1), _slice_infer, _slice_ref,
                None, "static strided slice (attrs starts, ends, axes, steps)",
-               index=_slice_index, view=_slice_view, row_role=RowRole.never))
+               index=_slice_index, view=_slice_view, row_role=RowRole.never,
+               reads=_slice_reads))
 
 
 def _concat_infer(ins, attrs):
