@@ -100,6 +100,11 @@ class Combiner:
         return self.combine_f if kind == "f" else self.combine_i
 
 
+# the flop count from which an elementwise op is priced as a transcendental: exp, log,
+# sqrt and rsqrt are counted as 4, tanh, erf, sin, cos and pow as 8 (OpDef.flops)
+EXPENSIVE_FLOPS = 4
+
+
 @dataclass(frozen=True)
 class OpDef:
     """Everything about one primitive, for every stage (see the module docstring).
@@ -135,6 +140,14 @@ class OpDef:
     library: Callable[[Any, Sequence, Mapping[str, Any]], list] | None = None
     # opaque: arithmetic from the input shapes, the output shape and the attrs
     library_flops: Callable[[Sequence[tuple], tuple, Mapping[str, Any]], float] | None = None
+
+    @property
+    def expensive(self) -> bool:
+        """Transcendental-class arithmetic (exp, log, sqrt, erf, tanh, pow...): what a
+        CPU's probe times op by op (Device.op_rates) and what a planner will not
+        recompute for every element of a wider loop unless the price says it pays
+        (fusion/recompute.py)."""
+        return self.kind is Kind.elementwise and self.flops >= EXPENSIVE_FLOPS
 
     def check_arity(self, n: int) -> None:
         lo, hi = self.arity
