@@ -59,10 +59,19 @@ class Device:
     vector_bytes: int = 0
     # dense TF32 tensor-core flop/s (0: none)
     tensor_flops: float = 0.0
+    # elements a second, over every core, of each expensive elementwise op (exp, log,
+    # erf, tanh, pow...) as the kernels' compiler builds its C -- a CPU's, measured by
+    # its probe (runtime/calibrate.py); empty: priced by OpDef.flops at peak_flops (a
+    # GPU's special-function units, a CPU nothing measured). Their flop counts are
+    # nominal: vector libm's logf costs ~50 times the 4 flops it is counted as
+    op_rates: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self):
         if self.kind not in ("gpu", "cpu"):
             raise ValueError(f"device kind must be gpu or cpu, not {self.kind!r}")
+        # (read back from JSON as lists: kept as pairs, so a Device stays hashable)
+        object.__setattr__(self, "op_rates",
+                           tuple((str(n), float(r)) for n, r in self.op_rates))
 
     @property
     def has_tf32(self) -> bool:
@@ -108,6 +117,13 @@ class Device:
         """Shared memory one block may use once the kernel opts in (dynamic shared
         memory past the static limit); the static limit where there is no opt-in."""
         return max(self.shared_optin_per_block, self.shared_limit)
+
+    def op_rate(self, op: str) -> float:
+        """Elements a second of ``op`` measured on this device, 0 if not measured."""
+        for name, rate in self.op_rates:
+            if name == op:
+                return rate
+        return 0.0
 
     @property
     def is_gpu(self) -> bool:

@@ -138,3 +138,20 @@ def _softmax():
     x = b.input("x", (1024, 2048))
     b.output(b.softmax(x, axis=-1), "y")
     return b.build()
+
+
+def test_probe_times_every_expensive_op(fresh_cache):
+    """Each expensive elementwise op the probe can write without attributes has a rate
+    (exp, log, erf, tanh...: their nominal flop counts say nothing of what this CPU's
+    compiler makes of them), positive and read back from the cache as it was."""
+    from workbench.ops import all_ops
+    dev = cpu_device()
+    rates = dict(dev.op_rates)
+    for name in ("exp", "log", "erf", "tanh", "sqrt", "pow"):
+        assert all_ops()[name].expensive and rates.get(name, 0) > 0, name
+    assert not any(all_ops()[n].expensive is False for n in rates)
+    assert dev.op_rate("add") == 0.0 and dev.op_rate("exp") == rates["exp"]
+    hash(dev)     # (plans key caches by device)
+    from workbench.runtime import calibrate
+    calibrate._cached_cpu_device.cache_clear()
+    assert cpu_device() == dev

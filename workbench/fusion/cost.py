@@ -161,7 +161,13 @@ class CostModel:
         comp = k.compute * f.compute_s
         lib = k.library * f.library_s + k.gemm * f.gemm_s
         bar = k.barrier * f.barriers
-        return Estimate(over + mem + comp + lib + bar, over, mem, comp, lib, bar, f)
+        # never faster than the device's roofline: a fit may price a kind's bytes below
+        # the spec bandwidth (kernels measured with their data in cache), but no
+        # prediction may claim more bandwidth or arithmetic than the device has
+        floor = max(f.bytes_moved / self.device.dram_bandwidth,
+                    f.compute_s + f.library_s + f.gemm_s)
+        return Estimate(max(over + mem + comp + lib + bar, floor), over, mem, comp, lib,
+                        bar, f)
 
     def features(self, g: Graph, group: Group) -> KernelFeatures:
         key = (id(g), group.nodes, group.schedule)

@@ -144,13 +144,31 @@ def _pass_counts(g: Graph, nodes: Sequence[str], s: Schedule) -> dict[str, int]:
     return {v: (1 if v in cached else max(1, bin(m).count("1"))) for v, m in need.items()}
 
 
-def _arith(g: Graph, nodes: Sequence[str], s: Schedule, device: Device) -> float:
-    """Generated-kernel flops, at the index each value is computed at."""
+def _computed(g: Graph, nodes: Sequence[str], s: Schedule) -> dict[str, float]:
+    """How many times the kernel computes each generated op's value (layout ops and
+    reductions aside): an elementwise kernel every value at each index of its loop
+    (a broadcast value once per element that reads it), a row kernel a per-row value
+    once per row and an element value once per pass over the row that needs it."""
+    ops = {n: get_op(g.node(n).op) for n in nodes}
+    live = [n for n in nodes if ops[n].kind not in (Kind.layout, Kind.reduce)]
     if s.kind is ScheduleKind.elementwise:
-        return float(sum(get_op(g.node(n).op).flops for n in nodes
-                         if get_op(g.node(n).op).kind is not Kind.layout) * s.elements)
-    # row_reduce
+        return {n: float(s.elements) for n in live}
     passes = _pass_counts(g, nodes, s)
+    domain = math.prod(s.domain)
+    out = {}
+    for n in live:
+        o = g.node(n).outputs[0]
+        out[n] = float(s.rows) if o in s.per_row else float(domain * passes.get(o, 1))
+    return out
+
+
+def _arith(g: Graph, nodes: Sequence[str], s: Schedule, device: Device
+           ) -> tuple[float, dict[str, float]]:
+    """Generated-kernel flops, at the index each value is computed at, and how many
+    times each op's value is computed (:func:`_computed`)."""
+    counts = _computed(g, nodes, s)
+    if s.kind is ScheduleKind.elementwise:
+        return float(sum(get_op(g.node(n).op).flops for n in counts) * s.elements), counts
     # combining a row's partials across its threads: shuffles and barriers over every
     # thread that shares the row (a warp, a block, a split row's blocks; none serially)
     # (on a CPU one thread owns a row: nothing to combine)
@@ -161,19 +179,31 @@ def _arith(g: Graph, nodes: Sequence[str], s: Schedule, device: Device) -> float
     total = float(s.rows * reductions * sharing)
     domain = math.prod(s.domain)
     for nid in nodes:
-        n = g.node(nid)
-        op = get_op(n.op)
-        if op.kind is Kind.layout:
-            continue
+        op = get_op(g.node(nid).op)
         if op.kind is Kind.reduce:
             total += domain           # one combine per element
-            continue
-        o = n.outputs[0]
-        if o in s.per_row:
-            total += op.flops * s.rows
-        else:
-            total += op.flops * domain * passes.get(o, 1)
-    return total
+        elif nid in counts:
+            total += op.flops * counts[nid]
+    return total, counts
+
+
+def arith_seconds(g: Graph, counts: dict[str, float], flops: float, device: Device,
+                  util: float = 1.0) -> float:
+    """Seconds of generated arithmetic with ``util`` of ``device``'s units busy: each op
+    the device measured (``Device.op_rates``: a CPU's exp, log, erf, tanh, pow... as its
+    compiler builds them) at its measured rate, ``counts[n]`` times; the rest of
+    ``flops`` at the peak rate."""
+    util = max(util, 1e-9)
+    if not device.op_rates:
+        return flops / (device.peak_flops * util)
+    measured = 0.0
+    for n, c in counts.items():
+        op = g.node(n).op
+        rate = device.op_rate(op)
+        if rate:
+            measured += c / rate
+            flops -= get_op(op).flops * c
+    return (measured + max(flops, 0.0) / device.peak_flops) / util
 
 
 L2_SPEEDUP = 2.0   # L2 serves re-reads about this much faster than DRAM (H100, A100)
@@ -276,7 +306,7 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
     smem = geo.shared_bytes
     barriers = s.grid_barriers
     occ, eff, bad = _efficiency(device, threads, blocks, regs, smem, barriers > 0)
-    flops = _arith(g, nodes, s, device)
+    flops, counts = _arith(g, nodes, s, device)
     util = max(eff, 1e-9) if device.is_gpu else min(1.0, blocks / device.units)
     # a GPU re-reads a row's input in each pass that needs it unless each thread keeps
     # its columns in registers (a row in one block); the re-reads mostly hit L2, so they
@@ -284,7 +314,7 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
     reread = _reread_bytes(g, nodes, io, s) if device.is_gpu else 0
     mem = ((read + written) * _scatter(g, s, device) + reread / L2_SPEEDUP) / (
         device.dram_bandwidth * max(eff, 1e-9))
-    comp = flops / (device.peak_flops * max(util, 1e-9))
+    comp = arith_seconds(g, counts, flops, device, util)
     return KernelFeatures(memory_key(s), read, written, 0, flops, 0.0, 1, barriers,
                           threads, blocks, smem, regs, occ, eff, mem, comp, 0.0, bad)
 
@@ -319,14 +349,16 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     lib = t.flops
     if s.then is not None:         # attention: the probabilities times V, per tile
         lib += 2.0 * t.batch * t.m * s.then.k * s.then.n
-    flops = float(sum(get_op(g.node(n).op).flops for n in group.nodes
-                      if get_op(g.node(n).op).kind is not Kind.opaque) * s.elements)
+    epilogue = {n: float(s.elements) for n in group.nodes
+                if get_op(g.node(n).op).kind is not Kind.opaque}
+    flops = float(sum(get_op(g.node(n).op).flops for n in epilogue) * s.elements)
     taken = _taken(s)
     lib, flops = lib * taken, flops * taken
+    epilogue = {n: c * taken for n, c in epilogue.items()}
     mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
-                          flops / (device.peak_flops * util), 0.0,
+                          arith_seconds(g, epilogue, flops, device, util), 0.0,
                           gemm_s=lib / (_library_rate(g, mm.id, device, s) * util))
 
 

@@ -11,7 +11,9 @@
   fits: elementwise chains, a reduction with its elementwise inputs *and consumers* --
   the per-row result reaches them through shared memory, regional stitching inside
   one template -- and reductions over the same rows such as LayerNorm's two means).
-  Every decision is logged with its reason. Then each matmul takes the kernel
+  Every decision is logged with its reason. An expensive producer (exp, log, erf...)
+  does not join a consumer that broadcasts it into a wider loop unless recomputing it
+  there costs less than the fusion saves (:mod:`.recompute`). Then each matmul takes the kernel
   consuming its result as its epilogue wherever the ``gemm`` template fits
   (:mod:`.epilogue`; CPU devices).
 """
@@ -25,6 +27,7 @@ from .partition import Decision, Partition
 from .plan import Plan
 from .analysis import analyze
 from .epilogue import absorb_epilogues
+from .recompute import recompute_refusal
 from .regions import region_key
 
 
@@ -65,6 +68,12 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False, *,
             if why is None and reduction_ends_kernel and part.has_reduce(theirs):
                 why = ("a reduction ends its kernel (XLA/TVM): its consumers start a "
                        "new one")
+            # an expensive producer broadcast into a wider loop would be recomputed for
+            # every element of it: joined only where the price says it pays
+            if (why is None and g.value(node.outputs[0]).numel > g.value(i).numel
+                    and not (part.has_reduce(mine) or part.has_reduce(theirs))):
+                why = recompute_refusal(g, part.members[theirs], part.members[mine],
+                                        device)
             # (a window is checked too: joined to its producer before its reduction
             # joins it, its taps would be written out -- analysis.py refuses that)
             if why is None and (part.has_reduce(mine) or part.has_reduce(theirs)

@@ -100,6 +100,11 @@ class Combiner:
         return self.combine_f if kind == "f" else self.combine_i
 
 
+# the flop count from which an elementwise op is priced as a transcendental: exp, log,
+# sqrt and rsqrt are counted as 4, tanh, erf, sin, cos and pow as 8 (OpDef.flops)
+EXPENSIVE_FLOPS = 4
+
+
 @dataclass(frozen=True)
 class OpDef:
     """Everything about one primitive, for every stage (see the module docstring).
@@ -140,6 +145,14 @@ class OpDef:
     # an int how many, which unknown), given the input shapes, the attrs, k and the
     # inputs' values where they are constants (else None); None: every element
     reads: Callable[[Sequence[tuple], Mapping[str, Any], int, Sequence], tuple] | None = None
+
+    @property
+    def expensive(self) -> bool:
+        """Transcendental-class arithmetic (exp, log, sqrt, erf, tanh, pow...): what a
+        CPU's probe times op by op (Device.op_rates) and what a planner will not
+        recompute for every element of a wider loop unless the price says it pays
+        (fusion/recompute.py)."""
+        return self.kind is Kind.elementwise and self.flops >= EXPENSIVE_FLOPS
 
     def check_arity(self, n: int) -> None:
         lo, hi = self.arity

@@ -42,11 +42,15 @@ from .cache import cache_subdir
 from .cc import (build_library, cpu_model, find_compiler, load_library, machine_cflags,
                  vector_bytes)
 from ..codegen import RENDERERS
+from ..dtypes import DType
+from ..errors import GraphError
+from ..ops import all_ops
 from .nvrtc import compile_cuda
 
 # part of the cache key of a CPU's measurement: raised when Device gains a field the
-# CPU fills in (2: vector_bytes), so a description cached before is measured again
-CPU_PROBE_VERSION = 2
+# CPU fills in (2: vector_bytes; 3: op_rates, and the best repeat taken instead of the
+# median), so a description cached before is measured again
+CPU_PROBE_VERSION = 3
 
 _PROBE = r"""
 #include <stddef.h>
@@ -74,6 +78,7 @@ void wb_probe_fma(float* restrict x, long n, long reps) {
 """
 COPY_ELEMS = 16 * 2**20          # 64 MB per array: beyond the last-level cache
 FMA_ELEMS, FMA_REPS = 64 * 1024, 256
+OP_ELEMS = 64 * 1024             # 256 KB an array: three of them in L2
 
 
 def devices_dir() -> Path:
@@ -108,7 +113,7 @@ def _build_probe() -> ctypes.CDLL:
         extra=False)))
 
 
-def _median_time(fn, repeats: int, warmup: int = 2) -> float:
+def _times(fn, repeats: int, warmup: int = 2) -> np.ndarray:
     for _ in range(warmup):
         fn()
     ts = []
@@ -116,7 +121,60 @@ def _median_time(fn, repeats: int, warmup: int = 2) -> float:
         t0 = time.perf_counter()
         fn()
         ts.append(time.perf_counter() - t0)
-    return float(np.median(ts))
+    return np.array(ts)
+
+
+def _best_time(fn, repeats: int, warmup: int = 2) -> float:
+    """The machine's own speed: the fastest repeat. The probe runs once per machine
+    and is cached, often while a test suite or a build shares the cores: a median
+    there baked that load into every later plan (a 64-element kernel call measured
+    0.51 ms on 2 busy cores, 4 us on quiet ones, and planners weigh fusions against
+    it). The session's refit learns what runs beside it from its own measurements."""
+    return float(_times(fn, repeats, warmup).min())
+
+
+def _op_probe_source() -> tuple[str, list[str]]:
+    """C timing each expensive elementwise op (OpDef.expensive) in a loop over float32
+    inputs in (0.5, 1.5] -- every such op's domain -- written as a kernel writes it: the
+    backend's prelude (its helpers, glibc's vector math where the toolchain has it)
+    and the op's own expression; and the ops, in the order of their functions."""
+    names, fns = [], []
+    for name, op in sorted(all_ops().items()):
+        if not op.expensive or op.arity[0] > 2:
+            continue
+        n = max(1, op.arity[0])
+        try:
+            expr = op.scalar(["a[i]", "b[i]"][:n], [DType.float32] * n, DType.float32, {})
+        except GraphError:      # (an op that needs attributes)
+            continue
+        fns.append(f"void wb_probe_op{len(names)}(float* restrict y, const float* "
+                   f"restrict a, const float* restrict b, long n) {{\n"
+                   f"  #pragma omp simd\n"
+                   f"  for (long i = 0; i < n; ++i) y[i] = {expr};\n}}\n")
+        names.append(name)
+    return RENDERERS["c"].prelude() + "".join(fns), names
+
+
+def _op_rates() -> tuple[tuple[str, float], ...]:
+    """Elements a second of each expensive op on every core, its inputs in cache (what
+    a fused kernel's arithmetic costs beside its memory traffic): timed on one core and
+    multiplied by the cores -- the ops' loops scale with them, and one thread's best
+    repeat does not wait for a second thread the scheduler has not run yet."""
+    src, names = _op_probe_source()
+    lib = load_library(str(build_library("wb_probe_ops", src, "the CPU probe's op timings",
+                                         extra=False)))
+    rng = np.random.default_rng(0)
+    a = (0.5 + rng.random(OP_ELEMS, dtype=np.float32)).astype(np.float32)
+    b = (0.5 + rng.random(OP_ELEMS, dtype=np.float32)).astype(np.float32)
+    y = np.empty_like(a)
+    rates = []
+    for k, name in enumerate(names):
+        fn = getattr(lib, f"wb_probe_op{k}")
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long]
+        t = _best_time(lambda: fn(y.ctypes.data, a.ctypes.data, b.ctypes.data, OP_ELEMS), 7)
+        rates.append((name, OP_ELEMS / t * (os.cpu_count() or 1)))
+    return tuple(rates)
 
 
 def measure_cpu() -> Device:
@@ -131,19 +189,19 @@ def measure_cpu() -> Device:
     rng = np.random.default_rng(0)
     src = rng.random(COPY_ELEMS, dtype=np.float32)
     dst = np.empty_like(src)
-    t_copy = _median_time(lambda: copy(dst.ctypes.data, src.ctypes.data, COPY_ELEMS), 7)
+    t_copy = _best_time(lambda: copy(dst.ctypes.data, src.ctypes.data, COPY_ELEMS), 7)
     small_in, small_out = src[:64].copy(), np.empty(64, np.float32)
     # the backend passes each buffer's .ctypes.data per call; so does this
-    t_call = _median_time(lambda: call(small_out.ctypes.data, small_in.ctypes.data), 2000,
+    t_call = _best_time(lambda: call(small_out.ctypes.data, small_in.ctypes.data), 2000,
                           warmup=50)
     x = rng.random(FMA_ELEMS, dtype=np.float32)
-    t_fma = _median_time(lambda: fma(x.ctypes.data, FMA_ELEMS, FMA_REPS), 7)
+    t_fma = _best_time(lambda: fma(x.ctypes.data, FMA_ELEMS, FMA_REPS), 7)
     cores = os.cpu_count() or 1
     return Device(
         name=f"{cpu_model()} ({cores} threads)", kind="cpu",
         dram_bandwidth=2 * COPY_ELEMS * 4 / t_copy, launch_overhead=t_call, units=cores,
         peak_flops=2.0 * FMA_ELEMS * FMA_REPS / t_fma, cache_bytes=_llc_bytes(),
-        transaction_bytes=64, vector_bytes=vector_bytes(),
+        transaction_bytes=64, vector_bytes=vector_bytes(), op_rates=_op_rates(),
         source=(f"measured {time.strftime('%Y-%m-%d %H:%M')}: copy of 2 x 64 MB, "
                 f"ctypes call of a 64-element OpenMP kernel, {FMA_REPS} FMAs per element "
                 f"over {FMA_ELEMS} elements, 64 chains per thread"))

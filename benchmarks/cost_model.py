@@ -1,0 +1,109 @@
+"""The cost model's predictions beside what the CPU measures, step by step, as a user
+meets them: one session per sample (backend ``cpu``, the model refitted after every
+measurement, as ``Session`` does by default), step 0 one kernel per op, step 1 the
+``stitch`` plan; each step's prediction is the one made just before it was measured.
+
+Reported per step: the predicted, the measured step (a whole call) and the sum of the
+kernels' own times, the factor between prediction and measurement (max(p/m, m/p)),
+and per step kind (unfused, fused) the median and worst factor, and the predicted and
+measured speedups of fusion (issue 44's target: every step within a factor of 2,
+median 1.3; a predicted speedup close to the measured one).
+
+    python benchmarks/cost_model.py [--repeats 20] [--only NAME ...] [--tag TAG]
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import sys
+import time
+
+from harness import RESULTS, ROOT, fmt, log, machine_line, write_results
+
+
+def factor(p: float, m: float) -> float:
+    return max(p / m, m / p) if p > 0 and m > 0 else float("nan")
+
+
+def run(names, repeats: int, planner: str) -> list[dict]:
+    import workbench as wb
+    rows = []
+    for name in names:
+        s = wb.Session(str(ROOT / "sample_graphs" / f"{name}.json"), backend="cpu")
+        steps = {}
+        for kind in ("unfused", "fused"):
+            if kind == "fused":
+                s.auto(planner)
+            time.sleep(0.2)        # (the last call's threads stop spinning)
+            m = s.measure(repeats=repeats)
+            ks = float(m.per_kernel.latency_ms.sum())
+            steps[kind] = m
+            rows.append({"sample": name, "step": kind, "kernels": m.kernels,
+                         "predicted_ms": m.predicted_ms, "step_ms": m.latency_ms,
+                         "kernels_ms": ks,
+                         "factor": factor(m.predicted_ms, m.latency_ms)})
+            log(f"{name:36s} {kind:8s} predicted {m.predicted_ms:8.3f} measured "
+                f"{m.latency_ms:8.3f} (kernels {ks:8.3f}) x{rows[-1]['factor']:.2f}")
+        u, f = steps["unfused"], steps["fused"]
+        rows[-1]["speedup_predicted"] = u.predicted_ms / f.predicted_ms
+        rows[-1]["speedup_measured"] = u.latency_ms / f.latency_ms
+    return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    out = {}
+    for kind in ("unfused", "fused", "all"):
+        fs = [r["factor"] for r in rows if kind in ("all", r["step"])]
+        out[kind] = {"median": statistics.median(fs), "worst": max(fs),
+                     "within_2": sum(f <= 2 for f in fs), "steps": len(fs)}
+    return out
+
+
+def markdown(res: dict) -> str:
+    lines = [f"# The cost model against the CPU ({res['date']})", "",
+             machine_line(res), "",
+             f"`python benchmarks/cost_model.py --repeats {res['repeats']}`: planner "
+             f"`{res['planner']}`; predictions made before each step was measured, the "
+             "model refitted after each measurement (the session's default).", "",
+             "| step kind | median factor | worst | within 2x |", "|---|---|---|---|"]
+    for kind, s in res["summary"].items():
+        lines.append(f"| {kind} | {s['median']:.2f} | {s['worst']:.2f} | "
+                     f"{s['within_2']}/{s['steps']} |")
+    lines += ["", "| sample | step | kernels | predicted ms | step ms | kernels' sum ms | "
+              "factor | speedup predicted | speedup measured |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in res["rows"]:
+        lines.append(f"| {r['sample']} | {r['step']} | {r['kernels']} | "
+                     f"{fmt(r['predicted_ms'], '{:.3f}')} | {fmt(r['step_ms'], '{:.3f}')} | "
+                     f"{fmt(r['kernels_ms'], '{:.3f}')} | {r['factor']:.2f} | "
+                     f"{fmt(r.get('speedup_predicted'))} | "
+                     f"{fmt(r.get('speedup_measured'))} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--planner", default="stitch")
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--out", default=str(RESULTS))
+    a = ap.parse_args(argv)
+    names = a.only or sorted(p.stem for p in (ROOT / "sample_graphs").glob("*.json"))
+    date = dt.date.today().isoformat()
+    rows = run(names, a.repeats, a.planner)
+    res = {"date": date, "repeats": a.repeats, "planner": a.planner, "rows": rows,
+           "summary": summary(rows)}
+    from pathlib import Path
+    stem = Path(a.out) / f"cost_model-{date}{'-' + a.tag if a.tag else ''}"
+    write_results(stem, res, markdown)
+    log(f"wrote {stem}.md")
+    s = res["summary"]["all"]
+    print(f"median factor {s['median']:.2f}, worst {s['worst']:.2f}, "
+          f"{s['within_2']}/{s['steps']} within 2x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
