@@ -2,8 +2,9 @@
 (EfficientNet's pooler ``AvgPool2d(1280, ceil_mode=True)`` on a 7 x 7 map, and padded
 AvgPool/MaxPool variants, the padding counted and not): imported, lowered with the
 window clipped to what it reads, compiled on the cpu backend and compared with
-onnxruntime and torch on fresh random inputs; and a small transformers EfficientNet
-(random weights from a config) end to end."""
+onnxruntime and torch on fresh random inputs (and through ``from_torch``, the same
+windows); and a small transformers EfficientNet (random weights from a config) end to
+end."""
 from __future__ import annotations
 
 import warnings
@@ -123,3 +124,16 @@ def test_a_small_transformers_efficientnet_end_to_end(tmp_path):
     assert np.abs(eager).max() > 1e-3           # (a pooled output that is not all zero)
     assert relative_to_largest(got, want) <= 1e-5
     assert relative_to_largest(got, eager) <= 1e-5
+
+
+@pytest.mark.parametrize("name", ["effnet_pooler", "avg_pad_not_counted", "max_pad"])
+def test_from_torch_clips_the_same_windows(name):
+    make, shape, taps = POOLS[name]
+    module = make().eval()
+    x = torch.from_numpy(np.random.default_rng(9).standard_normal(shape).astype(np.float32))
+    g = wb.from_torch(module, (x,))
+    windows = [int(np.prod(n.attr_map["kernel"])) for n in g.nodes if n.op == "window"]
+    assert windows == ([taps] if taps else [])
+    got = wb.Session(g, backend="cpu").run({g.inputs[0]: x.numpy()})[g.outputs[0]]
+    with torch.no_grad():
+        assert relative_to_largest(got, module(x).numpy()) <= 1e-6
