@@ -248,18 +248,20 @@ def clip_taps(n: int, k: int, s: int, dl: int, pb: int, pe: int,
     that read may read only padding: it stays, reading its fill), and the window over
     them has exactly ``out`` positions with the same starts. A window with nothing to
     cut comes back as it was given."""
-    t = np.arange(k, dtype=np.int64)
-    first_pos = t * dl - pb                              # where tap t reads at o = 0
-    o0 = np.maximum(0, -(first_pos // s))                # the first o reading >= 0
-    reads = (o0 < out) & (o0 * s + first_pos <= n - 1)
     if window_out(n, k, s, dl, pb, pe) != out:
         # (ceil_mode dropped a last window that would start in the end padding: the end
         # pad is what the windows kept reach)
         pe = max(0, (out - 1) * s + dl * (k - 1) + 1 - n - pb)
+    # the taps position o reads inside the input: t*dl in [pb - o*s, pb + n - 1 - o*s]
+    # (per position, not per tap: a kernel may be far longer than the output)
+    o = np.arange(out, dtype=np.int64)
+    lo = np.maximum(0, -((o * s - pb) // dl))
+    hi = np.minimum(k - 1, (pb + n - 1 - o * s) // dl)
+    reads = lo <= hi
     if not reads.any():         # every window wholly in the padding: nothing to cut to
         return k, pb, pe
-    first = min(int(np.argmax(reads)), pb // dl)         # a begin pad stays >= 0
-    last = k - 1 - int(np.argmax(reads[::-1]))
+    first = min(int(lo[reads].min()), pb // dl)          # a begin pad stays >= 0
+    last = int(hi[reads].max())
     if first == 0 and last == k - 1:
         return k, pb, pe
     pb2 = pb - first * dl
