@@ -267,6 +267,8 @@ FAST_SAMPLE = {
     "tests/codegen/test_thread_mapping.py::test_every_mapping_matches_reference": 12,
     "tests/fusion/test_stitch_speed.py::test_no_worse_than_the_search_before": 8,
     "tests/frontends/test_nn_models.py::test_model_from_torch_matches_torch": 1,
+    "tests/frontends/test_onnx_losses.py::test_softmax_cross_entropy_matches_onnxruntime_and_the_reference": 8,
+    "tests/frontends/test_onnx_losses.py::test_torch_losses_exported_match_torch": 2,
             "tests/runtime/test_memory_plan.py::test_programs_share_memory_and_match_one_buffer_per_value": 1,
     "tests/codegen/test_pool_planes.py::test_pooling_a_plane_at_a_time_matches_torch": 5,
     "tests/codegen/test_cuda_compile.py::test_rows_too_long_for_registers_are_kept_in_dynamic_shared_memory": 2,

@@ -180,18 +180,22 @@ register(OpDef("window", Kind.layout, (1, 1), _window_infer, _window_ref, None,
 @dataclass(frozen=True)
 class PoolGeometry:
     """A pool's window over the trailing spatial axes, ceil_mode resolved into extra
-    end padding (positions past the input, filled and never counted)."""
+    end padding (positions past the input, filled and never counted), and the window
+    as lowered: clipped to the taps that read the input for some output position.
+
+    A tap no output position ever reads inside the input contributes only its fill
+    (zero to a sum, the lowest value to a max), so dropping it changes no result, and
+    the average's divisor is counted on the window as given. Without the clip, torch's
+    ``AvgPool2d(1280, ceil_mode=True)`` on a 7 x 7 map (EfficientNet's pooler) is a
+    reduction over 1280 x 1280 taps of which 49 are real."""
     kernel: tuple[int, ...]
     strides: tuple[int, ...]
     dilations: tuple[int, ...]
     pads: tuple[int, ...]           # begin..., end... as given
     extra: tuple[int, ...]          # end padding ceil_mode adds
     out: tuple[int, ...]
-
-    @property
-    def window_pads(self) -> tuple[int, ...]:
-        d = len(self.kernel)
-        return self.pads[:d] + tuple(p + e for p, e in zip(self.pads[d:], self.extra))
+    window_kernel: tuple[int, ...] = ()     # the taps kept, per axis
+    window_pads: tuple[int, ...] = ()       # begin..., end... of the kept window
 
     def divisor(self, spatial, count_include_pad: bool) -> np.ndarray:
         """How many taps of each window an average divides by: those inside the input,
@@ -211,6 +215,12 @@ class PoolGeometry:
             div = np.multiply.outer(div, a)
         # (a window wholly in the padding counts nothing: its sum 0 stays 0, not NaN)
         return np.maximum(div, 1).astype(np.float64)
+
+    def covers(self, spatial) -> bool:
+        """Whether the lowered window is one window holding exactly the whole map (no
+        padding read): the pool is then a reduction over the spatial axes."""
+        return (all(o == 1 for o in self.out) and tuple(self.window_kernel) == tuple(spatial)
+                and not any(self.window_pads) and all(dl == 1 for dl in self.dilations))
 
 
 def pool_geometry(spatial, kernel, strides=None, dilations=None, pads=None,
@@ -238,7 +248,48 @@ def pool_geometry(spatial, kernel, strides=None, dilations=None, pads=None,
                              f"{list(spatial)} with pads {list(pads)}")
         out.append(o)
         extra.append(max(0, (o - 1) * s + dl * (k - 1) + 1 - (n + pads[i] + pads[i + d])))
-    return PoolGeometry(tuple(kernel), strides, dilations, pads, tuple(extra), tuple(out))
+    clipped = [clip_taps(n, k, s, dl, pads[i], pads[i + d] + e, o)
+               for i, (n, k, s, dl, e, o) in enumerate(zip(spatial, kernel, strides,
+                                                           dilations, extra, out))]
+    return PoolGeometry(tuple(kernel), strides, dilations, pads, tuple(extra), tuple(out),
+                        tuple(k for k, _, _ in clipped),
+                        tuple(b for _, b, _ in clipped) + tuple(e for _, _, e in clipped))
+
+
+def clip_taps(n: int, k: int, s: int, dl: int, pb: int, pe: int,
+              out: int) -> tuple[int, int, int]:
+    """(taps, pad begin, pad end) of one axis's window (pads pb, pe) cut to the taps
+    that read the input of length n for some of the ``out`` positions: out[o] reads
+    tap t at o*s + t*dl - pb. The kept taps are a run [first, last] (a tap between two
+    that read may read only padding: it stays, reading its fill), and the window over
+    them has exactly ``out`` positions with the same starts. A window with nothing to
+    cut comes back as it was given."""
+    if window_out(n, k, s, dl, pb, pe) != out:
+        # (ceil_mode dropped a last window that would start in the end padding: the end
+        # pad is what the windows kept reach)
+        pe = max(0, (out - 1) * s + dl * (k - 1) + 1 - n - pb)
+    # the taps position o reads inside the input: t*dl in [pb - o*s, pb + n - 1 - o*s]
+    # (per position, not per tap: a kernel may be far longer than the output)
+    o = np.arange(out, dtype=np.int64)
+    lo = np.maximum(0, -((o * s - pb) // dl))
+    hi = np.minimum(k - 1, (pb + n - 1 - o * s) // dl)
+    reads = lo <= hi
+    if not reads.any():         # every window wholly in the padding: nothing to cut to
+        return k, pb, pe
+    first = min(int(lo[reads].min()), pb // dl)          # a begin pad stays >= 0
+    last = int(hi[reads].max())
+    if first == 0 and last == k - 1:
+        return k, pb, pe
+    pb2 = pb - first * dl
+    taps = last - first + 1
+    # a shorter window may fit once more before the input ends: keep taps until the
+    # position after the last no longer fits (floor((n + pb2 - dl(taps-1) - 1)/s) < out)
+    taps = max(taps, (n + pb2 - 1 - out * s) // dl + 2)
+    pe2 = max(0, (out - 1) * s + dl * (taps - 1) + 1 - n - pb2)
+    if taps >= k - first:       # (the fit check kept every tap after the first)
+        taps, pe2 = k - first, pe
+    assert window_out(n, taps, s, dl, pb2, pe2) == out, (n, k, s, dl, pb, pe, out)
+    return taps, pb2, pe2
 
 
 # -- pad ----------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """ONNX handlers of the reductions and what is built on them: Reduce* (with ONNX's
 value for an empty reduction), GlobalAveragePool and GlobalMaxPool, Softmax and
-LogSoftmax, and the normalizations LayerNormalization, RMSNormalization and inference
-BatchNormalization (group and instance normalization: :mod:`.handlers_nn`).
+LogSoftmax, the losses SoftmaxCrossEntropyLoss and NegativeLogLikelihoodLoss, and the
+normalizations LayerNormalization, RMSNormalization and inference BatchNormalization
+(group and instance normalization: :mod:`.handlers_nn`).
 
 Importing this module registers them with :func:`~.common._handles`.
 """
@@ -11,8 +12,9 @@ import math
 
 import numpy as np
 
-from ...ir import Tensor, composites
-from .common import _axis, _Ctx, _handles, _Unsupported
+from ...dtypes import DType
+from ...ir import Tensor, composites, composites_nn
+from .common import _axis, _Ctx, _handles, _malformed, _Unsupported
 from .budget import check_made
 
 _REDUCE = {"ReduceSum": "reduce_sum", "ReduceMean": "reduce_mean", "ReduceMax": "reduce_max",
@@ -60,6 +62,23 @@ def _empty_reduce(c: _Ctx, x: Tensor, axes, keep) -> np.ndarray:
 def _softmax(c: _Ctx):
     fn = composites.softmax if c.node.op_type == "Softmax" else composites.log_softmax
     return [fn(c.b, c.x(0), axis=int(c.attr("axis", -1)), source=c.display)]
+
+
+@_handles("SoftmaxCrossEntropyLoss", "NegativeLogLikelihoodLoss")
+def _loss(c: _Ctx):
+    x, labels = c.x(0), c.x(1)
+    if labels.dtype not in (DType.int32, DType.int64):
+        raise _malformed(c, f"labels of type {labels.dtype.value} (int32 or int64)")
+    reduction = c.attr("reduction", "mean")
+    if reduction not in composites_nn.losses.REDUCTIONS:
+        raise _malformed(c, f"reduction {reduction!r} is not none, sum or mean")
+    ignore = c.attr("ignore_index")
+    args = (c.b, x, labels, c.opt(2), reduction,
+            None if ignore is None else int(ignore), c.display)
+    if c.node.op_type == "NegativeLogLikelihoodLoss":
+        return [composites_nn.nll_loss(*args)]
+    loss, log_prob = composites_nn.softmax_cross_entropy(*args)
+    return [loss, log_prob]
 
 
 @_handles("LayerNormalization")

@@ -12,13 +12,26 @@ from ...ops.window import pool_geometry
 
 
 def _window(b, x, geo, fill):
-    return b.window(x, kernel=list(geo.kernel), strides=list(geo.strides),
+    # the window clipped to the taps that read the input (PoolGeometry): a pool larger
+    # than its map reduces over what it reads, not over its padding
+    return b.window(x, kernel=list(geo.window_kernel), strides=list(geo.strides),
                     dilations=list(geo.dilations), pads=list(geo.window_pads), fill=fill)
 
 
 def _tap_axes(x, d):
     rank = len(x.shape) + d
     return list(range(rank - d, rank))
+
+
+def _taps(b, x, geo, fill):
+    """(what the pool reduces, its axes, keepdims): the map itself over its spatial axes
+    (kept, as size-1 output axes) when one window holds exactly the whole map -- the
+    pool is then GlobalAveragePool's or GlobalMaxPool's reduction -- else the window
+    over its taps."""
+    d, rank = len(geo.kernel), len(x.shape)
+    if geo.covers(x.shape[rank - d:]):
+        return x, list(range(rank - d, rank)), True
+    return _window(b, x, geo, fill), _tap_axes(x, d), False
 
 
 def max_pool(b, x, kernel, strides=None, dilations=None, pads=None, ceil_mode=False,
@@ -33,10 +46,11 @@ def max_pool(b, x, kernel, strides=None, dilations=None, pads=None, ceil_mode=Fa
         d = len(kernel)
         spatial = x.shape[len(x.shape) - d:]
         geo = pool_geometry(spatial, kernel, strides, dilations, pads, ceil_mode)
+        if indices is None:
+            w, taps, keep = _taps(b, x, geo, "lowest")
+            return b.reduce_max(w, axes=taps, keepdims=keep)
         w = _window(b, x, geo, "lowest")
         taps = _tap_axes(x, d)
-        if indices is None:
-            return b.reduce_max(w, axes=taps, keepdims=False)
         m = b.reduce_max(w, axes=taps, keepdims=True)
         lead = len(x.shape) - d
         if indices == "plane":
@@ -61,12 +75,12 @@ def avg_pool(b, x, kernel, strides=None, dilations=None, pads=None, ceil_mode=Fa
         d = len(kernel)
         spatial = x.shape[len(x.shape) - d:]
         geo = pool_geometry(spatial, kernel, strides, dilations, pads, ceil_mode)
-        w = _window(b, x, geo, "zero")
+        w, axes, keep = _taps(b, x, geo, "zero")
         div = geo.divisor(spatial, count_include_pad)
-        axes = _tap_axes(x, d)
-        if np.all(div == math.prod(kernel)):
-            return b.reduce_mean(w, axes=axes, keepdims=False)
-        s = b.reduce_sum(w, axes=axes, keepdims=False)
+        # (the taps clipped off read only zeros: the sum is the whole window's)
+        if np.all(div == math.prod(geo.window_kernel)):
+            return b.reduce_mean(w, axes=axes, keepdims=keep)
+        s = b.reduce_sum(w, axes=axes, keepdims=keep)
         return s * b.constant((1.0 / div).astype(x.dtype.np))
 
 
@@ -108,8 +122,8 @@ def lp_pool(b, x, kernel, p: int = 2, strides=None, dilations=None, pads=None,
         d = len(kernel)
         geo = pool_geometry(x.shape[len(x.shape) - d:], kernel, strides, dilations, pads,
                             ceil_mode)
-        w = _window(b, x, geo, "zero")
+        w, axes, keep = _taps(b, x, geo, "zero")
         a = b.abs(w)
         powered = a * a if p == 2 else b.pow(a, b.as_tensor(float(p), like=x))
-        s = b.reduce_sum(powered, axes=_tap_axes(x, d), keepdims=False)
+        s = b.reduce_sum(powered, axes=axes, keepdims=keep)
         return b.sqrt(s) if p == 2 else b.pow(s, b.as_tensor(1.0 / p, like=x))
