@@ -55,8 +55,9 @@ _env_lock = threading.Lock()
 def load_library(path, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
     """``ctypes.CDLL`` of a built library, with the OpenMP wait settings above in the
     environment while it loads (unless the user set any of them) and the environment
-    put back after: the first library loads libgomp, which reads them then. (Where
-    torch, say, loaded libgomp first, its settings stand.) libgomp takes the spin count
+    put back after: the workbench's own libgomp (:func:`openmp_runtime`), loaded
+    before the first library, reads them then -- whatever libgomp torch, say, loaded
+    first (:func:`_open_with_runtime`). libgomp takes the spin count
     over the policy; PASSIVE is for OpenMP runtimes that know no GOMP_SPINCOUNT. A
     library in the kernel cache is loaded only where its seal verifies, from the very
     bytes checked (:func:`.cache.open_sealed`; CacheEntryChanged otherwise)."""
