@@ -122,13 +122,26 @@ def _sanitizer_runtime() -> bool:
 PRIVATE_OPENMP_ENV = "WB_PRIVATE_OPENMP"
 
 
-@lru_cache(maxsize=None)
 def openmp_runtime() -> Path | None:
     """The workbench's copy of the compiler's libgomp in the kernel cache, which every
     kernel library links (:mod:`.openmp`); None where ``$WB_PRIVATE_OPENMP`` is ``0``,
     the compiler names no libgomp, or it cannot be copied (then the compiler's)."""
     if os.environ.get(PRIVATE_OPENMP_ENV, "1").strip() == "0":
         return None
+    found = _compiler_libgomp()
+    if found is None:
+        return None
+    # (in the cache of the moment: $WORKBENCH_CACHE may change within a process, and a
+    # user may empty it)
+    rt = _runtime_in(found, cache_dir())
+    if rt is not None and not rt.exists():
+        _runtime_in.cache_clear()
+        rt = _runtime_in(found, cache_dir())
+    return rt
+
+
+@lru_cache(maxsize=None)
+def _compiler_libgomp() -> Path | None:
     try:
         cc, _ = find_compiler()
     except BackendUnavailable:      # (nothing to link; a library built elsewhere loads)
@@ -137,7 +150,12 @@ def openmp_runtime() -> Path | None:
     found = Path(r.stdout.strip()) if r.returncode == 0 else None
     if found is None or not found.is_absolute() or not found.exists():
         return None
-    return private_runtime(found.resolve(), cache_dir())
+    return found.resolve()
+
+
+@lru_cache(maxsize=None)
+def _runtime_in(libgomp: Path, cache: Path) -> Path | None:
+    return private_runtime(libgomp, cache)
 
 
 _links = itertools.count()

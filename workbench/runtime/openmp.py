@@ -130,7 +130,8 @@ def private_runtime(libgomp: Path, cache: Path) -> Path | None:
         return None
     if not (soname(data) or "").startswith("libgomp."):
         return None
-    out = cache / f"libgomp-wb-{hashlib.sha256(data).hexdigest()[:16]}.so"
+    # (".so.1" as the original: not one of the "*.so" libraries the cache builds)
+    out = cache / f"libgomp-wb-{hashlib.sha256(data).hexdigest()[:16]}.so.1"
     if read_sealed(out) is not None:
         return out
     copy = renamed(data)
