@@ -98,9 +98,11 @@ def test_no_worker_left_spinning_after_a_call_when_torch_came_first():
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["err"] < 1e-4
     assert out["own_runtime_mapped"]
-    # the median window: ~0.05 ms with the workbench's short spin (0.6 on a host at
-    # load 10), 4-8 ms with the kernels on torch's libgomp and its default spin
-    median = out["after_ms"][len(out["after_ms"]) // 2]
-    assert median < 2.0, (f"the process burned {median:.2f} ms of CPU in a 50 ms idle "
-                          f"window after a call (windows: {out['after_ms']}): a pool is "
-                          "left spinning")
+    # the lower quartile of the windows (a busy host adds CPU to some at random, up to
+    # ~2.6 ms with either runtime, and never takes the spin away): 0.04-0.5 ms with the
+    # workbench's short spin, 3.3-10 ms in every window with the kernels on torch's
+    # libgomp and its default spin (the code before issue 44: 4.3 and 9.4 ms)
+    low = out["after_ms"][len(out["after_ms"]) // 4]
+    assert low < 2.0, (f"the process burned {low:.2f} ms of CPU in a 50 ms idle window "
+                       f"after a call, or more in 3 of 4 (windows: {out['after_ms']}): a "
+                       "pool is left spinning")
