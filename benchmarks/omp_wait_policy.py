@@ -42,7 +42,8 @@ SETTINGS = {
     "spin 100000": {"GOMP_SPINCOUNT": "100000"},
     "libgomp default (spin 300000)": {"GOMP_SPINCOUNT": "300000"},
     "ACTIVE": {"OMP_WAIT_POLICY": "ACTIVE"},
-    # torch imported first: the kernels share torch's libgomp, loaded with these
+    # torch imported first (its libgomp loaded with these): the kernels run on their own
+    # copy all the same (runtime/openmp.py; WB_PRIVATE_OPENMP=0 shares torch's)
     "torch first, PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE", TORCH_FIRST: "1"},
     "torch first, workbench": {TORCH_FIRST: "1"},
 }
@@ -122,8 +123,8 @@ def main(argv=None) -> int:
              f"{a.calls} `Program.run` calls per process (no torch loaded), processes "
              "alternated; one column per round (round 0 compiles into a cold kernel "
              "cache). `workbench`: no OpenMP variable set, so `cc.load_library` chooses; "
-             "`torch first`: torch imported before the workbench, so the kernels share "
-             "the libgomp torch loaded.",
+             "`torch first`: torch imported before the workbench (its libgomp loaded "
+             "first; the kernels run on their own copy, `runtime/openmp.py`).",
              "", "| model | setting | environment | "
              + " | ".join(f"round {i}" for i in range(a.rounds)) + " |",
              "|---|---|---|" + "---|" * a.rounds]

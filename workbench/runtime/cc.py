@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..errors import BackendUnavailable, WorkbenchError
 from .cache import cache_subdir, install, is_cached, open_sealed, read_sealed
+from .openmp import needed, private_runtime, soname
 
 # How the kernels' OpenMP threads wait for the next kernel. Spinning forever steals the
 # cores from whatever runs next on the host (measured 324 ms -> 128 ms on
@@ -54,23 +55,107 @@ _env_lock = threading.Lock()
 def load_library(path, mode: int = ctypes.DEFAULT_MODE) -> ctypes.CDLL:
     """``ctypes.CDLL`` of a built library, with the OpenMP wait settings above in the
     environment while it loads (unless the user set any of them) and the environment
-    put back after: the first library loads libgomp, which reads them then. (Where
-    torch, say, loaded libgomp first, its settings stand.) libgomp takes the spin count
+    put back after: the workbench's own libgomp (:func:`openmp_runtime`), loaded
+    before the first library, reads them then -- whatever libgomp torch, say, loaded
+    first (:func:`_open_with_runtime`). libgomp takes the spin count
     over the policy; PASSIVE is for OpenMP runtimes that know no GOMP_SPINCOUNT. A
     library in the kernel cache is loaded only where its seal verifies, from the very
     bytes checked (:func:`.cache.open_sealed`; CacheEntryChanged otherwise)."""
+    rt = openmp_runtime()     # (before the lock: finding it runs the compiler)
     with _env_lock:
         if any(v in os.environ for v in _OPENMP_WAIT_VARIABLES):
-            lib = _open_library(Path(path), mode)
+            lib = _open_with_runtime(Path(path), mode, rt)
         else:
             os.environ.update(_OPENMP_WAIT)
             try:
-                lib = _open_library(Path(path), mode)
+                lib = _open_with_runtime(Path(path), mode, rt)
             finally:
                 for v in _OPENMP_WAIT:
                     del os.environ[v]
         _pin_openmp_runtime()
     return lib
+
+
+# the workbench's own OpenMP runtime once loaded (never closed: its pool sleeps in it)
+_runtime: list[ctypes.CDLL] = []
+
+
+def _open_with_runtime(path: Path, mode: int, rt: Path | None) -> ctypes.CDLL:
+    """Open ``path`` after the workbench's OpenMP runtime (:mod:`.openmp`), so that a
+    library needing it finds it loaded; such a library is opened with RTLD_DEEPBIND,
+    its OpenMP calls bound to that runtime even where another libgomp's symbols are
+    global (torch's). Not where a sanitizer runtime is in the process: ASan refuses
+    RTLD_DEEPBIND (the library then binds as the loader finds its symbols)."""
+    if rt is not None and not _runtime:
+        try:
+            _runtime.append(_open_library(rt, ctypes.RTLD_LOCAL))
+        except OSError as e:
+            raise WorkbenchError(
+                f"the workbench's OpenMP runtime {rt} does not load ({e}): set "
+                f"{PRIVATE_OPENMP_ENV}=0 to link the compiler's libgomp instead") from None
+    if rt is not None and _needs(path, _soname_of(rt)) and not _sanitizer_runtime():
+        mode |= getattr(os, "RTLD_DEEPBIND", 0)
+    return _open_library(path, mode)
+
+
+@lru_cache(maxsize=None)
+def _soname_of(path: Path) -> str | None:
+    return soname(path.read_bytes())
+
+
+def _needs(path: Path, name: str | None) -> bool:
+    try:
+        return name in needed(path.read_bytes())
+    except OSError:
+        return False
+
+
+@lru_cache(maxsize=None)
+def _sanitizer_runtime() -> bool:
+    """Whether a sanitizer's runtime is in the process (LD_PRELOAD, scripts/sanitize.py)."""
+    main = ctypes.CDLL(None)
+    return any(hasattr(main, f"__{s}_init") for s in ("asan", "tsan", "msan", "hwasan"))
+
+
+# "0": the kernels link the compiler's libgomp, as before issue 44 -- shared with torch
+# where torch loaded it first (to compare, benchmarks/threads.py)
+PRIVATE_OPENMP_ENV = "WB_PRIVATE_OPENMP"
+
+
+def openmp_runtime() -> Path | None:
+    """The workbench's copy of the compiler's libgomp in the kernel cache, which every
+    kernel library links (:mod:`.openmp`); None where ``$WB_PRIVATE_OPENMP`` is ``0``,
+    the compiler names no libgomp, or it cannot be copied (then the compiler's)."""
+    if os.environ.get(PRIVATE_OPENMP_ENV, "1").strip() == "0":
+        return None
+    found = _compiler_libgomp()
+    if found is None:
+        return None
+    # (in the cache of the moment: $WORKBENCH_CACHE may change within a process, and a
+    # user may empty it)
+    rt = _runtime_in(found, cache_dir())
+    if rt is not None and not rt.exists():
+        _runtime_in.cache_clear()
+        rt = _runtime_in(found, cache_dir())
+    return rt
+
+
+@lru_cache(maxsize=None)
+def _compiler_libgomp() -> Path | None:
+    try:
+        cc, _ = find_compiler()
+    except BackendUnavailable:      # (nothing to link; a library built elsewhere loads)
+        return None
+    r = _run([cc, "-print-file-name=libgomp.so"])
+    found = Path(r.stdout.strip()) if r.returncode == 0 else None
+    if found is None or not found.is_absolute() or not found.exists():
+        return None
+    return found.resolve()
+
+
+@lru_cache(maxsize=None)
+def _runtime_in(libgomp: Path, cache: Path) -> Path | None:
+    return private_runtime(libgomp, cache)
 
 
 _links = itertools.count()
@@ -248,7 +333,12 @@ def vector_bytes() -> int:
 
 
 def link_flags() -> list[str]:
-    return (["-lmvec"] if "-DWB_VECTOR_MATH" in machine_cflags() else []) + ["-lm"]
+    """The libraries a kernel links: the workbench's OpenMP runtime where there is one
+    (first, and ``--as-needed`` so the compiler's ``-lgomp``, which ``-fopenmp`` adds
+    after it, is left out: every OpenMP symbol is already found), vector math, libm."""
+    rt = openmp_runtime()
+    return ((["-Wl,--as-needed", str(rt)] if rt is not None else [])
+            + (["-lmvec"] if "-DWB_VECTOR_MATH" in machine_cflags() else []) + ["-lm"])
 
 
 def cpu_model() -> str:
@@ -295,8 +385,11 @@ def build_shared(name: str, src: str, *, compiler: tuple[str, str], flags, link=
     cache = cache or cache_dir()
     # every flag, quoted (unchanged for plain flags), so that no two lists of flags --
     # with the extra ones or without -- share a key
+    # (the libraries linked too, where there are any: a kernel linked against the
+    # compiler's libgomp is not served where the workbench's own runtime is wanted)
     key = hashlib.sha256("\0".join([src, " ".join(map(shlex.quote, (*flags, *compile_only))),
-                                    version]).encode()).hexdigest()[:24]
+                                    version, *([" ".join(map(shlex.quote, link))] if link
+                                               else [])]).encode()).hexdigest()[:24]
     out = cache / f"{name}-{key}.so"
     if read_sealed(out) is None:
         with tempfile.TemporaryDirectory(dir=cache) as tmp:
