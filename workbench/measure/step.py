@@ -114,8 +114,8 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
                            total * 1e3, max(c.max_rel_error for c in checks),
                            all(c.within_tolerance for c in checks), frame,
                            prog.backend.device_name(), e2e,
-                           float(frame.predicted_ms.sum()) if prediction is not None
-                           else float("nan"), kernels_ms=float(frame.latency_ms.sum()))
+                           prediction.ms if prediction is not None else float("nan"),
+                           kernels_ms=float(frame.latency_ms.sum()))
 
 
 __all__ = ["DRAM_NOT_REQUESTED", "KERNEL_COLUMNS", "KernelCheck", "StepMeasurement",
