@@ -37,10 +37,10 @@ from ..ops.bfloat16 import QUIET_NAN
 from .backend import Progress
 from .memory_plan import ALIGN, MEMORY_PLAN_ENV, plan_memory
 from .outputs import check_out, empty
-
-CHECKED_ENV = "WB_CHECKED_RUNS"    # "1": every run poisons (see the module docstring)
 from .placement import PLACE_MIN_S
 from .reference import check_inputs
+
+CHECKED_ENV = "WB_CHECKED_RUNS"    # "1": every run poisons (see the module docstring)
 
 
 def poison(xp, shape, dtype: DType):
