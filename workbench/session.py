@@ -42,7 +42,8 @@ from .measure.counters import with_dram
 from .measure.tune import tune_plan
 from .measure.verify import graph_magnitudes
 from .runtime.backends import backend_names
-from .step_table import STEP_COLUMNS, compare_steps, step_effect, step_table  # noqa: F401
+from .step_table import (STEP_COLUMNS, compare_steps, previewed,  # noqa: F401
+                         step_effect, step_table)
 
 def warn_no_tf32(device) -> None:
     # (stacklevel 3: the line that called Session(...) or set_matmul_precision)
@@ -260,8 +261,9 @@ class Session:
         (fuse, fuse with a neighbour, split, each scheme on each internal edge, each
         mapping, tune), legal ones with the plan they would make and its predicted
         kernels, bytes and ms (a preview), refused ones with the reason
-        (:func:`workbench.fusion.actions.applicable_actions`). Changes nothing."""
-        return applicable_actions(self.plan, args.refs(refs), self.cost_model)
+        (:func:`workbench.fusion.actions.applicable_actions`; bytes counted as a step's
+        are, :func:`workbench.step_table.previewed`). Changes nothing."""
+        return previewed(self, applicable_actions(self.plan, args.refs(refs), self.cost_model))
 
     def apply(self, action) -> Plan:
         """Apply one of :meth:`actions`' results (made for the current plan) as a step."""

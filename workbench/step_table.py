@@ -18,6 +18,8 @@ Example::
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
@@ -32,10 +34,23 @@ COMPARE_ROWS = ["kernels", "bytes_moved_MB", "predicted_ms", "latency_ms", "kern
                 "overhead_ms"]
 
 
+def counted_bytes(session, plan) -> int:
+    """The bytes a plan's kernels move, as the kernel IR counts them (what a
+    measurement reports; each group lowered once per session)."""
+    return sum(k.bytes_read + k.bytes_written for k in session.kernels(plan))
+
+
 def step_effect(session, plan) -> Effect:
     """A plan's kernels, counted bytes (the kernel IR's) and the step's prediction."""
-    moved = sum(k.bytes_read + k.bytes_written for k in session.kernels(plan))
-    return Effect(len(plan.groups), moved, session.predict(plan).ms)
+    return Effect(len(plan.groups), counted_bytes(session, plan), session.predict(plan).ms)
+
+
+def previewed(session, actions: list) -> list:
+    """``actions`` with each priced one's bytes counted as a step's are (the kernel
+    IR's), so a preview's change is the change the step table will show; its
+    prediction is the model's now, the one the step gets when applied."""
+    return [replace(a, effect=replace(a.effect, bytes_moved=counted_bytes(session, a.plan)))
+            if a.effect is not None and a.plan is not None else a for a in actions]
 
 
 def step_table(session, measure: bool = True, **kw) -> pd.DataFrame:
@@ -81,4 +96,5 @@ def compare_steps(session, a: int, b: int) -> pd.DataFrame:
     return df
 
 
-__all__ = ["COMPARE_ROWS", "STEP_COLUMNS", "compare_steps", "step_effect", "step_table"]
+__all__ = ["COMPARE_ROWS", "STEP_COLUMNS", "compare_steps", "counted_bytes", "previewed",
+           "step_effect", "step_table"]
