@@ -78,10 +78,15 @@ def time_ways(prog, x, repeats: int, pause: float) -> dict:
 
 
 def summary(calls: list) -> dict:
+    """Medians of the calls' step and kernels' ms, and -- more robust on a shared
+    machine, the kernels and their call timed together -- the medians of each call's
+    overhead and step / kernels ratio; every call kept (``calls``)."""
     step = float(np.median([c for c, _ in calls])) * 1e3
     kern = float(np.median([k for _, k in calls])) * 1e3
-    return {"step_ms": step, "kernels_ms": kern, "overhead_ms": step - kern,
-            "ratio": step / kern if kern > 0 else None}
+    return {"step_ms": step, "kernels_ms": kern,
+            "overhead_ms": float(np.median([c - k for c, k in calls])) * 1e3,
+            "ratio": float(np.median([c / k for c, k in calls])),
+            "calls_ms": [[c * 1e3, k * 1e3] for c, k in calls]}
 
 
 def run_case(name, source, planner: str, repeats: int, pause: float) -> dict:
@@ -108,9 +113,10 @@ def markdown(res: dict) -> str:
              f"{res['pause_s']} s idle pause. `before`: outputs new and NaN-filled every "
              "call (as before issue 44); `fresh`: new, unfilled (`run(x)`); `out`: the "
              "caller's arrays reused (`run(x, out=...)`). step = median call ms, kernels "
-             "= median of the kernels' own summed ms (timed inside the call), overhead = "
-             "step - kernels, x = step / kernels (target <= 1.2). `measure`: "
-             "`Session.measure` (calls back to back, what the step table shows).", "",
+             "= median of the kernels' own summed ms (timed inside the call), overhead and "
+             "x = medians over the calls of each call's step - kernels and step / kernels "
+             "(target x <= 1.2). `measure`: `Session.measure` (calls back to back, what "
+             "the step table shows: median call / sum of the kernels' medians).", "",
              "| sample | planner | kernels | before step | before x | fresh step | fresh x "
              "| out step | kernels | overhead | out x | measure step | measure kernels "
              "| measure x |",
