@@ -61,7 +61,8 @@ def check_out(graph: Graph, out, xp, inputs: Mapping) -> dict:
         if tuple(a.shape) != tuple(v.shape) or a.dtype != want:
             raise GraphError(f"out[{name!r}] is {a.dtype}{list(a.shape)}, the output is "
                              f"{want}{list(v.shape)}; make it with program.new_outputs()")
-        if not a.flags.c_contiguous or not a.flags.writeable:
+        # (CuPy's flags have no writeable: its arrays always are)
+        if not a.flags.c_contiguous or not getattr(a.flags, "writeable", True):
             raise GraphError(f"out[{name!r}] is not a writeable C-contiguous array (a "
                              "view, a transpose or read-only); pass one made with "
                              "program.new_outputs() or np.empty")
