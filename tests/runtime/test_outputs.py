@@ -124,8 +124,10 @@ def test_the_driver_times_each_kernel_inside_the_call():
     prog.execute(x, out=out, kernel_ns=ns)
     call = time.perf_counter_ns() - t0
     assert (ns > 0).all() and ns.sum() <= call
-    per, total = prog.time(x, warmup=1, repeats=3)
-    assert len(per) == len(prog.compiled) and all(t > 0 for t in per) and total > 0
+    t = prog.time_calls(x, warmup=1, repeats=3)
+    assert len(t.per_kernel) == len(prog.compiled) and all(k > 0 for k in t.per_kernel)
+    assert 0 < t.kernels <= t.step and t.overhead >= 0
+    assert prog.time(x, warmup=1, repeats=1)[1] > 0
 
 
 def test_a_loaded_artifact_writes_into_out(tmp_path):

@@ -54,8 +54,10 @@ def test_every_face_gives_a_step_one_prediction_and_one_count_of_bytes(measured)
 def test_a_step_time_is_three_numbers_and_kernels_are_their_own(measured):
     s, _ = measured
     m = s.measured()
-    assert m.kernels_ms == pytest.approx(m.per_kernel.latency_ms.sum())
-    assert m.overhead_ms == pytest.approx(m.latency_ms - m.kernels_ms)
+    # medians over the timed calls of each call's own split: a call's kernels run
+    # inside it, so neither exceeds the step and the overhead is never negative
+    assert 0 < m.kernels_ms <= m.latency_ms and m.overhead_ms >= 0
+    assert m.kernels_ms + m.overhead_ms == pytest.approx(m.latency_ms, rel=0.5)
     t = s.table(measure=False).iloc[-1]
     assert (t.latency_ms, t.kernels_ms, t.overhead_ms) == (m.latency_ms, m.kernels_ms,
                                                            m.overhead_ms)

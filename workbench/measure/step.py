@@ -1,9 +1,11 @@
 """Measuring one plan: per-kernel and per-step latency, bytes moved, launches, error.
 
 Three times, never one folded into another: the step's (``latency_ms``: a whole call,
-what a caller waits for), the kernels' own summed (``kernels_ms``: each kernel timed
-inside the call, runtime/program.py ``time``) and the remainder, the *call overhead*
-(``overhead_ms``: inputs checked, arguments bound, threads woken, the interpreter).
+what a caller waits for), a call's kernels' own summed (``kernels_ms``: each kernel
+timed inside the call, runtime/program.py ``time_calls``) and the rest of the call, the
+*call overhead* (``overhead_ms``: inputs checked, arguments bound, threads placed and
+woken, the interpreter); the last two are medians over the timed calls of each call's
+own split.
 
 Bytes are counted from the kernel IR as compulsory global-memory traffic: every
 input buffer read once and every output written once. Latency is the median of
@@ -53,12 +55,10 @@ class StepMeasurement:
     # none), and where they came from: "ncu", "unavailable: <reason>" (counters.py)
     dram_bytes: float = float("nan")
     dram_source: str = DRAM_NOT_REQUESTED
-    kernels_ms: float = float("nan")        # the kernels' own times, summed
-
-    @property
-    def overhead_ms(self) -> float:
-        """The call overhead: the step's time less its kernels' own (nan if unknown)."""
-        return self.latency_ms - self.kernels_ms
+    # a call's kernels' own times summed, and the rest of the call: the call overhead
+    # (medians over the timed calls of each call's own split: runtime CallTimes)
+    kernels_ms: float = float("nan")
+    overhead_ms: float = float("nan")
 
     @property
     def model_error(self) -> float:
@@ -93,8 +93,9 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
     checks = verify_kernels(prog, env)
     if progress:
         progress(1, total_steps, "ran and checked against NumPy")
-    per, total = prog.time(inputs, warmup, repeats,
-                           progress and (lambda i, n, what: progress(1 + i, total_steps, what)))
+    times = prog.time_calls(inputs, warmup, repeats, progress and (
+        lambda i, n, what: progress(1 + i, total_steps, what)))
+    per, total = times.per_kernel, times.step
     rows = []
     for ck, t, chk in zip(prog.compiled, per, checks):
         k = ck.kernel
@@ -115,7 +116,7 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
                            all(c.within_tolerance for c in checks), frame,
                            prog.backend.device_name(), e2e,
                            prediction.ms if prediction is not None else float("nan"),
-                           kernels_ms=float(frame.latency_ms.sum()))
+                           kernels_ms=times.kernels * 1e3, overhead_ms=times.overhead * 1e3)
 
 
 __all__ = ["DRAM_NOT_REQUESTED", "KERNEL_COLUMNS", "KernelCheck", "StepMeasurement",

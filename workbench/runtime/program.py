@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -272,7 +273,16 @@ class KernelSequence:
     def time(self, inputs: Mapping[str, np.ndarray], warmup: int = 2,
              repeats: int = 10, progress: Progress | None = None
              ) -> tuple[list[float], float]:
-        """Median seconds of each kernel, and of the whole plan, after warm-up runs.
+        """Median seconds of each kernel, and of the whole plan, after warm-up runs
+        (:meth:`time_calls`' ``per_kernel`` and ``step``)."""
+        t = self.time_calls(inputs, warmup, repeats, progress)
+        return t.per_kernel, t.step
+
+    def time_calls(self, inputs: Mapping[str, np.ndarray], warmup: int = 2,
+                   repeats: int = 10, progress: Progress | None = None) -> "CallTimes":
+        """Each kernel's time, the whole plan's, and how the plan's splits into its
+        kernels' own and the call overhead, after warm-up runs (medians of the timed
+        runs).
 
         Buffers are allocated once and nothing is poisoned, so the numbers are kernel
         time (plus call overhead), not allocation. The GPU is timed with CUDA events.
@@ -287,7 +297,8 @@ class KernelSequence:
         kernels are launched one by one with a timer around each and around them all.
         """
         if self._driver() is None:
-            return self.time_env(self._env(inputs), warmup, repeats, progress)
+            per, calls = self._env_samples(self._env(inputs), warmup, repeats, progress)
+            return CallTimes.of(per, calls)
         timer = self.backend.timer()
         out = self.new_outputs()
         for _ in range(max(1, warmup)):
@@ -303,7 +314,7 @@ class KernelSequence:
                 p.append(t * 1e-9)
             if progress:
                 progress(r + 1, repeats, "timed run")
-        return [float(np.median(p)) for p in per], float(np.median(calls))
+        return CallTimes.of(per, calls)
 
     def time_env(self, env: dict, warmup: int = 2, repeats: int = 10,
                  progress: Progress | None = None) -> tuple[list[float], float]:
@@ -311,6 +322,12 @@ class KernelSequence:
         the kernels read (the tuner times one kernel on the values it really gets). The
         kernels' intermediates are laid out as a run lays them out (the memory plan),
         in an arena of the timing's own."""
+        t = CallTimes.of(*self._env_samples(env, warmup, repeats, progress))
+        return t.per_kernel, t.step
+
+    def _env_samples(self, env: dict, warmup: int, repeats: int,
+                     progress: Progress | None) -> tuple[list[list[float]], list[float]]:
+        """Each timed run's seconds per kernel, and of all of them (see time_env)."""
         timing = _Pool()
         for ck in self.compiled:
             self._alloc_outputs(ck, env, timing)
@@ -331,7 +348,28 @@ class KernelSequence:
                 totals.append(timer.stop(t_all))
                 if progress:
                     progress(len(totals), repeats, "timed run")
-        return [float(np.median(p)) for p in per], float(np.median(totals))
+        return per, totals
+
+
+@dataclass(frozen=True)
+class CallTimes:
+    """A plan's timed runs, in seconds (medians over the runs): each kernel's, the whole
+    run's (``step``), and per run its kernels' own summed (``kernels``) and the rest of
+    it (``overhead``: inputs checked, arguments bound, threads placed and woken). The
+    last two are medians of each run's own split, not differences of medians: on a
+    busy machine the sum of the kernels' medians misses the one slow kernel most runs
+    have, and would read as overhead."""
+    per_kernel: list
+    step: float
+    kernels: float
+    overhead: float
+
+    @classmethod
+    def of(cls, per: list[list[float]], calls: list[float]) -> "CallTimes":
+        sums = [sum(ts) for ts in zip(*per)] if per else [0.0] * len(calls)
+        return cls([float(np.median(p)) for p in per], float(np.median(calls)),
+                   float(np.median(sums)),
+                   float(np.median([c - k for c, k in zip(calls, sums)])))
 
 
 class Program(KernelSequence):
