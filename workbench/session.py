@@ -459,8 +459,9 @@ class Session:
         ``matmul_precision`` is what the step's float32 matmuls ran in: "tf32" where the
         step allowed TF32 and the device has tensor cores, else "float32".
         ``predicted_ms`` is the step's one prediction (:meth:`predict`). ``latency_ms``
-        is a whole call's time, ``kernels_ms`` the kernels' own summed, ``overhead_ms``
-        the rest (the call overhead). ``dram_MB``: the DRAM traffic the hardware
+        is a whole call's time, ``kernels_ms`` a call's kernels' own summed and
+        ``overhead_ms`` the rest of it, the call overhead (medians over the timed calls
+        of each call's own split). ``dram_MB``: the DRAM traffic the hardware
         counters measured (``table(counters=True)``), else NaN. ``speedup_vs_none`` is
         step 0's latency over the step's: a step at another matmul precision than step
         0's counts what the precision gained too (the ``matmul_precision`` column says
