@@ -1,8 +1,9 @@
 """Shared helpers for the test suite.
 
 The central helper is :func:`check_graph`: it runs a graph under a planner on the
-cpu backend (C kernels built by the system compiler; outputs are poisoned before every
-kernel, so an element a kernel forgets to write fails) and compares every output with
+cpu backend (C kernels built by the system compiler; every run of the tests is a
+checked one, WB_CHECKED_RUNS below: outputs are poisoned before the kernels write
+them, so an element a kernel forgets to write fails) and compares every output with
 the NumPy reference within the tolerance of its dtype.
 
 Inputs are fresh random data, never zeros; :func:`make_inputs` also keeps inputs in the
@@ -24,6 +25,12 @@ from workbench.ir import Graph, GraphBuilder
 from workbench.tolerance import max_rel_error, tolerance
 from workbench.runtime import random_inputs, run_reference
 from workbench.session import Session
+
+# every run of a program in the tests is a checked one (outputs poisoned before the
+# kernels write them: runtime/program.py), so any test comparing a run's outputs with
+# the reference catches an element a kernel forgets to write; production and timed
+# calls poison nothing (tests/runtime/test_outputs.py tests that path with this off)
+os.environ.setdefault("WB_CHECKED_RUNS", "1")
 
 # Tests reach these helpers through fixtures (``check_graph``, ``wb``), not by importing
 # this module, so another conftest.py elsewhere in tests/ cannot shadow them.

@@ -33,7 +33,7 @@ from .measure import StepMeasurement, measure_program
 from .measure.step import DRAM_NOT_REQUESTED
 from .runtime import Program, get_backend, random_inputs, run_reference
 from .frontends import load
-from .fusion.actions import Action, applicable_actions, effect
+from .fusion.actions import Action, applicable_actions
 from .fusion.fitted import FittedModel
 from .fusion.plan import check_precision
 from .artifact import export_plan
@@ -42,11 +42,8 @@ from .measure.counters import with_dram
 from .measure.tune import tune_plan
 from .measure.verify import graph_magnitudes
 from .runtime.backends import backend_names
-
-STEP_COLUMNS = ["step", "action", "planner", "matmul_precision", "kernels", "bytes_moved_MB",
-                "dram_MB", "latency_ms", "predicted_ms", "speedup_vs_none", "max_rel_error",
-                "end_to_end_error", "ok"]
-
+from .step_table import (STEP_COLUMNS, compare_steps, previewed,  # noqa: F401
+                         step_effect, step_table)
 
 def warn_no_tf32(device) -> None:
     # (stacklevel 3: the line that called Session(...) or set_matmul_precision)
@@ -111,6 +108,7 @@ class Session:
         self._tuned: list = []         # (group, seconds) of every candidate timed
         self.tuning: list = []         # the last tune()'s results (measure.tune.TuneResult)
         self._models = FittedModel(self.device)   # the device's, refitted, or assigned
+        self._predictions: dict = {}   # each plan's prediction, made once (predict)
         # refit the model after every new measurement -- of the device's own timings
         # (the CUDA emulator's are the CPU's, and would teach the GPU's model nonsense)
         self.calibrate = calibrate and not self.backend.emulated
@@ -155,6 +153,7 @@ class Session:
         if plan == self.plan and plan.planner == self.plan.planner:
             return self.plan
         self._history.push(Step(action, plan, tuple(decisions)))
+        self.predict(plan)     # (priced now: by the model that made it, as planned)
         return plan
 
     # -- transformations ---------------------------------------------------------
@@ -262,8 +261,9 @@ class Session:
         (fuse, fuse with a neighbour, split, each scheme on each internal edge, each
         mapping, tune), legal ones with the plan they would make and its predicted
         kernels, bytes and ms (a preview), refused ones with the reason
-        (:func:`workbench.fusion.actions.applicable_actions`). Changes nothing."""
-        return applicable_actions(self.plan, args.refs(refs), self.cost_model)
+        (:func:`workbench.fusion.actions.applicable_actions`; bytes counted as a step's
+        are, :func:`workbench.step_table.previewed`). Changes nothing."""
+        return previewed(self, applicable_actions(self.plan, args.refs(refs), self.cost_model))
 
     def apply(self, action) -> Plan:
         """Apply one of :meth:`actions`' results (made for the current plan) as a step."""
@@ -281,21 +281,15 @@ class Session:
         return self._push(action.label, action.plan)
 
     def compare(self, a: int, b: int) -> pd.DataFrame:
-        """Two steps side by side: kernels, bytes moved (counted), predicted ms and,
-        where measured, latency; one row per quantity, a column per step and the
-        change."""
-        cols = {}
-        for i in map(self._history.index, (a, b)):
-            st = self.history[i]
-            e = effect(st.plan, self.cost_model)
-            m = self._measurements.get(st.plan)
-            cols[f"step {i}: {st.action}"] = [
-                e.kernels, e.bytes_moved / 1e6, e.predicted_ms,
-                m.latency_ms if m else np.nan]
-        df = pd.DataFrame(cols, index=["kernels", "bytes_moved_MB", "predicted_ms",
-                                       "latency_ms"])
-        df["change"] = df.iloc[:, -1] - df.iloc[:, 0] if len(df.columns) == 2 else 0.0
-        return df
+        """Two steps side by side: kernels, bytes moved (counted), the step's prediction
+        and, where measured, its time, its kernels' own and the call overhead; one row
+        per quantity, a column per step and the change (:mod:`workbench.step_table`)."""
+        return compare_steps(self, a, b)
+
+    def effect(self, plan: Plan | None = None):
+        """A plan's kernels, counted bytes and the step's prediction: the numbers every
+        face shows for a step (:func:`workbench.step_table.step_effect`)."""
+        return step_effect(self, self._plan(plan))
 
     # -- running ---------------------------------------------------------------
     def program(self, plan: Plan | None = None) -> Program:
@@ -341,9 +335,10 @@ class Session:
         return render_kernel(self.kernel(ref, plan), target)
 
     @in_memory
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run the current plan on the backend; returns the graph outputs."""
-        return self.program().run(args.mapping(inputs, "inputs"))
+    def run(self, inputs: Mapping[str, np.ndarray], out=None) -> dict[str, np.ndarray]:
+        """Run the current plan on the backend; returns the graph outputs (written into
+        ``out``'s arrays where given: ``Program.run``; nothing is poisoned)."""
+        return self.program().run(args.mapping(inputs, "inputs"), out=out)
 
     @property
     @in_memory
@@ -389,8 +384,9 @@ class Session:
             # predicted_ms is an honest prediction; then the model learns from it
             self._measurements[plan] = measure_program(self.program(plan), self.inputs,
                                                        self.reference, warmup, repeats,
-                                                       self.cost_model, self.progress,
-                                                       self._output_magnitudes(plan))
+                                                       None, self.progress,
+                                                       self._output_magnitudes(plan),
+                                                       self.predict(plan))
             if self.calibrate:
                 self._recalibrate()
         if counters and self._measurements[plan].dram_source == DRAM_NOT_REQUESTED:
@@ -423,15 +419,22 @@ class Session:
         # an assigned model is kept as it is: automatic refitting stops
         self._models.assign(model)
         self.calibrate = False
+        self._predictions.clear()
 
     def _recalibrate(self) -> None:
         self._models.refit(self.graph, ((plan, m.per_kernel)
                                         for plan, m in self._measurements.items()), self._tuned)
 
     def predict(self, plan: Plan | None = None):
-        """The cost model's prediction for a plan (the current by default), per kernel
-        and in total (``.ms``), without running anything."""
-        return self.cost_model.predict(self._plan(plan))
+        """The step's prediction for a plan (the current by default), per kernel and in
+        total (``.ms``), without running anything: made once, when the plan is first
+        priced (a step: when it is made, by the model a planner planned it with), and
+        kept while later measurements refit the model, so every face shows one
+        prediction per step (an assigned ``cost_model`` prices them all again)."""
+        plan = self._plan(plan)
+        if plan not in self._predictions:
+            self._predictions[plan] = self.cost_model.predict(plan)
+        return self._predictions[plan]
 
     def export(self, path, measure: bool = False, force: bool = False, sign_with=None):
         """Write the current plan as an artifact: a directory, or a zip if path ends in
@@ -455,37 +458,15 @@ class Session:
 
         ``matmul_precision`` is what the step's float32 matmuls ran in: "tf32" where the
         step allowed TF32 and the device has tensor cores, else "float32".
-
-        ``predicted_ms`` of a measured step is the prediction made just before it was
-        measured; of an unmeasured step, the current model's (at the step's matmul
-        precision). ``dram_MB`` is the DRAM traffic measured by the hardware counters
-        (``table(counters=True)``), NaN unless they were read. ``speedup_vs_none`` is
+        ``predicted_ms`` is the step's one prediction (:meth:`predict`). ``latency_ms``
+        is a whole call's time, ``kernels_ms`` a call's kernels' own summed and
+        ``overhead_ms`` the rest of it, the call overhead (medians over the timed calls
+        of each call's own split). ``dram_MB``: the DRAM traffic the hardware
+        counters measured (``table(counters=True)``), else NaN. ``speedup_vs_none`` is
         step 0's latency over the step's: a step at another matmul precision than step
         0's counts what the precision gained too (the ``matmul_precision`` column says
         which; the history holds the switch as a step of its own)."""
-        unknown = set(kw) - {"warmup", "repeats", "counters"}
-        if unknown:
-            raise WorkbenchError(f"table takes measure, warmup, repeats and counters, not "
-                                 f"{', '.join(sorted(map(str, unknown)))[:80]}")
-        base = (self.baseline(**kw) if args.flag(measure, "measure")
-                else self._measurements.get(self.history[0].plan))
-        rows = []
-        for i, st in enumerate(self.history[:self.position + 1]):
-            m = self.measure(st.plan, **kw) if measure else self._measurements.get(st.plan)
-            rows.append({
-                "step": i, "action": st.action, "planner": st.plan.planner,
-                "matmul_precision": self._ran_in(st.plan),
-                "kernels": len(st.plan.groups),
-                "bytes_moved_MB": m.bytes_moved / 1e6 if m else np.nan,
-                "dram_MB": m.dram_bytes / 1e6 if m else np.nan,   # counters: NaN unless read
-                "latency_ms": m.latency_ms if m else np.nan,
-                "predicted_ms": (m.predicted_ms if m and not np.isnan(m.predicted_ms)
-                                 else self.predict(st.plan).ms),
-                "speedup_vs_none": base.latency_ms / m.latency_ms if m and base else np.nan,
-                "max_rel_error": m.max_rel_error if m else np.nan,
-                "end_to_end_error": m.end_to_end_error if m else np.nan,
-                "ok": m.within_tolerance if m else None})
-        return pd.DataFrame(rows, columns=STEP_COLUMNS)
+        return step_table(self, args.flag(measure, "measure"), **kw)
 
     def _plan(self, plan) -> Plan:
         """``plan`` (None: the current one), which must be a plan of this session's graph."""

@@ -4,12 +4,14 @@ The artifact is verified first (:mod:`.verify`); only then are its shipped sourc
 compiled -- never regenerated: the C sources with the system compiler into the same
 cache the CPU backend uses, the CUDA sources with CuPy's NVRTC. Kernels run in the
 manifest's order through the runtime's shared run loop
-(:class:`~workbench.runtime.program.KernelSequence`: outputs poisoned before each
-kernel, library calls for opaque ops). Nothing here imports Jupyter or plotly.
+(:class:`~workbench.runtime.program.KernelSequence`: library calls for opaque ops;
+nothing poisoned, as a production call of a program poisons nothing: the export's
+checks ran the kernels poisoned). Nothing here imports Jupyter or plotly.
 
 ``model(x, y)`` (positional, in ``model.inputs`` order) or ``model(x=..., y=...)``
 returns a dict of outputs in ``model.outputs`` order: NumPy arrays for NumPy inputs,
-CuPy arrays for CuPy inputs.
+CuPy arrays for CuPy inputs. ``model.run({"x": x}, out=outs)`` writes them into the
+caller's arrays (``outs = model.new_outputs()``, reused call after call: no allocation).
 
 Example::
 
@@ -260,7 +262,19 @@ class ArtifactModel:
 
     def __call__(self, *args, **kwargs) -> dict:
         """Run on inputs given positionally (``model.inputs`` order) or by name."""
-        named = self._bind(args, kwargs)
+        return self.run(self._bind(args, kwargs))
+
+    def new_outputs(self, backend: str = "cpu") -> dict:
+        """New arrays, one per output, for ``run(inputs, out=...)`` on ``backend``."""
+        return self.runner(backend).new_outputs()
+
+    def run(self, inputs: Mapping[str, Any], out: Mapping[str, Any] | None = None,
+            checked: bool = False) -> dict:
+        """Run on ``inputs`` (input name -> array); ``out`` (output name -> array, as
+        :meth:`new_outputs` makes them) receives the outputs and is returned, so a
+        caller reusing it pays no allocation; ``checked=True`` poisons the outputs
+        before the kernels write them (an element no kernel wrote reads NaN)."""
+        named = self._bind((), args.mapping(inputs, "inputs"))
         on_gpu = any(_is_cupy(a) for a in named.values())
         backend = self.backend
         if backend == "auto":
@@ -270,7 +284,7 @@ class ArtifactModel:
                                  f"{backend!r}; pass NumPy arrays or load it with "
                                  "backend='auto' or 'cupy'")
         r = self.runner(backend)
-        env = r.execute(named)
+        env = r.execute(named, out=out, checked=args.flag(checked, "checked"))
         if on_gpu:
             return {t.name: env[t.name] for t in self.outputs}
         return {t.name: r.backend.to_numpy(env[t.name], DType.of(t.dtype))

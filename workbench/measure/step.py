@@ -1,5 +1,12 @@
 """Measuring one plan: per-kernel and per-step latency, bytes moved, launches, error.
 
+Three times, never one folded into another: the step's (``latency_ms``: a whole call,
+what a caller waits for), a call's kernels' own summed (``kernels_ms``: each kernel
+timed inside the call, runtime/program.py ``time_calls``) and the rest of the call, the
+*call overhead* (``overhead_ms``: inputs checked, arguments bound, threads placed and
+woken, the interpreter); the last two are medians over the timed calls of each call's
+own split.
+
 Bytes are counted from the kernel IR as compulsory global-memory traffic: every
 input buffer read once and every output written once. Latency is the median of
 repeated runs after warm-up (CUDA events on the GPU, wall clock on the CPU). Given a
@@ -48,6 +55,10 @@ class StepMeasurement:
     # none), and where they came from: "ncu", "unavailable: <reason>" (counters.py)
     dram_bytes: float = float("nan")
     dram_source: str = DRAM_NOT_REQUESTED
+    # a call's kernels' own times summed, and the rest of the call: the call overhead
+    # (medians over the timed calls of each call's own split: runtime CallTimes)
+    kernels_ms: float = float("nan")
+    overhead_ms: float = float("nan")
 
     @property
     def model_error(self) -> float:
@@ -63,27 +74,33 @@ class StepMeasurement:
 
 def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 2,
                     repeats: int = 10, model: CostModel | None = None,
-                    progress=None, magnitudes: dict | None = None) -> StepMeasurement:
+                    progress=None, magnitudes: dict | None = None,
+                    prediction=None) -> StepMeasurement:
     """Run once keeping every boundary value, check each kernel on its own inputs,
     then time the plan. ``model`` (a CostModel for the backend's device) adds the
     predicted latency of each kernel and of the step. ``progress(done, total, label)``
     hears of each stage: the checked run, then every timed run. ``magnitudes``: the
     magnitude each graph output's error is bounded by where it is not |ref| (a plan
-    whose matmuls run in TF32: ``verify.graph_magnitudes``), for the end-to-end error."""
+    whose matmuls run in TF32: ``verify.graph_magnitudes``), for the end-to-end error.
+    ``prediction`` (the plan's ``PlanEstimate``: a session's one prediction of the
+    step, ``Session.predict``) stands in for ``model``'s."""
+    if prediction is None and model is not None:
+        prediction = model.predict(prog.plan)
+    predicted = prediction.by_group() if prediction is not None else {}
     total_steps = 1 + repeats
     env = prog.run(inputs, keep_all=True)
     e2e, _ = check_outputs(prog.graph, env, reference, magnitudes)
     checks = verify_kernels(prog, env)
     if progress:
         progress(1, total_steps, "ran and checked against NumPy")
-    per, total = prog.time(inputs, warmup, repeats,
-                           progress and (lambda i, n, what: progress(1 + i, total_steps, what)))
+    times = prog.time_calls(inputs, warmup, repeats, progress and (
+        lambda i, n, what: progress(1 + i, total_steps, what)))
+    per, total = times.per_kernel, times.step
     rows = []
     for ck, t, chk in zip(prog.compiled, per, checks):
         k = ck.kernel
         moved = k.bytes_read + k.bytes_written
-        pred = (model.estimate(prog.graph, prog.plan.group(k.group)).ms if model is not None
-                else float("nan"))
+        pred = predicted[k.group].ms if k.group in predicted else float("nan")
         rows.append({"kernel": k.name, "group": k.group,
                      "nodes": len(prog.plan.group(k.group).nodes), "schedule": k.schedule,
                      "launch": str(k.launch) if k.library is None else "library",
@@ -98,8 +115,8 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
                            total * 1e3, max(c.max_rel_error for c in checks),
                            all(c.within_tolerance for c in checks), frame,
                            prog.backend.device_name(), e2e,
-                           float(frame.predicted_ms.sum()) if model is not None
-                           else float("nan"))
+                           prediction.ms if prediction is not None else float("nan"),
+                           kernels_ms=times.kernels * 1e3, overhead_ms=times.overhead * 1e3)
 
 
 __all__ = ["DRAM_NOT_REQUESTED", "KERNEL_COLUMNS", "KernelCheck", "StepMeasurement",

@@ -11,7 +11,11 @@ single ctypes call.
 The arguments that are the same run after run -- constants, workspaces, the
 intermediates a sequence reuses (``program.KernelSequence``), the BLAS routine a GEMM
 kernel calls -- are written into the array once, on the driver's first run; a run
-writes only the addresses of the graph's inputs and of its fresh outputs. A program
+writes only the addresses of the graph's inputs and of its outputs.
+
+Given an array for them, the driver also times each kernel (``clock_gettime`` between
+the calls): the kernels' own times, taken inside the call, where no other Python thread
+can come between a timer and its kernel. A program
 with a library call (NumPy's matmul, which no C function can call) or a kernel of
 more than :data:`MAX_ARGS` arguments runs kernel by kernel as before.
 """
@@ -38,15 +42,25 @@ def _driver_source(max_args: int = MAX_ARGS) -> str:
         cases.append(f"    case {k}: ((void (*)({params}))fns[i])({args}); break;")
     return "\n".join([
         "/* the plan driver (runtime/driver.py): kernel i called with its nargs[i]",
-        "   arguments, the next ones in args */",
+        "   arguments, the next ones in args; its nanoseconds in ns[i] where ns is",
+        "   not NULL */",
+        "#define _POSIX_C_SOURCE 199309L",
+        "#include <time.h>",
+        "static long long wb_now_ns(void) {",
+        "  struct timespec t;",
+        "  clock_gettime(CLOCK_MONOTONIC, &t);",
+        "  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;",
+        "}",
         "void wb_run_plan(long long n, void* const* fns, const int* nargs,",
-        "                 void* const* args) {",
+        "                 void* const* args, long long* ns) {",
         "  for (long long i = 0; i < n; i++) {",
         "    void* const* a = args;",
+        "    long long t0 = ns ? wb_now_ns() : 0;",
         "    args += nargs[i];",
         "    switch (nargs[i]) {",
         *cases,
         "    }",
+        "    if (ns) ns[i] = wb_now_ns() - t0;",
         "  }",
         "}", ""])
 
@@ -58,7 +72,8 @@ DRIVER_C = _driver_source()
 def _driver():
     """The compiled driver (built into the kernel cache once, loaded once a process)."""
     fn = load_library(build_library("wb_run_plan", DRIVER_C)).wb_run_plan
-    fn.argtypes = [ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    fn.argtypes = [ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
+                   ctypes.c_void_p]
     fn.restype = None
     return fn
 
@@ -91,23 +106,29 @@ class PlanDriver:
         self._fresh = [spec for ck in compiled for spec in seq._output_specs[id(ck)]
                        if not spec[3]]
 
-    def run(self, env: dict, pool: dict) -> None:
-        """Run every kernel on ``env`` (the constants and the graph's inputs), its
-        outputs poisoned: the reused intermediates from ``pool`` (made there on the
-        first run), the others fresh, as the kernel-by-kernel loop makes them."""
+    def run(self, env: dict, pool: dict, made, kernel_ns: np.ndarray | None = None
+            ) -> None:
+        """Run every kernel on ``env`` (the constants and the graph's inputs): the
+        reused intermediates from ``pool`` (made there on the first run), the graph's
+        outputs from ``made(name, shape, dtype)`` (the sequence's: the caller's arrays,
+        poisoned ones for a checked run, new ones), as the kernel-by-kernel loop makes
+        them. ``kernel_ns`` (int64, one per kernel): each kernel's own nanoseconds."""
         seq = self.seq
         if self._per_run is None:
             for ck in seq.compiled:
-                seq._alloc_outputs(ck, env, pool)
+                seq._alloc_outputs(ck, env, pool, made)
             self._fill(env)
         else:
             env.update(pool)
-            seq._alloc_fresh(self._fresh, env)
+            for name, shape, dtype, _ in self._fresh:
+                env[name] = made(name, shape, dtype)
         args = self._args
         for slot, value in self._per_run:
             args[slot] = env[value].ctypes.data
+        if kernel_ns is not None:
+            assert kernel_ns.dtype == np.int64 and kernel_ns.size >= len(self._fns)
         _driver()(len(self._fns), self._fns.ctypes.data, self._nargs.ctypes.data,
-                  args.ctypes.data)
+                  args.ctypes.data, None if kernel_ns is None else kernel_ns.ctypes.data)
 
     def _fill(self, env: dict) -> None:
         """The first run: every argument's address, and which change from run to run

@@ -1,22 +1,30 @@
 """A compiled plan: kernels in order, ready to run on one backend.
 
-Outputs are poisoned (NaN for floats, a sentinel for integers, 0xAB bytes for bool)
-before every kernel writes them, so an element a kernel forgets to write shows up as
-a mismatch against the reference instead of passing by luck.
+A *checked* run poisons what its kernels write (NaN for floats, a sentinel for
+integers, 0xAB bytes for bool) before they write it, so an element a kernel forgets to
+write shows up as a mismatch against the reference instead of passing by luck: the
+checkers' run (``keep_all``), ``run(..., checked=True)``, and the first run of a
+sequence's reused intermediates. A kernel writes the same elements whatever the data
+(its loops do not depend on values), so what a checked run proved written stays
+written, and the other runs -- production calls, timed calls -- poison nothing: their
+graph outputs are the caller's arrays (``run(inputs, out=...)``, reused call after
+call) or new ones left unfilled (runtime/outputs.py).
 
 The values between kernels are allocated and poisoned on a sequence's first run and
-reused by the runs after it: a kernel writes the same elements whatever the data (its
-loops do not depend on values), so what the first run proved written stays written,
-and a call no longer pays an allocation and a poisoning pass over every intermediate
-(GPT-2 small: about 15% of a call). The graph's outputs are fresh and poisoned on every
-run (the caller keeps them); a run that keeps every value (``keep_all``, the checkers'
-run) and a run beside another in a second thread allocate afresh.
+reused by the runs after it, so a call no longer pays an allocation and a poisoning
+pass over every intermediate (GPT-2 small: about 15% of a call). A run that keeps every
+value (``keep_all``) and a run beside another in a second thread allocate afresh.
+
+``WB_CHECKED_RUNS=1`` in the environment makes every run a checked one (the test
+suite sets it: a test comparing ``run``'s outputs with the reference then catches an
+unwritten element too, whatever run it makes).
 """
 from __future__ import annotations
 
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -29,8 +37,11 @@ from ..ir import Graph
 from ..ops.bfloat16 import QUIET_NAN
 from .backend import Progress
 from .memory_plan import ALIGN, MEMORY_PLAN_ENV, plan_memory
+from .outputs import check_out, empty
 from .placement import PLACE_MIN_S
 from .reference import check_inputs
+
+CHECKED_ENV = "WB_CHECKED_RUNS"    # "1": every run poisons (see the module docstring)
 
 
 def poison(xp, shape, dtype: DType):
@@ -48,8 +59,11 @@ def poison_in(arena: np.ndarray, offset: int, shape, dtype: DType) -> np.ndarray
 
 def _poisoned(a, dtype: DType):
     """``a`` filled with the poison of ``dtype``: NaN for floats, 0xAB bytes for bool,
-    a sentinel near the smallest integer for integers."""
-    if dtype.kind == "b":
+    a sentinel near the smallest integer for integers (a device's bfloat16 bits: its
+    quiet NaN)."""
+    if dtype is DType.bfloat16 and a.dtype == np.uint16:
+        a[...] = QUIET_NAN
+    elif dtype.kind == "b":
         a.view(np.uint8)[...] = 0xAB
     else:
         a[...] = np.nan if dtype.is_float else np.iinfo(dtype.np).min + 7
@@ -86,6 +100,9 @@ class KernelSequence:
         self._output_specs = {id(ck): tuple(
             (b.value, v.shape, v.dtype, b.value not in outs and ck.kernel.library is None)
             for b in ck.kernel.outputs for v in (graph.value(b.value),)) for ck in compiled}
+        # values a library call returns (it makes their arrays itself)
+        self._library_values = {b.value for ck in compiled if ck.kernel.library is not None
+                                for b in ck.kernel.outputs}
         self._consts = {k: backend.asarray(v) for k, v in graph.constants.items()}
         # the reused intermediates share one arena where their lifetimes allow
         # (memory_plan.py; the CPU's, where arrays are NumPy's)
@@ -109,17 +126,29 @@ class KernelSequence:
             env[k] = self.backend.asarray(v)
         return env
 
-    def _alloc_outputs(self, ck, env, pool: dict | None = None) -> None:
-        """Poisoned arrays for the kernel's outputs; from ``pool`` (made there on first
-        use) for the values that are no graph output."""
+    def new_outputs(self) -> dict:
+        """New arrays, one per graph output, for ``run(inputs, out=...)`` (unfilled)."""
+        xp = self.backend.xp
+        return {o: empty(xp, self.graph.value(o).shape, self.graph.value(o).dtype)
+                for o in self.graph.outputs}
+
+    def _alloc_outputs(self, ck, env, pool: dict | None = None, made=None) -> None:
+        """Arrays for the kernel's outputs: from ``pool`` (made and poisoned there on
+        first use) for the intermediates a generated kernel writes, the others from
+        ``made(name, shape, dtype)`` (None: new and poisoned, as a checked run makes
+        them; ``made`` may leave a library call's result, which the call makes, out)."""
         xp = self.backend.xp
         for name, shape, dtype, poolable in self._output_specs[id(ck)]:
             if pool is not None and poolable:
                 if name not in pool:
                     pool[name] = self._pooled(pool, name, shape, dtype)
                 env[name] = pool[name]
-            else:
+            elif made is None:
                 env[name] = poison(xp, shape, dtype)
+            else:
+                a = made(name, shape, dtype)
+                if a is not None:
+                    env[name] = a
 
     def _pooled(self, pool: _Pool, name: str, shape, dtype: DType):
         """A reused intermediate's array, poisoned: its place in the pool's arena, as
@@ -135,12 +164,20 @@ class KernelSequence:
             pool.arena = raw[-raw.ctypes.data % ALIGN:]
         return poison_in(pool.arena, mp.offsets[name], shape, dtype)
 
-    def _alloc_fresh(self, specs, env) -> None:
-        """Poisoned arrays, new on every run, for the outputs ``specs`` lists (the
-        graph's outputs: the caller keeps them)."""
+    def _maker(self, out: dict, checked: bool):
+        """How a run makes the outputs its pool does not hold (the graph's, a library
+        call's): the caller's array from ``out``, poisoned if ``checked``; else new,
+        poisoned if ``checked``, unfilled if not (a library call's left to the call)."""
         xp = self.backend.xp
-        for name, shape, dtype, _ in specs:
-            env[name] = poison(xp, shape, dtype)
+        library = self._library_values
+
+        def made(name, shape, dtype):
+            if name in out:
+                return _poisoned(out[name], dtype) if checked else out[name]
+            if checked:
+                return poison(xp, shape, dtype)
+            return None if name in library else empty(xp, shape, dtype)
+        return made
 
     def _take_pool(self) -> _Pool | None:
         """The reused intermediates, or None while another thread's run holds them."""
@@ -170,10 +207,19 @@ class KernelSequence:
                              for b in ck.kernel.workspace}
         return cache[id(ck)]
 
-    def execute(self, inputs: Mapping[str, np.ndarray], keep_all: bool = False) -> dict:
+    def execute(self, inputs: Mapping[str, np.ndarray], keep_all: bool = False,
+                out: Mapping | None = None, checked: bool = False,
+                kernel_ns: np.ndarray | None = None) -> dict:
         """Run every kernel in order; returns the environment of backend arrays (with
-        ``keep_all`` every one its own, none shared with a later run)."""
+        ``keep_all`` every one its own, none shared with a later run). ``out``: graph
+        output name -> the array to write it into (runtime/outputs.py); ``checked``
+        (implied by ``keep_all``): poison the outputs first. ``kernel_ns``: an int64
+        array the run writes each kernel's own nanoseconds into."""
         env = self._env(inputs)
+        out = {} if out is None else check_out(
+            self.graph, out, self.backend.xp, {i: env[i] for i in self.graph.inputs})
+        made = self._maker(out, checked or keep_all
+                           or os.environ.get(CHECKED_ENV) == "1")
         pool = None if keep_all else self._take_pool()
         # threads placed for a run only where the last one took long enough to repay it
         # (the first run is placed)
@@ -183,14 +229,17 @@ class KernelSequence:
             with self.backend.running(self.calls_blas, place):
                 # the first pooled run goes kernel by kernel: each reused intermediate
                 # made and poisoned just before its kernel (see _pooled)
-                made = pool is not None and self.__dict__.get("_pool_made", False)
-                driver = self._driver() if made else None
+                ready = pool is not None and self.__dict__.get("_pool_made", False)
+                driver = self._driver() if ready else None
                 if driver is not None:      # every kernel in one native call
-                    driver.run(env, pool)
+                    driver.run(env, pool, made, kernel_ns)
                 else:
-                    for ck in self.compiled:
-                        self._alloc_outputs(ck, env, pool)
+                    for i, ck in enumerate(self.compiled):
+                        self._alloc_outputs(ck, env, pool, made)
+                        t = time.perf_counter_ns()
                         self._launch(ck, env)
+                        if kernel_ns is not None:
+                            kernel_ns[i] = time.perf_counter_ns() - t
                 self.backend.synchronize()
             self._last_run_s = time.perf_counter() - t0
             if pool is not None:
@@ -198,13 +247,25 @@ class KernelSequence:
         finally:
             if pool is not None:
                 self._pool_lock.release()
+        for name, a in out.items():
+            if env[name] is not a:     # a library call's result, made by the call
+                a[...] = env[name]
+                env[name] = a
         return env
 
-    def run(self, inputs: Mapping[str, np.ndarray],
-            keep_all: bool = False) -> dict[str, np.ndarray]:
+    def run(self, inputs: Mapping[str, np.ndarray], keep_all: bool = False,
+            out: Mapping | None = None, checked: bool = False) -> dict[str, np.ndarray]:
         """Run every kernel in order; returns the graph outputs (with keep_all, every
-        value that crossed a kernel boundary) as NumPy arrays."""
-        env = self.execute(inputs, keep_all)
+        value that crossed a kernel boundary) as NumPy arrays.
+
+        ``out`` (graph output name -> array, as :meth:`new_outputs` makes them): the
+        outputs are written there and returned, and a caller reusing them call after
+        call pays no allocation (on the CPU the returned arrays *are* ``out``'s).
+        ``checked=True`` poisons the outputs before the kernels write them (what the
+        checkers' runs do); a run that is not checked leaves an output a kernel did not
+        write as the memory held it.
+        """
+        env = self.execute(inputs, keep_all, out, checked)
         keys = env.keys() if keep_all else self.graph.outputs
         return {o: self.backend.to_numpy(env[o], self.graph.value(o).dtype) for o in keys}
 
@@ -212,28 +273,48 @@ class KernelSequence:
     def time(self, inputs: Mapping[str, np.ndarray], warmup: int = 2,
              repeats: int = 10, progress: Progress | None = None
              ) -> tuple[list[float], float]:
-        """Median seconds of each kernel, and of the whole plan, after warm-up runs.
+        """Median seconds of each kernel, and of the whole plan, after warm-up runs
+        (:meth:`time_calls`' ``per_kernel`` and ``step``)."""
+        t = self.time_calls(inputs, warmup, repeats, progress)
+        return t.per_kernel, t.step
 
-        Buffers are allocated once, so the numbers are kernel time (plus call
-        overhead), not allocation. The GPU is timed with CUDA events. ``progress`` is
-        called after each timed run (done, repeats, "timed run"). Where the backend
-        runs a whole call in one (the CPU's plan driver), the whole plan's time is that
-        of a call (``run``: its inputs taken, its outputs fresh), timed after the
-        kernels' own runs -- what a caller waits for, not the kernels launched one by
-        one with a timer around each.
+    def time_calls(self, inputs: Mapping[str, np.ndarray], warmup: int = 2,
+                   repeats: int = 10, progress: Progress | None = None) -> "CallTimes":
+        """Each kernel's time, the whole plan's, and how the plan's splits into its
+        kernels' own and the call overhead, after warm-up runs (medians of the timed
+        runs).
+
+        Buffers are allocated once and nothing is poisoned, so the numbers are kernel
+        time (plus call overhead), not allocation. The GPU is timed with CUDA events.
+        ``progress`` is called after each timed run (done, repeats, "timed run").
+
+        Where the backend runs a whole call in one (the CPU's plan driver) the whole
+        plan's time is that of a call -- ``run(inputs, out=...)``, its inputs taken,
+        its outputs the same arrays every call: what a caller waits for -- and each
+        kernel's is its own, timed inside that native call between the kernels (no
+        Python, so another thread holding the interpreter, a notebook's front end
+        answering, say, lands in the call's overhead, never on a kernel). Elsewhere the
+        kernels are launched one by one with a timer around each and around them all.
         """
-        per, total = self.time_env(self._env(inputs), warmup, repeats, progress)
         if self._driver() is None:
-            return per, total
+            per, calls = self._env_samples(self._env(inputs), warmup, repeats, progress)
+            return CallTimes.of(per, calls)
         timer = self.backend.timer()
+        out = self.new_outputs()
         for _ in range(max(1, warmup)):
-            self.execute(inputs)
+            self.execute(inputs, out=out)
+        ns = np.zeros(len(self.compiled), dtype=np.int64)
+        per = [[] for _ in self.compiled]
         calls = []
-        for _ in range(repeats):
+        for r in range(repeats):
             t0 = timer.start()
-            self.execute(inputs)
+            self.execute(inputs, out=out, kernel_ns=ns)
             calls.append(timer.stop(t0))
-        return per, float(np.median(calls))
+            for p, t in zip(per, ns.tolist()):
+                p.append(t * 1e-9)
+            if progress:
+                progress(r + 1, repeats, "timed run")
+        return CallTimes.of(per, calls)
 
     def time_env(self, env: dict, warmup: int = 2, repeats: int = 10,
                  progress: Progress | None = None) -> tuple[list[float], float]:
@@ -241,6 +322,12 @@ class KernelSequence:
         the kernels read (the tuner times one kernel on the values it really gets). The
         kernels' intermediates are laid out as a run lays them out (the memory plan),
         in an arena of the timing's own."""
+        t = CallTimes.of(*self._env_samples(env, warmup, repeats, progress))
+        return t.per_kernel, t.step
+
+    def _env_samples(self, env: dict, warmup: int, repeats: int,
+                     progress: Progress | None) -> tuple[list[list[float]], list[float]]:
+        """Each timed run's seconds per kernel, and of all of them (see time_env)."""
         timing = _Pool()
         for ck in self.compiled:
             self._alloc_outputs(ck, env, timing)
@@ -261,7 +348,28 @@ class KernelSequence:
                 totals.append(timer.stop(t_all))
                 if progress:
                     progress(len(totals), repeats, "timed run")
-        return [float(np.median(p)) for p in per], float(np.median(totals))
+        return per, totals
+
+
+@dataclass(frozen=True)
+class CallTimes:
+    """A plan's timed runs, in seconds (medians over the runs): each kernel's, the whole
+    run's (``step``), and per run its kernels' own summed (``kernels``) and the rest of
+    it (``overhead``: inputs checked, arguments bound, threads placed and woken). The
+    last two are medians of each run's own split, not differences of medians: on a
+    busy machine the sum of the kernels' medians misses the one slow kernel most runs
+    have, and would read as overhead."""
+    per_kernel: list
+    step: float
+    kernels: float
+    overhead: float
+
+    @classmethod
+    def of(cls, per: list[list[float]], calls: list[float]) -> "CallTimes":
+        sums = [sum(ts) for ts in zip(*per)] if per else [0.0] * len(calls)
+        return cls([float(np.median(p)) for p in per], float(np.median(calls)),
+                   float(np.median(sums)),
+                   float(np.median([c - k for c, k in zip(calls, sums)])))
 
 
 class Program(KernelSequence):

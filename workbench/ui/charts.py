@@ -6,7 +6,8 @@ fresh kernel, most of the first ``wb.open``. These builders return the ``{"data"
 the front end, which draws them with the plotly.js shipped in the ``plotly`` package.
 Pure functions of their inputs, so every chart is testable without a browser.
 
-- :func:`steps_figure`: per step, latency (measured beside predicted), bytes moved
+- :func:`steps_figure`: per step, latency (measured: the whole call, and its kernels'
+  own summed, beside predicted), bytes moved
   (counted from the kernel IR, so known before anything runs; DRAM bytes the hardware
   counters measured beside them where read) and kernel count;
 - :func:`kernels_figure`: the current step's kernels, the top ``TOP_KERNELS`` by
@@ -32,6 +33,7 @@ from typing import Sequence
 
 MEASURED, PREDICTED, BYTES, KERNELS, DRAM, ROOF = ("#1f77b4", "#ff7f0e", "#2ca02c",
                                                    "#9467bd", "#8c564b", "#d62728")
+KERNELS_OWN = "#aec7e8"   # the measured step's lighter shade: its kernels' own share
 TOP_KERNELS = 12          # the per-kernel chart shows these; the rest is one bar
 LONG_LABELS_UP_TO = 24    # steps labelled "3 fuse n1 n2" up to this many, then "3"
 LABEL_CHARS = 16
@@ -133,6 +135,11 @@ def steps_figure(history) -> dict:
             # measured DRAM bytes only where counters were read (never the counted ones)
             bar("DRAM measured", dram, DRAM, 1, visible=any(v is not None for v in dram)),
             bar("kernels", col("kernels"), KERNELS, 2, showlegend=False)]
+    # the kernels' own times summed beside the step's (a whole call): the gap between
+    # the two bars is the call overhead, never folded into either
+    own = col("kernels_ms")
+    data.append(bar("kernels' own", own, KERNELS_OWN, 0,
+                    visible=any(v is not None for v in own)))
     unmeasured = all(v is None for v in measured)
     layout = _base_layout("Steps" + (" (predicted; Measure times them)" if unmeasured
                                      else ""), 320)

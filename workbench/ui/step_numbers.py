@@ -2,9 +2,12 @@
 colours the drawing, the history the charts plot, the current kernels' rows, and a
 kernel's measured figures for the code panel's header.
 
-What is known without running (bytes counted from the kernel IR, the cost model's
+What is known without running (bytes counted from the kernel IR, the step's
 prediction) fills in where nothing was measured yet, so the charts are full before
-anything runs.
+anything runs. Every number comes from the one source the session's tables use
+(:mod:`workbench.step_table`): the step's one prediction (``Session.predict``), the
+kernel IR's bytes, and each kernel's own measured time (timed inside the call, so
+what the notebook does meanwhile lands in the step's call overhead, not on a kernel).
 
 Example::
 
@@ -57,14 +60,6 @@ def overlay(session: Session, metric: str) -> Overlay | None:
     return Overlay("predicted latency", {gid: e.ms for gid, e in pred.items()})
 
 
-def counted_bytes(session: Session, gr) -> int:
-    # the cost model counts the bytes the kernel IR moves (the count a measurement
-    # reports; tests compare them), cached per group and already computed for the
-    # prediction: lowering all 1,020 kernels of a large graph took 1.5 s
-    f = session.cost_model.features(session.graph, gr)
-    return f.bytes_read + f.bytes_written
-
-
 def plotted_history(session: Session) -> pd.DataFrame:
     """The history with each unmeasured step's bytes counted, so the bytes chart
     is full before anything runs."""
@@ -72,8 +67,7 @@ def plotted_history(session: Session) -> pd.DataFrame:
     s = session
     for i, st in enumerate(s.history[:s.position + 1]):
         if math.isnan(h.at[i, "bytes_moved_MB"]):
-            h.at[i, "bytes_moved_MB"] = sum(counted_bytes(s, gr)
-                                            for gr in st.plan.groups) / 1e6
+            h.at[i, "bytes_moved_MB"] = s.effect(st.plan).bytes_moved / 1e6
     return h
 
 
@@ -82,15 +76,16 @@ def kernel_rows(session: Session) -> list[KernelRow]:
     (known without running), measured time and DRAM bytes where measured."""
     s = session
     plan, model = s.plan, s.cost_model
-    pred = model.predict(plan).by_group()
+    pred = s.predict(plan).by_group()
+    kernels = {k.group: k for k in s.kernels(plan)}
     m = s.measured()
     meas = {} if m is None else m.per_kernel.set_index("group").to_dict("index")
     rows = []
     for gr in plan.groups:
-        f = model.features(s.graph, gr)
+        f, k = model.features(s.graph, gr), kernels[gr.id]
         r = meas.get(gr.id, {})
         dram = r.get("dram_read", math.nan) + r.get("dram_written", math.nan)
-        rows.append(KernelRow(gr.id, float(f.bytes_read + f.bytes_written),
+        rows.append(KernelRow(gr.id, float(k.bytes_read + k.bytes_written),
                               float(f.flops + f.library_flops), pred[gr.id].ms,
                               float(r.get("latency_ms", math.nan)), float(dram)))
     return rows

@@ -8,7 +8,10 @@ Three parts, each over the app's Session (the app wires the callbacks):
   the plan as it would be and the numbers; Apply pushes it as a step, Discard goes back.
 - **History** -- every step, clickable (jump to it: ``Session.goto``), and two steps
   compared side by side (``Session.compare``).
-- **Decisions** -- the planner's decisions of the current step with their reasons.
+- **Decisions** -- the planner's decisions of the current step with their reasons,
+  under the step's numbers as the Compare table and the step table give them (one
+  prediction per step: ``Session.effect``; a planner's figures in its reasons are the
+  same, as the step was priced by the model that planned it).
 
 Pricing the actions of a selection costs one cost-model evaluation each, so the list
 is made when asked (the Transformations button or ``app.actions()``), not on every
@@ -21,7 +24,7 @@ from typing import Callable
 
 import ipywidgets as w
 
-from ..fusion.actions import Action, effect
+from ..fusion.actions import Action
 from ..session import Session
 
 # decisions listed per step (a 1,000-op plan makes thousands; the rest are counted)
@@ -41,11 +44,25 @@ def action_rows(actions: list[Action], before) -> list[tuple[str, int]]:
     return rows
 
 
-def decision_html(decisions) -> str:
+def step_line(effect) -> str:
+    """A step's numbers as the panels say them (``Session.effect``)."""
+    return (f"{effect.kernels} kernels, {effect.bytes_moved / 1e6:.4g} MB, "
+            f"{effect.predicted_ms:.4g} ms predicted")
+
+
+def compare_html(df) -> str:
+    """The Compare table as HTML: a step not measured reads "not measured", never NaN."""
+    return df.to_html(float_format=lambda x: f"{x:.4g}", na_rep="not measured",
+                      escape=True)
+
+
+def decision_html(decisions, effect=None) -> str:
     """The planner's decisions as a list a person reads: what happened, to which
-    nodes, and why (escaped: node names come from model files)."""
+    nodes, and why (escaped: node names come from model files); ``effect``: the
+    step's numbers, shown above them."""
+    head = f"<p>this step: {html.escape(step_line(effect))}</p>" if effect else ""
     if not decisions:
-        return "<i>this step was not made by a planner</i>"
+        return head + "<i>this step was not made by a planner</i>"
     shown = decisions[:MAX_DECISIONS]
     items = "".join(f"<li><b>{html.escape(d.action)}</b> "
                     f"{html.escape(' + '.join(d.nodes))}: {html.escape(d.reason)}</li>"
@@ -55,9 +72,9 @@ def decision_html(decisions) -> str:
     counts = {}
     for d in decisions:
         counts[d.action] = counts.get(d.action, 0) + 1
-    head = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
-    return f"<div class='wb-decisions'><b>{len(decisions)} decisions</b> ({head})" \
-           f"<ol>{items}{more}</ol></div>"
+    kinds = ", ".join(f"{n} {a}" for a, n in sorted(counts.items()))
+    return f"{head}<div class='wb-decisions'><b>{len(decisions)} decisions</b> " \
+           f"({kinds})<ol>{items}{more}</ol></div>"
 
 
 class TransformPanel(w.VBox):
@@ -122,15 +139,14 @@ class TransformPanel(w.VBox):
             self.detail.value = "<i>select nodes first: the list is what applies to them</i>"
             return []
         self.actions = self.session.actions(sel)
-        before = effect(self.session.plan, self.session.cost_model)
+        before = self.session.effect()
         self.choices.value = None
         self.choices.options = action_rows(self.actions, before)
         legal = sum(a.legal for a in self.actions)
         self.detail.value = html.escape(
             f"{legal} applicable, {len(self.actions) - legal} refused, for "
-            f"{', '.join(sel[:6])}{'...' if len(sel) > 6 else ''}; now {before.kernels} "
-            f"kernels, {before.bytes_moved / 1e6:.4g} MB, {before.predicted_ms:.4g} ms "
-            "predicted. Pick one to preview it.")
+            f"{', '.join(sel[:6])}{'...' if len(sel) > 6 else ''}; now {step_line(before)}. "
+            "Pick one to preview it.")
         return self.actions
 
     def _picked(self, index) -> None:
@@ -148,7 +164,7 @@ class TransformPanel(w.VBox):
             self._on_preview(None)
             self.cancel_button.disabled = True
             return
-        before = effect(self.session.plan, self.session.cost_model)
+        before = self.session.effect()
         if action.plan is None:         # tuning: measured when applied
             self.detail.value = f"<b>{html.escape(action.label)}</b>: " \
                                 f"{html.escape(action.reason)}"
@@ -191,11 +207,11 @@ class TransformPanel(w.VBox):
         self.compare_a.options, self.compare_b.options = pick, pick
         self.compare_a.value = max(0, s.position - 1)
         self.compare_b.value = s.position
-        self.decisions.value = decision_html(s.step.decisions)
+        self.decisions.value = decision_html(s.step.decisions, s.effect())
 
     def compare(self) -> None:
         a, b = self.compare_a.value, self.compare_b.value
         if a is None or b is None:
             return
         df = self.session.compare(a, b)
-        self.comparison.value = df.to_html(float_format=lambda x: f"{x:.4g}", escape=True)
+        self.comparison.value = compare_html(df)
