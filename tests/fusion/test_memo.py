@@ -19,7 +19,8 @@ from workbench.fusion.regions import region_key
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "sample_graphs"))
-from make_samples import bias_gelu_residual_layernorm, softmax, transformer_stack  # noqa: E402
+from make_samples import (bias_gelu_residual_layernorm, cross_entropy, softmax,  # noqa: E402
+                          transformer_stack)
 
 CPU = assumed_cpu("test cpu", 2)
 
@@ -101,3 +102,36 @@ def test_region_keys_follow_the_graph():
     del big
     gc.collect()                       # the table does not keep a graph alive
     assert gone() is None
+
+
+
+def _stitched_groups(g, device):
+    """The stitched kernels of g's stitch plan and of every run of its ops."""
+    from workbench.fusion import make_group, run_planner
+    from workbench.fusion.cost import CostModel
+    plan, _ = run_planner("stitch", g, model=CostModel.for_device(device))
+    out = [gr for gr in plan.groups if gr.schedule.kind.value == "stitched"]
+    for ns in _prefixes(g):
+        try:
+            gr = make_group(g, ns, stitch=True, device=device)
+        except FusionRefused:
+            continue
+        if gr.schedule.kind.value == "stitched":
+            out.append(gr)
+    return out
+
+
+def test_stitched_kernels_priced_from_cached_phases_as_from_fresh_ones():
+    from workbench.fusion.cost import CostModel
+    from workbench.fusion.features import features
+    # (cross entropy's stitch plan is a stitched kernel; the same ids on other shapes)
+    small, big = cross_entropy(64, 512), cross_entropy(8, 50257)
+    model = CostModel.for_device(H100)
+    seen = 0
+    for g in (small, big, small):       # the second graph's phases are its own
+        for gr in _stitched_groups(g, H100):
+            assert model.features(g, gr) == features(g, gr, H100)
+            seen += 1
+    assert seen >= 3
+    a = _stitched_groups(small, H100)[0]
+    assert model.features(small, a) != model.features(big, a)

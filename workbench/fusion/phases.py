@@ -64,7 +64,9 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
 
     def fits(members) -> bool:
         try:
-            memo.analyze(g, tuple(members), regional=regional & _outs(g, members),
+            # (regional is a user's choice, mostly none: its outputs then go unasked)
+            memo.analyze(g, tuple(members),
+                         regional=regional & _outs(g, members) if regional else (),
                          local=local, device=device)
             return True
         except FusionRefused:
