@@ -35,7 +35,8 @@ def _answer(f):
 def _prefixes(g):
     """Every run of consecutive ops of g (up to 8): legal groups and refused ones."""
     ids = [n.id for n in g.nodes]
-    return [tuple(ids[i:j]) for i in range(len(ids)) for j in range(i + 1, min(len(ids), i + 8) + 1)]
+    return [tuple(ids[i:j]) for i in range(len(ids))
+            for j in range(i + 1, min(len(ids), i + 8) + 1)]
 
 
 @pytest.mark.parametrize("device", [H100, CPU], ids=["h100", "cpu"])
