@@ -140,18 +140,21 @@ def child(root: str, path: str, repeats: int) -> dict:
     if not Path(wb.__file__).resolve().is_relative_to(Path(root).resolve()):
         raise SystemExit(f"imported {wb.__file__}, not the checkout {root}")
     g = wb.load(path)                       # untimed: first imports, the op registry
-    loads, plans = [], []
+    loads, plans, load_cpu, plan_cpu = [], [], [], []
     for _ in range(repeats):
         time.sleep(PAUSE_S)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         g = wb.load(path)
         loads.append(time.perf_counter() - t0)
+        load_cpu.append(time.process_time() - c0)
         time.sleep(PAUSE_S)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         plan, decisions = run_planner("stitch", g)
         plans.append(time.perf_counter() - t0)
+        plan_cpu.append(time.process_time() - c0)
     text = plan.describe() + "\n" + "\n".join(map(str, decisions))
-    return {"load_s": loads, "plan_s": plans, "nodes": len(g.nodes),
+    return {"load_s": loads, "plan_s": plans, "load_cpu_s": load_cpu, "plan_cpu_s": plan_cpu,
+            "nodes": len(g.nodes),
             "kernels": len(plan.groups),
             "plan_sha": hashlib.sha256(text.encode()).hexdigest()[:16]}
 
@@ -170,7 +173,8 @@ def measure(a) -> dict:
     checkouts = {"this": ROOT} | ({"against": Path(a.against).resolve()} if a.against else {})
     res = {"date": _dt.date.today().isoformat(), "repeats": a.repeats, "rounds": a.rounds,
            "load_average_at_start": list(os.getloadavg()),
-           "checkouts": {k: str(v) for k, v in checkouts.items()}, "models": []}
+           "checkouts": {k: str(v) for k, v in checkouts.items()},
+           "against_name": a.against_name or a.against, "models": []}
     a.models_dir.mkdir(parents=True, exist_ok=True)
     for name in a.models:
         for form in FORMS:
@@ -196,6 +200,8 @@ def measure(a) -> dict:
                 loads = [x for r in rs for x in r["load_s"]]
                 plans = [x for r in rs for x in r["plan_s"]]
                 rec[k] = {"load_s": statistics.median(loads), "plan_s": statistics.median(plans),
+                          "load_cpu_s": statistics.median(x for r in rs for x in r["load_cpu_s"]),
+                          "plan_cpu_s": statistics.median(x for r in rs for x in r["plan_cpu_s"]),
                           "load_samples": loads, "plan_samples": plans,
                           **{f: rs[0][f] for f in ("nodes", "kernels", "plan_sha")},
                           "same_plan_every_round": len({r["plan_sha"] for r in rs}) == 1}
@@ -215,10 +221,12 @@ def markdown(res: dict) -> str:
            f"after a {PAUSE_S} s idle pause, checkouts alternating round by round in fresh "
            "processes (`PYTHONHASHSEED=0`); import = `workbench.load(path)` after one "
            "untimed load in the process; plan = `run_planner(\"stitch\", g)` (CPU cost "
-           "model). `this`: " + res["checkouts"]["this"] +
-           (f"; `before`: {res['checkouts']['against']}" if against else ""), ""]
-    head = "| model | export | nodes | kernels | import s | plan s | import + plan s |"
-    sep = "|---|---|---|---|---|---|---|"
+           "model); CPU s: the child's process time over the same calls (less "
+           "sensitive to other jobs on the machine than wall time). `this`: " + res["checkouts"]["this"] +
+           (f"; `before`: {res['against_name']}" if against else ""), ""]
+    head = ("| model | export | nodes | kernels | import s | plan s | import + plan s | "
+            "import CPU s | plan CPU s |")
+    sep = "|---|---|---|---|---|---|---|---|---|"
     if against:
         head += " before: import s | plan s | import x | plan x | same plan |"
         sep += "---|---|---|---|---|"
@@ -230,7 +238,8 @@ def markdown(res: dict) -> str:
                        f"{rec.get('error') or me['error']} |")
             continue
         row = (f"| {rec['model']} | {rec['form']} | {me['nodes']} | {me['kernels']} | "
-               f"{me['load_s']:.2f} | {me['plan_s']:.2f} | {me['load_s'] + me['plan_s']:.2f} |")
+               f"{me['load_s']:.2f} | {me['plan_s']:.2f} | {me['load_s'] + me['plan_s']:.2f} | "
+               f"{me['load_cpu_s']:.2f} | {me['plan_cpu_s']:.2f} |")
         if against:
             b = rec["against"]
             if "error" in b:
@@ -252,6 +261,7 @@ def main(argv=None) -> int:
     ap.add_argument("--models-dir", type=Path, default=Path("/tmp/workbench-startup-models"),
                     help="where the exported .onnx files are kept (exported when missing)")
     ap.add_argument("--against", help="another checkout to measure beside this one")
+    ap.add_argument("--against-name", help="what to call it in the results (a commit)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--tag", default="")
