@@ -173,7 +173,8 @@ class CostModel:
         key = (id(g), group.nodes, group.schedule)
         hit = self._cache.get(key)
         if hit is None:   # (the graph is kept with the entry so its id stays unique)
-            hit = self._cache[key] = (g, features(g, group, self.device))
+            hit = self._cache[key] = (g, features(g, group, self.device,
+                                                  lambda gr: self.features(g, gr)))
         return hit[1]
 
     def estimate(self, g: Graph, group: Group) -> Estimate:

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..device import Device
 from ..dtypes import DType
@@ -277,8 +277,12 @@ def _efficiency(device: Device, threads: int, blocks: int, regs: int, smem: int,
     return occupancy, min(1.0, occupancy / OCCUPANCY_FOR_PEAK) * wave, ""
 
 
-def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
-    """Count what ``group``'s kernel does on ``device`` (see the module docstring)."""
+def features(g: Graph, group: Group, device: Device,
+             phase: "Callable[[Group], KernelFeatures] | None" = None) -> KernelFeatures:
+    """Count what ``group``'s kernel does on ``device`` (see the module docstring).
+    ``phase`` counts a stitched kernel's phases (by default this function; the cost
+    model passes its cached one: the stitch search prices thousands of stitched
+    kernels made of the same few hundred phases)."""
     s = group.schedule
     nodes = group.nodes
     io = group_io(g, nodes)
@@ -296,7 +300,8 @@ def features(g: Graph, group: Group, device: Device) -> KernelFeatures:
                               0.0, sum(f / _library_rate(g, n, device, s)
                                        for n, f in per_node.items()))
     if s.kind is ScheduleKind.stitched:
-        return _stitched_features(g, group, device, io, read, written)
+        return _stitched_features(g, group, device, io, read, written,
+                                  phase or (lambda gr: features(g, gr, device)))
     if s.kind is ScheduleKind.gemm:
         return _gemm_features(g, group, device, read, written)
     geo = geometry(s, device)
@@ -416,7 +421,7 @@ def _block_gemm_features(g, group, device, read, written, a, b) -> KernelFeature
                                                      device.peak_flops * GPU_GEMM_EFFICIENCY)))
 
 
-def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:
+def _stitched_features(g, group, device, io, read, written, phase) -> KernelFeatures:
     """A stitched kernel: its phases priced as kernels without their own launches,
     each reading and writing its own inputs and outputs (values passing between phases
     go through global memory), on a grid capped to one wave."""
@@ -426,7 +431,7 @@ def _stitched_features(g, group, device, io, read, written) -> KernelFeatures:
     bad = ""
     occ_min, eff_min = 1.0, 1.0
     for p in s.phases:
-        sub = features(g, Group(group.id, p.nodes, p.schedule), device)
+        sub = phase(Group(group.id, p.nodes, p.schedule))
         mem += sub.memory_s
         comp += sub.compute_s
         flops += sub.flops

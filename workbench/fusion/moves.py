@@ -19,6 +19,7 @@ from ..ops import Kind, get_op
 from .analysis import analyze
 from .cost import CostModel
 from .mapping import ScheduleKind
+from .memo import AnalysisMemo
 from .partition import Partition
 from .phases import analyze_stitched
 from .plan import Group, make_group
@@ -70,6 +71,7 @@ class Search:
         self.region: set[str] | None = None     # the ops of the region being searched
         self.region_nodes: tuple[str, ...] = ()
         self.analyses = 0                       # node sets analysed (a work count)
+        self.memo = AnalysisMemo()              # the phases' analyses, shared by every cut
         # values read by more than one kernel-to-be: sibling candidates
         self.readers: dict[str, list[str]] = {}
         for n in g.nodes:
@@ -97,7 +99,8 @@ class Search:
                         and not any(self.kind[n] is Kind.opaque for n in ns)):
                     try:
                         hit = Group(f"k{self.index[ns[0]]}", ns,
-                                    analyze_stitched(self.g, ns, device=self.device))
+                                    analyze_stitched(self.g, ns, device=self.device,
+                                                     memo=self.memo))
                     except FusionRefused:
                         pass
             self._groups[nodes] = hit

@@ -14,15 +14,15 @@ from ..device import Device
 from ..errors import FusionRefused
 from ..ir import Graph
 from ..ops import Kind, get_op
-from .analysis import analyze
 from .geometry import REDUCE_SLOT_BYTES, shared_bytes
 from .mapping import ScheduleKind
+from .memo import AnalysisMemo
 from .schedule import Phase, Schedule
 
 
 def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[str] = (),
                      regional: Iterable[str] = (), local: Iterable[str] = (),
-                     *, device: Device) -> Schedule:
+                     *, device: Device, memo: AnalysisMemo | None = None) -> Schedule:
     """A stitched schedule: the nodes (topological order) split into phases, each one
     template, or FusionRefused.
 
@@ -31,6 +31,10 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
     *independent* packing); else it opens a new phase. A value in ``through_global``
     (a user's ``global`` scheme) forces its readers into a later phase than its maker.
     A barrier precedes a phase that reads from a phase since the previous barrier.
+
+    ``memo`` remembers the analyses of phases across calls on one graph (the stitch
+    planner's search cuts many groups sharing their first phases); without one, the
+    analyses are remembered for this call only.
 
     >>> analyze_stitched(g, ("n0", "n1")).phases[1].barrier    # doctest: +SKIP
     True
@@ -54,13 +58,16 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
                             "the kernel gathers each tap from the phase before it, 20x "
                             "slower than a kernel of its own reading it a plane at a time "
                             "(codegen/planes.py)")
+    memo = memo if memo is not None else AnalysisMemo()
     phases: list[list[str]] = []
     phase_of: dict[str, int] = {}
 
     def fits(members) -> bool:
         try:
-            analyze(g, tuple(members), regional=regional & _outs(g, members),
-                    local=local, device=device)
+            # (regional is a user's choice, mostly none: its outputs then go unasked)
+            memo.analyze(g, tuple(members),
+                         regional=regional & _outs(g, members) if regional else (),
+                         local=local, device=device)
             return True
         except FusionRefused:
             return False
@@ -76,7 +83,7 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
                 phase_of[nid] = k
                 break
         else:
-            analyze(g, (nid,), device=device)   # a single op that fits no template says why
+            memo.analyze(g, (nid,), device=device)  # a single op fitting no template says why
             phases.append([nid])
             phase_of[nid] = len(phases) - 1
     # the phases' row caches share one block's shared memory, which keeps room for
@@ -96,7 +103,7 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
             since_barrier = set()
         since_barrier.add(k)
         mine = regional & _outs(g, members)
-        sched = analyze(g, tuple(members), regional=mine, local=local, device=device)
+        sched = memo.analyze(g, tuple(members), regional=mine, local=local, device=device)
         if sched.row_cache_bytes > cache_left:
             # recompute this phase's values instead of keeping them (unless a user asked)
             if mine:
@@ -105,8 +112,8 @@ def analyze_stitched(g: Graph, nodes: tuple[str, ...], through_global: Iterable[
                     f"shared memory {need // 1024} KB > {limit // 1024} KB "
                     "limit: the phases' row caches do not fit together (regional "
                     f"{', '.join(sorted(mine))})")
-            sched = analyze(g, tuple(members), local=local | set(sched.row_cached),
-                            device=device)
+            sched = memo.analyze(g, tuple(members), local=local | set(sched.row_cached),
+                                 device=device)
         cache_left -= sched.row_cache_bytes
         out.append(Phase(tuple(members), sched, tuple(reads), tuple(sorted(after)),
                          barrier))

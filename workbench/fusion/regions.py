@@ -27,6 +27,7 @@ Example::
 from __future__ import annotations
 
 from dataclasses import dataclass
+from weakref import WeakKeyDictionary
 
 from ..ir import Graph
 from ..ops import Kind, get_op
@@ -107,26 +108,49 @@ def region_key(g: Graph, nodes, apart: dict[str, int] | None = None) -> tuple:
     every name replaced by its place in the region; of a kernel's ops (``nodes`` in
     topological order), without ``apart``: what its price depends on."""
     pos = g.position
+    parts = _node_parts(g)
     local = {n: k for k, n in enumerate(nodes)}
-    made = {o: (local[n], j) for n in nodes for j, o in enumerate(g.node(n).outputs)}
+    made = {o: (local[n], j) for n in nodes for j, o in enumerate(parts[n][3])}
     outside: dict[str, int] = {}
-    graph_out = set(g.outputs)
     ops = []
     for n in nodes:
-        node = g.node(n)
+        op, attrs, ins_seen, outs_seen = parts[n]
         ins = []
-        for i in node.inputs:
+        for i, seen in ins_seen:
             if i in made:
                 ins.append(made[i])
             else:
-                v = g.value(i)
-                const = i in g.constants
-                ins.append(("in", outside.setdefault(i, len(outside)), v.shape,
-                            str(v.dtype), const and v.numel == 1, const))
-        outs = tuple((g.value(o).shape, str(g.value(o).dtype),
-                      o in graph_out or any(c.id not in local for c in g.consumers[o]))
-                     for o in node.outputs)
+                ins.append(("in", outside.setdefault(i, len(outside))) + seen)
+        outs = tuple(seen + (escapes or any(c not in local for c in readers),)
+                     for seen, escapes, readers in outs_seen.values())
         far = apart[n] if apart is not None else 0
         kept_apart = tuple(local[m] for m in nodes if (far >> pos[m]) & 1) if far else ()
-        ops.append((node.op, repr(node.attrs), tuple(ins), outs, kept_apart))
+        ops.append((op, attrs, tuple(ins), outs, kept_apart))
     return tuple(ops)
+
+
+# Graph -> node id -> what region_key reads of the node that no kernel changes: its op,
+# its attributes' text, each input's (shape, dtype, scalar constant, constant), each
+# output's (shape, dtype), whether it is a graph output and who reads it. The stitch
+# search keys some 15,000 kernels of a small BART; reading these afresh (the attributes'
+# repr above all) was a third of its planning time. A Graph is immutable, so its
+# entry never goes stale, and it goes when the graph does.
+_PARTS: "WeakKeyDictionary[Graph, dict[str, tuple]]" = WeakKeyDictionary()
+
+
+def _node_parts(g: Graph) -> dict[str, tuple]:
+    parts = _PARTS.get(g)
+    if parts is None:
+        graph_out = set(g.outputs)
+        parts = {}
+        for node in g.nodes:
+            ins = []
+            for i in node.inputs:
+                v = g.value(i)
+                const = i in g.constants
+                ins.append((i, (v.shape, str(v.dtype), const and v.numel == 1, const)))
+            outs = {o: ((g.value(o).shape, str(g.value(o).dtype)), o in graph_out,
+                        tuple(c.id for c in g.consumers[o])) for o in node.outputs}
+            parts[node.id] = (node.op, repr(node.attrs), tuple(ins), outs)
+        _PARTS[g] = parts
+    return parts

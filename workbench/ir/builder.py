@@ -129,7 +129,10 @@ class GraphBuilder:
         arr = np.asarray(data, dtype=None if dtype is None else DType.of(dtype).np)
         if arr.dtype == np.float64:
             arr = arr.astype(np.float32)
-        arr = arr.copy(order="C")  # (ascontiguousarray would make 0-d arrays 1-d)
+        if not _immutable(arr):
+            # (the caller may change its array later; ascontiguousarray would make 0-d
+            # arrays 1-d)
+            arr = arr.copy(order="C")
         n = self._define(name, arr.shape, DType.of(arr.dtype), "c")
         self._constants[n] = arr
         return Tensor(self, n)
@@ -259,3 +262,15 @@ def graph_from_parts(name: str, values: Iterable[Value], nodes: Iterable[Node],
     """Assemble and verify a graph from already-made parts (used by importers)."""
     return Graph(name, tuple(values), tuple(nodes), tuple(inputs), tuple(outputs),
                  dict(constants), description).verify()
+
+
+def _immutable(arr: np.ndarray) -> bool:
+    """An array no one can change: a read-only C-ordered view of a ``bytes`` object (an
+    ONNX initializer's, as ``numpy_helper.to_array`` reads it), kept as it is rather
+    than copied (BERT-base's 440 MB of weights: a second of its import)."""
+    if arr.flags.writeable or not arr.flags.c_contiguous:
+        return False
+    base = arr
+    while isinstance(base, np.ndarray):
+        base = base.base
+    return isinstance(base, bytes)

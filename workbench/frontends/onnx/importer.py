@@ -153,7 +153,14 @@ class _Importer(_Scope):
         """Initializers become constants; the other graph inputs need static shapes."""
         inits = {t.name: t for t in self.g.initializer}
         for name, t in inits.items():
-            self.env[name] = to_array(t)
+            try:
+                self.env[name] = to_array(t)
+            except ValueError as e:
+                # (the checker saw the model without its weights' bytes: .skeleton)
+                raise GraphError(f"{self.label}: initializer {name!r} does not hold the "
+                                 f"{int(np.prod(t.dims))} values of its shape "
+                                 f"{list(t.dims)} ({first_line(e)}); the file is damaged "
+                                 "or truncated -- re-export the model") from None
         inputs = [v for v in self.g.input if v.name not in inits]
         unknown = sorted(set(self.input_shapes) - {v.name for v in inputs})
         if unknown:

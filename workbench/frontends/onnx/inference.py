@@ -12,6 +12,7 @@ from ...errors import GraphError
 from ...ir import Tensor
 from ...dtypes import DType
 from .common import _DTYPES
+from .skeleton import skeleton
 
 
 def expected_types(proto: onnx.ModelProto, env: Mapping[str, Tensor | np.ndarray]
@@ -20,8 +21,7 @@ def expected_types(proto: onnx.ModelProto, env: Mapping[str, Tensor | np.ndarray
     name -> (shape, dtype), where inference gives a static one (the graph inputs as
     ``env`` holds them)."""
     expected: dict[str, tuple[tuple[int, ...], DType]] = {}
-    model = onnx.ModelProto()
-    model.CopyFrom(proto)
+    model = skeleton(proto)     # (inference reads no weight's bytes: see .skeleton)
     for v in model.graph.input:  # give inference the shapes we use
         t = env.get(v.name)
         if isinstance(t, Tensor):

@@ -13,6 +13,7 @@ import onnx
 from ...errors import GraphError, WorkbenchError, existing_file, shown
 from ...shapes import check_shape
 from .common import MAX_OPSET, MIN_OPSET, first_line
+from .skeleton import skeleton
 
 
 def checked_input_shapes(input_shapes) -> dict[str, tuple[int, ...]]:
@@ -49,7 +50,8 @@ def read_model(model) -> tuple[onnx.ModelProto, str]:
             raise GraphError(f"{label} holds no ONNX graph (empty or not an ONNX file); "
                              "re-export the model")
     try:
-        onnx.checker.check_model(proto)
+        # (without its weights' bytes: see .skeleton)
+        onnx.checker.check_model(skeleton(proto, for_checker=True))
     except ValueError as e:
         if "2GB" not in str(e):  # models over 2 GB cannot be checked in memory
             raise GraphError(f"{label} fails the ONNX checker ({first_line(e)}); "
