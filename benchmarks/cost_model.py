@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import statistics
 import sys
 import time
@@ -26,11 +27,12 @@ def factor(p: float, m: float) -> float:
     return max(p / m, m / p) if p > 0 and m > 0 else float("nan")
 
 
-def run(names, repeats: int, planner: str) -> list[dict]:
+def run(names, repeats: int, planner: str, refit: bool = True) -> list[dict]:
     import workbench as wb
     rows = []
     for name in names:
-        s = wb.Session(str(ROOT / "sample_graphs" / f"{name}.json"), backend="cpu")
+        s = wb.Session(str(ROOT / "sample_graphs" / f"{name}.json"), backend="cpu",
+                       calibrate=refit)
         steps = {}
         for kind in ("unfused", "fused"):
             if kind == "fused":
@@ -62,10 +64,12 @@ def summary(rows: list[dict]) -> dict:
 
 def markdown(res: dict) -> str:
     lines = [f"# The cost model against the CPU ({res['date']})", "",
-             machine_line(res), "",
+             machine_line(res), "", f"The model's device: {res['device']}.", "",
              f"`python benchmarks/cost_model.py --repeats {res['repeats']}`: planner "
-             f"`{res['planner']}`; predictions made before each step was measured, the "
-             "model refitted after each measurement (the session's default).", "",
+             f"`{res['planner']}`; predictions made before each step was measured, "
+             + ("the model refitted after each measurement (the session's default)."
+                if res["refit"] else "the device's uncalibrated model (`--no-refit`)."),
+             "",
              "| step kind | median factor | worst | within 2x |", "|---|---|---|---|"]
     for kind, s in res["summary"].items():
         lines.append(f"| {kind} | {s['median']:.2f} | {s['worst']:.2f} | "
@@ -88,13 +92,19 @@ def main(argv=None) -> int:
     ap.add_argument("--planner", default="stitch")
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--tag", default="")
+    ap.add_argument("--no-refit", action="store_true",
+                    help="price every step with the device's uncalibrated model")
     ap.add_argument("--out", default=str(RESULTS))
     a = ap.parse_args(argv)
     names = a.only or sorted(p.stem for p in (ROOT / "sample_graphs").glob("*.json"))
     date = dt.date.today().isoformat()
-    rows = run(names, a.repeats, a.planner)
-    res = {"date": date, "repeats": a.repeats, "planner": a.planner, "rows": rows,
-           "summary": summary(rows)}
+    load = list(os.getloadavg())
+    rows = run(names, a.repeats, a.planner, refit=not a.no_refit)
+    from workbench.runtime.calibrate import cpu_device
+    res = {"date": date, "repeats": a.repeats, "planner": a.planner,
+           "refit": not a.no_refit,
+           "load_average_at_start": load, "device": cpu_device().describe(),
+           "rows": rows, "summary": summary(rows)}
     from pathlib import Path
     stem = Path(a.out) / f"cost_model-{date}{'-' + a.tag if a.tag else ''}"
     write_results(stem, res, markdown)

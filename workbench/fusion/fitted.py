@@ -19,6 +19,15 @@ from ..ir import Graph
 from .cost import CostModel, Sample, samples_from
 
 
+# how strongly a refit pulls each factor toward the device's prior: as strongly as one
+# measured kernel. A session's first measurement is one plan of one graph -- mostly
+# memory-bound kernels -- and a weak pull (1e-3) let one erf kernel set the compute
+# factor for every later plan: the stitch steps of the 14 samples came out predicted
+# up to 2.2x too fast (median factor 1.31 over all steps); at 1, 1.97 and 1.21
+# (benchmarks/results/cost_model-2026-12-05-quiet.md)
+REFIT_PRIOR = 1.0
+
+
 class FittedModel:
     def __init__(self, device: Device):
         self.device = device
@@ -51,6 +60,6 @@ class FittedModel:
                    for smp in samples_from(base, plan, per_kernel)]
         samples += [Sample(base.features(graph, gr), t) for gr, t in tuned]
         try:
-            self._model = base.calibrate(samples)
+            self._model = base.calibrate(samples, prior_weight=REFIT_PRIOR)
         except ValueError:   # nothing measurable yet (e.g. only empty kernels)
             pass
