@@ -26,9 +26,10 @@ compiles no kernel, so the kernel cache plays no part), then ``--repeats`` times
 idle pause, ``workbench.load`` (timed), an idle pause, ``run_planner("stitch", g)``
 (timed; the planner's default cost model, the CPU's). Reported: medians over every
 round's repeats, and a hash of the plan's text and decisions, so the run shows whether
-the checkouts plan alike. The children run with ``PYTHONHASHSEED=0``: the stitch
-search breaks ties between equal gains in set order, so a plan can depend on the hash
-seed (a small BART's dynamo export: 60 kernels under one seed, 62 under another).
+the checkouts plan alike. The children run with ``PYTHONHASHSEED=0``: an older
+checkout's stitch search broke ties between equal gains in set order, so its plan
+depended on the hash seed (a small BART's dynamo export: 60 kernels under one seed, 62
+under another); it breaks them by graph order since (docs/fusion.md).
 
 Writes ``benchmarks/results/startup-<date>[-TAG].{json,md}``.
 """

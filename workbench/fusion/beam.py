@@ -132,8 +132,9 @@ def beam_search(search: Search, seeds: list[State], beam: int, branch: int) -> S
     while frontier:
         children = {}
         for st in frontier:
+            # equal gains in graph order (Move.order), not in the moves' dict order
             cands = sorted((m for ms in st.moves.values() for m in ms),
-                           key=lambda m: -m.gain)
+                           key=lambda m: (-m.gain, m.order))
             made, cyclic = 0, set()
             for mv in cands:          # the best `branch` moves that keep it acyclic
                 if made == branch:

@@ -138,7 +138,10 @@ def _take_views(g: Graph, part: Partition, device: Device, price: Price | None,
             continue
         trial = part.copy()
         touched = {trial.owner[n] for n in chain} | {mine}
-        left = [[n for n in trial.members[x] if n not in chain] for x in touched - {mine}]
+        # the kernels the views leave, in graph order (not the set's hash order: it
+        # orders the parts left behind, so which joins a GEMM first and the log)
+        left = [[n for n in trial.members[x] if n not in chain]
+                for x in sorted(touched - {mine}, key=lambda x: int(x[1:]))]
         rest = trial.replace(touched, [set(trial.members[mine]) | chain] + [
             c for nodes in left for c in _components(g, nodes)])
         kernel, parts = rest[0], rest[1:]
@@ -161,7 +164,8 @@ def _take_views(g: Graph, part: Partition, device: Device, price: Price | None,
             old = set(part.key())
             now_groups = [frozenset(v) for v in trial.members.values()
                           if frozenset(v) not in old]
-            was_groups = {part.owner[n] for nodes in now_groups for n in nodes}
+            was_groups = sorted({part.owner[n] for nodes in now_groups for n in nodes},
+                                key=lambda x: int(x[1:]))
             was = sum(price(frozenset(part.members[x])) for x in was_groups)
             now = sum(price(nodes) for nodes in now_groups)
             if not now < was:
@@ -200,10 +204,14 @@ def _outside_views(g: Graph, part: Partition, gid: str) -> frozenset:
 
 
 def _components(g: Graph, nodes: list[str]) -> list[list[str]]:
-    """The weakly connected parts of a node set (edges: values between its nodes)."""
+    """The weakly connected parts of a node set (edges: values between its nodes), each
+    found from its first node in graph order (a set's pop would order them by hash)."""
     left, out = set(nodes), []
-    while left:
-        todo, part = [left.pop()], []
+    for start in sorted(nodes, key=g.position.__getitem__):
+        if start not in left:
+            continue
+        left.remove(start)
+        todo, part = [start], []
         while todo:
             n = todo.pop()
             part.append(n)

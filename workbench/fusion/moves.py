@@ -53,6 +53,11 @@ class Move:
     peeled: str = ""                   # peel: the op that leaves a
     gain: float = 0.0                  # seconds saved (> 0)
     part: frozenset = frozenset()      # split: the ops that leave a
+    # graph positions naming the move (first op of a, of b, the peeled op, the split
+    # part's ops): equal gains are common -- kernels of one shape are priced alike --
+    # and are ranked by this, never by the hash order of sets of names, which differs
+    # per process (PYTHONHASHSEED) and made a plan a coin toss per process
+    order: tuple = ()
 
 
 class Search:
@@ -148,8 +153,9 @@ class Search:
         return f.infeasible
 
     # -- moves ------------------------------------------------------------------------
-    def neighbours(self, part: Partition, gid: str) -> set[str]:
-        """Kernels joined to gid by an edge, or reading a tensor it reads."""
+    def neighbours(self, part: Partition, gid: str) -> list[str]:
+        """Kernels joined to gid by an edge, or reading a tensor it reads, in graph order
+        (of their first ops: a kernel's id is ``k<that position>``)."""
         out = part.successors(gid) | part.predecessors(gid)
         for n in part.members[gid]:
             for i in self.g.node(n).inputs:
@@ -157,29 +163,37 @@ class Search:
                     out.add(part.owner[r])
         out.discard(gid)
         region = self.region
-        return {x for x in out if not self._opaque(part, x)
-                and (region is None or part.members[x][0] in region)}
+        return sorted((x for x in out if not self._opaque(part, x)
+                       and (region is None or part.members[x][0] in region)),
+                      key=lambda x: int(x[1:]))
 
     def _opaque(self, part: Partition, gid: str) -> bool:
         m = part.members[gid]
         return len(m) == 1 and self.kind[m[0]] is Kind.opaque
 
+    def first(self, nodes) -> int:
+        """The graph position of the first of these ops."""
+        return min(map(self.index.__getitem__, nodes))
+
     def moves_between(self, a: frozenset, b: frozenset, peel: bool) -> list[Move]:
         base = self.cost(a) + self.cost(b)
         u = a | b
         gain = base - self.cost(u)
-        out = [Move("merge", a, b, "", gain)] if gain > EPS else []
+        fa, fb = self.first(a), self.first(b)
+        out = [Move("merge", a, b, "", gain, order=(fa, fb))] if gain > EPS else []
         if not peel or self._priced(u)[1]:
             return out
         # no single template fits both: maybe one fits once an op leaves
         for side, other in ((a, b), (b, a)):
             if not 2 <= len(side) <= PEEL_MAX:
                 continue
-            for x in side:
+            for x in sorted(side, key=self.index.__getitem__):
                 rest = side - {x}
                 gain = base - self.cost(rest | other) - self.cost(frozenset([x]))
                 if gain > EPS:
-                    out.append(Move("peel", side, other, x, gain))
+                    out.append(Move("peel", side, other, x, gain,
+                                    order=(self.first(side), self.first(other),
+                                           self.index[x])))
         return out
 
     def splits(self, a: frozenset) -> list[Move]:
@@ -205,10 +219,12 @@ class Search:
                 if len(part) < len(a):
                     cands.add(frozenset(part))
         out = []
-        for c in cands:
-            gain = self.cost(a) - self.cost(a - c) - self.cost(c)
+        fa = self.first(a)
+        for c in sorted(tuple(sorted(map(self.index.__getitem__, c))) for c in cands):
+            part = frozenset(self.g.nodes[k].id for k in c)
+            gain = self.cost(a) - self.cost(a - part) - self.cost(part)
             if gain > EPS:
-                out.append(Move("split", a, a, "", gain, c))
+                out.append(Move("split", a, a, "", gain, part, order=(fa, fa) + c))
         return out
 
     def moves_for(self, part: Partition, gids, only_dominant: bool = False) -> dict:
@@ -221,8 +237,7 @@ class Search:
                 out[(a, a)] = self.splits(a)
             for nb in self.neighbours(part, gid):
                 b = frozenset(part.members[nb])
-                first = lambda s: min(self.index[n] for n in s)  # noqa: E731
-                key = (a, b) if first(a) < first(b) else (b, a)
+                key = (a, b) if self.first(a) < self.first(b) else (b, a)
                 if key in out:
                     continue
                 dom = bool((a | b) & self.dominant)

@@ -46,7 +46,7 @@ class Partition:
         self.external: dict[str, set[str]] = {}      # group -> consumer nodes outside it
         self.reduces: dict[str, int] = {}            # group -> reductions in it
         for nodes in (groups if groups is not None else ([n.id] for n in g.nodes)):
-            self._add(list(nodes))
+            self._add(nodes)
 
     def copy(self) -> "Partition":
         p = Partition.__new__(Partition)
@@ -62,8 +62,11 @@ class Partition:
         self.owner, self.members = other.owner, other.members
         self.external, self.reduces = other.external, other.reduces
 
-    def _add(self, nodes: list[str]) -> str:
-        gid = f"k{min(self.index[n] for n in nodes)}"
+    def _add(self, nodes: Iterable[str]) -> str:
+        # in graph order: callers pass sets, whose order is their names' hash order and
+        # differs per process; whatever reads a kernel's first member must not
+        nodes = sorted(nodes, key=self.index.__getitem__)
+        gid = f"k{self.index[nodes[0]]}"
         mine = set(nodes)
         self.members[gid] = nodes
         self.external[gid] = {c.id for n in nodes for o in self.g.node(n).outputs
@@ -111,7 +114,7 @@ class Partition:
     def merge(self, gids: Iterable[str]) -> str:
         """Merge groups into one; returns its id. The largest group's nodes keep their
         entries where its id survives, so merging one op into a long chain is cheap."""
-        gids = sorted(set(gids), key=lambda x: -len(self.members[x]))
+        gids = sorted(set(gids), key=lambda x: (-len(self.members[x]), int(x[1:])))
         big = gids[0]
         gid = f"k{min(int(x[1:]) for x in gids)}"
         nodes = list(self.members[big])       # (lists may be shared with copies)
@@ -136,7 +139,7 @@ class Partition:
         """Drop groups and add others (node sets)."""
         for x in set(drop):
             self._drop(x)
-        return [self._add(list(ns)) for ns in add]
+        return [self._add(ns) for ns in add]
 
     def key(self) -> frozenset:
         return frozenset(frozenset(v) for v in self.members.values())
