@@ -113,24 +113,20 @@ def _build_probe() -> ctypes.CDLL:
         extra=False)))
 
 
-def _times(fn, repeats: int, warmup: int = 2) -> np.ndarray:
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return np.array(ts)
-
-
 def _best_time(fn, repeats: int, warmup: int = 2) -> float:
     """The machine's own speed: the fastest repeat. The probe runs once per machine
     and is cached, often while a test suite or a build shares the cores: a median
     there baked that load into every later plan (a 64-element kernel call measured
     0.51 ms on 2 busy cores, 4 us on quiet ones, and planners weigh fusions against
     it). The session's refit learns what runs beside it from its own measurements."""
-    return float(_times(fn, repeats, warmup).min())
+    for _ in range(warmup):
+        fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def _op_probe_source() -> tuple[str, list[str]]:
