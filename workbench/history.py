@@ -14,14 +14,17 @@ import numpy as np
 
 from .errors import WorkbenchError
 from .fusion import Decision, Plan
+from .fusion.constraints import Constraints
 
 
 @dataclass(frozen=True)
 class Step:
-    """One entry in the history: the action that made it and the resulting plan."""
+    """One entry in the history: the action that made it, the resulting plan and the
+    constraints in force (so undo and redo restore locks too)."""
     action: str
     plan: Plan
     decisions: tuple[Decision, ...] = field(default=())
+    constraints: Constraints = Constraints()
 
 
 class History:

@@ -26,8 +26,10 @@ import pandas as pd
 
 from .codegen import Kernel, lower_group, render_kernel
 from .errors import FusionRefused, OutOfMemory, WorkbenchError
-from .fusion import Decision, Group, Plan, run_planner
+from .fusion import Decision, Group, Plan
 from .history import History, Step
+from .session_locks import Locks
+from .fusion.constrained import plan_constrained
 from .ir import Graph
 from .measure import StepMeasurement, measure_program
 from .measure.step import DRAM_NOT_REQUESTED
@@ -67,7 +69,7 @@ def in_memory(method):
     return run
 
 
-class Session:
+class Session(Locks):
     """One graph, a plan history with undo/redo, and a backend to run plans on.
 
     ``matmul_precision``: "float32" (the exact default) or "tf32" -- float32 matmuls on a
@@ -152,7 +154,8 @@ class Session:
         # plan is worth comparing)
         if plan == self.plan and plan.planner == self.plan.planner:
             return self.plan
-        self._history.push(Step(action, plan, tuple(decisions)))
+        self._guard(action, plan)      # a lock the current plan keeps is never broken
+        self._history.push(Step(action, plan, tuple(decisions), self.constraints))
         self.predict(plan)     # (priced now: by the model that made it, as planned)
         return plan
 
@@ -189,10 +192,13 @@ class Session:
         return self._push(f"set_launch {ref} {label}", self.plan.set_launch(ref, **params))
 
     def auto(self, planner: str = "rules") -> Plan:
-        """Replace the plan with a planner's whole-graph plan."""
-        plan, log = run_planner(planner, self.graph, model=self.cost_model,
-                                matmul_precision=self.matmul_precision)
-        return self._push(f"auto {planner}", plan, log)
+        """Replace the plan with a planner's whole-graph plan, planned around the
+        constraints in force (:mod:`workbench.fusion.constrained`)."""
+        n = len(self.constraints)
+        plan, log = plan_constrained(planner, self.graph, self.constraints, self.cost_model,
+                                     None, self.matmul_precision, self.plan if n else None)
+        around = f" around {n} lock{'s' if n > 1 else ''}" if n else ""
+        return self._push(f"auto {planner}{around}", plan, log)
 
     def set_matmul_precision(self, precision: str) -> Plan:
         """Let float32 matmuls run in ``precision`` -- "float32" (exact) or "tf32"
@@ -215,12 +221,13 @@ class Session:
 
     @in_memory
     def tune(self, refs: Iterable[str] | None = None, repeats: int = 20,
-             use_cache: bool = True) -> Plan:
+             use_cache: bool = True, lock: bool = False) -> Plan:
         """Search each kernel's launch parameters (or those of the kernels holding
         ``refs``) by measurement, and take the fastest correct ones as a new step
         (see :mod:`workbench.measure.tune`). Each kernel is timed on the values it
         really receives; ``self.tuning`` holds every candidate's time, and the cost
-        model learns from them. Results are cached per device and kernel source."""
+        model learns from them. Results are cached per device and kernel source.
+        ``lock=True`` keeps the chosen launch parameters as constraints (lock_tuned)."""
         if self.backend.emulated:
             raise WorkbenchError(
                 f"tuning chooses by measured time, and backend {self.backend.name}'s times "
@@ -239,7 +246,10 @@ class Session:
         if plan == self.plan:
             return self.plan
         tuned = sum(1 for r in results if r.chosen.forced_launch or r.chosen.forced_mapping)
-        return self._push(f"tune ({tuned} of {len(results)} kernels retuned)", plan)
+        plan = self._push(f"tune ({tuned} of {len(results)} kernels retuned)", plan)
+        if lock and tuned:
+            self.lock_tuned()
+        return plan
 
     def undo(self) -> Plan:
         self._history.undo()
