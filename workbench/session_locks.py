@@ -61,7 +61,7 @@ def _reader(g, gr, v: str) -> str:
 
 def edge_locks(plan: Plan, edge: tuple[str, str]) -> list:
     """Keep an edge as ``plan`` has it: inside one kernel (with the scheme a user set
-    there), or cut."""
+    there, and the kernel's fusion: a scheme is legal or not in its kernel), or cut."""
     a, b = (plan.group(n) for n in edge)
     if a.id != b.id:
         return [Cut(edge)]
@@ -69,7 +69,7 @@ def edge_locks(plan: Plan, edge: tuple[str, str]) -> list:
     forced = dict(a.forced)
     v = next((o for o in g.node(edge[0]).outputs if o in g.node(edge[1]).inputs), None)
     if v is not None and v in forced:
-        return [FixedScheme(edge, forced[v].value)]
+        return [MustFuse(a.nodes), FixedScheme(edge, forced[v].value)]
     return [MustFuse(edge)]
 
 
@@ -85,6 +85,7 @@ def step_locks(before: Plan, after: Plan) -> list:
             out.append(MustFuse(gr.nodes))
         for v, sc in gr.forced:
             if prev is None or dict(prev.forced).get(v) is not sc:
+                out.append(MustFuse(gr.nodes))       # (the scheme's kernel: see edge_locks)
                 out.append(FixedScheme((g.producer[v].id, _reader(g, gr, v)), sc.value))
         if gr.forced_mapping and (prev is None or prev.forced_mapping != gr.forced_mapping):
             out.append(FixedMapping(gr.nodes, gr.forced_mapping))

@@ -117,6 +117,15 @@ def _exact_kernels(g: Graph, cs: Constraints) -> dict[frozenset, dict]:
                     raise FusionRefused(f"{c} contradicts {e['why'][0]} on {clash[0]}")
                 e[k].update(v)
         e["why"].append(str(c))
+        if isinstance(c, Pinned):
+            e["pin"] = c
+    for e in out.values():          # a pinned kernel keeps what it had: nothing added
+        pin = e.get("pin")
+        if pin is not None and (e["mapping"] != pin.mapping
+                                or tuple(sorted(e["launch"].items())) != pin.launch):
+            other = next(w for w in e["why"] if w != str(pin))
+            raise FusionRefused(f"{other} contradicts {pin}: a pinned kernel keeps the "
+                                "mapping and launch parameters it had (unpin it first)")
     return out
 
 
