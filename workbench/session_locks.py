@@ -13,6 +13,7 @@ from .fusion.constraints import (Constraints, Cut, FixedLaunch, FixedMapping, Fi
 from .fusion.honour import broken, check
 from .fusion.plan import Plan
 from .history import Step
+from . import arguments as args
 
 LOCK_HOW = ("kernel", "fusion", "mapping", "launch")
 
@@ -31,7 +32,7 @@ def kernel_locks(plan: Plan, ref: str, how: str = "kernel") -> list:
     ``kernel`` pins it whole; ``fusion`` keeps its ops together (and the schemes a user
     set inside it); ``mapping`` / ``launch`` keep its thread mapping / launch
     parameters."""
-    if how not in LOCK_HOW:
+    if not isinstance(how, str) or how not in LOCK_HOW:
         raise WorkbenchError(f"lock how={how!r:.30}: choose one of {', '.join(LOCK_HOW)}")
     gr, g = plan.group(ref), plan.graph
     if how == "kernel":
@@ -131,7 +132,10 @@ class Locks:
         if not cs:
             cs = tuple(have)
         by_text = {str(c): c for c in have}
-        cs = tuple(by_text.get(c, c) if isinstance(c, str) else c for c in cs)
+        for c in cs:
+            if isinstance(c, str) and c not in by_text:
+                raise WorkbenchError(f"no constraint {c!r:.60} in force; they are: {have}")
+        cs = tuple(by_text[c] if isinstance(c, str) else as_constraint(c) for c in cs)
         new = have.remove(*cs)
         if new == have:
             return new
@@ -144,6 +148,10 @@ class Locks:
         ``how``: kernel, fusion, mapping or launch, see :func:`kernel_locks`) or an
         edge (``"n3->n4"``: kept inside one kernel, or cut) as constraints."""
         edge = _edge(ref)
+        if edge is None:
+            ref = args.ref(ref)
+        elif not all(isinstance(n, str) for n in edge):
+            raise WorkbenchError(f"an edge is two node ids, got {ref!r:.60}")
         cs = edge_locks(self.plan, edge) if edge else kernel_locks(self.plan, ref, how)
         return self.constrain(*cs)
 

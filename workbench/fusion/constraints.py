@@ -37,7 +37,7 @@ SCHEME_NAMES = ("local", "regional", "global")
 
 
 def _nodes(nodes, what: str) -> tuple[str, ...]:
-    if isinstance(nodes, str) or not all(isinstance(n, str) for n in nodes):
+    if not isinstance(nodes, (list, tuple)) or not all(isinstance(n, str) for n in nodes):
         raise WorkbenchError(f"{what} takes a list of node ids like ['n0', 'n1'], got "
                              f"{nodes!r:.60}")
     out = tuple(dict.fromkeys(nodes))
@@ -49,15 +49,25 @@ def _nodes(nodes, what: str) -> tuple[str, ...]:
 def _edge(edge, what: str) -> tuple[str, str]:
     if isinstance(edge, str) and "->" in edge:
         edge = tuple(x.strip() for x in edge.split("->"))
-    if (isinstance(edge, str) or len(edge) != 2
+    if (not isinstance(edge, (list, tuple)) or len(edge) != 2
             or not all(isinstance(n, str) for n in edge)):
         raise WorkbenchError(f"{what} takes an edge as (producer, consumer) node ids, "
                              f"e.g. ('n3', 'n4') or 'n3->n4', got {edge!r:.60}")
     return (edge[0], edge[1])
 
 
+def _pairs(pairs, what: str) -> dict:
+    """``pairs`` (a dict, or (name, value) pairs) as a dict, or the error saying so."""
+    try:
+        if isinstance(pairs, (dict, list, tuple)):
+            return dict(pairs)
+    except (TypeError, ValueError):
+        pass
+    raise WorkbenchError(f"{what} takes a dict or (name, value) pairs, got {pairs!r:.60}")
+
+
 def _params(params, what: str) -> tuple[tuple[str, int], ...]:
-    items = dict(params).items()
+    items = _pairs(params, what).items()
     for k, v in items:
         if not isinstance(k, str) or isinstance(v, bool) or not isinstance(v, int):
             raise WorkbenchError(f"{what} takes launch parameters as name=int "
@@ -122,9 +132,11 @@ class FixedMapping:
 
     def __post_init__(self):
         object.__setattr__(self, "nodes", _nodes(self.nodes, "a fixed mapping"))
-        if not isinstance(self.mapping, str):
-            object.__setattr__(self, "mapping", str(getattr(self.mapping, "value",
-                                                            self.mapping)))
+        mapping = getattr(self.mapping, "value", self.mapping)
+        if not isinstance(mapping, str) or not mapping:
+            raise WorkbenchError(f"a fixed mapping is a name (warp, block, split, thread, "
+                                 f"auto), got {self.mapping!r:.40}")
+        object.__setattr__(self, "mapping", mapping)
 
     def __str__(self) -> str:
         return f"mapping {' '.join(self.nodes)} {self.mapping}"
@@ -157,9 +169,16 @@ class Pinned:
 
     def __post_init__(self):
         object.__setattr__(self, "nodes", _nodes(self.nodes, "pinned"))
-        object.__setattr__(self, "schemes", tuple((str(v), getattr(sc, "value", sc))
-                                                  for v, sc in self.schemes))
-        object.__setattr__(self, "launch", tuple(sorted(dict(self.launch).items())))
+        schemes = tuple((v, getattr(sc, "value", sc))
+                        for v, sc in _pairs(self.schemes, "pinned schemes").items())
+        if not all(isinstance(v, str) and sc in SCHEME_NAMES for v, sc in schemes):
+            raise WorkbenchError(f"pinned schemes are (value, scheme) pairs with a scheme "
+                                 f"of {', '.join(SCHEME_NAMES)}, got {self.schemes!r:.60}")
+        object.__setattr__(self, "schemes", schemes)
+        if not isinstance(self.mapping, str):
+            raise WorkbenchError(f"a pinned mapping is a name or '', got {self.mapping!r:.40}")
+        object.__setattr__(self, "launch", _params(self.launch, "pinned launch parameters")
+                           if self.launch else ())
 
     def __str__(self) -> str:
         return "pinned " + " ".join(self.nodes)
@@ -193,7 +212,7 @@ def from_dict(d: dict) -> Constraint:
                       if isinstance(v, list) else v)
                   for k, v in d.items() if k != "kind"}
         return cls(**fields)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError) as e:
         raise WorkbenchError(f"not a constraint: {json.dumps(d)[:80]} ({e}); kinds are "
                              + ", ".join(KINDS)) from None
 
@@ -220,6 +239,7 @@ class Constraints:
         return Constraints(self.items + tuple(dict.fromkeys(new)))
 
     def remove(self, *cs: Constraint) -> "Constraints":
+        cs = tuple(as_constraint(c) for c in cs)
         missing = [str(c) for c in cs if c not in self.items]
         if missing:
             raise WorkbenchError(f"no such constraint: {', '.join(missing)}; the "
@@ -234,8 +254,11 @@ class Constraints:
 
     @staticmethod
     def from_json(text: str) -> "Constraints":
-        data = json.loads(text)
-        if not isinstance(data, list):
+        try:
+            data = json.loads(text)
+        except (TypeError, ValueError) as e:
+            raise WorkbenchError(f"constraints JSON could not be read: {e}") from None
+        if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
             raise WorkbenchError("constraints JSON is a list of objects with a 'kind'")
         return Constraints(tuple(from_dict(d) for d in data))
 

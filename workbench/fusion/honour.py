@@ -164,7 +164,6 @@ def check(g: Graph, cs: Constraints, device: Device, tf32: bool = False) -> Chec
                                 "passed by one scheme")
         schemes[v] = (sc, str(c))
     fixed: list[Fixed] = []
-    used: set[frozenset] = set()
     for ns, why in _min_sets(g, cs):
         home = [k for k in exact if k & ns]
         if home:
@@ -190,7 +189,6 @@ def check(g: Graph, cs: Constraints, device: Device, tf32: bool = False) -> Chec
             forced[v] = sc
         fixed.append(Fixed(k, True, tuple(forced.items()), e["mapping"],
                            tuple(sorted(e["launch"].items())), tuple(e["why"])))
-        used.add(k)
     cuts = []
     for c in cs.of(Cut):
         edge_value(g, c.edge)

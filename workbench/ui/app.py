@@ -45,6 +45,7 @@ from .graph_view import GraphView
 from .jobs import BackgroundJobs, Job
 from .layout import main_row, status_row, toolbars
 from .plan_actions import PlanActions, app_action
+from .lock_actions import LockActions
 from .plots import Plots
 from .properties import empty_html, node_properties
 from .status_line import StatusLine
@@ -52,7 +53,7 @@ from .step_numbers import kernel_info, kernel_rows, overlay, plotted_history
 from .transform_panel import TransformPanel
 
 
-class WorkbenchApp(PlanActions, BackgroundJobs, w.VBox):
+class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
     """One widget: controls, message line, graph view beside code panel, plots."""
 
     def __init__(self, session: Session):
@@ -86,7 +87,7 @@ class WorkbenchApp(PlanActions, BackgroundJobs, w.VBox):
         # what applies to the selection (preview, apply), the clickable history and the
         # planner's decisions, folded away until opened
         self.transforms = TransformPanel(session, lambda: self.selected, self._on_preview,
-                                         self._apply_action, self.goto)
+                                         self._apply_action, self.goto, self.toggle_lock)
         self.transforms_box = w.Accordion(children=[self.transforms], selected_index=None)
         self.transforms_box.set_title(0, "Transformations · History · Decisions")
 
@@ -191,6 +192,7 @@ class WorkbenchApp(PlanActions, BackgroundJobs, w.VBox):
             self._show_code()
             self._show_properties()
             self._update_scheme_controls()
+            self._show_lock()
         except WorkbenchError as e:   # (an observer: report, do not raise into the comm)
             self._set_message(str(e), refused=True)
 
@@ -291,6 +293,7 @@ class WorkbenchApp(PlanActions, BackgroundJobs, w.VBox):
         (self.view.collapse if change["new"] else self.view.expand)()
 
     def _redraw(self) -> None:
+        self.view.locks = self.session.constraints     # (drawn: .lock_marks)
         self.view.redraw(self.session.plan,
                          overlay=overlay(self.session, self.overlay.value))
 
@@ -304,6 +307,7 @@ class WorkbenchApp(PlanActions, BackgroundJobs, w.VBox):
         self._update_scheme_controls()
         self.transforms.cancel()
         self.transforms.refresh_history()
+        self._show_lock()
         device = getattr(self.session, "device", None)
         # (the step's float32 matmuls on tensor cores in TF32: their ceiling too)
         self.plots.update(plotted_history(self.session), kernel_rows(self.session), device,

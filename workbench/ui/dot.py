@@ -25,6 +25,7 @@ from ..errors import WorkbenchError
 from ..fusion import Group, Plan, StitchScheme
 from ..ir import Graph
 from .namespaces import Namespaces, composites, namespaces  # noqa: F401 (re-exported)
+from .lock_marks import CUT_EDGE, LOCK_GLYPH, LOCKED_EDGE, LockMarks, lock_marks
 
 # Kernel clusters: tab10 hues at low alpha, readable on light and dark backgrounds.
 CLUSTER_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
@@ -111,12 +112,14 @@ _HEADER = ["digraph workbench {",
 
 
 def to_dot(g: Graph, plan: Plan, collapsed: frozenset[str] | set[str] = frozenset(),
-           overlay: Overlay | None = None, ns: Namespaces | None = None) -> DotDrawing:
+           overlay: Overlay | None = None, ns: Namespaces | None = None,
+           locks=None) -> DotDrawing:
     """DOT text for ``g`` under ``plan``: kernels of two or more ops as coloured
     clusters, ``collapsed`` containers (composite ``c0``... and scope ``s0``... ids of
     :func:`~workbench.ui.namespaces.namespaces`; ``ns``, when the caller has them) as
     one box each -- the outermost collapsed one where they nest -- and, with an
-    ``overlay``, nodes and clusters coloured by the kernel's value with a legend."""
+    ``overlay``, nodes and clusters coloured by the kernel's value with a legend;
+    ``locks`` (the session's constraints) marked (:mod:`.lock_marks`)."""
     ns = ns if ns is not None else namespaces(g)
     unknown = set(collapsed) - set(ns.containers)
     if unknown:
@@ -127,13 +130,14 @@ def to_dot(g: Graph, plan: Plan, collapsed: frozenset[str] | set[str] = frozense
     box_of = {n.id: ns.box_of(n.id, collapsed) if n.id in ns.node_ancestors else n.id
               for n in g.nodes}
     heat, legend = _heat(overlay)
-    boxes = _Boxes(g, plan, ns, heat)
+    marks = lock_marks(plan, locks)
+    boxes = _Boxes(g, plan, ns, heat, marks)
     order = list(dict.fromkeys(box_of[n.id] for n in g.nodes))
     lines = list(_HEADER)
     lines += _io_lines(g.inputs, "in")
     lines += _cluster_lines(plan, boxes, order, heat)
     lines += _io_lines(g.outputs, "out")
-    lines += _edge_lines(g, plan, box_of)
+    lines += _edge_lines(g, plan, box_of, marks)
     lines.append("}")
     return DotDrawing("\n".join(lines), {b: ns[b].nodes for b in order if b in ns}, legend)
 
@@ -142,8 +146,9 @@ class _Boxes:
     """DOT lines of the boxes: one per op, or one per collapsed container. Every box
     shows its id first (``n16 · add``): the ids messages and kernel headers use."""
 
-    def __init__(self, g: Graph, plan: Plan, ns: Namespaces, heat: dict[str, int]):
-        self.g, self.plan, self.ns, self.heat = g, plan, ns, heat
+    def __init__(self, g: Graph, plan: Plan, ns: Namespaces, heat: dict[str, int],
+                 marks: LockMarks = LockMarks()):
+        self.g, self.plan, self.ns, self.heat, self.marks = g, plan, ns, heat, marks
 
     def kernels(self, box: str) -> set[str]:
         members = self.ns[box].nodes if box in self.ns else (box,)
@@ -161,7 +166,9 @@ class _Boxes:
     def _op(self, nid: str) -> str:
         n = self.g.node(nid)
         out = n.outputs[0] if n.outputs else None
-        label = quote(f"{n.id} · {n.op}", shape_text(self.g, out) if out else "")
+        gid = self.plan.group_of[nid].id
+        lock = f"{LOCK_GLYPH} " if gid in self.marks.kernels else ""
+        label = quote(f"{lock}{n.id} · {n.op}", shape_text(self.g, out) if out else "")
         named = n.id if n.name == n.id else f"{n.id} {n.name}"
         tip = quote(f"{named} ({n.origin.composite})" if n.origin else named, limit=80)
         return (f'  {nid} [id="{nid}" label={label} tooltip={tip} '
@@ -202,7 +209,10 @@ def _cluster_lines(plan: Plan, boxes: _Boxes, order: list[str], heat) -> list[st
         color = CLUSTER_COLORS[gi % len(CLUSTER_COLORS)]
         fill = HEAT[heat[gr.id]] + "66" if gr.id in heat else color + "33"
         lines.append(f"  subgraph cluster_{gr.id} {{")
-        lines.append(f'    id="{gr.id}"; class="wb-kernel"; label="{_cluster_label(gr)}"; '
+        locked = gr.id in boxes.marks.kernels
+        label = (LOCK_GLYPH + " " if locked else "") + _cluster_label(gr)
+        kind = "wb-kernel wb-locked" if locked else "wb-kernel"
+        lines.append(f'    id="{gr.id}"; class="{kind}"; label="{label}"; '
                      f'style="filled,rounded"; fillcolor="{fill}"; color="{color}"; '
                      f'penwidth=1.5; fontsize=9; labeljust=l;')
         for b in order:
@@ -213,18 +223,24 @@ def _cluster_lines(plan: Plan, boxes: _Boxes, order: list[str], heat) -> list[st
     return lines + [boxes.line(b) for b in order if b not in placed]
 
 
-def _edge_lines(g: Graph, plan: Plan, box_of: dict[str, str]) -> list[str]:
-    """One edge per pair of boxes; an edge inside a kernel shows its stitch scheme."""
+def _edge_lines(g: Graph, plan: Plan, box_of: dict[str, str],
+                marks: LockMarks = LockMarks()) -> list[str]:
+    """One edge per pair of boxes; an edge inside a kernel shows its stitch scheme, a
+    locked one is bold (a cut one dashed too)."""
     inputs = {name: f"in{i}" for i, name in enumerate(g.inputs)}
     lines: list[str] = []
     seen: set[tuple[str, str]] = set()
 
-    def edge(src: str, dst: str, value: str, scheme: StitchScheme | None) -> None:
+    def edge(src: str, dst: str, value: str, scheme: StitchScheme | None,
+             lock: str | None = None) -> None:
         if src == dst or (src, dst) in seen:
             return
         seen.add((src, dst))
         attrs = f'id="e{len(lines)}"'
-        if scheme is StitchScheme.regional:
+        if lock is not None:
+            attrs += " " + (CUT_EDGE if lock == "cut" else LOCKED_EDGE)
+            value = f"{value} ({'cut' if lock == 'cut' else 'kept fused'}: locked)"
+        elif scheme is StitchScheme.regional:
             attrs += f' class="wb-edge wb-regional" color="{REGIONAL_EDGE}" penwidth=1.6'
         else:
             attrs += ' class="wb-edge"'
@@ -237,7 +253,8 @@ def _edge_lines(g: Graph, plan: Plan, box_of: dict[str, str]) -> list[str]:
             if p is not None:
                 gr = plan.group_of[n.id]
                 inside = plan.group_of[p.id].id == gr.id
-                edge(box_of[p.id], box_of[n.id], v, gr.scheme(v) if inside else None)
+                edge(box_of[p.id], box_of[n.id], v, gr.scheme(v) if inside else None,
+                     marks.edge(p.id, n.id))
             elif v in inputs:
                 edge(inputs[v], box_of[n.id], v, None)
     for i, name in enumerate(g.outputs):

@@ -74,6 +74,7 @@ class GraphView(anywidget.AnyWidget):
         self._collapsed: frozenset[str] = frozenset(self.composites) if collapse else frozenset()
         self._focus_count = 0
         self._overlay: Overlay | None = None
+        self.locks = None        # the session's constraints, marked on the drawing
         self.on_msg(self._on_front_msg)
         self.observe(lambda _: self._update_crumbs(), "selected")
         self.redraw()
@@ -87,7 +88,8 @@ class GraphView(anywidget.AnyWidget):
             self.plan = plan
         if overlay is not _KEEP:
             self._overlay = overlay
-        d = to_dot(self.graph, self.plan, self._collapsed, self._overlay, self.namespaces)
+        d = to_dot(self.graph, self.plan, self._collapsed, self._overlay, self.namespaces,
+                   self.locks)
         svg = render_svg(d.source)
         with self.hold_sync():
             self.members = {k: list(v) for k, v in d.boxes.items()}
@@ -192,5 +194,6 @@ class GraphView(anywidget.AnyWidget):
     def save(self, path) -> str:
         """Write the drawing as it is now (collapsed boxes, overlay) to ``path``: .svg
         or .png by its suffix. Returns the path written."""
-        d = to_dot(self.graph, self.plan, self._collapsed, self._overlay, self.namespaces)
+        d = to_dot(self.graph, self.plan, self._collapsed, self._overlay, self.namespaces,
+                   self.locks)
         return save_drawing(d.source, path)

@@ -94,7 +94,7 @@ class PlanActions:
             return plan
         self._refresh()
         self._set_message(planner_summary(planner, self.session.graph, plan,
-                                          self.session.step.decisions))
+                                          self.session.step.decisions) + self.locks_line())
         return plan
 
     @app_action

@@ -83,7 +83,8 @@ class TransformPanel(w.VBox):
     session through the app, ``selection()`` gives the selected node ids."""
 
     def __init__(self, session: Session, selection: Callable[[], list[str]],
-                 on_preview: Callable, on_apply: Callable, on_goto: Callable):
+                 on_preview: Callable, on_apply: Callable, on_goto: Callable,
+                 on_lock: Callable | None = None):
         self.session = session
         self._selection, self._on_preview = selection, on_preview
         self._on_apply, self._on_goto = on_apply, on_goto
@@ -94,6 +95,12 @@ class TransformPanel(w.VBox):
                                     tooltip="list every transformation of the selection "
                                     "with its predicted effect", layout=w.Layout(width="auto"))
         self.choices = w.Select(options=[], rows=8, layout=w.Layout(width="100%"))
+        # lock the selected kernel or edge as it is, or unlock it (locks: issue 48)
+        self.lock_button = w.ToggleButton(description="Lock", icon="lock", disabled=True,
+                                          tooltip="keep the selected kernel (or the edge "
+                                          "between two selected nodes) as it is: Auto plans "
+                                          "around it", layout=w.Layout(width="auto"))
+        self._syncing_lock = False
         self.detail = w.HTML()
         self.apply_button = w.Button(description="Apply", button_style="success",
                                      disabled=True, layout=w.Layout(width="auto"))
@@ -109,7 +116,8 @@ class TransformPanel(w.VBox):
         self.decisions = w.HTML()
 
         transforms = w.VBox([w.HBox([self.list_button, self.apply_button,
-                                     self.cancel_button]), self.choices, self.detail])
+                                     self.cancel_button, self.lock_button]),
+                             self.choices, self.detail])
         history = w.VBox([self.steps, self.goto_button,
                           w.HBox([self.compare_a, self.compare_b]), self.compare_button,
                           self.comparison])
@@ -126,7 +134,18 @@ class TransformPanel(w.VBox):
         self.goto_button.on_click(lambda _: self.steps.value is not None
                                   and self._on_goto(self.steps.value))
         self.compare_button.on_click(lambda _: self.compare())
+        if on_lock is not None:
+            self.lock_button.observe(lambda _: self._syncing_lock or on_lock(), "value")
         self.refresh_history()
+
+    def show_lock(self, on: bool, enabled: bool) -> None:
+        """Show the selection's lock state (without calling ``on_lock``)."""
+        self._syncing_lock = True
+        try:
+            self.lock_button.value, self.lock_button.disabled = on, not enabled
+            self.lock_button.description = "Locked" if on else "Lock"
+        finally:
+            self._syncing_lock = False
 
     # -- transformations -------------------------------------------------------------
     def refresh_actions(self) -> list[Action]:

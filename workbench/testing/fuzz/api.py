@@ -60,7 +60,8 @@ def _calls(rng, session, app, artifact) -> list[tuple[str, str, object, tuple, d
         "measure": (0, ("plan", "warmup", "repeats", "counters")), "measured": (1, ()),
         "predict": (1, ()), "export": (1, ("measure", "force", "sign_with")),
         "table": (0, ("measure", "warmup", "repeats")),
-        "tune": (0, ("refs", "repeats", "use_cache"))}
+        "tune": (0, ("refs", "repeats", "use_cache")),
+        "constrain": (1, ()), "unconstrain": (1, ()), "lock": (2, ())}
     for name, (n, kws) in session_methods.items():
         out.append(("Session", name, getattr(session, name), a(n), kw(*kws)))
     out.append(("Session", "Session", wb.Session, a(1), kw("backend", "seed", "progress",
@@ -69,7 +70,7 @@ def _calls(rng, session, app, artifact) -> list[tuple[str, str, object, tuple, d
         for name, n in {"select": 1, "fuse": 1, "split": 1, "auto": 1,
                         "set_matmul_precision": 1, "set_scheme": 2, "set_mapping": 2,
                         "goto": 1, "compare": 2, "actions": 1, "preview": 1,
-                        "export": 1, "save_graph": 1}.items():
+                        "export": 1, "save_graph": 1, "lock": 1, "unlock": 1}.items():
             out.append(("app", name, getattr(app, name), a(n), {}))
         out.append(("app", "selected=", lambda v: setattr(app, "selected", v), a(1), {}))
     out.append(("artifact", "load_artifact", wb.load_artifact, a(1),
