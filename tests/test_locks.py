@@ -8,6 +8,7 @@ import pytest
 from workbench.errors import FusionRefused, WorkbenchError
 from workbench.fusion.constraints import (Constraints, Cut, FixedLaunch, FixedMapping,
                                           FixedScheme, MustFuse, Pinned)
+from workbench.fusion import run_planner
 from workbench.fusion.honour import violations
 from workbench.session import Session
 
@@ -168,3 +169,16 @@ def test_tune_lock_keeps_the_measured_launch():
         assert s.plan.group("n0").forced_launch == tuned.forced_launch
     else:
         assert len(s.constraints) == 0
+
+
+def test_auto_keeps_the_users_plan_when_it_is_predicted_faster_than_the_planners():
+    s = session()
+    s.fuse([f"n{i}" for i in range(9)])                   # LayerNorm in one kernel by hand
+    s.lock("n0->n1")                                      # must-fuse n0 n1
+    hand = s.plan
+    s.auto("xla")                                         # xla alone: a reduction ends a kernel
+    assert s.plan == hand and s.plan.planner == "xla"
+    assert "kept: the user's plan: predicted" in str(s.step.decisions[-1])
+    s.unconstrain()
+    s.auto("xla")                                         # without locks: xla's own plan
+    assert s.plan == run_planner("xla", s.graph, s.cost_model)[0] != hand

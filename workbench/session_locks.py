@@ -121,8 +121,7 @@ class Locks:
             return new
         check(self.graph, new, self.device, self.plan.tf32)       # or refused
         added = [str(c) for c in new if c not in self.constraints]
-        self._history.push(Step(f"lock {'; '.join(added)}", self.plan,
-                                self.step.decisions, new))
+        self._history.push(Step(f"lock {'; '.join(added)}", self.plan, (), new))
         return new
 
     def unconstrain(self, *cs) -> Constraints:
@@ -139,8 +138,7 @@ class Locks:
         new = have.remove(*cs)
         if new == have:
             return new
-        self._history.push(Step(f"unlock {'; '.join(map(str, cs))}", self.plan,
-                                self.step.decisions, new))
+        self._history.push(Step(f"unlock {'; '.join(map(str, cs))}", self.plan, (), new))
         return new
 
     def lock(self, ref, how: str = "kernel") -> Constraints:

@@ -57,6 +57,7 @@ class _Builder:
                  model: CostModel):
         self.g, self.checked, self.device, self.tf32, self.model = g, checked, device, tf32, model
         self._made: dict[frozenset, Group | str] = {}
+        self._costs: dict[frozenset, float] = {}
         self.log: list[Decision] = []
         self.loose: set[frozenset] = set()      # node sets the repair changed
         self.ruled: set[tuple] = set()          # candidates already logged as ruled out
@@ -83,8 +84,10 @@ class _Builder:
         return self._made[key]
 
     def cost(self, nodes) -> float:
-        gr = self.make(nodes)
-        return self.model.estimate(self.g, gr).seconds
+        key = frozenset(nodes)
+        if key not in self._costs:
+            self._costs[key] = self.model.estimate(self.g, self.make(key)).seconds
+        return self._costs[key]
 
     def carve(self, part: Partition) -> None:
         g, checked = self.g, self.checked

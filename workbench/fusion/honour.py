@@ -40,10 +40,9 @@ class Fixed:
     def text(self) -> str:
         return ", ".join(self.why)
 
-    def make(self, g: Graph, nodes, device: Device, tf32: bool, forced=()) -> Group:
+    def make(self, g: Graph, nodes, device: Device, tf32: bool) -> Group:
         """A group of ``nodes`` (these ops, or a kernel holding them) made as fixed."""
-        return make_group(g, nodes, True, self.mapping or None,
-                          tuple(dict(self.forced + tuple(forced)).items()),
+        return make_group(g, nodes, True, self.mapping or None, self.forced,
                           device=device, launch=self.launch, tf32=tf32)
 
 
