@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from workbench.device import H100
 from workbench.errors import FusionRefused
 from workbench.frontends import load
-from workbench.fusion import MAPPINGS, run_planner
+from workbench.fusion import MAPPINGS, PLANNERS as REGISTRY, run_planner
 from workbench.fusion.constrained import plan_constrained
 from workbench.fusion.constraints import (Constraints, Cut, FixedLaunch, FixedMapping,
                                           FixedScheme, MustFuse)
@@ -38,7 +38,7 @@ import make_samples  # noqa: E402
 
 SAMPLES = sorted(p.name for p in (ROOT / "sample_graphs").iterdir()
                  if p.suffix in (".json", ".onnx"))
-PLANNERS = ("none", "xla", "rules", "stitch")
+PLANNERS = tuple(REGISTRY)        # every planner of the registry, one added later too
 MODEL = CostModel.for_device(H100)
 FAST = settings(max_examples=3, deadline=None, derandomize=True, database=None,
                 suppress_health_check=list(HealthCheck))
