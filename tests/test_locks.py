@@ -3,6 +3,9 @@ reason (the session unchanged), part of the history (undo restores them), taken 
 user's manual actions and the tuner's launches, kept by every manual action and by Auto."""
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from workbench.errors import FusionRefused, WorkbenchError
@@ -12,12 +15,14 @@ from workbench.fusion import run_planner
 from workbench.fusion.honour import violations
 from workbench.session import Session
 
-LN = "sample_graphs/layernorm.json"     # n0 mean, n1 sub, n2 mul, n3 mean, n4 add,
-                                        # n5 rsqrt, n6 mul, n7 mul, n8 add
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sample_graphs"))
+import make_samples  # noqa: E402
 
 
-def session(path=LN):
-    return Session(path, backend="cpu", calibrate=False)
+def session():
+    """LayerNorm (sample_graphs/layernorm.json's ops and ids at 64 x 100, quick to
+    compile): n0 mean, n1 sub, n2 mul, n3 mean, n4 add, n5 rsqrt, n6 mul, n7 mul, n8 add."""
+    return Session(make_samples.layernorm(64, 100), backend="cpu", calibrate=False)
 
 
 ALL = [MustFuse(("n0", "n1")), Cut(("n3", "n4")), FixedScheme("n1->n2", "regional"),
