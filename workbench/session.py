@@ -235,7 +235,7 @@ class Session(Locks):
                 "device itself (backend cupy on a GPU)")
         groups = None if refs is None else {self.plan.group(r).id for r in args.refs(refs)}
         repeats = args.count(repeats, "repeats", 1)
-        args.flag(use_cache, "use_cache")
+        args.flag(use_cache, "use_cache"), args.flag(lock, "lock")
         env = self.program().run(self.inputs, keep_all=True)
         plan, results = tune_plan(self.plan, self.backend, env, groups, repeats=repeats,
                                   use_cache=use_cache, progress=self.progress)
