@@ -187,3 +187,14 @@ def test_auto_keeps_the_users_plan_when_it_is_predicted_faster_than_the_planners
     s.unconstrain()
     s.auto("xla")                                         # without locks: xla's own plan
     assert s.plan == run_planner("xla", s.graph, s.cost_model)[0] != hand
+
+
+def test_tune_leaves_a_kernel_whose_launch_is_locked_alone():
+    s = session()
+    s.auto("xla")                                         # several kernels
+    s.set_launch("n0", threads=64)
+    s.lock_tuned()
+    locked = s.plan.group("n0")
+    s.tune(repeats=1)                                     # every other kernel
+    assert s.plan.group("n0") == locked
+    assert locked.id not in {r.group for r in s.tuning} and s.tuning

@@ -234,6 +234,7 @@ class Session(Locks):
                 "are not the device's (the CUDA emulator's are the CPU's): tune on the "
                 "device itself (backend cupy on a GPU)")
         groups = None if refs is None else {self.plan.group(r).id for r in args.refs(refs)}
+        groups = self._tunable(groups)     # (a kernel whose launch is locked stays so)
         repeats = args.count(repeats, "repeats", 1)
         args.flag(use_cache, "use_cache"), args.flag(lock, "lock")
         env = self.program().run(self.inputs, keep_all=True)

@@ -178,6 +178,17 @@ class Locks:
                                  "parameters or a set mapping: tune first (Session.tune)")
         return self.constrain(*cs)
 
+    def _tunable(self, groups):
+        """The kernels tuning may change (``groups``: ids, None for all): those whose
+        launch or mapping no lock fixes (a pinned, fixed-mapping or fixed-launch
+        kernel keeps its own)."""
+        exact = {frozenset(c.nodes) for c in self.constraints
+                 if isinstance(c, (Pinned, FixedMapping, FixedLaunch))}
+        if not exact:
+            return groups
+        return {gr.id for gr in self.plan.groups if frozenset(gr.nodes) not in exact
+                and (groups is None or gr.id in groups)}
+
     def _guard(self, action: str, plan: Plan) -> None:
         """Refuse an action whose plan breaks a lock the current plan keeps."""
         cs = self.constraints
