@@ -286,20 +286,41 @@ def _encoder_decoder(config_name: str, model_name: str, output: str):
     return build
 
 
-def _efficientnet(z: Size):
-    from transformers import EfficientNetConfig, EfficientNetModel
-    # B0's widths and depths; the pooler is AvgPool2d(1280, ceil_mode=True) over the last
-    # map, the window larger than its map that issue 44 found as a cliff
-    cfg = EfficientNetConfig(image_size=z.image, width_coefficient=1.0, depth_coefficient=1.0,
-                             hidden_dim=1280)
-    model = EfficientNetModel(cfg)
-    # its initial batch norms zero the pooled features; weights moved off them keep the
-    # comparison with torch meaningful
+def efficientnet(image: int, width: float = 1.0, depth: float = 1.0,
+                 hidden_dim: int = 1280, pooled: bool = False):
+    """transformers' EfficientNet (B0: width and depth 1.0, hidden 1280; the config's
+    default is B7's) with random weights moved off their initial values, whose batch
+    norms zero the pooled features; its pooler is ``AvgPool2d(hidden_dim,
+    ceil_mode=True)`` over the last map, the window larger than its map that issue 44
+    found as a cliff. ``pooled``: a module returning only ``pooler_output`` (one tensor,
+    for an export with one named output). Call ``torch.manual_seed`` first."""
     torch = _torch()
+    from transformers import EfficientNetConfig, EfficientNetModel
+    with _quiet():
+        model = EfficientNetModel(EfficientNetConfig(
+            image_size=image, width_coefficient=width, depth_coefficient=depth,
+            hidden_dim=hidden_dim)).eval()
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    return model, "pooler_output", _image_inputs(z)
+    return _Pooled(model).eval() if pooled else model
+
+
+def _Pooled(model):
+    torch = _torch()
+
+    class Pooled(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x).pooler_output
+    return Pooled(model)
+
+
+def _efficientnet(z: Size):
+    return efficientnet(z.image), "pooler_output", _image_inputs(z)
 
 
 def _convnext(z: Size):
