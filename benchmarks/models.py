@@ -80,29 +80,36 @@ def blas_arg(v: str):
 # -- one model ---------------------------------------------------------------------
 def prepare_model(name: str, folder: Path, blas: list, size: str,
                   tune: bool = False, dtype: str = "float32",
-                  one_by_one: bool = False, attention_mask: bool = False) -> tuple[dict, dict]:
+                  one_by_one: bool = False, attention_mask: bool = False,
+                  exporter: str = "dynamo", planners=PLANNERS,
+                  compiled: bool = False) -> tuple[dict, dict]:
     """Build, export, import, plan and compile one model. Returns its record and the
     runnable methods (label -> zero-argument call returning output name -> array).
     ``tune``: the stitch plan tuned too (``Session.tune``), one more method;
     ``one_by_one``: the stitch program launched kernel by kernel, one more;
     ``attention_mask``: a model without one among its inputs (the decoders) exported
     and called with an all-ones ``attention_mask`` passed by name, as
-    ``model(**tokenizer(text))`` does (only the ONNX file imported)."""
+    ``model(**tokenizer(text))`` does (only the ONNX file imported);
+    ``exporter``: ``dynamo`` (torch's default) or ``legacy`` (``dynamo=False``; the
+    from_torch import is then not repeated); ``compiled``: one more method,
+    ``torch.compile`` of the module (its compile seconds recorded)."""
     import torch
 
     import workbench as wb
     from workbench.testing import zoo
     from workbench.frontends import load_onnx
 
-    rec: dict = {"model": name, "size": size, "dtype": dtype}
+    rec: dict = {"model": name if exporter == "dynamo" else f"{name} ({exporter})",
+                 "exporter": exporter, "size": size, "dtype": dtype}
     m, rec["build_s"] = timed(lambda: zoo.build(name, size=size, dtype=dtype))
     kwargs = {}
     if attention_mask and "attention_mask" not in m.input_names:
         kwargs["attention_mask"] = torch.ones(m.inputs[0].shape[:2], dtype=torch.int64)
     rec["inputs"] = {k: list(v.shape) for k, v in m.numpy_inputs().items()}
     rec["inputs"].update({k: list(v.shape) for k, v in kwargs.items()})
-    path, rec["export_s"] = timed(lambda: zoo.export_onnx(m, folder / f"{name}.onnx",
-                                                          kwargs.get("attention_mask")))
+    path, rec["export_s"] = timed(lambda: zoo.export_onnx(
+        m, folder / f"{name}-{exporter}.onnx", kwargs.get("attention_mask"),
+        dynamo=exporter == "dynamo"))
     rec["onnx_bytes"] = path.stat().st_size
     import onnx
     rec["onnx_opset"] = {o.domain or "ai.onnx": o.version
@@ -113,10 +120,12 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
     methods: dict = {}
 
     graphs = {}
-    if kwargs:
-        rec["import_from_torch"] = {"skipped": "not run (the attention_mask by name)"}
+    if kwargs or exporter != "dynamo":
+        rec["import_from_torch"] = {"skipped": "not run (the attention_mask by name)"
+                                    if kwargs else "not repeated for this export"}
     for source, load in (("onnx", lambda: load_onnx(path)),
-                         ("from_torch", lambda: zoo.import_torch(m)))[:2 - bool(kwargs)]:
+                         ("from_torch", lambda: zoo.import_torch(m)))[
+                             :2 - bool(kwargs or exporter != "dynamo")]:
         try:
             g, secs = timed(load)
             graphs[source] = g
@@ -126,7 +135,7 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
             log(f"  {name}: {source} import failed: {first_line(e)}")
     source = next((s for s in ("onnx", "from_torch") if s in graphs), None)
     rec["workbench_graph"] = source
-    for planner in PLANNERS if source else ():
+    for planner in planners if source else ():
         r = rec.setdefault("planners", {}).setdefault(planner, {})
         try:
             s = wb.Session(graphs[source], backend="cpu")
@@ -191,6 +200,21 @@ def prepare_model(name: str, folder: Path, blas: list, size: str,
             out = m.module(*tin, **kwargs)
         return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
     methods["torch eager"] = torch_call
+    if compiled:
+        try:
+            fn = torch.compile(m.module)
+
+            def compiled_call():
+                with torch.no_grad():
+                    out = fn(*tin, **kwargs)
+                return {k: v for k, v in out.items() if isinstance(v, torch.Tensor)}
+            _, rec["torch_compile_s"] = timed(compiled_call)
+            rec["torch_compile_error_vs_torch"] = rel_error(
+                {k: v.numpy() for k, v in compiled_call().items()}, want)
+            methods["torch.compile"] = compiled_call
+        except Exception as e:
+            rec["torch_compile_error"] = first_line(e)
+            log(f"  {name}: torch.compile failed: {first_line(e)}")
     return rec, methods
 
 
@@ -282,6 +306,7 @@ def markdown(res: dict) -> str:
                                        else f" ({ref / v:.2f}x)"))
         lines.append(f"| {r['model']} | {r.get('workbench_graph') or 'none imports'} | "
                      + " | ".join(cells) + " |")
+    lines += summary(res)
     tuned = [(r["model"], p) for r in res["models"]
              for p in [(r.get("planners") or {}).get("stitch", {})] if "tune_s" in p]
     if tuned:
@@ -305,10 +330,45 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary(res: dict, method: str = "workbench stitch") -> list[str]:
+    """Issue 44's targets read off the latency table: ``method`` against onnxruntime
+    (every model >= 0.9x, geomean >= 1.1x), torch eager (never slower) and
+    torch.compile, as ratios other / method (> 1: the workbench is faster)."""
+    rows = [(r["model"], r["latency_ms"]) for r in res["models"]
+            if method in r.get("latency_ms", {})]
+    if not rows:
+        return []
+    out = ["", f"## `{method}` against each contender (x = contender / workbench; "
+           "> 1: the workbench is faster)", "",
+           "| contender | models | geomean x | min x (model) | models below 0.9x |",
+           "|---|---|---|---|---|"]
+    for other in ("onnxruntime", "torch eager", "torch.compile"):
+        ratios = {m: lat[other] / lat[method] for m, lat in rows if other in lat}
+        if not ratios:
+            continue
+        geo = float(np.exp(np.mean(np.log(list(ratios.values())))))
+        worst = min(ratios, key=ratios.get)
+        below = ", ".join(f"{m} {x:.2f}" for m, x in ratios.items() if x < 0.9) or "none"
+        out.append(f"| {other} | {len(ratios)} | {geo:.2f} | {ratios[worst]:.2f} ({worst}) "
+                   f"| {below} |")
+    return out
+
+
 def main(argv=None) -> int:
     from workbench.testing import zoo
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", nargs="+", default=list(zoo.MODELS), choices=zoo.MODELS)
+    ap.add_argument("--models", nargs="+", default=None, choices=zoo.ALL_MODELS,
+                    help="default: the model-zoo test's models (zoo.MODELS)")
+    ap.add_argument("--families", action="store_true",
+                    help="issue 44's families (zoo.FAMILIES): decoders, encoder-decoders, "
+                         "vision, CLIP, a selective scan")
+    ap.add_argument("--exporters", nargs="+", default=["dynamo"],
+                    choices=["dynamo", "legacy"],
+                    help="the ONNX export forms, each model exported by each")
+    ap.add_argument("--planners", nargs="+", default=list(PLANNERS),
+                    help="the workbench planners timed (default rules stitch)")
+    ap.add_argument("--compile", action="store_true",
+                    help="also time torch.compile of the module (compiled once, untimed)")
     ap.add_argument("--size", default="small", choices=list(zoo.SIZES),
                     help="zoo.SIZES entry (default small: 2 layers, hidden 256, seq 128)")
     ap.add_argument("--repeats", type=int, default=15, help="alternating rounds")
@@ -335,6 +395,7 @@ def main(argv=None) -> int:
     ap.add_argument("--tag", default="",
                     help="appended to the result file names (--tag=-passive)")
     a = ap.parse_args(argv)
+    models = a.models or list(zoo.FAMILIES if a.families else zoo.MODELS)
     blas = [blas_arg(b) for b in a.blas]
     tmp = Path(tempfile.mkdtemp(prefix="wb-models-"))
     if not a.warm_cache:
@@ -348,13 +409,15 @@ def main(argv=None) -> int:
            "load_average_at_start": list(os.getloadavg()), "machine": None, "models": []}
     a.out.mkdir(parents=True, exist_ok=True)
     stem = a.out / f"models-{date}{a.tag}"
-    for name in a.models:
-        log(f"{name}: build, export, import, plan, compile")
+    for name, exporter in ((n, e) for n in models for e in a.exporters):
+        log(f"{name} ({exporter}): build, export, import, plan, compile")
         try:
             rec, methods = prepare_model(name, tmp, blas, a.size, a.tune, a.dtype,
-                                         a.one_by_one, a.attention_mask)
+                                         a.one_by_one, a.attention_mask, exporter,
+                                         a.planners, a.compile)
         except Exception as e:
-            rec, methods = {"model": name, "error": first_line(e)}, {}
+            rec, methods = {"model": name if exporter == "dynamo" else f"{name} ({exporter})",
+                            "exporter": exporter, "error": first_line(e)}, {}
             log(f"  {name}: {first_line(e)}")
         if methods:
             log(f"  timing {', '.join(methods)}")

@@ -52,28 +52,14 @@ MODELS = {"efficientnet_b0": (1, 3, 224, 224),
 
 
 def _model(name: str):
-    """transformers' EfficientNet (B0: width and depth 1.0; the config's default is
-    B7's 2.0 and 3.1), random weights moved off their initial values (whose batch norms
-    zero the pooled features), its pooled output."""
+    """transformers' EfficientNet (``zoo.efficientnet``: B0, or the config's default
+    B7), its pooled output."""
     import torch
-    import transformers
+    from workbench.testing import zoo
     torch.manual_seed(0)
-    cfg = transformers.EfficientNetConfig(width_coefficient=1.0, depth_coefficient=1.0,
-                                          image_size=224, hidden_dim=1280) \
-        if name == "efficientnet_b0" else transformers.EfficientNetConfig()
-    model = transformers.EfficientNetModel(cfg).eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-
-    class Pooled(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, x):
-            return self.m(x).pooler_output
-    return Pooled(model).eval()
+    if name == "efficientnet_b0":
+        return zoo.efficientnet(224, pooled=True)
+    return zoo.efficientnet(600, width=2.0, depth=3.1, hidden_dim=2560, pooled=True)
 
 
 def onnx_file(name: str, folder: Path) -> tuple[Path, object, tuple]:

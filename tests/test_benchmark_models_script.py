@@ -130,3 +130,30 @@ def test_attention_variants_take_each_fused_attention_another_way():
             assert (other.schedule.online is None) is (label == "whole rows")
             m = s.measure(plan, repeats=1)
             assert m.within_tolerance, (label, m.max_rel_error)
+
+
+def test_models_benchmark_families_both_exporters(tmp_path):
+    """Issue 44's form of the run: a family model exported both ways, torch.compile as
+    one more contender, and the summary of the targets (ratios to each contender)."""
+    out = tmp_path / "results"
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "models.py"), "--size", "tiny",
+         "--models", "convnext", "--exporters", "dynamo", "legacy", "--planners", "stitch",
+         "--compile", "--repeats", "1", "--inner", "1", "--out", str(out), "--tag=-test"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        env=dict(os.environ, WORKBENCH_CACHE=str(tmp_path / "cache")))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(next(out.glob("models-*-test.json")).read_text())
+    md = next(out.glob("models-*-test.md")).read_text()
+    assert [(m["model"], m["exporter"]) for m in res["models"]] == [
+        ("convnext", "dynamo"), ("convnext (legacy)", "legacy")]
+    for m in res["models"]:
+        assert list(m["planners"]) == ["stitch"]
+        assert m["planners"]["stitch"]["error_vs_torch"] < 1e-4
+        assert m["torch_compile_error_vs_torch"] < 1e-4 and m["torch_compile_s"] > 0
+        for method in ("workbench stitch", "onnxruntime", "torch eager", "torch.compile"):
+            assert m["latency_ms"][method] > 0
+    assert res["models"][1]["import_from_torch"] == {"skipped": "not repeated for this export"}
+    assert "## `workbench stitch` against each contender" in md
+    for contender in ("onnxruntime", "torch eager", "torch.compile"):
+        assert f"| {contender} | 2 |" in md

@@ -92,24 +92,10 @@ def test_the_pooler_through_the_dynamo_exporter(tmp_path):
 
 @pytest.mark.slow   # (the export and ~100 kernels compiled: tens of seconds on 2 cores)
 def test_a_small_transformers_efficientnet_end_to_end(tmp_path):
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
+    from workbench.testing import zoo
     torch.manual_seed(0)
-    cfg = transformers.EfficientNetConfig(image_size=64, width_coefficient=0.25,
-                                          depth_coefficient=0.25, hidden_dim=320)
-    model = transformers.EfficientNetModel(cfg).eval()
-    with torch.no_grad():     # (its initial batch norms zero the pooled features)
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-
-    class Pooled(torch.nn.Module):
-        def __init__(self, m):
-            super().__init__()
-            self.m = m
-
-        def forward(self, x):
-            return self.m(x).pooler_output
-
-    module = Pooled(model).eval()
+    module = zoo.efficientnet(64, width=0.25, depth=0.25, hidden_dim=320, pooled=True)
     path = _export(module, (1, 3, 64, 64), tmp_path / "efficientnet.onnx")
     g = wb.load(path)
     assert not [n for n in g.nodes if n.op == "window"]    # the pooler: a reduce_mean

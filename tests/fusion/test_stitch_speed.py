@@ -107,6 +107,35 @@ def test_regions_join_siblings_but_not_across_a_library_call():
     assert stats["searched"] == 1
 
 
+def test_a_small_constant_shared_by_every_layer_joins_no_regions():
+    """torch's dynamo exporter writes one initializer for every layer whose weights are
+    equal (an untrained model's LayerNorm weights, its zero biases): reading a small
+    constant twice costs next to nothing, so its readers are no sibling candidates and
+    the branches stay regions of their own (copies: searched once). A large constant's
+    readers still are (re-reading it would cost its bytes)."""
+    def branches(hidden):
+        b = GraphBuilder("shared_weight_branches")
+        w = b.constant(np.linspace(0.5, 1.5, hidden, dtype=np.float32), "w")
+        for k in range(4):
+            x = b.input(f"x{k}", (16, hidden))
+            b.output(b.op("tanh", x * w) + 1.0, f"y{k}")
+        return b.build()
+    small, large = branches(64), branches(16 * 1024)     # 256 B and 64 KiB of weight
+    model = CostModel.for_device(DEVICES["h100"])
+    for g, regions in ((small, 4), (large, 1)):
+        search = Search(g, model, stitch=True)
+        assert len(find_regions(g, search.readers)) == regions
+    stats: dict = {}
+    plan, log = plan_stitch(small, model, stats=stats)
+    assert stats["regions"] == 4 and stats["searched"] == 1
+    # what the link was worth comes back after the search (fusion/siblings.py): the
+    # four independent branches launched as one kernel, predicted faster on a GPU
+    assert len(plan.groups) == 1, [gr.nodes for gr in plan.groups]
+    assert sum(d.action == "fused" for d in log) == 3
+    apart = run_planner("rules", small, model=model)[0]
+    assert model.plan_seconds(plan) < model.plan_seconds(apart)
+
+
 def test_every_kernel_of_a_plan_lies_in_one_region():
     """What makes searching regions apart exact: stitch's and rules' kernels (on graphs
     with shared operands, siblings, library calls) never span two regions."""

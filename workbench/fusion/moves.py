@@ -60,6 +60,10 @@ class Move:
     order: tuple = ()
 
 
+# a constant smaller than this (an L1 cache's worth) makes no sibling candidates
+SIBLING_CONSTANT_MIN_BYTES = 32 * 1024
+
+
 class Search:
     """Legality and cost per node set, cached across every plan the search visits."""
 
@@ -77,14 +81,25 @@ class Search:
         self.region_nodes: tuple[str, ...] = ()
         self.analyses = 0                       # node sets analysed (a work count)
         self.memo = AnalysisMemo()              # the phases' analyses, shared by every cut
-        # values read by more than one kernel-to-be: sibling candidates
+        # values read by more than one kernel-to-be: sibling candidates. A small
+        # constant is not one: reading it twice costs next to nothing, and exporters
+        # share one initializer among every layer whose weights are equal (torch's
+        # dynamo exporter does, for a model's untrained LayerNorm weights and zero
+        # biases), which would join every layer into one region to search
+        # (their readers: ``constant_readers``, joined after the search where predicted
+        # faster: fusion/siblings.py)
         self.readers: dict[str, list[str]] = {}
+        self.constant_readers: dict[str, list[str]] = {}
         for n in g.nodes:
             if self.kind[n.id] is Kind.opaque:
                 continue
             for i in dict.fromkeys(n.inputs):
-                if g.value(i).numel > 1:
-                    self.readers.setdefault(i, []).append(n.id)
+                v = g.value(i)
+                if v.numel <= 1:
+                    continue
+                small = g.is_constant(i) and v.nbytes < SIBLING_CONSTANT_MIN_BYTES
+                (self.constant_readers if small else self.readers).setdefault(
+                    i, []).append(n.id)
 
     # -- legality and cost ------------------------------------------------------------
     def group(self, nodes: frozenset) -> Group | str:

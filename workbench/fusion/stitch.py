@@ -61,6 +61,7 @@ from .partition import Decision, Partition
 from .plan import Plan, make_group, toposort_groups
 from .regions import Region, find_regions, region_key
 from .rows import candidate_mappings
+from .siblings import merge_constant_siblings
 
 BEAM = 3                  # plans kept per step
 BRANCH = 3                # best moves expanded per plan and step
@@ -241,6 +242,10 @@ def plan_stitch(g: Graph, model: CostModel | None = None, device: Device | None 
                                 f"the plan of this region ({len(src.nodes)} ops) to its "
                                 f"{n} identical copies (same ops, shapes and wiring: "
                                 f"priced alike)"))
+    # independent kernels reading one small constant: launched as one where predicted
+    # faster (the sibling links the regions leave out)
+    part, joined = merge_constant_siblings(search, part)
+    log.extend(joined)
     # a matmul takes its consumer kernel as epilogue where predicted faster (CPU)
     log.extend(absorb_epilogues(g, part, search.device, search.cost))
     if stats is not None:

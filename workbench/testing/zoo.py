@@ -248,6 +248,134 @@ _BUILDERS: dict[str, Callable] = {
 MODELS: tuple[str, ...] = tuple(_BUILDERS)
 
 
+# -- the families of issue 44's benchmark (benchmarks/models.py --families): models as
+# users export them that the project's own tests never tuned for; built at the same
+# zoo sizes, not part of the model-zoo test's MODELS
+
+
+def _decoder(config_name: str, model_name: str):
+    def build(z: Size):
+        import transformers
+        cfg = getattr(transformers, config_name)(
+            vocab_size=z.vocab, hidden_size=z.hidden, num_hidden_layers=z.layers,
+            num_attention_heads=z.heads, num_key_value_heads=z.heads // 2,
+            intermediate_size=z.ffn, max_position_embeddings=2 * z.seq, use_cache=False,
+            attn_implementation="eager")
+        return getattr(transformers, model_name)(cfg), "logits", _text_inputs(z, False)
+    return build
+
+
+def _seq2seq_inputs(z: Size):
+    """input_ids, attention_mask and decoder_input_ids (half as many target tokens)."""
+    def make(gen):
+        return (_ids(gen, (z.batch, z.seq), z.vocab), _mask(gen, z.batch, z.seq),
+                _ids(gen, (z.batch, z.seq // 2), z.vocab))
+    return make, ("input_ids", "attention_mask", "decoder_input_ids")
+
+
+def _encoder_decoder(config_name: str, model_name: str, output: str):
+    def build(z: Size):
+        import transformers
+        cfg = getattr(transformers, config_name)(
+            vocab_size=z.vocab, d_model=z.hidden, encoder_layers=z.layers,
+            decoder_layers=z.layers, encoder_attention_heads=z.heads,
+            decoder_attention_heads=z.heads, encoder_ffn_dim=z.ffn, decoder_ffn_dim=z.ffn,
+            max_position_embeddings=2 * z.seq, pad_token_id=1, decoder_start_token_id=2,
+            use_cache=False, attn_implementation="eager")
+        return (getattr(transformers, model_name)(cfg), output, _seq2seq_inputs(z))
+    return build
+
+
+def efficientnet(image: int, width: float = 1.0, depth: float = 1.0,
+                 hidden_dim: int = 1280, pooled: bool = False):
+    """transformers' EfficientNet (B0: width and depth 1.0, hidden 1280; the config's
+    default is B7's) with random weights moved off their initial values, whose batch
+    norms zero the pooled features; its pooler is ``AvgPool2d(hidden_dim,
+    ceil_mode=True)`` over the last map, the window larger than its map that issue 44
+    found as a cliff. ``pooled``: a module returning only ``pooler_output`` (one tensor,
+    for an export with one named output). Call ``torch.manual_seed`` first."""
+    torch = _torch()
+    from transformers import EfficientNetConfig, EfficientNetModel
+    with _quiet():
+        model = EfficientNetModel(EfficientNetConfig(
+            image_size=image, width_coefficient=width, depth_coefficient=depth,
+            hidden_dim=hidden_dim)).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return _Pooled(model).eval() if pooled else model
+
+
+def _Pooled(model):
+    torch = _torch()
+
+    class Pooled(torch.nn.Module):
+        def __init__(self, m):
+            super().__init__()
+            self.m = m
+
+        def forward(self, x):
+            return self.m(x).pooler_output
+    return Pooled(model)
+
+
+def _efficientnet(z: Size):
+    return efficientnet(z.image), "pooler_output", _image_inputs(z)
+
+
+def _convnext(z: Size):
+    from transformers import ConvNextConfig, ConvNextModel
+    cfg = ConvNextConfig(hidden_sizes=[z.hidden // 4, z.hidden // 2], depths=[1, 1],
+                         num_stages=2, image_size=z.image)
+    return ConvNextModel(cfg), "last_hidden_state", _image_inputs(z)
+
+
+def _clip(z: Size):
+    from transformers import CLIPConfig, CLIPModel
+    common = dict(hidden_size=z.hidden, num_hidden_layers=z.layers,
+                  num_attention_heads=z.heads, intermediate_size=z.ffn,
+                  attn_implementation="eager")
+    cfg = CLIPConfig(text_config=dict(vocab_size=z.vocab, max_position_embeddings=z.seq,
+                                      **common),
+                     vision_config=dict(image_size=z.image, patch_size=8, **common),
+                     projection_dim=z.hidden // 2)
+
+    def make(gen):
+        torch = _torch()
+        return (_ids(gen, (z.batch, z.seq), z.vocab),
+                torch.randn(z.batch, 3, z.image, z.image, generator=gen),
+                _mask(gen, z.batch, z.seq))
+    return CLIPModel(cfg), "logits_per_image", (make, ("input_ids", "pixel_values",
+                                                       "attention_mask"))
+
+
+def _mamba(z: Size):
+    from transformers import MambaConfig, MambaModel
+    # the selective scan without its CUDA kernels: transformers' sequential path, which
+    # the exporter unrolls over the tokens (a short sequence keeps the graph in bounds)
+    cfg = MambaConfig(vocab_size=z.vocab, hidden_size=z.hidden // 2, state_size=16,
+                      num_hidden_layers=z.layers, use_cache=False, use_mambapy=False)
+    seq = max(4, z.seq // 8)
+
+    def make(gen):
+        return (_ids(gen, (z.batch, seq), z.vocab),)
+    return MambaModel(cfg), "last_hidden_state", (make, ("input_ids",))
+
+
+_FAMILIES: dict[str, Callable] = {
+    "mistral": _decoder("MistralConfig", "MistralForCausalLM"),
+    "qwen2": _decoder("Qwen2Config", "Qwen2ForCausalLM"),
+    "bart": _encoder_decoder("BartConfig", "BartModel", "last_hidden_state"),
+    "marian": _encoder_decoder("MarianConfig", "MarianMTModel", "logits"),
+    "efficientnet": _efficientnet, "convnext": _convnext, "clip": _clip, "mamba": _mamba,
+}
+# issue 44's families: decoders, encoder-decoders, vision, CLIP, a selective scan
+FAMILIES: tuple[str, ...] = ("mistral", "qwen2", "bart", "marian", "swin", "convnext",
+                             "efficientnet", "mobilenet_v2", "clip", "mamba")
+ALL_MODELS: tuple[str, ...] = MODELS + tuple(_FAMILIES)
+_BUILDERS.update(_FAMILIES)
+
+
 DTYPES = ("float32", "bfloat16")
 
 
@@ -257,7 +385,8 @@ def build(name: str, seed: int = 0, size: str = "tiny", dtype: str = "float32") 
     converts the module and its float inputs (pixels, audio) to bfloat16 after the
     float32 weights are drawn, as a user's ``model.to(torch.bfloat16)`` does."""
     if name not in _BUILDERS:
-        raise WorkbenchError(f"unknown zoo model {name!r}; choose one of {', '.join(MODELS)}")
+        raise WorkbenchError(f"unknown zoo model {name!r}; choose one of "
+                             f"{', '.join(ALL_MODELS)}")
     if size not in SIZES:
         raise WorkbenchError(f"unknown zoo size {size!r}; choose one of {', '.join(SIZES)}")
     if dtype not in DTYPES:
@@ -293,20 +422,26 @@ def _to_numpy(t) -> np.ndarray:
     return tensor_numpy(t)
 
 
-def export_onnx(m: ZooModel, path: str | os.PathLike, attention_mask=None) -> Path:
+def export_onnx(m: ZooModel, path: str | os.PathLike, attention_mask=None,
+                dynamo: bool = True) -> Path:
     """``torch.onnx.export`` of the model as users call it: the default exporter
     (dynamo, which needs onnxscript) and its default opset; one file (weights
     inside). ``attention_mask`` (a torch tensor, batch x tokens of 1 and 0): passed
     by name after the positional inputs, as ``model(**tokenizer(texts,
     padding=True))`` does -- a decoder's forward takes it after ``past_key_values``
-    -- and the graph's last input."""
+    -- and the graph's last input. ``dynamo=False``: the legacy TorchScript exporter,
+    the other form users export with (opset 17 where its default is older)."""
     torch = _torch()
     path = Path(path)
     kwargs = {} if attention_mask is None else {"attention_mask": attention_mask}
     names = list(m.input_names) + list(kwargs)
     with _quiet(), torch.no_grad():
-        torch.onnx.export(m.module, m.inputs, str(path), kwargs=kwargs, input_names=names,
-                          output_names=list(m.outputs), external_data=False)
+        if dynamo:
+            torch.onnx.export(m.module, m.inputs, str(path), kwargs=kwargs, input_names=names,
+                              output_names=list(m.outputs), external_data=False)
+        else:
+            torch.onnx.export(m.module, m.inputs, str(path), kwargs=kwargs, input_names=names,
+                              output_names=list(m.outputs), dynamo=False, opset_version=17)
     return path
 
 

@@ -67,6 +67,7 @@ from . import handlers_layout  # noqa: F401
 from . import handlers_matmul  # noqa: F401
 from . import handlers_nn  # noqa: F401
 from . import handlers_reduce  # noqa: F401
+from . import handlers_sequence  # noqa: F401
 from .common import MAX_OPSET, MIN_OPSET, supported_op_types
 from .importer import load_onnx
 

@@ -31,6 +31,7 @@ from .common import (
 from .budget import FoldBudget, OverBudget
 from .folding import fold
 from .inference import check_expected, expected_types
+from .handlers_sequence import SplitSequence
 from .locations import NodeLocator
 from .reading import checked_input_shapes, default_opset, read_model
 
@@ -103,6 +104,10 @@ class _Importer(_Scope):
         v = self.env[name]
         if isinstance(v, Tensor):
             return v
+        if isinstance(v, SplitSequence):
+            raise _Unsupported(f"the tensor sequence {name!r} is used other than by "
+                               "SequenceAt (the workbench holds a sequence only as the "
+                               "pieces of a SplitToSequence)")
         t = self.materialized.get(name)
         if t is None:
             _check_array_dtype(v, f"constant {name!r}")
