@@ -217,6 +217,40 @@ def test_softmax_keeps_its_row_and_exp_in_registers():
     assert body.count("expf(") == 1      # not recomputed
 
 
+def test_a_cpu_row_keeps_costly_results_not_its_inputs():
+    """On a CPU a later pass reads an input row again from the cache the first pass
+    brought it into, so the register budget goes to costly results only: a softmax
+    over 32,000 columns (one value's row fits the budget, two do not) keeps exp(x -
+    max) rather than x, computes exp once per element and reads x from memory in one
+    kernel -- where the GPU's choice (x first) left exp recomputed and made the stitch
+    planner split the max into a kernel of its own (x read from memory twice)."""
+    from workbench.codegen import lower_plan, render_kernel
+    from workbench.device import assumed_cpu
+    from workbench.fusion.cost import CostModel
+    from workbench.ir import GraphBuilder
+    b = GraphBuilder("softmax_32000")
+    b.output(b.softmax(b.input("x", (512, 32000)), axis=-1), "y")
+    g = b.build()
+    cpu = assumed_cpu("cpu2", 2)
+    exp_out = next(n.outputs[0] for n in g.nodes if n.op == "exp")
+    for planner in ("rules", "stitch"):
+        plan, _ = run_planner(planner, g, model=CostModel.for_device(cpu))
+        (gr,) = plan.groups
+        assert gr.schedule.row_registers == (exp_out,), planner
+        (k,) = lower_plan(plan)
+        body = render_kernel(k, "c").split(f"void {k.name}(")[1]
+        assert body.count("expf(") == 1
+    gpu, _ = run_planner("rules", g, model=CostModel.for_device(H100))
+    assert gpu.groups[0].schedule.row_registers == ("x",)     # the GPU's choice stays
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    assert len(s.plan.groups) == 1
+    x = np.random.default_rng(7).standard_normal((512, 32000)).astype(np.float32) * 4
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    from workbench.tolerance import relative_to_largest
+    assert relative_to_largest(s.run({"x": x})["y"], e / e.sum(axis=1, keepdims=True)) < 1e-5
+
+
 def test_cheap_values_are_recomputed_not_cached():
     g = load_json("sample_graphs/layernorm.json")
     plan, _ = run_planner("rules", g)

@@ -180,6 +180,25 @@ def test_reduce_max_min_propagate_nan(check_graph, op):
     check_graph(g, "none", inputs={"x": data})
 
 
+@pytest.mark.parametrize("op", ["reduce_max", "reduce_min"])
+def test_long_row_max_min_keep_nan_and_infinities(check_graph, op):
+    # rows long enough for SIMD lanes (the C loop keeps a NaN flag beside a plain
+    # max/min reduction, render/c.py): a NaN in a middle lane, rows of -inf and +inf
+    # only (the reduction's identity must not leak), a row with one -inf among values
+    b = GraphBuilder(f"{op}_long")
+    x = b.input("x", (6, 1003))
+    b.output(b.op(op, x, axes=[1], keepdims=False), "rows")
+    g = b.build()
+    data = np.random.default_rng(5).uniform(-3, 3, (6, 1003)).astype(np.float32)
+    data[0, 517] = np.nan
+    data[1, :] = -np.inf
+    data[2, :] = np.inf
+    data[3, 1002] = -np.inf
+    data[4, 0] = np.nan
+    for planner in ("none", "stitch"):
+        check_graph(g, planner, inputs={"x": data})
+
+
 WHERE_SHAPES = [((), (), ()), ((7,), (7,), (7,)), ((3, 5), (3, 5), (3, 5)),
                 ((3, 1), (1, 5), ()), ((2, 3, 4), (4,), (3, 1)), ((1,), (2, 3), (2, 1))]
 

@@ -86,8 +86,12 @@ def row_storage(g, ns, reduces, io, per_row, dom: RowDomain, mapping: Mapping, r
         return (), (), "", 0
     made = {o: n for n in ns for o in n.outputs}
     element = {o for o in made if o not in per_row}
-    full_inputs = [i for i in io.inputs if g.value(i).shape == dom.domain
-                   and not (i in g.constants and g.value(i).numel == 1)]
+    # on a CPU a later pass reads an input row again from the cache the first pass
+    # brought it into (a kept input renders as a read of its buffer: codegen/lower/
+    # rows.py), so an input takes no register a costly result could keep
+    full_inputs = [] if device.kind == "cpu" else [
+        i for i in io.inputs if g.value(i).shape == dom.domain
+        and not (i in g.constants and g.value(i).numel == 1)]
     costly = _costly(ns, element)
     slots, reg_budget = row_slots(dom.cols, threads, vector), register_budget(threads, device)
     no_registers: set[str] = set()

@@ -35,6 +35,7 @@ WB_FN float wb_fmin(float a, float b) { return (a < b || a != a) ? a : b; }
 /* wb_fmax of two numbers (neither NaN), one instruction (maxps); a max over many taps
    chains these and looks for a NaN once (codegen/lower.py's pooling) */
 WB_FN float wb_fmax_num(float a, float b) { return a > b ? a : b; }
+WB_FN float wb_fmin_num(float a, float b) { return a < b ? a : b; }
 """)
 # e^x on the CPU, written out rather than glibc's: its vector expf (libmvec) leaves
 # the vector path for a whole vector when one lane's result is outside float's normal

@@ -23,6 +23,9 @@ from .registry import (Combiner, Helper, Kind, OpDef, attr_bool, normalize_axes,
 OMP_MINMAX = Helper("wbmax/wbmin", r"""/* SIMD reductions with NumPy's max/min semantics (NaN wins, from -inf) */
 #pragma omp declare reduction(wbmax : float : omp_out = wb_fmax(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
 #pragma omp declare reduction(wbmin : float : omp_out = wb_fmin(omp_out, omp_in)) initializer(omp_priv = INFINITY)
+/* the same without the NaN test, for a loop that keeps a NaN flag of its own (render/c.py) */
+#pragma omp declare reduction(wbmaxn : float : omp_out = wb_fmax_num(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
+#pragma omp declare reduction(wbminn : float : omp_out = wb_fmin_num(omp_out, omp_in)) initializer(omp_priv = INFINITY)
 """, cuda="")
 
 # (integer sums and products accumulate in 64 bits, wrapping as NumPy's do)

@@ -18,6 +18,10 @@ from ..kir import (Assign, BlockReduce, Comment, ConvLanes, DeclareScratch, Dept
                    Gemm, GridSync, Let, Load, Loop, OncePerBlock, OnlineStep, PackA, PackB,
                    Scratch, Store, ThreadTile, WidenOnce)
 from ..microkernel import MICRO_KERNEL_C, a_tile_stride
+
+# the declared NaN-keeping float reductions whose row loops render as a fast max/min
+# plus a NaN flag: reduction -> (its combiner's function, the one-instruction form)
+NAN_SPLIT = {"wbmax": ("wb_fmax", "wb_fmax_num"), "wbmin": ("wb_fmin", "wb_fmin_num")}
 from .base import CStyleRenderer, element, index_type, node_tag, op_helpers, tile_slots
 
 # name -> arity; powf too, or one powf call would keep a whole fused loop scalar
@@ -179,6 +183,8 @@ class CRenderer(CStyleRenderer):
         elif s.bind in ("block", "lane") and s.reduction is None:
             # a block's threads become SIMD lanes: each column is independent
             lines = [pad + "#pragma omp simd", pad + head]
+        elif s.bind in ("block", "lane") and s.reduction[1] in NAN_SPLIT:
+            return self._minmax_loop(s, depth, head)
         elif s.bind in ("block", "lane") and s.reduction[1]:
             lines = [pad + f"#pragma omp simd reduction({s.reduction[1]}:{s.reduction[0]})",
                      pad + head]
@@ -186,6 +192,35 @@ class CRenderer(CStyleRenderer):
             lines = [pad + head]
         lines += self.stmts(s.body, depth + 1)
         return lines + [pad + "}"]
+
+    def _minmax_loop(self, s: Loop, depth: int, head: str) -> list[str]:
+        """A float max/min over a row's columns: ``wb_fmax_num`` (one maxps) under a
+        reduction declared with it, and whether any element was NaN as an OR reduction
+        of its own, the NaN put back after the loop -- NumPy's semantics, where the
+        NaN-keeping ``wb_fmax`` as the declared reduction's combiner left GCC's SIMD
+        lanes 2.5x slower (softmax 8192 x 512, one thread: the max pass 0.77 -> 0.29 ms).
+        A loop whose accumulation is not the plain ``acc = wb_fmax(acc, x)`` is rendered
+        as before."""
+        pad, acc = self.indent_unit * depth, s.reduction[0]
+        fn, fast = NAN_SPLIT[s.reduction[1]]
+        body, nan, hits = [], f"{acc}_nan", 0
+        for st in s.body:
+            if isinstance(st, Assign) and st.var == acc and st.expr.startswith(f"{fn}({acc}, ") \
+                    and st.expr.endswith(")"):
+                x = st.expr[len(fn) + len(acc) + 3:-1]
+                body += [Assign(acc, f"{fast}({acc}, {x})", st.node),
+                         Assign(nan, f"{nan} | ({x} != {x})", st.node)]
+                hits += 1
+            else:
+                body.append(st)
+        if hits != 1:
+            return [pad + f"#pragma omp simd reduction({s.reduction[1]}:{acc})", pad + head] \
+                + self.stmts(s.body, depth + 1) + [pad + "}"]
+        return ([pad + f"int {nan} = 0;",
+                 pad + f"#pragma omp simd reduction({s.reduction[1]}n:{acc}) "
+                       f"reduction(|:{nan})", pad + head]
+                + self.stmts(tuple(body), depth + 1)
+                + [pad + "}", pad + f"if ({nan}) {acc} = NAN;"])
 
     def _warp_rows(self, s: Loop, depth: int) -> list[str]:
         """One warp per row, ``per_block`` rows per block: on the CPU one thread takes a
