@@ -1,0 +1,99 @@
+"""The classic-control samples (testing/simulators.py) against gymnasium's own step.
+
+For each simulator: many environments from random states (wider than gymnasium's
+resets, never zeros), random actions, many steps; at every step gymnasium's step is
+run from our float32 state (widened to float64) with the same action, and our float32
+step must agree within float32 rounding: |ours - gym| <= 8 eps32 (|gym| + 1), eps32 =
+2^-23 (one step's float32 arithmetic on numbers of order one, against float64's), with
+termination masks equal (and the reset state carried where gym terminated).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gym = pytest.importorskip("gymnasium")
+
+from workbench.runtime import run_reference
+from workbench.testing.simulators import (cartpole, cartpole_step, mountain_car,
+                                          mountain_car_step, pendulum_step)
+
+EPS32 = float(np.finfo(np.float32).eps)
+BOUND = 8 * EPS32
+N, STEPS = 48, 60
+
+
+def close(ours, gym_value):
+    return abs(float(ours) - float(gym_value)) <= BOUND * (abs(float(gym_value)) + 1)
+
+
+def run_against_gym(env_id, graph, state_names, draw_state, draw_action, gym_state,
+                    rng, terminates=True):
+    envs = [gym.make(env_id).unwrapped for _ in range(N)]
+    for e in envs:
+        e.reset(seed=0)
+    state = {s: draw_state(s, rng) for s in state_names}
+    resets = {f"{s}_reset": draw_state(s, rng) for s in state_names} if terminates else {}
+    checked = done_seen = 0
+    for _ in range(STEPS):
+        action = draw_action(rng)
+        act_name = "u" if env_id.startswith("Pendulum") else "action"
+        res = run_reference(graph, {**state, **resets, act_name: action})
+        for i, e in enumerate(envs):
+            e.state = np.array([np.float64(state[s][i]) for s in state_names])
+            e.steps_beyond_terminated = None    # (CartPole: a fresh episode's step)
+            a = action[i] if act_name == "action" else np.array([action[i]], np.float32)
+            _, reward, term, _, _ = e.step(int(a) if act_name == "action" else a)
+            gym_next = gym_state(e)
+            assert close(res["reward"][i], reward), (i, res["reward"][i], reward)
+            if terminates:
+                assert bool(res["terminated"][i]) == bool(term), (i, state, gym_next)
+                done_seen += bool(term)
+            for s, g in zip(state_names, gym_next):
+                want = resets[f"{s}_reset"][i] if terminates and term else g
+                assert close(res[f"{s}_next"][i], want), (s, i, res[f"{s}_next"][i], want)
+                checked += 1
+        state = {s: res[f"{s}_next"] for s in state_names}
+    return checked, done_seen
+
+
+def test_cartpole_matches_gymnasium():
+    rng = np.random.default_rng(0)
+    wide = {"x": 2.4, "x_dot": 2.0, "theta": 0.21, "theta_dot": 2.0}
+    checked, done = run_against_gym(
+        "CartPole-v1", cartpole_step(N), tuple(wide),
+        lambda s, r: r.uniform(-wide[s], wide[s], N).astype(np.float32),
+        lambda r: r.integers(0, 2, N).astype(np.int32),
+        lambda e: e.state, rng)
+    assert checked == N * STEPS * 4 and done > 20     # resets were exercised
+
+
+def test_pendulum_matches_gymnasium():
+    rng = np.random.default_rng(1)
+    checked, _ = run_against_gym(
+        "Pendulum-v1", pendulum_step(N), ("th", "thdot"),
+        lambda s, r: r.uniform(-np.pi if s == "th" else -8, np.pi if s == "th" else 8,
+                               N).astype(np.float32),
+        lambda r: r.uniform(-3, 3, N).astype(np.float32),   # clipped to +-2 by the step
+        lambda e: e.state, rng, terminates=False)
+    assert checked == N * STEPS * 2
+
+
+def test_mountain_car_matches_gymnasium():
+    rng = np.random.default_rng(2)
+    lo = {"position": -1.2, "velocity": -0.07}
+    hi = {"position": 0.6, "velocity": 0.07}
+    checked, done = run_against_gym(
+        "MountainCar-v0", mountain_car_step(N), ("position", "velocity"),
+        lambda s, r: r.uniform(lo[s], hi[s], N).astype(np.float32),
+        lambda r: r.integers(0, 3, N).astype(np.int32),
+        lambda e: e.state, rng)
+    assert checked == N * STEPS * 2 and done > 5
+
+
+def test_rollouts_are_repeats_of_the_steps():
+    r = cartpole(8, 12)
+    assert r.trips == 12 and r.stacked_inputs == ("action",)
+    assert r.stacked_outputs == ("reward", "terminated")
+    m = mountain_car(8, 3)
+    assert m.carried == (("position", "position_next"), ("velocity", "velocity_next"))

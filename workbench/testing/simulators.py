@@ -1,0 +1,142 @@
+"""Classic-control simulators as step graphs, for repeats (``ir/repeat.py``).
+
+Each function builds gymnasium's own classic-control step (``gymnasium/envs/
+classic_control/*.py``: the same constants, the same order of operations) over ``n``
+environments in float32, one array of shape (n,) per state variable, and returns it as
+a :class:`~workbench.ir.repeat.Repeat` of ``steps`` steps. Gymnasium computes in
+float64; ``tests/ir/test_simulators.py`` checks these against its step on the same
+states and actions.
+
+Terminations and resets are masks, as vectorized environments do them: where a step
+terminates, the state carried on is the environment's reset state (body inputs
+``*_reset``, one per environment, invariant over the steps) -- gymnasium's vector
+environments reset in the step after (``autoreset_mode="next_step"``); here the reset
+happens in the same step, so no step is wasted. Actions are stacked inputs (one per
+environment and step); rewards and termination masks are stacked outputs.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir import GraphBuilder
+from ..ir.repeat import Repeat, repeat
+
+# gymnasium's CartPole-v1 constants (cartpole.py)
+CARTPOLE = dict(gravity=9.8, masscart=1.0, masspole=0.1, length=0.5, force_mag=10.0,
+                tau=0.02, theta_threshold=12 * 2 * math.pi / 360, x_threshold=2.4)
+# Pendulum-v1 (pendulum.py)
+PENDULUM = dict(max_speed=8.0, max_torque=2.0, dt=0.05, g=10.0, m=1.0, l=1.0)
+# MountainCar-v0 (mountain_car.py)
+MOUNTAIN_CAR = dict(min_position=-1.2, max_position=0.6, max_speed=0.07,
+                    goal_position=0.5, goal_velocity=0.0, force=0.001, gravity=0.0025)
+
+
+def _f32(b, v):
+    """A float32 scalar constant (a where's branches take no dtype from a bool mask)."""
+    return b.constant(np.float32(v))
+
+
+def _reset(b, done, stepped, names, n):
+    """The state carried on: each variable's reset value where ``done``."""
+    out = []
+    for name, v in zip(names, stepped):
+        r = b.input(f"{name}_reset", (n,))
+        out.append(b.output(b.where(done, r, v), f"{name}_next"))
+    return out
+
+
+def cartpole_step(n: int, *, resets: bool = True):
+    """One CartPole-v1 step (Euler integrator, reward 1 per step, the default)."""
+    c = CARTPOLE
+    b = GraphBuilder("cartpole", "gymnasium CartPole-v1 step over n environments")
+    names = ("x", "x_dot", "theta", "theta_dot")
+    x, x_dot, theta, theta_dot = (b.input(s, (n,)) for s in names)
+    action = b.input("action", (n,), "int32", range=(0, 2))
+    total_mass = c["masspole"] + c["masscart"]
+    polemass_length = c["masspole"] * c["length"]
+    force = b.where(b.eq(action, 1), _f32(b, c["force_mag"]), _f32(b, -c["force_mag"]))
+    costheta, sintheta = b.cos(theta), b.sin(theta)
+    temp = (force + polemass_length * (theta_dot * theta_dot) * sintheta) / total_mass
+    thetaacc = (c["gravity"] * sintheta - costheta * temp) / (
+        c["length"] * (4.0 / 3.0 - c["masspole"] * (costheta * costheta) / total_mass))
+    xacc = temp - polemass_length * thetaacc * costheta / total_mass
+    tau = c["tau"]
+    stepped = (x + tau * x_dot, x_dot + tau * xacc, theta + tau * theta_dot,
+               theta_dot + tau * thetaacc)
+    nx, nth = stepped[0], stepped[2]
+    th = c["theta_threshold"]
+    done = b.op("or", b.op("or", b.lt(nx, -c["x_threshold"]), b.gt(nx, c["x_threshold"])),
+                b.op("or", b.lt(nth, -th), b.gt(nth, th)))
+    if resets:
+        _reset(b, done, stepped, names, n)
+    else:
+        for name, v in zip(names, stepped):
+            b.output(v, f"{name}_next")
+    b.output(b.where(done, _f32(b, 1.0), _f32(b, 1.0)), "reward")
+    b.output(done, "terminated")
+    return b.build()
+
+
+def pendulum_step(n: int):
+    """One Pendulum-v1 step: state (th, thdot), torque u clipped to +-2; reward -cost.
+    (It never terminates: the time limit is a wrapper's.)"""
+    c = PENDULUM
+    b = GraphBuilder("pendulum", "gymnasium Pendulum-v1 step over n environments")
+    th, thdot = b.input("th", (n,)), b.input("thdot", (n,))
+    u = b.clip(b.input("u", (n,), range=(-3, 3)), -c["max_torque"], c["max_torque"])
+    norm = b.mod(th + math.pi, 2 * math.pi) - math.pi          # angle_normalize
+    costs = norm * norm + 0.1 * (thdot * thdot) + 0.001 * (u * u)
+    newthdot = thdot + (3 * c["g"] / (2 * c["l"]) * b.sin(th)
+                        + 3.0 / (c["m"] * c["l"] ** 2) * u) * c["dt"]
+    newthdot = b.clip(newthdot, -c["max_speed"], c["max_speed"])
+    b.output(th + newthdot * c["dt"], "th_next")
+    b.output(newthdot, "thdot_next")
+    b.output(-costs, "reward")
+    return b.build()
+
+
+def mountain_car_step(n: int, *, resets: bool = True):
+    """One MountainCar-v0 step: action 0/1/2 pushes left/none/right; reward -1."""
+    c = MOUNTAIN_CAR
+    b = GraphBuilder("mountain_car", "gymnasium MountainCar-v0 step over n environments")
+    pos, vel = b.input("position", (n,)), b.input("velocity", (n,))
+    action = b.input("action", (n,), "int32", range=(0, 3))
+    push = b.cast(action - 1, to="float32") * c["force"]
+    vel = vel + (push + b.cos(3.0 * pos) * (-c["gravity"]))
+    vel = b.clip(vel, -c["max_speed"], c["max_speed"])
+    pos = b.clip(pos + vel, c["min_position"], c["max_position"])
+    vel = b.where(b.op("and", b.eq(pos, c["min_position"]), b.lt(vel, 0.0)), 0.0, vel)
+    done = b.op("and", b.ge(pos, c["goal_position"]), b.ge(vel, c["goal_velocity"]))
+    if resets:
+        _reset(b, done, (pos, vel), ("position", "velocity"), n)
+    else:
+        b.output(pos, "position_next")
+        b.output(vel, "velocity_next")
+    b.output(b.where(done, _f32(b, -1.0), _f32(b, -1.0)), "reward")
+    b.output(done, "terminated")
+    return b.build()
+
+
+def _rollout(step, state: tuple[str, ...], stacked: tuple[str, ...], steps: int) -> Repeat:
+    return repeat(step, steps, {s: f"{s}_next" for s in state}, stacked=stacked,
+                  name=f"{step.name}_x{steps}")
+
+
+def cartpole(n: int, steps: int, *, resets: bool = True) -> Repeat:
+    """``steps`` CartPole steps over ``n`` environments, actions stacked."""
+    return _rollout(cartpole_step(n, resets=resets), ("x", "x_dot", "theta", "theta_dot"),
+                    ("action",), steps)
+
+
+def pendulum(n: int, steps: int) -> Repeat:
+    return _rollout(pendulum_step(n), ("th", "thdot"), ("u",), steps)
+
+
+def mountain_car(n: int, steps: int, *, resets: bool = True) -> Repeat:
+    return _rollout(mountain_car_step(n, resets=resets), ("position", "velocity"),
+                    ("action",), steps)
+
+
+SIMULATORS = {"cartpole": cartpole, "pendulum": pendulum, "mountain_car": mountain_car}
