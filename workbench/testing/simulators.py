@@ -38,11 +38,11 @@ def _f32(b, v):
     return b.constant(np.float32(v))
 
 
-def _reset(b, done, stepped, names, n):
+def _reset(b, done, stepped, names, n, ranges):
     """The state carried on: each variable's reset value where ``done``."""
     out = []
     for name, v in zip(names, stepped):
-        r = b.input(f"{name}_reset", (n,))
+        r = b.input(f"{name}_reset", (n,), range=ranges[name])
         out.append(b.output(b.where(done, r, v), f"{name}_next"))
     return out
 
@@ -52,7 +52,9 @@ def cartpole_step(n: int, *, resets: bool = True):
     c = CARTPOLE
     b = GraphBuilder("cartpole", "gymnasium CartPole-v1 step over n environments")
     names = ("x", "x_dot", "theta", "theta_dot")
-    x, x_dot, theta, theta_dot = (b.input(s, (n,)) for s in names)
+    # random test states: the whole region an episode lives in (never zeros)
+    wide = {"x": 2.4, "x_dot": 2.0, "theta": 0.2, "theta_dot": 2.0}
+    x, x_dot, theta, theta_dot = (b.input(s, (n,), range=(-wide[s], wide[s])) for s in names)
     action = b.input("action", (n,), "int32", range=(0, 2))
     total_mass = c["masspole"] + c["masscart"]
     polemass_length = c["masspole"] * c["length"]
@@ -70,7 +72,7 @@ def cartpole_step(n: int, *, resets: bool = True):
     done = b.op("or", b.op("or", b.lt(nx, -c["x_threshold"]), b.gt(nx, c["x_threshold"])),
                 b.op("or", b.lt(nth, -th), b.gt(nth, th)))
     if resets:
-        _reset(b, done, stepped, names, n)
+        _reset(b, done, stepped, names, n, dict.fromkeys(names, (-0.05, 0.05)))
     else:
         for name, v in zip(names, stepped):
             b.output(v, f"{name}_next")
@@ -84,7 +86,8 @@ def pendulum_step(n: int):
     (It never terminates: the time limit is a wrapper's.)"""
     c = PENDULUM
     b = GraphBuilder("pendulum", "gymnasium Pendulum-v1 step over n environments")
-    th, thdot = b.input("th", (n,)), b.input("thdot", (n,))
+    th = b.input("th", (n,), range=(-math.pi, math.pi))
+    thdot = b.input("thdot", (n,), range=(-c["max_speed"], c["max_speed"]))
     u = b.clip(b.input("u", (n,), range=(-3, 3)), -c["max_torque"], c["max_torque"])
     norm = b.mod(th + math.pi, 2 * math.pi) - math.pi          # angle_normalize
     costs = norm * norm + 0.1 * (thdot * thdot) + 0.001 * (u * u)
@@ -101,7 +104,8 @@ def mountain_car_step(n: int, *, resets: bool = True):
     """One MountainCar-v0 step: action 0/1/2 pushes left/none/right; reward -1."""
     c = MOUNTAIN_CAR
     b = GraphBuilder("mountain_car", "gymnasium MountainCar-v0 step over n environments")
-    pos, vel = b.input("position", (n,)), b.input("velocity", (n,))
+    pos = b.input("position", (n,), range=(c["min_position"], c["max_position"]))
+    vel = b.input("velocity", (n,), range=(-c["max_speed"], c["max_speed"]))
     action = b.input("action", (n,), "int32", range=(0, 3))
     push = b.cast(action - 1, to="float32") * c["force"]
     vel = vel + (push + b.cos(3.0 * pos) * (-c["gravity"]))
@@ -110,7 +114,9 @@ def mountain_car_step(n: int, *, resets: bool = True):
     vel = b.where(b.op("and", b.eq(pos, c["min_position"]), b.lt(vel, 0.0)), 0.0, vel)
     done = b.op("and", b.ge(pos, c["goal_position"]), b.ge(vel, c["goal_velocity"]))
     if resets:
-        _reset(b, done, (pos, vel), ("position", "velocity"), n)
+        # gymnasium's reset: position in [-0.6, -0.4), velocity 0 (here near 0)
+        _reset(b, done, (pos, vel), ("position", "velocity"), n,
+               {"position": (-0.6, -0.4), "velocity": (-1e-3, 1e-3)})
     else:
         b.output(pos, "position_next")
         b.output(vel, "velocity_next")

@@ -1,0 +1,220 @@
+"""C and CUDA source for a repeat (``ir/repeat.py``): one step per call, or F steps fused.
+
+Three sources from one emitter of the body's arithmetic (each op's own scalar
+expression from the op registry, scalar constants inlined as literals, so every form
+computes the same operations in the same order and agrees bit for bit):
+
+- :func:`step_source` (C): one step per call, the state read from and written back to
+  memory -- the unfused program launches it once per step from a host loop.
+- :func:`fused_source` (C): F steps per call (F a run-time argument). Environments are
+  cut into tiles sized to the L1 cache; within a tile the time loop is outside and the
+  environment loop inside, vectorized (``omp simd``), the carried state in tile-local
+  arrays that stay in L1 from step to step -- the order the issue's measurement says is
+  the fast one on a CPU. Tiles run in parallel (``omp parallel for``).
+- :func:`fused_cuda_source`: one thread per environment, the time loop inside, the
+  state in registers.
+
+Legality (:func:`refusal`) is kept apart from the code: the body must be elementwise
+over the environments. A reduction across the batch axis mixes environments, so a step
+could not start before every environment finished the last one (a grid-wide barrier
+per step); that and every other form this emitter does not take is refused with the
+reason.
+"""
+from __future__ import annotations
+
+import math
+
+from ..dtypes import DType, c_literal
+from ..ops import Kind, get_op
+from ..ir.repeat import Repeat
+from .render.c import CRenderer
+from .render.cuda import CudaRenderer
+
+# per-environment bytes of a tile kept in L1: half of a 32 KiB L1d, the rest left to
+# the stacked inputs and outputs streaming through it
+L1_TILE_BYTES = 16 * 1024
+MIN_TILE, MAX_TILE = 64, 4096
+CUDA_BLOCK = 256
+
+
+def refusal(r: Repeat) -> str | None:
+    """Why the repeat cannot be fused into one kernel, or None where it can."""
+    g, ax = r.body, r.batch_axis
+    shape = g.value(r.carried[0][0]).shape
+    for n in g.nodes:
+        op = get_op(n.op)
+        if op.kind is not Kind.elementwise:
+            axes = n.attr("axes")
+            if op.kind is Kind.reduce and (axes is None or ax in axes):
+                return (f"node {n.id} ({n.op}) reduces across the batch axis {ax}: a step "
+                        "would need every environment's previous step done (a grid-wide "
+                        "barrier per step), so the steps cannot be fused; keep the "
+                        "reduction outside the repeat")
+            return (f"node {n.id} ({n.op}) is a {op.kind.value} op: fused steps take "
+                    "bodies of elementwise ops over the environments")
+    for v in g.values:
+        if v.shape not in (shape, ()):
+            return (f"value {v.name!r} of shape {list(v.shape)} is neither the state's "
+                    f"shape {list(shape)} nor a scalar: fused steps take bodies whose "
+                    "values are all of the state's shape")
+        if v.dtype is not DType.float32 and v.dtype.kind == "f":
+            return (f"value {v.name!r} is {v.dtype.value}: fused steps compute float32 "
+                    "and integer bodies")
+    for c in g.constants:
+        if g.value(c).shape != ():
+            return (f"constant {c!r} is an array: fused steps inline scalar constants; "
+                    "pass it as an invariant input")
+    return None
+
+
+def tile_for(r: Repeat) -> int:
+    """Environments per tile: what fits L1_TILE_BYTES, a multiple of 16 (whole vectors)."""
+    per_env = sum(r.body.value(n).dtype.itemsize for n in (
+        *r.carried_inputs, *r.stacked_inputs, *r.stacked_outputs, *r.invariant_inputs)
+        if r.body.value(n).shape != ())
+    t = L1_TILE_BYTES // max(per_env, 1) // 16 * 16
+    return max(MIN_TILE, min(MAX_TILE, t))
+
+
+def elements(r: Repeat) -> int:
+    """Elements of the carried state: every environment's whole state variable."""
+    return math.prod(r.body.value(r.carried[0][0]).shape)
+
+
+class _Names:
+    """Parameter names (generated, never the model's): ``in``/``out`` the state before
+    and after, ``xs``/``ys`` stacked inputs and outputs, ``inv`` invariant inputs."""
+
+    def __init__(self, r: Repeat):
+        self.r = r
+        self.state_in = {i: f"in{k}" for k, i in enumerate(r.carried_inputs)}
+        self.state_out = {o: f"out{k}" for k, o in enumerate(r.carried_outputs)}
+        self.xs = {s: f"xs{k}" for k, s in enumerate(r.stacked_inputs)}
+        self.ys = {s: f"ys{k}" for k, s in enumerate(r.stacked_outputs)}
+        self.inv = {s: f"inv{k}" for k, s in enumerate(r.invariant_inputs)}
+        self.local = {i: f"s{k}" for k, i in enumerate(r.carried_inputs)}
+
+    def params(self, rd, int64: str) -> str:
+        g, q = self.r.body, rd.restrict
+        st = lambda n: rd.storage[g.value(n).dtype]
+        ps = [f"const {st(n)}* {q} {p}" for n, p in self.state_in.items()]
+        ps += [f"{st(n)}* {q} {p}" for n, p in self.state_out.items()]
+        ps += [f"const {st(n)}* {q} {p}" for n, p in self.xs.items()]
+        ps += [f"{st(n)}* {q} {p}" for n, p in self.ys.items()]
+        ps += [f"const {st(n)}* {q} {p}" for n, p in self.inv.items()]
+        return ", ".join(ps + [f"{int64} t0", f"{int64} steps"])
+
+
+def body_lines(r: Repeat, rd, read: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The body's statements for one environment element: ``read`` maps each body
+    input to the C expression of its element (compute type); returns the lines and
+    each value's C name. Every node is one ``const`` local named after its node id."""
+    g = r.body
+    names = dict(read)
+    for c in g.constants:
+        names[c] = c_literal(g.constants[c], g.value(c).dtype)
+    lines = []
+    for n in g.nodes:
+        op = get_op(n.op)
+        ins = [g.value(i) for i in n.inputs]
+        out = g.value(n.outputs[0])
+        expr = op.scalar([names[i] for i in n.inputs], [v.dtype for v in ins], out.dtype,
+                         n.attr_map)
+        var = f"v_{n.id}"
+        lines.append(f"const {out.dtype.c_compute} {var} = {expr};  /* {n.id} */")
+        names[n.outputs[0]] = var
+    return lines, names
+
+
+def _reads(r: Repeat, rd, nm: _Names, state: str, stacked_at: str, env: str) -> dict:
+    g = r.body
+    conv = lambda n, src: rd.to_compute(g.value(n).dtype, src)
+    read = {i: state.format(nm.local[i], nm.state_in[i]) for i in r.carried_inputs}
+    read.update({s: conv(s, f"{p}[{stacked_at}]") for s, p in nm.xs.items()})
+    read.update({s: conv(s, f"{p}[{env if g.value(s).shape else '0'}]")
+                 for s, p in nm.inv.items()})
+    return read
+
+
+def _header(r: Repeat, what: str) -> str:
+    nodes = " ".join(n.id for n in r.body.nodes)
+    return (f"/* repeat {what}: body of {len(r.body.nodes)} nodes, {r.trips} steps, "
+            f"{elements(r)} state elements\n * nodes {nodes} */\n")
+
+
+def step_source(r: Repeat, name: str) -> str:
+    """C: one step (``steps`` is 1) at step ``t0``, the state through memory."""
+    rd, nm, m = CRenderer(), _Names(r), elements(r)
+    g = r.body
+    read = _reads(r, rd, nm, "", f"t0 * {m}LL + e", "e")
+    read.update({i: rd.to_compute(g.value(i).dtype, f"{nm.state_in[i]}[e]")
+                 for i in r.carried_inputs})
+    lines, names = body_lines(r, rd, read)
+    stores = [f"{nm.state_out[o]}[e] = {rd.to_storage(g.value(o).dtype, names[o])};"
+              for o in r.carried_outputs]
+    stores += [f"{p}[t0 * {m}LL + e] = {rd.to_storage(g.value(s).dtype, names[s])};"
+               for s, p in nm.ys.items()]
+    body = "\n".join("    " + x for x in lines + stores)
+    return (rd.prelude() + "\n" + _header(r, "step (one step per call)")
+            + f"void {name}({nm.params(rd, 'int64_t')}) {{\n  (void)steps;\n"
+            f"  #pragma omp parallel for simd schedule(static)\n"
+            f"  for (int64_t e = 0; e < {m}LL; e++) {{\n{body}\n  }}\n}}\n")
+
+
+def fused_source(r: Repeat, name: str, tile: int | None = None) -> str:
+    """C: ``steps`` steps from ``t0`` over tiles of ``tile`` environments, time loop
+    outside, environment loop inside (vectorized), the state in tile-local arrays."""
+    rd, nm, m = CRenderer(), _Names(r), elements(r)
+    tile = tile or tile_for(r)
+    g = r.body
+    ct = lambda n: g.value(n).dtype.c_compute
+    read = _reads(r, rd, nm, "{0}[e]", "(size_t)t * " + f"{m}LL + base + e", "base + e")
+    lines, names = body_lines(r, rd, read)
+    # every new state value is computed before any is written back (a later node may
+    # read the old state)
+    stores = [f"{nm.local[i]}[e] = {names[o]};" for i, o in r.carried]
+    stores += [f"{p}[(size_t)t * {m}LL + base + e] = "
+               f"{rd.to_storage(g.value(s).dtype, names[s])};" for s, p in nm.ys.items()]
+    inner = "\n".join("        " + x for x in lines + stores)
+    decl = "\n".join(f"    {ct(i)} {nm.local[i]}[{tile}];" for i in r.carried_inputs)
+    load = "\n".join(f"    for (int64_t e = 0; e < n; e++) {nm.local[i]}[e] = "
+                     f"{rd.to_compute(g.value(i).dtype, nm.state_in[i] + '[base + e]')};"
+                     for i in r.carried_inputs)
+    save = "\n".join(f"    for (int64_t e = 0; e < n; e++) {nm.state_out[o]}[base + e] = "
+                     f"{rd.to_storage(g.value(o).dtype, nm.local[i] + '[e]')};"
+                     for i, o in r.carried)
+    return (rd.prelude() + "\n" + _header(r, f"fused (tiles of {tile} environments)")
+            + f"void {name}({nm.params(rd, 'int64_t')}) {{\n"
+            f"  #pragma omp parallel for schedule(static)\n"
+            f"  for (int64_t base = 0; base < {m}LL; base += {tile}) {{\n"
+            f"    const int64_t n = {m}LL - base < {tile} ? {m}LL - base : {tile};\n"
+            f"{decl}\n{load}\n"
+            f"    for (int64_t t = t0; t < t0 + steps; t++) {{\n"
+            f"      #pragma omp simd\n"
+            f"      for (int64_t e = 0; e < n; e++) {{\n{inner}\n      }}\n    }}\n"
+            f"{save}\n  }}\n}}\n")
+
+
+def fused_cuda_source(r: Repeat, name: str) -> str:
+    """CUDA: one thread per environment element, ``steps`` steps from ``t0``, the
+    state in registers (a grid-stride loop, so any grid is correct)."""
+    rd, nm, m = CudaRenderer(), _Names(r), elements(r)
+    g = r.body
+    read = _reads(r, rd, nm, "{0}", f"t * {m}LL + e", "e")
+    lines, names = body_lines(r, rd, read)
+    stores = [f"{nm.local[i]} = {names[o]};" for i, o in r.carried]
+    stores += [f"{p}[t * {m}LL + e] = {rd.to_storage(g.value(s).dtype, names[s])};"
+               for s, p in nm.ys.items()]
+    inner = "\n".join("      " + x for x in lines + stores)
+    load = "\n".join(f"    {g.value(i).dtype.c_compute} {nm.local[i]} = "
+                     f"{rd.to_compute(g.value(i).dtype, nm.state_in[i] + '[e]')};"
+                     for i in r.carried_inputs)
+    save = "\n".join(f"    {nm.state_out[o]}[e] = "
+                     f"{rd.to_storage(g.value(o).dtype, nm.local[i])};" for i, o in r.carried)
+    return (rd.prelude() + "\n" + _header(r, "fused (one thread per environment)")
+            + f"{rd.kernel_prefix} __launch_bounds__({CUDA_BLOCK}) "
+            f"{name}({nm.params(rd, 'long long')}) {{\n"
+            f"  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
+            f"e < {m}LL; e += (long long)gridDim.x * blockDim.x) {{\n{load}\n"
+            f"    for (long long t = t0; t < t0 + steps; t++) {{\n{inner}\n    }}\n"
+            f"{save}\n  }}\n}}\n")
