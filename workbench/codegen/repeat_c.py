@@ -23,11 +23,12 @@ reason.
 from __future__ import annotations
 
 import math
+import re
 
 from ..dtypes import DType, c_literal
 from ..ops import Kind, get_op
 from ..ir.repeat import Repeat
-from .render.c import CRenderer
+from .render.c import _VECTOR_MATH as VECTOR_MATH, CRenderer
 from .render.cuda import CudaRenderer
 
 # per-environment bytes of a tile kept in L1: half of a 32 KiB L1d, the rest left to
@@ -110,10 +111,14 @@ def body_lines(r: Repeat, rd, read: dict[str, str]) -> tuple[list[str], dict[str
     input to the C expression of its element (compute type); returns the lines and
     each value's C name. Every node is one ``const`` local named after its node id."""
     g = r.body
-    names = dict(read)
+    # every input loaded once, up front, into a local: a load inside a select (a
+    # reset's where) would be a conditional load, which keeps GCC from vectorizing
+    lines, names = [], {}
+    for k, (i, expr) in enumerate(read.items()):
+        names[i] = f"a{k}"
+        lines.append(f"const {g.value(i).dtype.c_compute} a{k} = {expr};")
     for c in g.constants:
         names[c] = c_literal(g.constants[c], g.value(c).dtype)
-    lines = []
     for n in g.nodes:
         op = get_op(n.op)
         ins = [g.value(i) for i in n.inputs]
@@ -126,11 +131,11 @@ def body_lines(r: Repeat, rd, read: dict[str, str]) -> tuple[list[str], dict[str
     return lines, names
 
 
-def _reads(r: Repeat, rd, nm: _Names, state: str, stacked_at: str, env: str) -> dict:
+def _reads(r: Repeat, rd, nm: _Names, stacked_at: str, env: str) -> dict:
+    """The C expressions of the stacked and invariant inputs' elements."""
     g = r.body
     conv = lambda n, src: rd.to_compute(g.value(n).dtype, src)
-    read = {i: state.format(nm.local[i], nm.state_in[i]) for i in r.carried_inputs}
-    read.update({s: conv(s, f"{p}[{stacked_at}]") for s, p in nm.xs.items()})
+    read = {s: conv(s, f"{p}[{stacked_at}]") for s, p in nm.xs.items()}
     read.update({s: conv(s, f"{p}[{env if g.value(s).shape else '0'}]")
                  for s, p in nm.inv.items()})
     return read
@@ -142,57 +147,134 @@ def _header(r: Repeat, what: str) -> str:
             f"{elements(r)} state elements\n * nodes {nodes} */\n")
 
 
-def step_source(r: Repeat, name: str) -> str:
-    """C: one step (``steps`` is 1) at step ``t0``, the state through memory."""
-    rd, nm, m = CRenderer(), _Names(r), elements(r)
+# a call into the vector math library (render/c.py declares their SIMD variants)
+_CALL = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(VECTOR_MATH) + r")\(")
+
+
+def _scalar(g, n, names: dict[str, str]) -> str:
+    ins = [g.value(i) for i in n.inputs]
+    return get_op(n.op).scalar([names[i] for i in n.inputs], [v.dtype for v in ins],
+                               g.value(n.outputs[0]).dtype, n.attr_map)
+
+
+def stages(r: Repeat) -> list[list]:
+    """The body's nodes cut into loops that GCC 12 can vectorize: calls into the vector
+    math library (sinf, cosf...) in loops of their own, the rest (whose selects --
+    where, clip, a || -- are branches until if-converted) in the loops between.
+    GCC 12 if-converts no loop holding a call, and it moves a call only one arm of a
+    select needs into that arm, so a loop with both stays scalar: CartPole's step
+    (sinf, cosf and the reset's where) ran 2-3x slower as one loop. Even stages hold
+    arithmetic, odd ones calls; each node goes to the first stage of its kind after its
+    inputs'."""
     g = r.body
-    read = _reads(r, rd, nm, "", f"t0 * {m}LL + e", "e")
-    read.update({i: rd.to_compute(g.value(i).dtype, f"{nm.state_in[i]}[e]")
-                 for i in r.carried_inputs})
-    lines, names = body_lines(r, rd, read)
-    stores = [f"{nm.state_out[o]}[e] = {rd.to_storage(g.value(o).dtype, names[o])};"
-              for o in r.carried_outputs]
-    stores += [f"{p}[t0 * {m}LL + e] = {rd.to_storage(g.value(s).dtype, names[s])};"
-               for s, p in nm.ys.items()]
-    body = "\n".join("    " + x for x in lines + stores)
-    return (rd.prelude() + "\n" + _header(r, "step (one step per call)")
-            + f"void {name}({nm.params(rd, 'int64_t')}) {{\n  (void)steps;\n"
-            f"  #pragma omp parallel for simd schedule(static)\n"
-            f"  for (int64_t e = 0; e < {m}LL; e++) {{\n{body}\n  }}\n}}\n")
+    dummy = {v.name: "x" for v in g.values}
+    at: dict[str, int] = {}
+    for n in g.nodes:
+        s = max((at[i] for i in n.inputs if i in at), default=0)
+        call = bool(_CALL.search(_scalar(g, n, dummy)))
+        at[n.outputs[0]] = s + (s % 2 == 0) if call else s + (s % 2)
+    order = sorted(set(at.values()))
+    return [[n for n in g.nodes if at[n.outputs[0]] == k] for k in order]
 
 
-def fused_source(r: Repeat, name: str, tile: int | None = None) -> str:
-    """C: ``steps`` steps from ``t0`` over tiles of ``tile`` environments, time loop
-    outside, environment loop inside (vectorized), the state in tile-local arrays."""
+def _staged(r: Repeat, rd, read: dict[str, str], tile: int):
+    """Each stage's loop body for one element (:func:`stages`), the tile arrays that
+    carry values from one stage's loop to a later one, and the C names of the last
+    stage's values (every body output among them)."""
+    g = r.body
+    groups = stages(r)
+    made = {n.outputs[0]: k for k, grp in enumerate(groups) for n in grp}
+    last = len(groups) - 1
+    kept = {i for k, grp in enumerate(groups) for n in grp for i in n.inputs
+            if made.get(i, k) < k}
+    kept |= {o for o in g.outputs if made[o] < last}
+    var = lambda v: f"v_{g.producer[v].id}"
+    bodies, names = [], {}
+    for k, grp in enumerate(groups):
+        lines, names = [], {c: c_literal(g.constants[c], g.value(c).dtype)
+                            for c in g.constants}
+        used = dict.fromkeys(i for n in grp for i in n.inputs)
+        if k == last:
+            used.update(dict.fromkeys(o for o in g.outputs if made[o] < last))
+        # every input loaded once, up front, into a local: a load inside a select (a
+        # reset's where) would be a conditional load, which GCC does not vectorize
+        for j, i in enumerate(x for x in used if x in read):
+            names[i] = f"a{j}"
+            lines.append(f"const {g.value(i).dtype.c_compute} a{j} = {read[i]};")
+        for i in used:
+            if i in made and made[i] < k:
+                names[i] = var(i)
+                lines.append(f"const {g.value(i).dtype.c_compute} {var(i)} = w{var(i)[1:]}[e];")
+        for n in grp:
+            o = n.outputs[0]
+            names[o] = var(o)
+            lines.append(f"const {g.value(o).dtype.c_compute} {var(o)} = "
+                         f"{_scalar(g, n, names)};  /* {n.id} */")
+            if o in kept:
+                lines.append(f"w{var(o)[1:]}[e] = {var(o)};")
+        bodies.append(lines)
+    decls = [f"{g.value(v).dtype.c_compute} w{var(v)[1:]}[{tile}];" for v in
+             sorted(kept, key=lambda v: g.position[g.producer[v].id])]
+    return bodies, decls, names
+
+
+def _tiled(r: Repeat, name: str, tile: int, fused: bool, what: str) -> str:
+    """The C both CPU forms share: tiles of ``tile`` environments in parallel, and in
+    each the same vectorized environment loops (:func:`stages`) over the same body.
+    Fused, the state is in tile-local arrays across a time loop; unfused (one step per
+    call), it is read from and written to memory. One structure for both, so that each
+    element takes the same path through the vectorized loops (vector body or
+    remainder, where libmvec's sinf and libm's may differ in the last bit) in both, and
+    they agree bit for bit."""
     rd, nm, m = CRenderer(), _Names(r), elements(r)
-    tile = tile or tile_for(r)
     g = r.body
     ct = lambda n: g.value(n).dtype.c_compute
-    read = _reads(r, rd, nm, "{0}[e]", "(size_t)t * " + f"{m}LL + base + e", "base + e")
-    lines, names = body_lines(r, rd, read)
-    # every new state value is computed before any is written back (a later node may
-    # read the old state)
-    stores = [f"{nm.local[i]}[e] = {names[o]};" for i, o in r.carried]
-    stores += [f"{p}[(size_t)t * {m}LL + base + e] = "
-               f"{rd.to_storage(g.value(s).dtype, names[s])};" for s, p in nm.ys.items()]
-    inner = "\n".join("        " + x for x in lines + stores)
-    decl = "\n".join(f"    {ct(i)} {nm.local[i]}[{tile}];" for i in r.carried_inputs)
+    at = f"(size_t)t * {m}LL + base + e"
+    read = {i: (f"{nm.local[i]}[e]" if fused else
+                rd.to_compute(g.value(i).dtype, f"{nm.state_in[i]}[base + e]"))
+            for i in r.carried_inputs}
+    read.update(_reads(r, rd, nm, at, "base + e"))
+    bodies, kept, names = _staged(r, rd, read, tile)
+    # the new state is written in the last loop, after every read of the old one
+    bodies[-1] += [f"{nm.local[i]}[e] = {names[o]};" if fused else
+                   f"{nm.state_out[o]}[base + e] = "
+                   f"{rd.to_storage(g.value(o).dtype, names[o])};" for i, o in r.carried]
+    bodies[-1] += [f"{p}[{at}] = {rd.to_storage(g.value(s).dtype, names[s])};"
+                   for s, p in nm.ys.items()]
+    loops = "".join(f"      #pragma omp simd\n      for (int64_t e = 0; e < n; e++) {{\n"
+                    + "".join(f"        {x}\n" for x in lines) + "      }\n"
+                    for lines in bodies)
+    decl = [f"    {ct(i)} {nm.local[i]}[{tile}];" for i in r.carried_inputs] if fused else []
+    decl += [f"    {x}" for x in kept]
+    head = (rd.prelude() + "\n" + _header(r, what)
+            + f"void {name}({nm.params(rd, 'int64_t')}) {{\n"
+            f"  #pragma omp parallel for schedule(static)\n"
+            f"  for (int64_t base = 0; base < {m}LL; base += {tile}) {{\n"
+            f"    const int64_t n = {m}LL - base < {tile} ? {m}LL - base : {tile};\n"
+            + "".join(x + "\n" for x in decl))
+    loop = f"    for (int64_t t = t0; t < t0 + steps; t++) {{\n{loops}    }}\n"
+    if not fused:
+        return head + loop + "  }\n}\n"
     load = "\n".join(f"    for (int64_t e = 0; e < n; e++) {nm.local[i]}[e] = "
                      f"{rd.to_compute(g.value(i).dtype, nm.state_in[i] + '[base + e]')};"
                      for i in r.carried_inputs)
     save = "\n".join(f"    for (int64_t e = 0; e < n; e++) {nm.state_out[o]}[base + e] = "
                      f"{rd.to_storage(g.value(o).dtype, nm.local[i] + '[e]')};"
                      for i, o in r.carried)
-    return (rd.prelude() + "\n" + _header(r, f"fused (tiles of {tile} environments)")
-            + f"void {name}({nm.params(rd, 'int64_t')}) {{\n"
-            f"  #pragma omp parallel for schedule(static)\n"
-            f"  for (int64_t base = 0; base < {m}LL; base += {tile}) {{\n"
-            f"    const int64_t n = {m}LL - base < {tile} ? {m}LL - base : {tile};\n"
-            f"{decl}\n{load}\n"
-            f"    for (int64_t t = t0; t < t0 + steps; t++) {{\n"
-            f"      #pragma omp simd\n"
-            f"      for (int64_t e = 0; e < n; e++) {{\n{inner}\n      }}\n    }}\n"
-            f"{save}\n  }}\n}}\n")
+    return head + f"{load}\n" + loop + f"{save}\n  }}\n}}\n"
+
+
+def step_source(r: Repeat, name: str, tile: int | None = None) -> str:
+    """C: one step per call (the host passes ``steps`` = 1), the state through memory."""
+    tile = tile or tile_for(r)
+    return _tiled(r, name, tile, False, f"step (one step per call, tiles of {tile})")
+
+
+def fused_source(r: Repeat, name: str, tile: int | None = None) -> str:
+    """C: ``steps`` steps from ``t0`` over tiles of ``tile`` environments, time loop
+    outside, environment loop inside (vectorized), the state in tile-local arrays."""
+    tile = tile or tile_for(r)
+    return _tiled(r, name, tile, True, f"fused (tiles of {tile} environments)")
 
 
 def fused_cuda_source(r: Repeat, name: str) -> str:
@@ -200,7 +282,8 @@ def fused_cuda_source(r: Repeat, name: str) -> str:
     state in registers (a grid-stride loop, so any grid is correct)."""
     rd, nm, m = CudaRenderer(), _Names(r), elements(r)
     g = r.body
-    read = _reads(r, rd, nm, "{0}", f"t * {m}LL + e", "e")
+    read = {i: nm.local[i] for i in r.carried_inputs}
+    read.update(_reads(r, rd, nm, f"t * {m}LL + e", "e"))
     lines, names = body_lines(r, rd, read)
     stores = [f"{nm.local[i]} = {names[o]};" for i, o in r.carried]
     stores += [f"{p}[t * {m}LL + e] = {rd.to_storage(g.value(s).dtype, names[s])};"

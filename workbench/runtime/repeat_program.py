@@ -24,7 +24,12 @@ import numpy as np
 from ..errors import GraphError
 from ..ir.repeat import Repeat, check_repeat_inputs, repeat_to_json
 from ..codegen.repeat_c import fused_source, refusal, step_source, tile_for
-from .cc import build_library, load_library
+from .cc import build_shared, cflags, find_compiler, link_flags, load_library
+
+# GCC merges sinf(x) and cosf(x) of one x into one sincos call, which has no vector
+# variant: a CartPole step (both of theta) stayed scalar, 2-3x slower. Without the
+# builtins each is its own call, vectorized through libmvec's variants.
+NO_SINCOS = ("-fno-builtin-sinf", "-fno-builtin-cosf")
 
 
 def checked_default() -> bool:
@@ -52,14 +57,16 @@ class RepeatProgram:
             if why:
                 raise GraphError(f"cannot fuse the steps of repeat {r.name!r}: {why}")
         self.repeat, self.steps_per_call = r, steps_per_call
-        self.tile = (tile or tile_for(r)) if steps_per_call is not None else None
+        self.tile = tile or tile_for(r)
         # the kernel's name from what it computes (a C identifier; the cache's key)
         key = hashlib.sha256(repr((sorted(repeat_to_json(r).items(), key=str),
                                    steps_per_call is None, self.tile)).encode()).hexdigest()
         self.name = f"wb_repeat_{'step' if steps_per_call is None else 'fused'}_{key[:16]}"
-        self.source = (step_source(r, self.name) if steps_per_call is None
+        self.source = (step_source(r, self.name, self.tile) if steps_per_call is None
                        else fused_source(r, self.name, self.tile))
-        lib = load_library(build_library(self.name, self.source, origin=f"repeat {r.name}"))
+        lib = load_library(build_shared(
+            self.name, self.source, compiler=find_compiler(), flags=(*cflags(), *NO_SINCOS),
+            link=link_flags(), origin=f"repeat {r.name}"))
         self._fn = getattr(lib, self.name)
         self._fn.restype = None
         self._lib = lib
