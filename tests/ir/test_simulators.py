@@ -97,3 +97,22 @@ def test_rollouts_are_repeats_of_the_steps():
     assert r.stacked_outputs == ("reward", "terminated")
     m = mountain_car(8, 3)
     assert m.carried == (("position", "position_next"), ("velocity", "velocity_next"))
+
+
+def test_the_json_samples_are_the_builders(tmp_path):
+    """sample_graphs/repeats/ is what make_repeat_samples.py writes today, and loads."""
+    import importlib.util
+    from pathlib import Path
+    from workbench.ir.repeat import load_repeat
+    here = Path(__file__).resolve().parents[2] / "sample_graphs"
+    spec = importlib.util.spec_from_file_location("mrs", here / "make_repeat_samples.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.main(tmp_path)
+    for p in sorted((here / "repeats").glob("*.json")):
+        assert p.read_text() == (tmp_path / p.name).read_text(), \
+            "run `python sample_graphs/make_repeat_samples.py`"
+        r = load_repeat(p)
+        assert r.trips == mod.STEPS and r.batch == mod.ENVS
+    assert sorted(p.name for p in (here / "repeats").glob("*.json")) == \
+        sorted(p.name for p in tmp_path.glob("*.json"))
