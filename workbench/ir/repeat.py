@@ -39,6 +39,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import GraphError
+from ..ops import evaluate_node
 from .graph import Graph, Value
 from .printer import format_graph
 
@@ -177,7 +178,6 @@ class Repeat:
     def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the body step by step with each op's NumPy reference (the ground truth
         every compiled form is compared with)."""
-        from ..runtime.reference import run_reference
         args = check_repeat_inputs(self, inputs)
         state = {i: args[i] for i in self.carried_inputs}
         fixed = {i: args[i] for i in self.invariant_inputs}
@@ -185,12 +185,22 @@ class Repeat:
                                self.body.value(o).dtype.np) for o in self.stacked_outputs}
         for t in range(self.trips):
             step = {**state, **fixed, **{s: args[s][t] for s in self.stacked_inputs}}
-            res = run_reference(self.body, step)
+            res = _run_body(self.body, step)
             for i, o in self.carried:
                 state[i] = res[o]
             for o in self.stacked_outputs:
                 stacked[o][t] = res[o]
         return {**{o: state[i] for i, o in self.carried}, **stacked}
+
+
+def _run_body(g: Graph, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """One step, op by op with each op's NumPy reference (as runtime/reference.py runs
+    a graph; written out here, so that the IR imports nothing above the ops)."""
+    env = {**{c: g.constants[c] for c in g.constants}, **inputs}
+    for n in g.nodes:
+        outs = evaluate_node(n, [env[i] for i in n.inputs], [g.value(o) for o in n.outputs])
+        env.update(zip(n.outputs, outs))
+    return {o: env[o] for o in g.outputs}
 
 
 def check_repeat_inputs(r: Repeat, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
