@@ -12,29 +12,37 @@ from workbench.errors import FusionRefused, GraphError
 from workbench.codegen.repeat_c import fused_cuda_source, refusal
 from workbench.fusion.repeat_cost import choose_steps, repeat_cost
 from workbench.runtime.repeat_program import RepeatProgram
-from workbench.testing.simulators import cartpole, mountain_car, pendulum
+from workbench.testing.simulators import acrobot, cartpole, mountain_car, pendulum
 
 EPS32 = float(np.finfo(np.float32).eps)
 TRIPS = 23                      # not a multiple of 2 or 7: every F leaves a remainder
 # envs: more than one tile, and a last tile that is not whole
-SIMS = {"cartpole": lambda: cartpole(1000, TRIPS), "pendulum": lambda: pendulum(777, TRIPS),
-        "mountain_car": lambda: mountain_car(1000, TRIPS)}
+SIMS = {"cartpole": lambda t=TRIPS: cartpole(1000, t),
+        "pendulum": lambda t=TRIPS: pendulum(777, t),
+        "mountain_car": lambda t=TRIPS: mountain_car(1000, t),
+        "acrobot": lambda t=TRIPS: acrobot(500, t)}
+# Acrobot from random states is chaotic and its RK4 cancels terms up to (9 pi)^2: the
+# C's rounding (FMA contraction, libmvec's sinf) and NumPy's differ by up to ~230 eps32
+# (|x| + 1) after one step and by 1e-2 after 23, so it is compared over one step
+# within 512 eps32 (its steps are checked against gymnasium's in tests/ir)
+REFERENCE_STEPS = {"acrobot": 1}
+REFERENCE_EPS = {"acrobot": 512}
 
 
 def bits(a):
     return np.ascontiguousarray(a).view(np.uint8)
 
 
-def reference_close(r, got, want, steps):
+def reference_close(r, got, want, steps, eps=64):
     """Within float32 rounding of the reference, grown by the steps it compounds over:
-    |got - want| <= 64 eps32 steps (|want| + 1); masks equal."""
+    |got - want| <= eps eps32 steps (|want| + 1) (eps 64 unless said); masks equal."""
     for o in r.outputs:
         g, w = got[o], want[o]
         if g.dtype == bool:
             assert np.array_equal(g, w), o
             continue
         err = np.abs(g.astype(np.float64) - w) / (np.abs(w.astype(np.float64)) + 1)
-        assert err.max() <= 64 * EPS32 * steps, (o, err.max() / EPS32)
+        assert err.max() <= eps * EPS32 * steps, (o, err.max() / EPS32)
 
 
 @pytest.mark.parametrize("sim", sorted(SIMS))
@@ -56,9 +64,11 @@ def test_fused_agrees_bitwise_with_unfused_for_every_f(sim):
 
 @pytest.mark.parametrize("sim", sorted(SIMS))
 def test_agrees_with_the_numpy_reference(sim):
-    r = SIMS[sim]()
+    steps = REFERENCE_STEPS.get(sim, TRIPS)
+    r = SIMS[sim](steps)
     ins = wb.RepeatSession(r, seed=5).inputs()
-    reference_close(r, RepeatProgram(r, 7).run(ins, checked=True), r.reference(ins), TRIPS)
+    got = RepeatProgram(r, min(7, steps)).run(ins, checked=True)
+    reference_close(r, got, r.reference(ins), steps, REFERENCE_EPS.get(sim, 64))
 
 
 def test_tile_size_does_not_change_a_bit():

@@ -125,6 +125,67 @@ def mountain_car_step(n: int, *, resets: bool = True):
     return b.build()
 
 
+# Acrobot-v1 (acrobot.py; book dynamics, no torque noise)
+ACROBOT = dict(dt=0.2, l1=1.0, m1=1.0, m2=1.0, lc1=0.5, lc2=0.5, moi=1.0, g=9.8,
+               max_vel_1=4 * math.pi, max_vel_2=9 * math.pi)
+
+
+def _acrobot_dsdt(b, s, torque):
+    """gymnasium's ``AcrobotEnv._dsdt`` (the "book" dynamics) on tensors."""
+    c = ACROBOT
+    m1, m2, l1, lc1, lc2, i1, i2, g = (c["m1"], c["m2"], c["l1"], c["lc1"], c["lc2"],
+                                       c["moi"], c["moi"], c["g"])
+    theta1, theta2, dtheta1, dtheta2 = s
+    cos2, sin2 = b.cos(theta2), b.sin(theta2)
+    d1 = m1 * lc1 ** 2 + m2 * (l1 ** 2 + lc2 ** 2 + 2 * l1 * lc2 * cos2) + i1 + i2
+    d2 = m2 * (lc2 ** 2 + l1 * lc2 * cos2) + i2
+    phi2 = m2 * lc2 * g * b.cos(theta1 + theta2 - math.pi / 2.0)
+    phi1 = (-m2 * l1 * lc2 * (dtheta2 * dtheta2) * sin2
+            - 2 * m2 * l1 * lc2 * dtheta2 * dtheta1 * sin2
+            + (m1 * lc1 + m2 * l1) * g * b.cos(theta1 - math.pi / 2) + phi2)
+    ddtheta2 = (torque + d2 / d1 * phi1 - m2 * l1 * lc2 * (dtheta1 * dtheta1) * sin2
+                - phi2) / (m2 * lc2 ** 2 + i2 - (d2 * d2) / d1)
+    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+    return dtheta1, dtheta2, ddtheta1, ddtheta2
+
+
+def acrobot_step(n: int, *, resets: bool = True):
+    """One Acrobot-v1 step: RK4 over dt = 0.2 with torque -1/0/+1 (action 0/1/2), the
+    angles wrapped to [-pi, pi] (once: one step moves an angle less than 2 pi), the
+    velocities bounded; terminated when the tip is above the bar; reward -1, 0 there."""
+    c = ACROBOT
+    b = GraphBuilder("acrobot", "gymnasium Acrobot-v1 step over n environments")
+    names = ("theta1", "theta2", "dtheta1", "dtheta2")
+    wide = {"theta1": math.pi, "theta2": math.pi, "dtheta1": c["max_vel_1"],
+            "dtheta2": c["max_vel_2"]}
+    y0 = [b.input(s, (n,), range=(-wide[s], wide[s])) for s in names]
+    action = b.input("action", (n,), "int32", range=(0, 3))
+    torque = b.cast(action - 1, to="float32")               # AVAIL_TORQUE[a]
+    dt = c["dt"]
+    k1 = _acrobot_dsdt(b, y0, torque)
+    k2 = _acrobot_dsdt(b, [y + dt / 2.0 * k for y, k in zip(y0, k1)], torque)
+    k3 = _acrobot_dsdt(b, [y + dt / 2.0 * k for y, k in zip(y0, k2)], torque)
+    k4 = _acrobot_dsdt(b, [y + dt * k for y, k in zip(y0, k3)], torque)
+    ns = [y + dt / 6.0 * (a1 + 2 * a2 + 2 * a3 + a4)
+          for y, a1, a2, a3, a4 in zip(y0, k1, k2, k3, k4)]
+    two_pi, pi = _f32(b, 2 * math.pi), math.pi
+    for i in (0, 1):                                         # wrap(x, -pi, pi)
+        x = ns[i]
+        x = b.where(b.gt(x, pi), x - two_pi, x)
+        ns[i] = b.where(b.lt(x, -pi), x + two_pi, x)
+    ns[2] = b.clip(ns[2], -c["max_vel_1"], c["max_vel_1"])
+    ns[3] = b.clip(ns[3], -c["max_vel_2"], c["max_vel_2"])
+    done = b.gt(-b.cos(ns[0]) - b.cos(ns[1] + ns[0]), 1.0)
+    if resets:
+        _reset(b, done, ns, names, n, dict.fromkeys(names, (-0.1, 0.1)))
+    else:
+        for name, v in zip(names, ns):
+            b.output(v, f"{name}_next")
+    b.output(b.where(done, _f32(b, 0.0), _f32(b, -1.0)), "reward")
+    b.output(done, "terminated")
+    return b.build()
+
+
 def _rollout(step, state: tuple[str, ...], stacked: tuple[str, ...], steps: int) -> Repeat:
     return repeat(step, steps, {s: f"{s}_next" for s in state}, stacked=stacked,
                   name=f"{step.name}_x{steps}")
@@ -145,4 +206,10 @@ def mountain_car(n: int, steps: int, *, resets: bool = True) -> Repeat:
                     ("action",), steps)
 
 
-SIMULATORS = {"cartpole": cartpole, "pendulum": pendulum, "mountain_car": mountain_car}
+def acrobot(n: int, steps: int, *, resets: bool = True) -> Repeat:
+    return _rollout(acrobot_step(n, resets=resets),
+                    ("theta1", "theta2", "dtheta1", "dtheta2"), ("action",), steps)
+
+
+SIMULATORS = {"cartpole": cartpole, "pendulum": pendulum, "mountain_car": mountain_car,
+              "acrobot": acrobot}
