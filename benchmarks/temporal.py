@@ -1,4 +1,5 @@
-"""Multi-step (simulator) fusion on the CPU: CartPole, environments x 256 steps.
+"""Multi-step (simulator) fusion on the CPU: CartPole (and a memory-heavier simulator),
+environments x 256 steps.
 
 Rows, timed side by side in one run (alternating, a pause before each): the workbench's
 repeat unfused (the step kernel once per step) and fused F steps per call
@@ -138,6 +139,59 @@ def methods_for(n: int, steps: int, a) -> tuple[dict, dict, dict]:
     return calls, notes, checks
 
 
+def particle_methods(n: int, steps: int, a) -> tuple[dict, dict, dict]:
+    """The memory-heavier simulator (testing/simulators.py ``particles``, 16 per
+    environment): the workbench's forms beside torch eager and torch.compile."""
+    import workbench as wb
+    from workbench.testing.simulators import particles
+    r = particles(n, steps)
+    s = wb.RepeatSession(r, seed=0)
+    ins = s.inputs()
+    calls, notes, checks = {}, {}, {}
+    unfused = s.program(None)
+    out_u = unfused.new_outputs()
+    calls["workbench unfused"] = (lambda: unfused.run(ins, out=out_u, checked=False), steps)
+    want = unfused.run(ins, checked=True)
+    for f in [f for f in FS if f <= steps]:
+        prog = s.program(f)
+        got = prog.run(ins, checked=True)
+        checks[f"fused x{f} bitwise = unfused"] = all(
+            np.array_equal(got[o].view(np.uint8), want[o].view(np.uint8)) for o in r.outputs)
+        out = prog.new_outputs()
+        calls[f"workbench fused x{f}"] = (lambda p=prog, o=out: p.run(ins, out=o,
+                                                                       checked=False), steps)
+    try:
+        import torch
+        torch.set_num_threads(a.threads)
+
+        def step(x, v):
+            v2 = v + 0.01 * (-4.0 * (x - 1.0) - 0.1 * v - 9.8)
+            x2 = x + 0.01 * v2
+            below = x2 < 0.0
+            return torch.where(below, -x2, x2), torch.where(below, -0.9 * v2, v2)
+
+        def rollout(fn):
+            x0, v0 = torch.from_numpy(ins["x"]), torch.from_numpy(ins["v"])
+
+            def run():
+                x, v = x0, v0
+                for _ in range(steps):
+                    x, v = fn(x, v)
+                return x, v
+            return run
+        calls["torch eager"] = (rollout(step), steps)
+        if not a.no_compile:
+            compiled = rollout(torch.compile(step, fullgraph=True))
+            try:
+                compiled()
+                calls["torch.compile (step, host loop)"] = (compiled, steps)
+            except Exception as e:
+                notes["torch.compile"] = first_line(e)
+    except ImportError:
+        notes["torch"] = "not installed"
+    return calls, notes, checks
+
+
 def time_side_by_side(calls: dict, rounds: int) -> dict[str, list[float]]:
     samples = {k: [] for k in calls}
     for fn, _ in calls.values():
@@ -156,12 +210,17 @@ def markdown(res: dict) -> str:
              machine_line(res) + f"; {res['date']}; threads {res['threads']}.", "",
              "Steps per second = environments x steps / seconds (best of "
              f"{res['rounds']} runs, methods alternating with {SETTLE_S} s pauses). `x` "
-             "= the row's steps/s over torch.compile's and EnvPool's.", ""]
+             "= the row's steps/s over torch.compile's and EnvPool's. The particles "
+             "simulator (testing/simulators.py) has 32 floats of state per environment "
+             "against CartPole's 4 and streams nothing per step: it shows fusing's "
+             "gain as a step's memory traffic grows.", ""]
     for case in res["cases"]:
         rows = case["rows"]
         base = {k: rows[k]["steps_per_s"] for k in rows
                 if k.startswith(("torch.compile", "EnvPool"))}
-        lines += [f"## {case['envs']} environments x {case['steps']} steps", "",
+        what = {"cartpole": "CartPole", "particles": "particles (16 per environment, "
+                "the memory-heavier simulator)"}[case.get("sim", "cartpole")]
+        lines += [f"## {what}: {case['envs']} environments x {case['steps']} steps", "",
                   "| method | steps timed | best ms | M steps/s | " +
                   " | ".join(f"x {k.split(' ')[0]}" for k in base) + " |",
                   "|---|---|---|---|" + "---|" * len(base)]
@@ -186,6 +245,9 @@ def main(argv=None) -> int:
     ap.add_argument("--slow-steps", type=int, default=16,
                     help="steps gymnasium and EnvPool are timed over")
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--particle-envs", type=int, nargs="*", default=[65536],
+                    help="environments of the memory-heavier simulator (16 particles "
+                         "each); none to leave it out")
     ap.add_argument("--out", type=Path,
                     default=RESULTS / f"temporal-{dt.date.today().isoformat()}")
     a = ap.parse_args(argv)
@@ -195,14 +257,17 @@ def main(argv=None) -> int:
     res = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
            "rounds": a.rounds, "threads": a.threads, "cases": [],
            "load_average_at_start": list(os.getloadavg())}
-    for n in a.envs:
-        log(f"{n} environments x {a.steps} steps")
-        calls, notes, checks = methods_for(n, a.steps, a)
+    cases = [("cartpole", n) for n in a.envs] + \
+        ([("particles", n) for n in a.particle_envs] if a.particle_envs else [])
+    for sim, n in cases:
+        log(f"{sim}: {n} environments x {a.steps} steps")
+        calls, notes, checks = (methods_for if sim == "cartpole" else
+                                particle_methods)(n, a.steps, a)
         samples = time_side_by_side(calls, a.rounds)
         rows = {k: {"steps": calls[k][1], "samples_s": v, "best_ms": min(v) * 1e3,
                     "steps_per_s": n * calls[k][1] / min(v)} for k, v in samples.items()}
-        res["cases"].append({"envs": n, "steps": a.steps, "rows": rows, "notes": notes,
-                             "checks": checks})
+        res["cases"].append({"sim": sim, "envs": n, "steps": a.steps, "rows": rows,
+                             "notes": notes, "checks": checks})
         write_results(a.out, res, markdown)
         if not all(v is True for k, v in checks.items() if "bitwise" in k):
             log("fused and unfused runs differ: see the checks")

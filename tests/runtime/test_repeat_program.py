@@ -12,7 +12,8 @@ from workbench.errors import FusionRefused, GraphError
 from workbench.codegen.repeat_c import fused_cuda_source, refusal
 from workbench.fusion.repeat_cost import choose_steps, repeat_cost
 from workbench.runtime.repeat_program import RepeatProgram
-from workbench.testing.simulators import acrobot, cartpole, mountain_car, pendulum
+from workbench.testing.simulators import (acrobot, cartpole, mountain_car, particles,
+                                          pendulum)
 
 EPS32 = float(np.finfo(np.float32).eps)
 TRIPS = 23                      # not a multiple of 2 or 7: every F leaves a remainder
@@ -20,7 +21,8 @@ TRIPS = 23                      # not a multiple of 2 or 7: every F leaves a rem
 SIMS = {"cartpole": lambda t=TRIPS: cartpole(1000, t),
         "pendulum": lambda t=TRIPS: pendulum(777, t),
         "mountain_car": lambda t=TRIPS: mountain_car(1000, t),
-        "acrobot": lambda t=TRIPS: acrobot(500, t)}
+        "acrobot": lambda t=TRIPS: acrobot(500, t),
+        "particles": lambda t=TRIPS: particles(130, t, k=7)}
 # Acrobot from random states is chaotic and its RK4 cancels terms up to (9 pi)^2: the
 # C's rounding (FMA contraction, libmvec's sinf) and NumPy's differ by up to ~230 eps32
 # (|x| + 1) after one step and by 1e-2 after 23, so it is compared over one step

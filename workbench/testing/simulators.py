@@ -186,6 +186,29 @@ def acrobot_step(n: int, *, resets: bool = True):
     return b.build()
 
 
+def particles_step(n: int, k: int = 16):
+    """A memory-heavier step (not a gymnasium environment): ``k`` particles per
+    environment on damped springs under gravity, bouncing off the floor at 0
+    (semi-implicit Euler, dt = 0.01). Its state is 2k floats per environment against
+    CartPole's 4, and it streams nothing per step: the traffic fusing saves is all of
+    it (the issue: the gain grows with the memory a simulator moves)."""
+    b = GraphBuilder("particles", f"{k} bouncing particles per environment")
+    x = b.input("x", (n, k), range=(0.1, 2.0))
+    v = b.input("v", (n, k), range=(-1.0, 1.0))
+    dt, spring, damping, g = 0.01, 4.0, 0.1, 9.8
+    a = -spring * (x - 1.0) - damping * v - g
+    v2 = v + dt * a
+    x2 = x + dt * v2
+    below = b.lt(x2, 0.0)
+    b.output(b.where(below, -x2, x2), "x_next")
+    b.output(b.where(below, -0.9 * v2, v2), "v_next")
+    return b.build()
+
+
+def particles(n: int, steps: int, k: int = 16) -> Repeat:
+    return _rollout(particles_step(n, k), ("x", "v"), (), steps)
+
+
 def _rollout(step, state: tuple[str, ...], stacked: tuple[str, ...], steps: int) -> Repeat:
     return repeat(step, steps, {s: f"{s}_next" for s in state}, stacked=stacked,
                   name=f"{step.name}_x{steps}")
