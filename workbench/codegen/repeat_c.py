@@ -106,13 +106,12 @@ class _Names:
         return ", ".join(ps + [f"{int64} t0", f"{int64} steps"])
 
 
-def body_lines(r: Repeat, rd, read: dict[str, str]) -> tuple[list[str], dict[str, str]]:
-    """The body's statements for one environment element: ``read`` maps each body
-    input to the C expression of its element (compute type); returns the lines and
-    each value's C name. Every node is one ``const`` local named after its node id."""
+def body_lines(r: Repeat, read: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+    """The whole body for one environment element, as one block (the CUDA form's):
+    ``read`` maps each body input to the C expression of its element (compute type);
+    returns the lines and each value's C name. Every input is loaded once, up front;
+    every node is one ``const`` local named after its node id."""
     g = r.body
-    # every input loaded once, up front, into a local: a load inside a select (a
-    # reset's where) would be a conditional load, which keeps GCC from vectorizing
     lines, names = [], {}
     for k, (i, expr) in enumerate(read.items()):
         names[i] = f"a{k}"
@@ -120,14 +119,9 @@ def body_lines(r: Repeat, rd, read: dict[str, str]) -> tuple[list[str], dict[str
     for c in g.constants:
         names[c] = c_literal(g.constants[c], g.value(c).dtype)
     for n in g.nodes:
-        op = get_op(n.op)
-        ins = [g.value(i) for i in n.inputs]
-        out = g.value(n.outputs[0])
-        expr = op.scalar([names[i] for i in n.inputs], [v.dtype for v in ins], out.dtype,
-                         n.attr_map)
-        var = f"v_{n.id}"
-        lines.append(f"const {out.dtype.c_compute} {var} = {expr};  /* {n.id} */")
-        names[n.outputs[0]] = var
+        var = names[n.outputs[0]] = f"v_{n.id}"
+        lines.append(f"const {g.value(n.outputs[0]).dtype.c_compute} {var} = "
+                     f"{_scalar(g, n, names)};  /* {n.id} */")
     return lines, names
 
 
@@ -284,7 +278,7 @@ def fused_cuda_source(r: Repeat, name: str) -> str:
     g = r.body
     read = {i: nm.local[i] for i in r.carried_inputs}
     read.update(_reads(r, rd, nm, f"t * {m}LL + e", "e"))
-    lines, names = body_lines(r, rd, read)
+    lines, names = body_lines(r, read)
     stores = [f"{nm.local[i]} = {names[o]};" for i, o in r.carried]
     stores += [f"{p}[t * {m}LL + e] = {rd.to_storage(g.value(s).dtype, names[s])};"
                for s, p in nm.ys.items()]
