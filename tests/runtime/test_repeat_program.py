@@ -115,6 +115,13 @@ def test_session_steps_actions_and_undo():
     assert "#pragma omp simd" in src and "for (int64_t t = t0; t < t0 + steps; t++)" in src
 
 
+def test_a_repeat_given_to_the_graph_session_says_where_it_opens():
+    with pytest.raises(wb.WorkbenchError, match=r"wb.RepeatSession"):
+        wb.Session(cartpole(8, 4), backend="reference")
+    with pytest.raises(wb.WorkbenchError, match="takes a Repeat"):
+        wb.RepeatSession(cartpole(8, 4).body)
+
+
 def test_cost_model_moves_the_state_once_per_call():
     r = cartpole(65536, 256)
     dev = wb.RepeatSession(r).device
