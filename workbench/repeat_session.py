@@ -21,6 +21,7 @@ from typing import Mapping
 
 import numpy as np
 
+from . import arguments as args
 from .errors import FusionRefused, WorkbenchError
 from .ir.repeat import Repeat
 from .codegen.repeat_c import fused_cuda_source, refusal
@@ -45,7 +46,7 @@ class RepeatSession:
         if not isinstance(r, Repeat):
             raise WorkbenchError(f"RepeatSession takes a Repeat (wb.repeat(step, n, state)), "
                                  f"got {type(r).__name__}")
-        self.repeat, self.seed = r.verify(), seed
+        self.repeat, self.seed = r.verify(), args.count(seed, "seed", 0, 2 ** 63 - 1)
         self._history: list[tuple[str, int | None]] = [("unfused", None)]
         self._position = 0
         self._programs: dict = {}
@@ -68,14 +69,20 @@ class RepeatSession:
     def fuse_steps(self, f: int) -> int:
         """Run F steps per kernel call (1 <= F <= the trip count); refused with the
         reason where the body mixes environments."""
-        r = self.repeat
-        if isinstance(f, bool) or not isinstance(f, int) or not 1 <= f <= r.trips:
-            raise WorkbenchError(f"fuse steps: F must be an integer in [1, {r.trips}] (the "
-                                 f"trip count), got {f!r:.40}")
-        why = refusal(r)
+        f = self._steps(f)
+        why = refusal(self.repeat)
         if why:
             raise FusionRefused(f"fuse steps x{f}: {why}")
         return self._push(f"fuse steps x{f}", f)
+
+    def _steps(self, f) -> int:
+        return args.count(f, "fuse steps: F (steps per kernel call, at most the trip "
+                             "count)", 1, self.repeat.trips)
+
+    def _steps_or_none(self, f) -> int | None:
+        """F as given (``...``: the current step's; None: unfused), checked."""
+        f = self.steps_per_call if f is ... else f
+        return None if f is None else self._steps(f)
 
     def unfuse(self) -> None:
         return self._push("unfused", None)
@@ -119,18 +126,18 @@ class RepeatSession:
         return cpu_device()
 
     def predict(self, f: int | None = ..., device=None) -> RepeatCost:
-        return repeat_cost(self.repeat, self.steps_per_call if f is ... else f,
-                           device or self.device)
+        return repeat_cost(self.repeat, self._steps_or_none(f), device or self.device)
 
     def program(self, f: int | None = ...):
         from .runtime.repeat_program import RepeatProgram
-        f = self.steps_per_call if f is ... else f
+        f = self._steps_or_none(f)
         if f not in self._programs:
             self._programs[f] = RepeatProgram(self.repeat, f)
         return self._programs[f]
 
     def source(self, target: str = "c") -> str:
         """The current step's C, or the fused kernel's CUDA (``target="cuda"``)."""
+        target = args.name(target, "target ('c' or 'cuda')")
         if target == "cuda":
             return fused_cuda_source(self.repeat, "wb_repeat_fused")
         if target != "c":

@@ -106,3 +106,24 @@ def test_bad_inputs_and_bad_json_are_named():
     d["carried"] = [["x"]]
     with pytest.raises(GraphError, match="pairs of names"):
         repeat_from_json(d)
+
+
+def test_junk_arguments_end_in_one_clear_error():
+    """What a careless caller passes to wb.repeat and RepeatSession ends in a
+    WorkbenchError (the API fuzzer's junk), never another exception."""
+    from workbench.testing.fuzz.api import JUNK
+    g = damped_spring()
+    state = {"x": "x_next", "v": "v_next"}
+    s = wb.RepeatSession(wb.repeat(g, 3, state, stacked=["force"]))
+    calls = [lambda j: wb.repeat(g, j, state), lambda j: wb.repeat(g, 3, j),
+             lambda j: wb.repeat(j, 3, state), lambda j: wb.repeat(g, 3, state, stacked=j),
+             lambda j: wb.repeat(g, 3, state, batch_axis=j),
+             lambda j: wb.repeat(g, 3, state, name=j), lambda j: wb.RepeatSession(j),
+             lambda j: wb.RepeatSession(s.repeat, seed=j), s.fuse_steps, s.predict,
+             s.source, s.apply, s.reference]
+    for call in calls:
+        for j in JUNK:
+            try:
+                call(j)
+            except wb.WorkbenchError:
+                pass

@@ -109,7 +109,7 @@ def test_session_steps_actions_and_undo():
     x16 = next(a for a in s.actions() if a.label == "fuse steps x16")
     assert s.apply(x16) == 16 and s.history == ["unfused", "fuse steps x16"]
     assert s.undo() is None and s.redo() == 16
-    with pytest.raises(wb.WorkbenchError, match="F must be an integer in"):
+    with pytest.raises(wb.WorkbenchError, match="F .steps per kernel call"):
         s.fuse_steps(65)
     src = s.source("c")
     assert "#pragma omp simd" in src and "for (int64_t t = t0; t < t0 + steps; t++)" in src

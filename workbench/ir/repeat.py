@@ -232,9 +232,25 @@ def repeat(step: Graph, n: int, state: Mapping[str, str] | Sequence[tuple[str, s
     """``step`` run ``n`` times: ``state`` maps each carried body input to the body
     output that replaces it; ``stacked`` names the body inputs read one slice per step;
     every other body output is stacked per step. Verified before it is returned."""
-    pairs = tuple(state.items()) if isinstance(state, Mapping) else \
-        tuple(tuple(p) for p in state)
-    return Repeat(name or step.name, step, n, pairs, tuple(stacked), batch_axis).verify()
+    if not isinstance(step, Graph):
+        raise GraphError(f"repeat's step must be a Graph (GraphBuilder(...).build()), got "
+                         f"{type(step).__name__}")
+    items = list(state.items()) if isinstance(state, Mapping) else \
+        list(state) if isinstance(state, (list, tuple)) else None
+    if items is None or not all(isinstance(p, (tuple, list)) and len(p) == 2 and
+                                all(isinstance(x, str) for x in p) for p in items):
+        raise GraphError("repeat's state maps each carried body input to the body output "
+                         "that replaces it: {input: output} or [(input, output), ...] of "
+                         f"names, got {type(state).__name__} {str(state)[:60]!r}")
+    if not isinstance(stacked, (list, tuple)) or not all(isinstance(x, str) for x in stacked):
+        raise GraphError("repeat's stacked is a list of body input names, got "
+                         f"{type(stacked).__name__} {str(stacked)[:60]!r}")
+    if name is not None and not isinstance(name, str):
+        raise GraphError(f"repeat's name is a string, got {type(name).__name__}")
+    if isinstance(n, np.integer):
+        n = int(n)
+    return Repeat(name or step.name, step, n, tuple((i, o) for i, o in items),
+                  tuple(stacked), batch_axis).verify()
 
 
 # -- printer ----------------------------------------------------------------------------
