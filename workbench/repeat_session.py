@@ -16,6 +16,7 @@ Example::
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -50,6 +51,7 @@ class RepeatSession:
         self._history: list[tuple[str, int | None]] = [("unfused", None)]
         self._position = 0
         self._programs: dict = {}
+        self._measured: dict = {}          # F (None: unfused) -> best seconds
 
     # -- the plan and its history ----------------------------------------------------
     @property
@@ -143,6 +145,47 @@ class RepeatSession:
         if target != "c":
             raise WorkbenchError(f"target is 'c' or 'cuda', got {target!r:.20}")
         return self.program().source
+
+    def measure(self, f: int | None = ..., repeats: int = 5) -> float:
+        """Seconds of the fastest of ``repeats`` runs (F steps per call; ``...``: the
+        current step's, None: unfused) on :meth:`inputs`, outputs reused from run to
+        run, a short pause before each (the runs before leave no pool spinning); kept
+        for :meth:`table`."""
+        import time
+        f = self._steps_or_none(f)
+        repeats = args.count(repeats, "repeats", 1, 1000)
+        prog, ins = self.program(f), self.inputs()
+        out = prog.new_outputs()
+        prog.run(ins, out=out, checked=False)            # warm: pages, the pool
+        best = math.inf
+        for _ in range(repeats):
+            time.sleep(0.05)
+            t0 = time.perf_counter()
+            prog.run(ins, out=out, checked=False)
+            best = min(best, time.perf_counter() - t0)
+        self._measured[f] = best
+        return best
+
+    def table(self, measure: bool = False, repeats: int = 5):
+        """One row per form ("unfused", then "fuse steps xF" for every offered F where
+        fusing is legal): calls, bytes moved and predicted ms (the cost model), measured
+        ms where measured (all of them with ``measure=True``), and both speedups over
+        the unfused program: what a plot of speedup against F draws."""
+        import pandas as pd
+        rows = []
+        for a in self.actions():
+            if not a.legal:
+                continue
+            f = a.steps_per_call
+            if args.flag(measure, "measure") and f not in self._measured:
+                self.measure(f, repeats)
+            rows.append({"step": a.label, "steps_per_call": f, "calls": a.predicted.calls,
+                         "bytes": a.predicted.bytes, "predicted_ms": a.predicted.ms,
+                         "measured_ms": self._measured.get(f, math.nan) * 1e3})
+        t = pd.DataFrame(rows)
+        t["speedup_predicted"] = t["predicted_ms"].iloc[0] / t["predicted_ms"]
+        t["speedup_measured"] = t["measured_ms"].iloc[0] / t["measured_ms"]
+        return t
 
     def run(self, inputs: Mapping[str, np.ndarray], out=None, checked=None) -> dict:
         return self.program().run(inputs, out=out, checked=checked)
