@@ -30,29 +30,9 @@ import numpy as np
 
 from harness import RESULTS, SETTLE_S, first_line, log, machine_line, write_results
 
+from workbench.testing.simulators import torch_cartpole_step
+
 FS = (1, 4, 16, 64, 256)
-
-
-def torch_step(torch):
-    """gymnasium's CartPole step (as workbench/testing/simulators.py builds it) in torch,
-    float32, resets as masks."""
-    from workbench.testing.simulators import CARTPOLE as c
-    total, pml = c["masspole"] + c["masscart"], c["masspole"] * c["length"]
-
-    def step(x, x_dot, th, th_dot, action, resets):
-        force = torch.where(action == 1, c["force_mag"], -c["force_mag"])
-        cos, sin = torch.cos(th), torch.sin(th)
-        temp = (force + pml * (th_dot * th_dot) * sin) / total
-        thacc = (c["gravity"] * sin - cos * temp) / (
-            c["length"] * (4.0 / 3.0 - c["masspole"] * (cos * cos) / total))
-        xacc = temp - pml * thacc * cos / total
-        nx, nxd = x + c["tau"] * x_dot, x_dot + c["tau"] * xacc
-        nth, nthd = th + c["tau"] * th_dot, th_dot + c["tau"] * thacc
-        done = (nx < -c["x_threshold"]) | (nx > c["x_threshold"]) | \
-            (nth < -c["theta_threshold"]) | (nth > c["theta_threshold"])
-        new = [torch.where(done, r, v) for r, v in zip(resets, (nx, nxd, nth, nthd))]
-        return (*new, torch.ones_like(nx), done)
-    return step
 
 
 def torch_rollout(torch, step, ins, steps):
@@ -94,7 +74,7 @@ def methods_for(n: int, steps: int, a) -> tuple[dict, dict, dict]:
     try:
         import torch
         torch.set_num_threads(a.threads)
-        step = torch_step(torch)
+        step = torch_cartpole_step(torch)
         eager = torch_rollout(torch, step, ins, steps)
         calls["torch eager"] = (eager, steps)
         if not a.no_compile:

@@ -86,3 +86,33 @@ def test_a_module_with_more_than_the_loop_is_refused():
             return tuple(torch.relu(t) for t in super().forward(x, v, force, k))
     with pytest.raises(GraphError, match="one scan or while_loop"):
         repeat_from_torch(More(), (rand(N), rand(N), rand(3, N), rand(N)))
+
+
+def test_cartpole_written_in_torch_imports_as_the_builders_cartpole():
+    """CartPole in torch (a scan over the actions) imports as a repeat that fuses and
+    agrees bit for bit with the builder's CartPole (the same operations in order)."""
+    import workbench as wb
+    from workbench.testing.simulators import cartpole, torch_cartpole_step
+    step = torch_cartpole_step(torch)
+
+    class Rollout(torch.nn.Module):
+        def forward(self, x, xd, th, thd, actions, rx, rxd, rth, rthd):
+            def body(carry, a):
+                *s, reward, done = step(*carry, a, (rx, rxd, rth, rthd))
+                return tuple(s), (reward, done)
+            final, (rewards, dones) = scan(body, (x, xd, th, thd), actions)
+            return (*final, rewards, dones)
+
+    built = cartpole(64, 12)
+    ins = wb.RepeatSession(built, seed=1).inputs()
+    order = ("x", "x_dot", "theta", "theta_dot", "action", "x_reset", "x_dot_reset",
+             "theta_reset", "theta_dot_reset")
+    args = tuple(torch.from_numpy(ins[k]) for k in order)
+    r = repeat_from_torch(Rollout(), args, name="cartpole_torch")
+    assert r.trips == 12 and len(r.carried) == 4 and len(r.invariant_inputs) == 4
+    got = RepeatProgram(r, 5).run(dict(zip(r.inputs, (a.numpy() for a in args))),
+                                  checked=True)
+    want = RepeatProgram(built, 5).run(ins, checked=True)
+    for o, w in zip(r.outputs, built.outputs):
+        assert np.array_equal(got[o], want[w]), (o, w)
+    assert want["terminated"].any()

@@ -101,6 +101,19 @@ def test_a_reduction_across_environments_is_refused_with_the_reason():
         RepeatProgram(r, 2)
 
 
+def test_array_constants_inline_only_when_uniform():
+    def body(values):
+        b = wb.GraphBuilder("c")
+        x = b.input("x", (4,))
+        b.output(x * b.constant(np.array(values, np.float32)), "x_next")
+        return wb.repeat(b.build(), 3, {"x": "x_next"})
+    assert refusal(body([2.0] * 4)) is None        # a folded full_like: one literal
+    r = body([2.0] * 4)
+    ins = {"x": np.array([1, -2, 3, 0.5], np.float32)}
+    assert np.array_equal(RepeatProgram(r, 3).run(ins, checked=True)["x_next"], ins["x"] * 8)
+    assert "array of different values" in refusal(body([1.0, 2.0, 3.0, 4.0]))
+
+
 def test_session_steps_actions_and_undo():
     r = cartpole(512, 64)
     s = wb.RepeatSession(r)

@@ -25,6 +25,8 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
+
 from ..dtypes import DType, c_literal
 from ..ops import Kind, get_op
 from ..ir.repeat import Repeat
@@ -44,6 +46,8 @@ def refusal(r: Repeat) -> str | None:
     shape = g.value(r.carried[0][0]).shape
     for n in g.nodes:
         op = get_op(n.op)
+        if n.op == "reshape" and g.value(n.inputs[0]).numel == g.value(n.outputs[0]).numel:
+            continue            # the same elements in the same order: a copy
         if op.kind is not Kind.elementwise:
             axes = n.attr("axes")
             if op.kind is Kind.reduce and (axes is None or ax in axes):
@@ -62,10 +66,17 @@ def refusal(r: Repeat) -> str | None:
             return (f"value {v.name!r} is {v.dtype.value}: fused steps compute float32 "
                     "and integer bodies")
     for c in g.constants:
-        if g.value(c).shape != ():
-            return (f"constant {c!r} is an array: fused steps inline scalar constants; "
-                    "pass it as an invariant input")
+        a = np.asarray(g.constants[c])
+        if a.size and not (a == a.flat[0]).all():
+            return (f"constant {c!r} is an array of different values: fused steps inline "
+                    "constants as literals; pass it as an invariant input")
     return None
+
+
+def _literal(g, c: str) -> str:
+    """A constant as a literal: scalars, and arrays of one value (an importer's folded
+    ``ones_like``), which ``refusal`` lets through."""
+    return c_literal(np.asarray(g.constants[c]).flat[0], g.value(c).dtype)
 
 
 def tile_for(r: Repeat) -> int:
@@ -117,7 +128,7 @@ def body_lines(r: Repeat, read: dict[str, str]) -> tuple[list[str], dict[str, st
         names[i] = f"a{k}"
         lines.append(f"const {g.value(i).dtype.c_compute} a{k} = {expr};")
     for c in g.constants:
-        names[c] = c_literal(g.constants[c], g.value(c).dtype)
+        names[c] = _literal(g, c)
     for n in g.nodes:
         var = names[n.outputs[0]] = f"v_{n.id}"
         lines.append(f"const {g.value(n.outputs[0]).dtype.c_compute} {var} = "
@@ -146,6 +157,8 @@ _CALL = re.compile(r"(?<![A-Za-z0-9_])(" + "|".join(VECTOR_MATH) + r")\(")
 
 
 def _scalar(g, n, names: dict[str, str]) -> str:
+    if n.op == "reshape":           # (of the same elements: refusal checked)
+        return names[n.inputs[0]]
     ins = [g.value(i) for i in n.inputs]
     return get_op(n.op).scalar([names[i] for i in n.inputs], [v.dtype for v in ins],
                                g.value(n.outputs[0]).dtype, n.attr_map)
@@ -185,8 +198,7 @@ def _staged(r: Repeat, rd, read: dict[str, str], tile: int):
     var = lambda v: f"v_{g.producer[v].id}"
     bodies, names = [], {}
     for k, grp in enumerate(groups):
-        lines, names = [], {c: c_literal(g.constants[c], g.value(c).dtype)
-                            for c in g.constants}
+        lines, names = [], {c: _literal(g, c) for c in g.constants}
         used = dict.fromkeys(i for n in grp for i in n.inputs)
         if k == last:
             used.update(dict.fromkeys(o for o in g.outputs if made[o] < last))

@@ -234,5 +234,29 @@ def acrobot(n: int, steps: int, *, resets: bool = True) -> Repeat:
                     ("theta1", "theta2", "dtheta1", "dtheta2"), ("action",), steps)
 
 
+def torch_cartpole_step(torch):
+    """The same CartPole step written in torch (float32, resets as masks), for the
+    benchmarks' torch rows and the torch importer's check: ``step(x, x_dot, theta,
+    theta_dot, action, resets) -> (x, x_dot, theta, theta_dot, reward, terminated)``.
+    (``torch`` is passed in: this module imports no torch.)"""
+    c = CARTPOLE
+    total, pml = c["masspole"] + c["masscart"], c["masspole"] * c["length"]
+
+    def step(x, x_dot, th, th_dot, action, resets):
+        force = torch.where(action == 1, c["force_mag"], -c["force_mag"])
+        cos, sin = torch.cos(th), torch.sin(th)
+        temp = (force + pml * (th_dot * th_dot) * sin) / total
+        thacc = (c["gravity"] * sin - cos * temp) / (
+            c["length"] * (4.0 / 3.0 - c["masspole"] * (cos * cos) / total))
+        xacc = temp - pml * thacc * cos / total
+        nx, nxd = x + c["tau"] * x_dot, x_dot + c["tau"] * xacc
+        nth, nthd = th + c["tau"] * th_dot, th_dot + c["tau"] * thacc
+        done = (nx < -c["x_threshold"]) | (nx > c["x_threshold"]) | \
+            (nth < -c["theta_threshold"]) | (nth > c["theta_threshold"])
+        new = [torch.where(done, r, v) for r, v in zip(resets, (nx, nxd, nth, nthd))]
+        return (*new, torch.ones_like(nx), done)
+    return step
+
+
 SIMULATORS = {"cartpole": cartpole, "pendulum": pendulum, "mountain_car": mountain_car,
               "acrobot": acrobot}
