@@ -8,7 +8,9 @@ from .errors import FusionRefused, WorkbenchError
 from .frontends import load, load_onnx
 from .dtypes import DType
 from .ir import Graph, GraphBuilder, load_json, save_json
+from .ir.repeat import Repeat, repeat
 from .session import Session
+from .repeat_session import RepeatSession
 
 from .version import __version__
 
@@ -44,6 +46,6 @@ def load_ipython_extension(ipython) -> None:
     load_magics(ipython)
 
 
-__all__ = ["DType", "FusionRefused", "Graph", "GraphBuilder", "Session", "WorkbenchError",
+__all__ = ["DType", "FusionRefused", "Graph", "GraphBuilder", "Repeat", "RepeatSession", "Session", "WorkbenchError",
            "from_torch", "load", "load_artifact", "load_ipython_extension", "load_json",
-           "load_onnx", "open", "save_json", "__version__"]
+           "load_onnx", "open", "repeat", "save_json", "__version__"]

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import WorkbenchError, existing_file, shown
 from ..ir import Graph, load_json
+from ..ir.repeat import Repeat
 from .onnx import load_onnx
 
 
@@ -32,8 +33,10 @@ def load(source: Any, **kw: Any) -> Graph:
     except ImportError:  # onnx is a dependency, but a Graph or JSON needs none of it
         pass
     if not isinstance(source, (str, os.PathLike)):
+        hint = ("; a repeat opens in wb.RepeatSession(r) (docs/repeat.md)"
+                if isinstance(source, Repeat) else "")
         raise WorkbenchError(f"cannot load a {type(source).__name__}; pass a Graph, an "
-                             "onnx.ModelProto or a path to a .onnx or .json file")
+                             "onnx.ModelProto or a path to a .onnx or .json file" + hint)
     path = Path(source)
     existing_file(path, ".onnx or .json file")
     suffix = path.suffix.lower()

@@ -100,10 +100,12 @@ WORKAROUNDS = {
     "Unique": _DATA_SHAPE, "unique": _DATA_SHAPE, "_unique2": _DATA_SHAPE,
     "Compress": _DATA_SHAPE,
     "Loop": "export with static control flow: Python loops over fixed ranges unroll "
-            "under torch.onnx.export",
+            "under torch.onnx.export; or export the loop alone (a constant trip count) "
+            "and load it as a repeat: workbench.frontends.onnx_loop.load_onnx_repeat",
     "If": "export with static control flow (no branches on tensor values)",
     "Scan": "export with static control flow: Python loops over fixed ranges unroll "
-            "under torch.onnx.export",
+            "under torch.onnx.export; or export the scan alone and load it as a "
+            "repeat: workbench.frontends.onnx_loop.load_onnx_repeat",
     "native_dropout": _TRAINING, "_native_batch_norm_legit": _TRAINING,
     "_native_batch_norm_legit_functional": _TRAINING,
     "Upsample": "re-export at opset 13 or newer (Resize replaces it)",
