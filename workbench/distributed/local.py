@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..ir.graph import Graph, Node, Value
-from ..ops.collective import COLLECTIVES, WAIT
+from ..ops.collective import COLLECTIVES, SHARD_LOCAL, WAIT
 from .placement import Replicate
 from .program import DistProgram
 
@@ -30,7 +30,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class Comm:
-    """A collective's start or its wait (``node``: the program's node)."""
+    """A collective's start or its wait, or a shard_local (``node``: the program's
+    node)."""
     index: int
     node: Node
 
@@ -55,7 +56,7 @@ def local_steps(d: DistProgram) -> list:
             run.clear()
 
     for i, n in enumerate(g.nodes):
-        if n.op in COLLECTIVES or n.op == WAIT:
+        if n.op in COLLECTIVES or n.op in (WAIT, SHARD_LOCAL):
             close()
             steps.append(Comm(len(steps), n))
         else:

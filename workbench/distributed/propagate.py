@@ -16,7 +16,7 @@ its own piece with the ops of the registry:
 * collectives: ``all_reduce`` ``P(op)`` -> ``R``; ``reduce_scatter`` ``P(op)`` ->
   ``S(dim)``; ``all_gather`` ``S(dim)`` -> ``R``; ``all_to_all`` ``S(concat_dim)`` ->
   ``S(split_dim)``; ``send_recv`` ``S(dim)`` -> ``S(dim)``; each result read only
-  through its ``wait_tensor``.
+  through its ``wait_tensor``. ``shard_local`` (no communication): ``R`` -> ``S(dim)``.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Mapping
 from ..errors import GraphError
 from ..ir.graph import Graph, Node
 from ..ops import Kind, get_op, normalize_axes
-from ..ops.collective import COLLECTIVES, WAIT
+from ..ops.collective import COLLECTIVES, SHARD_LOCAL, WAIT
 from ..ops.registry import attr_bool
 from .placement import Partial, Placement, Replicate, Shard, check_on
 
@@ -75,7 +75,7 @@ def propagate(g: Graph, leaves: Mapping[str, Placement], p: int) -> dict[str, Pl
 
 def _rule(g: Graph, n: Node, ins: list[Placement], p: int) -> Placement:
     op = get_op(n.op)
-    if n.op in COLLECTIVES or n.op == WAIT:
+    if n.op in COLLECTIVES or n.op in (WAIT, SHARD_LOCAL):
         return _collective(g, n, ins[0], p)
     if op.kind is Kind.elementwise:
         return _elementwise(g, n, ins)
@@ -99,6 +99,10 @@ def _collective(g: Graph, n: Node, x: Placement, p: int) -> Placement:
         raise PlacementError(f"group_size {size} but the program runs on {p} ranks")
     rank = len(g.value(n.inputs[0]).shape)
     dim = lambda key: n.attr(key) % rank
+    if n.op == SHARD_LOCAL:
+        if not isinstance(x, Replicate):
+            raise PlacementError(f"takes a slice of a {x} value; it slices replicated ones")
+        return Shard(dim("dim"))
     if n.op in ("all_reduce", "reduce_scatter"):
         want = Partial(n.attr("reduce_op", "sum"))
         if x != want:
@@ -108,8 +112,9 @@ def _collective(g: Graph, n: Node, x: Placement, p: int) -> Placement:
     src = {"all_gather": "dim", "all_to_all": "concat_dim", "send_recv": "dim"}[n.op]
     if x != Shard(dim(src)):
         raise PlacementError(f"moves a {x} value; it takes Shard({dim(src)}) ({src})")
-    return {"all_gather": Replicate(), "all_to_all": Shard(dim("split_dim")),
-            "send_recv": x}[n.op]
+    if n.op == "all_to_all":
+        return Shard(dim("split_dim"))
+    return Replicate() if n.op == "all_gather" else x
 
 
 def _elementwise(g: Graph, n: Node, ins: list[Placement]) -> Placement:

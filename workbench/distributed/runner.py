@@ -26,7 +26,7 @@ from ..errors import RankFailure
 from ..runtime.reference import random_inputs, run_reference
 from ..tolerance import relative_to_largest
 from .local import Comm, local_steps
-from .placement import assemble, piece
+from .placement import Shard, assemble, piece
 from .program import DistProgram
 
 # the largest error accepted against the reference, relative to the output's largest
@@ -136,7 +136,8 @@ def run_ranks(d: DistProgram, inputs: dict | None = None, seed: int = 0,
                                       "stopped")
             if list(progress[:]) != seen:
                 seen, last = list(progress[:]), now
-            elif now - last > timeout:
+            # (start-up -- importing torch, compiling the segments -- may take minutes)
+            elif now - last > (timeout if max(seen) >= 0 else max(timeout, 600)):
                 stuck = sorted((progress[r], r) for r in range(p) if r not in got)
                 what = "; ".join(
                     f"rank {r} at step {k} ({describe(steps[k]) if 0 <= k < len(steps) else 'start-up'})"
@@ -180,7 +181,9 @@ def _rank_main(rank, d, inputs, seed, planner, repeats, timeout, store, results,
         from .collectives import start
         p = d.ranks
         dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                                world_size=p, timeout=timedelta(seconds=timeout))
+                                world_size=p,
+                                # (longer than the parent's: it names the hung rank)
+                                timeout=timedelta(seconds=3 * timeout + 30))
         glob = inputs if inputs is not None else random_inputs(d.graph, seed)
         pl = d.placements
         env = {k: piece(np.asarray(v), pl[k], p, rank, k) for k, v in glob.items()}
@@ -216,6 +219,9 @@ def _rank_main(rank, d, inputs, seed, planner, repeats, timeout, store, results,
                     n = s.node
                     if n.op == "wait_tensor":
                         vals[n.outputs[0]] = pending.pop(n.inputs[0]).wait()
+                    elif n.op == "shard_local":
+                        vals[n.outputs[0]] = piece(vals[n.inputs[0]], Shard(n.attr("dim")),
+                                                   p, rank)
                     else:
                         x = vals[n.inputs[0]]
                         sent += sent_bytes(n, x.nbytes, p)

@@ -39,6 +39,9 @@ COLLECTIVES = {
     "send_recv": ("dim", "shift"),
 }
 WAIT = "wait_tensor"
+# a replicated value's own slice on each rank (DTensor's Replicate -> Shard): no
+# communication, so no start and wait
+SHARD_LOCAL = "shard_local"
 
 
 def group_size(attrs) -> int:
@@ -133,5 +136,19 @@ def _wait_infer(ins, attrs):
 
 register(OpDef(WAIT, Kind.opaque, (1, 1), _wait_infer, _identity, None,
                "wait for a collective started by the op producing its input; its result",
+               library=_library(_identity), library_flops=lambda i, o, a: 0.0,
+               error_scale=lambda xs, attrs: np.abs(xs[0])))
+
+
+def _shard_local_infer(ins, attrs):
+    (x,) = ins
+    d = check_axis(attr_int(attrs, "dim"), len(x.shape), "dim")
+    _divisible(x.shape, d, group_size(attrs), SHARD_LOCAL)
+    return [(x.shape, x.dtype)]
+
+
+register(OpDef(SHARD_LOCAL, Kind.opaque, (1, 1), _shard_local_infer, _identity, None,
+               "each rank keeps its slice along dim of a replicated value: Replicate -> "
+               "Shard(dim), no communication",
                library=_library(_identity), library_flops=lambda i, o, a: 0.0,
                error_scale=lambda xs, attrs: np.abs(xs[0])))

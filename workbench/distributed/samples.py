@@ -1,0 +1,72 @@
+"""The CoCoNet workloads as distributed programs (sample_graphs/distributed/ holds them
+as JSON, written by sample_graphs/make_distributed_samples.py).
+
+* :func:`dp_adamw`: a data-parallel AdamW step -- each rank's gradient is one addend of
+  the mean (``P(avg)``), averaged by an AllReduce, then torch's AdamW update (decoupled
+  weight decay) on replicated parameter and moments.
+* :func:`tp_mlp`: a Megatron tensor-parallel MLP block -- column-parallel matmul
+  (weights ``S(1)``), bias, GELU, row-parallel matmul (``S(0)``, a partial sum),
+  AllReduce, bias, residual and LayerNorm (dropout omitted: this is inference, where it
+  is the identity).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .builder import DistBuilder
+from .program import DistProgram
+
+ADAMW = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2, step=10)
+
+
+def adamw(b, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step):
+    """torch.optim.AdamW's update, in its order of operations: (new p, new m, new v)."""
+    with b.composite("AdamW", "adamw"):
+        m2 = m * beta1 + g * (1.0 - beta1)
+        v2 = v * beta2 + g * g * (1.0 - beta2)
+        denom = b.sqrt(v2) * (1.0 / math.sqrt(1.0 - beta2 ** step)) + eps
+        p2 = p * (1.0 - lr * weight_decay) - m2 / denom * (lr / (1.0 - beta1 ** step))
+        return p2, m2, v2
+
+
+def dp_adamw(rows: int = 4096, cols: int = 4096, ranks: int = 2) -> DistProgram:
+    b = DistBuilder("dp_adamw", ranks,
+                    f"Data-parallel AdamW step on {ranks} ranks: gradient AllReduce (mean), "
+                    f"then AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 1e-2, "
+                    f"step 10) on param/m/v[{rows}, {cols}] "
+                    f"({rows * cols / 2**20:.3g}M parameters)")
+    g = b.input("grad", (rows, cols), placement="P(avg)")
+    p, m = b.input("param", (rows, cols)), b.input("m", (rows, cols))
+    v = b.input("v", (rows, cols), range=(0.0, 1.0))
+    p2, m2, v2 = adamw(b, p, b.all_reduce(g, "avg"), m, v, **ADAMW)
+    b.output(p2, "param_out")
+    b.output(m2, "m_out")
+    b.output(v2, "v_out")
+    return b.build()
+
+
+def tp_mlp(tokens: int = 512, hidden: int = 1024, ffn: int = 4096,
+           ranks: int = 2) -> DistProgram:
+    b = DistBuilder("tp_mlp", ranks,
+                    f"Megatron tensor-parallel MLP on {ranks} ranks: x[{tokens}, {hidden}] "
+                    f"@ W1[{hidden}, {ffn}] (column-parallel) + b1, GELU, @ W2[{ffn}, "
+                    f"{hidden}] (row-parallel), AllReduce, + b2, + x, LayerNorm")
+    rng = np.random.default_rng(0)
+    x = b.input("x", (tokens, hidden))
+    w1 = b.input("w1", (hidden, ffn), placement="S(1)")
+    w2 = b.input("w2", (ffn, hidden), placement="S(0)")
+    b1 = b.constant(rng.uniform(-0.1, 0.1, ffn).astype(np.float32), "b1", placement="S(0)")
+    b2 = b.constant(rng.uniform(-0.1, 0.1, hidden).astype(np.float32), "b2")
+    gamma = b.constant(rng.uniform(0.5, 1.5, hidden).astype(np.float32), "gamma")
+    beta = b.constant(rng.uniform(-0.1, 0.1, hidden).astype(np.float32), "beta")
+    h = b.gelu(b.matmul(x, w1) + b1)
+    y = b.all_reduce(b.matmul(h, w2)) + b2
+    b.output(b.layer_norm(y + x, gamma, beta), "out")
+    return b.build()
+
+
+# file name -> (builder, the sizes the file is written at)
+SAMPLES = {"dp_adamw.json": (dp_adamw, dict(rows=1024, cols=1024)),
+           "tp_mlp.json": (tp_mlp, dict(tokens=256, hidden=512, ffn=2048))}
