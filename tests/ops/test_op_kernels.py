@@ -49,7 +49,7 @@ COVERED = UNARY + BINARY + SPECIAL_ELEMENTWISE + REDUCE + LAYOUT + OPAQUE
 COVERED += INDEXING_LAYOUT + INDEXING_LIBRARY + MINIFLOAT
 # collectives (one rank in a plain session, p ranks on gloo): tests/distributed/
 COVERED += ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv",
-            "wait_tensor"]
+            "wait_tensor", "shard_local"]
 
 
 def test_every_registered_op_is_covered():
