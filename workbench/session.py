@@ -81,7 +81,7 @@ class Session:
         # ranks=p: a distributed program on p gloo ranks (docs/distributed.md)
         if ranks is not None:
             from .distributed.session import DistSession
-            return DistSession(graph, ranks, **{k: v for k, v in kw.items() if k == "seed"})
+            return DistSession(graph, ranks, *a, **kw)
         return super().__new__(cls)
 
     def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,

@@ -77,3 +77,15 @@ def test_tensor_parallel_mlp_on_two_ranks():
     s.shard_after(next(n.id for n in s.graph.nodes if n.op == "all_gather"))
     run = s.run()
     assert run.ok, run.errors
+
+
+def test_cli_optimize_on_two_ranks(tmp_path, capsys):
+    from workbench.cli import main
+    from workbench.distributed import save_json
+    path = tmp_path / "dp.json"
+    save_json(dp_adamw(64, 32, 2), path)
+    assert main(["optimize", str(path), "--ranks", "2", "--repeats", "1",
+                 "--planner", "stitch", "--keep-sharded", "m_out,v_out"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert [r[2] for r in rows] == ["load", "auto"]
+    assert float(rows[1][4]) * 2 == float(rows[0][4])      # compute KB per rank: 1/2

@@ -97,8 +97,8 @@ def run_ranks(d: DistProgram, inputs: dict | None = None, seed: int = 0,
     # imports torch and the workbench once and forks each rank from there -- as safe
     # as spawn, without every rank of every run paying ~5 s of imports
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["torch.distributed", "workbench.session",
-                                "workbench.distributed.runner"])
+    ctx.set_forkserver_preload(["torch.distributed", "workbench.runtime",
+                                "workbench.fusion", "workbench.distributed.runner"])
     results = ctx.Queue()
     progress = ctx.Array("i", [-1] * p)
     tmp = tempfile.mkdtemp(prefix="wb-dist-")
@@ -178,76 +178,98 @@ def _stop(procs) -> None:
             pr.join(5)
 
 
+class RankProgram:
+    """One rank's sub-program, ready to run: its compute segments planned with
+    ``planner`` and compiled, its pieces of the inputs (``inputs``: global arrays, else
+    random by ``seed``). Call it inside a process whose gloo group is set up."""
+
+    def __init__(self, d: DistProgram, rank: int, planner: str = "rules",
+                 inputs: dict | None = None, seed: int = 0):
+        # (planned and compiled as a session would, without one: the session sits a
+        # floor above this package, which it delegates ranks=p to)
+        from ..fusion import run_planner
+        from ..fusion.fitted import FittedModel
+        from ..runtime import Program, get_backend
+        backend = get_backend("cpu")
+        model = FittedModel(backend.device).model
+        self.d, self.rank, self.p = d, rank, d.ranks
+        glob = inputs if inputs is not None else random_inputs(d.graph, seed)
+        pl = d.placements
+        self.env = {k: piece(np.asarray(v), pl[k], self.p, rank, k) for k, v in glob.items()}
+        self.steps = local_steps(d)
+        self.programs = {}
+        for s in self.steps:
+            if isinstance(s, Comm):
+                continue
+            for k in s.graph.inputs:    # sharded constants are inputs: their slices
+                if k in d.graph.constants:
+                    self.env[k] = piece(np.asarray(d.graph.constants[k]), pl[k], self.p,
+                                        rank, k)
+            plan, _ = run_planner(planner, s.graph, model=model)
+            self.programs[s.index] = Program(plan, backend)
+
+    def run(self, progress=None, fault=None) -> tuple[dict, RankTimes]:
+        """One step: every value it made, and its times."""
+        from .collectives import start
+        rank, p = self.rank, self.p
+        vals, pending = dict(self.env), {}
+        compute = comm = 0.0
+        sent = 0
+        t0 = time.perf_counter()
+        for s in self.steps:
+            if progress is not None:
+                progress[rank] = s.index
+            if fault is not None and fault[0] == rank and fault[1] == s.index:
+                if fault[2] == "hang":
+                    time.sleep(1e6)
+                raise RuntimeError("fault injected by the caller")
+            t = time.perf_counter()
+            if isinstance(s, Comm):
+                n = s.node
+                if n.op == "wait_tensor":
+                    vals[n.outputs[0]] = pending.pop(n.inputs[0]).wait()
+                elif n.op == "shard_local":
+                    vals[n.outputs[0]] = piece(vals[n.inputs[0]], Shard(n.attr("dim")), p,
+                                               rank)
+                else:
+                    x = vals[n.inputs[0]]
+                    sent += sent_bytes(n, x.nbytes, p)
+                    pending[n.outputs[0]] = start(n, x, rank, p)
+                comm += time.perf_counter() - t
+            else:
+                vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs}))
+                compute += time.perf_counter() - t
+        return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent)
+
+
+def init_gloo(rank: int, p: int, store: str, timeout: float) -> None:
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=p,
+                            # (longer than the parent's: it names the hung rank)
+                            timeout=timedelta(seconds=3 * timeout + 30))
+
+
 def _rank_main(rank, d, inputs, seed, planner, repeats, timeout, store, results,
                progress, fault):
     step = -1
     try:
         import torch.distributed as dist
-        from ..session import Session
-        from .collectives import start
-        p = d.ranks
-        dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank,
-                                world_size=p,
-                                # (longer than the parent's: it names the hung rank)
-                                timeout=timedelta(seconds=3 * timeout + 30))
-        glob = inputs if inputs is not None else random_inputs(d.graph, seed)
-        pl = d.placements
-        env = {k: piece(np.asarray(v), pl[k], p, rank, k) for k, v in glob.items()}
-        steps = local_steps(d)
-        for s in steps:     # sharded constants are the segments' inputs: their slices
-            if not isinstance(s, Comm):
-                for k in s.graph.inputs:
-                    if k in d.graph.constants:
-                        env[k] = piece(np.asarray(d.graph.constants[k]), pl[k], p, rank, k)
-        programs = {}
-        for s in steps:
-            if not isinstance(s, Comm):
-                sess = Session(s.graph, backend="cpu", calibrate=False)
-                if planner != "none":
-                    sess.auto(planner)
-                programs[s.index] = sess.program()
+        init_gloo(rank, d.ranks, store, timeout)
+        prog = RankProgram(d, rank, planner, inputs, seed)
         best = None
         for rep in range(repeats + 1):
             dist.barrier()
-            vals, pending = dict(env), {}
-            compute = comm = 0.0
-            sent = 0
-            t0 = time.perf_counter()
-            for s in steps:
-                step = s.index
-                progress[rank] = step
-                if fault is not None and fault[0] == rank and fault[1] == step:
-                    if fault[2] == "hang":
-                        time.sleep(10 * timeout + 3600)
-                    raise RuntimeError("fault injected by the caller")
-                t = time.perf_counter()
-                if isinstance(s, Comm):
-                    n = s.node
-                    if n.op == "wait_tensor":
-                        vals[n.outputs[0]] = pending.pop(n.inputs[0]).wait()
-                    elif n.op == "shard_local":
-                        vals[n.outputs[0]] = piece(vals[n.inputs[0]], Shard(n.attr("dim")),
-                                                   p, rank)
-                    else:
-                        x = vals[n.inputs[0]]
-                        sent += sent_bytes(n, x.nbytes, p)
-                        pending[n.outputs[0]] = start(n, x, rank, p)
-                    comm += time.perf_counter() - t
-                else:
-                    vals.update(programs[s.index].run({k: vals[k] for k in s.graph.inputs}))
-                    compute += time.perf_counter() - t
-            total = time.perf_counter() - t0
-            if rep and (best is None or total < best.step_s):
-                best = RankTimes(rank, total, compute, comm, sent)
-        if repeats == 0:
-            best = RankTimes(rank, total, compute, comm, sent)
-        step = len(steps)
+            vals, times = prog.run(progress, fault)
+            if rep and (best is None or times.step_s < best.step_s) or repeats == 0:
+                best = times
+        step = len(prog.steps)
         progress[rank] = step
         results.put(("done", rank, {o: vals[o] for o in d.graph.outputs}, best))
         dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:      # (reported to the parent, which stops every rank)
+        step = progress[rank]
         line = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
-        if not isinstance(e, RuntimeError) or "fault injected" not in str(e):
+        if "fault injected" not in str(e):
             line += " | " + traceback.format_exc().strip().splitlines()[-3][:200]
         results.put(("error", rank, step, line))

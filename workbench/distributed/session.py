@@ -55,8 +55,17 @@ class DistSession:
     """One distributed program on ``ranks`` ranks and its history; each rank's compute
     planned with ``planner`` (the per-rank segments' planner) when run."""
 
-    def __init__(self, graph, ranks: int = 2, seed: int = 0, planner: str = "stitch",
-                 link: Link | str = GLOO_LOOPBACK, timeout: float = 120.0):
+    def __init__(self, graph, ranks: int = 2, backend: str = "auto", seed: int = 0,
+                 planner: str = "stitch", link: Link | str = GLOO_LOOPBACK,
+                 timeout: float = 120.0, **unsupported):
+        if backend not in ("auto", "cpu"):
+            raise WorkbenchError(f"backend {backend!r:.30} with ranks: ranks run the cpu "
+                                 "backend's kernels under gloo (NCCL and CuPy ranks are not "
+                                 "built); pass backend='cpu'")
+        if unsupported:
+            raise WorkbenchError(f"{', '.join(sorted(unsupported))} is not supported with "
+                                 "ranks (a session over p ranks takes backend, seed, "
+                                 "planner, link, timeout)")
         self.ranks, self.seed, self.planner, self.timeout = ranks, seed, planner, timeout
         self.link = PRESETS[link] if isinstance(link, str) else link
         self._history = History(DistStep("load", load_program(graph, ranks).verify()))
