@@ -184,6 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--keep-sharded", default="", metavar="NAMES",
                    help="with --ranks: outputs the sharded work leaves sharded, comma "
                         "separated (optimizer state: m_out,v_out)")
+    o.add_argument("--link", default="gloo", choices=["gloo", "nvlink", "infiniband"],
+                   help="with --ranks: the link the planner prices collectives on")
     o.add_argument("-q", "--quiet", action="store_true")
     o.add_argument("-v", "--verbose", action="store_true",
                    help="print planner decisions and what tuning chose")

@@ -17,7 +17,8 @@ COLUMNS = ("graph", "ranks", "step", "compute KB/rank", "sent KB/rank", "step ms
 def optimize_ranks(args) -> int:
     rows = []
     for path in args.graph:
-        s = DistSession(path, ranks=args.ranks, seed=args.seed, planner=args.planner)
+        s = DistSession(path, ranks=args.ranks, seed=args.seed, planner=args.planner,
+                        link=args.link)
         if args.planner != "none":
             s.auto(args.planner, keep_sharded=[k for k in args.keep_sharded.split(",") if k])
             if args.verbose:

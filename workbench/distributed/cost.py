@@ -51,12 +51,36 @@ class Link:
         return 0.0
 
 
+@dataclass(frozen=True)
+class PerOpLink:
+    """A link measured per collective: gloo's ReduceScatter and AllGather are other
+    algorithms than its AllReduce (on this machine ~4x and ~2.5x slower per byte), so
+    one alpha and beta for all three does not hold. ``links``: op -> Link; others use
+    ``default``."""
+    name: str
+    links: tuple[tuple[str, Link], ...]
+    default: Link
+
+    def time(self, op: str, nbytes: float, p: int, form: str = "ring") -> float:
+        return dict(self.links).get(op, self.default).time(op, nbytes, p, form)
+
+
+# this machine's gloo over loopback on 2 ranks, fitted per op by benchmarks/collectives.py
+# (benchmarks/results/collectives-2026-12-05.md: within 25% of 20 of its 24 2-rank
+# times); what the planner prices collectives with unless given another link
+GLOO_LOOPBACK = PerOpLink(
+    "gloo loopback (fitted per op)",
+    (("all_reduce", Link("gloo all_reduce", 402e-6, 1 / 0.89e9)),
+     ("reduce_scatter", Link("gloo reduce_scatter", 1028e-6, 1 / 0.19e9)),
+     ("all_gather", Link("gloo all_gather", 1051e-6, 1 / 0.35e9))),
+    Link("gloo (fitted)", 532e-6, 1 / 0.68e9))
+
 # preset links (per-GPU figures as published; for the simulated curves, not measured
 # here): NVLink 4 (H100 SXM, ~450 GB/s per direction, ~2 us through NCCL) and
 # InfiniBand NDR (400 Gb/s = 50 GB/s per port, ~5 us)
 NVLINK = Link("NVLink (preset)", 2e-6, 1 / 450e9)
 INFINIBAND = Link("InfiniBand NDR (preset)", 5e-6, 1 / 50e9)
-PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND}
+PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "gloo": GLOO_LOOPBACK}
 
 
 def fit(samples: Sequence[tuple[str, int, float, float]], name: str = "fitted") -> Link:

@@ -18,17 +18,11 @@ from ..errors import FusionRefused, WorkbenchError
 from ..history import History
 from ..ir.graph import Graph
 from ..ops.collective import COLLECTIVES
-from .cost import Link, PRESETS
+from .cost import GLOO_LOOPBACK, PRESETS, Link, PerOpLink
 from .local import Comm, local_steps
 from .program import DistProgram, is_distributed_file, load_json
 from .runner import RankRun, run_ranks, sent_bytes
 from .transforms import shard_after, split_all_reduce
-
-# this machine's gloo over loopback on 2 ranks, fitted by benchmarks/collectives.py
-# (benchmarks/results/collectives.json): what the planner prices collectives with
-# unless given another link
-GLOO_LOOPBACK = Link("gloo loopback (fitted)", 1.2e-4, 1 / 1.5e9)
-
 
 @dataclass(frozen=True)
 class DistStep:
@@ -56,7 +50,7 @@ class DistSession:
     planned with ``planner`` (the per-rank segments' planner) when run."""
 
     def __init__(self, graph, ranks: int = 2, backend: str = "auto", seed: int = 0,
-                 planner: str = "stitch", link: Link | str = GLOO_LOOPBACK,
+                 planner: str = "stitch", link: Link | PerOpLink | str = GLOO_LOOPBACK,
                  timeout: float = 120.0, **unsupported):
         if backend not in ("auto", "cpu"):
             raise WorkbenchError(f"backend {backend!r:.30} with ranks: ranks run the cpu "
@@ -67,6 +61,9 @@ class DistSession:
                                  "ranks (a session over p ranks takes backend, seed, "
                                  "planner, link, timeout)")
         self.ranks, self.seed, self.planner, self.timeout = ranks, seed, planner, timeout
+        if isinstance(link, str) and link not in PRESETS:
+            raise WorkbenchError(f"unknown link {link!r:.30}; choose {', '.join(PRESETS)} "
+                                 "or pass a cost.Link")
         self.link = PRESETS[link] if isinstance(link, str) else link
         self._history = History(DistStep("load", load_program(graph, ranks).verify()))
         self._runs: dict = {}
