@@ -38,7 +38,7 @@ class Comm:
 
 def local_steps(d: DistProgram) -> list:
     """The rank's steps in program order: Segments and Comms."""
-    g, pl = d.graph, d.placements
+    g = d.graph
     later_reads: dict[str, int] = {}      # value -> the last node position reading it
     for i, n in enumerate(g.nodes):
         for v in n.inputs:
