@@ -8,7 +8,7 @@ import pytest
 
 from workbench.distributed import Replicate, Shard
 from workbench.distributed.cost import INFINIBAND, NVLINK, Link, fit, scale_out
-from workbench.distributed.samples import dp_adamw, tp_mlp
+from workbench.distributed.samples import dp_adamw, dp_lamb, tp_mlp
 from workbench.distributed.transforms import shard_after, split_all_reduce
 from workbench.errors import FusionRefused, WorkbenchError
 from workbench.runtime import random_inputs, run_reference
@@ -114,3 +114,19 @@ def test_alpha_beta_model_forms_fit_and_scale_out():
     assert [r["ranks"] for r in rows] == [8, 16, 32, 64, 128, 256, 512, 1024]
     assert {r["kind"] for r in rows} == {"simulated"}
     assert INFINIBAND.time("all_reduce", n, 8) > NVLINK.time("all_reduce", n, 8)
+
+
+def test_lamb_norms_stop_the_move_and_say_why():
+    d = dp_lamb(64, 32, 2)
+    s = split_all_reduce(d, "n0")
+    moved, mv = shard_after(s, next(n.id for n in s.graph.nodes if n.op == "all_gather"),
+                            keep_sharded=["m_out", "v_out"])
+    reasons = dict(mv.left)
+    assert any("reduces dim 0, which the shard splits" in r for r in reasons.values())
+    norms = [n for n in moved.graph.nodes if n.op == "reduce_sum"]
+    assert len(norms) == 2 and all(moved.placements[n.inputs[0]] == Replicate()
+                                   for n in norms)      # on whole tensors, after the gather
+    _same_reference(d, moved)
+    t = Session(d, ranks=2, link="nvlink")
+    t.auto("stitch", keep_sharded=["m_out", "v_out"])
+    assert any("a row would be split across ranks" in x for x in t.step.decisions)

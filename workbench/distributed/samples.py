@@ -4,6 +4,7 @@ as JSON, written by sample_graphs/make_distributed_samples.py).
 * :func:`dp_adamw`: a data-parallel AdamW step -- each rank's gradient is one addend of
   the mean (``P(avg)``), averaged by an AllReduce, then torch's AdamW update (decoupled
   weight decay) on replicated parameter and moments.
+* :func:`dp_lamb`: the same with LAMB's per-tensor trust ratio (two whole-tensor norms).
 * :func:`tp_mlp`: a Megatron tensor-parallel MLP block -- column-parallel matmul
   (weights ``S(1)``), bias, GELU, row-parallel matmul (``S(0)``, a partial sum),
   AllReduce, bias, residual and LayerNorm (dropout omitted: this is inference, where it
@@ -47,6 +48,33 @@ def dp_adamw(rows: int = 4096, cols: int = 4096, ranks: int = 2) -> DistProgram:
     return b.build()
 
 
+def dp_lamb(rows: int = 4096, cols: int = 4096, ranks: int = 2) -> DistProgram:
+    """LAMB (Adam's update scaled per tensor by ||param|| / ||update||) after the gradient
+    AllReduce: its two norms reduce over every element, so moving its work onto a shard
+    stops at them (a row split across ranks) -- CoCoNet computes them as partial sums
+    and an AllReduce, which is not built here."""
+    b = DistBuilder("dp_lamb", ranks,
+                    f"Data-parallel LAMB step on {ranks} ranks: gradient AllReduce (mean), "
+                    f"then LAMB (lr 1e-3, betas 0.9/0.999, eps 1e-6, weight decay 1e-2, "
+                    f"step 10) on param/m/v[{rows}, {cols}]")
+    g = b.input("grad", (rows, cols), placement="P(avg)")
+    p, m = b.input("param", (rows, cols)), b.input("m", (rows, cols))
+    v = b.input("v", (rows, cols), range=(0.0, 1.0))
+    gr = b.all_reduce(g, "avg")
+    beta1, beta2, step = 0.9, 0.999, 10
+    with b.composite("LAMB", "lamb"):
+        m2 = m * beta1 + gr * (1.0 - beta1)
+        v2 = v * beta2 + gr * gr * (1.0 - beta2)
+        u = m2 * (1.0 / (1.0 - beta1 ** step)) / (
+            b.sqrt(v2 * (1.0 / (1.0 - beta2 ** step))) + 1e-6) + p * 1e-2
+        ratio = b.sqrt(b.reduce_sum(p * p)) / b.sqrt(b.reduce_sum(u * u))
+        p2 = p - u * ratio * 1e-3
+    b.output(p2, "param_out")
+    b.output(m2, "m_out")
+    b.output(v2, "v_out")
+    return b.build()
+
+
 def tp_mlp(tokens: int = 512, hidden: int = 1024, ffn: int = 4096,
            ranks: int = 2) -> DistProgram:
     b = DistBuilder("tp_mlp", ranks,
@@ -69,4 +97,5 @@ def tp_mlp(tokens: int = 512, hidden: int = 1024, ffn: int = 4096,
 
 # file name -> (builder, the sizes the file is written at)
 SAMPLES = {"dp_adamw.json": (dp_adamw, dict(rows=1024, cols=1024)),
+           "dp_lamb.json": (dp_lamb, dict(rows=1024, cols=1024)),
            "tp_mlp.json": (tp_mlp, dict(tokens=256, hidden=512, ffn=2048))}

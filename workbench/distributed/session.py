@@ -159,6 +159,7 @@ class DistSession:
             notes.append(f"not applied: {what}: the model says slower "
                          f"({before['total_s'] * 1e3:.3g} ms -> {after['total_s'] * 1e3:.3g}"
                          f" ms: it gathers {len(mv.gathered)} results)")
+            notes += [f"  not moved: {a}: {why}" for a, why in mv.left]
         return d, notes
 
     # -- counting and the model ------------------------------------------------
