@@ -10,7 +10,7 @@ import pytest
 
 from workbench.distributed import DistBuilder
 from workbench.distributed.runner import TOLERANCE, run_ranks
-from workbench.distributed.samples import dp_adamw, tp_mlp
+from workbench.distributed.samples import dp_adamw, pp_stage, tp_mlp
 from workbench.errors import RankFailure
 from workbench.session import Session
 
@@ -70,6 +70,12 @@ def test_samples_transformed_on_one_and_four_ranks(ranks):
         assert ranks == 1 or s.step.decisions[0].startswith("applied"), s.step.decisions
         run = s.run()
         assert run.ok, (make.__name__, run.errors)
+
+
+def test_pipeline_stage_boundary_on_two_ranks():
+    run = run_ranks(pp_stage(tokens=8, hidden=16, ranks=2))
+    assert run.ok, run.errors
+    assert all(t.sent_bytes == 8 * 16 * 4 for t in run.times)     # one stage's output
 
 
 def test_tensor_parallel_mlp_on_two_ranks():

@@ -10,7 +10,8 @@ its own piece with the ops of the registry:
 * reductions: a sharded dim must not be reduced (a row would be split across ranks);
   ``reduce_sum``/``reduce_mean`` of a ``Partial(sum|avg)`` stay partial.
 * matmul: ``R @ S(-1)`` -> ``S(-1)`` (column-parallel), ``S(-1) @ S(-2)`` -> ``P(sum)``
-  (row-parallel), ``S(rows) @ R`` -> ``S(rows)``, ``R @ R`` -> ``R``.
+  (row-parallel), ``S(rows) @ R`` -> ``S(rows)``, ``S(batch) @ S(batch)``
+  -> ``S(batch)`` (a pipeline stage per rank), ``R @ R`` -> ``R``.
 * layout and other library ops: replicated inputs only (their attributes are written
   for the global shape).
 * collectives: ``all_reduce`` ``P(op)`` -> ``R``; ``reduce_scatter`` ``P(op)`` ->
@@ -183,6 +184,10 @@ def _matmul(g: Graph, n: Node, ins: list[Placement]) -> Placement:
             return Partial("sum")                     # row-parallel: partial sums
         if isinstance(a, Shard) and a.dim < ra - 1 and isinstance(b, Replicate):
             return Shard(a.dim + rout - ra)           # rows (or batches) split
+        if isinstance(a, Shard) and isinstance(b, Shard) and a.dim < ra - 2 \
+                and b.dim < rb - 2 and a.dim + rout - ra == b.dim + rout - rb:
+            return Shard(a.dim + rout - ra)           # one batch dim split in both
     raise PlacementError(
         f"inputs placed {a}, {b}: a rank can multiply R @ S(-1) (column-parallel), "
-        "S(-1) @ S(-2) (row-parallel, a partial sum), S(rows) @ R or R @ R")
+        "S(-1) @ S(-2) (row-parallel, a partial sum), S(rows) @ R, S(batch) @ S(batch) "
+        "or R @ R")

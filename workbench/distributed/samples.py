@@ -5,6 +5,8 @@ as JSON, written by sample_graphs/make_distributed_samples.py).
   the mean (``P(avg)``), averaged by an AllReduce, then torch's AdamW update (decoupled
   weight decay) on replicated parameter and moments.
 * :func:`dp_lamb`: the same with LAMB's per-tensor trust ratio (two whole-tensor norms).
+* :func:`pp_stage`: a pipeline-stage boundary (each rank a stage, ``send_recv`` to the
+  next).
 * :func:`tp_mlp`: a Megatron tensor-parallel MLP block -- column-parallel matmul
   (weights ``S(1)``), bias, GELU, row-parallel matmul (``S(0)``, a partial sum),
   AllReduce, bias, residual and LayerNorm (dropout omitted: this is inference, where it
@@ -95,7 +97,25 @@ def tp_mlp(tokens: int = 512, hidden: int = 1024, ffn: int = 4096,
     return b.build()
 
 
+def pp_stage(tokens: int = 512, hidden: int = 1024, ranks: int = 2) -> DistProgram:
+    """A pipeline-stage boundary: rank r is stage r, holding its stage's weights (dim 0
+    of ``w``, sharded) and its micro-batch's activations (dim 0 of ``x``); it computes
+    ``GELU(x @ W + b)`` and sends the result to stage r+1 (``send_recv``, a ring: the
+    last stage's goes to the first, as the next micro-batch's input would)."""
+    b = DistBuilder("pp_stage", ranks,
+                    f"Pipeline-stage boundary on {ranks} ranks: each rank's stage computes "
+                    f"GELU(x[{tokens}, {hidden}] @ W[{hidden}, {hidden}] + b) on its "
+                    f"micro-batch and sends it to the next stage")
+    x = b.input("x", (ranks, tokens, hidden), placement="S(0)")
+    w = b.input("w", (ranks, hidden, hidden), placement="S(0)")
+    bias = b.input("bias", (ranks, 1, hidden), placement="S(0)")
+    h = b.gelu(b.matmul(x, w) + bias)
+    b.output(b.send_recv(h, dim=0, shift=1), "next_stage_in")
+    return b.build()
+
+
 # file name -> (builder, the sizes the file is written at)
 SAMPLES = {"dp_adamw.json": (dp_adamw, dict(rows=1024, cols=1024)),
            "dp_lamb.json": (dp_lamb, dict(rows=1024, cols=1024)),
-           "tp_mlp.json": (tp_mlp, dict(tokens=256, hidden=512, ffn=2048))}
+           "tp_mlp.json": (tp_mlp, dict(tokens=256, hidden=512, ffn=2048)),
+           "pp_stage.json": (pp_stage, dict(tokens=256, hidden=512))}
