@@ -27,7 +27,7 @@ from ..errors import RankFailure
 from ..runtime.reference import random_inputs, run_reference
 from ..tolerance import relative_to_largest
 from .local import Comm, local_steps
-from .placement import Shard, assemble, piece
+from .placement import Replicate, Shard, assemble, piece
 from .program import DistProgram
 
 # the largest error accepted against the reference, relative to the output's largest
@@ -162,6 +162,10 @@ def run_ranks(d: DistProgram, inputs: dict | None = None, seed: int = 0,
     if check:
         ref = run_reference(g, inputs if inputs is not None else random_inputs(g, seed))
         errors = {o: relative_to_largest(outputs[o], ref[o]) for o in g.outputs}
+        for o in g.outputs:     # a replicated output is taken from rank 0: all must agree
+            if isinstance(d.placements[o], Replicate):
+                errors[o] = max([errors[o]] + [relative_to_largest(got[r][0][o], ref[o])
+                                               for r in range(1, p)])
     return RankRun(p, outputs, errors, tuple(got[r][1] for r in range(p)))
 
 
