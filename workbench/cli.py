@@ -59,6 +59,9 @@ def _fmt_table(rows: list[dict], counters: bool = False) -> str:
 
 
 def cmd_optimize(args) -> int:
+    if args.ranks:      # p gloo ranks (docs/distributed.md)
+        from .distributed.cli import optimize_ranks
+        return optimize_ranks(args)
     rows = []
     for path in args.graph:
         s = Session(path, backend=args.backend, seed=args.seed,
@@ -175,6 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "tiles and implementation too) by measurement (a 'tune' step; "
                         "cached per device and kernel)")
     _precision_option(o)
+    o.add_argument("--ranks", type=_count(1, 1024), default=0,
+                   help="run on this many gloo ranks (processes): distributed programs "
+                        "(sample_graphs/distributed/) with their collectives")
+    o.add_argument("--keep-sharded", default="", metavar="NAMES",
+                   help="with --ranks: outputs the sharded work leaves sharded, comma "
+                        "separated (optimizer state: m_out,v_out)")
+    o.add_argument("--link", default="gloo", choices=["gloo", "nvlink", "infiniband"],
+                   help="with --ranks: the link the planner prices collectives on")
     o.add_argument("-q", "--quiet", action="store_true")
     o.add_argument("-v", "--verbose", action="store_true",
                    help="print planner decisions and what tuning chose")

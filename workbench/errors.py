@@ -97,3 +97,8 @@ def existing_file(path, expect: str) -> str:
     if not is_file:
         raise WorkbenchError(f"file not found: {label}; check the path")
     return label
+
+
+class RankFailure(WorkbenchError):
+    """A rank of a distributed run failed or hung: which rank, at which step, why (every
+    rank's process was stopped)."""

@@ -79,9 +79,17 @@ class Session(Locks):
     computes float32 whatever is asked. It is the first step's: ``set_matmul_precision``
     changes it as a step, and undo goes back."""
 
+    def __new__(cls, graph=None, *a, ranks: int | None = None, **kw):
+        # ranks=p: a distributed program on p gloo ranks (docs/distributed.md)
+        if ranks is not None:
+            from .distributed.session import DistSession
+            return DistSession(graph, ranks, *a, **kw)
+        return super().__new__(cls)
+
     def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,
                  progress: Callable[[int, int, str], None] | None = None,
-                 calibrate: bool = True, matmul_precision: str = "float32"):
+                 calibrate: bool = True, matmul_precision: str = "float32",
+                 ranks: None = None):
         # (refused before anything is loaded)
         check_precision(matmul_precision)
         args.name(backend, f"backend ({', '.join(backend_names())})")

@@ -47,6 +47,9 @@ INDEXING_LIBRARY = ["argmax", "argmin", "topk", "cumsum", "scatter_elements", "s
 MINIFLOAT = ["round_float"]
 COVERED = UNARY + BINARY + SPECIAL_ELEMENTWISE + REDUCE + LAYOUT + OPAQUE
 COVERED += INDEXING_LAYOUT + INDEXING_LIBRARY + MINIFLOAT
+# collectives (one rank in a plain session, p ranks on gloo): tests/distributed/
+COVERED += ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv",
+            "wait_tensor", "shard_local"]
 
 
 def test_every_registered_op_is_covered():

@@ -3,6 +3,7 @@ from . import elementwise, layout, magnitude, opaque, reduce  # noqa: F401  (reg
 from . import bfloat16, indexing, ordering  # noqa: F401  (registration: indexing ops, bf16)
 from . import conv, rounding, window  # noqa: F401  (registration: CNN and audio ops)
 from . import minifloat  # noqa: F401  (registration: FP8 and FP4 held in float32)
+from . import collective  # noqa: F401  (registration: collectives over p ranks)
 from .index import Index
 from .reduce import reduced_shape
 from .registry import (Combiner, Helper, IndexContext, Kind, OpDef, RowRole, all_helpers,

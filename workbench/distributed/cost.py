@@ -1,0 +1,114 @@
+"""The alpha-beta model of collectives: a message of n bytes between two ranks costs
+``alpha + n * beta`` (alpha: the latency of one message; beta: seconds per byte, the
+inverse of the link's bandwidth). The form NCCL's tuning model and Inductor's
+``comm_analysis`` use.
+
+Per collective over p ranks, n the bytes of one rank's whole tensor:
+
+* ring: ReduceScatter and AllGather ``(p-1) (alpha + n/p beta)``; AllReduce their sum
+  ``2 (p-1) (alpha + n/p beta)``.
+* tree (double binary tree, as NCCL): AllReduce ``2 log2(p) alpha + 2 n beta`` -- fewer
+  latencies, the whole message per level pipelined; ReduceScatter and AllGather have
+  no tree form in NCCL and are priced as the ring.
+* AllToAll ``(p-1) (alpha + n/p beta)``; send_recv ``alpha + n beta``.
+
+``alpha`` and ``beta`` come from :func:`fit` over measured times (this machine's gloo,
+benchmarks/collectives.py) or from a preset link. Times for more ranks than were run
+are *simulated*: what the model says, never a measurement.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+FORMS = ("ring", "tree")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link's latency ``alpha`` (s) and inverse bandwidth ``beta`` (s/byte)."""
+    name: str
+    alpha: float
+    beta: float
+
+    def time(self, op: str, nbytes: float, p: int, form: str = "ring") -> float:
+        """Seconds for collective ``op`` over ``nbytes`` per rank on ``p`` ranks."""
+        if form not in FORMS:
+            raise ValueError(f"form {form!r}: choose {' or '.join(FORMS)}")
+        if p <= 1:
+            return 0.0
+        a, b, n = self.alpha, self.beta, float(nbytes)
+        step = a + n / p * b
+        if op == "all_reduce":
+            if form == "tree":
+                return 2 * math.log2(p) * a + 2 * n * b
+            return 2 * (p - 1) * step
+        if op in ("reduce_scatter", "all_gather", "all_to_all"):
+            return (p - 1) * step
+        if op == "send_recv":
+            return a + n * b
+        return 0.0
+
+
+@dataclass(frozen=True)
+class PerOpLink:
+    """A link measured per collective: gloo's ReduceScatter and AllGather are other
+    algorithms than its AllReduce (on this machine ~4x and ~2.5x slower per byte), so
+    one alpha and beta for all three does not hold. ``links``: op -> Link; others use
+    ``default``."""
+    name: str
+    links: tuple[tuple[str, Link], ...]
+    default: Link
+
+    def time(self, op: str, nbytes: float, p: int, form: str = "ring") -> float:
+        return dict(self.links).get(op, self.default).time(op, nbytes, p, form)
+
+
+# this machine's gloo over loopback on 2 ranks, fitted per op by benchmarks/collectives.py
+# (benchmarks/results/collectives-2026-12-05.md: within 25% of 20 of its 24 2-rank
+# times); what the planner prices collectives with unless given another link
+GLOO_LOOPBACK = PerOpLink(
+    "gloo loopback (fitted per op)",
+    (("all_reduce", Link("gloo all_reduce", 402e-6, 1 / 0.89e9)),
+     ("reduce_scatter", Link("gloo reduce_scatter", 1028e-6, 1 / 0.19e9)),
+     ("all_gather", Link("gloo all_gather", 1051e-6, 1 / 0.35e9))),
+    Link("gloo (fitted)", 532e-6, 1 / 0.68e9))
+
+# preset links (per-GPU figures as published; for the simulated curves, not measured
+# here): NVLink 4 (H100 SXM, ~450 GB/s per direction, ~2 us through NCCL) and
+# InfiniBand NDR (400 Gb/s = 50 GB/s per port, ~5 us)
+NVLINK = Link("NVLink (preset)", 2e-6, 1 / 450e9)
+INFINIBAND = Link("InfiniBand NDR (preset)", 5e-6, 1 / 50e9)
+PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "gloo": GLOO_LOOPBACK}
+
+
+def fit(samples: Sequence[tuple[str, int, float, float]], name: str = "fitted") -> Link:
+    """alpha and beta by least squares over (op, p, nbytes, seconds) measurements,
+    each weighted by 1/seconds (relative error, so small messages count as much as
+    large ones); both kept >= 0."""
+    rows = []
+    for op, p, n, t in samples:
+        # time = ca * alpha + cb * beta, coefficients from the ring form
+        unit_a = Link("", 1.0, 0.0).time(op, n, p)
+        unit_b = Link("", 0.0, 1.0).time(op, n, p)
+        rows.append((unit_a / t, unit_b / t, 1.0))
+    saa = sum(r[0] * r[0] for r in rows)
+    sbb = sum(r[1] * r[1] for r in rows)
+    sab = sum(r[0] * r[1] for r in rows)
+    sa = sum(r[0] for r in rows)
+    sb = sum(r[1] for r in rows)
+    det = saa * sbb - sab * sab
+    alpha = (sa * sbb - sb * sab) / det
+    beta = (sb * saa - sa * sab) / det
+    if alpha < 0 or beta < 0:    # (one of them is noise: fit the other alone)
+        alpha, beta = (0.0, sb / sbb) if alpha < 0 else (sa / saa, 0.0)
+    return Link(name, alpha, beta)
+
+
+def scale_out(link: Link, op: str, nbytes: float, ranks: Sequence[int] = (
+        8, 16, 32, 64, 128, 256, 512, 1024), form: str = "ring") -> list[dict]:
+    """The model's time for ``op`` at each rank count: rows labelled simulated."""
+    return [{"ranks": p, "op": op, "bytes": nbytes, "form": form, "link": link.name,
+             "seconds": link.time(op, nbytes, p, form), "kind": "simulated"}
+            for p in ranks]

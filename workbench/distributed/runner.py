@@ -1,0 +1,279 @@
+"""Run a distributed program on p ranks: p processes (``torch.multiprocessing``,
+forkserver)
+under ``torch.distributed`` with gloo, each running its own sub-program
+(:mod:`.local`): compute segments compiled by the CPU backend on its local pieces,
+collectives through :mod:`.collectives`. The ranks' outputs are put together by their
+placements and compared with the single-process NumPy reference of the whole program.
+
+A rank that raises is reported with its rank, step and message; a run that makes no
+progress for ``timeout`` seconds is reported with every unfinished rank and the step
+it stopped at. Either way every rank's process is stopped and joined before the error
+is raised: none is left behind.
+"""
+from __future__ import annotations
+
+import os
+import queue as queue_mod
+import shutil
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import numpy as np
+
+from ..errors import RankFailure
+from ..runtime.reference import random_inputs, run_reference
+from ..tolerance import relative_to_largest
+from .local import Comm, local_steps
+from .placement import Replicate, Shard, assemble, piece
+from .program import DistProgram
+
+# the largest error accepted against the reference, relative to the output's largest
+# element: float32 rounding of a p-way reduction (whose addends are O(1)) and of
+# kernels that sum in another order than NumPy
+TOLERANCE = 1e-4
+
+
+@dataclass(frozen=True)
+class RankTimes:
+    """One rank's step, best of the timed repeats: the whole step, the compute
+    segments, the time spent starting and waiting for collectives (communication not
+    hidden behind compute), all in seconds; bytes sent by its collectives (counted)."""
+    rank: int
+    step_s: float
+    compute_s: float
+    comm_s: float
+    sent_bytes: int
+
+
+@dataclass(frozen=True)
+class RankRun:
+    """A run on ``ranks`` ranks: the outputs put together, their errors against the
+    reference, each rank's times."""
+    ranks: int
+    outputs: dict = field(repr=False)
+    errors: dict
+    times: tuple[RankTimes, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(e <= TOLERANCE for e in self.errors.values())
+
+
+def describe(step) -> str:
+    if isinstance(step, Comm):
+        return f"{step.node.op} {step.node.name}"
+    return f"compute {step.graph.name} ({len(step.nodes)} nodes)"
+
+
+def sent_bytes(node, nbytes: int, p: int) -> int:
+    """Bytes one rank sends in ``node``'s collective over ``nbytes`` of local input, in
+    the ring algorithms gloo runs (reduce-scatter then all-gather for all_reduce)."""
+    if p == 1:
+        return 0
+    if node.op == "all_reduce":
+        return 2 * (p - 1) * nbytes // p
+    if node.op in ("reduce_scatter", "all_to_all"):
+        return (p - 1) * nbytes // p
+    if node.op == "all_gather":
+        return (p - 1) * nbytes
+    return nbytes if node.op == "send_recv" else 0
+
+
+def run_ranks(d: DistProgram, inputs: dict | None = None, seed: int = 0,
+              planner: str = "rules", repeats: int = 1, timeout: float = 120.0,
+              check: bool = True, fault: tuple | None = None) -> RankRun:
+    """Run ``d`` on ``d.ranks`` processes; ``inputs`` (global arrays; default random by
+    ``seed``), each rank planning its segments with ``planner``. ``repeats`` timed runs
+    follow one untimed; ``check`` compares with the reference. ``fault`` = (rank, step,
+    "raise" | "hang") makes that rank fail there -- how the tests show a failure and a
+    hang are reported and cleaned up."""
+    import torch.multiprocessing as mp
+    d.verify()
+    p = d.ranks
+    # forkserver: a clean process (no threads, nothing of the caller's state) that
+    # imports torch and the workbench once and forks each rank from there -- as safe
+    # as spawn, without every rank of every run paying ~5 s of imports
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["torch.distributed", "workbench.runtime",
+                                "workbench.fusion", "workbench.distributed.runner"])
+    results = ctx.Queue()
+    progress = ctx.Array("i", [-1] * p)
+    tmp = tempfile.mkdtemp(prefix="wb-dist-")
+    procs = [ctx.Process(target=_rank_main, daemon=True,
+                         args=(r, d, inputs, seed, planner, repeats, timeout,
+                               os.path.join(tmp, "store"), results, progress, fault))
+             for r in range(p)]
+    steps = local_steps(d)
+    got: dict[int, tuple] = {}
+    try:
+        for pr in procs:
+            pr.start()
+        last, seen = time.monotonic(), list(progress[:])
+        while len(got) < p:
+            try:
+                msg = results.get(timeout=0.5)
+            except queue_mod.Empty:
+                msg = None
+            now = time.monotonic()
+            if msg is not None:
+                if msg[0] == "error":
+                    _, r, k, text = msg
+                    where = f"step {k} ({describe(steps[k])})" if 0 <= k < len(steps) \
+                        else "start-up"
+                    raise RankFailure(f"rank {r} of {p} failed at {where}: {text}; every "
+                                      "rank was stopped")
+                got[msg[1]] = msg[2:]
+                last = now
+                continue
+            dead = [r for r, pr in enumerate(procs) if not pr.is_alive() and r not in got]
+            if dead and results.empty():
+                time.sleep(0.5)     # (its last message may still be in the pipe)
+                if results.empty():
+                    r = dead[0]
+                    k = progress[r]
+                    where = f"step {k} ({describe(steps[k])})" if 0 <= k < len(steps) else \
+                        ("start-up (a script that runs ranks needs `if __name__ == "
+                         "'__main__':` around its code: each rank imports it)")
+                    raise RankFailure(f"rank {r} of {p} died (exit code "
+                                      f"{procs[r].exitcode}) at {where}; every rank was "
+                                      "stopped")
+            if list(progress[:]) != seen:
+                seen, last = list(progress[:]), now
+            # (start-up -- importing torch, compiling the segments -- may take minutes)
+            elif now - last > (timeout if max(seen) >= 0 else max(timeout, 600)):
+                stuck = sorted((progress[r], r) for r in range(p) if r not in got)
+                what = "; ".join(
+                    f"rank {r} at step {k} ({describe(steps[k]) if 0 <= k < len(steps) else 'start-up'})"
+                    for k, r in stuck)
+                raise RankFailure(f"no progress for {timeout:g} s ({what}): rank "
+                                  f"{stuck[0][1]} hangs; every rank was stopped. Raise "
+                                  "timeout= if a step is that slow")
+    finally:
+        _stop(procs)
+        results.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    outputs, errors = {}, {}
+    g = d.graph
+    for o in g.outputs:
+        outputs[o] = assemble([got[r][0][o] for r in range(p)], d.placements[o])
+    if check:
+        ref = run_reference(g, inputs if inputs is not None else random_inputs(g, seed))
+        errors = {o: relative_to_largest(outputs[o], ref[o]) for o in g.outputs}
+        for o in g.outputs:     # a replicated output is taken from rank 0: all must agree
+            if isinstance(d.placements[o], Replicate):
+                errors[o] = max([errors[o]] + [relative_to_largest(got[r][0][o], ref[o])
+                                               for r in range(1, p)])
+    return RankRun(p, outputs, errors, tuple(got[r][1] for r in range(p)))
+
+
+def _stop(procs) -> None:
+    for pr in procs:        # (after a run that finished, each rank is leaving on its own)
+        pr.join(2)
+    for pr in procs:
+        if pr.is_alive():
+            pr.terminate()
+    for pr in procs:
+        pr.join(5)
+        if pr.is_alive():
+            pr.kill()
+            pr.join(5)
+
+
+class RankProgram:
+    """One rank's sub-program, ready to run: its compute segments planned with
+    ``planner`` and compiled, its pieces of the inputs (``inputs``: global arrays, else
+    random by ``seed``). Call it inside a process whose gloo group is set up."""
+
+    def __init__(self, d: DistProgram, rank: int, planner: str = "rules",
+                 inputs: dict | None = None, seed: int = 0):
+        # (planned and compiled as a session would, without one: the session sits a
+        # floor above this package, which it delegates ranks=p to)
+        from ..fusion import run_planner
+        from ..fusion.fitted import FittedModel
+        from ..runtime import Program, get_backend
+        backend = get_backend("cpu")
+        model = FittedModel(backend.device).model
+        self.d, self.rank, self.p = d, rank, d.ranks
+        glob = inputs if inputs is not None else random_inputs(d.graph, seed)
+        pl = d.placements
+        self.env = {k: piece(np.asarray(v), pl[k], self.p, rank, k) for k, v in glob.items()}
+        self.steps = local_steps(d)
+        self.programs = {}
+        for s in self.steps:
+            if isinstance(s, Comm):
+                continue
+            for k in s.graph.inputs:    # sharded constants are inputs: their slices
+                if k in d.graph.constants:
+                    self.env[k] = piece(np.asarray(d.graph.constants[k]), pl[k], self.p,
+                                        rank, k)
+            plan, _ = run_planner(planner, s.graph, model=model)
+            self.programs[s.index] = Program(plan, backend)
+
+    def run(self, progress=None, fault=None) -> tuple[dict, RankTimes]:
+        """One step: every value it made, and its times."""
+        from .collectives import start
+        rank, p = self.rank, self.p
+        vals, pending = dict(self.env), {}
+        compute = comm = 0.0
+        sent = 0
+        t0 = time.perf_counter()
+        for s in self.steps:
+            if progress is not None:
+                progress[rank] = s.index
+            if fault is not None and fault[0] == rank and fault[1] == s.index:
+                if fault[2] == "hang":
+                    time.sleep(1e6)
+                raise RuntimeError("fault injected by the caller")
+            t = time.perf_counter()
+            if isinstance(s, Comm):
+                n = s.node
+                if n.op == "wait_tensor":
+                    vals[n.outputs[0]] = pending.pop(n.inputs[0]).wait()
+                elif n.op == "shard_local":
+                    vals[n.outputs[0]] = piece(vals[n.inputs[0]], Shard(n.attr("dim")), p,
+                                               rank)
+                else:
+                    x = vals[n.inputs[0]]
+                    sent += sent_bytes(n, x.nbytes, p)
+                    pending[n.outputs[0]] = start(n, x, rank, p)
+                comm += time.perf_counter() - t
+            else:
+                vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs}))
+                compute += time.perf_counter() - t
+        return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent)
+
+
+def init_gloo(rank: int, p: int, store: str, timeout: float) -> None:
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=p,
+                            # (longer than the parent's: it names the hung rank)
+                            timeout=timedelta(seconds=3 * timeout + 30))
+
+
+def _rank_main(rank, d, inputs, seed, planner, repeats, timeout, store, results,
+               progress, fault):
+    step = -1
+    try:
+        import torch.distributed as dist
+        init_gloo(rank, d.ranks, store, timeout)
+        prog = RankProgram(d, rank, planner, inputs, seed)
+        best = None
+        for rep in range(repeats + 1):
+            dist.barrier()
+            vals, times = prog.run(progress, fault)
+            if rep and (best is None or times.step_s < best.step_s) or repeats == 0:
+                best = times
+        step = len(prog.steps)
+        progress[rank] = step
+        results.put(("done", rank, {o: vals[o] for o in d.graph.outputs}, best))
+        dist.barrier()
+        dist.destroy_process_group()
+    except BaseException as e:      # (reported to the parent, which stops every rank)
+        step = progress[rank]
+        line = f"{type(e).__name__}: {str(e).strip().splitlines()[0][:300] if str(e).strip() else ''}"
+        if "fault injected" not in str(e):
+            line += " | " + traceback.format_exc().strip().splitlines()[-3][:200]
+        results.put(("error", rank, step, line))

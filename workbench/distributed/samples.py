@@ -1,0 +1,121 @@
+"""The CoCoNet workloads as distributed programs (sample_graphs/distributed/ holds them
+as JSON, written by sample_graphs/make_distributed_samples.py).
+
+* :func:`dp_adamw`: a data-parallel AdamW step -- each rank's gradient is one addend of
+  the mean (``P(avg)``), averaged by an AllReduce, then torch's AdamW update (decoupled
+  weight decay) on replicated parameter and moments.
+* :func:`dp_lamb`: the same with LAMB's per-tensor trust ratio (two whole-tensor norms).
+* :func:`pp_stage`: a pipeline-stage boundary (each rank a stage, ``send_recv`` to the
+  next).
+* :func:`tp_mlp`: a Megatron tensor-parallel MLP block -- column-parallel matmul
+  (weights ``S(1)``), bias, GELU, row-parallel matmul (``S(0)``, a partial sum),
+  AllReduce, bias, residual and LayerNorm (dropout omitted: this is inference, where it
+  is the identity).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .builder import DistBuilder
+from .program import DistProgram
+
+ADAMW = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2, step=10)
+
+
+def adamw(b, p, g, m, v, lr, beta1, beta2, eps, weight_decay, step):
+    """torch.optim.AdamW's update, in its order of operations: (new p, new m, new v)."""
+    with b.composite("AdamW", "adamw"):
+        m2 = m * beta1 + g * (1.0 - beta1)
+        v2 = v * beta2 + g * g * (1.0 - beta2)
+        denom = b.sqrt(v2) * (1.0 / math.sqrt(1.0 - beta2 ** step)) + eps
+        p2 = p * (1.0 - lr * weight_decay) - m2 / denom * (lr / (1.0 - beta1 ** step))
+        return p2, m2, v2
+
+
+def dp_adamw(rows: int = 4096, cols: int = 4096, ranks: int = 2) -> DistProgram:
+    b = DistBuilder("dp_adamw", ranks,
+                    f"Data-parallel AdamW step on {ranks} ranks: gradient AllReduce (mean), "
+                    f"then AdamW (lr 1e-3, betas 0.9/0.999, eps 1e-8, weight decay 1e-2, "
+                    f"step 10) on param/m/v[{rows}, {cols}] "
+                    f"({rows * cols / 2**20:.3g}M parameters)")
+    g = b.input("grad", (rows, cols), placement="P(avg)")
+    p, m = b.input("param", (rows, cols)), b.input("m", (rows, cols))
+    v = b.input("v", (rows, cols), range=(0.0, 1.0))
+    p2, m2, v2 = adamw(b, p, b.all_reduce(g, "avg"), m, v, **ADAMW)
+    b.output(p2, "param_out")
+    b.output(m2, "m_out")
+    b.output(v2, "v_out")
+    return b.build()
+
+
+def dp_lamb(rows: int = 4096, cols: int = 4096, ranks: int = 2) -> DistProgram:
+    """LAMB (Adam's update scaled per tensor by ||param|| / ||update||) after the gradient
+    AllReduce: its two norms reduce over every element, so moving its work onto a shard
+    stops at them (a row split across ranks) -- CoCoNet computes them as partial sums
+    and an AllReduce, which is not built here."""
+    b = DistBuilder("dp_lamb", ranks,
+                    f"Data-parallel LAMB step on {ranks} ranks: gradient AllReduce (mean), "
+                    f"then LAMB (lr 1e-3, betas 0.9/0.999, eps 1e-6, weight decay 1e-2, "
+                    f"step 10) on param/m/v[{rows}, {cols}]")
+    g = b.input("grad", (rows, cols), placement="P(avg)")
+    p, m = b.input("param", (rows, cols)), b.input("m", (rows, cols))
+    v = b.input("v", (rows, cols), range=(0.0, 1.0))
+    gr = b.all_reduce(g, "avg")
+    beta1, beta2, step = 0.9, 0.999, 10
+    with b.composite("LAMB", "lamb"):
+        m2 = m * beta1 + gr * (1.0 - beta1)
+        v2 = v * beta2 + gr * gr * (1.0 - beta2)
+        u = m2 * (1.0 / (1.0 - beta1 ** step)) / (
+            b.sqrt(v2 * (1.0 / (1.0 - beta2 ** step))) + 1e-6) + p * 1e-2
+        ratio = b.sqrt(b.reduce_sum(p * p)) / b.sqrt(b.reduce_sum(u * u))
+        p2 = p - u * ratio * 1e-3
+    b.output(p2, "param_out")
+    b.output(m2, "m_out")
+    b.output(v2, "v_out")
+    return b.build()
+
+
+def tp_mlp(tokens: int = 512, hidden: int = 1024, ffn: int = 4096,
+           ranks: int = 2) -> DistProgram:
+    b = DistBuilder("tp_mlp", ranks,
+                    f"Megatron tensor-parallel MLP on {ranks} ranks: x[{tokens}, {hidden}] "
+                    f"@ W1[{hidden}, {ffn}] (column-parallel) + b1, GELU, @ W2[{ffn}, "
+                    f"{hidden}] (row-parallel), AllReduce, + b2, + x, LayerNorm")
+    rng = np.random.default_rng(0)
+    x = b.input("x", (tokens, hidden))
+    w1 = b.input("w1", (hidden, ffn), placement="S(1)")
+    w2 = b.input("w2", (ffn, hidden), placement="S(0)")
+    b1 = b.constant(rng.uniform(-0.1, 0.1, ffn).astype(np.float32), "b1", placement="S(0)")
+    b2 = b.constant(rng.uniform(-0.1, 0.1, hidden).astype(np.float32), "b2")
+    gamma = b.constant(rng.uniform(0.5, 1.5, hidden).astype(np.float32), "gamma")
+    beta = b.constant(rng.uniform(-0.1, 0.1, hidden).astype(np.float32), "beta")
+    h = b.gelu(b.matmul(x, w1) + b1)
+    y = b.all_reduce(b.matmul(h, w2)) + b2
+    b.output(b.layer_norm(y + x, gamma, beta), "out")
+    return b.build()
+
+
+def pp_stage(tokens: int = 512, hidden: int = 1024, ranks: int = 2) -> DistProgram:
+    """A pipeline-stage boundary: rank r is stage r, holding its stage's weights (dim 0
+    of ``w``, sharded) and its micro-batch's activations (dim 0 of ``x``); it computes
+    ``GELU(x @ W + b)`` and sends the result to stage r+1 (``send_recv``, a ring: the
+    last stage's goes to the first, as the next micro-batch's input would)."""
+    b = DistBuilder("pp_stage", ranks,
+                    f"Pipeline-stage boundary on {ranks} ranks: each rank's stage computes "
+                    f"GELU(x[{tokens}, {hidden}] @ W[{hidden}, {hidden}] + b) on its "
+                    f"micro-batch and sends it to the next stage")
+    x = b.input("x", (ranks, tokens, hidden), placement="S(0)")
+    w = b.input("w", (ranks, hidden, hidden), placement="S(0)")
+    bias = b.input("bias", (ranks, 1, hidden), placement="S(0)")
+    h = b.gelu(b.matmul(x, w) + bias)
+    b.output(b.send_recv(h, dim=0, shift=1), "next_stage_in")
+    return b.build()
+
+
+# file name -> (builder, the sizes the file is written at)
+SAMPLES = {"dp_adamw.json": (dp_adamw, dict(rows=1024, cols=1024)),
+           "dp_lamb.json": (dp_lamb, dict(rows=1024, cols=1024)),
+           "tp_mlp.json": (tp_mlp, dict(tokens=256, hidden=512, ffn=2048)),
+           "pp_stage.json": (pp_stage, dict(tokens=256, hidden=512))}

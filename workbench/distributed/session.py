@@ -1,0 +1,205 @@
+"""A session over a distributed program: its transformations as undoable steps, the
+planner that considers them, counted bytes per rank, and runs on p gloo ranks.
+
+``Session(graph, ranks=p)`` makes one (workbench/session.py delegates here)::
+
+    s = Session("sample_graphs/distributed/dp_adamw.json", ranks=2)
+    s.split_all_reduce("n0"); s.shard_after("n2", keep_sharded=["m_out", "v_out"])
+    s.counted()            # bytes each rank's compute reads and writes, bytes it sends
+    s.run().errors         # 2 processes, gathered, against the NumPy reference
+    s.undo(); s.auto("stitch"); s.step.decisions
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import FusionRefused, WorkbenchError
+from ..history import History
+from ..ir.graph import Graph
+from ..ops.collective import COLLECTIVES
+from .cost import GLOO_LOOPBACK, PRESETS, Link, PerOpLink
+from .local import Comm, local_steps
+from .program import DistProgram, is_distributed_file, load_json
+from .runner import RankRun, run_ranks, sent_bytes
+from .transforms import shard_after, split_all_reduce
+
+@dataclass(frozen=True)
+class DistStep:
+    """One entry of the history: the action, the program it made, and the planner's
+    decisions (each candidate and what was done with it, with the reason)."""
+    action: str
+    program: DistProgram
+    decisions: tuple[str, ...] = field(default=())
+
+
+def load_program(graph, ranks: int) -> DistProgram:
+    if isinstance(graph, DistProgram):
+        d = graph
+    elif isinstance(graph, (str, Path)) and is_distributed_file(graph):
+        d = load_json(graph)
+    else:   # a plain graph: every value replicated (each rank computes all of it)
+        from ..frontends import load
+        g = graph if isinstance(graph, Graph) else load(graph)
+        d = DistProgram(g, ranks)
+    return d if d.ranks == ranks else d.with_ranks(ranks)
+
+
+class DistSession:
+    """One distributed program on ``ranks`` ranks and its history; each rank's compute
+    planned with ``planner`` (the per-rank segments' planner) when run."""
+
+    def __init__(self, graph, ranks: int = 2, backend: str = "auto", seed: int = 0,
+                 planner: str = "stitch", link: Link | PerOpLink | str = GLOO_LOOPBACK,
+                 timeout: float = 120.0, **unsupported):
+        if backend not in ("auto", "cpu"):
+            raise WorkbenchError(f"backend {backend!r:.30} with ranks: ranks run the cpu "
+                                 "backend's kernels under gloo (NCCL and CuPy ranks are not "
+                                 "built); pass backend='cpu'")
+        if unsupported:
+            raise WorkbenchError(f"{', '.join(sorted(unsupported))} is not supported with "
+                                 "ranks (a session over p ranks takes backend, seed, "
+                                 "planner, link, timeout)")
+        self.ranks, self.seed, self.planner, self.timeout = ranks, seed, planner, timeout
+        if isinstance(link, str) and link not in PRESETS:
+            raise WorkbenchError(f"unknown link {link!r:.30}; choose {', '.join(PRESETS)} "
+                                 "or pass a cost.Link")
+        self.link = PRESETS[link] if isinstance(link, str) else link
+        self._history = History(DistStep("load", load_program(graph, ranks).verify()))
+        self._runs: dict = {}
+
+    # -- state -----------------------------------------------------------------
+    @property
+    def program(self) -> DistProgram:
+        return self._history.current.program
+
+    @property
+    def graph(self) -> Graph:
+        return self.program.graph
+
+    @property
+    def step(self) -> DistStep:
+        return self._history.current
+
+    @property
+    def history(self) -> list[DistStep]:
+        return list(self._history.steps)
+
+    def __str__(self) -> str:
+        return str(self.program)
+
+    def _push(self, action: str, d: DistProgram, decisions=()) -> DistProgram:
+        self._history.push(DistStep(action, d, tuple(decisions)))
+        return d
+
+    def undo(self) -> DistProgram:
+        self._history.undo()
+        return self.program
+
+    def redo(self) -> DistProgram:
+        self._history.redo()
+        return self.program
+
+    # -- transformations -------------------------------------------------------
+    def split_all_reduce(self, ref: str, dim: int = 0) -> DistProgram:
+        """AllReduce -> ReduceScatter(dim) + AllGather, as a step (FusionRefused with
+        the reason, the session unchanged, where it cannot be)."""
+        return self._push(f"split_all_reduce {ref} dim {dim}",
+                          split_all_reduce(self.program, ref, dim))
+
+    def shard_after(self, ref: str, keep_sharded=()) -> DistProgram:
+        """Move the work after all_gather ``ref`` onto the shard, as a step; its
+        decisions say what moved and what stayed, with the reason."""
+        d, mv = shard_after(self.program, ref, keep_sharded)
+        notes = [f"moved onto the shard: {', '.join(mv.nodes)}",
+                 f"read as shards: {', '.join(mv.leaves) or 'none'}",
+                 f"gathered after: {', '.join(mv.gathered) or 'none'}"]
+        notes += [f"not moved: {a}: {why}" for a, why in mv.left]
+        return self._push(f"shard_after {ref}", d, notes)
+
+    def auto(self, planner: str = "stitch", keep_sharded=()) -> DistProgram:
+        """Consider, for every AllReduce, splitting it along each dim and moving the
+        work after it onto the shard; apply the first candidate the alpha-beta model and
+        the counted bytes say is faster, and list every candidate not applied with the
+        reason. ``planner`` plans each rank's compute segments when the program runs."""
+        from ..fusion.planners import PLANNERS
+        if planner not in PLANNERS:
+            raise WorkbenchError(f"unknown planner {planner!r:.40}; choose "
+                                 f"{', '.join(PLANNERS)}")
+        self.planner = planner
+        d, notes = self.program, []
+        if d.ranks == 1:
+            notes.append("one rank: no collective moves anything, nothing to transform")
+        for n in [m for m in d.graph.nodes if m.op == "all_reduce"]:
+            d, note = self._best_split(d, n, keep_sharded)
+            notes += note
+        return self._push(f"auto {planner}", d, notes)
+
+    def _best_split(self, d: DistProgram, n, keep) -> tuple[DistProgram, list[str]]:
+        notes = []
+        if d.ranks == 1:
+            return d, notes
+        before = self.predict(d)
+        for dim in range(len(d.graph.value(n.inputs[0]).shape)):
+            what = f"split {n.name} (all_reduce) along dim {dim} + shard the work after it"
+            try:
+                s = split_all_reduce(d, n.id, dim)
+                ag = next(m for m in s.graph.nodes if m.name == f"{n.name}.ag")
+                t, mv = shard_after(s, ag.id, keep)
+            except FusionRefused as e:
+                notes.append(f"not applied: {what}: {e}")
+                continue
+            after = self.predict(t)
+            if after["total_s"] < before["total_s"]:
+                notes.append(f"applied: {what} (model: {before['total_s'] * 1e3:.3g} ms -> "
+                             f"{after['total_s'] * 1e3:.3g} ms per step; moved "
+                             f"{len(mv.nodes)} nodes)")
+                notes += [f"  not moved: {a}: {why}" for a, why in mv.left]
+                return t, notes
+            notes.append(f"not applied: {what}: the model says slower "
+                         f"({before['total_s'] * 1e3:.3g} ms -> {after['total_s'] * 1e3:.3g}"
+                         f" ms: it gathers {len(mv.gathered)} results)")
+            notes += [f"  not moved: {a}: {why}" for a, why in mv.left]
+        return d, notes
+
+    # -- counting and the model ------------------------------------------------
+    def counted(self, d: DistProgram | None = None) -> dict:
+        """Per rank: the bytes its compute segments read and write (each segment's
+        inputs and outputs, local shapes: what one fused kernel per segment moves) and
+        the bytes its collectives send (the ring algorithms)."""
+        d = d or self.program
+        comp = sent = 0
+        for s in local_steps(d):
+            if isinstance(s, Comm):
+                if s.node.op in COLLECTIVES:
+                    v = s.node.inputs[0]
+                    sent += sent_bytes(s.node, _nbytes(d, v), d.ranks)
+            else:
+                g = s.graph
+                comp += sum(g.value(v).nbytes for v in (*g.inputs, *g.outputs))
+        return {"compute_bytes": comp, "sent_bytes": sent}
+
+    def predict(self, d: DistProgram | None = None) -> dict:
+        """The modelled step per rank: compute at the CPU's DRAM bandwidth over the
+        counted bytes, each collective by the alpha-beta link (ring), not overlapped."""
+        from ..runtime.calibrate import cpu_device
+        d = d or self.program
+        comp = self.counted(d)["compute_bytes"] / cpu_device().dram_bandwidth
+        comm = sum(self.link.time(s.node.op, _nbytes(d, s.node.inputs[0]) * d.ranks
+                                  if s.node.op == "all_gather" else
+                                  _nbytes(d, s.node.inputs[0]), d.ranks)
+                   for s in local_steps(d) if isinstance(s, Comm)
+                   and s.node.op in COLLECTIVES)
+        return {"compute_s": comp, "comm_s": comm, "total_s": comp + comm}
+
+    # -- running ---------------------------------------------------------------
+    def run(self, repeats: int = 1, timeout: float | None = None) -> RankRun:
+        """Run the current program on ``ranks`` gloo processes (each rank's segments
+        planned with ``planner``), outputs gathered and checked against the reference."""
+        return run_ranks(self.program, seed=self.seed, planner=self.planner,
+                         repeats=repeats, timeout=timeout or self.timeout)
+
+
+def _nbytes(d: DistProgram, v: str) -> int:
+    import math
+    return math.prod(d.local_shape(v)) * d.graph.value(v).dtype.itemsize
