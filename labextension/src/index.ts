@@ -66,12 +66,15 @@ export function notebookPath(path: string): string {
 
 /** The cell that opens the app (run in the notebook's folder, the file's). */
 export function openCode(path: string): string {
-  const file = JSON.stringify(path.slice(path.lastIndexOf('/') + 1));
+  const base = path.slice(path.lastIndexOf('/') + 1);
+  const file = JSON.stringify(base);
   if (path.toLowerCase().endsWith('.pt2')) {
-    // (a torch.export archive: from_torch takes the ExportedProgram)
+    // (a torch.export archive: from_torch takes the ExportedProgram, named after the
+    // file -- its own name is "exported_program" for every model)
+    const name = JSON.stringify(base.slice(0, base.length - 4));
     return (
       'import torch\nimport workbench as wb\n\n' +
-      `app = wb.open(wb.from_torch(torch.export.load(${file})))`
+      `app = wb.open(wb.from_torch(torch.export.load(${file}), name=${name}))`
     );
   }
   return `import workbench as wb\n\napp = wb.open(${file})`;
