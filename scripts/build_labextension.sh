@@ -25,9 +25,12 @@ if [ ! node_modules/.package-lock.json -nt package-lock.json ] && \
   exit 1
 fi
 npx tsc
-"$builder" build . > /tmp/wb-labextension-build.log 2>&1 || {
+# (before JupyterLab 4.6 no jupyter-builder: its own `jupyter labextension build`)
+build=("$builder" build .)
+[ -x "$builder" ] || build=("$python" -m jupyterlab.labextensions build .)
+"${build[@]}" > /tmp/wb-labextension-build.log 2>&1 || {
   tail -30 /tmp/wb-labextension-build.log >&2
-  echo "error: jupyter-builder build failed (log above)" >&2
+  echo "error: building the extension failed (log above)" >&2
   exit 1
 }
 test -f ../workbench/labextension/fusion-workbench/package.json
