@@ -16,6 +16,8 @@
  *   Export on the workbench of the current notebook (they press the app's own buttons,
  *   so they do what a click does, answered in the app's status line).
  * - A launcher card that opens the file browser's selected model, or says how to.
+ * - A notebook whose kernel is shut down marks its workbench apps dead, with how to
+ *   reopen them (the app looked alive and did nothing).
  */
 import {
   JupyterFrontEnd,
@@ -217,6 +219,33 @@ function selectedModel(browser: IDefaultFileBrowser | null): string | null {
   return null;
 }
 
+const DEAD_TEXT =
+  'The kernel behind this workbench is shut down: its controls do nothing now. ' +
+  'Start a kernel and run the cell again (Run > Run All Cells) to reopen it.';
+
+/**
+ * Mark the workbench apps of a notebook dead when its kernel is shut down or dies
+ * for good. (A restart the app's graph view notices itself, from the widget manager;
+ * a shutdown the widget manager does not report, so the notebook's session says it.)
+ */
+function watchKernel(panel: NotebookPanel): void {
+  const check = () => {
+    const kernel = panel.sessionContext.session?.kernel;
+    if (kernel && kernel.status !== 'dead') {
+      return;
+    }
+    panel.node.querySelectorAll('.wb-app:not(.wb-dead)').forEach(app => {
+      app.classList.add('wb-dead');
+      const banner = document.createElement('div');
+      banner.className = 'wb-lab-dead';
+      banner.textContent = DEAD_TEXT;
+      app.prepend(banner);
+    });
+  };
+  panel.sessionContext.statusChanged.connect(check);
+  panel.sessionContext.kernelChanged.connect(check);
+}
+
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'fusion-workbench:plugin',
   description: 'Model files opened in Fusion Workbench; its palette commands and launcher card.',
@@ -231,6 +260,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     browser: IDefaultFileBrowser | null
   ) => {
     const registry = app.docRegistry;
+    tracker.widgetAdded.connect((_, panel) => watchKernel(panel));
     registry.addFileType({
       name: 'onnx',
       displayName: 'ONNX model',

@@ -3,7 +3,8 @@
 A user's path: the launcher shows the "Open in Fusion Workbench" card, the command
 palette knows the workbench's commands, double-clicking a BERT-like ``.onnx`` in the
 file browser opens an interactive graph (no "not UTF-8 encoded" text editor), a click
-selects a node, and the palette's Auto plans the graph of that notebook. The times from
+selects a node, the palette's Auto plans the graph of that notebook, and once the
+notebook's kernel is shut down the app says it is dead. The times from
 double-click to graph are printed (cold: the kernel starts; warm: the kernel is up) --
 reported in docs/ui.md, never asserted.
 """
@@ -101,5 +102,15 @@ def test_double_click_an_onnx_opens_the_workbench(built, lab_factory, page):
         warm = double_click_until_graph(page, "bert.onnx")
         print(f"double-click -> graph, {MODEL.name}: cold {cold:.1f} s (kernel start "
               f"included), warm {warm:.1f} s")
-        assert not page.js_errors, page.js_errors
         shoot(page, "lab_extension_bert.png")
+
+        # the kernel shut down (Kernel > Shut Down Kernel): the app says it is dead
+        page.locator(".lm-MenuBar-itemLabel", has_text="Kernel").first.click()
+        page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Shut Down Kernel$")
+                     ).first.click()
+        dialog = page.locator(".jp-Dialog button.jp-mod-accept")
+        if dialog.count():          # (some versions ask)
+            dialog.click()
+        page.locator(".wb-app.wb-dead .wb-lab-dead").last.wait_for(timeout=60_000)
+        assert "run the cell again" in page.locator(".wb-lab-dead").last.inner_text()
+        assert not page.js_errors, page.js_errors
