@@ -85,7 +85,10 @@ def _scope_paths(g):
     return {c.path for c in namespaces(g).containers.values() if c.kind == "scope"}
 
 
-@pytest.mark.parametrize("dynamo", [True, False], ids=["dynamo", "legacy"])
+# (the dynamo export takes ~5-12 s on 2 cores, onnxscript's import included: slow tier;
+# the fast tier reads its metadata keys in the tests below)
+@pytest.mark.parametrize("dynamo", [pytest.param(True, marks=pytest.mark.slow), False],
+                         ids=["dynamo", "legacy"])
 def test_exported_scopes_nest_as_from_torch_does(model, dynamo, tmp_path):
     if dynamo:
         pytest.importorskip("onnxscript")
