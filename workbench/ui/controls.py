@@ -104,7 +104,10 @@ def edge_choice() -> w.Dropdown:
 
 
 def scheme_choice() -> w.Dropdown:
-    scheme = w.Dropdown(options=[s.value for s in StitchScheme],
+    # (independent is how unrelated ops share a kernel, never an edge's scheme: not
+    # offered; the app narrows the list to what the chosen edge accepts)
+    scheme = w.Dropdown(options=[s.value for s in StitchScheme
+                                 if s is not StitchScheme.independent],
                         layout=w.Layout(width="120px"), disabled=True)
     scheme.add_class("wb-scheme")
     return scheme
