@@ -25,6 +25,8 @@ python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need_apt+=(python3-venv p
 command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)            # the notebook's graph view
 case ",$extras," in *,test,*)                                     # the CUDA emulator (cuda-emu)
   command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || need_apt+=(g++) ;; esac
+case ",$extras," in *,test,*|*,notebook,*)                        # the JupyterLab extension
+  command -v npm >/dev/null 2>&1 || need_apt+=(nodejs npm) ;; esac
 case ",$extras," in *,test,*)                                     # the real-browser test
   command -v chromium >/dev/null 2>&1 || need_apt+=(chromium fonts-liberation) ;; esac
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -49,3 +51,10 @@ if ! { .venv/bin/python -m pip install --upgrade pip && \
   exit 1
 fi
 .venv/bin/python -c "import workbench" # fails loudly if the install did not work
+# the JupyterLab extension, built from labextension/ with this JupyterLab, and linked
+# where JupyterLab looks (an editable install; a wheel built after this ships the files)
+case ",$extras," in *,test,*|*,notebook,*)
+  bash scripts/build_labextension.sh .venv/bin/python
+  ext=.venv/share/jupyter/labextensions/fusion-workbench
+  mkdir -p "$(dirname "$ext")" && rm -rf "$ext" && \
+    ln -s "$PWD/workbench/labextension/fusion-workbench" "$ext" ;; esac

@@ -93,6 +93,20 @@ def _kernelspec(jupyter_path: Path) -> None:
         "display_name": "Python 3 (ipykernel)", "language": "python"}))
 
 
+LABEXTENSION = REPO / "workbench" / "labextension" / "fusion-workbench"
+
+
+def _labextension(jupyter_path: Path) -> None:
+    """The checkout's built JupyterLab extension (scripts/build_labextension.sh), first
+    on JUPYTER_PATH: the server runs what this checkout built, not a venv's older copy."""
+    if LABEXTENSION.is_dir():
+        d = jupyter_path / "labextensions"
+        d.mkdir(parents=True, exist_ok=True)
+        link = d / LABEXTENSION.name
+        if not link.exists():
+            link.symlink_to(LABEXTENSION, target_is_directory=True)
+
+
 @dataclass
 class LabServer:
     """A running ``jupyter lab``: its URL, served root directory, process and log."""
@@ -129,6 +143,7 @@ def start_lab(base: Path, theme: str = "light", timeout: float = 60.0) -> LabSer
     for d in (home, root, jpath):
         d.mkdir(parents=True, exist_ok=True)
     _kernelspec(jpath)
+    _labextension(jpath)
     settings_dir = home / ".jupyter" / "lab" / "user-settings"
     _write_user_settings(settings_dir, {
         **BASE_SETTINGS, "@jupyterlab/apputils-extension:themes": {"theme": THEMES[theme]}})

@@ -37,6 +37,7 @@ from ..fusion.actions import Action
 from ..session import Session
 from .. import arguments as args
 from .code_panel import CodePanel
+from .current_step import allowed_schemes, export_name, planner_of
 from .controls import (action_buttons, collapse_toggle, edge_choice, export_path_box,
                        mapping_choice, matmul_choice, overlay_choice, planner_choice,
                        progress_bar, scheme_choice, search_box)
@@ -139,6 +140,8 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         b["Tune"].on_click(lambda _: self.start("tune"))
         b["Cancel"].on_click(lambda _: self.cancel())
         b["Export"].on_click(lambda _: self.export(self.export_path.value))
+        b["Overwrite"].on_click(lambda _: self.export(self.export_path.value, force=True))
+        self.export_path.observe(lambda ch: self._offer_overwrite(False), "value")
         b["Set scheme"].on_click(lambda _: self.set_scheme(self.edge.value, self.scheme.value))
         b["Set mapping"].on_click(lambda _: self.set_mapping(None, self.mapping.value))
         self.search.observe(lambda ch: ch["new"] and self.select(ch["new"]), "value")
@@ -193,6 +196,7 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
             self._show_properties()
             self._update_scheme_controls()
             self._show_lock()
+            self._settle()
         except WorkbenchError as e:   # (an observer: report, do not raise into the comm)
             self._set_message(str(e), refused=True)
 
@@ -264,6 +268,9 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
 
     def _moved(self, verb: str, plan: Plan) -> Plan:
         self._refresh()
+        planner = planner_of(self.session)   # (undo: not the undone step's planner)
+        if planner is not None:
+            self.planner.value = planner
         self._set_message(f"{verb}: step {self.session.position} "
                           f"({self.session.step.action}), {plural(len(plan.groups), 'kernel')}")
         return plan
@@ -281,6 +288,7 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
 
     def _on_overlay(self) -> None:
         self._redraw()
+        self._settle()
         if self.overlay.value == "latency" and self.session.measured() is None:
             self._set_message(f"coloured by predicted latency: step {self.session.position} "
                               "is not measured yet (Measure colours it by measured latency)")
@@ -289,8 +297,19 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
     def _set_message(self, text: str, refused: bool = False) -> None:
         self._status.say(text, refused)
 
+    def _settle(self) -> None:
+        """After an action that succeeded without a line of its own (a selection, a
+        redraw): a refusal still shown is old news, replaced by the current step."""
+        if self._status.refused:
+            self._set_message(f"step {self.session.position} ({self.session.step.action}), "
+                              f"{plural(len(self.session.plan.groups), 'kernel')}")
+
+    def _offer_overwrite(self, show: bool) -> None:
+        self.buttons["Overwrite"].layout.display = None if show else "none"
+
     def _on_collapse_toggle(self, change) -> None:
         (self.view.collapse if change["new"] else self.view.expand)()
+        self._settle()
 
     def _redraw(self) -> None:
         self.view.locks = self.session.constraints     # (drawn: .lock_marks)
@@ -384,6 +403,8 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         if v is not None:
             self._edge_choice = v    # kept across redraws while the kernel has it
         if gr is not None and v is not None and gr.scheme(v) is not None:
+            # only the schemes the plan accepts for this edge: none offered, then refused
+            self.scheme.options = allowed_schemes(self.session.plan, v)
             self.scheme.value = gr.scheme(v).value
 
     # -- display ------------------------------------------------------------------------
@@ -417,6 +438,8 @@ def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
         session = Session(os.fspath(source) if isinstance(source, os.PathLike) else source,
                           backend=backend, seed=seed, matmul_precision=matmul_precision)
     app = WorkbenchApp(session)
+    # (torch's exporter names every graph main_graph: the file's name says more)
+    app.export_path.value = export_name(session.graph.name, source)
     if display:
         try:
             from IPython import get_ipython

@@ -41,6 +41,8 @@ def action_buttons() -> dict[str, w.Button]:
         "Tune": button("Tune", "search each kernel's launch parameters by measurement "
                        "(a new step; cached per device and kernel)"),
         "Export": button("Export", "write the current plan as an artifact"),
+        "Overwrite": button("Overwrite", "replace the artifact already at this path "
+                            "with the current plan"),
         "Set scheme": button("Set scheme", "stitch scheme of the chosen internal edge"),
         "Set mapping": button("Set mapping", "how the selected row-reduction kernel's "
                               "rows meet threads (auto: the AStitch rule)"),
@@ -49,6 +51,9 @@ def action_buttons() -> dict[str, w.Button]:
     }
     buttons["Cancel"].layout.display = "none"
     buttons["Cancel"].button_style = "warning"
+    # shown when an Export finds its path taken (the refusal says so)
+    buttons["Overwrite"].layout.display = "none"
+    buttons["Overwrite"].button_style = "warning"
     buttons["Set scheme"].disabled = True
     buttons["Set mapping"].disabled = True
     return buttons
@@ -99,7 +104,10 @@ def edge_choice() -> w.Dropdown:
 
 
 def scheme_choice() -> w.Dropdown:
-    scheme = w.Dropdown(options=[s.value for s in StitchScheme],
+    # (independent is how unrelated ops share a kernel, never an edge's scheme: not
+    # offered; the app narrows the list to what the chosen edge accepts)
+    scheme = w.Dropdown(options=[s.value for s in StitchScheme
+                                 if s is not StitchScheme.independent],
                         layout=w.Layout(width="120px"), disabled=True)
     scheme.add_class("wb-scheme")
     return scheme

@@ -23,7 +23,7 @@ def toolbars(search, buttons, planner, matmuls, export_path, overlay, collapse_t
                       together(planner, b["Auto"], matmuls, b["Undo"],
                                b["Redo"]),
                       together(b["Measure"], b["Tune"], b["Cancel"]),
-                      together(export_path, b["Export"])],
+                      together(export_path, b["Export"], b["Overwrite"])],
                      layout=w.Layout(flex_flow="row wrap"))
     toolbar2 = w.HBox([together(overlay, collapse_toggle),
                        together(edge, scheme, b["Set scheme"]),

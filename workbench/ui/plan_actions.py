@@ -23,6 +23,7 @@ from ..fusion import PLANNERS, Plan
 from ..measure import StepMeasurement
 from .. import arguments as args
 from ..fusion.plan import check_precision
+from .current_step import taken
 from .describe import edge_label, planner_summary, plural, precision_summary
 
 
@@ -40,6 +41,8 @@ def app_action(method):
         except WorkbenchError as e:
             if self.session.plan is not before:
                 self._refresh()
+            else:   # the drop-downs back to what the step has (not the refused choice)
+                self._update_scheme_controls()
             self._set_message(str(e), refused=True)
             return None
     return run
@@ -209,11 +212,17 @@ class PlanActions:
         return plan
 
     @app_action
-    def export(self, path: str | os.PathLike) -> object | None:
-        """Write the current plan as an artifact (delegates to Session.export)."""
+    def export(self, path: str | os.PathLike, force: bool = False) -> object | None:
+        """Write the current plan as an artifact (delegates to Session.export). A path
+        already taken is refused, and the Overwrite button shown (``force=True``)."""
         path = args.path(path, "export path")
+        if not force and taken(path):
+            self._offer_overwrite(True)
+            raise WorkbenchError(f"{os.fspath(path)} already exists: press Overwrite to "
+                                 "replace it with this plan, or type another name")
         with self._busy("exporting"):
-            result = self.session.export(path)
+            result = self.session.export(path, force=force)
+        self._offer_overwrite(False)
         self._set_message(f"exported step {self.session.position} to {os.fspath(path)}")
         return result if result is not None else os.fspath(path)
 

@@ -1,11 +1,11 @@
 """The app's charts: one anywidget that draws plotly.js figures sent as JSON.
 
 The figures are built by :mod:`workbench.ui.charts` from plain numbers; the front end
-(``static/charts.js``, prefixed with the plotly.js bundle the ``plotly`` package ships)
-draws each with ``Plotly.react``. No plotly Python object is made: plotly's
+(``static/charts.js``; the plotly.js bundle the ``plotly`` package ships is sent once
+per page, when the front end asks) draws each with ``Plotly.react``. No plotly Python object is made: plotly's
 ``FigureWidget`` took 3.5-4 s to import in a fresh kernel (nbformat, jsonschema), most
-of the first ``wb.open``. One widget carries plotly.js once (the three FigureWidgets
-carried it three times).
+of the first ``wb.open``. One widget carries plotly.js, and only the first app of a page
+(the three FigureWidgets carried it three times per app).
 
 Backgrounds are transparent and text takes the theme colour (CSS in
 ``static/graph_view.css``), so the figures read in light and dark themes.
@@ -46,22 +46,24 @@ def plotly_js() -> str | None:
 
 
 def _esm() -> str:
-    """charts.js behind a loader that evaluates plotly.js's UMD bundle into a local
-    ``module`` (on first draw), so it neither needs nor touches a global ``define``."""
-    code = plotly_js()
-    loader = ("const loadPlotly = (() => { let P = null; return () => {\n"
-              "  if (P === null) { const module = { exports: {} };\n"
-              + ("  (function (module, exports) {\n" + code + "\n  })(module, module.exports);\n"
-                 if code is not None else "") +
-              "  P = module.exports && module.exports.react ? module.exports : undefined; }\n"
-              "  return P; }; })();\n")
+    """charts.js behind a loader that evaluates plotly.js's UMD bundle, given as text,
+    into a local ``module`` (so it neither needs nor touches a global ``define``)."""
+    loader = ("const evalPlotly = (code) => { const module = { exports: {} };\n"
+              "  new Function('module', 'exports', code)(module, module.exports);\n"
+              "  return module.exports && module.exports.react ? module.exports : undefined; };\n")
     return loader + (STATIC / "charts.js").read_text(encoding="utf-8")
 
 
 class Plots(anywidget.AnyWidget):
-    """The steps, kernels and roofline charts; ``figure(name)`` is one's JSON."""
+    """The steps, kernels and roofline charts; ``figure(name)`` is one's JSON.
+
+    plotly.js (4.6 MB) is not in the widget's code: the front end asks for it
+    (``{"type": "need_plotly"}``) only when the page has not evaluated it yet, and
+    keeps it for every later app of the page -- sent with every app, it was most of a
+    warm ``wb.open`` in the browser (benchmarks/lab_open.py)."""
     _esm = _esm()
     figures = traitlets.List(traitlets.Dict(), default_value=[]).tag(sync=True)
+    plotly = traitlets.Unicode("").tag(sync=True)    # the bundle, once asked for
     missing = traitlets.Unicode(
         "" if plotly_js() is not None else
         "charts need the plotly package (pip install plotly): its plotly.js draws them"
@@ -70,6 +72,12 @@ class Plots(anywidget.AnyWidget):
     def __init__(self, **kw):
         super().__init__(**kw)
         self.add_class("wb-plots")
+        self.on_msg(self._on_msg)
+
+    def _on_msg(self, _widget, content, _buffers) -> None:
+        if isinstance(content, dict) and content.get("type") == "need_plotly" \
+                and not self.plotly:
+            self.plotly = plotly_js() or ""
 
     def figure(self, name: str) -> dict:
         """The figure ``name`` ("steps", "kernels" or "roofline") as plotly JSON."""

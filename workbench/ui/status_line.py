@@ -27,12 +27,13 @@ class StatusLine:
         self.widget.add_class("wb-message")
         self._lock = threading.Lock()
         self.text = ""
+        self.refused = False    # (what is shown is a refusal)
 
     def say(self, text: str, refused: bool = False) -> None:
         # (a job's thread and the kernel's both say things: the text and its class
         # change together, or a refusal could lose its class to the other thread)
         with self._lock:
-            self.text = text
+            self.text, self.refused = text, refused
             self.widget.value = html.escape(text)
             if refused:
                 self.widget.add_class("wb-refused")

@@ -33,6 +33,7 @@ from .folding import fold
 from .inference import check_expected, expected_types
 from .handlers_sequence import SplitSequence
 from .locations import NodeLocator
+from .scopes import node_source
 from .reading import checked_input_shapes, default_opset, read_model
 
 
@@ -263,14 +264,14 @@ class _Importer(_Scope):
                     raise
                 # past the folding budget: the node stays ops of the graph, computed
                 # when the model runs -- where its handler makes ops at all
-                with self.b.composite(node.op_type, display):
+                with self.b.composite(node.op_type, node_source(node, display)):
                     results = handler(_Ctx(node, display, self))
                 if any(isinstance(r, np.ndarray) for r in results):
                     raise e from None
                 return results
         if handler is None:
             raise _Unsupported(None)
-        with self.b.composite(node.op_type, display):
+        with self.b.composite(node.op_type, node_source(node, display)):
             return handler(_Ctx(node, display, self))
 
     def _bind(self, name: str, r, node: onnx.NodeProto, display: str) -> None:

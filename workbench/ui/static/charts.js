@@ -1,6 +1,7 @@
 // The app's charts: plotly.js figures (JSON built in Python, workbench/ui/charts.py),
 // one <div> each, redrawn with Plotly.react when `figures` changes and resized with
-// the app. `loadPlotly` is prepended by plots.py (the plotly package's own bundle).
+// the app. `evalPlotly` is prepended by plots.py; the bundle (the plotly package's own)
+// comes as the `plotly` trait when this page has none yet.
 
 function render({ model, el }) {
   el.classList.add("wb-charts");
@@ -8,11 +9,25 @@ function render({ model, el }) {
   const note = document.createElement("div");
   note.className = "wb-charts-note";
   el.appendChild(note);
-  let Plotly;
+  // plotly.js is evaluated once per page and kept on globalThis; the first app asks
+  // Python for the bundle (the `plotly` trait), later ones reuse it
+  let Plotly = globalThis.__wbPlotly;
+  let asked = false;
+  const load = () => {
+    if (Plotly !== undefined) return;
+    const code = model.get("plotly");
+    if (code) {
+      try { Plotly = globalThis.__wbPlotly = evalPlotly(code); } catch (e) { Plotly = null; }
+    } else if (!asked) {
+      asked = true;
+      model.send({ type: "need_plotly" });
+    }
+  };
   const draw = () => {
     const missing = model.get("missing");
-    if (Plotly === undefined && !missing) Plotly = loadPlotly();
-    note.textContent = missing || (Plotly ? "" : "plotly.js did not load: charts are off");
+    if (!missing) load();
+    note.textContent = missing || (Plotly ? "" : Plotly === null || model.get("plotly")
+      ? "plotly.js did not load: charts are off" : "loading the charts…");
     note.style.display = note.textContent ? "" : "none";
     if (!Plotly) return;
     const figs = model.get("figures") || [];
@@ -43,6 +58,7 @@ function render({ model, el }) {
     });
   });
   ro.observe(el);
+  model.on("change:plotly", draw);
   model.on("change:figures", draw);
   model.on("change:missing", draw);
   draw();

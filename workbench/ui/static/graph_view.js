@@ -4,12 +4,14 @@
 //   shift-click: add / remove it
 //   double-click: collapse the innermost composite/scope it belongs to / expand a
 //     collapsed one; shift-double-click: collapse the container around it
-//   wheel: zoom at the cursor; drag: pan; "fit": the graph, or (too large to read
+//   ctrl+wheel / pinch (or the wheel after a click inside): zoom at the cursor; a plain
+//     wheel scrolls the notebook; drag: pan; "fit": the graph, or (too large to read
 //     whole) its width at a readable zoom around what is in view
 //   minimap (bottom right): the whole drawing and the visible region; click or drag
 //     in it to move there
 //   `focus` ([box id, n]) from Python (search): centre that box at a readable zoom
 //   SVG / PNG: download the drawing
+//   a restarted kernel: a banner says the app is dead and how to reopen it
 //   breadcrumb (top left, under the buttons): the scopes and composite around the
 //     selected node; clicking one collapses it into one box
 //   source map: hovering a node highlights the code panel's lines computing it (lines
@@ -407,7 +409,24 @@ function render({ model, el }) {
   document.addEventListener("click", onLineClick);
 
   // -- pan and zoom ----------------------------------------------------------
+  // The wheel scrolls the notebook, as over any other output; it zooms with ctrl (a
+  // trackpad pinch arrives as ctrl+wheel) or after a click inside the view, until the
+  // pointer leaves it -- as embedded map viewers do. A plain wheel says how, once in a
+  // while, without stopping the scroll.
+  let engaged = false, hintTimer = null;
+  const hint = document.createElement("div");
+  hint.className = "wb-wheel-hint";
+  hint.textContent = "ctrl + wheel zooms (or click the graph first)";
+  viewport.appendChild(hint);
+  viewport.addEventListener("pointerdown", () => { engaged = true; });
+  viewport.addEventListener("pointerleave", () => { engaged = false; });
   viewport.addEventListener("wheel", (e) => {
+    if (!(e.ctrlKey || e.metaKey || engaged)) {
+      hint.classList.add("wb-shown");
+      clearTimeout(hintTimer);
+      hintTimer = setTimeout(() => hint.classList.remove("wb-shown"), 1500);
+      return;
+    }
     e.preventDefault();
     const r = viewport.getBoundingClientRect();
     zoomAt(e.clientX - r.left, e.clientY - r.top, Math.exp(-e.deltaY * 0.0015));
@@ -451,6 +470,20 @@ function render({ model, el }) {
   });
   ro.observe(viewport);
 
+  // The kernel restarted (or died and was restarted): the widget manager marks every
+  // model's comm dead, and clicks would reach nothing -- say so over the view and dim
+  // the app's controls, with how to reopen it, rather than look alive.
+  model.on("comm_live_update", () => {
+    if (viewport.querySelector(".wb-dead-banner")) return;
+    const banner = document.createElement("div");
+    banner.className = "wb-dead-banner";
+    banner.textContent = "The kernel behind this workbench stopped (restarted or shut " +
+      "down): its controls do nothing now. Run the cell again (Run > Run All Cells) " +
+      "to reopen it.";
+    viewport.appendChild(banner);
+    const app = el.closest(".wb-app");
+    if (app) app.classList.add("wb-dead");
+  });
   model.on("change:svg", draw);
   model.on("change:selected", markSelected);
   model.on("change:members", markSelected);
