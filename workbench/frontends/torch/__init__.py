@@ -42,6 +42,7 @@ Modules:
 """
 from __future__ import annotations
 
+from . import handlers_backward  # noqa: F401  (registers slice/select_scatter)
 from . import handlers_index  # noqa: F401  (registers the indexing handlers)
 from . import handlers_nn  # noqa: F401  (registers the CNN/audio op handlers)
 from .common import supported_aten_ops
