@@ -2,6 +2,7 @@
 runs a compiled training graph step after step (:mod:`.loop`). The graphs come from
 ``workbench.from_torch(module, args, training=True, ...)``
 (:mod:`workbench.frontends.torch.training`)."""
+from .loop import TrainState
 from .optim import AdamW, SGD
 
-__all__ = ["AdamW", "SGD"]
+__all__ = ["AdamW", "SGD", "TrainState"]

@@ -98,6 +98,8 @@ class AdamW:
 
 
 Optimizer = SGD | AdamW
+# every optimizer's state names (graph inputs "<state>.<parameter>")
+STATE = ("momentum_buffer", "exp_avg", "exp_avg_sq")
 
 
 def _check(ok: bool, message: str) -> None:
