@@ -36,11 +36,10 @@ from torch.export.graph_signature import InputKind, OutputKind
 from ...errors import GraphError, WorkbenchError
 from ...ir import Graph, Tensor
 from ...training.optim import AdamW, SGD
+from ...training.phases import BACKWARD, OPTIMIZER
 from .common import dtype_of
 from .importer import _Importer, _as_args, _decomposed, _first_line, _to_numpy
 
-BACKWARD = "backward"    # namespace prefix of the backward pass's nodes
-OPTIMIZER = "optimizer"  # ... and of the optimizer step's
 
 
 def from_torch_training(module: torch.nn.Module, example_inputs: Any = (), *,
