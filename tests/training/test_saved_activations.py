@@ -4,7 +4,6 @@ same loss and gradients, on the cpu backend, as the graph that stores them), its
 price in counted bytes under stitch, and the refusals."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

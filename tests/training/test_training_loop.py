@@ -10,7 +10,6 @@ test_training_import) carried through a few steps of the update; lr is small eno
 moment into a different sign."""
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")

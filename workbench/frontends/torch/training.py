@@ -147,7 +147,7 @@ class _TrainingImporter(_Importer):
         sig = ep.graph_signature
         out_node = next(n for n in self.fx.nodes if n.op == "output")
         leaves = list(out_node.args[0])
-        self.loss_node = self.grads = None
+        self.loss_node = None
         self.grads: dict[str, torch.fx.Node] = {}
         for spec, leaf in zip(sig.output_specs, leaves):
             if spec.kind is OutputKind.LOSS_OUTPUT:
