@@ -13,8 +13,9 @@ step, parameters and moments updated):
   and ``opt.step()``), and ``torch.compile`` of the same step function (the default
   inductor backend; AdamW's step compiled too). torch is timed twice: first alone,
   before any workbench kernel ran in the process, then alternating with the
-  workbench's program -- beside it torch's steps measured several times slower, so
-  the first is the comparison to quote;
+  workbench's program (a first try measured torch eager several times slower after
+  the workbench's kernels had run, under a load average of 6-9 from other jobs: both
+  are kept so that an interference shows as a gap between the two columns);
 - the workbench's loss and gradients against torch's (relative to the largest element).
 
 Dropout is off (the modules in eval mode): its random draws are not reproduced.
@@ -112,9 +113,9 @@ def run_model(name: str, form: str, batch: int, seq: int, rounds: int, inner: in
     t0 = time.perf_counter()
     compiled()
     rec["torch_compile_first_call_s"] = time.perf_counter() - t0
-    # torch alone first: once the workbench's kernels have run in this process, torch's
-    # steps measured several times slower beside them (below), so the conservative
-    # comparison is with torch before any workbench kernel ran
+    # torch alone first, before any workbench kernel ran in this process (a first try
+    # measured torch eager several times slower after them, on a loaded machine): the
+    # two columns show whether running beside the workbench's kernels costs torch
     alone = alternate({"torch eager": eager, "torch.compile": compiled}, rounds, inner)
     rec["torch_alone_ms"] = {k: quiet_ms(v, inner) for k, v in alone.items()}
 
