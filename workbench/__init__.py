@@ -33,9 +33,15 @@ def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
                     matmul_precision=matmul_precision)
 
 
-def from_torch(module, example_inputs=(), *, name=None, dynamic: bool = False):
+def from_torch(module, example_inputs=(), *, name=None, dynamic: bool = False,
+               training: bool = False, **train):
     """Import a torch.nn.Module through torch.export as a Graph (imports torch on first
-    use; see :func:`workbench.frontends.torch.from_torch`)."""
+    use; see :func:`workbench.frontends.torch.from_torch`); ``training=True`` (with
+    ``loss=``, ``targets=``, ``optimizer=``) imports forward + backward (+ the optimizer
+    step): :func:`workbench.frontends.torch.training.from_torch_training`."""
+    if training or train:
+        from .frontends.torch.training import from_torch_training
+        return from_torch_training(module, example_inputs, name=name, **train)
     from .frontends.torch import from_torch as import_module
     return import_module(module, example_inputs, name=name, dynamic=dynamic)
 

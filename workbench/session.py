@@ -359,6 +359,13 @@ class Session(Locks):
         ``out``'s arrays where given: ``Program.run``; nothing is poisoned)."""
         return self.program().run(args.mapping(inputs, "inputs"), out=out)
 
+    def train_step(self, batch: Mapping[str, np.ndarray], state=None) -> float:
+        """One training step of a training graph, parameters updated in place; the
+        session keeps the state it was given (:mod:`workbench.training.loop`)."""
+        from .training.loop import train_step
+        self._train_state = state or getattr(self, "_train_state", None)
+        return train_step(self, args.mapping(batch, "batch"), self._train_state)
+
     @property
     @in_memory
     def inputs(self) -> dict[str, np.ndarray]:

@@ -297,11 +297,35 @@ class GemmLowerer(TileLowerer):
         self.counter, self.flops = sub.counter, self.flops + sub.flops
         self.scratch.update(sub.scratch)
         rows = replace(rows, bind="serial", start=f"bt * {t.m} + r0", stop=f"bt * {t.m} + r1")
+        rows = _reads_before_overwrite(rows, dest)
         if isinstance(dest, Scratch):
             # the tile holds rows r0..r1 of batch bt: its offsets are the product's less
             # the first row's
             rows = _rebase(rows, dest, f"(bt * {t.m} + r0) * {t.n}")
         return rows
+
+
+def _reads_before_overwrite(stmt, dest):
+    """``stmt`` with every store into ``dest`` (an output the product lives in until
+    the epilogue overwrites it) moved after the last read of the product in the same
+    loop body: a row's final loop storing that output first and then recomputing
+    another output from the product (a training graph's LayerNorm output, then the
+    GELU gradient at the pre-LayerNorm value) read the output instead. Bodies already
+    in that order are returned as they are."""
+    if not isinstance(stmt, (Loop, If, OncePerBlock, ThreadTile)):
+        return stmt
+    body = tuple(_reads_before_overwrite(x, dest) for x in stmt.body)
+    # (a load from a register copy of the product's row reads dest where the renderer
+    # keeps no copy)
+    reads = [i for i, x in enumerate(body) if isinstance(x, Load)
+             and (x.buf is dest or getattr(x.buf, "source", None) is dest)]
+    early = [i for i, x in enumerate(body)
+             if isinstance(x, Store) and x.buf is dest and reads and i < reads[-1]]
+    if early:
+        after = reads[-1] + 1
+        body = (*(x for i, x in enumerate(body[:after]) if i not in early),
+                *(body[i] for i in early), *body[after:])
+    return replace(stmt, body=body) if body != stmt.body else stmt
 
 
 def _rebase(stmt, tile: Scratch, base: str):

@@ -38,10 +38,14 @@ Modules:
   triu/tril and the no-op views (alias, detach, lift_fresh_copy...).
 - :mod:`.handlers_nn` -- convolution, pooling, group/instance norm, upsampling, padding,
   fmod/remainder/round.
+- :mod:`.handlers_backward` -- ``slice_scatter`` / ``select_scatter`` (backward passes).
 - :mod:`.importer` -- :func:`from_torch`: export, walk, fold, check, name outputs.
+- :mod:`.training` -- ``from_torch_training``: forward + backward (+ optimizer step)
+  in one graph, through torch's joint export (``docs/training.md``).
 """
 from __future__ import annotations
 
+from . import handlers_backward  # noqa: F401  (registers slice/select_scatter)
 from . import handlers_index  # noqa: F401  (registers the indexing handlers)
 from . import handlers_nn  # noqa: F401  (registers the CNN/audio op handlers)
 from .common import supported_aten_ops

@@ -285,11 +285,15 @@ class _Importer(_Scope):
             return _fold(node, handler, self)
         if handler is None:
             raise _Unsupported(None)
-        kind, source = _namespace(node, self.b.name)
+        kind, source = self._namespace(node)
         with self.b.scope(kind, source):
             result = handler(_Ctx(node, self))
         self.b.label_since(self._start, node.name)
         return result
+
+    def _namespace(self, node: torch.fx.Node) -> tuple[str, str]:
+        # (a method, so the training import can put backward nodes in a namespace)
+        return _namespace(node, self.b.name)
 
     def _bind(self, node: torch.fx.Node, result: Any) -> None:
         """Record the node's result; a value this node made takes the FX name."""
