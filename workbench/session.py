@@ -29,6 +29,7 @@ from .errors import FusionRefused, OutOfMemory, WorkbenchError
 from .fusion import Decision, Group, Plan
 from .history import History, Step
 from .session_locks import Locks
+from .session_training import Training
 from .fusion.constrained import plan_constrained
 from .ir import Graph
 from .measure import StepMeasurement, measure_program
@@ -69,7 +70,7 @@ def in_memory(method):
     return run
 
 
-class Session(Locks):
+class Session(Locks, Training):
     """One graph, a plan history with undo/redo, and a backend to run plans on.
 
     ``matmul_precision``: "float32" (the exact default) or "tf32" -- float32 matmuls on a
@@ -80,8 +81,7 @@ class Session(Locks):
     changes it as a step, and undo goes back."""
 
     def __new__(cls, graph=None, *a, ranks: int | None = None, **kw):
-        # ranks=p: a distributed program on p gloo ranks (docs/distributed.md)
-        if ranks is not None:
+        if ranks is not None:        # p gloo ranks (docs/distributed.md)
             from .distributed.session import DistSession
             return DistSession(graph, ranks, *a, **kw)
         return super().__new__(cls)
@@ -358,13 +358,6 @@ class Session(Locks):
         """Run the current plan on the backend; returns the graph outputs (written into
         ``out``'s arrays where given: ``Program.run``; nothing is poisoned)."""
         return self.program().run(args.mapping(inputs, "inputs"), out=out)
-
-    def train_step(self, batch: Mapping[str, np.ndarray], state=None) -> float:
-        """One training step of a training graph, parameters updated in place; the
-        session keeps the state it was given (:mod:`workbench.training.loop`)."""
-        from .training.loop import train_step
-        self._train_state = state or getattr(self, "_train_state", None)
-        return train_step(self, args.mapping(batch, "batch"), self._train_state)
 
     @property
     @in_memory
