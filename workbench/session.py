@@ -28,6 +28,7 @@ from .codegen import Kernel, lower_group, render_kernel
 from .errors import FusionRefused, OutOfMemory, WorkbenchError
 from .fusion import Decision, Group, Plan
 from .history import History, Step
+from .session_code import KernelCode
 from .session_locks import Locks
 from .fusion.constrained import plan_constrained
 from .ir import Graph
@@ -69,7 +70,7 @@ def in_memory(method):
     return run
 
 
-class Session(Locks):
+class Session(Locks, KernelCode):
     """One graph, a plan history with undo/redo, and a backend to run plans on.
 
     ``matmul_precision``: "float32" (the exact default) or "tf32" -- float32 matmuls on a

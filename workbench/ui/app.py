@@ -77,7 +77,8 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         self.view = GraphView(session.plan)
         # the panel shows the session's own kernels: what Measure runs
         self.code = CodePanel(lambda plan, gr: session.kernel(gr.id, plan),
-                              functools.partial(kernel_info, session))
+                              functools.partial(kernel_info, session),
+                              arch=getattr(session.backend, "arch", None))
         self.plots = Plots()
         self.props = w.HTML(empty_html())      # the selected node's properties (Netron's)
         self.props.add_class("wb-props-panel")
