@@ -9,6 +9,7 @@ from .frontends import load, load_onnx
 from .dtypes import DType
 from .ir import Graph, GraphBuilder, load_json, save_json
 from .session import Session
+from .session_file import open_session
 
 from .version import __version__
 
@@ -46,4 +47,4 @@ def load_ipython_extension(ipython) -> None:
 
 __all__ = ["DType", "FusionRefused", "Graph", "GraphBuilder", "Session", "WorkbenchError",
            "from_torch", "load", "load_artifact", "load_ipython_extension", "load_json",
-           "load_onnx", "open", "save_json", "__version__"]
+           "load_onnx", "open", "open_session", "save_json", "__version__"]

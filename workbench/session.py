@@ -29,6 +29,7 @@ from .errors import FusionRefused, OutOfMemory, WorkbenchError
 from .fusion import Decision, Group, Plan
 from .history import History, Step
 from .session_code import KernelCode
+from .session_file import SessionFile
 from .session_locks import Locks
 from .fusion.constrained import plan_constrained
 from .ir import Graph
@@ -70,7 +71,7 @@ def in_memory(method):
     return run
 
 
-class Session(Locks, KernelCode):
+class Session(Locks, KernelCode, SessionFile):
     """One graph, a plan history with undo/redo, and a backend to run plans on.
 
     ``matmul_precision``: "float32" (the exact default) or "tf32" -- float32 matmuls on a

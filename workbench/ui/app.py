@@ -37,6 +37,7 @@ from ..fusion.actions import Action
 from ..session import Session
 from .. import arguments as args
 from .code_panel import CodePanel
+from .session_io import SessionSaver, apply_view, save as save_app_session
 from .controls import (action_buttons, collapse_toggle, edge_choice, export_path_box,
                        mapping_choice, matmul_choice, overlay_choice, planner_choice,
                        progress_bar, scheme_choice, search_box)
@@ -68,6 +69,12 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         self._wire_controls()
         self._set_message(opening_line(session))
         self._refresh(redraw=False)
+        if getattr(session, "view_state", None):    # reopened from a session file
+            apply_view(self, session.view_state)
+
+    def save_session(self, path, model=None):
+        """Write the session and this view to ``path`` (see ``Session.save``)."""
+        return save_app_session(self, path, model)
 
     # -- building ------------------------------------------------------------------
     def _build_panels(self) -> None:
@@ -89,8 +96,11 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         # planner's decisions, folded away until opened
         self.transforms = TransformPanel(session, lambda: self.selected, self._on_preview,
                                          self._apply_action, self.goto, self.toggle_lock)
-        self.transforms_box = w.Accordion(children=[self.transforms], selected_index=None)
+        self.saver = SessionSaver(self)          # the shareable session file (session_io)
+        self.transforms_box = w.Accordion(children=[self.transforms, self.saver],
+                                          selected_index=None)
         self.transforms_box.set_title(0, "Transformations · History · Decisions")
+        self.transforms_box.set_title(1, "Save session")
 
     def _build_controls(self) -> None:
         """The toolbars' controls, and what Measure and Tune run with."""
