@@ -37,6 +37,7 @@ from ..fusion.actions import Action
 from ..session import Session
 from .. import arguments as args
 from .code_panel import CodePanel
+from .search_nav import SearchNav
 from .session_io import SessionSaver, apply_view, save as save_app_session
 from .controls import (action_buttons, collapse_toggle, edge_choice, export_path_box,
                        mapping_choice, matmul_choice, overlay_choice, planner_choice,
@@ -106,6 +107,7 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         """The toolbars' controls, and what Measure and Tune run with."""
         session = self.session
         self.search = search_box()
+        self.search_nav = SearchNav(self)        # next / previous match (search_nav.py)
         self.buttons = action_buttons()
         self._job: Job | None = None
         self._job_lock = threading.Lock()
@@ -135,6 +137,7 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
                                      self.edge, self.scheme, self.mapping)
         status = status_row(self.progress, self._message)
         main = main_row(self.view, self.code)
+        toolbar.children = (toolbar.children[0], self.search_nav, *toolbar.children[1:])
         return [toolbar, toolbar2, status, main, self.transforms_box, self.plots]
 
     def _wire_controls(self) -> None:
@@ -184,6 +187,7 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
                           or (n.origin is not None and (q in n.origin.composite.lower()
                                                         or q in n.origin.source.lower())))]
         self.view.selected = hits
+        self.search_nav.set_hits(hits)
         shown = ""
         if hits:   # like Model Explorer: open the boxes hiding the first match, centre it
             self.view.focus_on(hits[0])
