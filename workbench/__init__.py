@@ -11,6 +11,7 @@ from .ir import Graph, GraphBuilder, load_json, save_json
 from .ir.repeat import Repeat, repeat
 from .session import Session
 from .repeat_session import RepeatSession
+from .session_file import open_session
 
 from .version import __version__
 
@@ -54,4 +55,4 @@ def load_ipython_extension(ipython) -> None:
 
 __all__ = ["DType", "FusionRefused", "Graph", "GraphBuilder", "Repeat", "RepeatSession", "Session", "WorkbenchError",
            "from_torch", "load", "load_artifact", "load_ipython_extension", "load_json",
-           "load_onnx", "open", "repeat", "save_json", "__version__"]
+           "load_onnx", "open", "open_session", "repeat", "save_json", "__version__"]

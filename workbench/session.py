@@ -12,8 +12,6 @@ Example::
     >>> s = Session("sample_graphs/layernorm.json", backend="cpu")   # doctest: +SKIP
     >>> s.auto("rules"); m = s.measure(); m.kernels                  # doctest: +SKIP
     1
-    >>> s.undo(); s.plan.planner                                     # doctest: +SKIP
-    'none'
 """
 from __future__ import annotations
 
@@ -28,6 +26,8 @@ from .codegen import Kernel, lower_group, render_kernel
 from .errors import FusionRefused, OutOfMemory, WorkbenchError
 from .fusion import Decision, Group, Plan
 from .history import History, Step
+from .session_code import KernelCode
+from .session_file import SessionFile
 from .session_locks import Locks
 from .session_training import Training
 from .fusion.constrained import plan_constrained
@@ -70,7 +70,7 @@ def in_memory(method):
     return run
 
 
-class Session(Locks, Training):
+class Session(Locks, Training, KernelCode, SessionFile):
     """One graph, a plan history with undo/redo, and a backend to run plans on.
 
     ``matmul_precision``: "float32" (the exact default) or "tf32" -- float32 matmuls on a

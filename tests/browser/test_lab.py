@@ -206,7 +206,7 @@ def _view_state(page) -> dict:
     return page.evaluate("""() => {
         const v = document.querySelector('.wb-app .wb-graph');
         const r = v.getBoundingClientRect();
-        const m = v.querySelector('.wb-minimap-view');
+        const m = document.querySelector('.wb-app .wb-minimap-view');   // (beside the view)
         return {scale: parseFloat(v.dataset.scale), left: r.left, top: r.top,
                 right: r.right, bottom: r.bottom,
                 transform: v.querySelector('.wb-stage').style.transform,
@@ -311,7 +311,9 @@ def test_large_graph_fit_minimap_and_search_in_lab(lab_factory, page):
                 return r.bottom > v.top && r.top < v.bottom && r.right > v.left
                        && r.left < v.right; }).length; }""") >= 5, "fit shows no boxes"
         # minimap: present; a click near its bottom moves the view to the graph's end
-        mini = graph.locator(".wb-minimap")
+        mini = page.locator(".wb-app .wb-minimap")
+        # beside the drawing, not over it
+        assert mini.bounding_box()["x"] >= graph.bounding_box()["x"] + graph.bounding_box()["width"]
         assert mini.is_visible()
         box = mini.bounding_box()
         before = _view_state(page)

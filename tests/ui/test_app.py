@@ -135,7 +135,7 @@ def test_fuse_the_selection_redraws_and_adds_a_step(app):
     assert "previous/k9+k10+k11+k12+k13.cu" in app.code.diff
     assert "+++ current/k9.cu" in app.code.diff and "+++ current/k9.c" in app.code.diff
     # the IR tab, between C and Diff: the same kernel as target-neutral text
-    assert app.code.tabs.titles == ("CUDA", "C", "IR", "Diff")
+    assert app.code.tabs.titles == ("CUDA", "C", "IR", "Diff", "Assembly")
     k = app.code.kernel(plan, plan.group("k9"))
     assert app.code.ir.startswith(f"kernel {k.name}  group k9  elementwise\n")
     assert "loop" in app.code.ir and "erff(" in app.code.ir and "__global__" not in app.code.ir

@@ -200,27 +200,42 @@ def _int_div(a, b):
 _unary("neg", "(-{0})", np.negative, scalar_i="(({t})wb_wsub(0, {0}))", kinds="fi",
        doc="-x", helpers=(WRAP,))
 _unary("abs", "fabsf({0})", np.abs, scalar_i="({0} < 0 ? ({t})wb_wsub(0, {0}) : {0})",
-       kinds="fi", helpers=(WRAP,))
-_unary("exp", "wb_expf({0})", np.exp, flops=4, helpers=(EXP,), slope=lambda x, y: np.abs(y))
-_unary("log", "logf({0})", np.log, flops=4, slope=lambda x, y: 1 / np.abs(x))
-_unary("sqrt", "sqrtf({0})", np.sqrt, flops=4, slope=lambda x, y: 0.5 / np.abs(y))
+       kinds="fi", helpers=(WRAP,),
+       doc="absolute value |x|")
+_unary("exp", "wb_expf({0})", np.exp, flops=4, helpers=(EXP,), slope=lambda x, y: np.abs(y),
+       doc="e ** x")
+_unary("log", "logf({0})", np.log, flops=4, slope=lambda x, y: 1 / np.abs(x),
+       doc="natural logarithm ln x (NaN below 0, -inf at 0)")
+_unary("sqrt", "sqrtf({0})", np.sqrt, flops=4, slope=lambda x, y: 0.5 / np.abs(y),
+       doc="square root")
 _unary("rsqrt", "rsqrtf({0})", lambda x: 1 / np.sqrt(x), flops=4, helpers=(RSQRT,),
-       slope=lambda x, y: 0.5 * np.abs(y / x))
-_unary("reciprocal", "(1.0f / {0})", np.reciprocal, flops=2, slope=lambda x, y: y * y)
-_unary("tanh", "tanhf({0})", np.tanh, flops=8, slope=lambda x, y: 1 - y * y)
+       slope=lambda x, y: 0.5 * np.abs(y / x),
+       doc="reciprocal square root 1 / sqrt(x)")
+_unary("reciprocal", "(1.0f / {0})", np.reciprocal, flops=2, slope=lambda x, y: y * y,
+       doc="1 / x")
+_unary("tanh", "tanhf({0})", np.tanh, flops=8, slope=lambda x, y: 1 - y * y,
+       doc="hyperbolic tangent")
 _unary("erf", "erff({0})", lambda x: _erf(x), flops=8,
-       slope=lambda x, y: 1.1283791670955126 * np.exp(-x * x))
+       slope=lambda x, y: 1.1283791670955126 * np.exp(-x * x),
+       doc="Gauss error function (exact GELU is x/2 (1 + erf(x / sqrt 2)))")
 _unary("sigmoid", "wb_sigmoidf({0})", lambda x: 1 / (1 + np.exp(-x)), flops=6,
        helpers=(EXP, SIGMOID),
-       slope=lambda x, y: np.abs(y * (1 - y)))
+       slope=lambda x, y: np.abs(y * (1 - y)),
+       doc="logistic 1 / (1 + e ** -x)")
 # NumPy's maximum(x, 0): NaN stays NaN (as torch's relu), and -0 becomes +0
 _unary("relu", "wb_fmax({0}, 0.0f)", lambda x: np.maximum(x, 0),
-       scalar_i="({0} > 0 ? {0} : 0)", kinds="fi", helpers=(FMAX,))
-_unary("sin", "sinf({0})", np.sin, flops=8)
-_unary("cos", "cosf({0})", np.cos, flops=8)
-_unary("floor", "floorf({0})", np.floor)
-_unary("ceil", "ceilf({0})", np.ceil)
-_unary("not", "(!{0})", np.logical_not, kinds="b", slope=lambda x, y: 0.0)
+       scalar_i="({0} > 0 ? {0} : 0)", kinds="fi", helpers=(FMAX,),
+       doc="max(x, 0); NaN stays NaN")
+_unary("sin", "sinf({0})", np.sin, flops=8,
+       doc="sine (radians)")
+_unary("cos", "cosf({0})", np.cos, flops=8,
+       doc="cosine (radians)")
+_unary("floor", "floorf({0})", np.floor,
+       doc="round toward -inf")
+_unary("ceil", "ceilf({0})", np.ceil,
+       doc="round toward +inf")
+_unary("not", "(!{0})", np.logical_not, kinds="b", slope=lambda x, y: 0.0,
+       doc="logical not of a bool")
 
 
 def _int_pow(a, b):
@@ -272,15 +287,19 @@ def _binary(name, scalar_f, ref, scalar_i=None, kinds="fi", out=None, flops=1, d
                           flops, tuple(helpers), slopes=lambda xs, y: slopes(*xs, y)))
 
 
-_binary("add", "({0} + {1})", np.add, scalar_i="(({t})wb_wadd({0}, {1}))", helpers=(WRAP,))
+_binary("add", "({0} + {1})", np.add, scalar_i="(({t})wb_wadd({0}, {1}))", helpers=(WRAP,),
+       doc="a + b (broadcasting; integers wrap around)")
 _binary("sub", "({0} - {1})", np.subtract, scalar_i="(({t})wb_wsub({0}, {1}))",
-        helpers=(WRAP,))
+        helpers=(WRAP,),
+       doc="a - b (broadcasting; integers wrap around)")
 _binary("mul", "({0} * {1})", np.multiply, scalar_i="(({t})wb_wmul({0}, {1}))",
-        helpers=(WRAP,), slopes=lambda a, b, y: (np.abs(b), np.abs(a)))
+        helpers=(WRAP,), slopes=lambda a, b, y: (np.abs(b), np.abs(a)),
+       doc="a * b (broadcasting; integers wrap around)")
 _binary("div", "({0} / {1})",
         lambda a, b: np.true_divide(a, b) if a.dtype.kind == "f" else _int_div(a, b),
         scalar_i="(({t})wb_idiv({0}, {1}))", scalar_u="(({t})wb_udiv({0}, {1}))",
-        helpers=(WRAP, IDIV, UDIV), slopes=lambda a, b, y: (1 / np.abs(b), np.abs(y / b)))
+        helpers=(WRAP, IDIV, UDIV), slopes=lambda a, b, y: (1 / np.abs(b), np.abs(y / b)),
+       doc="a / b; integers truncate toward zero and x / 0 gives 0")
 # x ** 2, x ** 3, x ** 4 with the exponent a literal of the kernel (GELU's tanh form
 # cubes): products, a few times faster than powf and vectorized everywhere, within
 # float32's bound of it (at most two roundings more); inf, NaN and -0 as powf gives them
@@ -301,16 +320,20 @@ _binary("pow", _pow_f, lambda a, b: _int_pow(a, b) if a.dtype.kind in "iu"
             "too), as the kernels' wb_ipow does -- NumPy would raise")
 # NaN-propagating like NumPy (fmaxf would drop the NaN)
 _binary("max", "wb_fmax({0}, {1})", np.maximum, scalar_i="({0} > {1} ? {0} : {1})",
-        helpers=(FMAX,))
+        helpers=(FMAX,),
+       doc="elementwise maximum; NaN propagates")
 _binary("min", "wb_fmin({0}, {1})", np.minimum, scalar_i="({0} < {1} ? {0} : {1})",
-        helpers=(FMAX,))
+        helpers=(FMAX,),
+       doc="elementwise minimum; NaN propagates")
 for _n, _c, _f in [("eq", "==", np.equal), ("ne", "!=", np.not_equal), ("lt", "<", np.less),
                    ("le", "<=", np.less_equal), ("gt", ">", np.greater),
                    ("ge", ">=", np.greater_equal)]:
     _binary(_n, "({0} %s {1})" % _c, _f, kinds="fib", out=DType.bool,
-            slopes=lambda a, b, y: (0.0, 0.0))
-_binary("and", "({0} && {1})", np.logical_and, kinds="b", slopes=lambda a, b, y: (0.0, 0.0))
-_binary("or", "({0} || {1})", np.logical_or, kinds="b", slopes=lambda a, b, y: (0.0, 0.0))
+            slopes=lambda a, b, y: (0.0, 0.0), doc=f"a {_c} b as a bool (broadcasting)")
+_binary("and", "({0} && {1})", np.logical_and, kinds="b", slopes=lambda a, b, y: (0.0, 0.0),
+       doc="logical and of two bools")
+_binary("or", "({0} || {1})", np.logical_or, kinds="b", slopes=lambda a, b, y: (0.0, 0.0),
+       doc="logical or of two bools")
 
 
 def _where_infer(ins, attrs):

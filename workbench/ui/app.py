@@ -38,6 +38,8 @@ from ..session import Session
 from .. import arguments as args
 from .code_panel import CodePanel
 from .current_step import allowed_schemes, export_name, planner_of
+from .search_nav import SearchNav
+from .session_io import SessionSaver, apply_view, save as save_app_session
 from .controls import (action_buttons, collapse_toggle, edge_choice, export_path_box,
                        mapping_choice, matmul_choice, overlay_choice, planner_choice,
                        progress_bar, scheme_choice, search_box)
@@ -69,6 +71,12 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         self._wire_controls()
         self._set_message(opening_line(session))
         self._refresh(redraw=False)
+        if getattr(session, "view_state", None):    # reopened from a session file
+            apply_view(self, session.view_state)
+
+    def save_session(self, path, model=None):
+        """Write the session and this view to ``path`` (see ``Session.save``)."""
+        return save_app_session(self, path, model)
 
     # -- building ------------------------------------------------------------------
     def _build_panels(self) -> None:
@@ -78,7 +86,8 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         self.view = GraphView(session.plan)
         # the panel shows the session's own kernels: what Measure runs
         self.code = CodePanel(lambda plan, gr: session.kernel(gr.id, plan),
-                              functools.partial(kernel_info, session))
+                              functools.partial(kernel_info, session),
+                              arch=getattr(session.backend, "arch", None))
         self.plots = Plots()
         self.props = w.HTML(empty_html())      # the selected node's properties (Netron's)
         self.props.add_class("wb-props-panel")
@@ -89,13 +98,17 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         # planner's decisions, folded away until opened
         self.transforms = TransformPanel(session, lambda: self.selected, self._on_preview,
                                          self._apply_action, self.goto, self.toggle_lock)
-        self.transforms_box = w.Accordion(children=[self.transforms], selected_index=None)
+        self.saver = SessionSaver(self)          # the shareable session file (session_io)
+        self.transforms_box = w.Accordion(children=[self.transforms, self.saver],
+                                          selected_index=None)
         self.transforms_box.set_title(0, "Transformations · History · Decisions")
+        self.transforms_box.set_title(1, "Save session")
 
     def _build_controls(self) -> None:
         """The toolbars' controls, and what Measure and Tune run with."""
         session = self.session
         self.search = search_box()
+        self.search_nav = SearchNav(self)        # next / previous match (search_nav.py)
         self.buttons = action_buttons()
         self._job: Job | None = None
         self._job_lock = threading.Lock()
@@ -125,6 +138,7 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
                                      self.edge, self.scheme, self.mapping)
         status = status_row(self.progress, self._message)
         main = main_row(self.view, self.code)
+        toolbar.children = (toolbar.children[0], self.search_nav, *toolbar.children[1:])
         return [toolbar, toolbar2, status, main, self.transforms_box, self.plots]
 
     def _wire_controls(self) -> None:
@@ -176,6 +190,7 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
                           or (n.origin is not None and (q in n.origin.composite.lower()
                                                         or q in n.origin.source.lower())))]
         self.view.selected = hits
+        self.search_nav.set_hits(hits)
         shown = ""
         if hits:   # like Model Explorer: open the boxes hiding the first match, centre it
             self.view.focus_on(hits[0])

@@ -1,6 +1,6 @@
 """The code panel: the selected kernel's CUDA and C source and its kernel IR,
-highlighted, with a diff against the previous step's version, its launch
-configuration, bytes and latency.
+highlighted, with a diff against the previous step's version, its compile command and
+assembly (``asm_panel.py``), its launch configuration, bytes and latency.
 
 Sources are rendered by the same renderers the backends compile (``render_kernel``),
 the IR by ``format_kernel`` (target-neutral: what both sources are printed from);
@@ -31,6 +31,7 @@ from pygments.token import Comment, Keyword, Name, Number, Text
 from ..codegen import RENDERERS, format_kernel, render_kernel
 from ..codegen.kernel import Kernel
 from ..fusion import Group, Plan
+from .asm_panel import AsmPanel
 from .source_map import annotated_html
 
 _TOKEN_COLORS = {
@@ -104,12 +105,15 @@ class CodePanel(w.VBox):
     """
 
     def __init__(self, kernel: Callable[[Plan, Group], Kernel],
-                 info: Callable[[Plan, str], dict] | None = None):
+                 info: Callable[[Plan, str], dict] | None = None, arch: str | None = None):
         self.header = w.HTML()
         self.header.add_class("wb-kernel-info")
         self._cuda, self._c, self._ir, self._diff = w.HTML(), w.HTML(), w.HTML(), w.HTML()
-        self.tabs = w.Tab(children=[self._cuda, self._c, self._ir, self._diff],
-                          titles=["CUDA", "C", "IR", "Diff"])
+        # compile command and assembly (asm_panel.py), made when the tab is opened
+        self.asm = AsmPanel(arch)
+        self.tabs = w.Tab(children=[self._cuda, self._c, self._ir, self._diff, self.asm],
+                          titles=["CUDA", "C", "IR", "Diff", "Assembly"])
+        self.tabs.observe(self._on_tab, names="selected_index")
         super().__init__([w.HTML(f"<style>{CSS}</style>"), self.header, self.tabs])
         self.add_class("wb-code-panel")
         self._info = info or (lambda plan, gid: {})
@@ -124,6 +128,12 @@ class CodePanel(w.VBox):
         self.header.value = f'<span class="wb-dim">{html.escape(hint)}</span>'
         for h in (self._cuda, self._c, self._ir, self._diff):
             h.value = ""
+        self.asm.show(None)
+
+    def _on_tab(self, change) -> None:
+        self.asm.active = change["new"] == self.tabs.children.index(self.asm)
+        if self.asm.active:
+            self.asm.load()
 
     def show(self, ref: str, plan: Plan, previous: Plan | None = None) -> Kernel:
         group = plan.group(ref)
@@ -140,6 +150,7 @@ class CodePanel(w.VBox):
                             '<span class="wb-dim">unchanged since the previous step</span>'
                             if previous is not None else
                             '<span class="wb-dim">first step: nothing to compare</span>')
+        self.asm.show(k)
         return k
 
     @staticmethod

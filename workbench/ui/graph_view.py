@@ -29,6 +29,7 @@ import traitlets
 from ..errors import WorkbenchError
 from ..fusion import Plan
 from .dot import Overlay, render_svg, to_dot
+from .large_graph import opening_collapsed
 from .namespaces import namespaces
 from .export import save_drawing
 
@@ -69,9 +70,11 @@ class GraphView(anywidget.AnyWidget):
         self.namespaces = namespaces(self.graph)
         # every collapsible container (composites c0..., scopes s0...) -> its nodes
         self.composites = {c: self.namespaces[c].nodes for c in self.namespaces}
-        if collapse is None:
-            collapse = len(self.graph.nodes) > COLLAPSE_ABOVE
-        self._collapsed: frozenset[str] = frozenset(self.composites) if collapse else frozenset()
+        if collapse is None and len(self.graph.nodes) > COLLAPSE_ABOVE:
+            # layers collapsed, the wrappers around them (an encoder) open: large_graph.py
+            self._collapsed = opening_collapsed(self.namespaces, self.graph.position)
+        else:
+            self._collapsed = frozenset(self.composites) if collapse else frozenset()
         self._focus_count = 0
         self._overlay: Overlay | None = None
         self.locks = None        # the session's constraints, marked on the drawing

@@ -3,8 +3,10 @@
 For a node: its op, id and model name, attributes, each input and output with its
 shape and dtype (and where it comes from / goes to), its namespace (composite, module
 path or ONNX scope, and the scopes around it), and a summary of every constant input
-(shape, dtype, min/max, the first values). For the kernel holding it: the schedule,
-the stitch scheme of each internal edge, the row mapping and the launch.
+(shape, dtype, min/max, mean/std, zeros, NaN, the first values; ``tensor_stats.py``,
+computed when the node is shown), and the op's one-line description from its registry
+definition. For the kernel holding it: the schedule, the stitch scheme of each
+internal edge, the row mapping and the launch.
 
 :func:`node_properties` builds the content as plain text (a frozen value, testable
 without a browser); :meth:`Properties.to_html` is the only place it becomes markup,
@@ -20,15 +22,13 @@ from __future__ import annotations
 import html
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..fusion import Plan
-from ..dtypes import DType
 from ..ir import Graph
-from ..ir.graph import constant_spec
+from ..ops import get_op
 from .namespaces import Namespaces, namespaces
+from .tensor_stats import tensor_stats
 
-FIRST_VALUES = 6        # constant values shown
+MAX_WEIGHTS = 4         # constant inputs given a section of their own (the rest: a line)
 MAX_TEXT = 160          # longest attribute / name text shown (the rest is cut)
 
 
@@ -74,37 +74,16 @@ def _shape(g: Graph, value: str) -> str:
     return f"{v.dtype.value}[{', '.join(map(str, v.shape))}]"
 
 
-def _num(x) -> str:
-    if isinstance(x, (bool, np.bool_)):
-        return str(bool(x))
-    if isinstance(x, (int, np.integer)):
-        return str(int(x))
-    return f"{float(x):.6g}"
-
-
 def constant_summary(g: Graph, name: str) -> str:
-    """``float32[64]  min -0.31  max 0.29  [0.0496, -0.0138, ...]`` (makes lazy data)."""
-    shape, dt = constant_spec(g.constants, name)
-    head = f"{dt.name}[{', '.join(map(str, shape))}]"
-    a = np.asarray(g.constants[name])
-    if a.size == 0:
-        return f"{head}  empty"
-    if a.dtype == DType.bfloat16.np:     # (ml_dtypes' type: NumPy's kind is "V")
-        a = a.astype(np.float32)
-    flat = a.reshape(-1)
-    parts = [head]
-    if a.dtype.kind in "fc":
-        finite = flat[np.isfinite(flat)] if a.dtype.kind == "f" else flat
-        bad = flat.size - finite.size
-        if finite.size:
-            parts.append(f"min {_num(finite.min())}  max {_num(finite.max())}")
-        if bad:
-            parts.append(f"{bad} non-finite")
-    elif a.dtype.kind in "iub":
-        parts.append(f"min {_num(flat.min())}  max {_num(flat.max())}")
-    vals = ", ".join(_num(x) for x in flat[:FIRST_VALUES])
-    parts.append(f"[{vals}{', …' if flat.size > FIRST_VALUES else ''}]")
-    return "  ".join(parts)
+    """``float32[64]  min -0.31  max 0.29  mean 0.01  std 0.1  [0.0496, ...]`` (makes
+    lazy data)."""
+    return tensor_stats(g.constants, name).line()
+
+
+def op_doc(op: str) -> str:
+    """The op's one-line description, from its registry definition (the one place
+    each op is described)."""
+    return get_op(op).doc
 
 
 def node_properties(plan: Plan, node_id: str, ns: Namespaces | None = None,
@@ -114,7 +93,7 @@ def node_properties(plan: Plan, node_id: str, ns: Namespaces | None = None,
     g = plan.graph
     n = g.node(node_id)
     ns = ns if ns is not None else namespaces(g)
-    node_rows = [("op", n.op), ("id", n.id)]
+    node_rows = [("op", n.op), ("does", _cut(op_doc(n.op))), ("id", n.id)]
     if n.name and n.name != n.id:
         node_rows.append(("name", _cut(n.name)))
     attrs = tuple((k, _cut(repr(v) if isinstance(v, str) else v)) for k, v in n.attrs)
@@ -145,8 +124,12 @@ def node_properties(plan: Plan, node_id: str, ns: Namespaces | None = None,
     if scopes:
         where.append(("scope", _cut(" / ".join(c.path for c in scopes[-1:]))))
         where.append(("boxes", " ⊃ ".join(ns.ancestors(n.id))))
-    consts = tuple((_cut(v), _cut(constant_summary(g, v)))
-                   for v in dict.fromkeys(n.inputs) if v in g.constants)
+    const_names = [v for v in dict.fromkeys(n.inputs) if v in g.constants]
+    stats = {v: tensor_stats(g.constants, v) for v in const_names}
+    consts = tuple((_cut(v), _cut(stats[v].line())) for v in const_names)
+    # Netron's weight view: each constant input's statistics, one section each
+    weights = tuple(Section(f"constant {_cut(v)}", stats[v].rows())
+                    for v in const_names[:MAX_WEIGHTS])
     gr = plan.group_of[n.id]
     s = gr.schedule
     kernel = [("kernel", f"{gr.id} ({len(gr.nodes)} op{'s' * (len(gr.nodes) != 1)})"),
@@ -172,6 +155,7 @@ def node_properties(plan: Plan, node_id: str, ns: Namespaces | None = None,
         Section("outputs", outputs),
         Section("namespace", tuple(where)),
         Section("constants", consts),
+        *weights,
         Section("kernel", tuple(kernel)),
     ))
 

@@ -7,8 +7,8 @@
 //   ctrl+wheel / pinch (or the wheel after a click inside): zoom at the cursor; a plain
 //     wheel scrolls the notebook; drag: pan; "fit": the graph, or (too large to read
 //     whole) its width at a readable zoom around what is in view
-//   minimap (bottom right): the whole drawing and the visible region; click or drag
-//     in it to move there
+//   minimap (right of the view, beside it): the whole drawing and the visible region;
+//     click or drag in it to move there
 //   `focus` ([box id, n]) from Python (search): centre that box at a readable zoom
 //   SVG / PNG: download the drawing
 //   a restarted kernel: a banner says the app is dead and how to reopen it
@@ -60,8 +60,13 @@ function render({ model, el }) {
   minimap.append(miniImg, miniView);
   const crumbs = document.createElement("div");
   crumbs.className = "wb-crumbs";
-  viewport.append(stage, legend, tools, crumbs, minimap);
-  el.appendChild(viewport);
+  viewport.append(stage, legend, tools, crumbs);
+  // the minimap sits beside the drawing, not over it (over it, a long graph's minimap
+  // covered a strip of the graph itself)
+  const row = document.createElement("div");
+  row.className = "wb-graph-row";
+  row.append(viewport, minimap);
+  el.appendChild(row);
 
   let scale = 1, tx = 0, ty = 0, fitted = false;
   const zoomLabel = document.createElement("span");
@@ -164,7 +169,7 @@ function render({ model, el }) {
     miniUrl = null;
     if (!s || !s.w || !s.h) { minimap.style.display = "none"; mini = null; return; }
     const vh = viewport.clientHeight || 520;
-    const maxH = Math.max(40, Math.min(360, vh - 70));
+    const maxH = Math.max(40, vh - 2);     // as tall as the view beside it
     const k = Math.min(160 / s.w, maxH / s.h);
     // very long or very wide drawings: each axis clamped to a usable size (stretched)
     const w = Math.min(160, Math.max(40, s.w * k)), h = Math.min(maxH, Math.max(40, s.h * k));
