@@ -161,6 +161,7 @@ function render({ model, el }) {
   );
 
   // -- minimap -------------------------------------------------------------------
+  const MINI_W = 120;
   let mini = null;   // {w, h, sx, sy}: its size in px and px per layout unit on each axis
   let miniUrl = null;
   const drawMiniMap = () => {
@@ -170,9 +171,10 @@ function render({ model, el }) {
     if (!s || !s.w || !s.h) { minimap.style.display = "none"; mini = null; return; }
     const vh = viewport.clientHeight || 520;
     const maxH = Math.max(40, vh - 2);     // as tall as the view beside it
-    const k = Math.min(160 / s.w, maxH / s.h);
+    // at most 120 px wide: beside the drawing, every pixel it takes is the drawing's
+    const k = Math.min(MINI_W / s.w, maxH / s.h);
     // very long or very wide drawings: each axis clamped to a usable size (stretched)
-    const w = Math.min(160, Math.max(40, s.w * k)), h = Math.min(maxH, Math.max(40, s.h * k));
+    const w = Math.min(MINI_W, Math.max(40, s.w * k)), h = Math.min(maxH, Math.max(40, s.h * k));
     mini = { w, h, sx: w / s.w, sy: h / s.h };
     minimap.style.display = "";
     minimap.style.width = `${w}px`;
