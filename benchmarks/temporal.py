@@ -51,14 +51,11 @@ def torch_rollout(torch, step, ins, steps):
     return run
 
 
-def methods_for(n: int, steps: int, a) -> tuple[dict, dict, dict]:
-    """name -> (call, steps it runs), and the checks' results."""
-    import workbench as wb
-    from workbench.testing.simulators import cartpole
-    r = cartpole(n, steps)
-    s = wb.RepeatSession(r, seed=0)
-    ins = s.inputs()
-    calls, notes, checks = {}, {}, {}
+def workbench_calls(s, r, ins, steps: int) -> tuple[dict, dict]:
+    """The repeat's workbench forms, unfused and fused xF (F in FS up to ``steps``):
+    name -> (call, steps it runs), and the checks that each fused form's outputs equal
+    the unfused one's bit for bit (checked runs, poisoned outputs)."""
+    calls, checks = {}, {}
     unfused = s.program(None)
     out_u = unfused.new_outputs()
     calls["workbench unfused"] = (lambda: unfused.run(ins, out=out_u, checked=False), steps)
@@ -71,6 +68,17 @@ def methods_for(n: int, steps: int, a) -> tuple[dict, dict, dict]:
         out = prog.new_outputs()
         calls[f"workbench fused x{f}"] = (lambda p=prog, o=out: p.run(ins, out=o,
                                                                        checked=False), steps)
+    return calls, checks
+
+
+def methods_for(n: int, steps: int, a) -> tuple[dict, dict, dict]:
+    """name -> (call, steps it runs), and the checks' results."""
+    import workbench as wb
+    from workbench.testing.simulators import cartpole
+    r = cartpole(n, steps)
+    s = wb.RepeatSession(r, seed=0)
+    ins = s.inputs()
+    (calls, checks), notes = workbench_calls(s, r, ins, steps), {}
     try:
         import torch
         torch.set_num_threads(a.threads)
@@ -127,19 +135,7 @@ def particle_methods(n: int, steps: int, a) -> tuple[dict, dict, dict]:
     r = particles(n, steps)
     s = wb.RepeatSession(r, seed=0)
     ins = s.inputs()
-    calls, notes, checks = {}, {}, {}
-    unfused = s.program(None)
-    out_u = unfused.new_outputs()
-    calls["workbench unfused"] = (lambda: unfused.run(ins, out=out_u, checked=False), steps)
-    want = unfused.run(ins, checked=True)
-    for f in [f for f in FS if f <= steps]:
-        prog = s.program(f)
-        got = prog.run(ins, checked=True)
-        checks[f"fused x{f} bitwise = unfused"] = all(
-            np.array_equal(got[o].view(np.uint8), want[o].view(np.uint8)) for o in r.outputs)
-        out = prog.new_outputs()
-        calls[f"workbench fused x{f}"] = (lambda p=prog, o=out: p.run(ins, out=o,
-                                                                       checked=False), steps)
+    (calls, checks), notes = workbench_calls(s, r, ins, steps), {}
     try:
         import torch
         torch.set_num_threads(a.threads)
