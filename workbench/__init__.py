@@ -11,7 +11,7 @@ from .ir import Graph, GraphBuilder, load_json, save_json
 from .ir.repeat import Repeat, repeat
 from .session import Session
 from .repeat_session import RepeatSession
-from .session_file import open_session
+from .session_open import open_session
 
 from .version import __version__
 

@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import FusionRefused, WorkbenchError
-from .fusion.constraints import Constraints
 from .fusion.plan import MATMUL_PRECISIONS, Plan, StitchScheme, make_group
-from .history import History, Step
 from .json_keys import JsonFault, bounded_int, unique_keys
 
 FORMAT = "workbench.session"
@@ -194,40 +192,6 @@ def _bad_launch(v):
     raise ValueError(f"launch value {str(v)[:20]} is not an integer")
 
 
-def open_session(path, backend: str | None = None):
-    """The Session saved in ``path``: the same graph, every step (undo and redo work),
-    the same position; ``session.view_state`` holds the saved view. ``backend``:
-    another backend than the saved one (plans are made again for its device)."""
-    from .session import Session
-    d = read_json(path)
-    graph = _graph(path, _field(path, d, "graph", dict, "the file"))
-    backend = backend or _field(path, d, "backend", str, "the file")
-    s = Session(graph, backend=backend, seed=_field(path, d, "seed", int, "the file"))
-    steps = _field(path, d, "steps", list, "the file")
-    if not steps:
-        raise _fail(path, "has no steps")
-    history = None
-    for i, st in enumerate(steps):
-        plan = _plan(path, s, st, i)
-        try:
-            cons = Constraints.from_json(json.dumps(_field(path, st, "constraints", list,
-                                                           f"steps[{i}]")))
-        except WorkbenchError as e:
-            raise _fail(path, f"steps[{i}].constraints: {str(e)[:200]}") from None
-        step = Step(_field(path, st, "action", str, f"steps[{i}]"), plan, (), cons)
-        if history is None:
-            history = History(step)
-        else:
-            history.push(step)
-    pos = _field(path, d, "position", int, "the file")
-    if not 0 <= pos < len(steps):
-        raise _fail(path, f"position {pos} is not a step (0..{len(steps) - 1})")
-    history.position = pos
-    s._history = history
-    s.view_state = _field(path, d, "view", dict, "the file")
-    return s
-
-
 class SessionFile:
     """Mixed into :class:`workbench.session.Session`: ``save``."""
 
@@ -235,5 +199,5 @@ class SessionFile:
         """Write this session to ``path`` (JSON; see :mod:`workbench.session_file`):
         the graph embedded, or ``model`` (the .onnx/.json file it came from) by path
         and SHA-256; every step and the position; ``view``: the app's view state.
-        ``workbench.open_session(path)`` reopens it."""
+        ``workbench.open_session(path)`` (:mod:`workbench.session_open`) reopens it."""
         return save_session(self, path, model, view)
