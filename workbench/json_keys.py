@@ -1,10 +1,15 @@
-"""What every reader of an untrusted JSON file (a graph file, an artifact's manifest)
-asks of it beyond the grammar: no object with one key twice (JSON readers disagree on
-which value wins), no integer of more digits than any dimension or index has.
+"""What every reader of an untrusted JSON file (a graph file, an artifact's manifest, a
+session file) asks of it beyond the grammar: no object with one key twice (JSON readers
+disagree on which value wins), no integer of more digits than any dimension or index
+has, and (:func:`strict_loads`) no NaN or infinity.
 
     >>> json.loads(text, object_pairs_hook=unique_keys, parse_int=bounded_int)  # doctest: +SKIP
+    >>> strict_loads(text)                                                  # doctest: +SKIP
 """
 from __future__ import annotations
+
+import json
+import math
 
 from .errors import shown
 
@@ -30,3 +35,21 @@ def unique_keys(pairs) -> dict:
             raise JsonFault(f"the key {shown(k)[:60]!r} appears twice in one object")
         d[k] = v
     return d
+
+
+def _no_constant(text: str):
+    raise JsonFault(f"{text} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise JsonFault(f"the number {text[:24]} is out of range")
+    return x
+
+
+def strict_loads(text: str):
+    """``json.loads`` refusing (JsonFault, a ValueError) NaN, Infinity, a number out of
+    float range, a key twice in one object and an over-long integer."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite,
+                      object_pairs_hook=unique_keys, parse_int=bounded_int)

@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 from pathlib import Path
 from typing import Any
 
 from .errors import FusionRefused, WorkbenchError
 from .fusion.plan import MATMUL_PRECISIONS, Plan, StitchScheme, make_group
-from .json_keys import JsonFault, bounded_int, unique_keys
+from .json_keys import bounded_int, strict_loads
 
 FORMAT = "workbench.session"
 VERSION = 1
@@ -90,17 +89,6 @@ def _fail(path, what: str) -> SessionFileError:
                             "again (Session.save) or fix the file")
 
 
-def _not_number(text: str):
-    raise JsonFault(f"{text} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise JsonFault(f"the number {text[:24]} is out of range")
-    return x
-
-
 def read_json(path) -> dict:
     """Strict JSON (UTF-8, no NaN, no duplicate keys), the format and version checked."""
     p = Path(path)
@@ -110,9 +98,7 @@ def read_json(path) -> dict:
     if p.stat().st_size > MAX_BYTES:
         raise _fail(path, f"larger than {MAX_BYTES >> 20} MB")
     try:
-        d = json.loads(p.read_bytes().decode("utf-8"), parse_constant=_not_number,
-                       parse_float=_finite, object_pairs_hook=unique_keys,
-                       parse_int=bounded_int)
+        d = strict_loads(p.read_bytes().decode("utf-8"))
     except RecursionError:
         raise _fail(path, "nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as e:

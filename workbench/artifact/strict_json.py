@@ -3,24 +3,11 @@ bounded nesting, so that what a manifest, graph or signature file parses to is p
 JSON (it is untrusted input)."""
 from __future__ import annotations
 
-import json
-import math
 from typing import Any
 
-from ..json_keys import bounded_int, unique_keys
+from ..json_keys import strict_loads
 from .limits import MAX_JSON_DEPTH
 from .messages import artifact_error, one_line
-
-
-def _not_json(name: str):
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _finite(text: str) -> float:
-    x = float(text)
-    if not math.isfinite(x):
-        raise ValueError(f"the number {text[:24]} is out of range")
-    return x
 
 
 def json_depth(x: Any) -> int:
@@ -40,9 +27,7 @@ def parse_json(data: bytes, what: str, where: str) -> Any:
     """Strict JSON from an artifact: UTF-8, no NaN or infinities, no duplicate keys,
     nesting at most MAX_JSON_DEPTH. Raises ArtifactError (one line) otherwise."""
     try:
-        obj = json.loads(data.decode("utf-8"), parse_constant=_not_json,
-                         parse_float=_finite, object_pairs_hook=unique_keys,
-                         parse_int=bounded_int)
+        obj = strict_loads(data.decode("utf-8"))
     except RecursionError:
         raise artifact_error(where, f"{what} is nested too deeply; re-export the "
                                     "artifact") from None
