@@ -51,10 +51,14 @@ def torch_rollout(torch, step, ins, steps):
     return run
 
 
-def workbench_calls(s, r, ins, steps: int) -> tuple[dict, dict]:
-    """The repeat's workbench forms, unfused and fused xF (F in FS up to ``steps``):
-    name -> (call, steps it runs), and the checks that each fused form's outputs equal
-    the unfused one's bit for bit (checked runs, poisoned outputs)."""
+def workbench_calls(r, steps: int) -> tuple[dict, dict, dict]:
+    """Repeat ``r``'s inputs (its session's, seed 0) and workbench forms, unfused and
+    fused xF (F in FS up to ``steps``): name -> (call, steps it runs), and the checks
+    that each fused form's outputs equal the unfused one's bit for bit (checked runs,
+    poisoned outputs)."""
+    import workbench as wb
+    s = wb.RepeatSession(r, seed=0)
+    ins = s.inputs()
     calls, checks = {}, {}
     unfused = s.program(None)
     out_u = unfused.new_outputs()
@@ -68,17 +72,14 @@ def workbench_calls(s, r, ins, steps: int) -> tuple[dict, dict]:
         out = prog.new_outputs()
         calls[f"workbench fused x{f}"] = (lambda p=prog, o=out: p.run(ins, out=o,
                                                                        checked=False), steps)
-    return calls, checks
+    return ins, calls, checks
 
 
 def methods_for(n: int, steps: int, a) -> tuple[dict, dict, dict]:
     """name -> (call, steps it runs), and the checks' results."""
-    import workbench as wb
     from workbench.testing.simulators import cartpole
     r = cartpole(n, steps)
-    s = wb.RepeatSession(r, seed=0)
-    ins = s.inputs()
-    (calls, checks), notes = workbench_calls(s, r, ins, steps), {}
+    (ins, calls, checks), notes = workbench_calls(r, steps), {}
     try:
         import torch
         torch.set_num_threads(a.threads)
@@ -130,12 +131,9 @@ def methods_for(n: int, steps: int, a) -> tuple[dict, dict, dict]:
 def particle_methods(n: int, steps: int, a) -> tuple[dict, dict, dict]:
     """The memory-heavier simulator (testing/simulators.py ``particles``, 16 per
     environment): the workbench's forms beside torch eager and torch.compile."""
-    import workbench as wb
     from workbench.testing.simulators import particles
     r = particles(n, steps)
-    s = wb.RepeatSession(r, seed=0)
-    ins = s.inputs()
-    (calls, checks), notes = workbench_calls(s, r, ins, steps), {}
+    (ins, calls, checks), notes = workbench_calls(r, steps), {}
     try:
         import torch
         torch.set_num_threads(a.threads)
