@@ -29,7 +29,7 @@ def merge_constant_siblings(search: Search, part: Partition,
     faster, and the decisions that say so. ``max_readers``: a constant read by more
     kernels than this is left alone (the pairs grow as its square)."""
     log: list[Decision] = []
-    for name, readers in search.constant_readers.items():
+    for readers in search.constant_readers.values():
         gids = [g for g in dict.fromkeys(part.owner[r] for r in readers)
                 if not search._opaque(part, g)]
         if not 2 <= len(gids) <= max_readers:
@@ -39,8 +39,6 @@ def merge_constant_siblings(search: Search, part: Partition,
         while k < len(alive):
             a = alive[k]
             for b in alive[k + 1:]:
-                if b not in part.members or a not in part.members:
-                    continue
                 sa, sb = frozenset(part.members[a]), frozenset(part.members[b])
                 gain = search.cost(sa) + search.cost(sb) - search.cost(sa | sb)
                 if gain <= EPS:
