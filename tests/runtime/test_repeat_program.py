@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from workbench.device import Device
 from workbench.errors import FusionRefused, GraphError
 from workbench.codegen.repeat_c import fused_cuda_source, refusal
 from workbench.fusion.repeat_cost import choose_steps, repeat_cost
@@ -137,7 +138,10 @@ def test_a_repeat_given_to_the_graph_session_says_where_it_opens():
 
 def test_cost_model_moves_the_state_once_per_call():
     r = cartpole(65536, 256)
-    dev = wb.RepeatSession(r).device
+    # a fixed, memory-bound device: the machine's calibrated one can be compute-bound
+    # for CartPole (a CI runner was), where every F past a few costs the same
+    dev = Device("test cpu", "cpu", dram_bandwidth=20e9, launch_overhead=15e-6, units=4,
+                 peak_flops=100e9)
     un, f16, f256 = (repeat_cost(r, f, dev) for f in (None, 16, 256))
     state = sum(r.body.value(i).nbytes for i in r.carried_inputs)
     fixed = sum(r.body.value(i).nbytes for i in r.invariant_inputs)
@@ -146,6 +150,11 @@ def test_cost_model_moves_the_state_once_per_call():
     assert un.calls == 256 and f16.calls == 16 and f256.calls == 1
     assert un.seconds > f16.seconds > f256.seconds
     assert choose_steps(r, dev) in (64, 128, 256)
+    # compute-bound: the state's traffic hides under the arithmetic, so a short F is
+    # within the slack of the fastest and is chosen
+    slow = Device("test cpu", "cpu", dram_bandwidth=60e9, launch_overhead=4e-6, units=2,
+                  peak_flops=50e9)
+    assert choose_steps(r, slow) < 64
 
 
 def test_cuda_form_compiles_with_nvrtc(compile_cuda):
