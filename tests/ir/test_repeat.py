@@ -103,6 +103,10 @@ def test_bad_inputs_and_bad_json_are_named():
     with pytest.raises(GraphError, match="not a workbench repeat"):
         repeat_from_json({"format": "workbench.graph"})
     d = repeat_to_json(r)
+    with pytest.raises(GraphError, match="repeat format version 99 is newer.*upgrade"):
+        repeat_from_json({**d, "version": 99})
+    with pytest.raises(GraphError, match="version must be an integer, got str"):
+        repeat_from_json({**d, "version": "1"})
     d["carried"] = [["x"]]
     with pytest.raises(GraphError, match="pairs of names"):
         repeat_from_json(d)

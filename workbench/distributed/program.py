@@ -21,7 +21,8 @@ from typing import Mapping
 
 from ..errors import GraphError
 from ..ir.graph import Graph
-from ..ir.serialize import from_json as graph_from_json, to_json as graph_to_json
+from ..ir.serialize import (check_envelope, from_json as graph_from_json,
+                             to_json as graph_to_json)
 from ..arguments import count
 from .placement import Placement, Replicate, local_shape, parse_placement
 from .propagate import propagate
@@ -106,11 +107,7 @@ def to_json(d: DistProgram) -> dict:
 
 
 def from_json(obj: dict) -> DistProgram:
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise GraphError(f"not a distributed program: expected \"format\": \"{FORMAT}\"")
-    if obj.get("version", VERSION) != VERSION:
-        raise GraphError(f"distributed program version {obj.get('version')!r:.20} is not "
-                         f"{VERSION}; upgrade fusion-workbench")
+    check_envelope(obj, FORMAT, VERSION, "distributed program")
     pls = obj.get("placements", {})
     if not isinstance(pls, dict):
         raise GraphError("\"placements\" must map value names to R, S(dim) or P(op)")

@@ -282,12 +282,8 @@ def repeat_to_json(r: Repeat) -> dict:
 
 def repeat_from_json(d: Any) -> Repeat:
     """Build and verify a repeat from its JSON dict; GraphError names what is wrong."""
-    from .serialize import from_json
-    if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise GraphError(f"not a workbench repeat: expected \"format\": \"{FORMAT}\"")
-    if d.get("version", VERSION) != VERSION:
-        raise GraphError(f"repeat format version {d.get('version')!r:.20} is not "
-                         f"{VERSION}; upgrade fusion-workbench")
+    from .serialize import check_envelope, from_json
+    check_envelope(d, FORMAT, VERSION, "workbench repeat")
     for key, kind in (("name", str), ("trips", int), ("carried", list), ("body", dict)):
         if not isinstance(d.get(key), kind) or isinstance(d.get(key), bool):
             raise GraphError(f"repeat JSON: {key!r} must be a {kind.__name__}, got "

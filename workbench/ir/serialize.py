@@ -202,19 +202,27 @@ def _init(name: str, shape: tuple[int, ...], dt: DType, init: Any):
     raise _fail(what, "init must have one of base64, data, fill, random")
 
 
+def check_envelope(d: Any, fmt: str, version: int, what: str) -> None:
+    """The envelope every workbench JSON document starts with (a graph, a repeat, a
+    distributed program): ``"format"`` names the kind and ``"version"`` (an integer,
+    absent meaning the current one) is one this workbench reads -- older ones are read
+    as they are, a newer one asks for an upgrade."""
+    if not isinstance(d, dict) or d.get("format") != fmt:
+        raise GraphError(f"not a {what}: expected \"format\": \"{fmt}\"")
+    v = d.get("version", version)
+    if not is_int(v):
+        raise GraphError(f"{what} format version must be an integer, got {_kind(v)}")
+    if v > version:
+        raise GraphError(f"{what} format version {v} is newer than this "
+                         f"workbench reads ({version}); upgrade fusion-workbench")
+
+
 def from_json(d: dict) -> Graph:
     """Build and verify a graph from the JSON dict; GraphError names what is wrong.
 
     Every field is checked for its type and range before anything is made; ``fill``
     and ``random`` constants are made on first use (see :class:`LazyConstants`)."""
-    if not isinstance(d, dict) or d.get("format") != FORMAT:
-        raise GraphError(f"not a workbench graph: expected \"format\": \"{FORMAT}\"")
-    version = d.get("version", VERSION)
-    if not is_int(version):
-        raise GraphError(f"graph format version must be an integer, got {_kind(version)}")
-    if version > VERSION:
-        raise GraphError(f"graph format version {version} is newer than this "
-                         f"workbench reads ({VERSION}); upgrade fusion-workbench")
+    check_envelope(d, FORMAT, VERSION, "workbench graph")
     try:
         g = _from_json(d)
     except GraphError:
