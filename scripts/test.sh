@@ -6,4 +6,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh test
-exec .venv/bin/python -m pytest -n auto --dist loadgroup -p no:cacheprovider "$@"
+# --durations: the slowest tests named in every CI log, to keep the suite inside its time
+exec .venv/bin/python -m pytest -n auto --dist loadgroup -p no:cacheprovider --durations=25 "$@"
