@@ -31,7 +31,7 @@ from .session_file import SessionFile
 from .session_locks import Locks
 from .session_training import Training
 from .fusion.constrained import plan_constrained
-from .ir import Graph
+from .ir import Graph, clip_windows
 from .measure import StepMeasurement, measure_program
 from .measure.step import DRAM_NOT_REQUESTED
 from .runtime import Program, get_backend, random_inputs, run_reference
@@ -95,7 +95,7 @@ class Session(Locks, Training, KernelCode, SessionFile):
         args.name(backend, f"backend ({', '.join(backend_names())})")
         args.count(seed, "seed", 0, 2 ** 63 - 1)
         args.callback(progress, "progress (a function (done, total, name))")
-        self.graph = load(graph)
+        self.graph = clip_windows(load(graph))   # (a window's taps past its map cut)
         self.backend = get_backend(backend)
         device = self.backend.device
         if matmul_precision == "tf32" and not device.has_tf32:
