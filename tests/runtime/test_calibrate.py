@@ -27,7 +27,9 @@ def fresh_cache(tmp_path, monkeypatch):
     calibrate._cached_cpu_device.cache_clear()
 
 
-def test_cpu_is_measured_once_and_cached(fresh_cache):
+def test_cpu_is_measured_once_and_cached(fresh_cache, monkeypatch):
+    from workbench.runtime import calibrate
+    monkeypatch.setattr(calibrate, "busy", lambda: False)     # (see the test below)
     dev = cpu_device()
     assert dev.kind == "cpu" and dev.units >= 1
     assert 1e8 < dev.dram_bandwidth < 1e13          # 0.1 GB/s .. 10 TB/s
@@ -45,6 +47,32 @@ def test_cpu_is_measured_once_and_cached(fresh_cache):
     assert cpu_device().launch_overhead == 0.123
     again = cpu_device(refresh=True)            # measures anew
     assert again.launch_overhead != 0.123
+
+
+def test_a_probe_on_a_busy_machine_is_kept_apart_until_a_quiet_one(fresh_cache,
+                                                                   monkeypatch):
+    """A probe taken while the cores are busy reads the load (launch costs 60x the
+    quiet machine's): it is used while the machine stays busy, and the first session
+    on a quiet machine measures again and replaces it. (The machine's load is what
+    the test sets; the probe itself runs.)"""
+    from workbench.runtime import calibrate
+    load = {"busy": True}
+    monkeypatch.setattr(calibrate, "busy", lambda: load["busy"])
+    cpu_device()
+    assert [f.name.endswith(".busy.json") for f in devices_dir().glob("cpu-*.json")] == [True]
+    busy_file = next(devices_dir().glob("cpu-*.busy.json"))
+    data = json.loads(busy_file.read_text())
+    busy_file.write_text(json.dumps({**data, "launch_overhead": 0.25e-3}))
+    calibrate._cached_cpu_device.cache_clear()
+    assert cpu_device().launch_overhead == 0.25e-3         # still busy: the busy probe
+    load["busy"] = False
+    calibrate._cached_cpu_device.cache_clear()
+    quiet = cpu_device()                                   # quiet now: measured again
+    assert quiet.launch_overhead != 0.25e-3
+    assert [f.name.endswith(".busy.json") for f in devices_dir().glob("cpu-*.json")] == [False]
+    load["busy"] = True                                    # and kept when busy again
+    calibrate._cached_cpu_device.cache_clear()
+    assert cpu_device() == quiet
 
 
 def test_backends_have_devices():
