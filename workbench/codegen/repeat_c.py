@@ -137,12 +137,18 @@ def body_lines(r: Repeat, read: dict[str, str]) -> tuple[list[str], dict[str, st
 
 
 def _reads(r: Repeat, rd, nm: _Names, stacked_at: str, env: str) -> dict:
-    """The C expressions of the stacked and invariant inputs' elements."""
+    """The C expressions of the stacked and invariant inputs' elements, and of the
+    counters (step index ``t``, element index ``env``)."""
     g = r.body
     conv = lambda n, src: rd.to_compute(g.value(n).dtype, src)
     read = {s: conv(s, f"{p}[{stacked_at}]") for s, p in nm.xs.items()}
     read.update({s: conv(s, f"{p}[{env if g.value(s).shape else '0'}]")
                  for s, p in nm.inv.items()})
+    # the counters the repeat supplies: computed, never loaded (a random op's key)
+    if r.step_input is not None:
+        read[r.step_input] = f"({g.value(r.step_input).dtype.c_compute})t"
+    if r.index_input is not None:
+        read[r.index_input] = f"({g.value(r.index_input).dtype.c_compute})({env})"
     return read
 
 
