@@ -336,8 +336,25 @@ def repeat_to_json(r: Repeat) -> dict:
             "body": to_json(r.body)}
 
 
+# repeats held in repeat nodes of a body (op repeat) nest in JSON: bounded, so a
+# hostile file cannot recurse the reader into a RecursionError
+MAX_NESTING = 4
+_nesting = [0]
+
+
 def repeat_from_json(d: Any) -> Repeat:
     """Build and verify a repeat from its JSON dict; GraphError names what is wrong."""
+    if _nesting[0] >= MAX_NESTING:
+        raise GraphError(f"repeat JSON: repeats nested more than {MAX_NESTING} deep (a "
+                         "repeat node in a repeat's body...); flatten the file")
+    _nesting[0] += 1
+    try:
+        return _repeat_from_json(d)
+    finally:
+        _nesting[0] -= 1
+
+
+def _repeat_from_json(d: Any) -> Repeat:
     from .serialize import from_json
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise GraphError(f"not a workbench repeat: expected \"format\": \"{FORMAT}\"")
