@@ -178,13 +178,15 @@ def stages(r: Repeat) -> list[list]:
     select needs into that arm, so a loop with both stays scalar: CartPole's step
     (sinf, cosf and the reset's where) ran 2-3x slower as one loop. Even stages hold
     arithmetic, odd ones calls; each node goes to the first stage of its kind after its
-    inputs'."""
+    inputs'. An op whose prelude helper calls one (random_normal) is a call."""
     g = r.body
     dummy = {v.name: "x" for v in g.values}
     at: dict[str, int] = {}
     for n in g.nodes:
         s = max((at[i] for i in n.inputs if i in at), default=0)
-        call = bool(_CALL.search(_scalar(g, n, dummy)))
+        # (a helper that calls one counts: random_normal's Box-Muller)
+        call = bool(_CALL.search(_scalar(g, n, dummy))) or \
+            any(_CALL.search(h.body("c")) for h in get_op(n.op).helpers)
         at[n.outputs[0]] = s + (s % 2 == 0) if call else s + (s % 2)
     order = sorted(set(at.values()))
     return [[n for n in g.nodes if at[n.outputs[0]] == k] for k in order]
