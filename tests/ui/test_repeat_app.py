@@ -84,6 +84,8 @@ def test_app_fuse_undo_redo_and_the_plot():
     assert app.fuse_steps(99) is None and "at most" in app.message
     assert app.session.history == ["unfused", "fuse steps x8"]
     assert app.apply("fuse steps x3") is None and "no transformation" in app.message
+    with pytest.raises(wb.WorkbenchError, match="a repeat runs on the cpu backend"):
+        wb.open(r, backend="cuda-emu", display=False)
 
 
 def test_app_of_a_refused_body_offers_fusing_disabled_with_the_reason():

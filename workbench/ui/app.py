@@ -451,7 +451,7 @@ def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
     it is displayed. A repeat (a Repeat, its .json file, a RepeatSession) opens in the
     repeat's app (ui/repeat_app.py)."""
     if is_repeat(source) or type(source).__name__ == "RepeatSession":
-        return open_repeat(source, seed=seed, display=display)
+        return open_repeat(source, backend=backend, seed=seed, display=display)
     if isinstance(source, Session):
         session = source
     else:

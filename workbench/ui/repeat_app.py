@@ -166,13 +166,14 @@ def _plain(fig: dict) -> dict:
     return json.loads(json.dumps(fig, default=float))
 
 
-def open_repeat(source, seed: int = 0, display: bool = True) -> RepeatApp:
-    """The repeat app over a Repeat, a repeat file or a RepeatSession; displayed in
-    IPython."""
+def open_repeat(source, backend: str = "auto", seed: int = 0,
+                display: bool = True) -> RepeatApp:
+    """The repeat app over a Repeat, a repeat file or a RepeatSession (then ``backend``
+    and ``seed`` are the session's); displayed in IPython."""
     from ..repeat_session import RepeatSession
     from ..session_kinds import repeat_session
     session = source if isinstance(source, RepeatSession) else \
-        repeat_session(source, seed=seed)
+        repeat_session(source, backend=backend, seed=seed)
     app = RepeatApp(session)
     if display:
         try:
