@@ -34,7 +34,7 @@ def is_repeat(source: Any) -> bool:
     try:
         with Path(source).open("rb") as f:
             head = f.read(_HEAD_BYTES).decode("utf-8", "replace")
-    except OSError:
+    except (OSError, ValueError):      # (ValueError: a NUL in the path)
         return False          # (the graph loader says what is wrong with the path)
     return re.search(r'"format"\s*:\s*"' + re.escape(FORMAT) + '"', head) is not None
 
