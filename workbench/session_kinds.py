@@ -48,8 +48,10 @@ def repeat_session(source, backend: str = "auto", seed: int = 0, **kw):
                              f"CUDA form is printed by source('cuda')), not {backend!r:.30}: "
                              "pass backend='cpu' or leave it out")
     if kw:
-        raise WorkbenchError(f"a repeat's session takes backend and seed, not "
-                             f"{', '.join(sorted(kw))}")
+        raise WorkbenchError(f"a repeat opens in its own session (wb.Session(r) or "
+                             f"wb.open(r) in Python; docs/repeat.md), which takes backend "
+                             f"and seed, not {', '.join(sorted(kw))}; the command line and "
+                             "the graph session's options are for graphs")
     r = source if isinstance(source, Repeat) else load_repeat(source)
     return RepeatSession(r, seed=seed)
 

@@ -23,7 +23,7 @@ def test_session_opens_a_repeat_and_its_file(tmp_path):
     with pytest.raises(wb.WorkbenchError, match="a repeat runs on the cpu backend"):
         wb.Session(r, backend="reference")
     with pytest.raises(wb.WorkbenchError, match="takes backend and seed, not "
-                                                "matmul_precision"):
+                                                "matmul_precision; the command line"):
         wb.Session(r, matmul_precision="tf32")
     # a graph file is still a graph's session
     assert type(wb.Session("sample_graphs/layernorm.json", backend="reference")) is wb.Session
