@@ -1,7 +1,7 @@
-"""A repeat in a real browser (issue 46): open CartPole x256 with ``wb.open``, choose
-"fuse steps x16" in the transformations list and Apply -- the box's label changes from
-unfused to 16 calls -- then Measure: the plot of speedup against F shows the predicted
-curve and the measured point."""
+"""A repeat in a real browser (issue 46): open CartPole x256 with ``wb.open`` (its box,
+its body drawn), choose "fuse steps x16" in the transformations list and Apply -- the
+box's label changes from unfused to 16 calls -- then Measure: the plot of speedup
+against F shows the predicted curve and the measured point."""
 from __future__ import annotations
 
 import re
@@ -40,6 +40,9 @@ def test_open_cartpole_fuse_steps_x16_and_see_the_plot(lab_factory, page):
         assert label.inner_text() == "repeat cartpole_x256 \u00d7256 \u00b7 unfused: 256 calls"
         page.locator(f"{APP} details.wb-repeat summary").click()     # the box opens
         assert "cartpole(" in page.locator(f"{APP} details.wb-repeat pre").inner_text()
+        # the body drawn by the graph view, folded until its title is clicked
+        page.get_by_text("unfused: 256 calls: the body drawn").click()
+        page.locator(f"{APP} .wb-repeat-body .wb-graph svg g.node").first.wait_for()
         traces = _traces(page)
         assert [t[0] for t in traces] == ["predicted"]
         assert traces[0][1] == ["1", "2", "4", "8", "16", "32", "64", "128", "256"]

@@ -59,6 +59,8 @@ def test_app_fuse_undo_redo_and_the_plot():
     assert isinstance(app, RepeatApp)
     assert app.box_label == "repeat cartpole_x16 \u00d716 \u00b7 unfused: 16 calls"
     assert "<details" in app.box.value and "cartpole(" in app.box.value   # the body inside
+    assert app.body_box.get_title(0) == app.box_label + ": the body drawn"
+    assert len(app.body_view.graph.nodes) == len(r.body.nodes)          # drawn op by op
     labels = [v for _, v in app.choice.options]
     assert labels == ["unfused", "fuse steps x1", "fuse steps x2", "fuse steps x4",
                       "fuse steps x8", "fuse steps x16"]
@@ -69,6 +71,7 @@ def test_app_fuse_undo_redo_and_the_plot():
     app.choice.value = "fuse steps x8"
     app.buttons["Apply"].click()                       # the control, as a user clicks it
     assert app.box_label.endswith("fuse steps \u00d78: 2 calls")
+    assert app.body_box.get_title(0).startswith(app.box_label)
     assert app.session.history == ["unfused", "fuse steps x8"]
     assert app.buttons["Redo"].disabled and not app.buttons["Undo"].disabled
     app.undo()

@@ -6,7 +6,8 @@ counterpart for a repeat (issue 46; ``docs/repeat.md``):
 
 - the repeat drawn as a collapsible box labelled with its trip count ("repeat
   cartpole_x256 x256") and the current step ("fuse steps x16: 16 calls"), holding the
-  body (``repeat_view.repeat_box_html``);
+  body's text (``repeat_view.repeat_box_html``), and below it, folded, the body drawn
+  by the graph app's view (``GraphView``, one box per op) under the same label;
 - the transformations list: "unfused" and "fuse steps xF" for every F offered, each
   with its predicted time (refused ones disabled, with the reason), Apply, Undo, Redo,
   Auto (the stitch planner's F, its decisions listed) and Measure;
@@ -30,7 +31,9 @@ import html
 import ipywidgets as w
 
 from ..errors import WorkbenchError
+from ..fusion import Plan
 from .controls import button
+from .graph_view import GraphView
 from .plots import Plots
 from .repeat_view import repeat_box_html, repeat_label, speedup_figure
 
@@ -60,7 +63,13 @@ class RepeatApp(w.VBox):
         self.status.add_class("wb-repeat-status")
         self.history_html = w.HTML()
         self.plots = Plots()
-        super().__init__([self.box, w.HBox([self.choice, *self.buttons.values()]),
+        # the body drawn as the graph app draws a graph (one box per op), folded away
+        # until opened: the box above holds its text
+        self.body_view = GraphView(Plan.singletons(session.repeat.body, session.device))
+        self.body_box = w.Accordion(children=[self.body_view], selected_index=None)
+        self.body_box.add_class("wb-repeat-body")
+        super().__init__([self.box, self.body_box,
+                          w.HBox([self.choice, *self.buttons.values()]),
                           self.status, self.history_html, self.plots])
         self.add_class("wb-repeat-app")
         self._refresh(f"repeat {session.repeat.name}: {session.repeat.trips} steps over "
@@ -78,6 +87,7 @@ class RepeatApp(w.VBox):
     def _refresh(self, message: str) -> None:
         s = self.session
         self.box.value = repeat_box_html(s.repeat, s.steps_per_call)
+        self.body_box.set_title(0, f"{self.box_label}: the body drawn")
         options = []
         for a in s.actions():
             tail = (f" · predicted {a.predicted.ms:.3f} ms" if a.legal else
