@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # One batched run on a lent GPU machine (the device tool), sized for a short slot: the
-# stages' limits add up to 6 minutes (360 s), so the check runs twice inside 15 minutes
+# stages' limits add up to 6.5 minutes (390 s), so the check runs twice inside 15 minutes
 # of GPU time with the machine's start included. Each kernel family is covered once --
 # rows (softmax, LayerNorm), elementwise, stitched (cooperative), GEMM, attention, conv,
-# bfloat16 and TF32 -- not every GPU test (CI runs those in the CUDA emulator). Each
+# bfloat16 and TF32, multi-step fusion -- not every GPU test (CI runs those in the CUDA
+# emulator). Each
 # stage is logged under $OUT (or ./gpu-out); a short summary table (stage, rc, seconds,
 # key figure) is written last to $OUT/summary.md and printed. Usage, with the commit
 # recorded (the copy of the tree run there has no .git of its own):
 #   WORKBENCH_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check.sh
 # The Python is $PY (or $PYTHON; default python3); each stage's limit can be set
-# (ENV_S, TESTS_S, MAIN_S, COUNTERS_S, BENCH_S, BENCH_TF32_S).
+# (ENV_S, TESTS_S, MAIN_S, COUNTERS_S, BENCH_S, BENCH_TF32_S, TEMPORAL_S).
 set -uo pipefail
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -86,6 +87,15 @@ elif what == "bench":
     done = "" if res.get("complete") else " (incomplete)"
     print(f"copy {res.get('copy', {}).get('GBps', float('nan')):.0f} GB/s; "
           + "; ".join(cells) + done)
+elif what == "temporal":
+    res = rows(f"{out}/temporal-gpu.json")
+    cells = []
+    for c in (res or {}).get("cases", []):
+        best = max(c["rows"].items(), key=lambda kv: kv[1]["x_one_launch_per_step"])
+        ok = all(v is True for k, v in c["checks"].items() if "bitwise" in k)
+        cells.append(f"{c['envs']} envs: {best[1]['x_one_launch_per_step']:.1f}x one "
+                     f"launch per step at F={best[0]}" + ("" if ok else " BITWISE FAILED"))
+    print("; ".join(cells) or "no results")
 EOF
 }
 
@@ -159,6 +169,12 @@ note bench "$(key bench "$OUT" "")"
 stage bench_tf32 "${BENCH_TF32_S:-35}" "$PY" benchmarks/gpu.py --repeats 10 --warmup 3 \
   --workloads ffn_gelu --planners stitch --backend cupy --no-compile --matmul-precision tf32 --out "$OUT"
 note bench_tf32 "$(key bench "$OUT" tf32)"
+
+# 7. multi-step fusion (issue 46): CartPole's fused CUDA kernel, F steps per launch,
+# against one launch per step at 4,096 environments x 256 steps (target >= 11.3x)
+stage temporal "${TEMPORAL_S:-30}" "$PY" benchmarks/temporal_gpu.py --envs 4096 \
+  --steps 256 --rounds 3 --out "$OUT/temporal-gpu"
+note temporal "$(key temporal "$OUT")"
 
 {
   echo "# GPU check, commit ${WORKBENCH_COMMIT:-unknown}, $(date -u +%Y-%m-%dT%H:%MZ)"

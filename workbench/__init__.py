@@ -27,8 +27,9 @@ def load_artifact(path, backend: str = "auto", *, trusted_keys=None, require_sig
 
 def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
          matmul_precision: str = "float32"):
-    """The notebook app over a .json/.onnx path, a Graph or a Session, displayed in
-    IPython (imports the widget libraries on first use; see :mod:`workbench.ui`)."""
+    """The notebook app over a .json/.onnx path, a Graph, a Session or a repeat (its own
+    app: docs/repeat.md), displayed in IPython (imports the widget libraries on first
+    use; see :mod:`workbench.ui`)."""
     from .ui import open as open_app
     return open_app(source, backend=backend, seed=seed, display=display,
                     matmul_precision=matmul_precision)

@@ -26,7 +26,12 @@ from . import arguments as args
 from .errors import FusionRefused, WorkbenchError
 from .ir.repeat import Repeat
 from .codegen.repeat_c import fused_cuda_source, refusal
-from .fusion.repeat_cost import RepeatCost, candidate_steps, choose_steps, repeat_cost
+from .fusion.repeat_cost import RepeatCost, candidate_steps, plan_steps, repeat_cost
+
+# the planners a repeat takes: the graph session's stitch planner, whose one choice on a
+# repeat is F ("rules" and the others plan a graph's kernels, which a repeat's one body
+# loop does not have)
+AUTO_PLANNERS = ("stitch",)
 
 
 @dataclass(frozen=True)
@@ -52,11 +57,17 @@ class RepeatSession:
         self._position = 0
         self._programs: dict = {}
         self._measured: dict = {}          # F (None: unfused) -> best seconds
+        self.decisions: list = []          # the last auto()'s (fusion.Decision)
 
     # -- the plan and its history ----------------------------------------------------
     @property
     def steps_per_call(self) -> int | None:
         return self._history[self._position][1]
+
+    @property
+    def position(self) -> int:
+        """The current step's index in :attr:`history`."""
+        return self._position
 
     @property
     def history(self) -> list[str]:
@@ -89,11 +100,16 @@ class RepeatSession:
     def unfuse(self) -> None:
         return self._push("unfused", None)
 
-    def auto(self) -> int | None:
-        """The F the cost model picks (:func:`choose_steps`), or unfused where refused."""
-        if refusal(self.repeat):
-            return self.steps_per_call
-        return self.fuse_steps(choose_steps(self.repeat, self.device))
+    def auto(self, planner: str = "stitch") -> int | None:
+        """The stitch planner's step: "fuse steps xF" with the F the cost model picks
+        (:func:`plan_steps`), or unfused where fusing is refused; ``decisions`` lists
+        every F considered with its predicted time (or the refusal's reason)."""
+        planner = args.name(planner, "planner")
+        if planner not in AUTO_PLANNERS:
+            raise WorkbenchError(f"a repeat's planner is {' or '.join(AUTO_PLANNERS)} (it "
+                                 f"chooses F, the steps per kernel call), not {planner!r:.30}")
+        f, self.decisions = plan_steps(self.repeat, self.device, refusal(self.repeat))
+        return self.steps_per_call if f is None else self.fuse_steps(f)
 
     def undo(self) -> int | None:
         self._position = max(0, self._position - 1)

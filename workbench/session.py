@@ -28,6 +28,7 @@ from .fusion import Decision, Group, Plan
 from .history import History, Step
 from .session_code import KernelCode
 from .session_file import SessionFile
+from .session_kinds import other_session
 from .session_locks import Locks
 from .session_training import Training
 from .fusion.constrained import plan_constrained
@@ -81,10 +82,9 @@ class Session(Locks, Training, KernelCode, SessionFile):
     changes it as a step, and undo goes back."""
 
     def __new__(cls, graph=None, *a, ranks: int | None = None, **kw):
-        if ranks is not None:        # p gloo ranks (docs/distributed.md)
-            from .distributed.session import DistSession
-            return DistSession(graph, ranks, *a, **kw)
-        return super().__new__(cls)
+        # p gloo ranks' DistSession, a repeat's RepeatSession (session_kinds.py)
+        other = other_session(graph, ranks, a, kw)
+        return other if other is not None else super().__new__(cls)
 
     def __init__(self, graph: Graph | str, backend: str = "auto", seed: int = 0,
                  progress: Callable[[int, int, str], None] | None = None,

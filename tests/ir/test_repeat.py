@@ -131,3 +131,43 @@ def test_junk_arguments_end_in_one_clear_error():
                 call(j)
             except wb.WorkbenchError:
                 pass
+
+
+def _noisy(n=6, trips=4):
+    """x_next = x + uniform(key, element, step): the counters the repeat supplies."""
+    b = wb.GraphBuilder("walk")
+    x = b.input("x", (n,))
+    key = b.input("key", (), "uint32")
+    u = b.op("random_uniform", key, b.input("env", (n,), "int32"), b.input("t", (), "int32"))
+    b.output(x + u, "x_next")
+    b.output(u, "u")
+    return wb.repeat(b.build(), trips, {"x": "x_next"}, step_input="t", index_input="env")
+
+
+def test_counters_are_supplied_by_the_repeat():
+    from workbench.ops.random import uniform_reference
+    r = _noisy()
+    assert r.inputs == ("x", "key") and r.invariant_inputs == ("key",)
+    assert r.counter_inputs == ("t", "env")
+    ins = {"x": np.zeros(6, np.float32), "key": np.array(9, np.uint32)}
+    out = r.reference(ins)
+    for t in range(4):       # step t draws (key, environment, t)
+        want = uniform_reference([np.uint32(9), np.arange(6, dtype=np.int32), np.int32(t)], {})
+        assert np.array_equal(out["u"][t], want[0])
+    assert len({out["u"][t].tobytes() for t in range(4)}) == 4
+    assert "counters step index -> t, element index -> env" in str(r)
+    back = repeat_from_json(json.loads(json.dumps(repeat_to_json(r))))
+    assert (back.step_input, back.index_input) == ("t", "env")
+    assert np.array_equal(back.reference(ins)["u"], out["u"])
+
+
+@pytest.mark.parametrize("kw,words", [
+    ({"step_input": "nope"}, "step_input 'nope' is not a body input"),
+    ({"step_input": "x"}, "step_input 'x' is also carried"),
+    ({"step_input": "env"}, "must be an integer of shape \\[\\]"),
+    ({"index_input": "t"}, "must be an integer of shape \\[6\\]"),
+    ({"index_input": "key"}, "must be an integer of shape \\[6\\]")])
+def test_bad_counters_are_named(kw, words):
+    r = _noisy()
+    with pytest.raises(GraphError, match=words):
+        wb.repeat(r.body, 3, {"x": "x_next"}, **kw)

@@ -50,6 +50,10 @@ COVERED += INDEXING_LAYOUT + INDEXING_LIBRARY + MINIFLOAT
 # collectives (one rank in a plain session, p ranks on gloo): tests/distributed/
 COVERED += ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv",
             "wait_tensor", "shard_local"]
+# counter-based random numbers (Philox): tests/ops/test_random.py
+COVERED += ["random_uniform", "random_normal"]
+# a repeat as a graph's node: tests/ir/test_repeat_node.py
+COVERED += ["repeat"]
 
 
 def test_every_registered_op_is_covered():

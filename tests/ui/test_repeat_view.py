@@ -34,5 +34,7 @@ def test_box_is_collapsible_and_escaped():
     b.output(x * 2.0, "y")
     r = wb.repeat(b.build(), 9, {"x<&>": "y"})
     box = repeat_box_html(r)
-    assert box.startswith('<details class="wb-repeat"><summary>repeat &lt;step&gt; &times;9')
+    assert box.startswith('<details class="wb-repeat"><summary><span class="wb-repeat-label">'
+                          'repeat &lt;step&gt; \u00d79 \u00b7 unfused: 9 calls</span>')
+    assert "fuse steps \u00d74: 3 calls" in repeat_box_html(r, 4)
     assert "<&>" not in box and "x&lt;&amp;&gt;" in box and box.endswith("</pre></details>")

@@ -137,12 +137,18 @@ def body_lines(r: Repeat, read: dict[str, str]) -> tuple[list[str], dict[str, st
 
 
 def _reads(r: Repeat, rd, nm: _Names, stacked_at: str, env: str) -> dict:
-    """The C expressions of the stacked and invariant inputs' elements."""
+    """The C expressions of the stacked and invariant inputs' elements, and of the
+    counters (step index ``t``, element index ``env``)."""
     g = r.body
     conv = lambda n, src: rd.to_compute(g.value(n).dtype, src)
     read = {s: conv(s, f"{p}[{stacked_at}]") for s, p in nm.xs.items()}
     read.update({s: conv(s, f"{p}[{env if g.value(s).shape else '0'}]")
                  for s, p in nm.inv.items()})
+    # the counters the repeat supplies: computed, never loaded (a random op's key)
+    if r.step_input is not None:
+        read[r.step_input] = f"({g.value(r.step_input).dtype.c_compute})t"
+    if r.index_input is not None:
+        read[r.index_input] = f"({g.value(r.index_input).dtype.c_compute})({env})"
     return read
 
 
@@ -172,13 +178,15 @@ def stages(r: Repeat) -> list[list]:
     select needs into that arm, so a loop with both stays scalar: CartPole's step
     (sinf, cosf and the reset's where) ran 2-3x slower as one loop. Even stages hold
     arithmetic, odd ones calls; each node goes to the first stage of its kind after its
-    inputs'."""
+    inputs'. An op whose prelude helper calls one (random_normal) is a call."""
     g = r.body
     dummy = {v.name: "x" for v in g.values}
     at: dict[str, int] = {}
     for n in g.nodes:
         s = max((at[i] for i in n.inputs if i in at), default=0)
-        call = bool(_CALL.search(_scalar(g, n, dummy)))
+        # (a helper that calls one counts: random_normal's Box-Muller)
+        call = bool(_CALL.search(_scalar(g, n, dummy))) or \
+            any(_CALL.search(h.body("c")) for h in get_op(n.op).helpers)
         at[n.outputs[0]] = s + (s % 2 == 0) if call else s + (s % 2)
     order = sorted(set(at.values()))
     return [[n for n in g.nodes if at[n.outputs[0]] == k] for k in order]

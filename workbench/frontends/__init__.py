@@ -33,7 +33,7 @@ def load(source: Any, **kw: Any) -> Graph:
     except ImportError:  # onnx is a dependency, but a Graph or JSON needs none of it
         pass
     if not isinstance(source, (str, os.PathLike)):
-        hint = ("; a repeat opens in wb.RepeatSession(r) (docs/repeat.md)"
+        hint = ("; a repeat opens in wb.Session(r) or wb.open(r) (docs/repeat.md)"
                 if isinstance(source, Repeat) else "")
         raise WorkbenchError(f"cannot load a {type(source).__name__}; pass a Graph, an "
                              "onnx.ModelProto or a path to a .onnx or .json file" + hint)

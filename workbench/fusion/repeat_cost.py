@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..ir.repeat import Repeat
 from ..ops import get_op
+from .partition import Decision
 
 
 @dataclass(frozen=True)
@@ -68,3 +69,27 @@ def choose_steps(r: Repeat, device, slack: float = 0.01) -> int:
     costs = {f: repeat_cost(r, f, device).seconds for f in candidate_steps(r.trips)}
     best = min(costs.values())
     return min(f for f, s in costs.items() if s <= best * (1 + slack))
+
+
+def plan_steps(r: Repeat, device, refused: str | None = None,
+               slack: float = 0.01) -> tuple[int | None, list[Decision]]:
+    """The stitch planner on a repeat: the F :func:`choose_steps` picks (None where
+    ``refused`` -- ``codegen.repeat_c.refusal``'s reason -- says the steps cannot be
+    fused), and its decisions for people: unfused and every F considered with its
+    predicted time, the F chosen and why, or the refusal."""
+    unfused = repeat_cost(r, None, device)
+    out = [Decision("considered", ("unfused",), f"predicted {unfused.ms:.3f} ms "
+                    f"({unfused.calls} calls, {unfused.bytes / 1e6:.1f} MB)")]
+    if refused:
+        out.append(Decision("not fused", (r.name,), refused))
+        return None, out
+    chosen = choose_steps(r, device, slack)
+    fastest = min(candidate_steps(r.trips), key=lambda f: repeat_cost(r, f, device).seconds)
+    for f in candidate_steps(r.trips):
+        c = repeat_cost(r, f, device)
+        out.append(Decision("fused" if f == chosen else "considered", (f"x{f}",),
+                            f"fuse steps x{f}: predicted {c.ms:.3f} ms ({c.calls} calls, "
+                            f"{c.bytes / 1e6:.1f} MB), {unfused.seconds / c.seconds:.2f}x "
+                            "unfused" + (f"; chosen: the smallest F within {slack:.0%} of "
+                                         f"the fastest (x{fastest})" if f == chosen else "")))
+    return chosen, out

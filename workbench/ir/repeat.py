@@ -10,6 +10,12 @@ a trip count fixed when the graph is built, and three kinds of body inputs:
 - **stacked** inputs: the repeat's input of that name has a leading axis of ``trips``
   and step t reads slice t (an action per step; the reset states of a simulator).
 - **invariant**: every other body input, the same array at every step (parameters).
+- **counters** the repeat itself supplies (optional): ``step_input``, an integer scalar
+  the body reads as its step index t (0 .. trips-1, the same in every fused or unfused
+  form), and ``index_input``, an integer value of the state's shape holding each
+  element's flat index (an environment's index along the batch axis for a (n,)
+  state). They are what a counter-based random op (``ops/random.py``) is keyed by, so a
+  simulator's noise is a function of (seed, environment, step) whatever the kernels.
 
 Body outputs not carried are **stacked** outputs: the repeat's output of that name
 has a leading axis of ``trips`` (rewards, termination masks). ``batch_axis`` is the
@@ -57,6 +63,8 @@ class Repeat:
     carried: tuple[tuple[str, str], ...]       # (body input, body output)
     stacked_inputs: tuple[str, ...] = ()
     batch_axis: int = 0
+    step_input: str | None = None               # body input: the step index t
+    index_input: str | None = None              # body input: each element's flat index
 
     # -- roles ---------------------------------------------------------------------
     @property
@@ -68,8 +76,13 @@ class Repeat:
         return tuple(o for _, o in self.carried)
 
     @property
+    def counter_inputs(self) -> tuple[str, ...]:
+        """The body inputs the repeat supplies itself (step index, element index)."""
+        return tuple(c for c in (self.step_input, self.index_input) if c is not None)
+
+    @property
     def invariant_inputs(self) -> tuple[str, ...]:
-        taken = set(self.carried_inputs) | set(self.stacked_inputs)
+        taken = set(self.carried_inputs) | set(self.stacked_inputs) | set(self.counter_inputs)
         return tuple(i for i in self.body.inputs if i not in taken)
 
     @property
@@ -79,8 +92,9 @@ class Repeat:
 
     @property
     def inputs(self) -> tuple[str, ...]:
-        """The repeat's inputs, in the body's input order."""
-        return self.body.inputs
+        """The repeat's inputs, in the body's input order (counters are not inputs)."""
+        counters = set(self.counter_inputs)
+        return tuple(i for i in self.body.inputs if i not in counters)
 
     @property
     def outputs(self) -> tuple[str, ...]:
@@ -156,6 +170,7 @@ class Repeat:
                                  "is not carried")
         if len(set(self.stacked_inputs)) != len(self.stacked_inputs):
             raise GraphError(f"{where}: a stacked input is listed twice")
+        self._verify_counters(where, ins)
         if isinstance(self.batch_axis, bool) or not isinstance(self.batch_axis, int):
             raise GraphError(f"{where}: batch_axis must be an integer, got "
                              f"{self.batch_axis!r:.40}")
@@ -174,6 +189,37 @@ class Repeat:
         self.__dict__["_verified"] = True
         return self
 
+    def _verify_counters(self, where: str, ins: set) -> None:
+        state = self.body.value(self.carried[0][0]).shape
+        for role, c, shape in (("step_input", self.step_input, ()),
+                               ("index_input", self.index_input, state)):
+            if c is None:
+                continue
+            if not isinstance(c, str) or c not in ins:
+                raise GraphError(f"{where}: {role} {c!r:.40} is not a body input; the body "
+                                 f"takes {', '.join(self.body.inputs)[:200]}")
+            if c in self.carried_inputs or c in self.stacked_inputs:
+                raise GraphError(f"{where}: {role} {c!r} is also carried or stacked; the "
+                                 "repeat supplies a counter itself")
+            v = self.body.value(c)
+            if v.dtype.kind != "i" or v.shape != shape:
+                raise GraphError(f"{where}: {role} {c!r} is {v.dtype.value}{list(v.shape)}; "
+                                 f"it must be an integer of shape {list(shape)} "
+                                 + ("(the step index, a scalar)" if role == "step_input"
+                                    else "(the carried state's: each element's index)"))
+        if self.step_input is not None and self.step_input == self.index_input:
+            raise GraphError(f"{where}: step_input and index_input name one input")
+
+    def counter_values(self, t: int) -> dict[str, np.ndarray]:
+        """The counters' values at step t (the reference's; the kernels compute them)."""
+        out = {}
+        if self.step_input is not None:
+            out[self.step_input] = np.array(t, self.body.value(self.step_input).dtype.np)
+        if self.index_input is not None:
+            v = self.body.value(self.index_input)
+            out[self.index_input] = np.arange(v.numel).astype(v.dtype.np).reshape(v.shape)
+        return out
+
     # -- the NumPy reference -------------------------------------------------------
     def reference(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Run the body step by step with each op's NumPy reference (the ground truth
@@ -184,7 +230,8 @@ class Repeat:
         stacked = {o: np.empty((self.trips, *self.body.value(o).shape),
                                self.body.value(o).dtype.np) for o in self.stacked_outputs}
         for t in range(self.trips):
-            step = {**state, **fixed, **{s: args[s][t] for s in self.stacked_inputs}}
+            step = {**state, **fixed, **{s: args[s][t] for s in self.stacked_inputs},
+                    **self.counter_values(t)}
             res = _run_body(self.body, step)
             for i, o in self.carried:
                 state[i] = res[o]
@@ -228,10 +275,13 @@ def check_repeat_inputs(r: Repeat, inputs: Mapping[str, np.ndarray]) -> dict[str
 
 def repeat(step: Graph, n: int, state: Mapping[str, str] | Sequence[tuple[str, str]],
            *, stacked: Sequence[str] = (), batch_axis: int = 0,
-           name: str | None = None) -> Repeat:
+           name: str | None = None, step_input: str | None = None,
+           index_input: str | None = None) -> Repeat:
     """``step`` run ``n`` times: ``state`` maps each carried body input to the body
     output that replaces it; ``stacked`` names the body inputs read one slice per step;
-    every other body output is stacked per step. Verified before it is returned."""
+    every other body output is stacked per step; ``step_input`` and ``index_input``
+    name the body inputs the repeat fills with the step index and each element's flat
+    index (the counters of a random op). Verified before it is returned."""
     if not isinstance(step, Graph):
         raise GraphError(f"repeat's step must be a Graph (GraphBuilder(...).build()), got "
                          f"{type(step).__name__}")
@@ -250,7 +300,7 @@ def repeat(step: Graph, n: int, state: Mapping[str, str] | Sequence[tuple[str, s
     if isinstance(n, np.integer):
         n = int(n)
     return Repeat(name or step.name, step, n, tuple((i, o) for i, o in items),
-                  tuple(stacked), batch_axis).verify()
+                  tuple(stacked), batch_axis, step_input, index_input).verify()
 
 
 # -- printer ----------------------------------------------------------------------------
@@ -265,6 +315,10 @@ def format_repeat(r: Repeat) -> str:
         lines.append("  stacked out " + ", ".join(f"{s}: {t(s)}" for s in r.stacked_outputs))
     if r.invariant_inputs:
         lines.append("  invariant " + ", ".join(f"{s}: {t(s)}" for s in r.invariant_inputs))
+    if r.counter_inputs:
+        lines.append("  counters " + ", ".join(
+            [f"step index -> {r.step_input}"] * (r.step_input is not None)
+            + [f"element index -> {r.index_input}"] * (r.index_input is not None)))
     lines += ["  " + line for line in format_graph(r.body).splitlines()]
     lines.append("}")
     return "\n".join(lines)
@@ -277,11 +331,30 @@ def repeat_to_json(r: Repeat) -> dict:
     return {"format": FORMAT, "version": VERSION, "name": r.name, "trips": r.trips,
             "carried": [[i, o] for i, o in r.carried],
             "stacked_inputs": list(r.stacked_inputs), "batch_axis": r.batch_axis,
+            **{k: getattr(r, k) for k in ("step_input", "index_input")
+               if getattr(r, k) is not None},
             "body": to_json(r.body)}
+
+
+# repeats held in repeat nodes of a body (op repeat) nest in JSON: bounded, so a
+# hostile file cannot recurse the reader into a RecursionError
+MAX_NESTING = 4
+_nesting = [0]
 
 
 def repeat_from_json(d: Any) -> Repeat:
     """Build and verify a repeat from its JSON dict; GraphError names what is wrong."""
+    if _nesting[0] >= MAX_NESTING:
+        raise GraphError(f"repeat JSON: repeats nested more than {MAX_NESTING} deep (a "
+                         "repeat node in a repeat's body...); flatten the file")
+    _nesting[0] += 1
+    try:
+        return _repeat_from_json(d)
+    finally:
+        _nesting[0] -= 1
+
+
+def _repeat_from_json(d: Any) -> Repeat:
     from .serialize import check_envelope, from_json
     check_envelope(d, FORMAT, VERSION, "workbench repeat")
     for key, kind in (("name", str), ("trips", int), ("carried", list), ("body", dict)):
@@ -296,9 +369,14 @@ def repeat_from_json(d: Any) -> Repeat:
     stacked = d.get("stacked_inputs", [])
     if not isinstance(stacked, list) or not all(isinstance(s, str) for s in stacked):
         raise GraphError("repeat JSON: 'stacked_inputs' is a list of body input names")
+    counters = {k: d.get(k) for k in ("step_input", "index_input")}
+    for k, c in counters.items():
+        if c is not None and not isinstance(c, str):
+            raise GraphError(f"repeat JSON: {k!r} is a body input name, got "
+                             f"{type(c).__name__}")
     return Repeat(d["name"], from_json(d["body"]), d["trips"],
                   tuple((i, o) for i, o in carried), tuple(stacked),
-                  d.get("batch_axis", 0)).verify()
+                  d.get("batch_axis", 0), **counters).verify()
 
 
 def save_repeat(r: Repeat, path) -> None:

@@ -52,6 +52,9 @@ FORMAT, VERSION = "workbench.graph", 1
 
 
 def _attr_json(v: Any) -> Any:
+    if type(v).__name__ == "Repeat":          # op repeat's attr: the repeat's own JSON
+        from .repeat import repeat_to_json
+        return repeat_to_json(v)
     return [_attr_json(x) for x in v] if isinstance(v, tuple) else v
 
 
@@ -130,6 +133,9 @@ _ATTR_DEPTH = 3
 
 
 def _attr(v: Any, what: str) -> Any:
+    if isinstance(v, dict) and v.get("format") == "workbench.repeat":   # op repeat's
+        from .repeat import repeat_from_json
+        return repeat_from_json(v)
     stack = [(v, 0)]
     while stack:      # (iterative: a hostile file may nest lists deep)
         x, depth = stack.pop()

@@ -4,6 +4,8 @@ from . import bfloat16, indexing, ordering  # noqa: F401  (registration: indexin
 from . import conv, rounding, window  # noqa: F401  (registration: CNN and audio ops)
 from . import minifloat  # noqa: F401  (registration: FP8 and FP4 held in float32)
 from . import collective  # noqa: F401  (registration: collectives over p ranks)
+from . import random  # noqa: F401  (registration: counter-based random numbers)
+from . import repeat_node  # noqa: F401  (registration: a repeat as a graph's node)
 from .index import Index
 from .reduce import reduced_shape
 from .registry import (Combiner, Helper, IndexContext, Kind, OpDef, RowRole, all_helpers,

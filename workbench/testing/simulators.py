@@ -81,14 +81,25 @@ def cartpole_step(n: int, *, resets: bool = True):
     return b.build()
 
 
-def pendulum_step(n: int):
+def pendulum_step(n: int, noise: float = 0.0):
     """One Pendulum-v1 step: state (th, thdot), torque u clipped to +-2; reward -cost.
-    (It never terminates: the time limit is a wrapper's.)"""
+    (It never terminates: the time limit is a wrapper's.) With ``noise`` > 0 the
+    action gets Gaussian noise of that standard deviation before the clip, drawn by the
+    counter-based ``random_normal`` from (``key``, environment ``env``, step ``t``) --
+    inputs the repeat fills (``pendulum(..., noise=)``) -- so every fused form draws
+    the same numbers."""
     c = PENDULUM
-    b = GraphBuilder("pendulum", "gymnasium Pendulum-v1 step over n environments")
+    b = GraphBuilder("pendulum" if not noise else "noisy_pendulum",
+                     "gymnasium Pendulum-v1 step over n environments"
+                     + (f", N(0, {noise}^2) action noise" if noise else ""))
     th = b.input("th", (n,), range=(-math.pi, math.pi))
     thdot = b.input("thdot", (n,), range=(-c["max_speed"], c["max_speed"]))
-    u = b.clip(b.input("u", (n,), range=(-3, 3)), -c["max_torque"], c["max_torque"])
+    u = b.input("u", (n,), range=(-3, 3))
+    if noise:
+        key = b.input("key", (), "uint32", range=(0, 2 ** 31))
+        z = b.op("random_normal", key, b.input("env", (n,), "int32"), b.input("t", (), "int32"))
+        u = u + noise * z
+    u = b.clip(u, -c["max_torque"], c["max_torque"])
     norm = b.mod(th + math.pi, 2 * math.pi) - math.pi          # angle_normalize
     costs = norm * norm + 0.1 * (thdot * thdot) + 0.001 * (u * u)
     newthdot = thdot + (3 * c["g"] / (2 * c["l"]) * b.sin(th)
@@ -220,8 +231,14 @@ def cartpole(n: int, steps: int, *, resets: bool = True) -> Repeat:
                     ("action",), steps)
 
 
-def pendulum(n: int, steps: int) -> Repeat:
-    return _rollout(pendulum_step(n), ("th", "thdot"), ("u",), steps)
+def pendulum(n: int, steps: int, *, noise: float = 0.0) -> Repeat:
+    """``steps`` Pendulum steps over ``n`` environments, torques stacked; ``noise`` > 0:
+    Gaussian action noise keyed by (key, environment, step) (see pendulum_step)."""
+    step = pendulum_step(n, noise)
+    if not noise:
+        return _rollout(step, ("th", "thdot"), ("u",), steps)
+    return repeat(step, steps, {"th": "th_next", "thdot": "thdot_next"}, stacked=("u",),
+                  name=f"{step.name}_x{steps}", step_input="t", index_input="env")
 
 
 def mountain_car(n: int, steps: int, *, resets: bool = True) -> Repeat:

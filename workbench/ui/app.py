@@ -50,6 +50,8 @@ from .layout import main_row, status_row, toolbars
 from .plan_actions import PlanActions, app_action
 from .lock_actions import LockActions
 from .plots import Plots
+from .repeat_app import open_repeat
+from ..session_kinds import is_repeat
 from .properties import empty_html, node_properties
 from .status_line import StatusLine
 from .step_numbers import kernel_info, kernel_rows, overlay, plotted_history
@@ -446,7 +448,10 @@ def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
          matmul_precision: str = "float32") -> WorkbenchApp:
     """The app over ``source``: a path to a .json/.onnx file, a Graph or a Session
     (then ``backend``, ``seed`` and ``matmul_precision`` are the session's). In IPython
-    it is displayed."""
+    it is displayed. A repeat (a Repeat, its .json file, a RepeatSession) opens in the
+    repeat's app (ui/repeat_app.py)."""
+    if is_repeat(source) or type(source).__name__ == "RepeatSession":
+        return open_repeat(source, backend=backend, seed=seed, display=display)
     if isinstance(source, Session):
         session = source
     else:

@@ -21,15 +21,26 @@ from ..ir.printer import format_graph
 from .charts import MEASURED, PREDICTED, _base_layout, finite
 
 
-def repeat_box_html(r) -> str:
-    """The repeat as a collapsible box: "repeat NAME x256" and its roles, the body."""
+def repeat_label(r, steps_per_call: int | None = None) -> str:
+    """The box's label: "repeat NAME ×256", and the step it runs in where fused
+    ("· fuse steps ×16: 16 calls")."""
+    label = f"repeat {r.name} \u00d7{r.trips}"
+    if steps_per_call is None:
+        return label + f" \u00b7 unfused: {r.trips} calls"
+    return label + (f" \u00b7 fuse steps \u00d7{steps_per_call}: "
+                    f"{-(-r.trips // steps_per_call)} calls")
+
+
+def repeat_box_html(r, steps_per_call: int | None = None) -> str:
+    """The repeat as a collapsible box: its label (:func:`repeat_label`), its roles,
+    the body."""
     e = html.escape
     roles = [f"carry {len(r.carried)}", f"stacked in {len(r.stacked_inputs)}",
              f"stacked out {len(r.stacked_outputs)}",
              f"invariant {len(r.invariant_inputs)}", f"batch axis {r.batch_axis}"]
-    return (f'<details class="wb-repeat"><summary>repeat {e(r.name)} '
-            f'&times;{r.trips} &middot; {e(", ".join(roles))}</summary>'
-            f"<pre>{e(format_graph(r.body))}</pre></details>")
+    return (f'<details class="wb-repeat"><summary><span class="wb-repeat-label">'
+            f'{e(repeat_label(r, steps_per_call))}</span> &middot; {e(", ".join(roles))}'
+            f"</summary><pre>{e(format_graph(r.body))}</pre></details>")
 
 
 def speedup_figure(table) -> dict:
