@@ -1,0 +1,65 @@
+"""The per-rank timeline as plotly.js figure JSON (drawn by :class:`.plots.Plots`).
+
+Rows are ranks (measured) and the model's rows (``model: 2 ranks``, ``simulated: 64
+ranks``); bars are compute, communication and overlap
+(:mod:`workbench.distributed.timeline`), placed by their start within the step.
+Measured bars are solid; the model's are hatched and their legend entries say
+"model" or "simulated", so a simulated number is never read as a measurement.
+
+Example::
+
+    >>> fig = timeline_figure(bars)                 # doctest: +SKIP
+    >>> sorted({t["name"] for t in fig["data"]})    # doctest: +SKIP
+    ['communication', 'compute', 'overlap', ...]
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ..distributed.timeline import KINDS, Bar
+
+COLORS = {"compute": "#1f77b4", "communication": "#d62728", "overlap": "#2ca02c"}
+SOURCES = ("measured", "model", "simulated")
+
+
+def trace_name(kind: str, source: str) -> str:
+    return kind if source == "measured" else f"{kind} ({source})"
+
+
+def timeline_figure(bars: Sequence[Bar], note: str = "") -> dict:
+    """One horizontal bar trace per (kind, source); rows top to bottom in the order
+    they first appear. ``note`` (e.g. the rank counts the model could not take) goes
+    under the title."""
+    rows = list(dict.fromkeys(b.row for b in bars))
+    data = []
+    for source in SOURCES:
+        for kind in KINDS:
+            sel = [b for b in bars if b.kind == kind and b.source == source]
+            if not sel:
+                continue
+            marker = {"color": COLORS[kind]}
+            if source != "measured":
+                marker["pattern"] = {"shape": "/" if source == "model" else "x"}
+                marker["opacity"] = 0.7
+            data.append({
+                "type": "bar", "orientation": "h", "name": trace_name(kind, source),
+                "y": [b.row for b in sel], "base": [b.start_s * 1e3 for b in sel],
+                "x": [(b.end_s - b.start_s) * 1e3 for b in sel],
+                "text": [b.label for b in sel], "textposition": "none",
+                "hovertemplate": "%{y}: %{text}<br>%{base:.3g} ms + %{x:.3g} ms"
+                                 f"<extra>{trace_name(kind, source)}</extra>",
+                "marker": marker})
+    title = "one step per rank: compute, communication, overlap"
+    if not any(b.source == "measured" for b in bars):
+        title += " (not measured yet: Measure runs the ranks)"
+    layout = {
+        "title": {"text": title + (f"<br><sub>{note}</sub>" if note else ""),
+                  "font": {"size": 12}},
+        "barmode": "overlay", "height": 140 + 28 * len(rows),
+        "xaxis": {"title": {"text": "ms from the step's start"}},
+        "yaxis": {"categoryorder": "array", "categoryarray": rows[::-1],
+                  "automargin": True},
+        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
+        "margin": {"t": 70, "b": 40}, "paper_bgcolor": "rgba(0,0,0,0)",
+        "plot_bgcolor": "rgba(0,0,0,0)"}
+    return {"data": data, "layout": layout}
