@@ -446,7 +446,11 @@ def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
          matmul_precision: str = "float32") -> WorkbenchApp:
     """The app over ``source``: a path to a .json/.onnx file, a Graph or a Session
     (then ``backend``, ``seed`` and ``matmul_precision`` are the session's). In IPython
-    it is displayed."""
+    it is displayed. A distributed program (``Session(..., ranks=p)``, a DistProgram, a
+    workbench.distributed file) opens the distributed app (dist_app.py)."""
+    from .dist_app import is_distributed, open_dist
+    if is_distributed(source):
+        return _shown(open_dist(source, seed=seed), display)
     if isinstance(source, Session):
         session = source
     else:
@@ -455,6 +459,10 @@ def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
     app = WorkbenchApp(session)
     # (torch's exporter names every graph main_graph: the file's name says more)
     app.export_path.value = export_name(session.graph.name, source)
+    return _shown(app, display)
+
+
+def _shown(app, display: bool):
     if display:
         try:
             from IPython import get_ipython
