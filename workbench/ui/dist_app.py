@@ -329,8 +329,11 @@ class DistApp(w.VBox):
         bars += modelled_bars(d, link)
         sim, skipped = simulated_bars(d, link)
         bars += sim
-        if skipped:
-            note = "; ".join(filter(None, [note, "not simulated: " + skipped[0]]))
+        if skipped:     # (the whole reasons: app.simulation_skipped)
+            why = skipped[0].split(";")[0].rsplit(": ", 1)[-1][:100]
+            note = "; ".join(filter(None, [note, "not simulated on " + ", ".join(
+                s.split(":")[0] for s in skipped) + f" ({why})"]))
+        self.simulation_skipped = skipped
         self.plots.figures = [timeline_figure(bars, note)]
 
     # -- plumbing -------------------------------------------------------------------------
@@ -344,9 +347,8 @@ class DistApp(w.VBox):
         self.view.show(self.session.program)
         self._show_node()
         here = len(self._steps_to_here()) - 1
-        items = "".join(f"<li{' class=wb-current' if i == here else ''}>"
-                        f"{'<b>' if i == here else ''}{i} {html.escape(st.action)}"
-                        f"{'</b>' if i == here else ''}</li>"
+        items = "".join(f"<li class=wb-current><b>{html.escape(st.action)}</b></li>"
+                        if i == here else f"<li>{html.escape(st.action)}</li>"
                         for i, st in enumerate(self.session.history))
         self.history_html.value = f"<b>History</b><ol start=0>{items}</ol>"
         self._show_decisions()
@@ -376,7 +378,7 @@ class DistApp(w.VBox):
 
 def _notes_html(head: str, notes) -> str:
     if not notes:
-        return f"<b>{html.escape(head)}</b>: <i>no decisions (a step made by hand)</i>"
+        return f"<b>{html.escape(head)}</b>: <i>no decisions recorded</i>"
     items = "".join(f"<li>{html.escape(x)}</li>" for x in notes)
     return f"<b>{html.escape(head)}</b><ul>{items}</ul>"
 

@@ -131,7 +131,9 @@ def _edges(d: DistProgram, rank: int) -> list[str]:
         style = (f' style="dashed" penwidth=1.6 color="{IN_FLIGHT}" fontcolor="{IN_FLIGHT}"'
                  if in_flight else f' color="{placement_color(p)}" '
                  f'fontcolor="{placement_color(p)}"')
-        kind = "wb-edge wb-in-flight" if in_flight else "wb-edge wb-placement"
+        # (the CSS colours edges by these classes: the theme's rule would grey them)
+        kind = ("wb-edge wb-in-flight" if in_flight
+                else f"wb-edge wb-placement wb-pl-{str(p)[0]}")
         text = f"in flight {p}" if in_flight else str(p)
         lines.append(f'  {src} -> {dst} [id="e{len(lines)}" class="{kind}" '
                      f'label={quote(text)} fontname="Helvetica" fontsize=8{style} '

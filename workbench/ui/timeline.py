@@ -52,14 +52,17 @@ def timeline_figure(bars: Sequence[Bar], note: str = "") -> dict:
     title = "one step per rank: compute, communication, overlap"
     if not any(b.source == "measured" for b in bars):
         title += " (not measured yet: Measure runs the ranks)"
+    height = 200 + 28 * len(rows)
     layout = {
         "title": {"text": title + (f"<br><sub>{note}</sub>" if note else ""),
                   "font": {"size": 12}},
-        "barmode": "overlay", "height": 140 + 28 * len(rows),
+        "barmode": "overlay", "height": height,
         "xaxis": {"title": {"text": "ms from the step's start"}},
         "yaxis": {"categoryorder": "array", "categoryarray": rows[::-1],
                   "automargin": True},
-        "legend": {"orientation": "h", "y": 1.02, "yanchor": "bottom"},
-        "margin": {"t": 70, "b": 40}, "paper_bgcolor": "rgba(0,0,0,0)",
+        # (the legend under the axis: above it, it met the two-line title)
+        # (70 px under the plotting area: clear of the axis title)
+        "legend": {"orientation": "h", "y": -70 / (height - 150), "yanchor": "top"},
+        "margin": {"t": 60, "b": 90}, "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)"}
     return {"data": data, "layout": layout}
