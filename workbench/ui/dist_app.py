@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import html
+import os
 
 import ipywidgets as w
 
@@ -234,7 +235,7 @@ class DistApp(w.VBox):
         o, self.previewing = self.previewing, None
         o.apply(self.session)
         self._refresh()
-        self._say(f"applied {o.label}: step {len(self._steps_to_here()) - 1}")
+        self._say(f"applied {o.label}: step {self._position()}")
         return self.session.program
 
     def cancel_preview(self) -> None:
@@ -337,16 +338,16 @@ class DistApp(w.VBox):
         self.plots.figures = [timeline_figure(bars, note)]
 
     # -- plumbing -------------------------------------------------------------------------
-    def _steps_to_here(self):
-        s = self.session
-        return s.history[:s.history.index(s.step) + 1] if s.step in s.history else s.history
+    def _position(self) -> int:
+        """The current step's index in the history (undo moves it back)."""
+        return self.session.history.index(self.session.step)
 
     def _refresh(self) -> None:
         self.previewing = None
         self.offers, self.offer_list.options = [], []
         self.view.show(self.session.program)
         self._show_node()
-        here = len(self._steps_to_here()) - 1
+        here = self._position()
         items = "".join(f"<li class=wb-current><b>{html.escape(st.action)}</b></li>"
                         if i == here else f"<li>{html.escape(st.action)}</li>"
                         for i, st in enumerate(self.session.history))
@@ -389,7 +390,7 @@ def is_distributed(source) -> bool:
     if isinstance(source, (DistSession, DistProgram)):
         return True
     try:
-        return isinstance(source, str) and is_distributed_file(source)
+        return isinstance(source, (str, os.PathLike)) and is_distributed_file(source)
     except OSError:
         return False
 
