@@ -391,7 +391,7 @@ def is_distributed(source) -> bool:
         return True
     try:
         return isinstance(source, (str, os.PathLike)) and is_distributed_file(source)
-    except OSError:
+    except (OSError, ValueError):     # (a name no file can have: the plain app says so)
         return False
 
 
