@@ -46,7 +46,7 @@ def test_split_all_reduce_and_the_timeline_in_lab(lab_factory, page):
         wait_message(page, "^measured on 2 gloo ranks", timeout=120_000)
         plot = page.locator(".wb-dist-app .wb-plots .js-plotly-plot")
         plot.locator(".bars path").first.wait_for()
-        ticks = plot.locator(".ytick text").all_text_contents()
+        ticks = plot.locator(".ytick text, .y2tick text").all_text_contents()
         assert "rank 0" in ticks and "rank 1" in ticks and "model: 2 ranks" in ticks, ticks
         assert any(t.startswith("simulated:") for t in ticks), ticks
         assert not page.js_errors, page.js_errors

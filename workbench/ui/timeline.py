@@ -28,11 +28,15 @@ def trace_name(kind: str, source: str) -> str:
 
 def timeline_figure(bars: Sequence[Bar], note: str = "") -> dict:
     """One horizontal bar trace per (kind, source); rows top to bottom in the order
-    they first appear. ``note`` (e.g. the rank counts the model could not take) goes
-    under the title."""
-    rows = list(dict.fromkeys(b.row for b in bars))
+    they first appear. The simulated rows get a plot of their own under the others,
+    with its own time axis (at 64 ranks a step is ~100x the measured one: on one axis
+    the measured bars were slivers). ``note`` (e.g. the rank counts the model could not
+    take) goes under the title."""
+    near = list(dict.fromkeys(b.row for b in bars if b.source != "simulated"))
+    far = list(dict.fromkeys(b.row for b in bars if b.source == "simulated"))
     data = []
     for source in SOURCES:
+        axes = {"xaxis": "x2", "yaxis": "y2"} if source == "simulated" and near else {}
         for kind in KINDS:
             sel = [b for b in bars if b.kind == kind and b.source == source]
             if not sel:
@@ -48,21 +52,29 @@ def timeline_figure(bars: Sequence[Bar], note: str = "") -> dict:
                 "text": [b.label for b in sel], "textposition": "none",
                 "hovertemplate": "%{y}: %{text}<br>%{base:.3g} ms + %{x:.3g} ms"
                                  f"<extra>{trace_name(kind, source)}</extra>",
-                "marker": marker})
+                "marker": marker, **axes})
     title = "one step per rank: compute, communication, overlap"
     if not any(b.source == "measured" for b in bars):
         title += " (not measured yet: Measure runs the ranks)"
-    height = 200 + 28 * len(rows)
+    plot_h = 90 + 30 * (len(near) + len(far))
+    height = plot_h + 150
+    split = len(far) / (len(near) + len(far)) if near and far else 0.0
+    axis = {"title": {"text": "ms from the step's start"}}
     layout = {
         "title": {"text": title + (f"<br><sub>{note}</sub>" if note else ""),
                   "font": {"size": 12}},
         "barmode": "overlay", "height": height,
-        "xaxis": {"title": {"text": "ms from the step's start"}},
-        "yaxis": {"categoryorder": "array", "categoryarray": rows[::-1],
-                  "automargin": True},
-        # (the legend under the axis: above it, it met the two-line title)
-        # (70 px under the plotting area: clear of the axis title)
-        "legend": {"orientation": "h", "y": -70 / (height - 150), "yanchor": "top"},
+        "xaxis": dict(axis) if not split else {"anchor": "y", "ticksuffix": " ms"},
+        "yaxis": {"categoryorder": "array", "categoryarray": (near or far)[::-1],
+                  "automargin": True, "domain": [split + 0.12 if split else 0, 1]},
+        # (70 px under the plotting area: clear of the axis title; above it, the
+        # legend met the two-line title)
+        "legend": {"orientation": "h", "y": -70 / plot_h, "yanchor": "top"},
         "margin": {"t": 60, "b": 90}, "paper_bgcolor": "rgba(0,0,0,0)",
         "plot_bgcolor": "rgba(0,0,0,0)"}
+    if split:
+        layout["xaxis2"] = {**axis, "anchor": "y2",
+                            "title": {"text": "ms from the step's start (simulated rows)"}}
+        layout["yaxis2"] = {"categoryorder": "array", "categoryarray": far[::-1],
+                            "automargin": True, "domain": [0, split], "anchor": "x2"}
     return {"data": data, "layout": layout}
