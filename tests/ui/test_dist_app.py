@@ -171,10 +171,16 @@ def test_model_and_simulated_rows_are_labelled_and_show_overlap():
     assert "not measured yet" in app.timeline["layout"]["title"]["text"]
     rows = {y for t in app.timeline["data"] for y in t["y"]}
     assert "simulated: 8 ranks" in rows and not any(r.startswith("rank ") for r in rows)
+    # the simulated rows on an axis of their own, the model's on the first
+    axes = {t["name"]: t.get("xaxis", "x") for t in app.timeline["data"]}
+    assert {a for n, a in axes.items() if n.endswith("(simulated)")} == {"x2"}
+    assert {a for n, a in axes.items() if not n.endswith("(simulated)")} == {"x"}
 
 
+@pytest.mark.slow
 def test_measure_draws_each_ranks_measured_timeline():
-    """Two gloo ranks, in the background as the Measure button runs it."""
+    """Two gloo ranks, in the background as the Measure button runs it (8-10 s here:
+    the forkserver's start and each rank's compile, so in the slow tier)."""
     app = _app(_overlapped())
     job = app.start_measure(repeats=1)
     assert app.buttons["Undo"].disabled
