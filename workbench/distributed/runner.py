@@ -46,6 +46,9 @@ class RankTimes:
     compute_s: float
     comm_s: float
     sent_bytes: int
+    # (step index, start s, end s) of each local step from the step's start: the
+    # per-rank timeline (distributed/timeline.py) is drawn from these
+    spans: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -219,6 +222,7 @@ class RankProgram:
         vals, pending = dict(self.env), {}
         compute = comm = 0.0
         sent = 0
+        spans = []
         t0 = time.perf_counter()
         for s in self.steps:
             if progress is not None:
@@ -243,7 +247,9 @@ class RankProgram:
             else:
                 vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs}))
                 compute += time.perf_counter() - t
-        return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent)
+            spans.append((s.index, t - t0, time.perf_counter() - t0))
+        return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent,
+                               tuple(spans))
 
 
 def init_gloo(rank: int, p: int, store: str, timeout: float) -> None:

@@ -449,9 +449,13 @@ def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
     """The app over ``source``: a path to a .json/.onnx file, a Graph or a Session
     (then ``backend``, ``seed`` and ``matmul_precision`` are the session's). In IPython
     it is displayed. A repeat (a Repeat, its .json file, a RepeatSession) opens in the
-    repeat's app (ui/repeat_app.py)."""
+    repeat's app (ui/repeat_app.py); a distributed program (``Session(..., ranks=p)``, a
+    DistProgram, a workbench.distributed file) in the distributed app (dist_app.py)."""
     if is_repeat(source) or type(source).__name__ == "RepeatSession":
         return open_repeat(source, backend=backend, seed=seed, display=display)
+    from .dist_app import is_distributed, open_dist
+    if is_distributed(source):
+        return _shown(open_dist(source, seed=seed), display)
     if isinstance(source, Session):
         session = source
     else:
@@ -460,6 +464,10 @@ def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
     app = WorkbenchApp(session)
     # (torch's exporter names every graph main_graph: the file's name says more)
     app.export_path.value = export_name(session.graph.name, source)
+    return _shown(app, display)
+
+
+def _shown(app, display: bool):
     if display:
         try:
             from IPython import get_ipython
