@@ -12,7 +12,8 @@ its own piece with the ops of the registry:
 * matmul: ``R @ S(-1)`` -> ``S(-1)`` (column-parallel), ``S(-1) @ S(-2)`` -> ``P(sum)``
   (row-parallel), ``S(rows) @ R`` -> ``S(rows)``, ``S(batch) @ S(batch)``
   -> ``S(batch)`` (a pipeline stage per rank), ``R @ R`` -> ``R``.
-* layout and other library ops: replicated inputs only (their attributes are written
+* slice: along dims a shard does not split (a Partial slices with its addends).
+* other layout and library ops: replicated inputs only (their attributes are written
   for the global shape).
 * collectives: ``all_reduce`` ``P(op)`` -> ``R``; ``reduce_scatter`` ``P(op)`` ->
   ``S(dim)``; ``all_gather`` ``S(dim)`` -> ``R``; ``all_to_all`` ``S(concat_dim)`` ->
@@ -84,6 +85,8 @@ def _rule(g: Graph, n: Node, ins: list[Placement], p: int) -> Placement:
         return _reduce(g, n, ins[0])
     if n.op == "matmul":
         return _matmul(g, n, ins)
+    if n.op == "slice":
+        return _slice(g, n, ins[0])
     if any(not isinstance(x, Replicate) for x in ins):
         raise PlacementError(
             f"inputs placed {', '.join(map(str, ins))}: a {op.kind.value} op's attributes "
@@ -168,6 +171,21 @@ def _reduce(g: Graph, n: Node, x: Placement) -> Placement:
                 "a row would be split across ranks; all_gather it first, or shard another "
                 "dim")
         return Shard(x.dim if keep else x.dim - sum(a < x.dim for a in axes))
+    return x
+
+
+def _slice(g: Graph, n: Node, x: Placement) -> Placement:
+    """A slice along dims a shard does not split takes the same slice of every rank's
+    piece (its starts and ends hold for the local shape there); a Partial value's
+    addends slice with it (a slice commutes with any elementwise reduction)."""
+    from ..ops.layout import slice_params
+    shape = g.value(n.inputs[0]).shape
+    if isinstance(x, Shard):
+        start, step, length = slice_params(shape, n.attr_map)[x.dim]
+        if (start, step, length) != (0, 1, shape[x.dim]):
+            raise PlacementError(f"slices dim {x.dim}, which is sharded across the ranks: "
+                                 "each rank holds other elements of it; all_gather it "
+                                 "first, or slice another dim")
     return x
 
 

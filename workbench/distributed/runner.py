@@ -40,12 +40,16 @@ TOLERANCE = 1e-4
 class RankTimes:
     """One rank's step, best of the timed repeats: the whole step, the compute
     segments, the time spent starting and waiting for collectives (communication not
-    hidden behind compute), all in seconds; bytes sent by its collectives (counted)."""
+    hidden behind compute), all in seconds; bytes sent by its collectives (counted);
+    ``overlap_s``: compute time during which a collective was in flight (hidden
+    communication); ``spans``: the step's timeline (:mod:`.timeline`)."""
     rank: int
     step_s: float
     compute_s: float
     comm_s: float
     sent_bytes: int
+    overlap_s: float = 0.0
+    spans: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -215,10 +219,12 @@ class RankProgram:
     def run(self, progress=None, fault=None) -> tuple[dict, RankTimes]:
         """One step: every value it made, and its times."""
         from .collectives import start
+        from .timeline import Span, overlap
         rank, p = self.rank, self.p
         vals, pending = dict(self.env), {}
         compute = comm = 0.0
         sent = 0
+        spans, began = [], {}       # (the timeline; a collective's value -> its start)
         t0 = time.perf_counter()
         for s in self.steps:
             if progress is not None:
@@ -232,6 +238,9 @@ class RankProgram:
                 n = s.node
                 if n.op == "wait_tensor":
                     vals[n.outputs[0]] = pending.pop(n.inputs[0]).wait()
+                    end = time.perf_counter() - t0
+                    name, since = began.pop(n.inputs[0])
+                    spans += [Span("comm", name, since, end), Span("wait", name, t - t0, end)]
                 elif n.op == "shard_local":
                     vals[n.outputs[0]] = piece(vals[n.inputs[0]], Shard(n.attr("dim")), p,
                                                rank)
@@ -239,11 +248,14 @@ class RankProgram:
                     x = vals[n.inputs[0]]
                     sent += sent_bytes(n, x.nbytes, p)
                     pending[n.outputs[0]] = start(n, x, rank, p)
+                    began[n.outputs[0]] = (n.name, t - t0)
                 comm += time.perf_counter() - t
             else:
                 vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs}))
                 compute += time.perf_counter() - t
-        return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent)
+                spans.append(Span("compute", s.graph.name, t - t0, time.perf_counter() - t0))
+        return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent,
+                               overlap(spans), tuple(spans))
 
 
 def init_gloo(rank: int, p: int, store: str, timeout: float) -> None:

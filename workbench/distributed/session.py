@@ -22,6 +22,7 @@ from .cost import GLOO_LOOPBACK, PRESETS, Link, PerOpLink
 from .local import Comm, local_steps
 from .program import DistProgram, is_distributed_file, load_json
 from .runner import RankRun, run_ranks, sent_bytes
+from .chunk import chunk_all_reduce, matmul_of, overlapped
 from .transforms import shard_after, split_all_reduce
 
 @dataclass(frozen=True)
@@ -117,6 +118,12 @@ class DistSession:
         notes += [f"not moved: {a}: {why}" for a, why in mv.left]
         return self._push(f"shard_after {ref}", d, notes)
 
+    def chunk_all_reduce(self, ref: str, k: int = 2) -> DistProgram:
+        """The matmul feeding AllReduce ``ref`` and the AllReduce as ``k`` pipelined
+        pieces (overlap), as a step (FusionRefused with the reason where it cannot be)."""
+        return self._push(f"chunk_all_reduce {ref} k {k}",
+                          chunk_all_reduce(self.program, ref, k))
+
     def auto(self, planner: str = "stitch", keep_sharded=()) -> DistProgram:
         """Consider, for every AllReduce, splitting it along each dim and moving the
         work after it onto the shard; apply the first candidate the alpha-beta model and
@@ -132,6 +139,9 @@ class DistSession:
             notes.append("one rank: no collective moves anything, nothing to transform")
         for n in [m for m in d.graph.nodes if m.op == "all_reduce"]:
             d, note = self._best_split(d, n, keep_sharded)
+            notes += note
+        for n in [m for m in d.graph.nodes if m.op == "all_reduce"]:
+            d, note = self._best_chunks(d, n)
             notes += note
         return self._push(f"auto {planner}", d, notes)
 
@@ -161,6 +171,47 @@ class DistSession:
                          f" ms: it gathers {len(mv.gathered)} results)")
             notes += [f"  not moved: {a}: {why}" for a, why in mv.left]
         return d, notes
+
+    def _best_chunks(self, d: DistProgram, n, ks=(2, 4, 8)) -> tuple[DistProgram, list[str]]:
+        """Chunking AllReduce ``n`` with its matmul into k pieces, for each k: the one the
+        overlap model says fastest if faster than unchunked, every other listed."""
+        import math
+
+        from ..runtime.calibrate import cpu_device
+        if d.ranks == 1:
+            return d, []
+        mm = matmul_of(d, n)
+        what = f"chunk {n.name} (all_reduce) with its matmul"
+        if mm is None:
+            return d, [f"not applied: {what}: it reduces no matmul's result"]
+        a, b = (d.local_shape(v) for v in mm.inputs)
+        mm_s = 2 * math.prod(d.local_shape(mm.outputs[0])) * a[-1] / cpu_device().peak_flops
+        nbytes = _nbytes(d, n.inputs[0])
+        whole = mm_s + self.link.time("all_reduce", nbytes, d.ranks)
+        best, notes = None, []
+        for k in ks:
+            try:
+                c = chunk_all_reduce(d, n.id, k)
+            except FusionRefused as e:
+                notes.append(f"not applied: {what} into {k} pieces: {e}")
+                continue
+            t = overlapped(mm_s, self.link.time("all_reduce", nbytes / k, d.ranks), k)
+            if t < whole and (best is None or t < best[0]):
+                if best is not None:
+                    notes.append(f"not applied: {what} into {best[1]} pieces: {k} pieces "
+                                 "are modelled faster")
+                best = (t, k, c)
+            else:
+                notes.append(f"not applied: {what} into {k} pieces: the model says "
+                             f"{'slower' if t >= whole else 'slower than fewer pieces'} "
+                             f"({whole * 1e3:.3g} ms -> {t * 1e3:.3g} ms: each piece pays "
+                             "the link's latency again)")
+        if best is None:
+            return d, notes
+        t, k, c = best
+        return c, [f"applied: {what} into {k} pieces (model: {whole * 1e3:.3g} ms -> "
+                   f"{t * 1e3:.3g} ms: piece i's AllReduce in flight during piece i+1's "
+                   "matmul)"] + notes
 
     # -- counting and the model ------------------------------------------------
     def counted(self, d: DistProgram | None = None) -> dict:
