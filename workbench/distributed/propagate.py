@@ -12,7 +12,8 @@ its own piece with the ops of the registry:
 * matmul: ``R @ S(-1)`` -> ``S(-1)`` (column-parallel), ``S(-1) @ S(-2)`` -> ``P(sum)``
   (row-parallel), ``S(rows) @ R`` -> ``S(rows)``, ``S(batch) @ S(batch)``
   -> ``S(batch)`` (a pipeline stage per rank), ``R @ R`` -> ``R``.
-* slice: along dims a shard does not split (a Partial slices with its addends).
+* slice: along dims a shard does not split (a Partial slices with its addends);
+  reshape and concat of Partial values of one reduction stay Partial.
 * other layout and library ops: replicated inputs only (their attributes are written
   for the global shape).
 * collectives: ``all_reduce`` ``P(op)`` -> ``R``; ``reduce_scatter`` ``P(op)`` ->
@@ -87,6 +88,12 @@ def _rule(g: Graph, n: Node, ins: list[Placement], p: int) -> Placement:
         return _matmul(g, n, ins)
     if n.op == "slice":
         return _slice(g, n, ins[0])
+    if n.op in ("reshape", "concat") and ins and all(isinstance(x, Partial) for x in ins):
+        # (moving the addends moves the sum: how bucketed collectives pack and unpack)
+        if len(set(ins)) > 1:
+            raise PlacementError(f"joins partials {', '.join(map(str, ins))} of different "
+                                 "reductions; one message reduces one way")
+        return ins[0]
     if any(not isinstance(x, Replicate) for x in ins):
         raise PlacementError(
             f"inputs placed {', '.join(map(str, ins))}: a {op.kind.value} op's attributes "

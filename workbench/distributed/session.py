@@ -22,6 +22,7 @@ from .cost import GLOO_LOOPBACK, PRESETS, Link, PerOpLink
 from .local import Comm, local_steps
 from .program import DistProgram, is_distributed_file, load_json
 from .runner import RankRun, run_ranks, sent_bytes
+from .bucket import bucket_all_reduces
 from .chunk import chunk_all_reduce, matmul_of, overlapped
 from .transforms import shard_after, split_all_reduce
 
@@ -124,6 +125,12 @@ class DistSession:
         return self._push(f"chunk_all_reduce {ref} k {k}",
                           chunk_all_reduce(self.program, ref, k))
 
+    def bucket_all_reduces(self, refs=None) -> DistProgram:
+        """AllReduces ``refs`` (default: all) as one AllReduce over a flat buffer, as a
+        step (FusionRefused with the reason where they cannot share one message)."""
+        return self._push(f"bucket_all_reduces {', '.join(refs) if refs else 'all'}",
+                          bucket_all_reduces(self.program, refs))
+
     def auto(self, planner: str = "stitch", keep_sharded=()) -> DistProgram:
         """Consider, for every AllReduce, splitting it along each dim and moving the
         work after it onto the shard; apply the first candidate the alpha-beta model and
@@ -143,7 +150,41 @@ class DistSession:
         for n in [m for m in d.graph.nodes if m.op == "all_reduce"]:
             d, note = self._best_chunks(d, n)
             notes += note
-        return self._push(f"auto {planner}", d, notes)
+        d, note = self._bucket(d)
+        return self._push(f"auto {planner}", d, notes + note)
+
+    def _bucket(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
+        """The AllReduces left, one bucket per reduction, where the model says one
+        message plus the copies in and out beats the separate messages."""
+        from ..runtime.calibrate import cpu_device
+        by: dict[str, list] = {}
+        for n in d.graph.nodes:
+            if n.op == "all_reduce":
+                by.setdefault(n.attr("reduce_op", "sum"), []).append(n)
+        notes = []
+        for op, ars in by.items():
+            if d.ranks == 1 or len(ars) < 2:
+                continue
+            what = f"bucket {', '.join(n.name for n in ars)} (all_reduce {op})"
+            nb = [_nbytes(d, n.inputs[0]) for n in ars]
+            apart = sum(self.link.time("all_reduce", b, d.ranks) for b in nb)
+            # (each byte copied into the buffer and out again: read and written twice)
+            one = self.link.time("all_reduce", sum(nb), d.ranks) + \
+                4 * sum(nb) / cpu_device().dram_bandwidth
+            try:
+                b = bucket_all_reduces(d, [n.id for n in ars], f"bucket.{op}")
+            except FusionRefused as e:
+                notes.append(f"not applied: {what}: {e}")
+                continue
+            if one < apart:
+                d = b
+                notes.append(f"applied: {what} into one message (model: "
+                             f"{apart * 1e3:.3g} ms -> {one * 1e3:.3g} ms)")
+            else:
+                notes.append(f"not applied: {what}: the model says slower ("
+                             f"{apart * 1e3:.3g} ms -> {one * 1e3:.3g} ms: the copies in "
+                             "and out cost more than the messages saved)")
+        return d, notes
 
     def _best_split(self, d: DistProgram, n, keep) -> tuple[DistProgram, list[str]]:
         notes = []
