@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 
 from ..ir.graph import Node
-from .ring import RingAllGather, RingReduceScatter
+from .ring import RingAllGather, RingReduceScatter, buffer
 
 # collectives started by this process: the ring's message tags (every rank starts the
 # same collectives in the same order, so the numbers agree across ranks)
@@ -44,15 +44,18 @@ def _front(x: np.ndarray, d: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(x, d, 0))
 
 
-def start(node: Node, x: np.ndarray, rank: int, p: int) -> Pending:
-    """Post ``node``'s collective on this rank's local array ``x``."""
+def start(node: Node, x: np.ndarray, rank: int, p: int, store: dict | None = None) -> Pending:
+    """Post ``node``'s collective on this rank's local array ``x``. ``store``: this
+    node's buffers, kept by the caller from step to step (a result is then valid until
+    the node runs again, as with NCCL's and DDP's persistent buffers); None: fresh."""
     import torch
     import torch.distributed as dist
     t = torch.from_numpy
     ops = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}
     a = node.attr_map
     if node.op == "all_reduce":
-        buf = np.array(x, copy=True)
+        buf = buffer(store, "out", x.shape, x.dtype)
+        np.copyto(buf, x)
         return Pending([dist.all_reduce(t(buf), op=ops[a["reduce_op"]], async_op=True)],
                        lambda: buf)
     gloo = dist.get_backend() == "gloo"
@@ -61,7 +64,7 @@ def start(node: Node, x: np.ndarray, rank: int, p: int) -> Pending:
         src = _front(x, d)
         back = lambda out: np.ascontiguousarray(np.moveaxis(out, 0, d)) if d else out
         if gloo:
-            ring = RingReduceScatter(src, a["reduce_op"], rank, p, next(_SEQ))
+            ring = RingReduceScatter(src, a["reduce_op"], rank, p, next(_SEQ), store)
             return Pending([], lambda: back(ring.wait()))
         out = np.empty((src.shape[0] // p, *src.shape[1:]), x.dtype)
         w = dist.reduce_scatter_single(t(out), t(src), op=ops[a["reduce_op"]],
@@ -72,7 +75,7 @@ def start(node: Node, x: np.ndarray, rank: int, p: int) -> Pending:
         src = _front(x, d)
         back = lambda out: np.ascontiguousarray(np.moveaxis(out, 0, d)) if d else out
         if gloo:
-            ring = RingAllGather(src, rank, p, next(_SEQ))
+            ring = RingAllGather(src, rank, p, next(_SEQ), store)
             return Pending([], lambda: back(ring.wait()))
         out = np.empty((src.shape[0] * p, *src.shape[1:]), x.dtype)
         w = dist.all_gather_single(t(out), t(src), async_op=True)

@@ -26,6 +26,19 @@ SEGMENT = 1 << 20
 _REDUCE = {"sum": np.add, "avg": np.add, "max": np.maximum}
 
 
+def buffer(store: dict | None, key, shape, dtype) -> np.ndarray:
+    """An array for ``key``: the one ``store`` kept from the last step where it has this
+    shape and dtype (a fresh buffer's first touch costs page faults -- ~15 ms per 64 MB
+    here), else a new one, kept there."""
+    a = store.get(key) if store is not None else None
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if a is None or a.shape != shape or a.dtype != dtype:
+        a = np.empty(shape, dtype)
+        if store is not None:
+            store[key] = a
+    return a
+
+
 def _segments(n: int) -> list[tuple[int, int]]:
     return [(a, min(a + SEGMENT, n)) for a in range(0, n, SEGMENT)] or [(0, 0)]
 
@@ -42,16 +55,18 @@ class RingReduceScatter:
     rank holds chunk r reduced over every rank. Step 0 is posted by the constructor
     (the start), the rest run in ``wait``."""
 
-    def __init__(self, x: np.ndarray, reduce_op: str, rank: int, p: int, seq: int):
+    def __init__(self, x: np.ndarray, reduce_op: str, rank: int, p: int, seq: int,
+                 store: dict | None = None):
         import torch
         self.t = torch.from_numpy
         self.rank, self.p, self.seq, self.op = rank, p, seq, reduce_op
         self.chunks = np.ascontiguousarray(x).reshape(p, -1)
         n = self.chunks.shape[1]
         self.shape = (x.shape[0] // p, *x.shape[1:])
-        self.out = np.empty(n, x.dtype)
-        self.recv = np.empty(n, x.dtype) if p > 1 else None
-        self.acc = np.empty(n, x.dtype) if p > 2 else None
+        self.out = buffer(store, "out", n, x.dtype)
+        self.recv = buffer(store, "recv", n, x.dtype) if p > 1 else None
+        self.acc = buffer(store, "acc", n, x.dtype) if p > 2 else None
+        self.spare = buffer(store, "spare", n, x.dtype) if p > 2 else None
         self.segs = _segments(n)
         self.works = self._post(0, self.chunks[(rank - 1) % p]) if p > 1 else None
 
@@ -81,8 +96,8 @@ class RingReduceScatter:
             for w in sends:
                 w.wait()
             if not last:    # (the partial just made is the next step's message)
-                self.acc, nxt = np.empty_like(self.acc), dst
-                self.works = self._post(s + 1, nxt)
+                self.acc, self.spare = self.spare, dst
+                self.works = self._post(s + 1, dst)
         return self.out.reshape(self.shape)
 
 
@@ -90,13 +105,14 @@ class RingAllGather:
     """AllGather of ``x`` along its front dim: the output holds rank q's shard at q.
     Step s: send shard (r-s) on to rank r+1, receive shard (r-s-1) from rank r-1."""
 
-    def __init__(self, x: np.ndarray, rank: int, p: int, seq: int):
+    def __init__(self, x: np.ndarray, rank: int, p: int, seq: int,
+                 store: dict | None = None):
         import torch
         self.t = torch.from_numpy
         self.rank, self.p, self.seq = rank, p, seq
         src = np.ascontiguousarray(x)
         self.shape = (x.shape[0] * p, *x.shape[1:])
-        self.out = np.empty((p, src.size), x.dtype)
+        self.out = buffer(store, "out", (p, src.size), x.dtype)
         self.out[rank] = src.reshape(-1)
         self.segs = _segments(src.size)
         self.works = self._post(0) if p > 1 else ([], [])
