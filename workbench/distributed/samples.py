@@ -186,4 +186,6 @@ def pp_stage(tokens: int = 512, hidden: int = 1024, ranks: int = 2) -> DistProgr
 SAMPLES = {"dp_adamw.json": (dp_adamw, dict(rows=1024, cols=1024)),
            "dp_lamb.json": (dp_lamb, dict(rows=1024, cols=1024)),
            "tp_mlp.json": (tp_mlp, dict(tokens=256, hidden=512, ffn=2048)),
-           "pp_stage.json": (pp_stage, dict(tokens=256, hidden=512))}
+           "pp_stage.json": (pp_stage, dict(tokens=256, hidden=512)),
+           "dp_lamb_sharded.json": (dp_lamb_sharded, dict(rows=1024, cols=1024)),
+           "tp_attention.json": (tp_attention, dict(tokens=128, hidden=512, heads=8))}
