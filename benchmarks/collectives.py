@@ -148,9 +148,8 @@ def _adamw_methods(rank, p, rows, cols, rounds, pause):
 
 def _worker(rank, p, store, cfg, results):
     try:
-        import torch
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // p))
-        from workbench.distributed.runner import init_gloo
+        from workbench.distributed.runner import init_gloo, rank_threads
+        rank_threads(p)     # (OpenMP and torch threads: cores / ranks, unpinned)
         init_gloo(rank, p, store, 600)
         out = {"collectives": _collective_times(rank, p, cfg["pause"], cfg["reps"])}
         out["adamw"] = _adamw_methods(rank, p, cfg["rows"], cfg["cols"], cfg["rounds"],

@@ -263,6 +263,19 @@ class RankProgram:
                                overlap(spans), tuple(spans))
 
 
+def rank_threads(p: int) -> None:
+    """Share the cores among the p ranks of this machine: each rank's OpenMP kernels and
+    torch get cores / p threads, and the kernels' threads are not pinned (placement.py
+    pins a run's threads to the cores it finds; p ranks each doing so pin their
+    threads onto each other's cores). Call first thing in a rank's process, before a
+    kernel is loaded (OpenMP reads its thread count once)."""
+    import torch
+    n = max(1, (os.cpu_count() or 1) // p)
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    os.environ["WB_PLACE_THREADS"] = "0"
+    torch.set_num_threads(n)
+
+
 def init_gloo(rank: int, p: int, store: str, timeout: float) -> None:
     import torch.distributed as dist
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=p,
@@ -275,6 +288,7 @@ def _rank_main(rank, d, inputs, seed, planner, repeats, timeout, store, results,
     step = -1
     try:
         import torch.distributed as dist
+        rank_threads(d.ranks)
         init_gloo(rank, d.ranks, store, timeout)
         prog = RankProgram(d, rank, planner, inputs, seed)
         best = None
