@@ -49,7 +49,7 @@ def test_auto_buckets_small_all_reduces_and_runs_on_ranks(ranks):
 
 
 def test_large_all_reduces_are_not_bucketed_and_the_reason_is_listed():
-    s = Session(_sgd(2, [(1024, 1024), (1024, 1024)]), ranks=2)
+    s = Session(_sgd(2, [(4096, 4096), (4096, 4096)]), ranks=2)     # (the model only)
     s.auto("stitch")
     assert [n.op for n in s.graph.nodes].count("all_reduce") == 2
     assert any("not applied: bucket" in x and "the model says slower" in x
