@@ -3,11 +3,14 @@ against measured gloo times (issue 45).
 
 On p gloo ranks (processes on this machine, loopback; 2 and 4), in one run:
 
-1. **Collectives across message sizes**: ``dist.all_reduce``, ``reduce_scatter_single``
-   and ``all_gather_single`` from 4 KB to 64 MB per rank; each call after a barrier and
-   an idle pause (``--pause``), the slowest rank's time taken. alpha and beta are fitted
-   (``workbench.distributed.cost.fit``) on the 2-rank times, and the model (ring form)
-   is set beside every measurement, with its error.
+1. **Collectives across message sizes**: ``dist.all_reduce`` and the workbench's
+   ReduceScatter and AllGather (on gloo: rings of ``isend``/``irecv``,
+   ``workbench/distributed/ring.py``) from 4 KB to 64 MB per rank, and beside them
+   gloo's own ``reduce_scatter_single`` and ``all_gather_single`` (why the ring: they
+   are slower); each call after a barrier and an idle pause (``--pause``), the slowest
+   rank's time taken. alpha and beta are fitted (``workbench.distributed.cost.fit``) on
+   the 2-rank times of the workbench's three, and the model (ring form) is set beside
+   every measurement of them, with its error.
 2. **The AdamW step** over ``--rows x --cols`` parameters (default 4096 x 4096 = 16.8M),
    each rank holding the whole parameter and moments and a gradient addend; methods
    timed alternating in rounds, each call after a barrier and a pause:
@@ -42,21 +45,27 @@ from harness import RESULTS, log, machine_line, write_results
 
 SIZES = [1 << k for k in range(12, 27, 2)]      # 4 KB .. 64 MB per rank
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
+NATIVE = ("gloo reduce_scatter_single", "gloo all_gather_single")    # not fitted
 
 
 def _collective_times(rank, p, pause, reps):
     import torch
     import torch.distributed as dist
+    from workbench.distributed.ring import RingAllGather, RingReduceScatter
     out = []
-    for op in OPS:
+    seq = iter(range(1 << 30))
+    for op in OPS + NATIVE:
         for nbytes in SIZES:
             n = nbytes // 4
             x = torch.rand(n)
             small = torch.empty(n // p)
             big = torch.empty(n * p)
             call = {"all_reduce": lambda: dist.all_reduce(x),
-                    "reduce_scatter": lambda: dist.reduce_scatter_single(small, x),
-                    "all_gather": lambda: dist.all_gather_single(big, x)}[op]
+                    "reduce_scatter": lambda: RingReduceScatter(
+                        x.numpy(), "sum", rank, p, next(seq)).wait(),
+                    "all_gather": lambda: RingAllGather(x.numpy(), rank, p, next(seq)).wait(),
+                    "gloo reduce_scatter_single": lambda: dist.reduce_scatter_single(small, x),
+                    "gloo all_gather_single": lambda: dist.all_gather_single(big, x)}[op]
             call()
             times = []
             for _ in range(reps):
@@ -66,7 +75,7 @@ def _collective_times(rank, p, pause, reps):
                 call()
                 times.append(time.perf_counter() - t0)
             # all_gather's message is the gathered tensor: n bytes per rank in, p n out
-            out.append({"op": op, "ranks": p, "bytes": nbytes * (p if op == "all_gather"
+            out.append({"op": op, "ranks": p, "bytes": nbytes * (p if "all_gather" in op
                                                                  else 1), "times": times})
     return out
 
@@ -139,9 +148,8 @@ def _adamw_methods(rank, p, rows, cols, rounds, pause):
 
 def _worker(rank, p, store, cfg, results):
     try:
-        import torch
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // p))
-        from workbench.distributed.runner import init_gloo
+        from workbench.distributed.runner import init_gloo, rank_threads
+        rank_threads(p)     # (OpenMP and torch threads: cores / ranks, unpinned)
         init_gloo(rank, p, store, 600)
         out = {"collectives": _collective_times(rank, p, cfg["pause"], cfg["reps"])}
         out["adamw"] = _adamw_methods(rank, p, cfg["rows"], cfg["cols"], cfg["rounds"],
@@ -200,7 +208,8 @@ def summarize(p, per_rank):
 def model(res):
     from workbench.distributed.cost import INFINIBAND, NVLINK, fit, scale_out
     two = [(c["op"], c["ranks"], c["bytes"], c["median_s"])
-           for r in res["runs"] if r["ranks"] == 2 for c in r["collectives"]]
+           for r in res["runs"] if r["ranks"] == 2 for c in r["collectives"]
+           if c["op"] in OPS]
     link = fit(two, "gloo loopback (fitted on 2 ranks)")
     res["fit"] = {"alpha_s": link.alpha, "beta_s_per_byte": link.beta,
                   "bandwidth_GBps": 1 / link.beta / 1e9 if link.beta else None}
@@ -211,6 +220,8 @@ def model(res):
                          for op, lk in per_op.items()}
     for r in res["runs"]:
         for c in r["collectives"]:
+            if c["op"] not in OPS:
+                continue
             c["model_s"] = link.time(c["op"], c["bytes"], c["ranks"])
             c["model_error_pct"] = (c["model_s"] - c["median_s"]) / c["median_s"] * 100
             c["op_model_s"] = per_op[c["op"]].time(c["op"], c["bytes"], c["ranks"])
@@ -258,13 +269,26 @@ def markdown(res) -> str:
           "| op | ranks | bytes | measured ms (median) | model ms (one link) | error % "
           "| model ms (per op) | error % |",
           "|---|---|---|---|---|---|---|---|"]
-    within = [abs(c["op_model_error_pct"]) <= 25 for r in res["runs"] for c in r["collectives"]]
+    within = [abs(c["op_model_error_pct"]) <= 25 for r in res["runs"]
+              for c in r["collectives"] if "model_s" in c]
     for r in res["runs"]:
         for c in r["collectives"]:
-            L.append(f"| {c['op']} | {c['ranks']} | {c['bytes']} | {c['median_s'] * 1e3:.3f} | "
-                     f"{c['model_s'] * 1e3:.3f} | {c['model_error_pct']:+.0f} | "
-                     f"{c['op_model_s'] * 1e3:.3f} | {c['op_model_error_pct']:+.0f} |")
-    L += ["", f"Within 25% (per-op links): {sum(within)} of {len(within)} rows."]
+            if "model_s" in c:
+                L.append(f"| {c['op']} | {c['ranks']} | {c['bytes']} | "
+                         f"{c['median_s'] * 1e3:.3f} | {c['model_s'] * 1e3:.3f} | "
+                         f"{c['model_error_pct']:+.0f} | {c['op_model_s'] * 1e3:.3f} | "
+                         f"{c['op_model_error_pct']:+.0f} |")
+    L += ["", f"Within 25% (per-op links): {sum(within)} of {len(within)} rows.", "",
+          "## The ring against gloo's own ReduceScatter and AllGather", "",
+          "`x` = gloo's own call / the ring (medians, same bytes, same run).", "",
+          "| op | ranks | bytes | ring ms | gloo's own ms | x |", "|---|---|---|---|---|---|"]
+    for r in res["runs"]:
+        by = {(c["op"], c["bytes"]): c["median_s"] for c in r["collectives"]}
+        for (op, nb), t in by.items():
+            own = by.get((f"gloo {op}_single", nb))
+            if own is not None:
+                L.append(f"| {op} | {r['ranks']} | {nb} | {t * 1e3:.3f} | {own * 1e3:.3f} | "
+                         f"{own / t:.2f} |")
     L += ["", "## Simulated scale-out (the model, not a measurement)", "",
           f"AllReduce of the {res['rows'] * res['cols'] * 4 / 2**20:.0f} MB gradient, ms:", "",
           "| link | form | " + " | ".join(str(p) for p in (8, 16, 32, 64, 128, 256, 512, 1024))

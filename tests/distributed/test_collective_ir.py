@@ -71,11 +71,15 @@ def test_partial_times_replicated_is_refused_with_the_reason():
         b.build()
 
 
-def test_row_reduction_over_a_sharded_dim_is_refused():
-    b = DistBuilder("rows", 2)
+def test_row_reduction_over_a_sharded_dim_is_partial_and_refused_where_not_linear():
+    b = DistBuilder("rows", 2)        # each rank sums its slice: one addend of the sum
     x = b.input("x", (8, 16), placement="S(1)")
-    b.output(b.reduce_sum(x, axes=[1]), "y")
-    with pytest.raises(PlacementError, match="a row would be split across ranks"):
+    b.output(b.all_reduce(b.reduce_sum(x, axes=[1])), "y")
+    assert str(b.build().placements["t1"]) == "P(sum)"
+    b = DistBuilder("rows", 2)        # a LayerNorm's centring of a split row
+    x = b.input("x", (8, 16), placement="S(1)")
+    b.output(x - b.reduce_mean(x, axes=[1]), "y")
+    with pytest.raises(PlacementError, match="Partial value is one addend per rank"):
         b.build()
     b = DistBuilder("rows", 2)        # over the other dim: each rank's rows are whole
     x = b.input("x", (8, 16), placement="S(1)")

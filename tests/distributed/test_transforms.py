@@ -86,7 +86,8 @@ def test_the_planner_lists_what_it_did_not_apply():
     assert any("the model says slower" in x for x in s.step.decisions)
     s.undo()
     # m and v kept sharded: on this machine's gloo a ReduceScatter and an AllGather cost
-    # more than its AllReduce (measured), so still slower; on NVLink they cost the same
+    # more than its AllReduce (two messages' latency, and the rings' bandwidth, fitted),
+    # so still slower; on NVLink they cost the same
     s.auto("stitch", keep_sharded=["m_out", "v_out"])
     assert s.step.decisions[0].startswith("not applied") and "slower" in s.step.decisions[0]
     s = Session(dp_adamw(64, 32, 2), ranks=2, link="nvlink")

@@ -65,15 +65,16 @@ class PerOpLink:
         return dict(self.links).get(op, self.default).time(op, nbytes, p, form)
 
 
-# this machine's gloo over loopback on 2 ranks, fitted per op by benchmarks/collectives.py
-# (benchmarks/results/collectives-2026-12-05.md: within 25% of 20 of its 24 2-rank
-# times); what the planner prices collectives with unless given another link
+# this machine's gloo over loopback on 2 ranks, fitted per op by benchmarks/collectives.py:
+# the median of three runs' fits (benchmarks/results/collectives-2026-12-05-ring.md,
+# -buffers.md and -rank-threads.md, host load 6-17), ReduceScatter and AllGather being the
+# rings of ring.py; what the planner prices collectives with unless given another link
 GLOO_LOOPBACK = PerOpLink(
     "gloo loopback (fitted per op)",
-    (("all_reduce", Link("gloo all_reduce", 402e-6, 1 / 0.89e9)),
-     ("reduce_scatter", Link("gloo reduce_scatter", 1028e-6, 1 / 0.19e9)),
-     ("all_gather", Link("gloo all_gather", 1051e-6, 1 / 0.35e9))),
-    Link("gloo (fitted)", 532e-6, 1 / 0.68e9))
+    (("all_reduce", Link("gloo all_reduce", 455e-6, 1 / 0.86e9)),
+     ("reduce_scatter", Link("gloo reduce_scatter (ring)", 851e-6, 1 / 0.70e9)),
+     ("all_gather", Link("gloo all_gather (ring)", 785e-6, 1 / 0.70e9))),
+    Link("gloo (fitted)", 455e-6, 1 / 0.66e9))
 
 # preset links (per-GPU figures as published; for the simulated curves, not measured
 # here): NVLink 4 (H100 SXM, ~450 GB/s per direction, ~2 us through NCCL) and

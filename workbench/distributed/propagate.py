@@ -7,12 +7,17 @@ its own piece with the ops of the registry:
 * elementwise: all replicated; or every non-replicated input sharded on the same
   (broadcast-aligned) dim, replicated operands of extent 1 there; Partial only through
   ops linear in it (add/sub of two partials of one reduction, neg).
-* reductions: a sharded dim must not be reduced (a row would be split across ranks);
-  ``reduce_sum``/``reduce_mean`` of a ``Partial(sum|avg)`` stay partial.
+* reductions: ``reduce_sum``/``reduce_mean``/``reduce_max`` over a sharded dim give
+  ``Partial(sum|avg|max)`` (each rank's result one addend; an all_reduce finishes it);
+  any other reduction must not reduce a sharded dim (a row would be split across
+  ranks); ``reduce_sum``/``reduce_mean`` of a ``Partial(sum|avg)`` stay partial.
 * matmul: ``R @ S(-1)`` -> ``S(-1)`` (column-parallel), ``S(-1) @ S(-2)`` -> ``P(sum)``
-  (row-parallel), ``S(rows) @ R`` -> ``S(rows)``, ``S(batch) @ S(batch)``
+  (row-parallel), ``R @ S(batch)`` -> ``S(batch)`` (per-rank heads), ``S(rows) @ R`` ->
+  ``S(rows)``, ``S(batch) @ S(batch)``
   -> ``S(batch)`` (a pipeline stage per rank), ``R @ R`` -> ``R``.
-* layout and other library ops: replicated inputs only (their attributes are written
+* slice: along dims a shard does not split (a Partial slices with its addends);
+  reshape and concat of Partial values of one reduction stay Partial.
+* other layout and library ops: replicated inputs only (their attributes are written
   for the global shape).
 * collectives: ``all_reduce`` ``P(op)`` -> ``R``; ``reduce_scatter`` ``P(op)`` ->
   ``S(dim)``; ``all_gather`` ``S(dim)`` -> ``R``; ``all_to_all`` ``S(concat_dim)`` ->
@@ -32,6 +37,9 @@ from .placement import Partial, Placement, Replicate, Shard, check_on
 
 # elementwise ops a Partial value may flow through: linear in every partial operand
 _LINEAR = {"add", "sub", "neg"}
+# reductions over a sharded dim whose per-rank results are addends of the whole (equal
+# shards: the mean of the ranks' means is the mean)
+_PARTIAL_OF = {"reduce_sum": "sum", "reduce_mean": "avg", "reduce_max": "max"}
 
 
 class PlacementError(GraphError):
@@ -84,6 +92,14 @@ def _rule(g: Graph, n: Node, ins: list[Placement], p: int) -> Placement:
         return _reduce(g, n, ins[0])
     if n.op == "matmul":
         return _matmul(g, n, ins)
+    if n.op == "slice":
+        return _slice(g, n, ins[0])
+    if n.op in ("reshape", "concat") and ins and all(isinstance(x, Partial) for x in ins):
+        # (moving the addends moves the sum: how bucketed collectives pack and unpack)
+        if len(set(ins)) > 1:
+            raise PlacementError(f"joins partials {', '.join(map(str, ins))} of different "
+                                 "reductions; one message reduces one way")
+        return ins[0]
     if any(not isinstance(x, Replicate) for x in ins):
         raise PlacementError(
             f"inputs placed {', '.join(map(str, ins))}: a {op.kind.value} op's attributes "
@@ -162,12 +178,31 @@ def _reduce(g: Graph, n: Node, x: Placement) -> Placement:
         raise PlacementError(f"{n.op} of a {x} value is not the {n.op} of the reduced "
                              "value; all_reduce it first")
     if isinstance(x, Shard):
+        if x.dim in axes and n.op in _PARTIAL_OF:
+            # (each rank reduces its slice: one addend per rank of the whole reduction,
+            # as DTensor's sum over a sharded dim; an all_reduce finishes it)
+            return Partial(_PARTIAL_OF[n.op])
         if x.dim in axes:
             raise PlacementError(
                 f"reduces dim {x.dim}, which is sharded across the ranks (Shard({x.dim})): "
                 "a row would be split across ranks; all_gather it first, or shard another "
                 "dim")
         return Shard(x.dim if keep else x.dim - sum(a < x.dim for a in axes))
+    return x
+
+
+def _slice(g: Graph, n: Node, x: Placement) -> Placement:
+    """A slice along dims a shard does not split takes the same slice of every rank's
+    piece (its starts and ends hold for the local shape there); a Partial value's
+    addends slice with it (a slice commutes with any elementwise reduction)."""
+    from ..ops.layout import slice_params
+    shape = g.value(n.inputs[0]).shape
+    if isinstance(x, Shard):
+        start, step, length = slice_params(shape, n.attr_map)[x.dim]
+        if (start, step, length) != (0, 1, shape[x.dim]):
+            raise PlacementError(f"slices dim {x.dim}, which is sharded across the ranks: "
+                                 "each rank holds other elements of it; all_gather it "
+                                 "first, or slice another dim")
     return x
 
 
@@ -180,6 +215,8 @@ def _matmul(g: Graph, n: Node, ins: list[Placement]) -> Placement:
             return Replicate()
         if isinstance(a, Replicate) and b == Shard(rb - 1):
             return Shard(rout - 1)                    # column-parallel
+        if isinstance(a, Replicate) and isinstance(b, Shard) and b.dim < rb - 2:
+            return Shard(b.dim + rout - rb)           # a batch of weights split (heads)
         if a == Shard(ra - 1) and b == Shard(rb - 2):
             return Partial("sum")                     # row-parallel: partial sums
         if isinstance(a, Shard) and a.dim < ra - 1 and isinstance(b, Replicate):
@@ -189,5 +226,6 @@ def _matmul(g: Graph, n: Node, ins: list[Placement]) -> Placement:
             return Shard(a.dim + rout - ra)           # one batch dim split in both
     raise PlacementError(
         f"inputs placed {a}, {b}: a rank can multiply R @ S(-1) (column-parallel), "
+        "R @ S(batch), "
         "S(-1) @ S(-2) (row-parallel, a partial sum), S(rows) @ R, S(batch) @ S(batch) "
         "or R @ R")

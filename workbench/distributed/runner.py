@@ -40,14 +40,15 @@ TOLERANCE = 1e-4
 class RankTimes:
     """One rank's step, best of the timed repeats: the whole step, the compute
     segments, the time spent starting and waiting for collectives (communication not
-    hidden behind compute), all in seconds; bytes sent by its collectives (counted)."""
+    hidden behind compute), all in seconds; bytes sent by its collectives (counted);
+    ``overlap_s``: compute time during which a collective was in flight (hidden
+    communication); ``spans``: the step's timeline (:mod:`.timeline`)."""
     rank: int
     step_s: float
     compute_s: float
     comm_s: float
     sent_bytes: int
-    # (step index, start s, end s) of each local step from the step's start: the
-    # per-rank timeline (distributed/timeline.py) is drawn from these
+    overlap_s: float = 0.0
     spans: tuple = ()
 
 
@@ -205,6 +206,9 @@ class RankProgram:
         self.env = {k: piece(np.asarray(v), pl[k], self.p, rank, k) for k, v in glob.items()}
         self.steps = local_steps(d)
         self.programs = {}
+        # each collective's buffers, reused step after step (its results are valid until
+        # the next step: fresh 64 MB buffers cost ~15 ms of page faults each)
+        self.buffers: dict[str, dict] = {}
         for s in self.steps:
             if isinstance(s, Comm):
                 continue
@@ -216,13 +220,15 @@ class RankProgram:
             self.programs[s.index] = Program(plan, backend)
 
     def run(self, progress=None, fault=None) -> tuple[dict, RankTimes]:
-        """One step: every value it made, and its times."""
+        """One step: every value it made (a collective's result lives in its buffer,
+        valid until the next step), and its times."""
         from .collectives import start
+        from .timeline import Span, overlap
         rank, p = self.rank, self.p
         vals, pending = dict(self.env), {}
         compute = comm = 0.0
         sent = 0
-        spans = []
+        spans, began = [], {}       # (the timeline; a collective's value -> its start)
         t0 = time.perf_counter()
         for s in self.steps:
             if progress is not None:
@@ -236,20 +242,40 @@ class RankProgram:
                 n = s.node
                 if n.op == "wait_tensor":
                     vals[n.outputs[0]] = pending.pop(n.inputs[0]).wait()
+                    end = time.perf_counter() - t0
+                    name, since = began.pop(n.inputs[0])
+                    spans += [Span("comm", name, since, end), Span("wait", name, t - t0, end)]
                 elif n.op == "shard_local":
                     vals[n.outputs[0]] = piece(vals[n.inputs[0]], Shard(n.attr("dim")), p,
                                                rank)
                 else:
                     x = vals[n.inputs[0]]
                     sent += sent_bytes(n, x.nbytes, p)
-                    pending[n.outputs[0]] = start(n, x, rank, p)
+                    pending[n.outputs[0]] = start(n, x, rank, p,
+                                                  self.buffers.setdefault(n.id, {}))
+                    began[n.outputs[0]] = (n.name, t - t0)
+                if n.op != "wait_tensor":   # (time inside a start or a local slice)
+                    spans.append(Span("call", n.name, t - t0, time.perf_counter() - t0))
                 comm += time.perf_counter() - t
             else:
                 vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs}))
                 compute += time.perf_counter() - t
-            spans.append((s.index, t - t0, time.perf_counter() - t0))
+                spans.append(Span("compute", s.graph.name, t - t0, time.perf_counter() - t0))
         return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent,
-                               tuple(spans))
+                               overlap(spans), tuple(spans))
+
+
+def rank_threads(p: int) -> None:
+    """Share the cores among the p ranks of this machine: each rank's OpenMP kernels and
+    torch get cores / p threads, and the kernels' threads are not pinned (placement.py
+    pins a run's threads to the cores it finds; p ranks each doing so pin their
+    threads onto each other's cores). Call first thing in a rank's process, before a
+    kernel is loaded (OpenMP reads its thread count once)."""
+    import torch
+    n = max(1, (os.cpu_count() or 1) // p)
+    os.environ["OMP_NUM_THREADS"] = str(n)
+    os.environ["WB_PLACE_THREADS"] = "0"
+    torch.set_num_threads(n)
 
 
 def init_gloo(rank: int, p: int, store: str, timeout: float) -> None:
@@ -264,6 +290,7 @@ def _rank_main(rank, d, inputs, seed, planner, repeats, timeout, store, results,
     step = -1
     try:
         import torch.distributed as dist
+        rank_threads(d.ranks)
         init_gloo(rank, d.ranks, store, timeout)
         prog = RankProgram(d, rank, planner, inputs, seed)
         best = None

@@ -7,6 +7,13 @@ as JSON, written by sample_graphs/make_distributed_samples.py).
 * :func:`dp_lamb`: the same with LAMB's per-tensor trust ratio (two whole-tensor norms).
 * :func:`pp_stage`: a pipeline-stage boundary (each rank a stage, ``send_recv`` to the
   next).
+* :func:`dp_lamb_sharded`: LAMB on each rank's 1/p (ReduceScatter, the update on the
+  shard, its two norms as per-rank partial sums finished by AllReduces, AllGather of
+  the parameter): the same function as :func:`dp_lamb`.
+* :func:`tp_attention`: a Megatron tensor-parallel attention block -- per-rank heads
+  (Q, K, V weights sharded by head), softmax attention per head, the output projection
+  row-parallel (each rank's heads summed: a partial sum), AllReduce, bias, residual and
+  LayerNorm.
 * :func:`tp_mlp`: a Megatron tensor-parallel MLP block -- column-parallel matmul
   (weights ``S(1)``), bias, GELU, row-parallel matmul (``S(0)``, a partial sum),
   AllReduce, bias, residual and LayerNorm (dropout omitted: this is inference, where it
@@ -97,6 +104,67 @@ def tp_mlp(tokens: int = 512, hidden: int = 1024, ffn: int = 4096,
     return b.build()
 
 
+def dp_lamb_sharded(rows: int = 4096, cols: int = 4096, ranks: int = 2) -> DistProgram:
+    """:func:`dp_lamb` as CoCoNet shards it: the gradient ReduceScattered, parameter and
+    moments held as shards (ZeRO), LAMB's update on the shard, and its two whole-tensor
+    norms as each rank's sum of squares over its shard (a partial sum) finished by an
+    AllReduce of one number each; the new parameter AllGathered."""
+    b = DistBuilder("dp_lamb_sharded", ranks,
+                    f"Data-parallel LAMB step on {ranks} ranks, sharded: gradient "
+                    f"ReduceScatter (mean), LAMB on each rank's 1/{ranks} of "
+                    f"param/m/v[{rows}, {cols}], norms by AllReduce, param AllGather")
+    g = b.input("grad", (rows, cols), placement="P(avg)")
+    p = b.input("param", (rows, cols), placement="S(0)")
+    m = b.input("m", (rows, cols), placement="S(0)")
+    v = b.input("v", (rows, cols), range=(0.0, 1.0), placement="S(0)")
+    gr = b.reduce_scatter(g, 0, "avg")
+    beta1, beta2, step = 0.9, 0.999, 10
+    with b.composite("LAMB", "lamb"):   # (dp_lamb's update, term for term)
+        m2 = m * beta1 + gr * (1.0 - beta1)
+        v2 = v * beta2 + gr * gr * (1.0 - beta2)
+        u = m2 * (1.0 / (1.0 - beta1 ** step)) / (
+            b.sqrt(v2 * (1.0 / (1.0 - beta2 ** step))) + 1e-6) + p * 1e-2
+        ratio = b.sqrt(b.all_reduce(b.reduce_sum(p * p))) / \
+            b.sqrt(b.all_reduce(b.reduce_sum(u * u)))
+        p2 = p - u * ratio * 1e-3
+    b.output(b.all_gather(p2, 0), "param_out")
+    b.output(m2, "m_out")
+    b.output(v2, "v_out")
+    return b.build()
+
+
+def tp_attention(tokens: int = 128, hidden: int = 512, heads: int = 8,
+                 ranks: int = 2) -> DistProgram:
+    """Megatron's attention block with per-rank heads. The weights are laid out by head
+    (``wq[heads, hidden, d]``...), sharded on the head dim: ``x @ wq`` is each rank's
+    heads' queries (column-parallel), ``K^T`` comes as ``wk_t @ x^T``; scores, softmax
+    and ``@ V`` per head; the output projection ``ctx @ wo`` per head, summed over the
+    rank's heads -- one addend of the sum over all heads (row-parallel) -- AllReduced,
+    then bias, residual and LayerNorm (dropout omitted: inference)."""
+    d = hidden // heads
+    b = DistBuilder("tp_attention", ranks,
+                    f"Megatron tensor-parallel attention on {ranks} ranks: x[{tokens}, "
+                    f"{hidden}], {heads} heads of {d} split across ranks, per-head softmax "
+                    "attention, row-parallel output projection, AllReduce, bias, residual, "
+                    "LayerNorm")
+    rng = np.random.default_rng(1)
+    x = b.input("x", (tokens, hidden))
+    wq = b.input("wq", (heads, hidden, d), placement="S(0)")
+    wk_t = b.input("wk_t", (heads, d, hidden), placement="S(0)")
+    wv = b.input("wv", (heads, hidden, d), placement="S(0)")
+    wo = b.input("wo", (heads, d, hidden), placement="S(0)")
+    bo = b.constant(rng.uniform(-0.1, 0.1, hidden).astype(np.float32), "bo")
+    gamma = b.constant(rng.uniform(0.5, 1.5, hidden).astype(np.float32), "gamma")
+    beta = b.constant(rng.uniform(-0.1, 0.1, hidden).astype(np.float32), "beta")
+    q = b.matmul(x, wq)                                     # [heads, tokens, d]
+    k_t = b.matmul(wk_t, b.transpose(x, perm=[1, 0]))       # [heads, d, tokens]
+    probs = b.softmax(b.matmul(q, k_t) * (1.0 / math.sqrt(d)), axis=-1)
+    per_head = b.matmul(b.matmul(probs, b.matmul(x, wv)), wo)   # [heads, tokens, hidden]
+    y = b.all_reduce(b.reduce_sum(per_head, axes=[0], keepdims=False)) + bo
+    b.output(b.layer_norm(y + x, gamma, beta), "out")
+    return b.build()
+
+
 def pp_stage(tokens: int = 512, hidden: int = 1024, ranks: int = 2) -> DistProgram:
     """A pipeline-stage boundary: rank r is stage r, holding its stage's weights (dim 0
     of ``w``, sharded) and its micro-batch's activations (dim 0 of ``x``); it computes
@@ -118,4 +186,6 @@ def pp_stage(tokens: int = 512, hidden: int = 1024, ranks: int = 2) -> DistProgr
 SAMPLES = {"dp_adamw.json": (dp_adamw, dict(rows=1024, cols=1024)),
            "dp_lamb.json": (dp_lamb, dict(rows=1024, cols=1024)),
            "tp_mlp.json": (tp_mlp, dict(tokens=256, hidden=512, ffn=2048)),
-           "pp_stage.json": (pp_stage, dict(tokens=256, hidden=512))}
+           "pp_stage.json": (pp_stage, dict(tokens=256, hidden=512)),
+           "dp_lamb_sharded.json": (dp_lamb_sharded, dict(rows=1024, cols=1024)),
+           "tp_attention.json": (tp_attention, dict(tokens=128, hidden=512, heads=8))}

@@ -22,6 +22,8 @@ from .cost import GLOO_LOOPBACK, PRESETS, Link, PerOpLink
 from .local import Comm, local_steps
 from .program import DistProgram, is_distributed_file, load_json
 from .runner import RankRun, run_ranks, sent_bytes
+from .bucket import bucket_all_reduces
+from .chunk import chunk_all_reduce, matmul_of, overlapped
 from .transforms import shard_after, split_all_reduce
 
 @dataclass(frozen=True)
@@ -117,6 +119,18 @@ class DistSession:
         notes += [f"not moved: {a}: {why}" for a, why in mv.left]
         return self._push(f"shard_after {ref}", d, notes)
 
+    def chunk_all_reduce(self, ref: str, k: int = 2) -> DistProgram:
+        """The matmul feeding AllReduce ``ref`` and the AllReduce as ``k`` pipelined
+        pieces (overlap), as a step (FusionRefused with the reason where it cannot be)."""
+        return self._push(f"chunk_all_reduce {ref} k {k}",
+                          chunk_all_reduce(self.program, ref, k))
+
+    def bucket_all_reduces(self, refs=None) -> DistProgram:
+        """AllReduces ``refs`` (default: all) as one AllReduce over a flat buffer, as a
+        step (FusionRefused with the reason where they cannot share one message)."""
+        return self._push(f"bucket_all_reduces {', '.join(refs) if refs else 'all'}",
+                          bucket_all_reduces(self.program, refs))
+
     def auto(self, planner: str = "stitch", keep_sharded=()) -> DistProgram:
         """Consider, for every AllReduce, splitting it along each dim and moving the
         work after it onto the shard; apply the first candidate the alpha-beta model and
@@ -133,7 +147,44 @@ class DistSession:
         for n in [m for m in d.graph.nodes if m.op == "all_reduce"]:
             d, note = self._best_split(d, n, keep_sharded)
             notes += note
-        return self._push(f"auto {planner}", d, notes)
+        for n in [m for m in d.graph.nodes if m.op == "all_reduce"]:
+            d, note = self._best_chunks(d, n)
+            notes += note
+        d, note = self._bucket(d)
+        return self._push(f"auto {planner}", d, notes + note)
+
+    def _bucket(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
+        """The AllReduces left, one bucket per reduction, where the model says one
+        message plus the copies in and out beats the separate messages."""
+        from ..runtime.calibrate import cpu_device
+        by: dict[str, list] = {}
+        for n in d.graph.nodes:
+            if n.op == "all_reduce":
+                by.setdefault(n.attr("reduce_op", "sum"), []).append(n)
+        notes = []
+        for op, ars in by.items():
+            if d.ranks == 1 or len(ars) < 2:
+                continue
+            what = f"bucket {', '.join(n.name for n in ars)} (all_reduce {op})"
+            nb = [_nbytes(d, n.inputs[0]) for n in ars]
+            apart = sum(self.link.time("all_reduce", b, d.ranks) for b in nb)
+            # (each byte copied into the buffer and out again: read and written twice)
+            one = self.link.time("all_reduce", sum(nb), d.ranks) + \
+                4 * sum(nb) / cpu_device().dram_bandwidth
+            try:
+                b = bucket_all_reduces(d, [n.id for n in ars], f"bucket.{op}")
+            except FusionRefused as e:
+                notes.append(f"not applied: {what}: {e}")
+                continue
+            if one < apart:
+                d = b
+                notes.append(f"applied: {what} into one message (model: "
+                             f"{apart * 1e3:.3g} ms -> {one * 1e3:.3g} ms)")
+            else:
+                notes.append(f"not applied: {what}: the model says slower ("
+                             f"{apart * 1e3:.3g} ms -> {one * 1e3:.3g} ms: the copies in "
+                             "and out cost more than the messages saved)")
+        return d, notes
 
     def _best_split(self, d: DistProgram, n, keep) -> tuple[DistProgram, list[str]]:
         notes = []
@@ -161,6 +212,47 @@ class DistSession:
                          f" ms: it gathers {len(mv.gathered)} results)")
             notes += [f"  not moved: {a}: {why}" for a, why in mv.left]
         return d, notes
+
+    def _best_chunks(self, d: DistProgram, n, ks=(2, 4, 8)) -> tuple[DistProgram, list[str]]:
+        """Chunking AllReduce ``n`` with its matmul into k pieces, for each k: the one the
+        overlap model says fastest if faster than unchunked, every other listed."""
+        import math
+
+        from ..runtime.calibrate import cpu_device
+        if d.ranks == 1:
+            return d, []
+        mm = matmul_of(d, n)
+        what = f"chunk {n.name} (all_reduce) with its matmul"
+        if mm is None:
+            return d, [f"not applied: {what}: it reduces no matmul's result"]
+        a, b = (d.local_shape(v) for v in mm.inputs)
+        mm_s = 2 * math.prod(d.local_shape(mm.outputs[0])) * a[-1] / cpu_device().peak_flops
+        nbytes = _nbytes(d, n.inputs[0])
+        whole = mm_s + self.link.time("all_reduce", nbytes, d.ranks)
+        best, notes = None, []
+        for k in ks:
+            try:
+                c = chunk_all_reduce(d, n.id, k)
+            except FusionRefused as e:
+                notes.append(f"not applied: {what} into {k} pieces: {e}")
+                continue
+            t = overlapped(mm_s, self.link.time("all_reduce", nbytes / k, d.ranks), k)
+            if t < whole and (best is None or t < best[0]):
+                if best is not None:
+                    notes.append(f"not applied: {what} into {best[1]} pieces: {k} pieces "
+                                 "are modelled faster")
+                best = (t, k, c)
+            else:
+                notes.append(f"not applied: {what} into {k} pieces: the model says "
+                             f"{'slower' if t >= whole else 'slower than fewer pieces'} "
+                             f"({whole * 1e3:.3g} ms -> {t * 1e3:.3g} ms: each piece pays "
+                             "the link's latency again)")
+        if best is None:
+            return d, notes
+        t, k, c = best
+        return c, [f"applied: {what} into {k} pieces (model: {whole * 1e3:.3g} ms -> "
+                   f"{t * 1e3:.3g} ms: piece i's AllReduce in flight during piece i+1's "
+                   "matmul)"] + notes
 
     # -- counting and the model ------------------------------------------------
     def counted(self, d: DistProgram | None = None) -> dict:

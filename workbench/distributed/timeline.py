@@ -2,8 +2,14 @@
 
 Three sources, each labelled on its rows:
 
-- **measured** (:func:`measured_bars`): from a run on gloo ranks, each local step's
-  start and end on each rank (``RankTimes.spans``);
+- **measured** (:func:`measured_bars`): from a run on gloo ranks, each rank's
+  ``RankTimes.spans`` (``runner.py``), seconds from the step's start::
+
+      Span(kind="compute", name="tp_mlp.seg0", start_s=0.0, end_s=0.0021)
+      Span(kind="call", name="n8.c0", start_s=0.0021, end_s=0.0023)   # in the start
+      Span(kind="comm", name="n8.c0", start_s=0.0021, end_s=0.0052)   # in flight
+      Span(kind="wait", name="n8.c0", start_s=0.0049, end_s=0.0052)   # blocked
+
 - **model** (:func:`modelled_bars`): the same steps priced as ``DistSession.predict``
   prices them -- a compute segment's counted bytes at the CPU's DRAM bandwidth, a
   collective by the alpha-beta link -- on the program's own rank count;
@@ -31,6 +37,34 @@ from ..errors import GraphError
 from ..ops.collective import COLLECTIVES
 from .local import Comm, local_steps
 from .program import DistProgram
+
+@dataclass(frozen=True)
+class Span:
+    """One interval of a rank's step: ``kind`` "compute" (a segment's kernels), "comm"
+    (a collective in flight) or "wait" (the rank blocked waiting for one)."""
+    kind: str
+    name: str
+    start_s: float
+    end_s: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end_s - self.start_s
+
+
+def overlap(spans) -> float:
+    """Seconds of compute during which at least one collective was in flight: the
+    communication hidden behind compute."""
+    comm = sorted((s.start_s, s.end_s) for s in spans if s.kind == "comm")
+    merged: list[list[float]] = []
+    for a, b in comm:
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        else:
+            merged.append([a, b])
+    return sum(max(0.0, min(b, s.end_s) - max(a, s.start_s))
+               for s in spans if s.kind == "compute" for a, b in merged)
+
 
 KINDS = ("compute", "communication", "overlap")
 SIMULATED_RANKS = (8, 64, 1024)
@@ -81,29 +115,20 @@ def _merge(bars: list[Bar]) -> list[Bar]:
 
 
 def measured_bars(d: DistProgram, run) -> list[Bar]:
-    """The bars of a measured run (``RankRun`` of ``d``): one row per rank."""
-    steps = local_steps(d)
+    """The bars of a measured run (``RankRun`` of ``d``): one row per rank. Time inside
+    a collective's start or wait (spans ``call``, ``wait``) is communication; compute
+    while a collective is in flight (``comm``) is overlap."""
     bars = []
     for t in run.times:
         row = f"rank {t.rank}"
-        spans = {i: (a, b) for i, a, b in t.spans}
-        # a collective is in flight from its start's return to its wait's beginning
-        started, flights = {}, []
-        for s in steps:
-            if isinstance(s, Comm) and s.index in spans:
-                n = s.node
-                if n.op in COLLECTIVES:
-                    started[n.outputs[0]] = spans[s.index][1]
-                elif n.op == "wait_tensor" and n.inputs[0] in started:
-                    flights.append((started[n.inputs[0]], spans[s.index][0]))
-        for s in steps:
-            if s.index not in spans:
-                continue
-            a, b = spans[s.index]
-            if isinstance(s, Comm) and s.node.op != "shard_local":
-                bars.append(Bar(row, "communication", _label(d, s), a, b, "measured"))
-            else:
-                bars += _split(row, _label(d, s), a, b, flights, "measured")
+        flights = [(s.start_s, s.end_s) for s in t.spans if s.kind == "comm"]
+        for s in sorted(t.spans, key=lambda s: s.start_s):
+            if s.kind == "compute":
+                label = f"compute {s.name.rsplit('.', 1)[-1]}"
+                bars += _split(row, label, s.start_s, s.end_s, flights, "measured")
+            elif s.kind in ("call", "wait"):
+                bars.append(Bar(row, "communication", f"{s.kind} {s.name}", s.start_s,
+                                s.end_s, "measured"))
     return bars
 
 
