@@ -83,8 +83,13 @@ def test_the_rank_selector_shows_that_ranks_shard():
 def test_transformations_listed_previewed_applied_undone_redone():
     app = _app(dp_adamw(64, 8, 2))
     offers = app.actions(keep_sharded=["m_out", "v_out"])
-    assert [o.label for o in offers] == ["split_all_reduce n0 dim 0",
-                                         "split_all_reduce n0 dim 1"]
+    assert [o.label for o in offers if o.legal] == ["split_all_reduce n0 dim 0",
+                                                    "split_all_reduce n0 dim 1"]
+    # chunking is listed too, refused with the session's reason (no matmul makes grad)
+    assert [o.label for o in offers if not o.legal] == ["chunk_all_reduce n0 k 2",
+                                                        "chunk_all_reduce n0 k 4"]
+    assert "no matmul makes" in offers[-1].reason
+    assert app.offer_list.options[-1][0].startswith("refused: chunk_all_reduce n0 k 4")
     assert "16 -> 18 nodes" in app.offer_list.options[0][0]
     app.preview(0)                          # drawn, not applied
     assert "reduce_scatter" in app.view.svg and "preview" in app.message
@@ -204,6 +209,20 @@ def test_measure_draws_each_ranks_measured_timeline():
         total = sum(x for _, x in mine) / 1e3
         assert total == pytest.approx(t.compute_s + t.comm_s, rel=0.05, abs=2e-4)
     assert multiprocessing.active_children() == []
+
+
+def test_the_tensor_parallel_block_offers_chunking_and_bucketing():
+    from workbench.distributed.samples import SAMPLES
+    make, sizes = SAMPLES["tp_mlp.json"]
+    app = _app(make(**sizes))
+    offers = {o.label: o for o in app.actions()}
+    chunk = [o for label, o in offers.items() if label.startswith("chunk_all_reduce")]
+    assert chunk and all(o.legal for o in chunk), [o.reason for o in chunk]
+    chunk[0].apply(app.session)
+    assert app.session.step.action.startswith("chunk_all_reduce")
+    # two AllReduces now (one per piece): one bucket over both is offered, tried
+    offers = app.actions()
+    assert any(o.method == "bucket_all_reduces" and o.ref is None for o in offers)
 
 
 def test_a_plain_graph_still_opens_the_plain_app(small_graph):

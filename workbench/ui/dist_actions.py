@@ -29,7 +29,7 @@ class Offer:
     """One row of the list: ``method`` of the session on node ``ref`` with ``kwargs``,
     and what trying it gave (the program and the step's notes, or the refusal)."""
     method: str
-    ref: str
+    ref: str | None                # None: every such collective (bucket_all_reduces)
     kwargs: tuple
     program: DistProgram | None
     notes: tuple[str, ...]
@@ -43,7 +43,7 @@ class Offer:
     def label(self) -> str:
         args = " ".join(f"{k} {','.join(v) if isinstance(v, tuple) else v}"
                         for k, v in self.kwargs if v != ())
-        return f"{self.method} {self.ref}" + (f" {args}" if args else "")
+        return f"{self.method} {self.ref or 'all'}" + (f" {args}" if args else "")
 
     def apply(self, session) -> DistProgram:
         return getattr(session, self.method)(self.ref, **dict(self.kwargs))
@@ -53,7 +53,9 @@ class Offer:
 class OfferKind:
     method: str                    # the DistSession method
     op: str                        # the collective start it takes
-    arguments: Callable            # (program, node, keep_sharded) -> [kwargs, ...]
+    arguments: Callable = lambda d, n, keep: [()]   # (program, node, keep) -> [kwargs]
+    # (whole: offered once over every such collective, ref None, where there are two)
+    whole: bool = False
 
 
 def _dims(d, n, keep):
@@ -64,8 +66,14 @@ def _keep(d, n, keep):
     return [(("keep_sharded", tuple(keep)),)]
 
 
+def _pieces(d, n, keep):
+    return [(("k", k),) for k in (2, 4)]
+
+
 OFFERS = (OfferKind("split_all_reduce", "all_reduce", _dims),
-          OfferKind("shard_after", "all_gather", _keep))
+          OfferKind("shard_after", "all_gather", _keep),
+          OfferKind("chunk_all_reduce", "all_reduce", _pieces),
+          OfferKind("bucket_all_reduces", "all_reduce", whole=True))
 
 
 def trial_session(session):
@@ -83,15 +91,18 @@ def candidates(session, keep_sharded=()) -> list[Offer]:
     for kind in OFFERS:
         if not hasattr(session, kind.method):
             continue
-        for n in d.graph.nodes:
-            if n.op != kind.op:
-                continue
+        nodes = [n for n in d.graph.nodes if n.op == kind.op]
+        if kind.whole:
+            if len(nodes) > 1:
+                out.append(_try(session, kind.method, None, ()))
+            continue
+        for n in nodes:
             for kwargs in kind.arguments(d, n, keep_sharded):
                 out.append(_try(session, kind.method, n.id, kwargs))
     return sorted(out, key=lambda o: not o.legal)
 
 
-def _try(session, method: str, ref: str, kwargs: tuple) -> Offer:
+def _try(session, method: str, ref: str | None, kwargs: tuple) -> Offer:
     t = trial_session(session)
     try:
         program = getattr(t, method)(ref, **dict(kwargs))
