@@ -327,6 +327,8 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
     def _on_collapse_toggle(self, change) -> None:
         (self.view.collapse if change["new"] else self.view.expand)()
         self._settle()
+        if self.view.note:    # (a box too tangled to lay out collapsed: round_trips.py)
+            self._set_message(f"collapse: {self.view.note}", refused=True)
 
     def _redraw(self) -> None:
         self.view.locks = self.session.constraints     # (drawn: .lock_marks)

@@ -546,6 +546,16 @@ function render({ model, el }) {
   model.on("change:legend_title", drawLegend);
   model.on("change:focus", onFocus);
   model.on("change:crumbs", drawCrumbs);
+  // why a box asked to be collapsed is drawn open (Python's round_trips.py)
+  const note = document.createElement("div");
+  note.className = "wb-layout-note";
+  viewport.appendChild(note);
+  const drawNote = () => {
+    note.textContent = model.get("note") || "";
+    note.style.display = note.textContent ? "" : "none";
+  };
+  model.on("change:note", drawNote);
+  drawNote();
   draw();
   drawLegend();
   drawCrumbs();
