@@ -1,11 +1,14 @@
-"""Issue 49's last two app defects in a real JupyterLab and headless Chromium:
+"""Issue 49's last app defects in a real JupyterLab and headless Chromium:
 
 - a refusal names what the drawing shows (``reduce_mean n3 → add n4 leaves kernel
-  k3 (n3)``, not ``t4 leaves kernel k3``): every id in the status line is in the drawing's visible text;
+  k3 (n3)``, not ``t4 leaves kernel k3``): every id in the status line is in the
+  drawing's visible text;
 - the pan position carried over a redraw could leave the view on blank space: a redraw
   now keeps the part acted on (the double-clicked box) where it was on screen and
   leaves part of the drawing in view (tests/ui/test_drawn_names.py checks the wording
-  from Python).
+  of refusals from Python);
+- a collapsed box with too many edge round trips for Graphviz is drawn open, and the
+  view's note says so (tests/ui/test_round_trips.py).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import re
 
 import pytest
 from lab_driver import REPO
-from test_lab import lab_notebook, lab_run, open_app, wait_message
+from test_lab import lab_notebook, lab_run, open_app
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.xdist_group("browser")]
 
@@ -59,7 +62,10 @@ def test_refusal_words_and_the_view_after_redraws(lab_factory, page):
         f"import sys\nsys.path.insert(0, {json.dumps(str(REPO / 'sample_graphs'))})\n"
         "from make_samples import block_chain\nimport workbench as wb\n"
         "app = wb.open(block_chain(3), backend='cpu')",
-        "app.set_scheme('t4', 'regional')   # refused, naming a value and two kernels"])
+        "app.set_scheme('t4', 'regional')   # refused, naming a value and two kernels",
+        f"sys.path.insert(0, {json.dumps(str(REPO / 'tests' / 'ui'))})\n"
+        "from test_round_trips import shared_norm_stack\n"
+        "app2 = wb.open(shared_norm_stack(40), backend='cpu')   # one box, 39 round trips"])
     with lab_run(page, server, "lab_redraw_view_FAILED.png"):
         open_app(page, server, name)
         graph = page.locator(f"{APP} .wb-graph").first
@@ -67,7 +73,10 @@ def test_refusal_words_and_the_view_after_redraws(lab_factory, page):
 
         # (1) the refusal's value and node ids are all drawn; a single-op kernel is
         # named with its node
-        text = wait_message(page, "leaves kernel")
+        first_message = "() => document.querySelector('.wb-app .wb-message').textContent"
+        page.wait_for_function(f"() => ({first_message})().includes('leaves kernel')",
+                               timeout=60_000)
+        text = page.evaluate(first_message).strip()
         assert "t4" not in text and text.startswith("reduce_mean n3 → add n4"), text
         assert "k3 (n3)" in text, text
         drawn = set(page.evaluate("""() => [...document.querySelectorAll(
@@ -81,7 +90,7 @@ def test_refusal_words_and_the_view_after_redraws(lab_factory, page):
         drag(page, -(r["svg"]["r"] - r["view"]["l"]) - 200, 0)
         r = rects(page)
         assert overlap(r["view"], r["svg"]) == 0, r      # blank, as the user left it
-        page.locator(f"{APP} .wb-overlay select").select_option("bytes")
+        page.locator(f"{APP} .wb-overlay select").first.select_option("bytes")
         page.wait_for_function("""() => document.querySelector(
             '.wb-app .wb-graph .wb-legend').style.display !== 'none'""")
         page.wait_for_timeout(300)
@@ -102,4 +111,14 @@ def test_refusal_words_and_the_view_after_redraws(lab_factory, page):
         r = rects(page, "c5")
         assert overlap(r["view"], r["node"]) > 0 and overlap(r["view"], r["svg"]) > 0, r
         assert abs((r["node"]["t"] + r["node"]["b"]) / 2 - y) < 30, (r, y)
+
+        # (4) Collapse on a box with 39 round trips: drawn open (Graphviz would take
+        # seconds to minutes), and the view's note says why
+        app2 = page.locator(APP).nth(1)
+        app2.scroll_into_view_if_needed()
+        app2.locator("button", has_text="Collapse composites").click()
+        note = app2.locator(".wb-layout-note")
+        note.filter(has_text="39 round trips").wait_for(timeout=60_000)
+        assert "drawn open" in note.inner_text() and note.is_visible()
+        assert app2.locator(".wb-graph g.node[id='n0']").count() == 1    # open: ops drawn
         assert not page.js_errors, page.js_errors
