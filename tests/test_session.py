@@ -136,8 +136,12 @@ def test_progress_reports_compiling_then_measuring():
     s.measure(repeats=3)
     labels = [w for _, _, w in seen]
     assert seen[0][:2] == (1, 1)                          # the one kernel compiled
-    assert labels[1:] == ["ran and checked against NumPy"] + ["timed run"] * 3
-    assert [d for d, _, _ in seen[1:]] == [1, 2, 3, 4] and {t for _, t, _ in seen[1:]} == {4}
+    kernel = s.program().compiled[0].kernel.name
+    # the checked run (start, end), the kernel checked, each timed run: one count
+    assert labels[1:] == (["checked run"] * 2 + [f"checked {kernel} against NumPy"]
+                          + ["timed run"] * 3)
+    assert [d for d, _, _ in seen[1:]] == [0, 1, 2, 3, 4, 5] and {
+        t for _, t, _ in seen[1:]} == {5}
 
 
 # -- the matmul precision, changed as a step ------------------------------------------

@@ -195,9 +195,11 @@ def test_measure_fills_history_plots_code_and_overlay(app):
     app.selected = ["n0"]
     m = app.measure()
     assert m is not None and m.within_tolerance
-    # compile progress, then the checked run and every timed run (10 by default)
-    assert app.progress.value == app.progress.max == 1 + 10
+    # compile, reference, check and every timed run (10 by default): the bar full
+    # after the last (tests/ui/test_progress_phases.py checks the way there)
+    assert app.progress.value == app.progress.max
     assert app.progress.tooltip == "timed run"
+    assert app.progress.description == "4/4 timed runs 10/10"
     h = app.history
     assert math.isnan(h.latency_ms[0]) and h.latency_ms[1] == pytest.approx(m.latency_ms)
     steps = {t["name"]: t for t in app.plots.figure("steps")["data"]}

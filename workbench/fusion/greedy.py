@@ -31,6 +31,28 @@ from .recompute import recompute_refusal
 from .regions import region_key
 
 
+class _FittedRegions:
+    """The regions that fitted, looked up by ``region_key``, whose keys are computed
+    only when a region of the same size is looked up: a chain growing into one kernel
+    (134 row layers) asks about a larger region at every step, never found, and its
+    keys -- each a pass over the whole region -- made the planner quadratic in them.
+    (A key holds one entry per node, so regions of different sizes never match.)"""
+
+    def __init__(self):
+        self._keys: set[tuple] = set()
+        self._pending: dict[int, list[tuple[str, ...]]] = {}
+
+    def add(self, nodes: tuple[str, ...]) -> None:
+        self._pending.setdefault(len(nodes), []).append(nodes)
+
+    def has(self, g: Graph, nodes: tuple[str, ...]) -> bool:
+        if len(nodes) not in self._pending:
+            return False
+        self._keys.update(region_key(g, ns) for ns in self._pending.pop(len(nodes)))
+        self._pending[len(nodes)] = []       # (this size asked about: keys made from now)
+        return region_key(g, nodes) in self._keys
+
+
 def plan_none(g: Graph, model, device: Device, matmul_precision: str = "float32"
               ) -> tuple[Plan, list[Decision]]:
     return Plan.singletons(g, device, matmul_precision), []
@@ -52,7 +74,7 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False, *,
     """
     part = Partition(g)
     log: list[Decision] = []
-    fitted: set[tuple] = set()      # region_key of the merged groups that fitted
+    fitted = _FittedRegions()       # the merged groups that fitted, by region_key
     for node in g.nodes:
         if part.kind[node.id] is Kind.opaque:
             continue
@@ -82,11 +104,10 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False, *,
                                   key=part.index.__getitem__))
                 # a model's repeated layers ask again for kernels of the same shape:
                 # one that fitted fits (a refusal is analysed again for its wording)
-                key = region_key(g, ns)
-                if key not in fitted:
+                if not fitted.has(g, ns):
                     try:
                         analyze(g, ns, device=device)
-                        fitted.add(key)
+                        fitted.add(ns)
                     except FusionRefused as e:
                         why = str(e)
             if why is not None:

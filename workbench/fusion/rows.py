@@ -9,9 +9,11 @@ parameters a user or the tuner may set; where the row's values are kept is
 """
 from __future__ import annotations
 
+import functools
 import math
 
 from ..device import CUDA_MAX_BLOCK_THREADS, CUDA_WARP, Device
+
 from ..errors import FusionRefused
 from ..ops import Kind, RowRole, get_op
 from .geometry import row_threads, row_vector, rows_per_block, split_count
@@ -20,6 +22,9 @@ from .row_cache import RowDomain, hybrid_bytes, kept_bytes, row_storage
 from .schedule import Schedule
 
 
+# (memoized: a row kernel's analysis asks both of every value, and the rules planner
+# analyses a kernel again at each op it grows by -- the same few shapes each time)
+@functools.lru_cache(maxsize=4096)
 def _broadcasts_to(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
     if len(shape) > len(domain):
         return False
@@ -27,6 +32,7 @@ def _broadcasts_to(shape: tuple[int, ...], domain: tuple[int, ...]) -> bool:
     return all(s == d or s == 1 for s, d in zip(shape, tail))
 
 
+@functools.lru_cache(maxsize=4096)
 def _is_per_row(shape, domain, axes) -> bool:
     """Broadcastable to the domain and constant along every reduced axis."""
     off = len(domain) - len(shape)

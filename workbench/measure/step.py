@@ -79,7 +79,9 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
     """Run once keeping every boundary value, check each kernel on its own inputs,
     then time the plan. ``model`` (a CostModel for the backend's device) adds the
     predicted latency of each kernel and of the step. ``progress(done, total, label)``
-    hears of each stage: the checked run, then every timed run. ``magnitudes``: the
+    hears of each stage, ``done`` counting up to ``total`` once: the checked run
+    ("checked run", at its start and end), each kernel checked ("checked K against
+    NumPy"), then every timed run ("timed run"). ``magnitudes``: the
     magnitude each graph output's error is bounded by where it is not |ref| (a plan
     whose matmuls run in TF32: ``verify.graph_magnitudes``), for the end-to-end error.
     ``prediction`` (the plan's ``PlanEstimate``: a session's one prediction of the
@@ -87,14 +89,21 @@ def measure_program(prog: Program, inputs: dict, reference: dict, warmup: int = 
     if prediction is None and model is not None:
         prediction = model.predict(prog.plan)
     predicted = prediction.by_group() if prediction is not None else {}
-    total_steps = 1 + repeats
+    # one unit for the checked run, one per kernel checked, one per timed run: the
+    # check of a large graph takes seconds, and reported as one unit at its end a
+    # progress bar sat still (at 100% of the compile before it) all that time
+    nk = len(prog.compiled)
+    total_steps = 1 + nk + repeats
+    if progress:
+        progress(0, total_steps, "checked run")
     env = prog.run(inputs, keep_all=True)
     e2e, _ = check_outputs(prog.graph, env, reference, magnitudes)
-    checks = verify_kernels(prog, env)
     if progress:
-        progress(1, total_steps, "ran and checked against NumPy")
+        progress(1, total_steps, "checked run")
+    checks = verify_kernels(prog, env, progress and (
+        lambda i, name: progress(1 + i, total_steps, f"checked {name} against NumPy")))
     times = prog.time_calls(inputs, warmup, repeats, progress and (
-        lambda i, n, what: progress(1 + i, total_steps, what)))
+        lambda i, n, what: progress(1 + nk + i, total_steps, what)))
     per, total = times.per_kernel, times.step
     rows = []
     for ck, t, chk in zip(prog.compiled, per, checks):

@@ -88,10 +88,16 @@ def graph_magnitudes(g: Graph, inputs: dict, tf32: bool = False) -> dict:
     return {o: mags[o] for o in g.outputs}
 
 
-def verify_kernels(program, env: dict) -> list[KernelCheck]:
-    """One check per kernel; env holds every value the program produced (keep_all)."""
-    return [check_kernel(program.graph, ck.kernel, program.plan.group(ck.kernel.group).nodes,
-                         env) for ck in program.compiled]
+def verify_kernels(program, env: dict, progress=None) -> list[KernelCheck]:
+    """One check per kernel; env holds every value the program produced (keep_all).
+    ``progress(done, kernel name)`` after each."""
+    checks = []
+    for i, ck in enumerate(program.compiled):
+        checks.append(check_kernel(program.graph, ck.kernel,
+                                   program.plan.group(ck.kernel.group).nodes, env))
+        if progress:
+            progress(i + 1, ck.kernel.name)
+    return checks
 
 
 def check_kernel(g: Graph, k, nodes, env: dict) -> KernelCheck:

@@ -43,6 +43,7 @@ from .session_io import SessionSaver, apply_view, save as save_app_session
 from .controls import (action_buttons, collapse_toggle, edge_choice, export_path_box,
                        mapping_choice, matmul_choice, overlay_choice, planner_choice,
                        progress_bar, scheme_choice, search_box)
+from .drawn_names import drawn_text
 from .describe import edge_choices, opening_line, plural
 from .graph_view import GraphView
 from .jobs import BackgroundJobs, Job
@@ -312,7 +313,8 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
 
     # -- plumbing ------------------------------------------------------------------------
     def _set_message(self, text: str, refused: bool = False) -> None:
-        self._status.say(text, refused)
+        # (in the drawing's words: no value or kernel id the graph does not show)
+        self._status.say(drawn_text(text, self.session.plan, self.view.box_of), refused)
 
     def _settle(self) -> None:
         """After an action that succeeded without a line of its own (a selection, a
@@ -327,6 +329,8 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
     def _on_collapse_toggle(self, change) -> None:
         (self.view.collapse if change["new"] else self.view.expand)()
         self._settle()
+        if self.view.note:    # (a box too tangled to lay out collapsed: round_trips.py)
+            self._set_message(f"collapse: {self.view.note}", refused=True)
 
     def _redraw(self) -> None:
         self.view.locks = self.session.constraints     # (drawn: .lock_marks)

@@ -30,6 +30,7 @@ from ..errors import WorkbenchError
 from ..fusion import Plan
 from .dot import Overlay, render_svg, to_dot
 from .large_graph import opening_collapsed
+from .round_trips import drawable
 from .namespaces import namespaces
 from .export import save_drawing
 
@@ -60,6 +61,8 @@ class GraphView(anywidget.AnyWidget):
     crumbs = traitlets.List(default_value=[]).tag(sync=True)
     # [box id, counter]: centre that box (a new counter re-centres the same box)
     focus = traitlets.List(default_value=[]).tag(sync=True)
+    # why a box asked to be collapsed is drawn open ("" when none is): round_trips.py
+    note = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, plan: Plan, collapse: bool | None = None, **kw):
         super().__init__(**kw)
@@ -91,6 +94,12 @@ class GraphView(anywidget.AnyWidget):
             self.plan = plan
         if overlay is not _KEEP:
             self._overlay = overlay
+        # boxes Graphviz would take minutes on are drawn open (round_trips.py)
+        self._collapsed, self.opened = drawable(self.graph, self.namespaces, self._collapsed)
+        self.note = (", ".join(f"{b} · {self.namespaces[b].label} ({n} round trips)"
+                               for b, n in self.opened)
+                     + " drawn open: edges leave and re-enter it too often for Graphviz "
+                     "to lay it out collapsed in time" if self.opened else "")
         d = to_dot(self.graph, self.plan, self._collapsed, self._overlay, self.namespaces,
                    self.locks)
         svg = render_svg(d.source)

@@ -22,6 +22,7 @@ import threading
 from typing import Callable
 
 from ..errors import WorkbenchError
+from .progress_phases import SCALE, PhasedProgress, Shown
 
 
 class Cancelled(WorkbenchError):
@@ -146,21 +147,39 @@ class BackgroundJobs:
 
     # -- progress ----------------------------------------------------------------------
     @contextlib.contextmanager
-    def _busy(self, label: str):
-        self.progress.value, self.progress.max = 0, 1
+    def _busy(self, label: str, phases=None):
+        """The progress bar shown while the body runs; with ``phases`` (a
+        progress_phases tuple) one monotone bar across them, each named."""
+        self._phases = PhasedProgress(phases) if phases else None
+        self.progress.value, self.progress.max = 0, SCALE if phases else 1
         self.progress.description = label
         self.progress.layout.display = ""
         try:
             yield
         finally:
             self.progress.layout.display = "none"
+            self._phases = None
+
+    def _enter_phase(self, name: str) -> None:
+        """A phase that reports no events of its own begins (the NumPy reference)."""
+        if getattr(self, "_phases", None) is not None:
+            self._show_progress(self._phases.enter(name))
+
+    def _show_progress(self, shown: Shown) -> None:
+        # (the words before the bar: who watches the value reads the phase it is in)
+        self.progress.description = shown.text
+        self.progress.tooltip = shown.label
+        self.progress.value = shown.value
 
     def _on_progress(self, done: int, total: int, label: str) -> None:
         if self._job is not None:
             self._job.check()    # Cancel pressed: stop here (raises Cancelled)
-        self.progress.max = max(1, total)
-        self.progress.value = done
-        self.progress.description = f"{done}/{total}"
-        self.progress.tooltip = label
+        if getattr(self, "_phases", None) is not None:
+            self._show_progress(self._phases.event(done, total, label))
+        else:
+            self.progress.max = max(1, total)
+            self.progress.value = done
+            self.progress.description = f"{done}/{total}"
+            self.progress.tooltip = label
         if self._chain_progress:
             self._chain_progress(done, total, label)

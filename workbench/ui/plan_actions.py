@@ -24,6 +24,7 @@ from ..measure import StepMeasurement
 from .. import arguments as args
 from ..fusion.plan import check_precision
 from .current_step import taken
+from .progress_phases import MEASURE
 from .describe import edge_label, planner_summary, plural, precision_summary
 
 
@@ -180,8 +181,17 @@ class PlanActions:
     def measure(self) -> StepMeasurement | None:
         """Compile (progress shown), check against NumPy and time the current step;
         updates the plots, the code panel and the overlay."""
-        with self._busy("measuring"):
-            m = self.session.measure(repeats=self.repeats, counters=self.counters)
+        s = self.session
+        with self._busy("measuring", MEASURE):
+            if s.measured() is None:   # (else cached: nothing runs)
+                # each phase on the bar in turn (progress_phases): the compile reports
+                # its kernels, then the NumPy reference (once per session), then
+                # measure's check and timed runs
+                s.program()
+                self._enter_phase("NumPy reference")
+                s.reference
+                self._enter_phase("checking")
+            m = s.measure(repeats=self.repeats, counters=self.counters)
         self._refresh()
         state = "all kernels match NumPy" if m.within_tolerance else \
             "SOME KERNELS DIFFER FROM NUMPY"

@@ -20,6 +20,7 @@
 
 const MIN_READABLE = 0.5;   // below this zoom the 9 pt labels cannot be read
 const MAX_FIT = 1.5;
+const CLAMP = 48;           // px of the drawing a redraw always leaves in view
 
 function button(text, title, onClick) {
   const b = document.createElement("button");
@@ -303,8 +304,47 @@ function render({ model, el }) {
     }
   };
 
+  // The view after a redraw: the part the user acted on stays where it was on screen
+  // (the box double-clicked, else the first selected node, found again in the new
+  // drawing even inside a collapsed box), and the view never rests on blank space --
+  // a pan kept across a redraw that shrank the drawing left it showing nothing.
+  let toggled = null;   // where the last double-click was: anchorAt(its box)
+  const anchorAt = (g, id) => {
+    const r = g.getBoundingClientRect(), vr = viewport.getBoundingClientRect();
+    const x = r.left + r.width / 2 - vr.left, y = r.top + r.height / 2 - vr.top;
+    const inView = x >= 0 && y >= 0 && x <= vr.width && y <= vr.height;
+    return { id, x, y, inView };
+  };
+  const anchorBefore = () => {
+    const a = toggled;
+    toggled = null;
+    if (a) return a;
+    const id = (model.get("selected") || [])[0];
+    const g = id ? boxOf(id) : null;
+    return g ? anchorAt(g, id) : null;
+  };
+  const placeAnchor = (a, resized) => {
+    const g = a ? boxOf(a.id) : null;
+    if (!g || !(a.inView || resized)) return;
+    const c = layoutCentre(g);
+    if (a.inView) { tx = a.x - c.x * scale; ty = a.y - c.y * scale; }
+    else centreAt(c.x, c.y);
+  };
+  // at least CLAMP px (or all) of the drawing stays inside the view
+  const clampView = () => {
+    const s = svgSize();
+    const vw = viewport.clientWidth, vh = viewport.clientHeight;
+    if (!s || !s.w || !s.h || !vw || !vh) return;
+    const w = s.w * scale, h = s.h * scale;
+    const mx = Math.min(CLAMP, w, vw), my = Math.min(CLAMP, h, vh);
+    tx = Math.min(Math.max(tx, mx - w), vw - mx);
+    ty = Math.min(Math.max(ty, my - h), vh - my);
+    apply();
+  };
+
   let drawn = null;   // the size of the drawing the user's pan/zoom was made on
   const draw = () => {
+    const anchor = fitted && !pendingFocus ? anchorBefore() : null;
     // the SVG is Graphviz output of a DOT text whose model-provided strings were escaped
     stage.innerHTML = model.get("svg");
     const svg = stage.querySelector("svg");
@@ -319,6 +359,10 @@ function render({ model, el }) {
     const changed = s && drawn && (Math.abs(s.w / drawn.w - 1) > 0.25
                                    || Math.abs(s.h / drawn.h - 1) > 0.25);
     if ((!fitted || changed) && !pendingFocus) fitted = fit(false);
+    if (fitted && !pendingFocus) {
+      placeAnchor(anchor, changed);
+      clampView();
+    }
     if (s) drawn = s;
     drawMiniMap();
     applyFocus();
@@ -347,7 +391,11 @@ function render({ model, el }) {
   });
   stage.addEventListener("dblclick", (e) => {
     const g = nodeOf(e.target);
-    if (g) model.send({ type: "toggle", id: g.id, outer: e.shiftKey });
+    if (!g) return;
+    // (kept where it is when the redraw comes: found again by its first node, drawn
+    // itself once a box opens, inside the new box once one closes)
+    toggled = anchorAt(g, ((model.get("members") || {})[g.id] || [g.id])[0]);
+    model.send({ type: "toggle", id: g.id, outer: e.shiftKey });
   });
 
   // -- source map: node <-> lines of the code panel of the same app ---------------
@@ -498,6 +546,16 @@ function render({ model, el }) {
   model.on("change:legend_title", drawLegend);
   model.on("change:focus", onFocus);
   model.on("change:crumbs", drawCrumbs);
+  // why a box asked to be collapsed is drawn open (Python's round_trips.py)
+  const note = document.createElement("div");
+  note.className = "wb-layout-note";
+  viewport.appendChild(note);
+  const drawNote = () => {
+    note.textContent = model.get("note") || "";
+    note.style.display = note.textContent ? "" : "none";
+  };
+  model.on("change:note", drawNote);
+  drawNote();
   draw();
   drawLegend();
   drawCrumbs();
