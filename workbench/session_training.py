@@ -17,3 +17,11 @@ class Training:
         from .training.loop import train_step
         self._train_state = state or getattr(self, "_train_state", None)
         return train_step(self, args.mapping(batch, "batch"), self._train_state)
+
+    def saved(self):
+        """The forward values the backward reads, one row each: bytes stored, flops of
+        recomputing it, the minimum cut's suggestion (store / recompute) and why a
+        value cannot be recomputed (:func:`workbench.training.saved.saved_table`)."""
+        import pandas as pd
+        from .training.saved import SAVED_COLUMNS, saved_table
+        return pd.DataFrame(saved_table(self.graph), columns=list(SAVED_COLUMNS))

@@ -75,3 +75,16 @@ def test_refusals():
     plain = wb.from_torch(torch.nn.Linear(4, 2), (torch.randn(3, 4),))
     with pytest.raises(WorkbenchError, match="no backward nodes"):
         saved_values(plain)
+
+
+def test_session_lists_saved_values_with_the_suggestion(block):
+    g, _ = block
+    table = wb.Session(g, backend="cpu").saved()
+    saved = saved_values(g)
+    assert list(table["value"]) == [s.value for s in saved]
+    assert list(table["stored_bytes"]) == [2 * g.value(s.value).nbytes for s in saved]
+    recompute = set(table.loc[table["suggestion"] == "recompute", "value"])
+    assert recompute == suggested(g)
+    refused = table[table["refused"] != ""]
+    assert (refused["suggestion"] == "store").all()
+    assert list(table["refused"]) == [s.refused or "" for s in saved]

@@ -159,6 +159,20 @@ def suggested(g: Graph) -> set[str]:
     return {s.value for s in saved_values(g) if s.value not in keep and s.refused is None}
 
 
+SAVED_COLUMNS = ("value", "op", "stored_bytes", "recompute_flops", "suggestion", "refused")
+
+
+def saved_table(g: Graph) -> list[dict]:
+    """One row per saved value (:func:`saved_values`' order): its bytes as stored
+    (written once, read back once), the flops of recomputing it, what the minimum cut
+    suggests (``store`` or ``recompute``) and, where it cannot be recomputed, why."""
+    keep = min_cut(g)
+    return [{"value": s.value, "op": s.op, "stored_bytes": s.stored_bytes,
+             "recompute_flops": s.recompute_flops,
+             "suggestion": "store" if s.refused or s.value in keep else "recompute",
+             "refused": s.refused or ""} for s in saved_values(g)]
+
+
 def rematerialize(g: Graph, recompute: set[str] | frozenset[str]) -> Graph:
     """g with the backward reading a recomputed copy of each value in ``recompute``:
     the copies' nodes (namespace ``backward.recompute``) are placed before the first
