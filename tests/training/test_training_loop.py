@@ -88,9 +88,9 @@ def test_optimizer_state_is_named_and_fused_with_the_backward():
     assert state_names(g) == [f"{s}.{p}" for p in params for s in ("exp_avg", "exp_avg_sq")]
     assert "step" in g.inputs and all(f"new.{p}" in g.outputs for p in params)
     # the stitch planner joins each parameter's update with the kernel computing its
-    # gradient (a bias's column sum, a LayerNorm's) or with the bias corrections every
-    # update shares (the weight gradients' GEMMs write the gradient once): no update
-    # runs as a kernel of its own
+    # gradient (a bias's column sum) or, here, with the bias corrections every update
+    # shares (a weight gradient is a GEMM's result, written once): no update runs as a
+    # kernel of its own
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")
     source = lambda n: g.node_map[n].origin.source  # noqa: E731
