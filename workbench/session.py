@@ -109,10 +109,9 @@ class Session(Locks, Training, KernelCode, SessionFile):
         self._reference: dict[str, np.ndarray] | None = None
         self._tf32_magnitudes: dict | None = None   # (graph_magnitudes, computed once)
         self._programs: dict[Plan, Program] = {}
-        # lowered and built per group (its schedule says whether its matmuls run on
-        # tensor cores, so a group at another matmul precision is another group)
-        self._kernels: dict[Group, Kernel] = {}
-        self._compiled: dict[Group, object] = {}
+        # lowered, built per (graph id, group): recompute steps' graphs share group ids
+        self._kernels: dict[tuple, Kernel] = {}
+        self._compiled: dict[tuple, object] = {}
         self._measurements: dict[Plan, StepMeasurement] = {}
         self._baseline: StepMeasurement | None = None
         self._tuned: list = []         # (group, seconds) of every candidate timed
@@ -316,36 +315,37 @@ class Session(Locks, Training, KernelCode, SessionFile):
         from the kernels already compiled for its groups, compiling the rest."""
         plan = self._plan(plan)
         if plan not in self._programs:
-            self.compile(plan.groups)
             self._programs[plan] = Program(
-                plan, self.backend, kernels=[self._lower(gr) for gr in plan.groups],
-                compiled=[self._compiled[gr] for gr in plan.groups])
+                plan, self.backend, compiled=self.compile(plan.groups, plan.graph),
+                kernels=[self._lower(gr, plan.graph) for gr in plan.groups])
         return self._programs[plan]
 
     def kernels(self, plan: Plan | None = None) -> list[Kernel]:
         """The kernel IR of every group of a plan (the current one by default)."""
         plan = self._plan(plan)
-        return [self._lower(gr) for gr in plan.groups]
+        return [self._lower(gr, plan.graph) for gr in plan.groups]
 
     def kernel(self, ref: str, plan: Plan | None = None) -> Kernel:
         """The kernel IR of the group holding a node or group id (cached per group)."""
         plan = self._plan(plan)
-        return self._lower(plan.group(args.ref(ref)))
+        return self._lower(plan.group(args.ref(ref)), plan.graph)
 
-    def compile(self, groups) -> list:
-        """Build these groups' kernels on the backend now (those not built yet, in one
-        batch; progress reported), so a compiler error shows at once; returns them."""
-        todo = [gr for gr in dict.fromkeys(groups) if gr not in self._compiled]
+    def compile(self, groups, graph: Graph | None = None) -> list:
+        """Build these groups' kernels (of the current graph by default) on the backend
+        now (those not built yet, in one batch), so a compiler error shows at once."""
+        key = id(self.graph if graph is None else graph)
+        todo = [gr for gr in dict.fromkeys(groups) if (key, gr) not in self._compiled]
         if todo:
-            built = self.backend.compile([self._lower(gr) for gr in todo], self.progress)
-            self._compiled.update(zip(todo, built))
-        return [self._compiled[gr] for gr in groups]
+            built = self.backend.compile([self._lower(g, graph) for g in todo], self.progress)
+            self._compiled.update(((key, gr), k) for gr, k in zip(todo, built))
+        return [self._compiled[key, gr] for gr in groups]
 
-    def _lower(self, gr: Group) -> Kernel:
+    def _lower(self, gr: Group, graph: Graph | None = None) -> Kernel:
         # sized for the backend's device (whatever device a user's model planned for)
-        if gr not in self._kernels:
-            self._kernels[gr] = lower_group(self.graph, gr, self.device)
-        return self._kernels[gr]
+        graph = self.graph if graph is None else graph
+        if (id(graph), gr) not in self._kernels:
+            self._kernels[id(graph), gr] = lower_group(graph, gr, self.device)
+        return self._kernels[id(graph), gr]
 
     def source(self, ref: str, target: str = "cuda", plan: Plan | None = None) -> str:
         """Source of the kernel holding a node or group, for target 'cuda' or 'c'."""
@@ -488,10 +488,10 @@ class Session(Locks, Training, KernelCode, SessionFile):
         return step_table(self, args.flag(measure, "measure"), **kw)
 
     def _plan(self, plan) -> Plan:
-        """``plan`` (None: the current one), which must be a plan of this session's graph."""
+        """``plan`` (None: the current one), which must be a plan of a step's graph."""
         if plan is None:
             return self.plan
-        if not isinstance(plan, Plan) or plan.graph is not self.graph:
+        if not isinstance(plan, Plan) or not self._holds_graph(plan.graph):
             raise WorkbenchError(f"plan must be a Plan of this session's graph (s.plan, "
                                  f"s.history[i].plan), got {type(plan).__name__}")
         return plan

@@ -55,6 +55,10 @@ def session_json(session, model: str | os.PathLike | None = None,
     the graph was loaded from, stored by path (relative to nothing: as given, made
     absolute) and hash instead of the graph itself."""
     from .ir.serialize import to_json
+    if any(st.plan.graph is not session.history[0].plan.graph for st in session.history):
+        raise WorkbenchError("this session's history holds recompute/store steps (another "
+                             "graph than the one loaded), which a session file cannot hold "
+                             "yet; save a session without them")
     if model is not None:
         p = Path(model).resolve()
         if not p.is_file():

@@ -88,13 +88,16 @@ def test_optimizer_state_is_named_and_fused_with_the_backward():
     assert state_names(g) == [f"{s}.{p}" for p in params for s in ("exp_avg", "exp_avg_sq")]
     assert "step" in g.inputs and all(f"new.{p}" in g.outputs for p in params)
     # the stitch planner joins each parameter's update with the kernel computing its
-    # gradient: no update runs as a kernel of its own
+    # gradient (a bias's column sum) or, here, with the bias corrections every update
+    # shares (a weight gradient is a GEMM's result, written once): no update runs as a
+    # kernel of its own
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")
-    phase = lambda n: g.node_map[n].origin.source.split(".")[0]  # noqa: E731
-    updating = [{phase(n) for n in gr.nodes} for gr in s.plan.groups
-                if any(phase(n) == "optimizer" for n in gr.nodes)]
-    assert updating and all("backward" in phases for phases in updating), updating
+    source = lambda n: g.node_map[n].origin.source  # noqa: E731
+    updating = [{source(n).split(".")[0] if source(n) != "optimizer" else "shared"
+                 for n in gr.nodes} for gr in s.plan.groups
+                if any(source(n).startswith("optimizer") for n in gr.nodes)]
+    assert updating and all("backward" in p or "shared" in p for p in updating), updating
     assert len(s.plan.groups) < len(g.nodes) / 5
 
 
@@ -113,3 +116,31 @@ def test_train_step_refusals():
         TrainState.from_arrays(g, {})
     with pytest.raises(WorkbenchError, match="lr must be > 0"):
         AdamW(lr=0)
+
+
+def test_a_weight_update_in_its_gradients_gemm_epilogue_matches_torch():
+    # AdamW's exp_avg * beta1 and p * (1 - lr * wd) read no gradient: side ops of the
+    # GEMM epilogue (fusion/gemm/legality.py), computed per element there
+    data = batches(2, 3)
+    model = small_model(4)
+    x0, y0 = data[0]
+    opt = AdamW(lr=1e-2, weight_decay=0.05)
+    g = wb.from_torch(model, (x0,), training=True, loss=F.mse_loss, targets=(y0,),
+                      optimizer=opt)
+    update = [n.id for n in g.nodes if n.origin.source == "optimizer.3.weight"]
+    grad = g.producer[next(i for n in g.nodes if n.id in update for i in n.inputs
+                           if g.producer.get(i) is not None
+                           and g.producer[i].op == "matmul")]
+    s = wb.Session(g, backend="cpu")
+    fused = s.fuse([grad.id, *update])
+    gemm = fused.group(grad.id)
+    assert gemm.schedule.kind.value == "gemm" and set(update) <= set(gemm.nodes)
+    state = TrainState.from_module(g, model)
+    got = [s.train_step({"input": x.numpy(), "target": y.numpy()}, state if i == 0 else None)
+           for i, (x, y) in enumerate(data)]
+    want = torch_loop(model, torch.optim.AdamW(model.parameters(), lr=1e-2,
+                                               weight_decay=0.05), data)
+    for a, b in zip(got, want):
+        assert abs(a - b) <= FRAMEWORK_TOLERANCE * abs(b)
+    for k, p in model.named_parameters():
+        assert relative_to_largest(state.params[k], p.detach().numpy()) <= FRAMEWORK_TOLERANCE, k

@@ -58,7 +58,9 @@ class FittedModel:
         base = self.base
         samples = [smp for plan, per_kernel in measured
                    for smp in samples_from(base, plan, per_kernel)]
-        samples += [Sample(base.features(graph, gr), t) for gr, t in tuned]
+        # (a group tuned under another step's graph -- a recompute step's -- is left out)
+        samples += [Sample(base.features(graph, gr), t) for gr, t in tuned
+                    if all(n in graph.node_map for n in gr.nodes)]
         try:
             self._model = base.calibrate(samples, prior_weight=REFIT_PRIOR)
         except ValueError:   # nothing measurable yet (e.g. only empty kernels)

@@ -159,6 +159,20 @@ def suggested(g: Graph) -> set[str]:
     return {s.value for s in saved_values(g) if s.value not in keep and s.refused is None}
 
 
+SAVED_COLUMNS = ("value", "op", "stored_bytes", "recompute_flops", "suggestion", "refused")
+
+
+def saved_table(g: Graph) -> list[dict]:
+    """One row per saved value (:func:`saved_values`' order): its bytes as stored
+    (written once, read back once), the flops of recomputing it, what the minimum cut
+    suggests (``store`` or ``recompute``) and, where it cannot be recomputed, why."""
+    keep = min_cut(g)
+    return [{"value": s.value, "op": s.op, "stored_bytes": s.stored_bytes,
+             "recompute_flops": s.recompute_flops,
+             "suggestion": "store" if s.refused or s.value in keep else "recompute",
+             "refused": s.refused or ""} for s in saved_values(g)]
+
+
 def rematerialize(g: Graph, recompute: set[str] | frozenset[str]) -> Graph:
     """g with the backward reading a recomputed copy of each value in ``recompute``:
     the copies' nodes (namespace ``backward.recompute``) are placed before the first
@@ -175,10 +189,12 @@ def rematerialize(g: Graph, recompute: set[str] | frozenset[str]) -> Graph:
     copies: dict[str, str] = {}    # forward value -> its recomputed copy
     new_nodes: list[Node] = []
     new_values = []
-    counter = len(g.nodes)
+    # a copy's id follows its original's position (numeric, as every id), so a graph's
+    # ids name the set recomputed: two sets' graphs never share a plan (a session
+    # caches per plan, and its steps may hold both: ``Session.recompute``)
+    base = len(g.nodes)
 
     def copy_of(v: str) -> str:
-        nonlocal counter
         n = prod.get(v)
         if v in copies:
             return copies[v]
@@ -196,9 +212,9 @@ def rematerialize(g: Graph, recompute: set[str] | frozenset[str]) -> Graph:
             new_values.append(replace(g.value(o), name=name))
             outs.append(name)
         origin = replace(n.origin, source=f"{BACKWARD}.recompute") if n.origin else None
-        new_nodes.append(replace(n, id=f"n{counter}", inputs=ins, outputs=tuple(outs),
-                                 name=f"{n.name} (recomputed)", origin=origin))
-        counter += 1
+        new_nodes.append(replace(n, id=f"n{base + g.position[n.id]}", inputs=ins,
+                                 outputs=tuple(outs), name=f"{n.name} (recomputed)",
+                                 origin=origin))
         return copies[v]
 
     for v in sorted(recompute, key=lambda x: g.position[prod[x].id]):

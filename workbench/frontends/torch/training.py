@@ -35,6 +35,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 
 from ...errors import GraphError, WorkbenchError
 from ...ir import Graph, Tensor
+from ..rewrites.transpose_chains import fold_transpose_chains
 from ...training.optim import AdamW, SGD
 from ...training.phases import BACKWARD, OPTIMIZER
 from .common import dtype_of
@@ -88,9 +89,10 @@ def from_torch_training(module: torch.nn.Module, example_inputs: Any = (), *,
         raise GraphError(f"{label}: torch could not export its backward pass "
                          f"({_first_line(e)}); the module must return a scalar loss, "
                          "or pass loss= and targets=") from e
-    return _TrainingImporter(joint, name or type(module).__name__, label, ties, names,
-                             optimizer, "module." if loss is not None else "",
-                             stacks).run()
+    # (the backward's t(t(mm)) weight gradients and t(t(W)) operands as one value)
+    return fold_transpose_chains(_TrainingImporter(
+        joint, name or type(module).__name__, label, ties, names, optimizer,
+        "module." if loss is not None else "", stacks).run())
 
 
 class _WithLoss(torch.nn.Module):

@@ -86,10 +86,19 @@ def check_epilogue(g: Graph, ns, mm, shape, same=None) -> None:
         if n.op in VIEWS and n.inputs[0] not in fed:
             raise FusionRefused(f"{n.id} ({n.op}) reshapes a value other than the product "
                                 "or an epilogue result")
-        if not any(i in fed for i in n.inputs):
+        if not any(i in fed for i in n.inputs) and not _side(g, ns, mm, n):
             raise FusionRefused(f"{n.id} ({n.op}) does not read the matmul's result; a GEMM "
                                 "epilogue holds only ops that consume it")
         fed.update(n.outputs)
+
+
+def _side(g: Graph, ns, mm, n) -> bool:
+    """An elementwise op at the product's shape that reads no product but only feeds
+    epilogue ops (an optimizer's ``exp_avg * beta1`` beside ``grad * (1 - beta1)``):
+    computed per element in the epilogue like them, never an operand of the matmul."""
+    ids = {x.id for x in ns}
+    return n.op not in VIEWS and all(
+        c.id in ids and c.id != mm.id for o in n.outputs for c in g.consumers[o])
 
 
 def product_dest(g: Graph, result: str, io: GroupIO, half: bool, fits) -> str | None:
