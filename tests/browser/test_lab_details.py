@@ -48,7 +48,8 @@ def test_weights_assembly_saved_session_and_large_graph_in_lab(lab_factory, page
         assert "-O3" in cmd.inner_text() and "-march=native" in cmd.inner_text()
         first.locator(".wb-asm-target button", has_text="GPU").click()
         first.locator(".wb-asm-cmd", has_text="nvrtcCompileProgram").wait_for(timeout=60_000)
-        assert ".visible .entry" in first.locator(".wb-asm .wb-code").inner_text()
+        # (the command line and the text are two updates: wait for the PTX itself)
+        first.locator(".wb-asm .wb-code", has_text=".visible .entry").wait_for(timeout=60_000)
         shoot(page, "lab_details_small.png")
         # the 2,010-op graph: its 134 layers as boxes, the minimap beside the view
         second = page.locator(".wb-app").nth(1)
