@@ -1,10 +1,12 @@
 """The notebook app in a real JupyterLab, driven by a real headless Chromium.
 
 A user's path, end to end: open a notebook, Run All, click two connected nodes of the
-drawn LayerNorm (click, then shift-click), press Fuse, press Measure. Checked in the
-page: both nodes carry ``wb-selected``; Python received the selection (the status line
-reports the fusion of exactly those two ops); the drawing changed (a new kernel cluster
-whose box encloses both nodes); the plots changed (the per-step bars gained the new
+drawn LayerNorm (click, then shift-click), press Fuse, press Measure (and Measure once
+before the Fuse: the progress bar, read from the page, moves one way through its named
+phases and is full only in the last). Checked in the page: both nodes carry
+``wb-selected``; Python received the selection (the status line reports the fusion
+of exactly those two ops); the drawing changed (a new kernel cluster whose box encloses
+both nodes); the plots changed (the per-step bars gained the new
 step). A second test opens the same app under the JupyterLab Dark theme and checks
 that the graph view follows it; another picks TF32 in the matmuls drop-down.
 Screenshots are saved for a person to look at.
@@ -127,11 +129,69 @@ def open_app(page, server, name: str) -> None:
     page.locator(".wb-app .wb-graph svg g.node").first.wait_for()
 
 
+# Measure's phases in order (workbench/ui/progress_phases.py); the bar is full only in
+# the last
+PHASES = ["compiling", "NumPy reference", "checking", "timed runs"]
+
+
+def watch_progress(page) -> None:
+    """Record the progress bar as the page shows it, into ``window.wbProgress``: its
+    width (percent) and words, sampled every 100 ms and on every change of the DOM."""
+    page.evaluate("""() => {
+        const watching = window.wbProgress !== undefined;
+        window.wbProgress = [];
+        if (watching) return;            // (a second Measure: the watch is in place)
+        const look = () => {
+            const p = document.querySelector('.wb-app .wb-progress');
+            if (!p || p.offsetParent === null) return;          // hidden: no job
+            const bar = p.querySelector('.progress-bar');
+            const s = [parseFloat(bar.style.width),
+                       p.querySelector('.widget-label').textContent.trim()];
+            const last = window.wbProgress[window.wbProgress.length - 1];
+            if (!last || last[0] !== s[0] || last[1] !== s[1]) window.wbProgress.push(s);
+        };
+        setInterval(look, 100);
+        new MutationObserver(look).observe(document.querySelector('.wb-app'),
+            {subtree: true, attributes: true, childList: true, characterData: true});
+    }""")
+
+
+def check_progress(seen: list, phases: list[str]) -> None:
+    """The bar of one Measure, as seen: it never goes back, is full only in the last
+    phase, and names the phases in order, ``phases`` among them (issue 49: it was full
+    at the end of the compile, sat there through the NumPy check, then restarted for
+    the timed runs)."""
+    assert len(seen) >= 3, seen
+    widths = [w for w, _ in seen]
+    assert widths == sorted(widths), seen
+    assert max(widths) == 100, seen
+    assert all(re.search(r"\d/4 timed runs", t) for w, t in seen if w >= 100), seen
+    named = [p for _, t in seen for p in PHASES if re.match(rf"\d/4 {p}\b", t)]
+    order = list(dict.fromkeys(named))
+    assert order == [p for p in PHASES if p in order], seen
+    assert set(phases) <= set(order), seen
+
+
 def test_click_two_nodes_fuse_and_measure(lab_factory, page):
     server = lab_factory("light")
-    name = app_notebook(server, "fuse_in_browser.ipynb", measure=True)
+    name = app_notebook(server, "fuse_in_browser.ipynb", measure=False)
     with lab_run(page, server, "lab_fuse_light_FAILED.png"):
         open_app(page, server, name)
+        # Measure step 0: its kernels compile, the NumPy reference runs, then the check
+        # and the timed runs -- every phase on one bar
+        watch_progress(page)
+        page.locator(".wb-app button", has_text=re.compile(r"^\s*Measure\s*$")).click()
+        page.wait_for_function(
+            "() => /step 0: .*all kernels match NumPy/.test("
+            "document.querySelector('.wb-app .wb-message').textContent)", timeout=120_000)
+        check_progress(page.evaluate("() => window.wbProgress"), PHASES)
+        for _ in range(120):     # (the plots follow the message: wait for step 0's bar)
+            measured = {t[0]: t for t in plot_data(page)[0]}.get("measured")
+            if measured and measured[2][:1] not in ([], ["null"], ["NaN"]):
+                break
+            page.wait_for_timeout(250)
+        else:
+            raise AssertionError(f"step 0's measured bar is not plotted: {measured}")
         message = page.locator(".wb-app .wb-message")
         assert "all kernels match NumPy" in message.inner_text(), message.inner_text()
         c = theme_colors(page)   # the light counterpart of the dark-theme test below
@@ -165,10 +225,13 @@ def test_click_two_nodes_fuse_and_measure(lab_factory, page):
         assert gid in message.inner_text()
         assert "8 kernels" in message.inner_text(), message.inner_text()
 
+        watch_progress(page)
         page.locator(".wb-app button", has_text=re.compile(r"^\s*Measure\s*$")).click()
         page.wait_for_function(
             "() => /step 1: .* 8 kernels .*all kernels match NumPy/.test("
             "document.querySelector('.wb-app .wb-message').textContent)", timeout=120_000)
+        # step 1's kernels were compiled by Fuse, the reference is kept: no compiling
+        check_progress(page.evaluate("() => window.wbProgress"), ["checking", "timed runs"])
         page.wait_for_function(
             """(before) => JSON.stringify([...document.querySelectorAll(
                    '.wb-app .js-plotly-plot')].map(gd => (gd.data || []).map(t =>

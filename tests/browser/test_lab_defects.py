@@ -4,6 +4,9 @@
 - the mouse wheel over the graph scrolls the notebook; ctrl+wheel (a pinch) zooms, and
   so does the wheel after a click inside the view;
 - a refusal shown in red is cleared by a later successful click;
+- a refusal names only what the drawing shows: its node ids are drawn, and a kernel
+  of one op (drawn as its node, no cluster label) is named with that node -- "k0 (n0)
+  has no edge inside it", not "k0 has no edge inside it" (workbench/ui/drawn_names.py);
 - the scheme list offers no scheme the plan refuses ("independent");
 - after Undo the planner drop-down names the current plan's planner;
 - a second Export to the same path offers Overwrite, which works;
@@ -44,6 +47,20 @@ def wait_message(page, pattern: str, timeout: float = 60_000) -> None:
     page.wait_for_function(
         f"re => new RegExp(re).test(document.querySelector('{APP} .wb-message')"
         ".textContent)", arg=pattern, timeout=timeout)
+
+
+def undrawn_ids(page, text: str) -> list[str]:
+    """The node, value and kernel ids ``text`` names that the drawing's visible text
+    does not show (the rule of tests/ui/test_drawn_names.py); a kernel id followed by
+    its drawn node -- ``k0 (n0`` -- counts as shown: it is drawn as that node."""
+    drawn = set(page.evaluate(f"""() => [...document.querySelectorAll(
+        '{APP} .wb-graph svg text')].flatMap(t => t.textContent.split(/[\\s·()]+/))"""))
+    named = []
+    for m in re.finditer(r"\b[tnck]\d+\b", text):
+        node = re.match(r" \((n\d+)\b", text[m.end():])
+        if m.group(0) not in drawn and not (node and node.group(1) in drawn):
+            named.append(m.group(0))
+    return named
 
 
 def press(page, label: str) -> None:
@@ -91,7 +108,13 @@ def test_wheel_controls_export_and_a_dead_kernel(lab_factory, page):
         graph.locator("g.node.wb-selected[id='n0']").wait_for()
         press(page, "Set scheme")
         wait_message(page, "no edge inside")
-        assert message(page)[1], message(page)
+        text, refused = message(page)
+        assert refused and "k0 (n0)" in text and not undrawn_ids(page, text), text
+        # Split on the same one-op kernel: refused, in the drawing's words too
+        press(page, "Split")
+        wait_message(page, "nothing to split")
+        text, refused = message(page)
+        assert refused and "k0 (n0)" in text and not undrawn_ids(page, text), text
         graph.locator("g.node[id='n1']").click()
         page.wait_for_function(f"() => !document.querySelector('{APP} .wb-message')"
                                ".classList.contains('wb-refused')", timeout=30_000)

@@ -39,6 +39,9 @@ class Job:
         self.label = label
         self._run, self._on_done = run, on_done
         self._cancel = threading.Event()
+        # set when run() has returned and on_done begins: the controls come back during
+        # on_done, so a click may arrive while the thread still lives (see wait_done)
+        self.finishing = threading.Event()
         self.result: object = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._main, name=f"workbench {label}",
@@ -54,6 +57,7 @@ class Job:
         except BaseException as e:   # reported by on_done: a thread has no caller
             self.error = e
         finally:
+            self.finishing.set()
             self._on_done(self)
 
     @property
@@ -123,7 +127,13 @@ class BackgroundJobs:
     def _check_not_busy(self) -> None:
         job = self._job
         if job is not None and job.running and threading.current_thread() is not job.thread:
-            raise WorkbenchError(f"busy {job.label}: wait for it to end, or press Cancel")
+            # the job has ended and is giving the controls back (a click on one already
+            # re-enabled can land here): wait for that, instead of refusing the click
+            if job.finishing.is_set():
+                job.join(timeout=30)
+            if job.running:
+                raise WorkbenchError(f"busy {job.label}: wait for it to end, or press "
+                                     "Cancel")
 
     def _lock_controls(self, busy: bool) -> None:
         """Disable (and afterwards restore) every control that changes the session."""
