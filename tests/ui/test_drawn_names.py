@@ -24,7 +24,7 @@ def hidden_ids(app, message: str) -> list[str]:
     """The value, node and kernel ids ``message`` names that the drawing does not show."""
     g, plan = app.session.graph, app.session.plan
     ids = set(g.value_map) | set(g.node_map) | {gr.id for gr in plan.groups}
-    words = set(re.findall(r"[\w./:\-]+", message))
+    words = set(re.findall(r"[\w./\-]+", message))   # ("t4:" names t4)
     shown = drawn_words(app)
     return sorted(w for w in words & ids if w not in shown)
 
@@ -89,3 +89,25 @@ def test_quoted_words_and_plain_word_names_are_left_alone():
     text = "applies inside one kernel; no node 't2' here"
     assert drawn_text(text, plan, lambda n: n) == text
     assert drawn_text("query_mm.", plan, lambda n: n).startswith("matmul ")
+
+
+def test_the_transformations_panel_names_refusals_as_drawn(stitched):
+    """The same rule for the Transformations list and its detail (a refused row used
+    to carry the raw reason, e.g. 'regional t4: ...')."""
+    app = stitched
+    app.selected = [app.session.graph.nodes[3].id]
+    app.transforms.refresh_actions()
+    refused = [(text, i) for text, i in app.transforms.choices.options
+               if text.startswith("refused")]
+    assert refused, app.transforms.choices.options
+    raw = [app.transforms.actions[i].reason for _, i in refused]
+    for (text, i), reason in zip(refused, raw):
+        # (the label names the edge's value with its drawn form beside it; the reason
+        # is the refusal's own text)
+        said = text[len(f"refused: {app.transforms.actions[i].label} ("):]
+        assert hidden_ids(app, said) == [], (text, reason)
+        app.transforms.preview(app.transforms.actions[i])
+        detail = html.unescape(app.transforms.detail.value).split("<br>", 1)[1]
+        assert hidden_ids(app, detail) == [], reason
+    # (and the test can fail: the raw reasons name ids the drawing does not show)
+    assert any(hidden_ids(app, r) for r in raw), raw

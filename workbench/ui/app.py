@@ -99,8 +99,9 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         self._edge_choice: str | None = None    # the edge last chosen in the drop-down
         # what applies to the selection (preview, apply), the clickable history and the
         # planner's decisions, folded away until opened
-        self.transforms = TransformPanel(session, lambda: self.selected, self._on_preview,
-                                         self._apply_action, self.goto, self.toggle_lock)
+        self.transforms = TransformPanel(
+            session, lambda: self.selected, self._on_preview, self._apply_action, self.goto,
+            self.toggle_lock, words=lambda t: drawn_text(t, self.session.plan, self.view.box_of))
         self.saver = SessionSaver(self)          # the shareable session file (session_io)
         self.transforms_box = w.Accordion(children=[self.transforms, self.saver],
                                           selected_index=None)

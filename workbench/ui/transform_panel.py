@@ -31,15 +31,18 @@ from ..session import Session
 MAX_DECISIONS = 200
 
 
-def action_rows(actions: list[Action], before) -> list[tuple[str, int]]:
+def action_rows(actions: list[Action], before,
+                words: Callable[[str], str] = str) -> list[tuple[str, int]]:
     """(text, index) per action for the list: legal ones with their effect, refused
-    ones marked with their reason (shortened; the full reason shows when picked)."""
+    ones marked with their reason (shortened; the full reason shows when picked), in
+    ``words`` (the app's: named as the drawing labels them, ui/drawn_names.py)."""
     rows = []
     for i, a in enumerate(actions):
         if a.legal:
             rows.append((f"{a.label}: {a.delta(before)}", i))
         else:
-            reason = a.reason if len(a.reason) <= 90 else a.reason[:87] + "..."
+            reason = words(a.reason)
+            reason = reason if len(reason) <= 90 else reason[:87] + "..."
             rows.append((f"refused: {a.label} ({reason})", i))
     return rows
 
@@ -84,8 +87,9 @@ class TransformPanel(w.VBox):
 
     def __init__(self, session: Session, selection: Callable[[], list[str]],
                  on_preview: Callable, on_apply: Callable, on_goto: Callable,
-                 on_lock: Callable | None = None):
+                 on_lock: Callable | None = None, words: Callable[[str], str] = str):
         self.session = session
+        self._words = words             # a refusal's text as the drawing names things
         self._selection, self._on_preview = selection, on_preview
         self._on_apply, self._on_goto = on_apply, on_goto
         self.actions: list[Action] = []
@@ -160,7 +164,7 @@ class TransformPanel(w.VBox):
         self.actions = self.session.actions(sel)
         before = self.session.effect()
         self.choices.value = None
-        self.choices.options = action_rows(self.actions, before)
+        self.choices.options = action_rows(self.actions, before, self._words)
         legal = sum(a.legal for a in self.actions)
         self.detail.value = html.escape(
             f"{legal} applicable, {len(self.actions) - legal} refused, for "
@@ -179,7 +183,7 @@ class TransformPanel(w.VBox):
         self.apply_button.disabled = True
         if not action.legal:
             self.detail.value = f"<b>refused</b>: {html.escape(action.label)}<br>" \
-                                f"{html.escape(action.reason)}"
+                                f"{html.escape(self._words(action.reason))}"
             self._on_preview(None)
             self.cancel_button.disabled = True
             return
