@@ -100,3 +100,42 @@ def test_the_report_names_a_loop_left_scalar_and_why():
     assert (first.line, first.vectorized) == (4, False)
     assert first.reasons and not any(r.startswith("couldn't") for r in first.reasons)
     assert (second.line, second.vectorized, second.reasons) == (8, True, ())
+
+
+def _body_of_simd_loops(src: str, name: str) -> list[str]:
+    """The text of each SIMD loop of kernel ``name`` (its ``for`` line to its end)."""
+    lines = src.splitlines()
+    out = []
+    for loop in simd_loops(src, name):
+        depth, body = 0, []
+        for text in lines[loop.line - 1:]:
+            body.append(text)
+            depth += text.count("{") - text.count("}")
+            if depth == 0:
+                break
+        out.append("\n".join(body))
+    return out
+
+
+def test_broadcast_operands_are_read_with_plain_loads_in_the_vectorized_loop(check_graph):
+    """GELU of x + bias (a bias row broadcast over the rows) times a per-row scale:
+    the elementwise loop runs rows outer and a contiguous inner loop, so the inner loop
+    vectorizes with plain loads of the bias and the scale is loop-invariant -- no
+    ``i % 256`` (a gather per vector, the fused GELU-with-bias loop 2x slower than its
+    erf alone) nor ``i / 256`` per element; the result is NumPy's on fresh random
+    inputs, outputs poisoned."""
+    b = GraphBuilder("bias_gelu_scaled")
+    x = b.input("x", (48, 256))
+    h = x + b.constant(np.random.default_rng(1).standard_normal(256, np.float32), "bias")
+    b.output(b.gelu(h) * b.input("scale", (48, 1)), "y")
+    g = b.build()
+    kernels = _kernels(g, "stitch")
+    assert len(kernels) == 1
+    (k, src), = kernels
+    bodies = _body_of_simd_loops(src, k.name)
+    assert len(bodies) == 1 and not _scalar(kernels), _scalar(kernels)
+    loads = [ln for ln in bodies[0].splitlines() if "in" in ln and "[" in ln]
+    assert loads and not any("%" in ln or "/ " in ln.split("=", 1)[1].split("]")[0]
+                             for ln in loads), bodies[0]
+    for seed in (1, 2):
+        check_graph(g, "stitch", seed=seed)

@@ -5,7 +5,10 @@ stitched kernel, a fused attention), planned for the H100 and run in the CUDA
 emulator on random inputs, each input's distinct bytes the emulator saw loaded equal
 the bytes the kernel IR counts (``Buffer.read_bytes``) and the cost model's features
 count (``fusion/footprint.py``, the one rule both use), and each output byte is
-written. Exceptions, by their reason: a gather whose index values are not known
+written; per kernel, the distinct bytes read and written in all equal the IR's and the
+features' totals, spills included (``fusion/spills.py``: a split row's partials, the
+values between stitched phases, an output a later phase reads back; on the CPU, where
+no emulator runs C, the operands packed by every run are held IR to features). Exceptions, by their reason: a gather whose index values are not known
 counts each index as a row of its own (the worst case), so repeated indices read
 fewer distinct bytes than counted; a GEMM re-reads its operands' panels per tile, but
 its distinct bytes are still each operand once (re-reads are priced apart)."""
@@ -140,6 +143,25 @@ def _stitched():
     return b.build()
 
 
+def _split_rows():
+    # two rows of 20,000 columns: each row split over blocks, partials in a workspace
+    b = wb.GraphBuilder("long_rows")
+    b.output(b.softmax(b.input("x", (2, 20000)), axis=-1), "y")
+    return b.build()
+
+
+def _stitched_output():
+    # a softmax that also returns its row maxima: stitched globally, the maxima a later
+    # phase reads are a graph output, written once and read back (no workspace)
+    b = wb.GraphBuilder("softmax_max")
+    x = b.input("x", (6, 200))
+    m = b.op("reduce_max", x, axes=[1], keepdims=True)
+    e = b.exp(x - m)
+    b.output(m, "m")
+    b.output(e / b.op("reduce_sum", e, axes=[1], keepdims=True), "y")
+    return b.build()
+
+
 def _plans(s, planners=("none", "stitch")):
     return [run_planner(p, s.graph, device=s.device)[0] for p in planners]
 
@@ -167,6 +189,8 @@ CASES = {
                             "row_reduce"),
     "gemm": (_gemm, _plans, "gemm"),
     "stitched": (_stitched, _global_stitch, "stitched"),
+    "stitched_output": (_stitched_output, _global_stitch, "stitched"),
+    "split_rows": (_split_rows, _plans, "row_reduce"),
     "attention": (_attention, _fused, "gemm"),
 }
 
@@ -185,18 +209,30 @@ def _check(s, plans, inputs=None):
         for ck in prog.compiled:
             k, gr = ck.kernel, groups[ck.kernel.group]
             kinds.add(gr.schedule.kind.value)
-            f = features(s.graph, gr, s.device)
-            assert f.bytes_read == sum(b.read_bytes for b in k.inputs), (k.name, f)
+            _same_count(s.graph, gr, s.device, k)
             if k.library is not None or not counting():
                 continue
             for b, a in zip(k.params, ck.accesses):
-                if b.workspace:
-                    continue
-                if b.is_output:
+                if b.workspace:       # a spill: written once, read once
+                    assert a.written_distinct == a.read_distinct == b.nbytes, (k.name, b, a)
+                elif b.is_output:
                     assert a.written_distinct == b.nbytes, (k.name, b, a)
                 else:
                     assert a.read_distinct == b.read_bytes, (k.name, b, a)
+            # and in all, outputs read back included, what the IR and the model count
+            assert (sum(a.read_distinct for a in ck.accesses),
+                    sum(a.written_distinct for a in ck.accesses)) == (
+                k.bytes_read, k.bytes_written), k.name
     return kinds
+
+
+def _same_count(g, gr, device, k):
+    """The cost model's features count what the kernel IR does: each input's elements
+    loaded, and the spills (fusion/spills.py: workspaces, outputs read back)."""
+    f = features(g, gr, device)
+    assert f.bytes_read == sum(b.read_bytes for b in k.inputs), (k.name, f)
+    assert (f.scratch_bytes, f.bytes_moved) == (k.scratch_bytes,
+                                                k.bytes_read + k.bytes_written), (k.name, f)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -273,3 +309,24 @@ def test_a_generated_convolution_counts_the_input_its_taps_reach(kernel, stride,
     counted = read_elements(g, gr.nodes, "x", group_io(g, gr.nodes).outputs)
     assert counted == reached * 2 and features(g, gr, assumed_cpu("cpu", 2)).bytes_read \
         >= counted * 4
+
+
+@pytest.mark.parametrize("make", [_attention, _gemm, _split_rows])
+def test_cpu_kernels_count_their_packs_as_the_cost_model_does(make):
+    """On a CPU whose vectors take the micro-kernel, fused attention packs K and V into
+    panels by every run (asked for here with ``blas=0``) (a workspace the C kernel writes and its tiles read): the cost
+    model counts the same bytes as the kernel IR, workspace included. (No emulator
+    runs C: the GPU cases above hold the IR to the accesses.)"""
+    from workbench.codegen import lower_plan
+    from workbench.device import assumed_cpu
+    g, cpu = make(), assumed_cpu("cpu", 2).with_(vector_bytes=64)
+    plan = run_planner("stitch", g, device=cpu)[0]
+    if make is _attention:    # (packed from 256 keys on; blas=0 asks for it at 40)
+        plan = plan.set_launch(plan.groups[0].id, blas=0)
+    kernels = {k.group: k for k in lower_plan(plan)}
+    for gr in plan.groups:
+        _same_count(g, gr, cpu, kernels[gr.id])
+    if make is _attention:
+        (k,) = kernels.values()
+        assert [b.name for b in k.workspace] == ["ws_pack", "ws_pack_v"]
+        assert k.scratch_bytes == 2 * sum(b.nbytes for b in k.workspace) > 0

@@ -112,6 +112,9 @@ class Kernel:
     # relative to |A| @ |B| (0: exact; tolerance.TF32_PRODUCT_ERROR, HALF_PRODUCT_ERROR):
     # the check widens their bounds by it (measure.verify)
     product_error: float = 0.0
+    # bytes of its graph outputs it reads back (a stitched kernel's value passed between
+    # phases that is a graph output anyway: fusion/spills.py)
+    reread: int = 0
 
     @property
     def tensor_cores(self) -> bool:
@@ -136,22 +139,29 @@ class Kernel:
         return tuple(b for b in self.params if b.workspace)
 
     @property
+    def _workspace_bytes(self) -> int:
+        # a persistent buffer (a packed constant) counts nothing: it is read in place
+        # of the constant it copies, whose bytes the inputs count
+        return sum(b.nbytes for b in self.workspace if not b.persistent)
+
+    @property
     def scratch_bytes(self) -> int:
-        """Global-memory traffic of the workspace: each buffer written once and read
-        once (the price of global stitching); included in bytes_read/bytes_written. A
-        persistent buffer (a packed constant) counts nothing: it is read in place of
-        the constant it copies, whose bytes the inputs count."""
-        return 2 * sum(b.nbytes for b in self.workspace if not b.persistent)
+        """Global-memory traffic besides the graph inputs and outputs (the cost model's
+        ``scratch_bytes``, fusion/spills.py): each workspace buffer written once and
+        read once (values between phases, split partials, operands packed by every
+        run), and outputs read back; included in bytes_read/bytes_written."""
+        return 2 * self._workspace_bytes + self.reread
 
     @property
     def bytes_read(self) -> int:
         """Global-memory reads: the elements of each input the kernel loads, each once
-        (``Buffer.read_bytes``), plus each workspace buffer once."""
-        return sum(b.read_bytes for b in self.inputs) + self.scratch_bytes // 2
+        (``Buffer.read_bytes``), plus each workspace buffer once and each output read
+        back."""
+        return sum(b.read_bytes for b in self.inputs) + self._workspace_bytes + self.reread
 
     @property
     def bytes_written(self) -> int:
-        return sum(b.nbytes for b in self.outputs) + self.scratch_bytes // 2
+        return sum(b.nbytes for b in self.outputs) + self._workspace_bytes
 
     @property
     def compulsory_bytes(self) -> int:

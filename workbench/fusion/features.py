@@ -50,6 +50,7 @@ from .plan import Group
 from .row_cache import pass_needs
 from .row_tile import row_slots
 from .schedule import Schedule, group_io
+from .spills import spills
 
 # Fraction of the SM's threads that must be resident for a memory-bound kernel to keep
 # enough loads in flight to saturate DRAM (Little's law; ~50% on recent NVIDIA GPUs).
@@ -302,8 +303,10 @@ def features(g: Graph, group: Group, device: Device,
     if s.kind is ScheduleKind.stitched:
         return _stitched_features(g, group, device, io, read, written,
                                   phase or (lambda gr: features(g, gr, device)))
+    # what it writes and reads back besides (the kernel IR's workspace: spills.py)
+    spilled = spills(g, nodes, s, io.outputs).traffic
     if s.kind is ScheduleKind.gemm:
-        return _gemm_features(g, group, device, read, written)
+        return _gemm_features(g, group, device, read, written, spilled)
     geo = geometry(s, device)
     # on a CPU the parallel work items are what the cores share
     threads, blocks = (geo.threads, geo.blocks) if device.is_gpu else (1, geo.cpu_items)
@@ -317,20 +320,22 @@ def features(g: Graph, group: Group, device: Device,
     # its columns in registers (a row in one block); the re-reads mostly hit L2, so they
     # cost at L2's rate (about twice DRAM's), not DRAM's
     reread = _reread_bytes(g, nodes, io, s) if device.is_gpu else 0
-    mem = ((read + written) * _scatter(g, s, device) + reread / L2_SPEEDUP) / (
+    # (a split row's partials, the one spill such a kernel has, go through DRAM)
+    mem = ((read + written) * _scatter(g, s, device) + spilled + reread / L2_SPEEDUP) / (
         device.dram_bandwidth * max(eff, 1e-9))
     comp = arith_seconds(g, counts, flops, device, util)
-    return KernelFeatures(memory_key(s), read, written, 0, flops, 0.0, 1, barriers,
+    return KernelFeatures(memory_key(s), read, written, spilled, flops, 0.0, 1, barriers,
                           threads, blocks, smem, regs, occ, eff, mem, comp, 0.0, bad)
 
 
-def _gemm_features(g, group, device, read, written) -> KernelFeatures:
+def _gemm_features(g, group, device, read, written, packs=0) -> KernelFeatures:
     """A GEMM kernel: the product's flops at the library's rate, the epilogue's at the
     generated code's, on the cores its tiles keep busy; its operands and epilogue
     inputs read and its outputs written once (the product itself is finished in cache,
     never read back), plus the operand panels each further tile packs again (A's rows
     once per column tile, B's columns once per row tile), which mostly hit the cache
-    (priced at L2's rate)."""
+    (priced at L2's rate), as do the ``packs`` an activation B (attention's K and V)
+    packed by every run moves (written once, read by the tiles: spills.py)."""
     s = group.schedule
     t = s.gemm
     mm = g.producer[t.result]             # the group's (first) matmul, or convolution
@@ -360,8 +365,8 @@ def _gemm_features(g, group, device, read, written) -> KernelFeatures:
     taken = _taken(s)
     lib, flops = lib * taken, flops * taken
     epilogue = {n: c * taken for n, c in epilogue.items()}
-    mem = (read + written + repacked / L2_SPEEDUP) / device.dram_bandwidth
-    return KernelFeatures(ScheduleKind.gemm.value, read, written, 0, flops, lib, 1, 0,
+    mem = (read + written + (repacked + packs) / L2_SPEEDUP) / device.dram_bandwidth
+    return KernelFeatures(ScheduleKind.gemm.value, read, written, packs, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
                           arith_seconds(g, epilogue, flops, device, util), 0.0,
                           gemm_s=lib / (_library_rate(g, mm.id, device, s) * util))
@@ -440,7 +445,7 @@ def _stitched_features(g, group, device, io, read, written, phase) -> KernelFeat
         occ_min, eff_min = min(occ_min, sub.occupancy), min(eff_min, sub.efficiency)
         bad = bad or sub.infeasible
     smem = shared_bytes(s)    # reduction slots shared by the phases, row caches summed
-    scratch = 2 * sum(g.value(v).nbytes for v in s.through_global)
+    scratch = spills(g, group.nodes, s, io.outputs).traffic
     # on a CPU every phase is a parallel loop of its own (codegen/render/c.py), dependent
     # on the one before or not: each after the first is a barrier there
     barriers = s.grid_barriers if device.is_gpu else (

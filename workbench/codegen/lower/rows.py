@@ -17,6 +17,7 @@ from ...fusion.mapping import Mapping, ScheduleKind
 from ...fusion.plan import Group
 from ...fusion.row_tile import row_shifted
 from ...fusion.schedule import Schedule
+from ...fusion.spills import accumulator, split_partials
 from ...ir import Graph
 from ...ops import Index, Kind, get_op
 from ..kernel import Kernel
@@ -120,8 +121,7 @@ class RowLowerer(Lowerer):
         unsigned ones unsigned (a uint64 past 2^63 is no long long)."""
         src = self.g.value(r.inputs[0]).dtype.compute
         comb = get_op(r.op).combiner
-        dt = src if src.kind != "i" else (DType.int64 if src.signed else DType.uint64)
-        return dt, comb.identity(src.kind, src.value), comb
+        return accumulator(src), comb.identity(src.kind, src.value), comb
 
     def _result(self, r, acc: str, dt: DType) -> str:
         """Reduction r's value as its consumers in the kernel read it: a 64-bit integer
@@ -249,9 +249,10 @@ class RowLowerer(Lowerer):
                 self.reduce_var[r.outputs[0]] = self._result(r, acc, dt)
             return scope
 
-        for j, r in enumerate(reduces):
-            dt, _, _ = self._accumulator(r)
-            part_buf = self.workspace(f"part{j}", dt, rows * S)
+        # (the partials' sizes are the cost model's: fusion/spills.py)
+        for j, (r, (dt, numel)) in enumerate(zip(reduces, split_partials(
+                self.g, self.group.nodes, s))):
+            part_buf = self.workspace(f"part{j}", dt, numel)
             scope = new_pass(j)
             scope.stmts.append(Comment(f"{r.op}: this block's chunk of the row"))
             acc, dt, comb, ident = self._accumulate(scope, j, r, dom, cols, "block",

@@ -3,11 +3,14 @@
 an earlier one wrote (FusionStitching's *global* scheme)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ...device import Device
 from ...fusion.geometry import geometry
 from ...fusion.mapping import ScheduleKind
 from ...fusion.plan import Group
 from ...fusion.schedule import group_io
+from ...fusion.spills import stitched_globals
 from ...ir import Graph
 from ..kernel import Kernel
 from ..kir import Buffer, Comment, GridSync
@@ -30,7 +33,8 @@ def lower_stitched(g: Graph, group: Group, device: Device, name: str) -> Kernel:
     s = group.schedule
     io = group_io(g, group.nodes)
     buffers = group_buffers(g, io, lambda v: inlined(g, s, v), group)
-    for v in s.through_global:
+    spilled, reread = stitched_globals(s, io.outputs)    # (as the cost model counts)
+    for v in spilled:
         if v not in buffers:
             val = g.value(v)
             buffers[v] = Buffer(f"ws{len([b for b in buffers.values() if b.workspace])}", v,
@@ -49,6 +53,7 @@ def lower_stitched(g: Graph, group: Group, device: Device, name: str) -> Kernel:
         body.append(Comment(f"phase {k}: {p.schedule.describe()}"))
         body += stmts
     geo = geometry(s, device)
-    return make_kernel(name, group.id, s.describe(), buffers, widen(body, wide),
-                       launch_of(geo, s), flops,
-                       tuple(scratch), len(s.phases), s.grid_barriers, geo.reduce_slots)
+    kernel = make_kernel(name, group.id, s.describe(), buffers, widen(body, wide),
+                         launch_of(geo, s), flops,
+                         tuple(scratch), len(s.phases), s.grid_barriers, geo.reduce_slots)
+    return replace(kernel, reread=sum(g.value(v).nbytes for v in reread))

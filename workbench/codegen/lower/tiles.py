@@ -14,6 +14,7 @@ from ...dtypes import DType
 from ...fusion.gemm.gpu_tiles import GPU_GEMM_RESIDENT
 from ...fusion.gemm.tiles import PANEL
 from ...fusion.geometry import REDUCE_SLOT_BYTES
+from ...fusion.spills import pack_words
 from ...ops import Index
 from ..kernel import Kernel
 from ..kir import Buffer, Comment, Gemm, Let, Loop, PackB, Scratch
@@ -69,7 +70,8 @@ class TileLowerer(Lowerer):
         v = b.view
         items = 1 if v.one_matrix else v.distinct.batch_size
         size, panels = packed_numel(k, n, once=False, pairs=pairs), -(-n // PANEL)
-        packed = self.workspace(name, DType.float32, items * size, packed=True)
+        # (sized as the cost model counts it: fusion/spills.py)
+        packed = self.workspace(name, DType.float32, pack_words(v, k, n, pairs), packed=True)
         i64 = DType.int64
         body = (Let("bt", i64, f"pk / {panels}"),
                 PackB(self.buffers[b.value], packed, v.distinct.batch_offset("bt"), k, n,

@@ -164,7 +164,8 @@ class CStyleRenderer:
     def header_comment(self, k: Kernel) -> str:
         ins = ", ".join(f"{b.name}={b.dtype.value}[{b.numel}]" for b in k.inputs)
         outs = ", ".join(f"{b.name}={b.dtype.value}[{b.numel}]" for b in k.outputs)
-        ws = f" ({k.scratch_bytes} B of it workspace)" if k.workspace else ""
+        ws = (f" ({k.scratch_bytes} B of it workspace and outputs read back)" if k.reread
+              else f" ({k.scratch_bytes} B of it workspace)" if k.workspace else "")
         return (f"/* kernel {k.name}: group {k.group}, {k.schedule}\n"
                 f"{nodes_comment(k.nodes)}"
                 f" * launch {k.launch}; reads {k.bytes_read} B, writes {k.bytes_written} B"
