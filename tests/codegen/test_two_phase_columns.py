@@ -71,6 +71,9 @@ def test_samples_take_two_phase_with_the_h100s_split(wb, name):
     assert red and all(not gr.schedule.innermost for gr in red)
     assert candidate_mappings(red[0].schedule, H100) == (Mapping.thread, Mapping.two_phase)
     assert candidate_mappings(red[0].schedule, assumed_cpu("cpu", 8)) == (Mapping.thread,)
+    # 77 outputs: a warp's threads would straddle two blocks of rows (uncoalesced)
+    odd = run_planner("none", _param_grads(256, 77))[0].groups[1].schedule
+    assert candidate_mappings(odd, H100) == (Mapping.thread,)
     mapped = plan.set_mapping(red[0].id, "two_phase")
     gr = next(x for x in mapped.groups if x.nodes == red[0].nodes)
     # on the H100 the rule gives every SM two blocks: 1024 outputs x 4096 rows -> 64

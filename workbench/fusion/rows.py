@@ -55,7 +55,10 @@ def candidate_mappings(schedule: Schedule, device: Device) -> tuple[Mapping, ...
         # a CPU's few threads are busy with thread per row already, and its tile of
         # outputs, spread over blocks of rows, would gather -- measured 4-10x slower:
         # benchmarks/two_phase_columns.py)
-        return (Mapping.thread, Mapping.two_phase) if device.is_gpu else (Mapping.thread,)
+        # (nor for a window's taps, which are no column; nor where a warp's threads
+        # would straddle two blocks of rows: outputs not a multiple of the warp)
+        two = device.is_gpu and not schedule.gathered and schedule.rows % device.warp == 0
+        return (Mapping.thread, Mapping.two_phase) if two else (Mapping.thread,)
     first = choose_mapping(schedule.rows, schedule.cols, True, device.units)
     # (two_phase walks a block of rows a thread per output: a column reduction's form)
     return (first,) + tuple(m for m in MAPPINGS if m is not first
@@ -132,6 +135,9 @@ def _two_phase_splits(g, ns, reduces, io, per_row, dom: RowDomain, device: Devic
     makes every reduction's partials in one pass and phase two writes per-row results
     only, so no reduction may read another's result and no output be per element."""
     what = "a two_phase-mapped row"
+    if dom.gathered:
+        raise FusionRefused(f"{what} kernel sums blocks of a column; a window's taps are "
+                            "gathered, not a column: map it as thread")
     elem = [o for o in io.outputs if o not in per_row]
     if elem:
         raise FusionRefused(f"{what} kernel writes per-row results only, but output "
