@@ -275,13 +275,13 @@ class Session(Locks, Training, KernelCode, SessionFile):
 
     # -- what applies to a selection ---------------------------------------------
     def actions(self, refs: Iterable[str]) -> list:
-        """Every transformation of the current plan on the selected nodes or kernels
-        (fuse, fuse with a neighbour, split, each scheme on each internal edge, each
-        mapping, tune), legal ones with the plan they would make and its predicted
-        kernels, bytes and ms (a preview), refused ones with the reason
-        (:func:`workbench.fusion.actions.applicable_actions`; bytes counted as a step's
-        are, :func:`workbench.step_table.previewed`). Changes nothing."""
-        return previewed(self, applicable_actions(self.plan, args.refs(refs), self.cost_model))
+        """Every transformation of the current plan on the selected nodes or kernels (fuse,
+        with a neighbour, split, each scheme of each internal edge, each mapping, tune;
+        recompute/store a saved value: :meth:`saved_actions`), legal ones with the plan they
+        would make and its predicted kernels, bytes (counted as a step's: ``previewed``) and
+        ms, refused ones with the reason (``fusion.actions``). Changes nothing."""
+        acts = applicable_actions(self.plan, args.refs(refs), self.cost_model)
+        return previewed(self, acts) + self.saved_actions(refs)
 
     def apply(self, action) -> Plan:
         """Apply one of :meth:`actions`' results (made for the current plan) as a step."""

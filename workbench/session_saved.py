@@ -84,6 +84,40 @@ class SavedSteps:
                                 "chooses recomputation)")
         return self._rewrite(f"store {' '.join(values)}", self.recomputed - set(values))
 
+    def saved_actions(self, refs=None) -> list:
+        """``recompute <value>`` / ``store <value>`` for the saved values the selected
+        nodes or kernels make (every saved value with ``refs`` None), as
+        :class:`~workbench.fusion.actions.Action` s that :meth:`apply` takes: the one
+        that changes the current choice, refused with the reason where the value
+        cannot be recomputed. Unpriced (``plan`` None): the step's graph and plan are
+        made when it is applied, as a tuning's measurement is."""
+        from .fusion.actions import Action
+        from .training.phases import BACKWARD, phase
+        from .training.saved import saved_values
+        loaded = self.__dict__["_loaded_graph"]
+        if not any(phase(n) == BACKWARD for n in loaded.nodes):
+            return []                   # (no backward: nothing is saved for one)
+        saved = saved_values(loaded)
+        if refs is not None and saved:
+            plan = self.plan
+            picked = {n for r in args.refs(refs) for n in plan.group(r).nodes}
+            made = {o: n.id for n in self.graph.nodes for o in n.outputs}
+            saved = [x for x in saved if made.get(x.value) in picked]
+        now, out = self.recomputed, []
+        for x in saved:
+            if x.value in now:
+                out.append(Action(f"store {x.value}", ("store", (x.value,)), self.plan,
+                                  True, "a step: the forward stores it again"))
+            elif x.refused:
+                out.append(Action(f"recompute {x.value}", ("recompute", (x.value,)),
+                                  self.plan, False, f"it cannot be recomputed: {x.refused}"))
+            else:
+                out.append(Action(f"recompute {x.value}", ("recompute", (x.value,)),
+                                  self.plan, True, f"a step: the backward computes it again "
+                                  f"({x.recompute_flops:,} flops) instead of reading "
+                                  f"{x.stored_bytes:,} B stored"))
+        return out
+
     def _saved_names(self, values, what: str) -> tuple[str, ...]:
         from .training.saved import saved_values
         if not values:

@@ -86,7 +86,8 @@ def test_cluster_label_and_rows_dropdown_follow_every_mapping(ln_app):
     rule = app.session.plan.group("n0").schedule.mapping
     assert app.mapping.value == "auto"
     assert dict((v, k) for k, v in app.mapping.options)["auto"] == f"auto ({rule.value})"
-    for m in [x.value for x in MAPPINGS] + ["auto"]:
+    # (two_phase, a column reduction's form, is refused on this row's layer norm)
+    for m in [x.value for x in MAPPINGS if not x.info.partials_by_rows] + ["auto"]:
         plan = app.set_mapping(None, m)
         assert plan is not None, app.message
         gr = plan.group("n0")

@@ -132,7 +132,8 @@ def candidates(plan: Plan, refs: Iterable[str]) -> list[tuple[str, tuple[str, tu
         if gr.schedule.kind is ScheduleKind.row_reduce:
             current = gr.schedule.mapping
             for m in MAPPINGS:
-                if m != current:
+                # (two_phase is offered for a column reduction: its form)
+                if m != current and not (m.info.partials_by_rows and gr.schedule.innermost):
                     out.append((f"mapping {gid} -> {m.value}", ("set_mapping", (gid, m.value)),
                                 lambda gid=gid, m=m: plan.set_mapping(gid, m.value)))
             if gr.forced_mapping:

@@ -207,14 +207,28 @@ class _Builder:
                         f"{f.text} locked by user: its kernel stays exactly as it is")
         return None
 
-    def plan(self, part: Partition, planner: str, precision: str) -> Plan:
+    def plan(self, part: Partition, planner: str, precision: str,
+             planned: Plan | None = None) -> Plan:
+        """The partition's kernels; one the planner made itself (``planned``), on ops
+        whose schemes, mapping and launch no lock sets, is the planner's -- with the mapping its model chose (made again,
+        it would take the rule's)."""
+        kept = {frozenset(gr.nodes): gr for gr in planned.groups} if planned else {}
         groups = []
         for ns in part.members.values():
             gr = self.make(ns)
             if isinstance(gr, str):       # (every kernel kept was made; say so if not)
                 raise FusionRefused(gr)
+            mine = kept.get(frozenset(ns))
+            if mine is not None and all(_unset(self.checked.fixed_of(n)) for n in ns):
+                gr = mine
             groups.append(gr)
         return Plan(self.g, toposort_groups(self.g, groups), planner, self.device, precision)
+
+
+def _unset(f) -> bool:
+    """No lock sets this op's kernel's schemes, mapping or launch (a must-fuse only
+    joins ops)."""
+    return f is None or not (f.exact or f.forced or f.mapping or f.launch)
 
 
 def plan_constrained(name: str, g: Graph, cs: Constraints, model: CostModel | None = None,
@@ -240,7 +254,7 @@ def plan_constrained(name: str, g: Graph, cs: Constraints, model: CostModel | No
         b.carve(part)
         b.repair(part)
         b.regrow(part)
-    out = b.plan(part, name, matmul_precision)
+    out = b.plan(part, name, matmul_precision, None if name == "none" else plan)
     head = Decision("constraints", (), f"planned around {len(cs)} lock"
                     f"{'s' if len(cs) != 1 else ''}: {cs}")
     ruled = _overruled(log, checked)

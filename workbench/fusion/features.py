@@ -61,7 +61,11 @@ def memory_key(s: Schedule) -> str:
     """Which memory factor prices a schedule: one per kind, and per mapping of a row
     kernel (they reach different fractions of the bandwidth)."""
     if s.kind is ScheduleKind.row_reduce:
-        return f"{s.kind.value}/{s.mapping.value}"
+        # a two-phase column reduction reads memory as a thread-per-row one does (a
+        # thread per output, neighbours' reads contiguous): its factor, so fitted
+        # models keep their factors' vector
+        m = Mapping.thread if s.mapping.info.partials_by_rows else s.mapping
+        return f"{s.kind.value}/{m.value}"
     return s.kind.value
 
 

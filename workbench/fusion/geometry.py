@@ -37,6 +37,7 @@ REDUCE_SLOT_BYTES = REDUCE_SLOT_WORDS * 8
 # Registers per thread assumed before a kernel is compiled (the GPU backend re-checks
 # co-residency with the compiled kernel's real count)
 EST_REGISTERS = 64
+TWO_PHASE_MIN_CHUNK = 64      # a two-phase column reduction's blocks: at least this many rows
 CPU_ROW_TILE = 64             # rows a CPU thread walks together in a thread-per-row kernel
 # A row kept in registers: about this many elements per thread of each cached value --
 # two float4 loads in flight per thread, and registers left for three 512-thread blocks
@@ -117,7 +118,17 @@ def rows_per_block(mapping: Mapping, rows: int, units: int) -> int:
         while r > 1 and rows < r * units:
             r //= 2
         return r
-    return FLAT_BLOCK if mapping is Mapping.thread else 1
+    return FLAT_BLOCK if mapping in (Mapping.thread, Mapping.two_phase) else 1
+
+
+def two_phase_splits(rows: int, cols: int, units: int) -> int:
+    """Blocks of a two-phase column reduction's reduced axis: enough for every unit to
+    take two blocks of threads, each block at least TWO_PHASE_MIN_CHUNK long, and a
+    divisor of the axis (every block the same length: a CPU thread's tile of outputs
+    then walks one run of rows); 1 where no divisor from 2 fits (no two phases)."""
+    want = max(2, -(-2 * units * FLAT_BLOCK // max(rows, 1)))
+    most = min(want, cols // TWO_PHASE_MIN_CHUNK)
+    return next((s for s in range(most, 1, -1) if cols % s == 0), 1)
 
 
 def split_count(rows: int, cols: int, units: int) -> int:
@@ -213,6 +224,15 @@ def _row_geometry(s: Schedule, device: Device) -> Geometry:
         blocks = max(1, -(-rows // FLAT_BLOCK))
         return Geometry(FLAT_BLOCK, blocks, min(MAX_GRID, blocks), FLAT_BLOCK, 1, slots,
                         shared, False, max(1, -(-rows // CPU_ROW_TILE)))
+    if m is Mapping.two_phase:
+        # phase one: S blocks of rows for every block of outputs; phase two reads back
+        # the partials after a grid barrier
+        S = s.splits
+        blocks = max(1, -(-rows // FLAT_BLOCK)) * S
+        grid = min(blocks, co_resident_grid(FLAT_BLOCK, shared, device)) if device.is_gpu \
+            else blocks
+        return Geometry(FLAT_BLOCK, blocks, grid, FLAT_BLOCK, S, slots, shared, True,
+                        max(1, -(-rows * S // CPU_ROW_TILE)))
     if m is Mapping.warp:
         rpb = s.rows_per_block
         blocks = max(1, -(-rows // rpb))

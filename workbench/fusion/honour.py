@@ -117,14 +117,18 @@ def _exact_kernels(g: Graph, cs: Constraints) -> dict[frozenset, dict]:
                 e[k].update(v)
         e["why"].append(str(c))
         if isinstance(c, Pinned):
-            e["pin"] = c
+            e.setdefault("pins", []).append(c)
     for e in out.values():          # a pinned kernel keeps what it had: nothing added
-        pin = e.get("pin")
-        if pin is not None and (e["mapping"] != pin.mapping
-                                or tuple(sorted(e["launch"].items())) != pin.launch):
-            other = next(w for w in e["why"] if w != str(pin))
-            raise FusionRefused(f"{other} contradicts {pin}: a pinned kernel keeps the "
-                                "mapping and launch parameters it had (unpin it first)")
+        # (every pin: two pins of one kernel, one by the rule's mapping and one by
+        # another, contradict each other too)
+        for pin in e.get("pins", ()):
+            if e["mapping"] != pin.mapping \
+                    or tuple(sorted(e["launch"].items())) != pin.launch:
+                other = next((w for w in e["why"] if w != str(pin)), f"another {pin}")
+                raise FusionRefused(
+                    f"{other} contradicts {pin} (mapped {pin.mapping or 'by the rule'}, "
+                    f"launch {dict(pin.launch) or 'by the rule'}): a pinned kernel keeps "
+                    "the mapping and launch parameters it had (unpin it first)")
     return out
 
 

@@ -59,6 +59,9 @@ class MappingInfo:
     # threads that combine one row's partials (the cost model's combine term): a fixed
     # width, or None for all of the row's blocks' threads
     combine_threads: int | None
+    # the reduced axis cut into blocks of rows: their partial sums meet in global
+    # memory after one grid barrier (a two-phase column reduction)
+    partials_by_rows: bool = False
 
     def describe(self, rows_per_block: int, splits: int) -> str:
         """How a schedule's description names it ("warp per row x8 rows/block")."""
@@ -74,6 +77,8 @@ class Mapping(_Named):
     block = "block"     # one thread block per row
     split = "split"     # a long row cut across blocks, partials combined after a barrier
     thread = "thread"   # one thread per row (the column-reduction template)
+    two_phase = "two_phase"   # thread per row over blocks of the reduced axis, then
+    #                           the blocks' partials summed (a two-phase column reduction)
 
     @property
     def info(self) -> MappingInfo:
@@ -116,6 +121,12 @@ MAPPING_TABLE: dict[Mapping, MappingInfo] = {
         describe_fmt="thread per row", row_bind="flat", col_bind="serial", reduce_width="",
         on_chip=False, innermost=False, shared_slot=False, slots_per_reduction=False,
         grid_barrier_per_reduction=False, combine_threads=0),
+    Mapping.two_phase: MappingInfo(
+        label="2-phase/col", launch="two-phase x{splits} blocks of rows",
+        describe_fmt="thread per row over {splits} blocks of its columns, then the partials",
+        row_bind="flat", col_bind="serial", reduce_width="", on_chip=False,
+        innermost=False, shared_slot=False, slots_per_reduction=False,
+        grid_barrier_per_reduction=False, combine_threads=0, partials_by_rows=True),
 }
 
 MAPPINGS: tuple[Mapping, ...] = tuple(Mapping)

@@ -16,7 +16,7 @@ from ..device import CUDA_MAX_BLOCK_THREADS, CUDA_WARP, Device
 
 from ..errors import FusionRefused
 from ..ops import Kind, RowRole, get_op
-from .geometry import row_threads, row_vector, rows_per_block, split_count
+from .geometry import row_threads, row_vector, rows_per_block, split_count, two_phase_splits
 from .mapping import MAPPINGS, Mapping, ScheduleKind, choose_mapping
 from .row_cache import RowDomain, hybrid_bytes, kept_bytes, row_storage
 from .schedule import Schedule
@@ -51,9 +51,18 @@ def candidate_mappings(schedule: Schedule, device: Device) -> tuple[Mapping, ...
     if schedule.kind is not ScheduleKind.row_reduce:
         return ()
     if not schedule.innermost:
-        return (Mapping.thread,)
+        # (two_phase only on a GPU: it fills the SMs a few outputs' threads leave idle;
+        # a CPU's few threads are busy with thread per row already, and its tile of
+        # outputs, spread over blocks of rows, would gather -- measured 4-10x slower:
+        # benchmarks/two_phase_columns.py)
+        # (nor for a window's taps, which are no column; nor where a warp's threads
+        # would straddle two blocks of rows: outputs not a multiple of the warp)
+        two = device.is_gpu and not schedule.gathered and schedule.rows % device.warp == 0
+        return (Mapping.thread, Mapping.two_phase) if two else (Mapping.thread,)
     first = choose_mapping(schedule.rows, schedule.cols, True, device.units)
-    return (first,) + tuple(m for m in MAPPINGS if m is not first)
+    # (two_phase walks a block of rows a thread per output: a column reduction's form)
+    return (first,) + tuple(m for m in MAPPINGS if m is not first
+                            and not m.info.partials_by_rows)
 
 
 def launch_param(launch: dict, key: str, rule: int, what: str, allowed) -> int:
@@ -95,7 +104,8 @@ def analyze_rows(g, ns, reduces, io, forced: Mapping | None, auto: bool,
         mapping = forced or (Mapping.block if dom.innermost else Mapping.thread)
     what = f"a {mapping.value}-mapped row"
     tunable = {Mapping.block: ("threads",), Mapping.warp: ("rows_per_block",),
-               Mapping.split: ("splits", "threads"), Mapping.thread: ()}[mapping]
+               Mapping.split: ("splits", "threads"), Mapping.thread: (),
+               Mapping.two_phase: ("splits",)}[mapping]
     rpb = launch_param(launch, "rows_per_block", rows_per_block(mapping, dom.rows, device.units),
                        what, tunable)
     widest = max((g.value(v).dtype.itemsize for v in io.inputs + io.outputs
@@ -110,11 +120,50 @@ def analyze_rows(g, ns, reduces, io, forced: Mapping | None, auto: bool,
         cache_bytes += hybrid_bytes(g, hybrid, dom, threads, vector, steps)
     splits = launch_param(launch, "splits", split_count(dom.rows, dom.cols, device.units)
                           if mapping is Mapping.split else 1, what, tunable)
+    if mapping.info.partials_by_rows:
+        splits = _two_phase_splits(g, ns, reduces, io, per_row, dom, device, launch)
     return Schedule(ScheduleKind.row_reduce, dom.domain, dom.axes, mapping,
                     frozenset(per_row), cached, rpb, splits, len(reduces),
                     cache_bytes=cache_bytes, threads=threads, vector=vector,
                     row_registers=registers, hybrid=hybrid, hybrid_steps=steps,
                     gathered=dom.gathered)
+
+
+def _two_phase_splits(g, ns, reduces, io, per_row, dom: RowDomain, device: Device,
+                      launch: dict) -> int:
+    """The blocks of a two-phase reduction's reduced axis, or FusionRefused: phase one
+    makes every reduction's partials in one pass and phase two writes per-row results
+    only, so no reduction may read another's result and no output be per element."""
+    what = "a two_phase-mapped row"
+    if dom.gathered:
+        raise FusionRefused(f"{what} kernel sums blocks of a column; a window's taps are "
+                            "gathered, not a column: map it as thread")
+    elem = [o for o in io.outputs if o not in per_row]
+    if elem:
+        raise FusionRefused(f"{what} kernel writes per-row results only, but output "
+                            f"{elem[0]} has one value per element; map it as thread")
+    inside = {o: n for n in ns for o in n.outputs}
+    for r in reduces:
+        stack, seen = [r.inputs[0]], set()
+        while stack:
+            v = stack.pop()
+            if v in seen or v not in inside:
+                continue
+            seen.add(v)
+            if get_op(inside[v].op).kind is Kind.reduce:
+                raise FusionRefused(f"{r.id} reduces a value computed from {inside[v].id}'s "
+                                    "result: one pass makes every partial of a two_phase "
+                                    "kernel; map it as thread")
+            stack.extend(inside[v].inputs)
+    rule = two_phase_splits(dom.rows, dom.cols, device.units)
+    if rule < 2 and "splits" not in launch:
+        raise FusionRefused(f"the reduced length {dom.cols} has no divisor from 2 that "
+                            "leaves blocks of 64 rows or more; map it as thread")
+    splits = launch_param(launch, "splits", rule, what, ("splits",))
+    if dom.cols % splits:
+        raise FusionRefused(f"splits={splits} does not divide the reduced length "
+                            f"{dom.cols}; choose a divisor")
+    return splits
 
 
 def _row_tiling(mapping: Mapping, dom: RowDomain, itemsize: int) -> tuple[int, int]:

@@ -144,6 +144,8 @@ class Schedule:
                 p.schedule.grid_barriers for p in self.phases)
         if self.mapping is not None and self.mapping.info.grid_barrier_per_reduction:
             return self.reductions    # each reduction's partials meet after a barrier
+        if self.mapping is not None and self.mapping.info.partials_by_rows:
+            return 1                  # every reduction's partials meet after one barrier
         return 0
 
     @property

@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import WorkbenchError
 from ..ir import Graph
+from .dropout import SEED
 from .optim import STATE
 
 
@@ -100,6 +101,9 @@ def train_step(session, batch: Mapping[str, np.ndarray],
     feeds.update(state.state)
     if "step" in g.inputs:
         feeds["step"] = np.float32(state.step + 1)
+    if SEED in g.inputs and SEED not in feeds:
+        # (each step's dropout masks differ, and rerunning a step draws its own again)
+        feeds[SEED] = np.int64(state.step)
     out = session.run(feeds)
     for name, arr in (*state.params.items(), *state.state.items()):
         np.copyto(arr, out[f"new.{name}"])

@@ -38,6 +38,7 @@ from ..session import Session
 from .. import arguments as args
 from .code_panel import CodePanel
 from .current_step import allowed_schemes, export_name, planner_of
+from .saved_panel import SavedPanel
 from .search_nav import SearchNav
 from .session_io import SessionSaver, apply_view, save as save_app_session
 from .controls import (action_buttons, collapse_toggle, edge_choice, export_path_box,
@@ -103,10 +104,13 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
             session, lambda: self.selected, self._on_preview, self._apply_action, self.goto,
             self.toggle_lock, words=lambda t: drawn_text(t, self.session.plan, self.view.box_of))
         self.saver = SessionSaver(self)          # the shareable session file (session_io)
-        self.transforms_box = w.Accordion(children=[self.transforms, self.saver],
-                                          selected_index=None)
+        self.saved_panel = SavedPanel(session, lambda text, refused: (   # (saved_panel.py)
+            refused or self._refresh(), self._set_message(text, refused)))
+        self.transforms_box = w.Accordion(children=[self.transforms, self.saver,
+                                                    self.saved_panel], selected_index=None)
         self.transforms_box.set_title(0, "Transformations · History · Decisions")
         self.transforms_box.set_title(1, "Save session")
+        self.transforms_box.set_title(2, "Saved activations")
 
     def _build_controls(self) -> None:
         """The toolbars' controls, and what Measure and Tune run with."""
@@ -349,6 +353,7 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
         self.transforms.cancel()
         self.transforms.refresh_history()
         self._show_lock()
+        self.saved_panel.refresh()
         device = getattr(self.session, "device", None)
         # (the step's float32 matmuls on tensor cores in TF32: their ceiling too)
         self.plots.update(plotted_history(self.session), kernel_rows(self.session), device,

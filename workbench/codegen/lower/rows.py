@@ -51,6 +51,8 @@ class RowLowerer(Lowerer):
     def lower_body(self) -> list:
         if self.sched.mapping.info.grid_barrier_per_reduction:
             return self._split_rows()
+        if self.sched.mapping.info.partials_by_rows:
+            return self._two_phase()
         return self._row_reduce()
 
     def _domain(self) -> Index:
@@ -63,12 +65,20 @@ class RowLowerer(Lowerer):
                 if get_op(n.op).kind is Kind.reduce]
 
     def _accumulate(self, scope: Scope, slot: int, r, dom: Index, extent: int,
-                    bind: str, **loop_kw):
+                    bind: str, col_from: str = "", **loop_kw):
         """Emit reduction ``r``'s accumulator ``acc<slot>`` and its loop over the row's
-        columns into scope; returns (acc, compute dtype, combiner, identity)."""
+        columns into scope; returns (acc, compute dtype, combiner, identity).
+        ``col_from``: a C expression, the first of ``extent`` columns the loop takes
+        (a two-phase block's run; the loop counts from 0 so a CPU's tile of rows with
+        different runs still shares one loop)."""
         dt, ident, comb = self._accumulator(r)
         acc = f"acc{slot}"
         col_scope = self._col_scope(scope, self._tile())
+        var = "col"
+        if col_from:
+            var = "c_"
+            col_scope.stmts += [Let("row", self.index_dtype, f"vr % {self.sched.rows}"),
+                                Let("col", self.index_dtype, f"{col_from} + c_")]
         e = self.at(col_scope, r.inputs[0], dom)
         scope.stmts.append(Let(acc, dt, ident, r.id))
         simd = comb.simd_op[0 if dt.kind == "f" else 1]
@@ -88,7 +98,7 @@ class RowLowerer(Lowerer):
             simd = ""                      # the order is the point: no SIMD reordering
         else:
             col_scope.stmts.append(Assign(acc, comb.combine(dt.kind).format(acc, e), r.id))
-        scope.stmts.append(Loop("col", extent, bind, tuple(col_scope.stmts),
+        scope.stmts.append(Loop(var, extent, bind, tuple(col_scope.stmts),
                                 reduction=(acc, simd), tile=self._tile(), **loop_kw))
         return acc, dt, comb, ident
 
@@ -270,6 +280,47 @@ class RowLowerer(Lowerer):
             scope.stmts.append(If("part == 0", (OncePerBlock(tuple(stores)),)))
         self._element_pass(scope, dom, "block", start, stop)
         body.append(Loop("vb", rows * S, "grid", tuple(scope.stmts)))
+        return body
+
+
+    def _two_phase(self) -> list:
+        """Mapping two_phase (a column reduction): the reduced axis cut into ``splits``
+        equal blocks of rows. Phase one: a thread per (output, block) sums its block
+        into a partial in global memory, laid out [block, output] so neighbouring
+        threads read and write neighbours, every reduction in this one pass. After a
+        grid barrier, phase two: a thread per output sums its partials in block order
+        (the same bits every run) and writes the per-row results."""
+        s: Schedule = self.sched
+        dom, S, rows = self._domain(), s.splits, s.rows
+        chunk = s.cols // S
+        reduces = self._reductions()
+        one = Scope()
+        self.row_scope = one
+        parts = []
+        for j, r in enumerate(reduces):
+            one.stmts.append(Comment(f"{r.op} over this block of {chunk} of axes "
+                                     f"{list(s.reduce_axes)}"))
+            acc, dt, _, _ = self._accumulate(one, j, r, dom, chunk, "serial",
+                                             col_from=f"vr / {rows} * {chunk}")
+            parts.append(self.workspace(f"part{j}", dt, rows * S))
+            one.stmts.append(Store(parts[j], "vr", acc))
+            self.flops += 1
+        body = [Loop("vr", rows * S, "flat", tuple(one.stmts)),
+                GridSync("every block's partials are complete")]
+        two = Scope()
+        self.row_scope = two
+        for j, r in enumerate(reduces):
+            dt, ident, comb = self._accumulator(r)
+            acc, t = f"acc{j}", self.fresh()
+            two.stmts.append(Let(acc, dt, ident, r.id))
+            two.stmts.append(Loop("s", S, "serial", (
+                Load(t, parts[j], f"s * {rows} + row"),
+                Assign(acc, comb.combine(dt.kind).format(acc, t), r.id))))
+            if comb.finish_mean:
+                two.stmts.append(self._finish(comb, acc, dt, r.id))
+            self.reduce_var[r.outputs[0]] = self._result(r, acc, dt)
+        two.stmts += self._per_row_stores(two, dom)
+        body.append(Loop("row", rows, "flat", tuple(two.stmts)))
         return body
 
 

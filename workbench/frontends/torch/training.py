@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import operator
 from typing import Any, Callable
 
 import torch
@@ -36,9 +37,10 @@ from torch.export.graph_signature import InputKind, OutputKind
 from ...errors import GraphError, WorkbenchError
 from ...ir import Graph, Tensor
 from ..rewrites.transpose_chains import fold_transpose_chains
+from ...training import dropout
 from ...training.optim import AdamW, SGD
 from ...training.phases import BACKWARD, OPTIMIZER
-from .common import dtype_of
+from .common import dtype_of, op_name
 from .importer import _Importer, _as_args, _decomposed, _first_line, _to_numpy
 
 
@@ -166,6 +168,36 @@ class _TrainingImporter(_Importer):
                              "; it must be a scalar (reduce it, e.g. .mean())")
         self.forward = _ancestors(self.loss_node)
         self.params: dict[str, Tensor] = {}   # parameter name -> its graph input
+        # native_dropout nodes -> (shape, index among the graph's dropouts, p)
+        self.dropouts: dict[str, tuple[tuple[int, ...], int, float]] = {}
+
+    def _node(self, node: torch.fx.Node) -> None:
+        """native_dropout and the backward's read of its mask: the mask made from the
+        seed and the element indices where each is used (``training/dropout.py``)."""
+        if node.target is operator.getitem and node.args[0].name in self.dropouts \
+                and node.args[1] == 1:
+            shape, k, p = self.dropouts[node.args[0].name]
+            with self.b.scope(*self._namespace(node)):
+                self.env[node.name] = dropout.keep(self.b, shape, self._seed(), k, p)
+            return
+        if node.op != "call_function" or op_name(node.target) != "native_dropout":
+            return super()._node(node)
+        x = self.env[node.args[0].name]
+        p = float(node.args[1])
+        if len(node.args) > 2 and node.args[2] is False:
+            p = 0.0                      # (train=False: everything kept)
+        if not isinstance(x, Tensor):
+            return super()._node(node)   # (a constant's dropout: refused as before)
+        shape, k = tuple(x.shape), len(self.dropouts)
+        self.dropouts[node.name] = (shape, k, p)
+        with self.b.scope(*self._namespace(node)):
+            mask = dropout.keep(self.b, shape, self._seed(), k, p)
+            self.env[node.name] = [dropout.apply(self.b, x, mask, p), None]
+
+    def _seed(self) -> Tensor:
+        if dropout.SEED not in self.b._inputs:
+            self.b.input(dropout.SEED, (), "int64", range=(0.0, 1000.0))
+        return Tensor(self.b, dropout.SEED)
 
     def _param(self, target: str) -> str:
         """The module's own name of a parameter (a tied one's first name)."""
