@@ -121,3 +121,12 @@ def test_auto_considers_it_and_the_app_offers_it():
                for n in t.step.decisions), t.step.decisions
     offers = [o for o in candidates(_sharded(2), KEEP) if o.method == "fuse_received"]
     assert [o.legal for o in offers] == [True, False]
+
+
+def test_auto_applies_it_where_the_result_is_several_segments():
+    # (planned only, never run: 2M elements per rank's shard, two 1M-element segments)
+    s = Session(dp_adamw(4096, 1024, 2), ranks=2, link="nvlink")
+    s.auto(keep_sharded=KEEP)
+    applied = [n for n in s.step.decisions if n.startswith("applied: fuse the compute")]
+    assert len(applied) == 1 and "2 segments" in applied[0], s.step.decisions
+    assert any(getattr(t, "on_arrival", "") for t in local_steps(s.program))
