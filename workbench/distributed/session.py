@@ -25,6 +25,7 @@ from .ring import SEGMENT
 from .runner import RankRun, run_ranks, sent_bytes
 from .bucket import bucket_all_reduces
 from .chunk import chunk_all_reduce, matmul_of, overlapped
+from .chunk_pair import chunk_sharded
 from .received import FUSABLE, fuse_received
 from .transforms import shard_after, split_all_reduce
 
@@ -141,6 +142,13 @@ class DistSession:
         return self._push(f"fuse_received {ref}", d,
                           [f"fused into {ref}'s arrival: {', '.join(names)}"] +
                           [f"not fused: {a}: {why}" for a, why in left])
+
+    def chunk_sharded(self, ref: str, k: int = 2, dim: int | None = None) -> DistProgram:
+        """ReduceScatter ``ref``, the sharded work after it and its AllGathers as ``k``
+        pipelined pieces cut along ``dim`` (:mod:`.chunk_pair`), as a step
+        (FusionRefused with the reason where it cannot be)."""
+        return self._push(f"chunk_sharded {ref} k {k}", chunk_sharded(self.program, ref, k,
+                                                                      dim))
 
     def auto(self, planner: str = "stitch", keep_sharded=()) -> DistProgram:
         """Consider, for every AllReduce, splitting it along each dim and moving the
