@@ -286,7 +286,8 @@ def markdown(res) -> str:
               f"{op} alpha {v['alpha_s'] * 1e6:.0f} us, 1 / beta "
               f"{(1 / v['beta_s_per_byte'] / 1e9) if v['beta_s_per_byte'] else float('inf'):.2f}"
               " GB/s" for op, v in res["fit_per_op"].items()) + ".", "",
-          "Per op in two regimes (`cost.fit_regimes`; up to the cut, above it): " + "; ".join(
+          "Per op in two regimes (`cost.fit_regimes`; ring-step messages up to the cut, "
+          "above it): " + "; ".join(
               f"{op} cut {v['cut_bytes'] / 2**10:.0f} KB" for op, v in
               res.get("fit_regimes", {}).items()) + ".", "",
           "| op | ranks | bytes | measured ms (median) | model ms (one link) | error % "
