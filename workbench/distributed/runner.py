@@ -210,6 +210,7 @@ class RankProgram:
         # the next step: fresh 64 MB buffers cost ~15 ms of page faults each)
         self.buffers: dict[str, dict] = {}
         self.fused: dict[str, _Fused] = {}     # received value -> the work fused into it
+        self.outs: dict[int, dict] = {}
         self.waits = {n.inputs[0]: n.outputs[0] for n in d.graph.nodes
                       if n.op == "wait_tensor"}    # a start's value -> its wait's
         for s in self.steps:
@@ -221,6 +222,9 @@ class RankProgram:
                                         rank, k)
             plan, _ = run_planner(planner, s.graph, model=model)
             self.programs[s.index] = Program(plan, backend)
+            # (its outputs kept from step to step, as the collectives' buffers are: fresh
+            # 32 MB outputs cost page faults every step -- valid until the next step)
+            self.outs[s.index] = self.programs[s.index].new_outputs()
             if s.on_arrival:
                 self.fused[s.on_arrival] = _Fused(s, d, lambda g: Program(
                     run_planner(planner, g, model=model)[0], backend))
@@ -275,7 +279,8 @@ class RankProgram:
             elif s.on_arrival:      # (run inside its collective's wait)
                 continue
             else:
-                vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs}))
+                vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs},
+                                                       out=self.outs[s.index]))
                 compute += time.perf_counter() - t
                 spans.append(Span("compute", s.graph.name, t - t0, time.perf_counter() - t0))
         return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent,
