@@ -132,7 +132,8 @@ def _adamw_methods(rank, p, rows, cols, rounds, pause, k=4):
             if v is None:
                 feeds[n] = np.random.default_rng(0).uniform(
                     -1, 1, step.graph.value(n).shape).astype(np.float32)
-        return lambda: prog.programs[k].run(feeds)
+        # (into outputs kept from call to call, as the rank's step runs it)
+        return lambda: prog.programs[k].run(feeds, out=prog.outs[k])
     methods = {"torch fused": lambda: torch_step("fused"),
                "torch foreach": lambda: torch_step("foreach"),
                "wb unsharded": whole.run, "wb sharded": shard.run,
