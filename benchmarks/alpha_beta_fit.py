@@ -33,7 +33,8 @@ OPS = ("all_reduce", "reduce_scatter", "all_gather")
 # the runs whose ReduceScatter and AllGather are ring.py's rings (the first run's were
 # gloo's own calls: another algorithm)
 RUNS = [RESULTS / f"collectives-2026-12-05-{k}.json"
-        for k in ("ring", "buffers", "rank-threads", "chunked", "chunked-2")]
+        for k in ("ring", "buffers", "rank-threads", "chunked", "chunked-2", "kept-outputs",
+                  "kept-outputs-2")]
 # the runs cost.GLOO_LOOPBACK was fitted on (pooled): the others are held out for it
 PLANNER_FIT_ON = ("2026-12-05-ring", "2026-12-05-buffers", "2026-12-05-rank-threads",
                   "2026-12-05-chunked")
