@@ -22,6 +22,10 @@ On p gloo ranks (processes on this machine, loopback; 2 and 4), in one run:
    - ``wb sharded``: after ``split_all_reduce`` + ``shard_after`` (keeping m and v
      sharded): ReduceScatter, the fused step on each rank's 1/p, AllGather of the
      parameter;
+   - ``wb sharded, chunked k``: that step after ``chunk_sharded`` (k pieces, columns:
+     piece i's kernel while piece i+1's ReduceScatter and piece i-1's AllGather move);
+   - ``wb sharded, fused into the RS``: after ``fuse_received`` (the kernel per ring
+     segment inside the ReduceScatter's wait);
    - the compute alone: ``torch fused`` AdamW without the collective, the workbench's
      fused step on the whole and on 1/p.
 
@@ -30,7 +34,7 @@ On p gloo ranks (processes on this machine, loopback; 2 and 4), in one run:
    for AllReduce of the gradient at 8-1024 ranks (ring and tree), labelled simulated.
 
     python benchmarks/collectives.py [--ranks 2 4] [--rows 4096 --cols 4096]
-        [--rounds 5] [--pause 0.2] [--out STEM]
+        [--rounds 5] [--pause 0.2] [--k 4] [--out STEM]
 """
 from __future__ import annotations
 
@@ -80,10 +84,12 @@ def _collective_times(rank, p, pause, reps):
     return out
 
 
-def _adamw_methods(rank, p, rows, cols, rounds, pause):
+def _adamw_methods(rank, p, rows, cols, rounds, pause, k=4):
     import numpy as np
     import torch
     import torch.distributed as dist
+    from workbench.distributed.chunk_pair import chunk_sharded
+    from workbench.distributed.received import fuse_received
     from workbench.distributed.runner import RankProgram
     from workbench.distributed.samples import ADAMW, dp_adamw
     from workbench.distributed.transforms import shard_after, split_all_reduce
@@ -91,12 +97,15 @@ def _adamw_methods(rank, p, rows, cols, rounds, pause):
     s = split_all_reduce(d, "n0")
     sharded, _ = shard_after(s, next(n.id for n in s.graph.nodes if n.op == "all_gather"),
                              keep_sharded=["m_out", "v_out"])
+    rs = next(n.id for n in sharded.graph.nodes if n.op == "reduce_scatter")
     whole = RankProgram(d, rank, "stitch", seed=1)
     shard = RankProgram(sharded, rank, "stitch", seed=1)
-    # the sharded step's parameter against the unsharded one's (same inputs, same ranks)
+    chunked = RankProgram(chunk_sharded(sharded, rs, k), rank, "stitch", seed=1)
+    fused = RankProgram(fuse_received(sharded, rs)[0], rank, "stitch", seed=1)
+    # each sharded step's parameter against the unsharded one's (same inputs, same ranks)
     ref = whole.run()[0]["param_out"]
-    got = shard.run()[0]["param_out"]
-    err = float(np.max(np.abs(got - ref)) / np.max(np.abs(ref)))
+    err = max(float(np.max(np.abs(prog.run()[0]["param_out"] - ref)) / np.max(np.abs(ref)))
+              for prog in (shard, chunked, fused))
     seg = lambda prog: next(i for i in prog.programs)     # its one compute segment
     kw = dict(lr=ADAMW["lr"], betas=(ADAMW["beta1"], ADAMW["beta2"]), eps=ADAMW["eps"],
               weight_decay=ADAMW["weight_decay"])
@@ -123,14 +132,17 @@ def _adamw_methods(rank, p, rows, cols, rounds, pause):
             if v is None:
                 feeds[n] = np.random.default_rng(0).uniform(
                     -1, 1, step.graph.value(n).shape).astype(np.float32)
-        return lambda: prog.programs[k].run(feeds)
+        # (into outputs kept from call to call, as the rank's step runs it)
+        return lambda: prog.programs[k].run(feeds, out=prog.outs[k])
     methods = {"torch fused": lambda: torch_step("fused"),
                "torch foreach": lambda: torch_step("foreach"),
                "wb unsharded": whole.run, "wb sharded": shard.run,
+               f"wb sharded, chunked k={k}": chunked.run,
+               "wb sharded, fused into the RS": fused.run,
                "compute: torch fused": lambda: torch_step("fused", False),
                "compute: wb whole": compute(whole), "compute: wb 1/p": compute(shard)}
     samples = {k: [] for k in methods}
-    comm_split = {"wb unsharded": [], "wb sharded": []}
+    comm_split = {m: [] for m in methods if m.startswith("wb ")}
     for k, fn in methods.items():       # warm-up
         dist.barrier()
         fn()
@@ -142,7 +154,8 @@ def _adamw_methods(rank, p, rows, cols, rounds, pause):
             r = fn()
             samples[k].append(time.perf_counter() - t0)
             if k in comm_split:
-                comm_split[k].append({"compute_s": r[1].compute_s, "comm_s": r[1].comm_s})
+                comm_split[k].append({"compute_s": r[1].compute_s, "comm_s": r[1].comm_s,
+                                      "overlap_s": r[1].overlap_s})
     return {"samples": samples, "split": comm_split, "sharded_vs_unsharded_error": err}
 
 
@@ -153,7 +166,7 @@ def _worker(rank, p, store, cfg, results):
         init_gloo(rank, p, store, 600)
         out = {"collectives": _collective_times(rank, p, cfg["pause"], cfg["reps"])}
         out["adamw"] = _adamw_methods(rank, p, cfg["rows"], cfg["cols"], cfg["rounds"],
-                                      cfg["pause"])
+                                      cfg["pause"], cfg.get("k", 4))
         results.put((rank, out))
     except BaseException as e:
         results.put((rank, {"error": f"{type(e).__name__}: {e}"}))
@@ -195,9 +208,9 @@ def summarize(p, per_rank):
         t = np.max([r["adamw"]["samples"][k] for r in per_rank], axis=0)
         methods[k] = {"median_ms": float(np.median(t)) * 1e3, "min_ms": float(t.min()) * 1e3,
                       "times_ms": (t * 1e3).tolist()}
-    for k in ("wb unsharded", "wb sharded"):
+    for k in per_rank[0]["adamw"]["split"]:
         parts = [r["adamw"]["split"][k] for r in per_rank]
-        for part in ("compute_s", "comm_s"):
+        for part in ("compute_s", "comm_s", "overlap_s"):
             methods[k][part.replace("_s", "_ms")] = float(np.median(
                 [max(pr[i][part] for pr in parts) for i in range(len(parts[0]))])) * 1e3
     err = max(r["adamw"]["sharded_vs_unsharded_error"] for r in per_rank)
@@ -206,7 +219,7 @@ def summarize(p, per_rank):
 
 
 def model(res):
-    from workbench.distributed.cost import INFINIBAND, NVLINK, fit, scale_out
+    from workbench.distributed.cost import INFINIBAND, NVLINK, fit, fit_regimes, scale_out
     two = [(c["op"], c["ranks"], c["bytes"], c["median_s"])
            for r in res["runs"] if r["ranks"] == 2 for c in r["collectives"]
            if c["op"] in OPS]
@@ -218,6 +231,11 @@ def model(res):
     per_op = {op: fit([x for x in two if x[0] == op], f"gloo {op} (fitted)") for op in OPS}
     res["fit_per_op"] = {op: {"alpha_s": lk.alpha, "beta_s_per_byte": lk.beta}
                          for op, lk in per_op.items()}
+    # and per op in two message-size regimes (latency-bound small, bandwidth-bound large)
+    regimes = {op: fit_regimes([x for x in two if x[0] == op], f"gloo {op}") for op in OPS}
+    res["fit_regimes"] = {op: {"cut_bytes": r.cut_bytes, "small": [r.small.alpha, r.small.beta],
+                               "large": [r.large.alpha, r.large.beta]}
+                          for op, r in regimes.items()}
     for r in res["runs"]:
         for c in r["collectives"]:
             if c["op"] not in OPS:
@@ -226,6 +244,9 @@ def model(res):
             c["model_error_pct"] = (c["model_s"] - c["median_s"]) / c["median_s"] * 100
             c["op_model_s"] = per_op[c["op"]].time(c["op"], c["bytes"], c["ranks"])
             c["op_model_error_pct"] = (c["op_model_s"] - c["median_s"]) / c["median_s"] * 100
+            c["regime_model_s"] = regimes[c["op"]].time(c["op"], c["bytes"], c["ranks"])
+            c["regime_model_error_pct"] = (c["regime_model_s"] - c["median_s"]) / \
+                c["median_s"] * 100
     n = res["rows"] * res["cols"] * 4
     res["simulated"] = [row for lk in (link, NVLINK, INFINIBAND) for form in ("ring", "tree")
                         for row in scale_out(lk, "all_reduce", n, form=form)]
@@ -245,15 +266,15 @@ def markdown(res) -> str:
     for r in res["runs"]:
         a = r["adamw"]
         L += [f"## {r['ranks']} ranks", "",
-              "| method | median ms | min ms | x (medians) | x (mins) | compute ms | comm ms |",
-              "|---|---|---|---|---|---|---|"]
+              "| method | median ms | min ms | x (medians) | x (mins) | compute ms | comm ms "
+              "| overlap ms |", "|---|---|---|---|---|---|---|---|"]
         for k, m in a.items():
             ref = a["compute: torch fused" if k.startswith("compute") else "torch fused"]
             part = lambda key: f"{m[key]:.1f}" if key in m else ""
             L.append(f"| {k} | {m['median_ms']:.1f} | {m['min_ms']:.1f} | "
                      f"{ref['median_ms'] / m['median_ms']:.2f} | "
                      f"{ref['min_ms'] / m['min_ms']:.2f} | {part('compute_ms')} | "
-                     f"{part('comm_ms')} |")
+                     f"{part('comm_ms')} | {part('overlap_ms')} |")
         L += ["", "(compute rows: `x` against `compute: torch fused`, the AdamW step without "
               "its collective; the sharded step's parameter against the unsharded one's: "
               f"max relative error {r['sharded_vs_unsharded_error']:.2g})", ""]
@@ -266,19 +287,29 @@ def markdown(res) -> str:
               f"{op} alpha {v['alpha_s'] * 1e6:.0f} us, 1 / beta "
               f"{(1 / v['beta_s_per_byte'] / 1e9) if v['beta_s_per_byte'] else float('inf'):.2f}"
               " GB/s" for op, v in res["fit_per_op"].items()) + ".", "",
+          "Per op in two regimes (`cost.fit_regimes`; ring-step messages up to the cut, "
+          "above it): " + "; ".join(
+              f"{op} cut {v['cut_bytes'] / 2**10:.0f} KB" for op, v in
+              res.get("fit_regimes", {}).items()) + ".", "",
           "| op | ranks | bytes | measured ms (median) | model ms (one link) | error % "
-          "| model ms (per op) | error % |",
-          "|---|---|---|---|---|---|---|---|"]
+          "| model ms (per op) | error % | model ms (per op, regimes) | error % |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     within = [abs(c["op_model_error_pct"]) <= 25 for r in res["runs"]
               for c in r["collectives"] if "model_s" in c]
+    within_r = [abs(c.get("regime_model_error_pct", 1e9)) <= 25 for r in res["runs"]
+                for c in r["collectives"] if "model_s" in c and r["ranks"] == 2]
     for r in res["runs"]:
         for c in r["collectives"]:
             if "model_s" in c:
                 L.append(f"| {c['op']} | {c['ranks']} | {c['bytes']} | "
                          f"{c['median_s'] * 1e3:.3f} | {c['model_s'] * 1e3:.3f} | "
                          f"{c['model_error_pct']:+.0f} | {c['op_model_s'] * 1e3:.3f} | "
-                         f"{c['op_model_error_pct']:+.0f} |")
-    L += ["", f"Within 25% (per-op links): {sum(within)} of {len(within)} rows.", "",
+                         f"{c['op_model_error_pct']:+.0f} | "
+                         f"{c.get('regime_model_s', float('nan')) * 1e3:.3f} | "
+                         f"{c.get('regime_model_error_pct', float('nan')):+.0f} |")
+    L += ["", f"Within 25% (per-op links): {sum(within)} of {len(within)} rows; per op "
+          f"in two regimes, of the 2-rank rows they are fitted on: {sum(within_r)} of "
+          f"{len(within_r)} (held out across runs: `benchmarks/alpha_beta_fit.py`).", "",
           "## The ring against gloo's own ReduceScatter and AllGather", "",
           "`x` = gloo's own call / the ring (medians, same bytes, same run).", "",
           "| op | ranks | bytes | ring ms | gloo's own ms | x |", "|---|---|---|---|---|---|"]
@@ -309,6 +340,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=5, help="calls per collective and size")
     ap.add_argument("--pause", type=float, default=0.2)
+    ap.add_argument("--k", type=int, default=4, help="pieces of the chunked sharded step")
     ap.add_argument("--out", default=str(RESULTS / f"collectives-{dt.date.today()}"))
     ap.add_argument("--render", metavar="JSON",
                     help="fit and write the report again from a run's JSON (no measuring)")
@@ -327,7 +359,8 @@ def main(argv=None) -> int:
            "load_average_at_start": list(os.getloadavg())}
     for p in a.ranks:
         log(f"{p} ranks ...")
-        cfg = dict(rows=a.rows, cols=a.cols, rounds=a.rounds, reps=a.reps, pause=a.pause)
+        cfg = dict(rows=a.rows, cols=a.cols, rounds=a.rounds, reps=a.reps, pause=a.pause,
+                   k=a.k)
         res["runs"].append(summarize(p, run_ranks(p, cfg)))
     model(res)
     from pathlib import Path

@@ -32,11 +32,17 @@ _SEQ = itertools.count()
 class Pending:
     """A started collective: ``works`` to wait for, then ``finish()`` gives the result."""
     works: list
-    finish: Callable[[], np.ndarray]
+    finish: Callable[..., np.ndarray]
+    ring: object = None     # (a ring's own wait calls on_chunk per segment as it lands:
+                            # then finish() maps the ring's result back to the layout)
 
-    def wait(self) -> np.ndarray:
+    def wait(self, on_chunk=None) -> np.ndarray:
+        """The result; ``on_chunk(a, b)`` (a ring only) called on each flat piece a:b of
+        it as the ring makes it final."""
         for w in self.works:
             w.wait()
+        if self.ring is not None:
+            return self.finish(self.ring.wait(on_chunk))
         return self.finish()
 
 
@@ -44,10 +50,13 @@ def _front(x: np.ndarray, d: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(x, d, 0))
 
 
-def start(node: Node, x: np.ndarray, rank: int, p: int, store: dict | None = None) -> Pending:
+def start(node: Node, x: np.ndarray, rank: int, p: int, store: dict | None = None,
+          segment: int | None = None) -> Pending:
     """Post ``node``'s collective on this rank's local array ``x``. ``store``: this
     node's buffers, kept by the caller from step to step (a result is then valid until
-    the node runs again, as with NCCL's and DDP's persistent buffers); None: fresh."""
+    the node runs again, as with NCCL's and DDP's persistent buffers); None: fresh.
+    ``segment``: the ring's elements per message (compute fused into the result runs
+    per segment)."""
     import torch
     import torch.distributed as dist
     t = torch.from_numpy
@@ -64,8 +73,9 @@ def start(node: Node, x: np.ndarray, rank: int, p: int, store: dict | None = Non
         src = _front(x, d)
         back = lambda out: np.ascontiguousarray(np.moveaxis(out, 0, d)) if d else out
         if gloo:
-            ring = RingReduceScatter(src, a["reduce_op"], rank, p, next(_SEQ), store)
-            return Pending([], lambda: back(ring.wait()))
+            ring = RingReduceScatter(src, a["reduce_op"], rank, p, next(_SEQ), store,
+                                     segment)
+            return Pending([], back, ring)
         out = np.empty((src.shape[0] // p, *src.shape[1:]), x.dtype)
         w = dist.reduce_scatter_single(t(out), t(src), op=ops[a["reduce_op"]],
                                        async_op=True)
@@ -75,8 +85,8 @@ def start(node: Node, x: np.ndarray, rank: int, p: int, store: dict | None = Non
         src = _front(x, d)
         back = lambda out: np.ascontiguousarray(np.moveaxis(out, 0, d)) if d else out
         if gloo:
-            ring = RingAllGather(src, rank, p, next(_SEQ), store)
-            return Pending([], lambda: back(ring.wait()))
+            ring = RingAllGather(src, rank, p, next(_SEQ), store, segment)
+            return Pending([], back, ring)
         out = np.empty((src.shape[0] * p, *src.shape[1:]), x.dtype)
         w = dist.all_gather_single(t(out), t(src), async_op=True)
         return Pending([w], lambda: back(out))

@@ -56,32 +56,20 @@ class PerOpLink:
     """A link measured per collective: gloo's ReduceScatter and AllGather are other
     algorithms than its AllReduce (on this machine ~4x and ~2.5x slower per byte), so
     one alpha and beta for all three does not hold. ``links``: op -> Link; others use
-    ``default``."""
+    ``default``. A link may be a :class:`SizeRegimes` (anything with ``time``)."""
     name: str
-    links: tuple[tuple[str, Link], ...]
+    links: tuple[tuple[str, "Link | SizeRegimes"], ...]
     default: Link
 
     def time(self, op: str, nbytes: float, p: int, form: str = "ring") -> float:
         return dict(self.links).get(op, self.default).time(op, nbytes, p, form)
 
 
-# this machine's gloo over loopback on 2 ranks, fitted per op by benchmarks/collectives.py:
-# the median of three runs' fits (benchmarks/results/collectives-2026-12-05-ring.md,
-# -buffers.md and -rank-threads.md, host load 6-17), ReduceScatter and AllGather being the
-# rings of ring.py; what the planner prices collectives with unless given another link
-GLOO_LOOPBACK = PerOpLink(
-    "gloo loopback (fitted per op)",
-    (("all_reduce", Link("gloo all_reduce", 455e-6, 1 / 0.86e9)),
-     ("reduce_scatter", Link("gloo reduce_scatter (ring)", 851e-6, 1 / 0.70e9)),
-     ("all_gather", Link("gloo all_gather (ring)", 785e-6, 1 / 0.70e9))),
-    Link("gloo (fitted)", 455e-6, 1 / 0.66e9))
-
 # preset links (per-GPU figures as published; for the simulated curves, not measured
 # here): NVLink 4 (H100 SXM, ~450 GB/s per direction, ~2 us through NCCL) and
 # InfiniBand NDR (400 Gb/s = 50 GB/s per port, ~5 us)
 NVLINK = Link("NVLink (preset)", 2e-6, 1 / 450e9)
 INFINIBAND = Link("InfiniBand NDR (preset)", 5e-6, 1 / 50e9)
-PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "gloo": GLOO_LOOPBACK}
 
 
 def fit(samples: Sequence[tuple[str, int, float, float]], name: str = "fitted") -> Link:
@@ -105,6 +93,75 @@ def fit(samples: Sequence[tuple[str, int, float, float]], name: str = "fitted") 
     if alpha < 0 or beta < 0:    # (one of them is noise: fit the other alone)
         alpha, beta = (0.0, sb / sbb) if alpha < 0 else (sa / saa, 0.0)
     return Link(name, alpha, beta)
+
+
+@dataclass(frozen=True)
+class SizeRegimes:
+    """One collective's link in two message-size regimes: for a ring step's message
+    (``nbytes / p``, one rank's shard) up to ``cut_bytes``, ``small`` (latency-bound:
+    the per-call cost of the start, the wait and gloo's handshake dominate), above it
+    ``large`` (bandwidth-bound: the ring's segments stream, their reductions
+    overlapped with the transfers). One straight line through 4 KB .. 64 MB misfits
+    both ends: the small messages' measured cost is flat, the large ones' per-byte cost
+    is not the slope between them. (By the message, not the tensor: at many ranks a
+    large tensor's ring steps are small messages.)"""
+    name: str
+    cut_bytes: float
+    small: Link
+    large: Link
+
+    def time(self, op: str, nbytes: float, p: int, form: str = "ring") -> float:
+        return (self.small if nbytes / max(p, 1) <= self.cut_bytes else self.large).time(
+            op, nbytes, p, form)
+
+
+def within(link, samples, pct: float = 25.0) -> int:
+    """How many (op, p, nbytes, seconds) samples ``link`` predicts within ``pct``%."""
+    return sum(abs(link.time(op, n, p) - t) <= pct / 100 * t for op, p, n, t in samples)
+
+
+def fit_regimes(samples: Sequence[tuple[str, int, float, float]], name: str = "fitted",
+                least: int = 2) -> SizeRegimes:
+    """:func:`fit` on each side of a message size (a ring step's, ``nbytes / p``), the
+    cut the one (of those between measured sizes, ``least`` sizes a side at least)
+    whose two fits put the most samples within 25%, then the smallest squared relative
+    error."""
+    sizes = sorted({n / p for _, p, n, _ in samples})
+    best = None
+    for i in range(least, len(sizes) - least + 1):
+        cut = sizes[i - 1]
+        lo = [x for x in samples if x[2] / x[1] <= cut]
+        hi = [x for x in samples if x[2] / x[1] > cut]
+        r = SizeRegimes(name, cut, fit(lo, f"{name} <= {cut:g} B"),
+                        fit(hi, f"{name} > {cut:g} B"))
+        err = sum(((r.time(op, n, p) - t) / t) ** 2 for op, p, n, t in samples)
+        key = (-within(r, samples), err)
+        if best is None or key < best[0]:
+            best = (key, r)
+    if best is None:
+        raise ValueError(f"{len(sizes)} message sizes: two regimes need {2 * least}")
+    return best[1]
+
+
+# this machine's gloo over loopback on 2 ranks, fitted per op and message-size regime
+# (fit_regimes) on four runs pooled (benchmarks/results/collectives-2026-12-05-ring,
+# -buffers, -rank-threads and -chunked; host load 6-17; ReduceScatter and AllGather the
+# rings of ring.py; benchmarks/alpha_beta_fit.py scores it): what the planner prices
+# collectives with unless given another link.
+GLOO_LOOPBACK = PerOpLink(
+    "gloo loopback (fitted per op and message size)",
+    # (cuts: a ring step's message, one rank's shard: 2 ranks' tensor / 2)
+    (("all_reduce", SizeRegimes("gloo all_reduce", 512 << 10,
+                                Link("<= 512 KB a step", 494e-6, 1 / 1.71e9),
+                                Link("> 512 KB a step", 473e-6, 1 / 0.81e9))),
+     ("reduce_scatter", SizeRegimes("gloo reduce_scatter (ring)", 2 << 20,
+                                    Link("<= 2 MB a step", 790e-6, 1 / 0.99e9),
+                                    Link("> 2 MB a step", 0.0, 1 / 0.67e9))),
+     ("all_gather", SizeRegimes("gloo all_gather (ring)", 4 << 20,
+                                Link("<= 4 MB a step", 840e-6, 1 / 1.02e9),
+                                Link("> 4 MB a step", 5.92e-3, 1 / 0.90e9)))),
+    Link("gloo (fitted)", 455e-6, 1 / 0.66e9))
+PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "gloo": GLOO_LOOPBACK}
 
 
 def scale_out(link: Link, op: str, nbytes: float, ranks: Sequence[int] = (

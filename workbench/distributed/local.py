@@ -22,10 +22,14 @@ from .program import DistProgram
 
 @dataclass(frozen=True)
 class Segment:
-    """Compute nodes ``nodes`` (ids of the program) as the local graph ``graph``."""
+    """Compute nodes ``nodes`` (ids of the program) as the local graph ``graph``;
+    ``on_arrival``: the received value it is fused into (:mod:`.received`: run per
+    ``fuse_segment`` elements of it as they arrive), else empty."""
     index: int
     nodes: tuple[str, ...]
     graph: Graph
+    on_arrival: str = ""
+    fuse_segment: int = 0
 
 
 @dataclass(frozen=True)
@@ -45,14 +49,19 @@ def local_steps(d: DistProgram) -> list:
             later_reads[v] = i
     for o in g.outputs:
         later_reads[o] = len(g.nodes)
+    # (nodes fused into a received value: a segment of their own, run per piece)
+    fused = {v: w for w in g.nodes if w.op == WAIT for v in w.attr("fused") or ()}
     steps: list = []
     run: list[int] = []
+    into = [None]
 
     def close():
         if run:
             seg = _segment(d, [g.nodes[i] for i in run], run[-1], later_reads, len(steps))
             if seg is not None:     # (a run whose results nothing reads is dropped)
-                steps.append(seg)
+                w = into[0]
+                steps.append(seg if w is None else dataclasses.replace(
+                    seg, on_arrival=w.outputs[0], fuse_segment=w.attr("fuse_segment")))
             run.clear()
 
     for i, n in enumerate(g.nodes):
@@ -60,6 +69,10 @@ def local_steps(d: DistProgram) -> list:
             close()
             steps.append(Comm(len(steps), n))
         else:
+            w = fused.get(n.outputs[0])
+            if w is not into[0]:
+                close()
+                into[0] = w
             run.append(i)
     close()
     return steps

@@ -16,7 +16,8 @@ its own piece with the ops of the registry:
   ``S(rows)``, ``S(batch) @ S(batch)``
   -> ``S(batch)`` (a pipeline stage per rank), ``R @ R`` -> ``R``.
 * slice: along dims a shard does not split (a Partial slices with its addends);
-  reshape and concat of Partial values of one reduction stay Partial.
+  reshape and concat of Partial values of one reduction stay Partial; a concat of
+  values sharded on one dim, along another dim, stays sharded.
 * other layout and library ops: replicated inputs only (their attributes are written
   for the global shape).
 * collectives: ``all_reduce`` ``P(op)`` -> ``R``; ``reduce_scatter`` ``P(op)`` ->
@@ -99,6 +100,11 @@ def _rule(g: Graph, n: Node, ins: list[Placement], p: int) -> Placement:
         if len(set(ins)) > 1:
             raise PlacementError(f"joins partials {', '.join(map(str, ins))} of different "
                                  "reductions; one message reduces one way")
+        return ins[0]
+    if n.op == "concat" and ins and isinstance(ins[0], Shard) and len(set(ins)) == 1 and \
+            n.attr("axis") % len(g.value(n.outputs[0]).shape) != ins[0].dim:
+        # (joined along a dim the shard does not split: each rank joins its own pieces,
+        # how the chunked sharded optimizer puts its moments back together)
         return ins[0]
     if any(not isinstance(x, Replicate) for x in ins):
         raise PlacementError(

@@ -40,8 +40,9 @@ def buffer(store: dict | None, key, shape, dtype) -> np.ndarray:
     return a
 
 
-def _segments(n: int) -> list[tuple[int, int]]:
-    return [(a, min(a + SEGMENT, n)) for a in range(0, n, SEGMENT)] or [(0, 0)]
+def _segments(n: int, segment: int | None = None) -> list[tuple[int, int]]:
+    k = segment or SEGMENT
+    return [(a, min(a + k, n)) for a in range(0, n, k)] or [(0, 0)]
 
 
 def _tag(seq: int, step: int, seg: int) -> int:
@@ -54,10 +55,11 @@ class RingReduceScatter:
     ``reduce_op``. Step s: send the running partial of chunk (r-1-s), receive that of
     chunk (r-2-s) from rank r-1 and reduce it with the own addend; after p-1 steps the
     rank holds chunk r reduced over every rank. Step 0 is posted by the constructor
-    (the start), the rest run in ``wait``."""
+    (the start), the rest run in ``wait``. ``segment``: elements per message (default
+    :data:`SEGMENT`)."""
 
     def __init__(self, x: np.ndarray, reduce_op: str, rank: int, p: int, seq: int,
-                 store: dict | None = None):
+                 store: dict | None = None, segment: int | None = None):
         import torch
         self.t = torch.from_numpy
         self.rank, self.p, self.seq, self.op = rank, p, seq, reduce_op
@@ -68,7 +70,7 @@ class RingReduceScatter:
         self.recv = buffer(store, "recv", n, x.dtype) if p > 1 else None
         self.acc = buffer(store, "acc", n, x.dtype) if p > 2 else None
         self.spare = buffer(store, "spare", n, x.dtype) if p > 2 else None
-        self.segs = _segments(n)
+        self.segs = _segments(n, segment)
         self.works = self._post(0, self.chunks[(rank - 1) % p]) if p > 1 else None
 
     def _post(self, step: int, send: np.ndarray):
@@ -80,10 +82,15 @@ class RingReduceScatter:
                  for i, (a, b) in enumerate(self.segs)]
         return sends, recvs
 
-    def wait(self) -> np.ndarray:
+    def wait(self, on_chunk=None) -> np.ndarray:
+        """The rank's reduced chunk; ``on_chunk(a, b)`` is called as elements a:b of it
+        (flat) are final -- each segment as the last step reduces it, while later
+        segments still arrive (:mod:`.received`)."""
         r, p = self.rank, self.p
         if p == 1:
             self.out[...] = self.chunks[0]
+            for a, b in self.segs if on_chunk else ():
+                on_chunk(a, b)
         for s in range(p - 1):
             sends, recvs = self.works
             own = self.chunks[(r - 2 - s) % p]
@@ -94,6 +101,8 @@ class RingReduceScatter:
                 _REDUCE[self.op](self.recv[a:b], own[a:b], out=dst[a:b])
                 if last and self.op == "avg":
                     dst[a:b] *= dst.dtype.type(1 / p)
+                if last and on_chunk and b > a:
+                    on_chunk(a, b)
             for w in sends:
                 w.wait()
             if not last:    # (the partial just made is the next step's message)
@@ -107,7 +116,7 @@ class RingAllGather:
     Step s: send shard (r-s) on to rank r+1, receive shard (r-s-1) from rank r-1."""
 
     def __init__(self, x: np.ndarray, rank: int, p: int, seq: int,
-                 store: dict | None = None):
+                 store: dict | None = None, segment: int | None = None):
         import torch
         self.t = torch.from_numpy
         self.rank, self.p, self.seq = rank, p, seq
@@ -115,7 +124,7 @@ class RingAllGather:
         self.shape = (x.shape[0] * p, *x.shape[1:])
         self.out = buffer(store, "out", (p, src.size), x.dtype)
         self.out[rank] = src.reshape(-1)
-        self.segs = _segments(src.size)
+        self.segs = _segments(src.size, segment)
         self.works = self._post(0) if p > 1 else ([], [])
 
     def _post(self, step: int):
@@ -128,10 +137,21 @@ class RingAllGather:
                  for i, (a, b) in enumerate(self.segs)]
         return sends, recvs
 
-    def wait(self) -> np.ndarray:
-        for s in range(self.p - 1):
-            for w in (*self.works[1], *self.works[0]):
+    def wait(self, on_chunk=None) -> np.ndarray:
+        """The gathered result; ``on_chunk(a, b)`` is called on elements a:b of it
+        (flat) as they are there: the rank's own shard first, then each segment as it
+        arrives (:mod:`.received`)."""
+        r, p, n = self.rank, self.p, self.out.shape[1]
+        for a, b in self.segs if on_chunk and n else ():
+            on_chunk(r * n + a, r * n + b)
+        for s in range(p - 1):
+            ri = (r - s - 1) % p
+            for (a, b), w in zip(self.segs, self.works[1]):
                 w.wait()
-            if s < self.p - 2:
+                if on_chunk and b > a:
+                    on_chunk(ri * n + a, ri * n + b)
+            for w in self.works[0]:
+                w.wait()
+            if s < p - 2:
                 self.works = self._post(s + 1)
         return self.out.reshape(self.shape)

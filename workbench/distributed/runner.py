@@ -209,6 +209,10 @@ class RankProgram:
         # each collective's buffers, reused step after step (its results are valid until
         # the next step: fresh 64 MB buffers cost ~15 ms of page faults each)
         self.buffers: dict[str, dict] = {}
+        self.fused: dict[str, _Fused] = {}     # received value -> the work fused into it
+        self.outs: dict[int, dict] = {}
+        self.waits = {n.inputs[0]: n.outputs[0] for n in d.graph.nodes
+                      if n.op == "wait_tensor"}    # a start's value -> its wait's
         for s in self.steps:
             if isinstance(s, Comm):
                 continue
@@ -218,6 +222,12 @@ class RankProgram:
                                         rank, k)
             plan, _ = run_planner(planner, s.graph, model=model)
             self.programs[s.index] = Program(plan, backend)
+            # (its outputs kept from step to step, as the collectives' buffers are: fresh
+            # 32 MB outputs cost page faults every step -- valid until the next step)
+            self.outs[s.index] = self.programs[s.index].new_outputs()
+            if s.on_arrival:
+                self.fused[s.on_arrival] = _Fused(s, d, lambda g: Program(
+                    run_planner(planner, g, model=model)[0], backend))
 
     def run(self, progress=None, fault=None) -> tuple[dict, RankTimes]:
         """One step: every value it made (a collective's result lives in its buffer,
@@ -241,7 +251,14 @@ class RankProgram:
             if isinstance(s, Comm):
                 n = s.node
                 if n.op == "wait_tensor":
-                    vals[n.outputs[0]] = pending.pop(n.inputs[0]).wait()
+                    f = self.fused.get(n.outputs[0])
+                    if f is None:
+                        vals[n.outputs[0]] = pending.pop(n.inputs[0]).wait()
+                    else:   # (its consumer's kernels run inside, per arriving segment)
+                        vals[n.outputs[0]] = f.wait(pending.pop(n.inputs[0]), vals, spans,
+                                                    t0)
+                        compute += f.compute_s
+                        comm -= f.compute_s
                     end = time.perf_counter() - t0
                     name, since = began.pop(n.inputs[0])
                     spans += [Span("comm", name, since, end), Span("wait", name, t - t0, end)]
@@ -251,14 +268,19 @@ class RankProgram:
                 else:
                     x = vals[n.inputs[0]]
                     sent += sent_bytes(n, x.nbytes, p)
+                    f = self.fused.get(self.waits.get(n.outputs[0], ""))
                     pending[n.outputs[0]] = start(n, x, rank, p,
-                                                  self.buffers.setdefault(n.id, {}))
+                                                  self.buffers.setdefault(n.id, {}),
+                                                  f.segment if f else None)
                     began[n.outputs[0]] = (n.name, t - t0)
                 if n.op != "wait_tensor":   # (time inside a start or a local slice)
                     spans.append(Span("call", n.name, t - t0, time.perf_counter() - t0))
                 comm += time.perf_counter() - t
+            elif s.on_arrival:      # (run inside its collective's wait)
+                continue
             else:
-                vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs}))
+                vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs},
+                                                       out=self.outs[s.index]))
                 compute += time.perf_counter() - t
                 spans.append(Span("compute", s.graph.name, t - t0, time.perf_counter() - t0))
         return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent,
@@ -310,3 +332,65 @@ def _rank_main(rank, d, inputs, seed, planner, repeats, timeout, store, results,
         if "fault injected" not in str(e):
             line += " | " + traceback.format_exc().strip().splitlines()[-3][:200]
         results.put(("error", rank, step, line))
+
+
+class _Fused:
+    """A segment fused into the collective whose result it reads (:mod:`.received`):
+    compiled for one ring segment's length (and the shorter last ones, as they come),
+    run on each flat piece of the result as the ring finishes it, writing its outputs'
+    pieces in place."""
+
+    def __init__(self, seg, d: DistProgram, compile_):
+        from .received import chunk_graph, pieces
+        self.seg, self.segment, self.compile = seg, seg.fuse_segment, compile_
+        self.size = int(np.prod(d.local_shape(seg.on_arrival)))
+        self.programs: dict[int, object] = {}
+        self.outputs = {o: np.empty(seg.graph.value(o).shape, seg.graph.value(o).dtype.np)
+                        for o in seg.graph.outputs}
+        self._chunk = lambda n: chunk_graph(seg.graph, self.size, n)
+        lengths = {b - a for a, b in pieces(self.size, self.segment)}
+        node = d.graph.producer[d.graph.producer[seg.on_arrival].inputs[0]]
+        if node.op == "all_gather":     # (the ring's segments lie within each shard)
+            lengths |= {b - a for a, b in pieces(self.size // d.ranks, self.segment)}
+        for n in lengths:
+            self._program(n)
+        self.compute_s = 0.0
+
+    def _program(self, n: int):
+        if n not in self.programs:
+            self.programs[n] = self.compile(self._chunk(n))
+        return self.programs[n]
+
+    def wait(self, pending, vals: dict, spans: list, t0: float) -> np.ndarray:
+        from .received import pieces
+        from .timeline import Span
+        g, size = self.seg.graph, self.size
+        self.compute_s = 0.0
+        flat: dict = {}
+        names = [k for k in g.inputs if k != self.seg.on_arrival]
+
+        def on_chunk(a, b):
+            if not flat:    # (the received buffer: known once the ring holds it)
+                for k in names:
+                    v = np.ascontiguousarray(vals[k])
+                    flat[k] = v.reshape(-1) if v.size == size else v.reshape(())
+            for x, y in pieces(b - a, self.segment):
+                t = time.perf_counter()
+                lo, hi = a + x, a + y
+                ins = {k: (v[lo:hi] if v.ndim else v) for k, v in flat.items()}
+                ins[self.seg.on_arrival] = recv[lo:hi]
+                self._program(hi - lo).run(ins, out={o: o_.reshape(-1)[lo:hi] for o, o_
+                                                     in self.outputs.items()})
+                done = time.perf_counter()
+                self.compute_s += done - t
+                spans.append(Span("compute", f"{g.name}[{lo}:{hi}]", t - t0, done - t0))
+
+        if pending.ring is None:    # (no ring: the whole result at once)
+            out = pending.wait()
+            recv = out.reshape(-1)
+            on_chunk(0, size)
+        else:                       # (the ring's flat buffer, filled as it goes)
+            recv = pending.ring.out.reshape(-1)
+            out = pending.wait(on_chunk)
+        vals.update(self.outputs)
+        return out

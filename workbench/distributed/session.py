@@ -21,9 +21,12 @@ from ..ops.collective import COLLECTIVES
 from .cost import GLOO_LOOPBACK, PRESETS, Link, PerOpLink
 from .local import Comm, local_steps
 from .program import DistProgram, is_distributed_file, load_json
+from .ring import SEGMENT
 from .runner import RankRun, run_ranks, sent_bytes
 from .bucket import bucket_all_reduces
 from .chunk import chunk_all_reduce, matmul_of, overlapped
+from .chunk_pair import chunk_sharded
+from .received import FUSABLE, fuse_received
 from .transforms import shard_after, split_all_reduce
 
 @dataclass(frozen=True)
@@ -131,6 +134,22 @@ class DistSession:
         return self._push(f"bucket_all_reduces {', '.join(refs) if refs else 'all'}",
                           bucket_all_reduces(self.program, refs))
 
+    def fuse_received(self, ref: str, segment: int | None = None) -> DistProgram:
+        """The elementwise work after ReduceScatter/AllGather ``ref``'s wait fused into
+        it, run per ``segment`` elements (default: the ring's message) as they arrive,
+        as a step (:mod:`.received`; FusionRefused with the reason where nothing can)."""
+        d, names, left = fuse_received(self.program, ref, segment or SEGMENT)
+        return self._push(f"fuse_received {ref}", d,
+                          [f"fused into {ref}'s arrival: {', '.join(names)}"] +
+                          [f"not fused: {a}: {why}" for a, why in left])
+
+    def chunk_sharded(self, ref: str, k: int = 2, dim: int | None = None) -> DistProgram:
+        """ReduceScatter ``ref``, the sharded work after it and its AllGathers as ``k``
+        pipelined pieces cut along ``dim`` (:mod:`.chunk_pair`), as a step
+        (FusionRefused with the reason where it cannot be)."""
+        return self._push(f"chunk_sharded {ref} k {k}", chunk_sharded(self.program, ref, k,
+                                                                      dim))
+
     def auto(self, planner: str = "stitch", keep_sharded=()) -> DistProgram:
         """Consider, for every AllReduce, splitting it along each dim and moving the
         work after it onto the shard; apply the first candidate the alpha-beta model and
@@ -151,7 +170,46 @@ class DistSession:
             d, note = self._best_chunks(d, n)
             notes += note
         d, note = self._bucket(d)
+        notes += note
+        d, note = self._fuse_received(d)
         return self._push(f"auto {planner}", d, notes + note)
+
+    def _fuse_received(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
+        """For each ReduceScatter/AllGather, its consumer's kernels run per arriving
+        segment, where the model says the overlap gains: the step then pays the
+        collective plus one segment's compute, not the collective plus all of it."""
+        from ..runtime.calibrate import cpu_device
+        starts = [n for n in d.graph.nodes if n.op in FUSABLE]
+        if not starts:
+            return d, ["not applied: fuse compute into a received tensor: no "
+                       "ReduceScatter or AllGather here (an AllReduce's result arrives "
+                       "whole: split it first)"]
+        notes = []
+        for n in starts:
+            what = f"fuse the compute after {n.name} ({n.op}) into its arrival"
+            try:
+                f, names, _ = fuse_received(d, n.id)
+            except FusionRefused as e:
+                notes.append(f"not applied: {what}: {e}")
+                continue
+            seg = next(s for s in local_steps(f) if getattr(s, "on_arrival", ""))
+            g = seg.graph
+            comp = sum(g.value(v).nbytes for v in (*g.inputs, *g.outputs)) / \
+                cpu_device().dram_bandwidth
+            size = _nbytes(f, seg.on_arrival) // f.graph.value(seg.on_arrival).dtype.itemsize
+            k = -(-size // SEGMENT)
+            if k < 2:
+                notes.append(f"not applied: {what}: its result is one segment ({size} "
+                             f"elements <= {SEGMENT}): nothing arrives while it computes")
+                continue
+            comm = self.link.time(n.op, _nbytes(d, n.inputs[0]) * (
+                d.ranks if n.op == "all_gather" else 1), d.ranks)
+            after = max(comm, comp) + min(comm, comp) / k
+            d = f
+            notes.append(f"applied: {what}: {', '.join(names)} (model: "
+                         f"{(comm + comp) * 1e3:.3g} ms -> {after * 1e3:.3g} ms, {k} "
+                         "segments)")
+        return d, notes
 
     def _bucket(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
         """The AllReduces left, one bucket per reduction, where the model says one

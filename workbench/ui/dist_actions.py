@@ -73,7 +73,8 @@ def _pieces(d, n, keep):
 OFFERS = (OfferKind("split_all_reduce", "all_reduce", _dims),
           OfferKind("shard_after", "all_gather", _keep),
           OfferKind("chunk_all_reduce", "all_reduce", _pieces),
-          OfferKind("bucket_all_reduces", "all_reduce", whole=True))
+          OfferKind("bucket_all_reduces", "all_reduce", whole=True),
+          OfferKind("fuse_received", "reduce_scatter"), OfferKind("fuse_received", "all_gather"))
 
 
 def trial_session(session):

@@ -1,0 +1,138 @@
+"""Fuse the compute that consumes a received tensor into the collective's last local
+work (CoCoNet's fused ReduceScatter + optimizer): the elementwise nodes right after the
+wait of a ReduceScatter or AllGather run on each segment of the result as it is
+finished -- for the ring ReduceScatter as its last step reduces it, for the ring
+AllGather as it arrives (the rank's own shard first) -- instead of after the whole
+collective. The kernel on segment i then runs while segment i+1 is still in flight.
+
+In the program it is two attributes of the wait: ``fused`` (the values the fused
+nodes make) and ``fuse_segment`` (elements per segment: the ring's message size for
+that collective). The nodes are placed right after the wait, so :mod:`.local` makes
+them a segment of their own, and the runner compiles that segment for one segment's
+length (and the last, shorter one) and calls it per segment from inside the ring.
+
+Legal where the nodes are elementwise, each operand either the received value, a
+fused node's result, a value of the same local shape made before the wait, or a scalar
+(the same element for every segment), and the collective splits along dim 0 (another
+dim is moved to the front for the ring, so a segment would not be a contiguous piece
+of the result). Refused otherwise, with the reason.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..errors import FusionRefused
+from ..ir.graph import Graph, Value
+from ..ops import Kind, get_op
+from ..ops.collective import COLLECTIVES, SHARD_LOCAL, WAIT
+from .program import DistProgram
+from .rewrite import renumbered
+from .ring import SEGMENT
+from .transforms import _node, _wait_of
+
+FUSABLE = ("reduce_scatter", "all_gather")
+
+
+def _size(d: DistProgram, v: str) -> int:
+    return math.prod(d.local_shape(v))
+
+
+def fuse_received(d: DistProgram, ref: str, segment: int = SEGMENT
+                  ) -> tuple[DistProgram, tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """The elementwise work after ``ref``'s wait (a reduce_scatter or all_gather, its
+    wait, or the value either makes) fused into the collective per ``segment``
+    elements. Returns the program, the values the fused nodes make and each node after
+    the wait left unfused with the reason; FusionRefused where nothing can be fused."""
+    g = d.graph
+    n = _node(d, ref)
+    if n.op == WAIT:
+        n = g.producer[n.inputs[0]]
+    if n.op not in FUSABLE:
+        raise FusionRefused(f"{n.name} is {n.op}: only a ReduceScatter's or AllGather's "
+                            "result arrives in segments that compute can consume")
+    if not isinstance(segment, int) or segment < 1:
+        raise FusionRefused(f"segment={segment!r}: give a positive number of elements")
+    if n.attr("dim") % len(g.value(n.inputs[0]).shape) != 0:
+        raise FusionRefused(f"{n.name} splits dim {n.attr('dim')}: the ring runs it on "
+                            "that dim moved to the front, so its segments are no "
+                            "contiguous pieces of the result; split along dim 0")
+    w = _wait_of(d, n)
+    if w.attr("fused"):
+        raise FusionRefused(f"the compute after {n.name} is already fused into it")
+    recv = w.outputs[0]
+    size = _size(d, recv)
+    at = g.nodes.index(w)
+    run = []
+    for m in g.nodes[at + 1:]:      # the compute right after the wait, to the next comm
+        if m.op in COLLECTIVES or m.op in (WAIT, SHARD_LOCAL):
+            break
+        run.append(m)
+    made_before = set(g.inputs) | set(g.constants) | \
+        {o for m in g.nodes[:at + 1] for o in m.outputs}
+    fused, avail, left = [], {recv}, []
+    for m in run:
+        why = None
+        if get_op(m.op).kind is not Kind.elementwise:
+            why = f"{m.op} is not elementwise: a segment holds no whole rows"
+        elif _size(d, m.outputs[0]) != size:
+            why = "its result is not the received value's size"
+        else:
+            for v in m.inputs:
+                if v not in avail and v not in made_before:
+                    why = f"it reads {v!r}, made after the wait by work left unfused"
+                elif v not in avail and _size(d, v) not in (1, size):
+                    why = (f"it reads {v!r} of local shape {d.local_shape(v)}, broadcast "
+                           "over the received value: a segment would cut it")
+                elif v not in avail and _size(d, v) == size and \
+                        d.local_shape(v) != d.local_shape(recv):
+                    why = f"it reads {v!r}, laid out differently from the received value"
+                if why:
+                    break
+        if why:
+            left.append((f"{m.outputs[0]} ({m.op})", why))
+        else:
+            fused.append(m)
+            avail.update(m.outputs)
+    touches = {recv}
+    for m in fused:     # (fused work that never meets the received value waits for nothing)
+        if touches.intersection(m.inputs):
+            touches.update(m.outputs)
+    need = set()        # (and the fused work those read: leaf-only work, m * beta1)
+    for m in reversed(fused):
+        if touches.intersection(m.outputs) or need.intersection(m.outputs):
+            need.update(m.inputs)
+            need.update(m.outputs)
+    fused = [m for m in fused if need.intersection(m.outputs)]
+    if not fused:
+        raise FusionRefused(f"nothing after {n.name} can be fused into it: " + (
+            "; ".join(f"{a}: {why}" for a, why in left) if left else "no compute reads "
+            "its result before the next collective"))
+    ids = {m.id for m in fused}
+    wait = dataclasses.replace(w, attrs=tuple(sorted(
+        {**w.attr_map, "fused": tuple(o for m in fused for o in m.outputs),
+         "fuse_segment": segment}.items())))
+    order = [*g.nodes[:at], wait, *fused, *[m for m in g.nodes[at + 1:] if m.id not in ids]]
+    out = DistProgram(renumbered(g, order), d.ranks, d.leaves)
+    said = {a for a, _ in left}
+    left = [(f"{m.outputs[0]} ({m.op})", "it does not read the received value")
+            for m in run if m.id not in ids and f"{m.outputs[0]} ({m.op})" not in said] + left
+    return out.verify(), tuple(m.outputs[0] for m in fused), tuple(left)
+
+
+def chunk_graph(seg: Graph, size: int, length: int) -> Graph:
+    """Segment graph ``seg`` (local shapes; its full values hold ``size`` elements) for
+    one piece of ``length`` elements: full values 1-D of that length, scalars 0-D (the
+    same element for every piece)."""
+    def shape(v: Value):
+        return (length,) if math.prod(v.shape) == size else ()
+    values = tuple(dataclasses.replace(v, shape=shape(v)) for v in seg.values)
+    consts = {k: np.asarray(c).reshape(shape(seg.value(k))) for k, c in seg.constants.items()}
+    return dataclasses.replace(seg, name=f"{seg.name}.piece{length}", values=values,
+                               constants=consts, input_ranges={}).verify()
+
+
+def pieces(n: int, segment: int) -> list[tuple[int, int]]:
+    return [(a, min(a + segment, n)) for a in range(0, n, segment)]
