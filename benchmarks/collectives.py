@@ -42,10 +42,9 @@ import argparse
 import datetime as dt
 import os
 import sys
-import tempfile
 import time
 
-from harness import RESULTS, log, machine_line, write_results
+from harness import RESULTS, log, machine_line, spawn_ranks, write_results
 
 SIZES = [1 << k for k in range(12, 27, 2)]      # 4 KB .. 64 MB per rank
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -173,25 +172,7 @@ def _worker(rank, p, store, cfg, results):
 
 
 def run_ranks(p, cfg):
-    import torch.multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    store = os.path.join(tempfile.mkdtemp(prefix="wb-bench-"), "store")
-    procs = [ctx.Process(target=_worker, args=(r, p, store, cfg, q)) for r in range(p)]
-    for pr in procs:
-        pr.start()
-    try:
-        got = dict(q.get(timeout=3600) for _ in range(p))
-    finally:
-        for pr in procs:
-            pr.join(30)
-            if pr.is_alive():
-                pr.terminate()
-                pr.join()
-    bad = [g["error"] for g in got.values() if "error" in g]
-    if bad:
-        raise RuntimeError(bad[0])
-    return [got[r] for r in range(p)]
+    return spawn_ranks(_worker, p, cfg, timeout=3600)
 
 
 def summarize(p, per_rank):

@@ -428,3 +428,28 @@ def attention_variants(plan) -> dict:
         if gids:
             out[label] = (other, len(gids))
     return out
+
+
+def spawn_ranks(worker, p: int, cfg, timeout: float = 3600) -> list[dict]:
+    """Run ``worker(rank, p, store, cfg, results)`` in p spawned processes (gloo ranks
+    meeting at a file store) and return each rank's dict, rank order; a rank's
+    ``{"error": ...}`` raises; every process is joined (terminated after 30 s)."""
+    import torch.multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    store = os.path.join(tempfile.mkdtemp(prefix="wb-bench-"), "store")
+    procs = [ctx.Process(target=worker, args=(r, p, store, cfg, q)) for r in range(p)]
+    for pr in procs:
+        pr.start()
+    try:
+        got = dict(q.get(timeout=timeout) for _ in range(p))
+    finally:
+        for pr in procs:
+            pr.join(30)
+            if pr.is_alive():
+                pr.terminate()
+                pr.join()
+    bad = [g["error"] for g in got.values() if "error" in g]
+    if bad:
+        raise RuntimeError(bad[0])
+    return [got[r] for r in range(p)]

@@ -18,11 +18,10 @@ import argparse
 import datetime as dt
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from harness import RESULTS, log, machine_line, write_results
+from harness import RESULTS, log, machine_line, spawn_ranks, write_results
 
 
 def _worker(rank, p, store, cfg, results):
@@ -55,25 +54,7 @@ def _worker(rank, p, store, cfg, results):
 
 
 def run(p, cfg):
-    import torch.multiprocessing as mp
-    ctx = mp.get_context("spawn")
-    q = ctx.Queue()
-    store = os.path.join(tempfile.mkdtemp(prefix="wb-tp-"), "store")
-    procs = [ctx.Process(target=_worker, args=(r, p, store, cfg, q)) for r in range(p)]
-    for pr in procs:
-        pr.start()
-    try:
-        got = dict(q.get(timeout=1800) for _ in range(p))
-    finally:
-        for pr in procs:
-            pr.join(30)
-            if pr.is_alive():
-                pr.terminate()
-                pr.join()
-    bad = [g["error"] for g in got.values() if "error" in g]
-    if bad:
-        raise RuntimeError(bad[0])
-    return [got[r] for r in range(p)]
+    return spawn_ranks(_worker, p, cfg, timeout=1800)
 
 
 def summarize(p, per_rank):
