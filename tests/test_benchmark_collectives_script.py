@@ -27,7 +27,11 @@ def test_collectives_benchmark_small(tmp_path):
     assert run["sharded_vs_unsharded_error"] <= 1e-6
     assert set(run["adamw"]) >= {"torch fused", "wb unsharded", "wb sharded",
                                  "compute: wb 1/p"}
-    assert len(run["collectives"]) == 24 and all(c["model_s"] > 0 for c in run["collectives"])
+    # the three collectives (and gloo's own ReduceScatter/AllGather beside the rings)
+    # at 8 sizes each; the model prices the three
+    ours = [c for c in run["collectives"] if c["op"] in ("all_reduce", "reduce_scatter",
+                                                          "all_gather")]
+    assert len(ours) == 24 and all(c["model_s"] > 0 for c in ours)
     assert {s["kind"] for s in res["simulated"]} == {"simulated"}
     assert "Simulated scale-out (the model, not a measurement)" in \
         out.with_suffix(".md").read_text()
