@@ -16,18 +16,7 @@ from workbench.runtime.reference import random_inputs, run_reference
 from workbench.session import Session
 from workbench.ui.dist_actions import candidates
 
-KEEP = ["m_out", "v_out"]
-
-
-def _first(s, op):
-    return next(n.id for n in s.graph.nodes if n.op == op)
-
-
-def _sharded(ranks, rows=8, cols=6):
-    s = Session(dp_adamw(rows, cols, ranks), ranks=ranks)
-    s.split_all_reduce("n0")
-    s.shard_after(_first(s, "all_gather"), keep_sharded=KEEP)
-    return s
+from sharded_steps import KEEP, first as _first, sharded as _sharded  # noqa: E402
 
 
 @pytest.mark.parametrize("ranks", [1, 2, pytest.param(4, marks=pytest.mark.slow)])

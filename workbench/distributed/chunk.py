@@ -17,19 +17,15 @@ from ..ops.collective import WAIT
 from .placement import Shard
 from .program import DistProgram
 from .rewrite import renumbered
-from .transforms import _node, _program, _wait_of
+from .transforms import _program, _start, _wait_of
 
 
 def chunk_all_reduce(d: DistProgram, ref: str, k: int) -> DistProgram:
     """``ref`` (an all_reduce, its wait, or the value it makes) and the matmul feeding
     it as ``k`` pipelined pieces; FusionRefused where it cannot be."""
     g = d.graph
-    n = _node(d, ref)
-    if n.op == WAIT:
-        n = g.producer[n.inputs[0]]
-    if n.op != "all_reduce":
-        raise FusionRefused(f"{n.name} is {n.op}, not an all_reduce: chunking pipelines a "
-                            "matmul with the AllReduce of its result")
+    n = _start(d, ref, ("all_reduce",), "not an all_reduce: chunking pipelines a matmul "
+               "with the AllReduce of its result")
     if not isinstance(k, int) or k < 2:
         raise FusionRefused(f"k={k!r}: chunk into 2 or more pieces")
     mm = g.producer.get(n.inputs[0])

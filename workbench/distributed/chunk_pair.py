@@ -24,7 +24,7 @@ from ..ops import Kind, get_op
 from ..ops.collective import COLLECTIVES, SHARD_LOCAL, WAIT
 from .program import DistProgram
 from .rewrite import renumbered
-from .transforms import _node, _program, _wait_of
+from .transforms import _program, _start, _wait_of
 
 
 def _cut_dim(shape, sd: int, k: int, dim) -> int:
@@ -45,12 +45,8 @@ def chunk_sharded(d: DistProgram, ref: str, k: int, dim: int | None = None) -> D
     work after it and the AllGathers of that work's results as ``k`` pieces cut along
     ``dim`` (default: the last dim the shard does not split that k divides)."""
     g = d.graph
-    n = _node(d, ref)
-    if n.op == WAIT:
-        n = g.producer[n.inputs[0]]
-    if n.op != "reduce_scatter":
-        raise FusionRefused(f"{n.name} is {n.op}, not a reduce_scatter: this chunks a "
-                            "sharded step's ReduceScatter / AllGather pair")
+    n = _start(d, ref, ("reduce_scatter",), "not a reduce_scatter: this chunks a sharded "
+               "step's ReduceScatter / AllGather pair")
     if not isinstance(k, int) or k < 2:
         raise FusionRefused(f"k={k!r}: chunk into 2 or more pieces")
     w = _wait_of(d, n)
@@ -60,7 +56,6 @@ def chunk_sharded(d: DistProgram, ref: str, k: int, dim: int | None = None) -> D
     shape = g.value(n.inputs[0]).shape
     sd = n.attr("dim") % len(shape)
     c = _cut_dim(shape, sd, k, dim)
-    size = math.prod(shape)
     at = g.nodes.index(w)
     region = []
     for m in g.nodes[at + 1:]:

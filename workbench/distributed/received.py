@@ -31,7 +31,7 @@ from ..ops.collective import COLLECTIVES, SHARD_LOCAL, WAIT
 from .program import DistProgram
 from .rewrite import renumbered
 from .ring import SEGMENT
-from .transforms import _node, _wait_of
+from .transforms import _start, _wait_of
 
 FUSABLE = ("reduce_scatter", "all_gather")
 
@@ -47,12 +47,8 @@ def fuse_received(d: DistProgram, ref: str, segment: int = SEGMENT
     elements. Returns the program, the values the fused nodes make and each node after
     the wait left unfused with the reason; FusionRefused where nothing can be fused."""
     g = d.graph
-    n = _node(d, ref)
-    if n.op == WAIT:
-        n = g.producer[n.inputs[0]]
-    if n.op not in FUSABLE:
-        raise FusionRefused(f"{n.name} is {n.op}: only a ReduceScatter's or AllGather's "
-                            "result arrives in segments that compute can consume")
+    n = _start(d, ref, FUSABLE, "only a ReduceScatter's or AllGather's result arrives "
+               "in segments that compute can consume")
     if not isinstance(segment, int) or segment < 1:
         raise FusionRefused(f"segment={segment!r}: give a positive number of elements")
     if n.attr("dim") % len(g.value(n.inputs[0]).shape) != 0:

@@ -43,6 +43,18 @@ def _node(d: DistProgram, ref: str) -> Node:
                         "(n3), its name or a value it makes")
 
 
+def _start(d: DistProgram, ref: str, ops, why: str) -> Node:
+    """The collective start ``ref`` names (the start, its wait, or a value either
+    makes), if its op is one of ``ops``; else FusionRefused saying ``why`` the step
+    needs such a collective."""
+    n = _node(d, ref)
+    if n.op == WAIT:
+        n = d.graph.producer[n.inputs[0]]
+    if n.op not in ops:
+        raise FusionRefused(f"{n.name} is {n.op}, {why}")
+    return n
+
+
 def _wait_of(d: DistProgram, start: Node) -> Node:
     return next(c for c in d.graph.consumers[start.outputs[0]] if c.op == WAIT)
 
@@ -50,12 +62,8 @@ def _wait_of(d: DistProgram, start: Node) -> Node:
 def split_all_reduce(d: DistProgram, ref: str, dim: int = 0) -> DistProgram:
     """``ref`` (an all_reduce, its wait, or the value it makes) as a reduce_scatter along
     ``dim`` and an all_gather; FusionRefused where it cannot be."""
-    n = _node(d, ref)
-    if n.op == WAIT:
-        n = d.graph.producer[n.inputs[0]]
-    if n.op != "all_reduce":
-        raise FusionRefused(f"{n.name} is {n.op}, not an all_reduce: only an AllReduce "
-                            "splits into ReduceScatter + AllGather")
+    n = _start(d, ref, ("all_reduce",), "not an all_reduce: only an AllReduce splits into "
+               "ReduceScatter + AllGather")
     g, p = d.graph, d.ranks
     x = g.value(n.inputs[0])
     rank = len(x.shape)
@@ -102,12 +110,8 @@ def shard_after(d: DistProgram, ref: str, keep_sharded=()) -> tuple[DistProgram,
     ``keep_sharded``: graph outputs left sharded rather than gathered (optimizer
     state each rank keeps its slice of). FusionRefused naming what blocks it where
     nothing can move."""
-    n = _node(d, ref)
-    if n.op == WAIT:
-        n = d.graph.producer[n.inputs[0]]
-    if n.op != "all_gather":
-        raise FusionRefused(f"{n.name} is {n.op}, not an all_gather: work moves onto the "
-                            "shard before an AllGather (split an AllReduce first)")
+    n = _start(d, ref, ("all_gather",), "not an all_gather: work moves onto the shard "
+               "before an AllGather (split an AllReduce first)")
     g = d.graph
     w = _wait_of(d, n)
     y = w.outputs[0]
