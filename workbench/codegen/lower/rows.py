@@ -246,17 +246,8 @@ class RowLowerer(Lowerer):
             scope.stmts.append(Let("row", self.index_dtype, f"vb / {S}"))
             scope.stmts.append(Let("part", self.index_dtype, f"vb % {S}"))
             for j in range(upto):
-                r = reduces[j]
-                dt, ident, comb = self._accumulator(r)
-                acc = f"acc{j}"
-                scope.stmts.append(Let(acc, dt, ident, r.id))
-                t = self.fresh()
-                scope.stmts.append(Loop("s", S, "serial", (
-                    Load(t, partials[j], f"row * {S} + s"),
-                    Assign(acc, comb.combine(dt.kind).format(acc, t), r.id))))
-                if comb.finish_mean:
-                    scope.stmts.append(self._finish(comb, acc, dt, r.id))
-                self.reduce_var[r.outputs[0]] = self._result(r, acc, dt)
+                scope.stmts += self._sum_partials(j, reduces[j], S, partials[j],
+                                                  f"row * {S} + s")
             return scope
 
         # (the partials' sizes are the cost model's: fusion/spills.py)
@@ -282,6 +273,21 @@ class RowLowerer(Lowerer):
         body.append(Loop("vb", rows * S, "grid", tuple(scope.stmts)))
         return body
 
+
+    def _sum_partials(self, j: int, r, parts: int, buf: str, at: str) -> list:
+        """Reduction ``r``'s ``parts`` partials (buffer ``buf``, partial ``s`` at offset
+        ``at``) combined in order into accumulator ``acc{j}``, which becomes its value:
+        the second phase of a split row and of a two-phase column reduction."""
+        dt, ident, comb = self._accumulator(r)
+        acc, t = f"acc{j}", self.fresh()
+        out = [Let(acc, dt, ident, r.id),
+               Loop("s", parts, "serial", (Load(t, buf, at),
+                                           Assign(acc, comb.combine(dt.kind).format(acc, t),
+                                                  r.id)))]
+        if comb.finish_mean:
+            out.append(self._finish(comb, acc, dt, r.id))
+        self.reduce_var[r.outputs[0]] = self._result(r, acc, dt)
+        return out
 
     def _two_phase(self) -> list:
         """Mapping two_phase (a column reduction): the reduced axis cut into ``splits``
@@ -310,15 +316,7 @@ class RowLowerer(Lowerer):
         two = Scope()
         self.row_scope = two
         for j, r in enumerate(reduces):
-            dt, ident, comb = self._accumulator(r)
-            acc, t = f"acc{j}", self.fresh()
-            two.stmts.append(Let(acc, dt, ident, r.id))
-            two.stmts.append(Loop("s", S, "serial", (
-                Load(t, parts[j], f"s * {rows} + row"),
-                Assign(acc, comb.combine(dt.kind).format(acc, t), r.id))))
-            if comb.finish_mean:
-                two.stmts.append(self._finish(comb, acc, dt, r.id))
-            self.reduce_var[r.outputs[0]] = self._result(r, acc, dt)
+            two.stmts += self._sum_partials(j, r, S, parts[j], f"s * {rows} + row")
         two.stmts += self._per_row_stores(two, dom)
         body.append(Loop("row", rows, "flat", tuple(two.stmts)))
         return body
