@@ -48,6 +48,7 @@ from ..errors import GraphError
 from ..ops import evaluate_node
 from .graph import Graph, Value
 from .printer import format_graph
+from . import nested
 
 FORMAT, VERSION = "workbench.repeat", 1
 # a trip count is a number of kernel-loop iterations: int64 in every kernel
@@ -399,3 +400,7 @@ def load_repeat(path) -> Repeat:
 
 __all__ = ["Repeat", "check_repeat_inputs", "format_repeat", "load_repeat", "repeat",
            "repeat_from_json", "repeat_to_json", "save_repeat"]
+
+
+# a graph's JSON holds a repeat node's Repeat as the repeat's own JSON (ir/nested.py)
+nested.register(FORMAT, Repeat, repeat_to_json, repeat_from_json)

@@ -47,14 +47,15 @@ from .graph import Graph, LazyConstants, Node, Origin, Value, freeze_attr, infer
 from ..shapes import check_shape, is_int
 from ..ops import get_op
 from .composites import random_array
+from . import nested
 
 FORMAT, VERSION = "workbench.graph", 1
 
 
 def _attr_json(v: Any) -> Any:
-    if type(v).__name__ == "Repeat":          # op repeat's attr: the repeat's own JSON
-        from .repeat import repeat_to_json
-        return repeat_to_json(v)
+    doc = nested.to_json(v)                 # op repeat's attr: the repeat's own JSON
+    if doc is not None:
+        return doc
     return [_attr_json(x) for x in v] if isinstance(v, tuple) else v
 
 
@@ -133,9 +134,9 @@ _ATTR_DEPTH = 3
 
 
 def _attr(v: Any, what: str) -> Any:
-    if isinstance(v, dict) and v.get("format") == "workbench.repeat":   # op repeat's
-        from .repeat import repeat_from_json
-        return repeat_from_json(v)
+    is_doc, doc = nested.from_json(v)       # op repeat's attr: a repeat's JSON
+    if is_doc:
+        return doc
     stack = [(v, 0)]
     while stack:      # (iterative: a hostile file may nest lists deep)
         x, depth = stack.pop()
