@@ -4,7 +4,8 @@ Importing this package imports ipywidgets, anywidget and graphviz (no plotly mod
 the charts are plotly.js JSON drawn in the browser, see ``charts.py``); plain
 ``import workbench`` does not (``wb.open`` imports it when called).
 """
-from .app import WorkbenchApp, open
+from .app import WorkbenchApp
+from .opening import open
 from .code_panel import CodePanel
 from .dot import DotDrawing, Overlay, composites, render_svg, to_dot
 from .graph_view import GraphView

@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import functools
-import os
 import threading
 from typing import Iterable
 
@@ -37,7 +36,7 @@ from ..fusion.actions import Action
 from ..session import Session
 from .. import arguments as args
 from .code_panel import CodePanel
-from .current_step import allowed_schemes, export_name, planner_of
+from .current_step import allowed_schemes, planner_of
 from .saved_panel import SavedPanel
 from .search_nav import SearchNav
 from .session_io import SessionSaver, apply_view, save as save_app_session
@@ -52,8 +51,6 @@ from .layout import main_row, status_row, toolbars
 from .plan_actions import PlanActions, app_action
 from .lock_actions import LockActions
 from .plots import Plots
-from .repeat_app import open_repeat
-from ..session_kinds import is_repeat
 from .properties import empty_html, node_properties
 from .status_line import StatusLine
 from .step_numbers import kernel_info, kernel_rows, overlay, plotted_history
@@ -452,37 +449,3 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
     def __repr__(self) -> str:
         return (f"<WorkbenchApp {self.session.graph.name!r}: step {self.session.position}, "
                 f"{plural(len(self.session.plan.groups), 'kernel')}>")
-
-
-def open(source, backend: str = "auto", seed: int = 0, display: bool = True,
-         matmul_precision: str = "float32") -> WorkbenchApp:
-    """The app over ``source``: a path to a .json/.onnx file, a Graph or a Session
-    (then ``backend``, ``seed`` and ``matmul_precision`` are the session's). In IPython
-    it is displayed. A repeat (a Repeat, its .json file, a RepeatSession) opens in the
-    repeat's app (ui/repeat_app.py); a distributed program (``Session(..., ranks=p)``, a
-    DistProgram, a workbench.distributed file) in the distributed app (dist_app.py)."""
-    if is_repeat(source) or type(source).__name__ == "RepeatSession":
-        return open_repeat(source, backend=backend, seed=seed, display=display)
-    from .dist_app import is_distributed, open_dist
-    if is_distributed(source):
-        return _shown(open_dist(source, seed=seed), display)
-    if isinstance(source, Session):
-        session = source
-    else:
-        session = Session(os.fspath(source) if isinstance(source, os.PathLike) else source,
-                          backend=backend, seed=seed, matmul_precision=matmul_precision)
-    app = WorkbenchApp(session)
-    # (torch's exporter names every graph main_graph: the file's name says more)
-    app.export_path.value = export_name(session.graph.name, source)
-    return _shown(app, display)
-
-
-def _shown(app, display: bool):
-    if display:
-        try:
-            from IPython import get_ipython
-        except ImportError:
-            return app
-        if get_ipython() is not None:
-            app._ipython_display_()
-    return app

@@ -15,7 +15,7 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..errors import WorkbenchError
-from .app import open as open_app
+from .opening import open as open_app
 
 
 class _Parser(argparse.ArgumentParser):
