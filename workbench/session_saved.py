@@ -84,6 +84,23 @@ class SavedSteps:
                                 "chooses recomputation)")
         return self._rewrite(f"store {' '.join(values)}", self.recomputed - set(values))
 
+    def price_recompute(self, values, planner: str = "stitch"):
+        """The loaded graph and the graph with ``values`` recomputed, each planned by
+        ``planner`` in a session of its own: their kernels, counted bytes and predicted
+        ms (:class:`~workbench.training.saved.Priced`). A minimum cut in bytes stored is
+        a suggestion to price this way, not a rule."""
+        from .training.saved import Priced, rematerialize
+        g = self.__dict__["_loaded_graph"]
+        effects = []
+        for graph in (g, rematerialize(g, set(values))):
+            s = type(self)(graph, backend=self.backend.name, calibrate=False)
+            if planner != "none":
+                s.auto(planner)
+            effects.append(s.effect())
+        return Priced(frozenset(values), tuple(e.kernels for e in effects),
+                      tuple(e.bytes_moved for e in effects),
+                      tuple(e.predicted_ms for e in effects))
+
     def saved_actions(self, refs=None) -> list:
         """``recompute <value>`` / ``store <value>`` for the saved values the selected
         nodes or kernels make (every saved value with ``refs`` None), as

@@ -15,7 +15,7 @@ from workbench.errors import WorkbenchError
 from workbench.runtime import run_reference
 from workbench.tolerance import FRAMEWORK_TOLERANCE, relative_to_largest
 from workbench.training.phases import phase
-from workbench.training.saved import min_cut, price, rematerialize, saved_values, suggested
+from workbench.training.saved import min_cut, rematerialize, saved_values, suggested
 
 from test_training_import import NormGelu, feeds
 
@@ -61,7 +61,7 @@ def test_recomputing_the_suggestion_keeps_every_gradient_and_moves_fewer_bytes(b
     # priced as plans are: (measured: 189 -> 202 KB counted under stitch -- the
     # stored graph lost its standalone transposes (frontends/rewrites/transpose_chains)
     # and recomputing the suggestion no longer pays here; 320 -> 280 KB before)
-    p = price(g, recompute)
+    p = wb.Session(g, backend="cpu", calibrate=False).price_recompute(recompute)
     assert p.kernels[1] >= p.kernels[0] > 1 and min(p.bytes_moved) > 0
 
 

@@ -236,17 +236,3 @@ class Priced:
     kernels: tuple[int, int]
     bytes_moved: tuple[int, int]
     predicted_ms: tuple[float, float]
-
-
-def price(g: Graph, recompute, planner: str = "stitch", backend: str = "cpu") -> Priced:
-    """Plan g and ``rematerialize(g, recompute)`` with ``planner`` and compare them."""
-    from ..session import Session
-    effects = []
-    for graph in (g, rematerialize(g, set(recompute))):
-        s = Session(graph, backend=backend, calibrate=False)
-        if planner != "none":
-            s.auto(planner)
-        effects.append(s.effect())
-    return Priced(frozenset(recompute), tuple(e.kernels for e in effects),
-                  tuple(e.bytes_moved for e in effects),
-                  tuple(e.predicted_ms for e in effects))
