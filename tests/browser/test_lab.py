@@ -666,17 +666,21 @@ def test_transformations_preview_apply_and_history_in_lab(lab_factory, page):
         graph.locator(f"g.node[id='{FIRST}']").click()
         graph.locator(f"g.node[id='{SECOND}']").click(modifiers=["Shift"])
         graph.locator(f"g.node.wb-selected[id='{SECOND}']").wait_for()
+        # the kernel has both (the property panel says so): the list is for this selection
+        # (a fresh-clone CI once listed before the shift-click reached the kernel)
+        page.locator(".wb-app", has_text="(1 of 2 selected)").first.wait_for(
+            timeout=120_000)
         page.locator(".wb-app .wb-transforms button",
                      has_text=re.compile(r"^\s*Transformations\s*$")).click()
         choices = page.locator(".wb-app .wb-transforms select").first
         label = f"fuse {FIRST} {SECOND}: -1 kernel"
-        # (ipywidgets writes an option's spaces as no-break spaces; the list comes after
-        # the kernel has previewed every candidate: 23 s alone, past 60 s once under a
-        # loaded fresh-clone CI)
-        page.wait_for_function(
-            """l => [...document.querySelectorAll('.wb-app .wb-transforms select option')]
-                   .some(o => o.textContent.replace(/\u00a0/g, ' ').startsWith(l))""",
-            arg=label, timeout=180_000)
+        page.locator(".wb-app .wb-transforms", has_text="applicable").first.wait_for(
+            timeout=120_000)
+        # (ipywidgets writes an option's spaces as no-break spaces)
+        options = choices.evaluate("s => [...s.options].map(o => o.textContent"
+                                   ".replace(/\u00a0/g, ' '))")
+        assert any(o.startswith(label) for o in options), (options, page.locator(
+            ".wb-app .wb-transforms").inner_text())
         index = choices.evaluate("(s, l) => [...s.options].findIndex(o => o.textContent"
                                  ".replace(/\u00a0/g, ' ').startsWith(l))", label)
         assert graph.locator("g.cluster").count() == 0
