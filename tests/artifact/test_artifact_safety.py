@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 import workbench as wb
+from budget import sample
 from workbench import Session, load_artifact
 from workbench.artifact import export_plan
 from workbench.artifact.manifest import canonical_json, sha256
@@ -727,8 +728,10 @@ def test_every_hostile_artifact_raises_one_artifact_error(pristine, tmp_path, mo
     cache = box / "l1" / "l2" / "l3" / "cache"
     cache.mkdir(parents=True)
     monkeypatch.setenv("WORKBENCH_CACHE", str(cache))
-    cases = hostile_cases(_manifest(pristine))
-    assert len(cases) > 150
+    every = hostile_cases(_manifest(pristine))
+    assert len(every) > 150
+    # a seeded half in CI (tests/budget.py; WB_FULL_TESTS=1: every one)
+    cases = {n: every[n] for n in sample(every, 80, "hostile-artifacts")}
     failures = []
     for i, (name, make) in enumerate(cases.items()):
         case_dir = box / f"c{i}"

@@ -8,6 +8,8 @@ import pytest
 from workbench.fusion.cycles import cycle_via
 from workbench.testing.plan_seeds import differing, fingerprints
 
+from budget import sample
+
 # each planned differently under hash seeds 0 and 1 before ties were broken by graph
 # order: the bf16 sample (which cast joins the GELU kernel first), the ONNX BERT chain
 # (equal-gain merges in identical layers), fuzz graph 10 (which op joins `ceil` first)
@@ -38,5 +40,6 @@ def test_samples_fuzz_graphs_and_a_zoo_model_plan_alike_under_four_hash_seeds():
     root = Path(__file__).resolve().parents[2] / "sample_graphs"
     specs = ([f"sample:{p.name}" for p in sorted(root.glob("*.json"))]
              + [f"sample:{p.name}" for p in sorted(root.glob("*.onnx"))]
-             + [f"fuzz:{s}" for s in range(40)] + ["zoo:bert"])
+             + [f"fuzz:{s}" for s in sample(range(40), 12, "plan-seeds", keep=(10,))]
+             + ["zoo:bert"])
     assert differing(fingerprints(specs, seeds=(0, 1, 2, 3))) == []

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from budget import sample
 from workbench.errors import WorkbenchError
 from workbench.runtime import calibrate, cc
 
@@ -73,21 +74,22 @@ def _report(r) -> str:
 
 @SANITIZED
 def test_generated_kernels_are_clean_under_asan_and_ubsan(sanitizer_env):
-    r = _run(sanitizer_env, timeout=900)
+    # every edge and CNN graph; of the sample graphs a seeded sample (tests/budget.py:
+    # WB_FULL_TESTS=1 all of them; `python scripts/sanitize.py` runs them all)
+    samples = sample(sorted(p.name for p in (ROOT / "sample_graphs").iterdir()
+                            if p.suffix in (".json", ".onnx")), 8, "sanitize")
+    edges = ["int_edges_int32", "int_edges_int64", "float_casts", "gather_int64",
+             "gather_int32", "reduce_empty", "float16_edges"]
+    shapes = ["mbconv_4x4", "stem_23x21"]   # a MobileNetV2 block, ResNet's stem + max pool
+    r = _run(sanitizer_env, "--only", *samples, *edges, *shapes, timeout=900)
     assert r.returncode == 0, _report(r)
     lines = r.stdout.splitlines()
     assert any("-fsanitize=address,undefined" in ln for ln in lines), _report(r)
-    # one summary line per graph and planner: every sample graph under none, rules and
+    # one summary line per graph and planner: each sample graph under none, rules and
     # stitch (run, or the same kernels as a planner run before it), the edge and CNN
     # graphs under every planner
-    samples = sorted(p.name for p in (ROOT / "sample_graphs").iterdir()
-                     if p.suffix in (".json", ".onnx"))
-    edges = ["int_edges_int32", "int_edges_int64", "float_casts", "gather_int64",
-             "gather_int32", "reduce_empty", "float16_edges"]
-    # (and the CNN graphs: a MobileNetV2 block, ResNet's stem with its max pool)
     expected = [(s, p) for s in samples for p in ("none", "rules", "stitch")] + \
-        [(e, p) for e in edges + ["mbconv_4x4", "stem_23x21"]
-         for p in ("none", "xla", "rules", "stitch")]
+        [(e, p) for e in edges + shapes for p in ("none", "xla", "rules", "stitch")]
     for name, planner in expected:
         pat = re.compile(rf"^sanitize ok +{re.escape(name)} +{planner} ")
         assert any(pat.match(ln) for ln in lines), f"no line for {name} / {planner}\n" \
