@@ -39,6 +39,7 @@ Example::
 """
 from __future__ import annotations
 
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
@@ -340,19 +341,23 @@ def repeat_to_json(r: Repeat) -> dict:
 # repeats held in repeat nodes of a body (op repeat) nest in JSON: bounded, so a
 # hostile file cannot recurse the reader into a RecursionError
 MAX_NESTING = 4
-_nesting = [0]
+# how deep the reader is in this thread (or task): the graph reader between two levels
+# knows nothing of repeats, so the depth rides in a context variable, not an argument;
+# (a module global would be shared by two threads reading two files)
+_nesting: ContextVar[int] = ContextVar("wb_repeat_nesting", default=0)
 
 
 def repeat_from_json(d: Any) -> Repeat:
     """Build and verify a repeat from its JSON dict; GraphError names what is wrong."""
-    if _nesting[0] >= MAX_NESTING:
+    depth = _nesting.get()
+    if depth >= MAX_NESTING:
         raise GraphError(f"repeat JSON: repeats nested more than {MAX_NESTING} deep (a "
                          "repeat node in a repeat's body...); flatten the file")
-    _nesting[0] += 1
+    token = _nesting.set(depth + 1)
     try:
         return _repeat_from_json(d)
     finally:
-        _nesting[0] -= 1
+        _nesting.reset(token)
 
 
 def _repeat_from_json(d: Any) -> Repeat:
