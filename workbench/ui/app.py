@@ -43,6 +43,7 @@ from .session_io import SessionSaver, apply_view, save as save_app_session
 from .controls import (action_buttons, collapse_toggle, edge_choice, export_path_box,
                        mapping_choice, matmul_choice, overlay_choice, planner_choice,
                        progress_bar, scheme_choice, search_box)
+from .display_once import ShownOncePerCell
 from .drawn_names import drawn_text
 from .describe import edge_choices, opening_line, plural
 from .graph_view import GraphView
@@ -57,7 +58,8 @@ from .step_numbers import kernel_info, kernel_rows, overlay, plotted_history
 from .transform_panel import TransformPanel
 
 
-class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
+class WorkbenchApp(ShownOncePerCell, PlanActions, LockActions, BackgroundJobs,
+                   w.VBox):
     """One widget: controls, message line, graph view beside code panel, plots."""
 
     def __init__(self, session: Session):
@@ -430,21 +432,6 @@ class WorkbenchApp(PlanActions, LockActions, BackgroundJobs, w.VBox):
             # only the schemes the plan accepts for this edge: none offered, then refused
             self.scheme.options = allowed_schemes(self.session.plan, v)
             self.scheme.value = gr.scheme(v).value
-
-    # -- display ------------------------------------------------------------------------
-    def _ipython_display_(self) -> None:
-        """Show the widget once per cell: ``app = wb.open(p); app`` displays one app."""
-        try:
-            from IPython import get_ipython
-            from IPython.display import display
-        except ImportError:
-            return
-        ip = get_ipython()
-        count = getattr(ip, "execution_count", None)
-        if count is not None and getattr(self, "_shown_in", None) == count:
-            return
-        self._shown_in = count
-        display(self._repr_mimebundle_(), raw=True)
 
     def __repr__(self) -> str:
         return (f"<WorkbenchApp {self.session.graph.name!r}: step {self.session.position}, "

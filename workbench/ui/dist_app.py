@@ -32,7 +32,7 @@ from ..distributed.timeline import measured_bars, modelled_bars, simulated_bars
 from ..errors import WorkbenchError
 from ..fusion.planners import PLANNERS
 from ..ops.collective import COLLECTIVES
-from .app import WorkbenchApp
+from .display_once import ShownOncePerCell
 from .dist_actions import Offer, candidates, effect_line
 from .dist_dot import check_rank, collective_label, local_text
 from .dist_view import DistGraphView
@@ -59,7 +59,7 @@ def dist_action(method):
     return run
 
 
-class DistApp(w.VBox):
+class DistApp(ShownOncePerCell, w.VBox):
     """Toolbar, status line, graph beside the node panel, transformations, timeline."""
 
     def __init__(self, session: DistSession):
@@ -370,8 +370,6 @@ class DistApp(w.VBox):
         return self._status.text
 
     # shown once per cell, as the plain app (``app = wb.open(s); app`` shows one app)
-    _ipython_display_ = WorkbenchApp._ipython_display_
-
     def __repr__(self) -> str:
         return (f"<DistApp {self.session.graph.name!r} on {self.session.ranks} ranks: "
                 f"{self.session.step.action}>")

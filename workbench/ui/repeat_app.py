@@ -33,12 +33,13 @@ import ipywidgets as w
 from ..errors import WorkbenchError
 from ..fusion import Plan
 from .controls import button
+from .display_once import ShownOncePerCell
 from .graph_view import GraphView
 from .plots import Plots
 from .repeat_view import repeat_box_html, repeat_label, speedup_figure
 
 
-class RepeatApp(w.VBox):
+class RepeatApp(ShownOncePerCell, w.VBox):
     """One widget over a :class:`~workbench.RepeatSession` (see the module docstring)."""
 
     def __init__(self, session):
