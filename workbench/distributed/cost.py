@@ -10,7 +10,8 @@ Per collective over p ranks, n the bytes of one rank's whole tensor:
 * tree (double binary tree, as NCCL): AllReduce ``2 log2(p) alpha + 2 n beta`` -- fewer
   latencies, the whole message per level pipelined; ReduceScatter and AllGather have
   no tree form in NCCL and are priced as the ring.
-* AllToAll ``(p-1) (alpha + n/p beta)``; send_recv ``alpha + n beta``.
+* AllToAll (and all_to_all_single: p-1 blocks of n/p bytes leave each rank, one
+  message per peer) ``(p-1) (alpha + n/p beta)``; send_recv ``alpha + n beta``.
 
 ``alpha`` and ``beta`` come from :func:`fit` over measured times (this machine's gloo,
 benchmarks/collectives.py) or from a preset link. Times for more ranks than were run
@@ -44,7 +45,7 @@ class Link:
             if form == "tree":
                 return 2 * math.log2(p) * a + 2 * n * b
             return 2 * (p - 1) * step
-        if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        if op in ("reduce_scatter", "all_gather", "all_to_all", "all_to_all_single"):
             return (p - 1) * step
         if op == "send_recv":
             return a + n * b
@@ -159,7 +160,12 @@ GLOO_LOOPBACK = PerOpLink(
                                     Link("> 2 MB a step", 0.0, 1 / 0.67e9))),
      ("all_gather", SizeRegimes("gloo all_gather (ring)", 4 << 20,
                                 Link("<= 4 MB a step", 840e-6, 1 / 1.02e9),
-                                Link("> 4 MB a step", 5.92e-3, 1 / 0.90e9)))),
+                                Link("> 4 MB a step", 5.92e-3, 1 / 0.90e9))),
+     # (torch's all_to_all_single on gloo, fitted on one 2-rank run at load 5.5:
+     # benchmarks/results/all-to-all-2026-12-05; flat below 32 KB a block)
+     ("all_to_all_single", SizeRegimes("gloo all_to_all_single", 32 << 10,
+                                       Link("<= 32 KB a step", 815e-6, 0.0),
+                                       Link("> 32 KB a step", 1.27e-3, 1 / 1.29e9)))),
     Link("gloo (fitted)", 455e-6, 1 / 0.66e9))
 PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "gloo": GLOO_LOOPBACK}
 
