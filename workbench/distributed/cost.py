@@ -28,10 +28,14 @@ FORMS = ("ring", "tree")
 
 @dataclass(frozen=True)
 class Link:
-    """A link's latency ``alpha`` (s) and inverse bandwidth ``beta`` (s/byte)."""
+    """A link's latency ``alpha`` (s) and inverse bandwidth ``beta`` (s/byte).
+    ``shares_cores``: the link's transfers run on the cores that run the kernels
+    (loopback between processes of one machine: the bytes are copied by the CPU), so a
+    collective in flight does not overlap a rank's compute -- it slows it."""
     name: str
     alpha: float
     beta: float
+    shares_cores: bool = False
 
     def time(self, op: str, nbytes: float, p: int, form: str = "ring") -> float:
         """Seconds for collective ``op`` over ``nbytes`` per rank on ``p`` ranks."""
@@ -61,6 +65,7 @@ class PerOpLink:
     name: str
     links: tuple[tuple[str, "Link | SizeRegimes"], ...]
     default: Link
+    shares_cores: bool = False      # (as Link's)
 
     def time(self, op: str, nbytes: float, p: int, form: str = "ring") -> float:
         return dict(self.links).get(op, self.default).time(op, nbytes, p, form)
@@ -166,7 +171,11 @@ GLOO_LOOPBACK = PerOpLink(
      ("all_to_all_single", SizeRegimes("gloo all_to_all_single", 32 << 10,
                                        Link("<= 32 KB a step", 815e-6, 0.0),
                                        Link("> 32 KB a step", 1.27e-3, 1 / 1.29e9)))),
-    Link("gloo (fitted)", 455e-6, 1 / 0.66e9))
+    Link("gloo (fitted)", 455e-6, 1 / 0.66e9),
+    # (loopback: gloo's threads move the bytes on the 2 cores the kernels run on; the
+    # chunked sharded step measured 0.5-0.7x the unchunked one here, its compute slowed
+    # while its collectives were in flight -- benchmarks/results/chunk-auto-2026-12-05)
+    shares_cores=True)
 PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "gloo": GLOO_LOOPBACK}
 
 
