@@ -115,11 +115,11 @@ def markdown(res) -> str:
                  f"{c['planner_model_s'] * 1e3:.3g} ({pct(c['planner_model_s'], c['median_s'])})"
                  " |")
     f = res["fit"]
+    rate = lambda beta: f"{1 / beta / 1e9:.2f} GB/s" if beta else "no per-byte term (flat)"
     L += ["", f"Fitted on the 2-rank times (`fit_regimes`): ring-step messages up to "
           f"{f['cut_bytes'] / 1024:.0f} KB alpha {f['small'][0] * 1e6:.0f} us, "
-          f"{1 / f['small'][1] / 1e9 if f['small'][1] else float('inf'):.2f} GB/s; above "
-          f"alpha {f['large'][0] * 1e6:.0f} us, "
-          f"{1 / f['large'][1] / 1e9 if f['large'][1] else float('inf'):.2f} GB/s.", "",
+          f"{rate(f['small'][1])}; above alpha {f['large'][0] * 1e6:.0f} us, "
+          f"{rate(f['large'][1])}.", "",
           "Within 25% of the measured median: " + "; ".join(
               f"{k}: one gloo line {v['one gloo line']}/{v['of']}, fitted "
               f"{v['fitted on 2 ranks']}/{v['of']}, planner link {v['planner link']}/{v['of']}"
