@@ -82,12 +82,13 @@ class _Refused(torch.nn.Module):
     def forward(self, x):
         if self.how == "min":
             return fc.all_reduce(x, "min", dist.group.WORLD)
-        return fc.all_to_all_single(x, None, None, dist.group.WORLD)
+        return fc.all_to_all_single(x, [1, 3], [3, 1], dist.group.WORLD)
 
 
 @pytest.mark.parametrize("how, reason", [
     ("min", "reduce op 'min'; the workbench's collectives reduce by sum, avg, max"),
-    ("a2a", "all_to_all_single moves blocks of dim 0 between ranks")])
+    ("a2a", r"all_to_all_single with unequal splits \(output_split_sizes \[1, 3\].*pad "
+            "the rows to a multiple of 2 and pass None")])
 def test_collectives_that_cannot_be_taken_are_refused_with_the_reason(fake_group, how,
                                                                       reason):
     with pytest.raises(UnsupportedOpError, match=reason):
@@ -108,3 +109,35 @@ def test_wrong_placements_are_named(fake_group):
         from_export(MegatronMLP(), LOCAL, ranks=P, placements={**PLACED, "g": "S(0)"})
     with pytest.raises(GraphError, match="pass a sharded weight as an input"):
         from_export(MegatronMLP(), LOCAL, ranks=P, placements={**PLACED, "ln.weight": "S(0)"})
+
+
+class ExpertParallel(torch.nn.Module):
+    """Expert (sequence) parallel as one rank writes it: its tokens sent out in equal
+    blocks (all_to_all_single), the expert's matmul and GELU on what arrived, the
+    results sent back, a residual."""
+
+    def forward(self, x, w):
+        y = fc.all_to_all_single(x, None, None, dist.group.WORLD)
+        h = torch.nn.functional.gelu(y @ w)
+        return fc.all_to_all_single(h, None, None, dist.group.WORLD) + x
+
+
+def test_all_to_all_single_imports_and_runs_on_two_ranks(fake_group):
+    from test_all_to_all_single import simulate_ranks
+    d = from_export(ExpertParallel(), (torch.randn(4, H), torch.randn(H, H)), ranks=P,
+                    placements={"x": "S(0)"})
+    starts = [n for n in d.graph.nodes if n.op == "all_to_all_single"]
+    assert len(starts) == 2 and all(str(d.placements[n.outputs[0]]) == "S(0)"
+                                    for n in starts)
+    # the global reference is the ranks exchanging blocks, written per rank in NumPy
+    rng = np.random.default_rng(3)
+    glob = {k: rng.standard_normal(d.graph.value(k).shape).astype(np.float32)
+            for k in d.graph.inputs}
+    gelu = lambda v: torch.nn.functional.gelu(torch.from_numpy(v)).numpy()
+    want = simulate_ranks(gelu(simulate_ranks(glob["x"], P) @ glob["w"]), P) + glob["x"]
+    (ref,) = run_reference(d.graph, glob).values()
+    np.testing.assert_allclose(ref, want, rtol=1e-5, atol=1e-6)
+    run = run_ranks(d, inputs=glob)
+    assert run.ok, run.errors
+    with pytest.raises(PlacementError, match=r"takes Shard\(0\)"):    # x left replicated
+        from_export(ExpertParallel(), (torch.randn(4, H), torch.randn(H, H)), ranks=P)

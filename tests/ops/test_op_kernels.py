@@ -48,7 +48,8 @@ MINIFLOAT = ["round_float"]
 COVERED = UNARY + BINARY + SPECIAL_ELEMENTWISE + REDUCE + LAYOUT + OPAQUE
 COVERED += INDEXING_LAYOUT + INDEXING_LIBRARY + MINIFLOAT
 # collectives (one rank in a plain session, p ranks on gloo): tests/distributed/
-COVERED += ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv",
+COVERED += ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "all_to_all_single",
+            "send_recv",
             "wait_tensor", "shard_local"]
 # counter-based random numbers (Philox): tests/ops/test_random.py
 COVERED += ["random_uniform", "random_normal"]

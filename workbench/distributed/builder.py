@@ -53,6 +53,11 @@ class DistBuilder(GraphBuilder):
     def all_to_all(self, x: Tensor, split_dim: int, concat_dim: int) -> Tensor:
         return self._collective("all_to_all", x, split_dim=split_dim, concat_dim=concat_dim)
 
+    def all_to_all_single(self, x: Tensor) -> Tensor:
+        """torch's all_to_all_single, equal splits: each rank's rows in p blocks, block
+        j sent to rank j (Shard(0) -> Shard(0))."""
+        return self._collective("all_to_all_single", x)
+
     def send_recv(self, x: Tensor, dim: int = 0, shift: int = 1) -> Tensor:
         return self._collective("send_recv", x, dim=dim, shift=shift)
 

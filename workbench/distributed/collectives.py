@@ -2,7 +2,8 @@
 asynchronous operation on torch tensors that share memory with NumPy arrays, and its
 wait finishes it and returns the rank's local result as a NumPy array.
 
-``all_reduce`` (SUM, AVG, MAX) and ``all_to_all_single`` are torch's calls;
+``all_reduce`` (SUM, AVG, MAX) and ``all_to_all_single`` are torch's calls (the IR's
+``all_to_all`` re-shards through it, the IR's ``all_to_all_single`` is it);
 ``send_recv`` is an ``isend`` to rank+shift beside an ``irecv`` from rank-shift.
 ReduceScatter and AllGather split and join along dim 0 (another dim is moved to the
 front first and back after). On gloo they run as rings of gloo's ``isend``/``irecv``
@@ -96,6 +97,13 @@ def start(node: Node, x: np.ndarray, rank: int, p: int, store: dict | None = Non
         recv = np.empty_like(send)
         w = dist.all_to_all_single(t(recv), t(send), async_op=True)
         return Pending([w], lambda: np.ascontiguousarray(np.concatenate(list(recv), axis=c)))
+    if node.op == "all_to_all_single":
+        # (equal splits: torch cuts the send buffer's dim 0 into p blocks, block j to
+        # rank j, and fills the receive buffer's block r from rank r)
+        src = np.ascontiguousarray(x)
+        out = buffer(store, "out", x.shape, x.dtype)
+        w = dist.all_to_all_single(t(out), t(src), async_op=True)
+        return Pending([w], lambda: out)
     if node.op == "send_recv":
         shift = a["shift"] % p
         if shift == 0:

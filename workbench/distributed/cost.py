@@ -10,7 +10,8 @@ Per collective over p ranks, n the bytes of one rank's whole tensor:
 * tree (double binary tree, as NCCL): AllReduce ``2 log2(p) alpha + 2 n beta`` -- fewer
   latencies, the whole message per level pipelined; ReduceScatter and AllGather have
   no tree form in NCCL and are priced as the ring.
-* AllToAll ``(p-1) (alpha + n/p beta)``; send_recv ``alpha + n beta``.
+* AllToAll (and all_to_all_single: p-1 blocks of n/p bytes leave each rank, one
+  message per peer) ``(p-1) (alpha + n/p beta)``; send_recv ``alpha + n beta``.
 
 ``alpha`` and ``beta`` come from :func:`fit` over measured times (this machine's gloo,
 benchmarks/collectives.py) or from a preset link. Times for more ranks than were run
@@ -27,10 +28,14 @@ FORMS = ("ring", "tree")
 
 @dataclass(frozen=True)
 class Link:
-    """A link's latency ``alpha`` (s) and inverse bandwidth ``beta`` (s/byte)."""
+    """A link's latency ``alpha`` (s) and inverse bandwidth ``beta`` (s/byte).
+    ``shares_cores``: the link's transfers run on the cores that run the kernels
+    (loopback between processes of one machine: the bytes are copied by the CPU), so a
+    collective in flight does not overlap a rank's compute -- it slows it."""
     name: str
     alpha: float
     beta: float
+    shares_cores: bool = False
 
     def time(self, op: str, nbytes: float, p: int, form: str = "ring") -> float:
         """Seconds for collective ``op`` over ``nbytes`` per rank on ``p`` ranks."""
@@ -44,7 +49,7 @@ class Link:
             if form == "tree":
                 return 2 * math.log2(p) * a + 2 * n * b
             return 2 * (p - 1) * step
-        if op in ("reduce_scatter", "all_gather", "all_to_all"):
+        if op in ("reduce_scatter", "all_gather", "all_to_all", "all_to_all_single"):
             return (p - 1) * step
         if op == "send_recv":
             return a + n * b
@@ -60,6 +65,7 @@ class PerOpLink:
     name: str
     links: tuple[tuple[str, "Link | SizeRegimes"], ...]
     default: Link
+    shares_cores: bool = False      # (as Link's)
 
     def time(self, op: str, nbytes: float, p: int, form: str = "ring") -> float:
         return dict(self.links).get(op, self.default).time(op, nbytes, p, form)
@@ -159,8 +165,17 @@ GLOO_LOOPBACK = PerOpLink(
                                     Link("> 2 MB a step", 0.0, 1 / 0.67e9))),
      ("all_gather", SizeRegimes("gloo all_gather (ring)", 4 << 20,
                                 Link("<= 4 MB a step", 840e-6, 1 / 1.02e9),
-                                Link("> 4 MB a step", 5.92e-3, 1 / 0.90e9)))),
-    Link("gloo (fitted)", 455e-6, 1 / 0.66e9))
+                                Link("> 4 MB a step", 5.92e-3, 1 / 0.90e9))),
+     # (torch's all_to_all_single on gloo, fitted on one 2-rank run at load 5.5:
+     # benchmarks/results/all-to-all-2026-12-05; flat below 32 KB a block)
+     ("all_to_all_single", SizeRegimes("gloo all_to_all_single", 32 << 10,
+                                       Link("<= 32 KB a step", 815e-6, 0.0),
+                                       Link("> 32 KB a step", 1.27e-3, 1 / 1.29e9)))),
+    Link("gloo (fitted)", 455e-6, 1 / 0.66e9),
+    # (loopback: gloo's threads move the bytes on the 2 cores the kernels run on; the
+    # chunked sharded step measured 0.5-0.7x the unchunked one here, its compute slowed
+    # while its collectives were in flight -- benchmarks/results/chunk-auto-2026-12-05)
+    shares_cores=True)
 PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "gloo": GLOO_LOOPBACK}
 
 

@@ -2,8 +2,10 @@
 ``torch.distributed._functional_collectives`` -- as a :class:`DistProgram`.
 
 The exported program is what one rank runs: its inputs have **local** shapes and its
-collectives are ``_c10d_functional.all_reduce``, ``reduce_scatter_tensor`` and
-``all_gather_into_tensor`` (dim 0, as torch's are), each read through ``wait_tensor``.
+collectives are ``_c10d_functional.all_reduce``, ``reduce_scatter_tensor``,
+``all_gather_into_tensor`` (dim 0, as torch's are) and ``all_to_all_single`` (equal
+splits: the IR's ``all_to_all_single``, its input placed ``S(0)``), each read through
+``wait_tensor``.
 The workbench's programs have **global** shapes, so the caller names each sharded input's
 placement (``placements={"w1": "S(1)", "g": "P(sum)"}``, the rest replicated), and an
 input sharded on dim d gets p times its local extent there. Every other op goes through
@@ -17,10 +19,10 @@ input is caught there, naming the value.
 Refused, each with its reason (one :class:`UnsupportedOpError` listing them): a
 reduction other than sum, avg or max; a collective over a group of another size than
 ``ranks`` or over a second process group (the workbench runs one group of all ranks);
-``all_to_all_single`` (it moves blocks of dim 0 between ranks, a permutation of the
-global tensor that the workbench's all_to_all -- a re-sharding of one tensor -- does not
-express); a sharded parameter or buffer (the exported program holds one rank's slice:
-pass sharded weights as inputs).
+``all_to_all_single`` with unequal split sizes (the blocks would differ from rank to
+rank, which no placement states: a DTensor shard is equal on every rank); a sharded
+parameter or buffer (the exported program holds one rank's slice: pass sharded weights
+as inputs).
 
 Exporting needs a process group in the exporting process; one process can stand for p
 ranks with torch's fake group (its collectives return garbage, but export records
@@ -136,10 +138,7 @@ def _importer_class():
                 raise _Unsupported(f"group {group!r} beside group {self.group!r}: the "
                                    "workbench runs one process group of all ranks")
             if name == "all_to_all_single":
-                raise _Unsupported(
-                    "all_to_all_single moves blocks of dim 0 between ranks, a permutation "
-                    "of the global tensor; the workbench's all_to_all re-shards one tensor "
-                    "from one dim to another (DTensor's redistribute): express it so")
+                return self._all_to_all_single(node, x, args)
             if name in ("reduce_scatter_tensor", "all_gather_into_tensor"):
                 size = args[2] if name == "reduce_scatter_tensor" else args[1]
                 if size != self.ranks:
@@ -157,6 +156,25 @@ def _importer_class():
                 return self.b.op("reduce_scatter", x, group_size=self.ranks,
                                  reduce_op=op, dim=0)
             raise _Unsupported(None)
+
+        def _all_to_all_single(self, node, x, args):
+            # (torch records the split sizes it was given, or the equal ones it made for
+            # None: one block of dim 0 per rank, received in rank order)
+            rows = int(node.args[0].meta["val"].shape[0])
+            for what, sizes in (("output", args[1]), ("input", args[2])):
+                sizes = None if sizes is None else [int(v) for v in sizes]
+                if sizes is not None and len(sizes) != self.ranks:
+                    raise _Unsupported(f"all_to_all_single over {len(sizes)} ranks "
+                                       f"({what}_split_sizes {sizes}); the program runs on "
+                                       f"{self.ranks} (from_export(ranks=...))")
+                if sizes is not None and len(set(sizes)) > 1 or rows % self.ranks:
+                    raise _Unsupported(
+                        f"all_to_all_single with unequal splits ({what}_split_sizes "
+                        f"{sizes or rows / self.ranks}, {rows} rows on the rank): a "
+                        "placement states equal shards on every rank, so the blocks of "
+                        "each rank's rows must be equal -- pad the rows to a multiple of "
+                        f"{self.ranks} and pass None (equal splits)")
+            return self.b.op("all_to_all_single", x, group_size=self.ranks)
 
         def _bind(self, node, result):
             # (torch's shapes are the rank's, the import's global: compared after the

@@ -22,7 +22,8 @@ its own piece with the ops of the registry:
   for the global shape).
 * collectives: ``all_reduce`` ``P(op)`` -> ``R``; ``reduce_scatter`` ``P(op)`` ->
   ``S(dim)``; ``all_gather`` ``S(dim)`` -> ``R``; ``all_to_all`` ``S(concat_dim)`` ->
-  ``S(split_dim)``; ``send_recv`` ``S(dim)`` -> ``S(dim)``; each result read only
+  ``S(split_dim)``; ``all_to_all_single`` ``S(0)`` -> ``S(0)`` (each rank's rows cut
+  into p blocks, block j to rank j); ``send_recv`` ``S(dim)`` -> ``S(dim)``; each result read only
   through its ``wait_tensor``. ``shard_local`` (no communication): ``R`` -> ``S(dim)``.
 """
 from __future__ import annotations
@@ -132,6 +133,15 @@ def _collective(g: Graph, n: Node, x: Placement, p: int) -> Placement:
             raise PlacementError(f"reduces a {x} value; it reduces {want} (one addend per "
                                  "rank) -- a replicated value would be counted p times")
         return Replicate() if n.op == "all_reduce" else Shard(dim("dim"))
+    if n.op == "all_to_all_single":
+        if x != Shard(0):
+            raise PlacementError(
+                f"sends blocks of a {x} value; it cuts each rank's own rows (Shard(0)) into "
+                f"{p} blocks and sends block j to rank j, so it takes Shard(0) -- "
+                + ("all_reduce or reduce_scatter it first" if isinstance(x, Partial) else
+                   "shard_local it first" if isinstance(x, Replicate) else
+                   "all_to_all it onto dim 0 first"))
+        return x
     src = {"all_gather": "dim", "all_to_all": "concat_dim", "send_recv": "dim"}[n.op]
     if x != Shard(dim(src)):
         raise PlacementError(f"moves a {x} value; it takes Shard({dim(src)}) ({src})")

@@ -79,7 +79,7 @@ def sent_bytes(node, nbytes: int, p: int) -> int:
         return 0
     if node.op == "all_reduce":
         return 2 * (p - 1) * nbytes // p
-    if node.op in ("reduce_scatter", "all_to_all"):
+    if node.op in ("reduce_scatter", "all_to_all", "all_to_all_single"):
         return (p - 1) * nbytes // p
     if node.op == "all_gather":
         return (p - 1) * nbytes

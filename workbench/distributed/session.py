@@ -56,7 +56,7 @@ class DistSession:
 
     def __init__(self, graph, ranks: int = 2, backend: str = "auto", seed: int = 0,
                  planner: str = "stitch", link: Link | PerOpLink | str = GLOO_LOOPBACK,
-                 timeout: float = 120.0, **unsupported):
+                 timeout: float = 120.0, device=None, **unsupported):
         if backend not in ("auto", "cpu"):
             raise WorkbenchError(f"backend {backend!r:.30} with ranks: ranks run the cpu "
                                  "backend's kernels under gloo (NCCL and CuPy ranks are not "
@@ -64,16 +64,26 @@ class DistSession:
         if unsupported:
             raise WorkbenchError(f"{', '.join(sorted(unsupported))} is not supported with "
                                  "ranks (a session over p ranks takes backend, seed, "
-                                 "planner, link, timeout)")
+                                 "planner, link, timeout, device)")
         self.ranks, self.seed, self.planner, self.timeout = ranks, seed, planner, timeout
         if isinstance(link, str) and link not in PRESETS:
             raise WorkbenchError(f"unknown link {link!r:.30}; choose {', '.join(PRESETS)} "
                                  "or pass a cost.Link")
         self.link = PRESETS[link] if isinstance(link, str) else link
+        self._device = device   # (the model's device; None: this CPU, measured)
         self._history = History(DistStep("load", load_program(graph, ranks).verify()))
         self._runs: dict = {}
 
     # -- state -----------------------------------------------------------------
+    @property
+    def device(self):
+        """The device each rank's compute is priced on by ``predict`` and ``auto``: the
+        one given, else this machine's CPU as measured (``cpu_device``)."""
+        if self._device is None:
+            from ..runtime.calibrate import cpu_device
+            return cpu_device()
+        return self._device
+
     @property
     def program(self) -> DistProgram:
         return self._history.current.program
@@ -154,7 +164,10 @@ class DistSession:
         """Consider, for every AllReduce, splitting it along each dim and moving the
         work after it onto the shard; apply the first candidate the alpha-beta model and
         the counted bytes say is faster, and list every candidate not applied with the
-        reason. ``planner`` plans each rank's compute segments when the program runs."""
+        reason. Then chunking each AllReduce with its matmul, bucketing, chunking each
+        sharded step (:mod:`.chunk_price`) and fusing into received tensors, each where
+        the model says faster, else listed. ``planner`` plans each rank's compute
+        segments when the program runs."""
         from ..fusion.planners import PLANNERS
         if planner not in PLANNERS:
             raise WorkbenchError(f"unknown planner {planner!r:.40}; choose "
@@ -171,14 +184,31 @@ class DistSession:
             notes += note
         d, note = self._bucket(d)
         notes += note
+        d, note = self._chunk_sharded(d)
+        notes += note
         d, note = self._fuse_received(d)
         return self._push(f"auto {planner}", d, notes + note)
+
+    def _chunk_sharded(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
+        """Each ReduceScatter's sharded step in k pipelined pieces where the model
+        (:mod:`.chunk_price`) says it pays, else listed with both times."""
+        from .chunk_price import best_chunking, segment_pricer
+        names = [n.name for n in d.graph.nodes if n.op == "reduce_scatter"]
+        if not names or d.ranks == 1:
+            return d, ["not applied: pipelining a sharded step (chunk_sharded): " + (
+                "one rank: no collective moves anything" if names else
+                "no ReduceScatter here (split an AllReduce first)")]
+        price, notes = segment_pricer(self.planner, self.device), []
+        for name in names:
+            rs = next(n for n in d.graph.nodes if n.name == name)
+            d, note = best_chunking(d, rs, self.link, price)
+            notes += note
+        return d, notes
 
     def _fuse_received(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
         """For each ReduceScatter/AllGather, its consumer's kernels run per arriving
         segment, where the model says the overlap gains: the step then pays the
         collective plus one segment's compute, not the collective plus all of it."""
-        from ..runtime.calibrate import cpu_device
         starts = [n for n in d.graph.nodes if n.op in FUSABLE]
         if not starts:
             return d, ["not applied: fuse compute into a received tensor: no "
@@ -195,7 +225,7 @@ class DistSession:
             seg = next(s for s in local_steps(f) if getattr(s, "on_arrival", ""))
             g = seg.graph
             comp = sum(g.value(v).nbytes for v in (*g.inputs, *g.outputs)) / \
-                cpu_device().dram_bandwidth
+                self.device.dram_bandwidth
             size = _nbytes(f, seg.on_arrival) // f.graph.value(seg.on_arrival).dtype.itemsize
             k = -(-size // SEGMENT)
             if k < 2:
@@ -214,7 +244,6 @@ class DistSession:
     def _bucket(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
         """The AllReduces left, one bucket per reduction, where the model says one
         message plus the copies in and out beats the separate messages."""
-        from ..runtime.calibrate import cpu_device
         by: dict[str, list] = {}
         for n in d.graph.nodes:
             if n.op == "all_reduce":
@@ -228,7 +257,7 @@ class DistSession:
             apart = sum(self.link.time("all_reduce", b, d.ranks) for b in nb)
             # (each byte copied into the buffer and out again: read and written twice)
             one = self.link.time("all_reduce", sum(nb), d.ranks) + \
-                4 * sum(nb) / cpu_device().dram_bandwidth
+                4 * sum(nb) / self.device.dram_bandwidth
             try:
                 b = bucket_all_reduces(d, [n.id for n in ars], f"bucket.{op}")
             except FusionRefused as e:
@@ -276,7 +305,6 @@ class DistSession:
         overlap model says fastest if faster than unchunked, every other listed."""
         import math
 
-        from ..runtime.calibrate import cpu_device
         if d.ranks == 1:
             return d, []
         mm = matmul_of(d, n)
@@ -284,7 +312,7 @@ class DistSession:
         if mm is None:
             return d, [f"not applied: {what}: it reduces no matmul's result"]
         a, b = (d.local_shape(v) for v in mm.inputs)
-        mm_s = 2 * math.prod(d.local_shape(mm.outputs[0])) * a[-1] / cpu_device().peak_flops
+        mm_s = 2 * math.prod(d.local_shape(mm.outputs[0])) * a[-1] / self.device.peak_flops
         nbytes = _nbytes(d, n.inputs[0])
         whole = mm_s + self.link.time("all_reduce", nbytes, d.ranks)
         best, notes = None, []
@@ -332,9 +360,8 @@ class DistSession:
     def predict(self, d: DistProgram | None = None) -> dict:
         """The modelled step per rank: compute at the CPU's DRAM bandwidth over the
         counted bytes, each collective by the alpha-beta link (ring), not overlapped."""
-        from ..runtime.calibrate import cpu_device
         d = d or self.program
-        comp = self.counted(d)["compute_bytes"] / cpu_device().dram_bandwidth
+        comp = self.counted(d)["compute_bytes"] / self.device.dram_bandwidth
         comm = sum(self.link.time(s.node.op, _nbytes(d, s.node.inputs[0]) * d.ranks
                                   if s.node.op == "all_gather" else
                                   _nbytes(d, s.node.inputs[0]), d.ranks)

@@ -1,16 +1,20 @@
 """Collective ops over a group of p ranks, as torch's functional collectives are.
 
 Each collective is an asynchronous *start* (``all_reduce``, ``reduce_scatter``,
-``all_gather``, ``all_to_all``, ``send_recv``: torch's ``_c10d_functional.*``) whose
+``all_gather``, ``all_to_all``, ``all_to_all_single``, ``send_recv``: torch's
+``_c10d_functional.*``) whose
 result may be read only after its *wait* (``wait_tensor``). Shapes are the *global*
 (logical) shapes of the unsharded program, as DTensor states them: a collective changes
 where a value's elements live and how they are pending (its placement, checked by
 ``workbench.distributed.placement``), not the logical tensor. So on one process -- the
 single-process reference of the whole program -- every collective but ``send_recv`` is
 the identity, and a plain session runs a graph holding them as it runs any other (with
-one rank, a collective moves nothing). ``send_recv`` moves each rank's shard to the rank
-``shift`` further along the ring, which on the logical tensor is a roll by ``shift``
-shards along ``dim``.
+one rank, a collective moves nothing). Two move elements of the logical tensor:
+``send_recv`` moves each rank's shard to the rank ``shift`` further along the ring, a
+roll by ``shift`` shards along ``dim``; ``all_to_all_single`` (torch's, equal splits)
+cuts each rank's dim-0 shard into p blocks and sends block j to rank j, which on the
+logical tensor seen as p x p blocks along dim 0 is the transpose of the block grid
+(rank r's block j becomes rank j's block r; doing it twice gives the tensor back).
 
 What each does on p ranks is ``workbench.distributed.runner``'s: ``dist.all_reduce``,
 ``reduce_scatter_single``, ``all_gather_single``, ``all_to_all_single`` and
@@ -36,6 +40,7 @@ COLLECTIVES = {
     "reduce_scatter": ("reduce_op", "dim"),
     "all_gather": ("dim",),
     "all_to_all": ("split_dim", "concat_dim"),
+    "all_to_all_single": (),
     "send_recv": ("dim", "shift"),
 }
 WAIT = "wait_tensor"
@@ -81,6 +86,10 @@ def _infer(name):
                 _divisible(x.shape, d, p, name)
         if name == "send_recv":
             attr_int(attrs, "shift")
+        if name == "all_to_all_single" and (rank == 0 or x.shape[0] % (p * p)):
+            raise GraphError(f"all_to_all_single: dim 0 of {list(x.shape)} must split into "
+                             f"{p} x {p} equal blocks (each of {p} ranks' shards cut into "
+                             f"one block per rank); pad it to a multiple of {p * p}")
         return [(x.shape, x.dtype)]
     return infer
 
@@ -94,6 +103,19 @@ def _send_recv_ref(xs, attrs):
     d = attr_int(attrs, "dim") % x.ndim
     chunk = x.shape[d] // group_size(attrs)
     return [np.roll(x, attr_int(attrs, "shift") * chunk, axis=d)]
+
+
+def _all_to_all_single_ref(xs, attrs):
+    # (rank r's shard is block row r of the p x p grid, its block j goes to rank j: the
+    # grid transposed; the definition a p-rank NumPy simulation is checked against in
+    # tests/distributed/test_all_to_all_single.py)
+    x, p = xs[0], group_size(attrs)
+    grid = x.reshape(p, p, x.shape[0] // (p * p), *x.shape[1:])
+    return [np.ascontiguousarray(grid.swapaxes(0, 1)).reshape(x.shape)]
+
+
+# the reference of each collective on the logical tensor (the rest: the identity)
+_MOVES = {"send_recv": _send_recv_ref, "all_to_all_single": _all_to_all_single_ref}
 
 
 def _library(ref):
@@ -114,20 +136,22 @@ _DOCS = {
     "reduce_scatter": "start a ReduceScatter along dim: Partial(op) -> Shard(dim)",
     "all_gather": "start an AllGather along dim: Shard(dim) -> Replicate",
     "all_to_all": "start an AllToAll: Shard(concat_dim) -> Shard(split_dim)",
+    "all_to_all_single": "start torch's all_to_all_single with equal splits: each rank's "
+                         "Shard(0) cut into group_size blocks, block j sent to rank j, "
+                         "received in rank order: Shard(0) -> Shard(0), the logical "
+                         "tensor's p x p block grid along dim 0 transposed",
     "send_recv": "start a ring exchange: each rank sends its Shard(dim) to rank+shift and "
                  "receives from rank-shift (isend/irecv); the logical tensor rolls by "
                  "shift shards",
 }
 
 for _name in COLLECTIVES:
-    register(OpDef(_name, Kind.opaque, (1, 1), _infer(_name),
-                   _send_recv_ref if _name == "send_recv" else _identity, None,
+    _ref = _MOVES.get(_name, _identity)
+    register(OpDef(_name, Kind.opaque, (1, 1), _infer(_name), _ref, None,
                    _DOCS[_name] + " (global shapes; read its result through wait_tensor)",
-                   library=_library(_send_recv_ref if _name == "send_recv" else _identity),
-                   library_flops=lambda i, o, a: 0.0,
+                   library=_library(_ref), library_flops=lambda i, o, a: 0.0,
                    # (the op moves elements: their error moves with them)
-                   error_scale=_moved(_send_recv_ref if _name == "send_recv"
-                                      else _identity)))
+                   error_scale=_moved(_ref)))
 
 
 def _wait_infer(ins, attrs):

@@ -74,6 +74,7 @@ OFFERS = (OfferKind("split_all_reduce", "all_reduce", _dims),
           OfferKind("shard_after", "all_gather", _keep),
           OfferKind("chunk_all_reduce", "all_reduce", _pieces),
           OfferKind("bucket_all_reduces", "all_reduce", whole=True),
+          OfferKind("chunk_sharded", "reduce_scatter", _pieces),
           OfferKind("fuse_received", "reduce_scatter"), OfferKind("fuse_received", "all_gather"))
 
 
@@ -82,7 +83,7 @@ def trial_session(session):
     from ..distributed.session import DistSession
     return DistSession(session.program, ranks=session.ranks, seed=session.seed,
                        planner=session.planner, link=session.link,
-                       timeout=session.timeout)
+                       timeout=session.timeout, device=session.device)
 
 
 def candidates(session, keep_sharded=()) -> list[Offer]:
