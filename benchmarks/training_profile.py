@@ -79,6 +79,13 @@ def torch_flops(name: str, shapes) -> float:
     return float("nan")
 
 
+def _faults(fn) -> int:
+    import resource
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+
 def profile(batch: int, seq: int, rounds: int) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile as torch_profile
@@ -104,6 +111,11 @@ def profile(batch: int, seq: int, rounds: int) -> dict:
     for _ in range(3):
         prog.execute(feeds, out=out, kernel_ns=ns)
         eager()
+    # minor page faults per call (deterministic where times are not): new pages of
+    # arrays made by the call
+    faults = {"workbench, outputs reused": _faults(lambda: prog.run(feeds, out=out)),
+              "workbench, new outputs": _faults(lambda: prog.run(feeds)),
+              "torch eager": _faults(eager)}
     per_kernel = [[] for _ in prog.compiled]
     calls, fresh, steps, events, overhead = [], [], [], [], []
     with torch_profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
@@ -151,7 +163,8 @@ def profile(batch: int, seq: int, rounds: int) -> dict:
                         "ms": min(ts) * 1e3, "median_ms": float(np.median(ts)) * 1e3,
                         "gflops": gemm_flops(k.schedule) / 1e9 if cls == "GEMM"
                         else float("nan")})
-    return {"output_MB": sum(a.nbytes for a in out.values()) / 1e6, "kernels": kernels, "torch_ops": [e for e in events if e["ms"] > 0],
+    return {"output_MB": sum(a.nbytes for a in out.values()) / 1e6, "page_faults": faults,
+            "kernels": kernels, "torch_ops": [e for e in events if e["ms"] > 0],
             "workbench_call_ms": [c * 1e3 for c in calls],
             "workbench_fresh_call_ms": [c * 1e3 for c in fresh],
             "overhead_ms": {"min": min(overhead) * 1e3,
@@ -209,7 +222,8 @@ def markdown(res: dict) -> str:
               f"{fresh:.2f} ms (x {th_step / fresh:.2f}). The call's overhead beside its "
               f"kernels, call by call (not fastest against fastest): "
               f"{res['overhead_ms']['min']:.2f} ms at least, {res['overhead_ms']['median']:.2f} "
-              "ms median."]
+              "ms median. Minor page faults per call: " + ", ".join(
+                  f"{k} {v:,}" for k, v in res["page_faults"].items()) + "."]
     for side in ("workbench", "torch eager"):
         gm = b[side].get("GEMM")
         if gm and gm["ms"]:
