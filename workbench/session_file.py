@@ -66,6 +66,11 @@ def session_json(session, model: str | os.PathLike | None = None,
     from .ir.serialize import to_json
     loaded = session.loaded_graph
     recomputed = {id(g): sorted(k) for k, g in session._rewritten().items()}
+    if any(id(st.plan.graph) not in recomputed for st in session.history):
+        # (every step's graph is the loaded one or a recompute step's rewrite of it)
+        raise WorkbenchError("a step of this session plans a graph that is neither the "
+                             "one loaded nor a recompute step's, which a session file "
+                             "cannot describe; save from a session that made its steps")
     if model is not None:
         p = Path(model).resolve()
         if not p.is_file():
