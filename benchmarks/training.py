@@ -151,8 +151,11 @@ def run_model(name: str, form: str, batch: int, seq: int, rounds: int, inner: in
 
         def ours():
             prog.run(feeds)
-    samples = alternate({"workbench stitch": ours, "torch eager": eager,
-                         "torch.compile": compiled}, rounds, inner)
+    methods = {"workbench stitch": ours, "torch eager": eager, "torch.compile": compiled}
+    # minor page faults of one call each (deterministic where times are not: new
+    # pages for arrays a step makes, e.g. train_step's outputs before it reused them)
+    rec["page_faults"] = {k: page_faults(fn) for k, fn in methods.items()}
+    samples = alternate(methods, rounds, inner)
     rec["samples_s"] = samples
     rec["latency_ms"] = {k: quiet_ms(v, inner) for k, v in samples.items()}
     rec["median_ms"] = {k: float(np.median(v)) * 1e3 for k, v in samples.items()}
@@ -173,6 +176,14 @@ def run_model(name: str, form: str, batch: int, seq: int, rounds: int, inner: in
         f"({rec['speedup_vs_eager']:.2f}x), torch.compile {fmt(ms['torch.compile'])} ms "
         f"({rec['speedup_vs_compile']:.2f}x)")
     return rec
+
+
+def page_faults(fn) -> int:
+    import resource
+    fn()                    # (warm: first calls allocate what later ones reuse)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    fn()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 
 
 def markdown(res: dict) -> str:
@@ -215,6 +226,12 @@ def markdown(res: dict) -> str:
         cells = [f"{t[k]:.1f} ({t[k] / ours:.2f}x)" for t in (a, f)
                  for k in ("torch eager", "torch.compile")]
         lines.append(f"| {r['model']} | {r['form']} | {ours:.1f} | " + " | ".join(cells) + " |")
+    if any("page_faults" in r for r in res["models"]):
+        lines += ["", "Minor page faults of one call (new pages the step touches):", ""]
+        for r in res["models"]:
+            if "page_faults" in r:
+                lines.append(f"- {r['model']} {r['form']}: " + ", ".join(
+                    f"{k} {v:,}" for k, v in r["page_faults"].items()))
     lines += ["", "Import, planning and compile times (s):", ""]
     for r in res["models"]:
         if "error" not in r:

@@ -86,7 +86,7 @@ def _edited(tmp_path, worked, edit):
 
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.update(format="other"), "not a session file"),
-    (lambda d: d.update(version=9), "version 9 .*reads version 1"),
+    (lambda d: d.update(version=9), "version 9 .*reads versions 1, 2"),
     (lambda d: d.update(position=99), "position 99 is not a step"),
     (lambda d: d["steps"][1]["groups"][0].update(nodes=["n999"]), r"steps\[1\]\.groups\[0\]"
                                                                   r"\.nodes names no node"),

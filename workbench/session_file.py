@@ -10,6 +10,14 @@ reopening makes each kernel again with ``make_group`` for this machine's device,
 ``Plan.remade`` does. A planner's decision log is not stored (its reasons are text
 about the graph at planning time; reopened steps show none).
 
+A step's plan partitions the graph its step holds: the graph as loaded, or that graph
+with saved activations recomputed (``Session.recompute``, :mod:`.session_saved`). The
+file stores the graph as loaded once and, per step, the values recomputed
+(``"recompute"``, version 2); reopening rewrites the loaded graph for each set again
+(``rematerialize`` is deterministic: the same node ids), once per set as the session
+does. A version 1 file (before recompute steps could be saved) reads as recomputing
+nothing.
+
     >>> s.save("bert.wbsession.json", model="bert.onnx")      # doctest: +SKIP
     >>> s2 = open_session("bert.wbsession.json"); s2.plan == s.plan   # doctest: +SKIP
     True
@@ -27,7 +35,8 @@ from .fusion.plan import MATMUL_PRECISIONS, Plan, StitchScheme, make_group
 from .json_keys import bounded_int, strict_loads
 
 FORMAT = "workbench.session"
-VERSION = 1
+VERSION = 2
+READS = (1, 2)     # version 1: no recompute steps (no "recompute" per step)
 MAX_BYTES = 1 << 30        # an embedded graph with its weights may be large
 
 
@@ -55,10 +64,13 @@ def session_json(session, model: str | os.PathLike | None = None,
     the graph was loaded from, stored by path (relative to nothing: as given, made
     absolute) and hash instead of the graph itself."""
     from .ir.serialize import to_json
-    if any(st.plan.graph is not session.history[0].plan.graph for st in session.history):
-        raise WorkbenchError("this session's history holds recompute/store steps (another "
-                             "graph than the one loaded), which a session file cannot hold "
-                             "yet; save a session without them")
+    loaded = session.loaded_graph
+    recomputed = {id(g): sorted(k) for k, g in session._rewritten().items()}
+    if any(id(st.plan.graph) not in recomputed for st in session.history):
+        # (every step's graph is the loaded one or a recompute step's rewrite of it)
+        raise WorkbenchError("a step of this session plans a graph that is neither the "
+                             "one loaded nor a recompute step's, which a session file "
+                             "cannot describe; save from a session that made its steps")
     if model is not None:
         p = Path(model).resolve()
         if not p.is_file():
@@ -67,9 +79,10 @@ def session_json(session, model: str | os.PathLike | None = None,
                                  "model=None to store the graph in the session file")
         graph: dict[str, Any] = {"file": str(p), "sha256": _sha256(p)}
     else:
-        graph = {"embedded": to_json(session.graph)}
+        graph = {"embedded": to_json(loaded)}
     steps = [{"action": st.action, "planner": st.plan.planner,
               "matmul_precision": st.plan.matmul_precision,
+              "recompute": recomputed[id(st.plan.graph)],
               "groups": [_group_json(gr) for gr in st.plan.groups],
               "constraints": json.loads(st.constraints.to_json())}
              for st in session.history]
@@ -109,9 +122,9 @@ def read_json(path) -> dict:
         raise _fail(path, f"not valid JSON ({' '.join(str(e).split())[:160]})") from None
     if not isinstance(d, dict) or d.get("format") != FORMAT:
         raise _fail(path, f'not a session file (its "format" is not "{FORMAT}")')
-    if d.get("version") != VERSION:
+    if d.get("version") not in READS or isinstance(d.get("version"), bool):
         raise _fail(path, f"version {str(d.get('version'))[:20]} (this workbench reads "
-                          f"version {VERSION})")
+                          f"versions {', '.join(map(str, READS))})")
     return d
 
 
@@ -141,13 +154,41 @@ def _graph(path, g: dict):
     return load(str(file))
 
 
-def _plan(path, session, st: dict, i: int) -> Plan:
+def _step_graph(path, session, st: dict, where: str, version: int):
+    """The graph a step's plan partitions: the loaded graph with the step's saved
+    values recomputed, from the session's cache (one graph per set: the session tells
+    a step's choice by its graph's identity, and caches kernels per graph)."""
+    from .training.saved import rematerialize, saved_values
+    if version == 1:
+        if "recompute" in st:
+            raise _fail(path, f"{where}.recompute in a version 1 file (recompute steps "
+                              "came with version 2)")
+        return session.loaded_graph
+    values = _field(path, st, "recompute", list, where)
+    if not all(isinstance(v, str) for v in values) or len(set(values)) != len(values):
+        raise _fail(path, f"{where}.recompute is not a list of distinct value names")
+    key, graphs = frozenset(values), session._rewritten()
+    if key not in graphs:
+        loaded = session.loaded_graph
+        saved = {x.value: x for x in saved_values(loaded)}
+        for v in sorted(key):
+            if v not in saved:
+                raise _fail(path, f"{where}.recompute names {v[:80]!r}, not a forward value "
+                                  "the graph's backward reads")
+            if saved[v].refused:
+                raise _fail(path, f"{where}.recompute names {v[:80]!r}, which cannot be "
+                                  f"recomputed ({saved[v].refused[:120]})")
+        graphs[key] = rematerialize(loaded, key)
+    return graphs[key]
+
+
+def _plan(path, session, st: dict, i: int, version: int = VERSION) -> Plan:
     where = f"steps[{i}]"
     precision = _field(path, st, "matmul_precision", str, where)
     if precision not in MATMUL_PRECISIONS:
         raise _fail(path, f"{where}.matmul_precision {precision[:20]!r} is not one of "
                           f"{', '.join(MATMUL_PRECISIONS)}")
-    g, groups, seen = session.graph, [], set()
+    g, groups, seen = _step_graph(path, session, st, where, version), [], set()
     for j, gr in enumerate(_field(path, st, "groups", list, where)):
         w = f"{where}.groups[{j}]"
         nodes = _field(path, gr, "nodes", list, w)

@@ -29,7 +29,7 @@ def open_session(path, backend: str | None = None):
         raise _fail(path, "has no steps")
     history = None
     for i, st in enumerate(steps):
-        plan = _plan(path, s, st, i)
+        plan = _plan(path, s, st, i, d["version"])
         try:
             cons = Constraints.from_json(json.dumps(_field(path, st, "constraints", list,
                                                            f"steps[{i}]")))

@@ -36,6 +36,12 @@ class SavedSteps:
     def graph(self, g: Graph) -> None:      # (Session.__init__: the graph as loaded)
         self.__dict__["_loaded_graph"] = g
 
+    @property
+    def loaded_graph(self) -> Graph:
+        """The graph as loaded, which every recompute step's graph rewrites (a session
+        file stores it once, and each step's set of values recomputed)."""
+        return self.__dict__["_loaded_graph"]
+
     def _holds_graph(self, g: Graph) -> bool:
         return any(g is st.plan.graph for st in self.history)
 

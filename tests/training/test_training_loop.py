@@ -144,3 +144,28 @@ def test_a_weight_update_in_its_gradients_gemm_epilogue_matches_torch():
         assert abs(a - b) <= FRAMEWORK_TOLERANCE * abs(b)
     for k, p in model.named_parameters():
         assert relative_to_largest(state.params[k], p.detach().numpy()) <= FRAMEWORK_TOLERANCE, k
+
+
+def test_steps_across_a_plan_change_match_torch():
+    # train_step writes into output arrays it keeps for the current plan's program:
+    # after a plan change (another program) the steps must still be torch's
+    data = batches(2, 4)
+    model = small_model(1)
+    g = wb.from_torch(model, (data[0][0],), training=True, loss=F.mse_loss,
+                      targets=(data[0][1],), optimizer=AdamW(lr=1e-2, weight_decay=0.05))
+    state = TrainState.from_module(g, model)
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    got = []
+    for i, (x, y) in enumerate(data):
+        if i == 2:
+            s.auto("rules")
+        got.append(s.train_step({"input": x.numpy(), "target": y.numpy()}, state))
+    assert len(s.history) == 3
+    want = torch_loop(model, torch.optim.AdamW(model.parameters(), lr=1e-2,
+                                               weight_decay=0.05), data)
+    for a, b in zip(got, want):
+        assert abs(a - b) <= FRAMEWORK_TOLERANCE * abs(b)
+    for k, p in model.named_parameters():
+        assert relative_to_largest(state.params[k], p.detach().numpy()) \
+            <= FRAMEWORK_TOLERANCE, k
