@@ -15,8 +15,9 @@ priced by :func:`step_seconds`, one rank's step in program order:
   arrive one after another), each for ``link.time`` (the alpha-beta model: every piece
   pays the latency again);
 * a wait blocks until its collective is done; compute between a start and its wait is
-  overlap -- unless the link shares the rank's cores (``shares_cores``: loopback, whose
-  bytes the CPU copies), where nothing overlaps and the step is the sum of its parts.
+  overlap -- unless the link shares the rank's cores (:func:`.overlap.overlaps`, the
+  rule every overlap decision of ``auto`` takes: loopback, whose bytes the CPU copies),
+  where nothing overlaps and the step is the sum of its parts.
 
 So chunking pays where the link is slow against the compute and runs beside it (a
 network between machines): the cuts run while earlier pieces' ReduceScatters move,
@@ -38,6 +39,7 @@ from ..ir.graph import Graph
 from ..ops.collective import COLLECTIVES, WAIT
 from .chunk_pair import chunk_sharded
 from .local import Comm, local_steps
+from .overlap import no_overlap, overlaps
 from .program import DistProgram
 
 PIECES = (2, 4, 8)
@@ -54,7 +56,7 @@ def wire_bytes(d: DistProgram, node) -> int:
 def step_seconds(d: DistProgram, link, seconds_of: Callable[[Graph], float]) -> float:
     """One rank's modelled step (see the module doc); ``seconds_of(graph)``: a compute
     segment's predicted seconds."""
-    if getattr(link, "shares_cores", False):    # (one resource: every part in turn)
+    if not overlaps(link):      # (one resource: every part in turn)
         return sum(seconds_of(s.graph) if not isinstance(s, Comm) else
                    link.time(s.node.op, wire_bytes(d, s.node), d.ranks)
                    if s.node.op in COLLECTIVES else 0.0 for s in local_steps(d))
@@ -114,9 +116,8 @@ def best_chunking(d: DistProgram, rs, link, seconds_of, ks=PIECES
             continue
         why = (f"{faster[0][1]} pieces are modelled faster ({faster[0][0] * 1e3:.3g} ms)"
                if t < whole else "the model says slower (" + (
-                   f"{link.name} runs on the cores the kernels run on: nothing overlaps, "
-                   "and the cuts, joins and k-1 more latencies per collective are added"
-                   if getattr(link, "shares_cores", False) else
+                   no_overlap(link) + ", and the cuts, joins and k-1 more latencies "
+                   "per collective are added" if not overlaps(link) else
                    "the cuts and joins copy more than the overlap hides, and each piece "
                    "pays the link's latency again") + ")")
         notes.append(f"not applied: {what} into {k} pieces: {why} ({whole * 1e3:.3g} ms "

@@ -24,8 +24,9 @@ from .program import DistProgram, is_distributed_file, load_json
 from .ring import SEGMENT
 from .runner import RankRun, run_ranks, sent_bytes
 from .bucket import bucket_all_reduces
-from .chunk import chunk_all_reduce, matmul_of, overlapped
+from .chunk import chunk_all_reduce, matmul_of
 from .chunk_pair import chunk_sharded
+from .overlap import no_overlap, overlaps, pipelined
 from .received import FUSABLE, fuse_received
 from .transforms import shard_after, split_all_reduce
 
@@ -234,11 +235,16 @@ class DistSession:
                 continue
             comm = self.link.time(n.op, _nbytes(d, n.inputs[0]) * (
                 d.ranks if n.op == "all_gather" else 1), d.ranks)
-            after = max(comm, comp) + min(comm, comp) / k
+            # (k pieces: piece i arrives while piece i-1's kernel runs -- where it can)
+            after = pipelined(self.link, comm / k, comp / k, k)
+            times = f"{(comm + comp) * 1e3:.3g} ms -> {after * 1e3:.3g} ms, {k} segments"
+            if not after < comm + comp:
+                notes.append(f"not applied: {what}: the model says no faster ("
+                             f"{no_overlap(self.link) if not overlaps(self.link) else 'no gain'}"
+                             f"; {times})")
+                continue
             d = f
-            notes.append(f"applied: {what}: {', '.join(names)} (model: "
-                         f"{(comm + comp) * 1e3:.3g} ms -> {after * 1e3:.3g} ms, {k} "
-                         "segments)")
+            notes.append(f"applied: {what}: {', '.join(names)} (model: {times})")
         return d, notes
 
     def _bucket(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
@@ -322,17 +328,19 @@ class DistSession:
             except FusionRefused as e:
                 notes.append(f"not applied: {what} into {k} pieces: {e}")
                 continue
-            t = overlapped(mm_s, self.link.time("all_reduce", nbytes / k, d.ranks), k)
+            t = pipelined(self.link, mm_s / k, self.link.time("all_reduce", nbytes / k,
+                                                              d.ranks), k)
             if t < whole and (best is None or t < best[0]):
                 if best is not None:
                     notes.append(f"not applied: {what} into {best[1]} pieces: {k} pieces "
                                  "are modelled faster")
                 best = (t, k, c)
             else:
+                why = no_overlap(self.link) + ", and" if not overlaps(self.link) else ""
                 notes.append(f"not applied: {what} into {k} pieces: the model says "
                              f"{'slower' if t >= whole else 'slower than fewer pieces'} "
-                             f"({whole * 1e3:.3g} ms -> {t * 1e3:.3g} ms: each piece pays "
-                             "the link's latency again)")
+                             f"({whole * 1e3:.3g} ms -> {t * 1e3:.3g} ms: {why} each piece "
+                             "pays the link's latency again)")
         if best is None:
             return d, notes
         t, k, c = best
