@@ -21,7 +21,6 @@ from ..ops.collective import COLLECTIVES
 from .cost import GLOO_LOOPBACK, PRESETS, Link, PerOpLink
 from .local import Comm, local_steps
 from .program import DistProgram, is_distributed_file, load_json
-from .ring import SEGMENT
 from .runner import RankRun, run_ranks, sent_bytes
 from .bucket import bucket_all_reduces
 from .chunk import chunk_all_reduce, matmul_of
@@ -149,7 +148,7 @@ class DistSession:
         """The elementwise work after ReduceScatter/AllGather ``ref``'s wait fused into
         it, run per ``segment`` elements (default: the ring's message) as they arrive,
         as a step (:mod:`.received`; FusionRefused with the reason where nothing can)."""
-        d, names, left = fuse_received(self.program, ref, segment or SEGMENT)
+        d, names, left = fuse_received(self.program, ref, segment)
         return self._push(f"fuse_received {ref}", d,
                           [f"fused into {ref}'s arrival: {', '.join(names)}"] +
                           [f"not fused: {a}: {why}" for a, why in left])
@@ -228,10 +227,14 @@ class DistSession:
             comp = sum(g.value(v).nbytes for v in (*g.inputs, *g.outputs)) / \
                 self.device.dram_bandwidth
             size = _nbytes(f, seg.on_arrival) // f.graph.value(seg.on_arrival).dtype.itemsize
-            k = -(-size // SEGMENT)
+            # (an AllGather's and an all_to_all_single's result arrives shard by shard,
+            # block by block: the own one first, then the segments of the others')
+            blocks = 1 if n.op == "reduce_scatter" else d.ranks
+            k = blocks * -(-size // blocks // seg.fuse_segment)
             if k < 2:
                 notes.append(f"not applied: {what}: its result is one segment ({size} "
-                             f"elements <= {SEGMENT}): nothing arrives while it computes")
+                             f"elements <= {seg.fuse_segment}): nothing arrives while it "
+                             "computes")
                 continue
             comm = self.link.time(n.op, _nbytes(d, n.inputs[0]) * (
                 d.ranks if n.op == "all_gather" else 1), d.ranks)
