@@ -103,3 +103,28 @@ def test_the_app_draws_it_and_offers_the_fusion():
     assert "reshape is not elementwise" in effect_line(s, offers[1])
     offers[0].apply(s)
     assert any(getattr(t, "on_arrival", "") for t in local_steps(s.program))
+
+
+def test_a_bias_and_a_gate_broadcast_along_the_rows_are_cut_with_them():
+    from workbench.distributed import DistBuilder
+    b = DistBuilder("combine", 2)
+    x = b.input("x", (8, H), placement="S(0)")
+    gate = b.input("gate", (8, 1), placement="S(0)")
+    bias = b.input("bias", (H,))
+    y = b.all_to_all_single(x)
+    b.output((y + bias) * gate + x, "out")
+    d = b.build()
+    s = Session(d, ranks=2)
+    s.fuse_received(s.graph.nodes[0].id, segment=H)     # (one row a piece)
+    assert s.step.decisions == ("fused into n0's arrival: t3, t4, out",), s.step.decisions
+    run = s.run()
+    assert run.ok, run.errors
+
+
+def test_the_sample_file_opens_in_the_distributed_app():
+    from pathlib import Path
+
+    from workbench.ui.dist_app import DistApp
+    path = Path(__file__).resolve().parents[2] / "sample_graphs/distributed/moe_ep.json"
+    app = wb.open(str(path), display=False)
+    assert isinstance(app, DistApp) and app.session.ranks == 2

@@ -145,8 +145,9 @@ class DistSession:
                           bucket_all_reduces(self.program, refs))
 
     def fuse_received(self, ref: str, segment: int | None = None) -> DistProgram:
-        """The elementwise work after ReduceScatter/AllGather ``ref``'s wait fused into
-        it, run per ``segment`` elements (default: the ring's message) as they arrive,
+        """The elementwise work after ReduceScatter/AllGather/all_to_all_single ``ref``'s
+        wait fused into it, run per ``segment`` elements (default: the ring's message,
+        whole rows) as they arrive,
         as a step (:mod:`.received`; FusionRefused with the reason where nothing can)."""
         d, names, left = fuse_received(self.program, ref, segment)
         return self._push(f"fuse_received {ref}", d,
@@ -206,9 +207,10 @@ class DistSession:
         return d, notes
 
     def _fuse_received(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
-        """For each ReduceScatter/AllGather, its consumer's kernels run per arriving
-        segment, where the model says the overlap gains: the step then pays the
-        collective plus one segment's compute, not the collective plus all of it."""
+        """For each ReduceScatter/AllGather/all_to_all_single, its consumer's kernels
+        run per arriving piece, where the model (:mod:`.overlap`) says the overlap
+        gains: beside the cores the step then pays the collective plus one piece's
+        compute, not the collective plus all of it; on a link sharing them, nothing."""
         starts = [n for n in d.graph.nodes if n.op in FUSABLE]
         if not starts:
             return d, ["not applied: fuse compute into a received tensor: no "
