@@ -54,3 +54,14 @@ def test_the_same_link_beside_the_cores_fuses_into_the_arrival():
     assert all(x.startswith("not applied") and "nothing overlaps" not in x
                for x in chunk), chunk
     assert any(getattr(t, "on_arrival", "") for t in local_steps(s.program))
+
+
+def test_the_step_model_prices_a_fused_arrival_by_the_same_rule():
+    from workbench.distributed.chunk_price import segment_pricer, step_seconds
+    from workbench.distributed.received import fuse_received
+    d = sharded(2, 4096, 1024).program
+    rs = next(n.id for n in d.graph.nodes if n.op == "reduce_scatter")
+    f, _, _ = fuse_received(d, rs)
+    price = segment_pricer("stitch", CORE)
+    assert step_seconds(f, SHARED, price) == pytest.approx(step_seconds(d, SHARED, price))
+    assert step_seconds(f, BESIDE, price) < 0.99 * step_seconds(d, BESIDE, price)

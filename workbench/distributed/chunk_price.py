@@ -25,9 +25,11 @@ each piece's kernel while the next arrives, the moments' joins while the AllGath
 move; it costs k-1 more latencies per collective and the copies that are left
 unhidden. Where the link shares the cores it never pays (the copies and latencies are
 added, nothing is hidden), and where the step is compute-bound the copies cost more
-than the communication hidden. A candidate not applied is listed with both times. A compute segment fused into a collective's arrival
-(:mod:`.received`) is priced after its wait, without overlap (chunking is considered
-before that fusion, and refuses a fused wait).
+than the communication hidden. A candidate not applied is listed with both times. A
+compute segment fused into a collective's arrival (:mod:`.received`) runs on each
+piece as it lands, priced by the same rule (:func:`.overlap.pipelined`) as ``auto``'s
+decision to fuse it (chunking is considered before that fusion, and refuses a fused
+wait).
 """
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ from ..ir.graph import Graph
 from ..ops.collective import COLLECTIVES, WAIT
 from .chunk_pair import chunk_sharded
 from .local import Comm, local_steps
-from .overlap import no_overlap, overlaps
+from .received import arriving_pieces
+from .overlap import no_overlap, overlaps, pipelined
 from .program import DistProgram
 
 PIECES = (2, 4, 8)
@@ -60,17 +63,26 @@ def step_seconds(d: DistProgram, link, seconds_of: Callable[[Graph], float]) -> 
         return sum(seconds_of(s.graph) if not isinstance(s, Comm) else
                    link.time(s.node.op, wire_bytes(d, s.node), d.ranks)
                    if s.node.op in COLLECTIVES else 0.0 for s in local_steps(d))
+    steps = local_steps(d)
+    fused = {s.on_arrival: s for s in steps if getattr(s, "on_arrival", "")}
     now = link_free = 0.0
-    done: dict[str, float] = {}
-    for s in local_steps(d):
+    done: dict[str, tuple[float, float]] = {}
+    for s in steps:
         if isinstance(s, Comm):
             n = s.node
             if n.op in COLLECTIVES:
-                link_free = max(now, link_free) + link.time(n.op, wire_bytes(d, n), d.ranks)
-                done[n.outputs[0]] = link_free
+                t = link.time(n.op, wire_bytes(d, n), d.ranks)
+                link_free = max(now, link_free) + t
+                done[n.outputs[0]] = (link_free, t)
             elif n.op == WAIT:
-                now = max(now, done.pop(n.inputs[0], now))
-        else:
+                end, t = done.pop(n.inputs[0], (now, 0.0))
+                seg = fused.get(n.outputs[0])
+                if seg is None:
+                    now = max(now, end)
+                else:   # (its kernels on each piece as it lands: the one overlap rule)
+                    k, c = arriving_pieces(d, seg), seconds_of(seg.graph)
+                    now = max(now + c, end - t + pipelined(link, t / k, c / k, k))
+        elif not getattr(s, "on_arrival", ""):
             now += seconds_of(s.graph)
     return now
 

@@ -203,5 +203,17 @@ def chunk_graph(seg: Graph, size: int, length: int) -> Graph:
                                constants=consts, input_ranges={}).verify()
 
 
+def arriving_pieces(d: DistProgram, seg) -> int:
+    """How many pieces ``seg`` (a segment fused into a received value, as
+    :func:`.local.local_steps` gives it) runs on as they arrive: an AllGather's and an
+    all_to_all_single's result comes shard by shard, block by block (the own one first,
+    then the segments of the others'), a ReduceScatter's in its ring's segments."""
+    g = d.graph
+    start = g.producer[g.producer[seg.on_arrival].inputs[0]]
+    size = _size(d, seg.on_arrival)
+    blocks = 1 if start.op == "reduce_scatter" else d.ranks
+    return blocks * -(-size // blocks // seg.fuse_segment)
+
+
 def pieces(n: int, segment: int) -> list[tuple[int, int]]:
     return [(a, min(a + segment, n)) for a in range(0, n, segment)]

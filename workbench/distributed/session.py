@@ -26,7 +26,7 @@ from .bucket import bucket_all_reduces
 from .chunk import chunk_all_reduce, matmul_of
 from .chunk_pair import chunk_sharded
 from .overlap import no_overlap, overlaps, pipelined
-from .received import FUSABLE, fuse_received
+from .received import FUSABLE, arriving_pieces, fuse_received
 from .transforms import shard_after, split_all_reduce
 
 @dataclass(frozen=True)
@@ -224,15 +224,14 @@ class DistSession:
             except FusionRefused as e:
                 notes.append(f"not applied: {what}: {e}")
                 continue
-            seg = next(s for s in local_steps(f) if getattr(s, "on_arrival", ""))
+            recv = next(m.outputs[0] for m in f.graph.nodes if m.op == "wait_tensor"
+                        and m.inputs[0] == n.outputs[0])
+            seg = next(s for s in local_steps(f) if getattr(s, "on_arrival", "") == recv)
             g = seg.graph
             comp = sum(g.value(v).nbytes for v in (*g.inputs, *g.outputs)) / \
                 self.device.dram_bandwidth
-            size = _nbytes(f, seg.on_arrival) // f.graph.value(seg.on_arrival).dtype.itemsize
-            # (an AllGather's and an all_to_all_single's result arrives shard by shard,
-            # block by block: the own one first, then the segments of the others')
-            blocks = 1 if n.op == "reduce_scatter" else d.ranks
-            k = blocks * -(-size // blocks // seg.fuse_segment)
+            size = _nbytes(f, recv) // f.graph.value(recv).dtype.itemsize
+            k = arriving_pieces(f, seg)
             if k < 2:
                 notes.append(f"not applied: {what}: its result is one segment ({size} "
                              f"elements <= {seg.fuse_segment}): nothing arrives while it "
