@@ -115,9 +115,12 @@ def fuse_received(d: DistProgram, ref: str, segment: int | None = None
             need.update(m.outputs)
     fused = [m for m in fused if need.intersection(m.outputs)]
     if not fused:
+        # (the first nodes say why: the rest of a run, an expert's MLP after a
+        # dispatch, is refused for the same cause)
         raise FusionRefused(f"nothing after {n.name} can be fused into it: " + (
-            "; ".join(f"{a}: {why}" for a, why in left) if left else "no compute reads "
-            "its result before the next collective"))
+            "; ".join(f"{a}: {why}" for a, why in left[:3]) + (
+                f"; and {len(left) - 3} more" if len(left) > 3 else "")
+            if left else "no compute reads its result before the next collective"))
     ids = {m.id for m in fused}
     wait = dataclasses.replace(w, attrs=tuple(sorted(
         {**w.attr_map, "fused": tuple(o for m in fused for o in m.outputs),
