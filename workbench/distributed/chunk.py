@@ -81,11 +81,3 @@ def matmul_of(d: DistProgram, n: Node) -> Node | None:
     """The matmul an all_reduce ``n`` reduces the result of, if any."""
     m = d.graph.producer.get(n.inputs[0])
     return m if m is not None and m.op == "matmul" else None
-
-
-def overlapped(mm_s: float, piece_comm_s: float, k: int) -> float:
-    """The modelled time of a matmul (``mm_s`` whole) and its AllReduce in k pipelined
-    pieces (``piece_comm_s`` each, the link's latency included): the first piece's
-    matmul, then the longer of a piece's matmul and a piece's AllReduce k-1 times, then
-    the last AllReduce."""
-    return mm_s / k + (k - 1) * max(mm_s / k, piece_comm_s) + piece_comm_s

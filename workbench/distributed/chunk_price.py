@@ -15,8 +15,9 @@ priced by :func:`step_seconds`, one rank's step in program order:
   arrive one after another), each for ``link.time`` (the alpha-beta model: every piece
   pays the latency again);
 * a wait blocks until its collective is done; compute between a start and its wait is
-  overlap -- unless the link shares the rank's cores (``shares_cores``: loopback, whose
-  bytes the CPU copies), where nothing overlaps and the step is the sum of its parts.
+  overlap -- unless the link shares the rank's cores (:func:`.overlap.overlaps`, the
+  rule every overlap decision of ``auto`` takes: loopback, whose bytes the CPU copies),
+  where nothing overlaps and the step is the sum of its parts.
 
 So chunking pays where the link is slow against the compute and runs beside it (a
 network between machines): the cuts run while earlier pieces' ReduceScatters move,
@@ -24,9 +25,11 @@ each piece's kernel while the next arrives, the moments' joins while the AllGath
 move; it costs k-1 more latencies per collective and the copies that are left
 unhidden. Where the link shares the cores it never pays (the copies and latencies are
 added, nothing is hidden), and where the step is compute-bound the copies cost more
-than the communication hidden. A candidate not applied is listed with both times. A compute segment fused into a collective's arrival
-(:mod:`.received`) is priced after its wait, without overlap (chunking is considered
-before that fusion, and refuses a fused wait).
+than the communication hidden. A candidate not applied is listed with both times. A
+compute segment fused into a collective's arrival (:mod:`.received`) runs on each
+piece as it lands, priced by the same rule (:func:`.overlap.pipelined`) as ``auto``'s
+decision to fuse it (chunking is considered before that fusion, and refuses a fused
+wait).
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ from ..ir.graph import Graph
 from ..ops.collective import COLLECTIVES, WAIT
 from .chunk_pair import chunk_sharded
 from .local import Comm, local_steps
+from .received import arriving_pieces
+from .overlap import no_overlap, overlaps, pipelined
 from .program import DistProgram
 
 PIECES = (2, 4, 8)
@@ -54,21 +59,30 @@ def wire_bytes(d: DistProgram, node) -> int:
 def step_seconds(d: DistProgram, link, seconds_of: Callable[[Graph], float]) -> float:
     """One rank's modelled step (see the module doc); ``seconds_of(graph)``: a compute
     segment's predicted seconds."""
-    if getattr(link, "shares_cores", False):    # (one resource: every part in turn)
+    if not overlaps(link):      # (one resource: every part in turn)
         return sum(seconds_of(s.graph) if not isinstance(s, Comm) else
                    link.time(s.node.op, wire_bytes(d, s.node), d.ranks)
                    if s.node.op in COLLECTIVES else 0.0 for s in local_steps(d))
+    steps = local_steps(d)
+    fused = {s.on_arrival: s for s in steps if getattr(s, "on_arrival", "")}
     now = link_free = 0.0
-    done: dict[str, float] = {}
-    for s in local_steps(d):
+    done: dict[str, tuple[float, float]] = {}
+    for s in steps:
         if isinstance(s, Comm):
             n = s.node
             if n.op in COLLECTIVES:
-                link_free = max(now, link_free) + link.time(n.op, wire_bytes(d, n), d.ranks)
-                done[n.outputs[0]] = link_free
+                t = link.time(n.op, wire_bytes(d, n), d.ranks)
+                link_free = max(now, link_free) + t
+                done[n.outputs[0]] = (link_free, t)
             elif n.op == WAIT:
-                now = max(now, done.pop(n.inputs[0], now))
-        else:
+                end, t = done.pop(n.inputs[0], (now, 0.0))
+                seg = fused.get(n.outputs[0])
+                if seg is None:
+                    now = max(now, end)
+                else:   # (its kernels on each piece as it lands: the one overlap rule)
+                    k, c = arriving_pieces(d, seg), seconds_of(seg.graph)
+                    now = max(now + c, end - t + pipelined(link, t / k, c / k, k))
+        elif not getattr(s, "on_arrival", ""):
             now += seconds_of(s.graph)
     return now
 
@@ -114,9 +128,8 @@ def best_chunking(d: DistProgram, rs, link, seconds_of, ks=PIECES
             continue
         why = (f"{faster[0][1]} pieces are modelled faster ({faster[0][0] * 1e3:.3g} ms)"
                if t < whole else "the model says slower (" + (
-                   f"{link.name} runs on the cores the kernels run on: nothing overlaps, "
-                   "and the cuts, joins and k-1 more latencies per collective are added"
-                   if getattr(link, "shares_cores", False) else
+                   no_overlap(link) + ", and the cuts, joins and k-1 more latencies "
+                   "per collective are added" if not overlaps(link) else
                    "the cuts and joins copy more than the overlap hides, and each piece "
                    "pays the link's latency again") + ")")
         notes.append(f"not applied: {what} into {k} pieces: {why} ({whole * 1e3:.3g} ms "

@@ -3,7 +3,8 @@ asynchronous operation on torch tensors that share memory with NumPy arrays, and
 wait finishes it and returns the rank's local result as a NumPy array.
 
 ``all_reduce`` (SUM, AVG, MAX) and ``all_to_all_single`` are torch's calls (the IR's
-``all_to_all`` re-shards through it, the IR's ``all_to_all_single`` is it);
+``all_to_all`` re-shards through it, the IR's ``all_to_all_single`` is it -- but with
+compute fused into its result, pairs of sends and receives, :mod:`.a2a_peers`);
 ``send_recv`` is an ``isend`` to rank+shift beside an ``irecv`` from rank-shift.
 ReduceScatter and AllGather split and join along dim 0 (another dim is moved to the
 front first and back after). On gloo they run as rings of gloo's ``isend``/``irecv``
@@ -22,6 +23,7 @@ import itertools
 import numpy as np
 
 from ..ir.graph import Node
+from .a2a_peers import PeerAllToAll
 from .ring import RingAllGather, RingReduceScatter, buffer
 
 # collectives started by this process: the ring's message tags (every rank starts the
@@ -100,6 +102,9 @@ def start(node: Node, x: np.ndarray, rank: int, p: int, store: dict | None = Non
     if node.op == "all_to_all_single":
         # (equal splits: torch cuts the send buffer's dim 0 into p blocks, block j to
         # rank j, and fills the receive buffer's block r from rank r)
+        if gloo and segment is not None:    # (compute fused into it: block by block)
+            ring = PeerAllToAll(x, rank, p, next(_SEQ), store, segment)
+            return Pending([], lambda out: out, ring)
         src = np.ascontiguousarray(x)
         out = buffer(store, "out", x.shape, x.dtype)
         w = dist.all_to_all_single(t(out), t(src), async_op=True)

@@ -92,8 +92,17 @@ def _segment(d: DistProgram, nodes: list[Node], last: int, later_reads: dict,
     values = [local(v) for v in (*read, *[o for n in nodes for o in n.outputs])]
     sub = dataclasses.replace(
         g, name=f"{g.name}.seg{index}", values=tuple(values),
-        nodes=tuple(dataclasses.replace(n, id=f"n{k}") for k, n in enumerate(nodes)),
+        nodes=tuple(_localized(d, n, f"n{k}") for k, n in enumerate(nodes)),
         inputs=tuple(inputs), outputs=tuple(outputs),
         constants={c: g.constants[c] for c in consts},
         input_ranges={k: r for k, r in g.input_ranges.items() if k in inputs})
     return Segment(index, tuple(n.id for n in nodes), sub.verify())
+
+
+def _localized(d: DistProgram, n: Node, id_: str) -> Node:
+    """Node ``n`` on the rank's local shapes: a reshape's target shape is written for
+    the global tensor (a sharded one is reshaped by each rank on its piece)."""
+    if n.op == "reshape" and tuple(n.attr("shape")) != tuple(d.local_shape(n.outputs[0])):
+        attrs = {**n.attr_map, "shape": tuple(d.local_shape(n.outputs[0]))}
+        return dataclasses.replace(n, id=id_, attrs=tuple(sorted(attrs.items())))
+    return dataclasses.replace(n, id=id_)

@@ -16,7 +16,9 @@ its own piece with the ops of the registry:
   ``S(rows)``, ``S(batch) @ S(batch)``
   -> ``S(batch)`` (a pipeline stage per rank), ``R @ R`` -> ``R``.
 * slice: along dims a shard does not split (a Partial slices with its addends);
-  reshape and concat of Partial values of one reduction stay Partial; a concat of
+  reshape and concat of Partial values of one reduction stay Partial; a reshape of
+  ``S(0)`` to a dim 0 that divides by p stays ``S(0)`` (each rank's piece of the
+  row-major data is the same); a concat of
   values sharded on one dim, along another dim, stays sharded.
 * other layout and library ops: replicated inputs only (their attributes are written
   for the global shape).
@@ -102,6 +104,8 @@ def _rule(g: Graph, n: Node, ins: list[Placement], p: int) -> Placement:
             raise PlacementError(f"joins partials {', '.join(map(str, ins))} of different "
                                  "reductions; one message reduces one way")
         return ins[0]
+    if n.op == "reshape" and ins[0] == Shard(0):
+        return _reshape_rows(g, n, p)
     if n.op == "concat" and ins and isinstance(ins[0], Shard) and len(set(ins)) == 1 and \
             n.attr("axis") % len(g.value(n.outputs[0]).shape) != ins[0].dim:
         # (joined along a dim the shard does not split: each rank joins its own pieces,
@@ -220,6 +224,17 @@ def _slice(g: Graph, n: Node, x: Placement) -> Placement:
                                  "each rank holds other elements of it; all_gather it "
                                  "first, or slice another dim")
     return x
+
+
+def _reshape_rows(g: Graph, n: Node, p: int) -> Placement:
+    # (S(0) holds rank r's r-th p-th of the row-major data; so does S(0) of any shape
+    # whose dim 0 divides by p: expert parallelism's [p * p * c, h] <-> [p, p * c, h])
+    out = g.value(n.outputs[0]).shape
+    if out and out[0] % p == 0:
+        return Shard(0)
+    raise PlacementError(f"reshapes a value sharded on dim 0 to {list(out)}, whose dim 0 "
+                         f"does not divide into {p} ranks' pieces of the row-major data; "
+                         "all_gather it first, or keep dim 0 a multiple of the ranks")
 
 
 def _matmul(g: Graph, n: Node, ins: list[Placement]) -> Placement:

@@ -341,16 +341,18 @@ class _Fused:
     pieces in place."""
 
     def __init__(self, seg, d: DistProgram, compile_):
-        from .received import chunk_graph, pieces
+        from .received import Cut, chunk_graph, pieces
         self.seg, self.segment, self.compile = seg, seg.fuse_segment, compile_
         self.size = int(np.prod(d.local_shape(seg.on_arrival)))
+        self.cut = Cut.of(seg.graph, self.size)
         self.programs: dict[int, object] = {}
         self.outputs = {o: np.empty(seg.graph.value(o).shape, seg.graph.value(o).dtype.np)
                         for o in seg.graph.outputs}
         self._chunk = lambda n: chunk_graph(seg.graph, self.size, n)
         lengths = {b - a for a, b in pieces(self.size, self.segment)}
         node = d.graph.producer[d.graph.producer[seg.on_arrival].inputs[0]]
-        if node.op == "all_gather":     # (the ring's segments lie within each shard)
+        if node.op in ("all_gather", "all_to_all_single"):  # (segments lie within
+            # each shard, each block)
             lengths |= {b - a for a, b in pieces(self.size // d.ranks, self.segment)}
         for n in lengths:
             self._program(n)
@@ -369,17 +371,18 @@ class _Fused:
         flat: dict = {}
         names = [k for k in g.inputs if k != self.seg.on_arrival]
 
+        cut = self.cut
+
         def on_chunk(a, b):
             if not flat:    # (the received buffer: known once the ring holds it)
                 for k in names:
-                    v = np.ascontiguousarray(vals[k])
-                    flat[k] = v.reshape(-1) if v.size == size else v.reshape(())
+                    flat[k] = np.ascontiguousarray(vals[k])
             for x, y in pieces(b - a, self.segment):
                 t = time.perf_counter()
                 lo, hi = a + x, a + y
-                ins = {k: (v[lo:hi] if v.ndim else v) for k, v in flat.items()}
-                ins[self.seg.on_arrival] = recv[lo:hi]
-                self._program(hi - lo).run(ins, out={o: o_.reshape(-1)[lo:hi] for o, o_
+                ins = {k: cut.part(v, lo, hi) for k, v in flat.items()}
+                ins[self.seg.on_arrival] = cut.part(recv, lo, hi)
+                self._program(hi - lo).run(ins, out={o: cut.part(o_, lo, hi) for o, o_
                                                      in self.outputs.items()})
                 done = time.perf_counter()
                 self.compute_s += done - t

@@ -14,6 +14,9 @@ as JSON, written by sample_graphs/make_distributed_samples.py).
   (Q, K, V weights sharded by head), softmax attention per head, the output projection
   row-parallel (each rank's heads summed: a partial sum), AllReduce, bias, residual and
   LayerNorm.
+* :func:`moe_ep`: an expert-parallel MoE layer (one expert per rank): tokens sharded
+  on dim 0, ``all_to_all_single`` dispatch, each rank's expert MLP (matmul, GELU,
+  matmul), ``all_to_all_single`` combine, the router's gate and the residual.
 * :func:`tp_mlp`: a Megatron tensor-parallel MLP block -- column-parallel matmul
   (weights ``S(1)``), bias, GELU, row-parallel matmul (``S(0)``, a partial sum),
   AllReduce, bias, residual and LayerNorm (dropout omitted: this is inference, where it
@@ -182,10 +185,42 @@ def pp_stage(tokens: int = 512, hidden: int = 1024, ranks: int = 2) -> DistProgr
     return b.build()
 
 
+def moe_ep(capacity: int = 64, hidden: int = 256, ffn: int = 1024,
+           ranks: int = 2) -> DistProgram:
+    """An MoE layer with expert parallelism as users write it (top-1 routing already
+    done, as by a router before the layer): rank r holds expert r's weights and its
+    own ``p * capacity`` token slots, laid out by destination expert -- slots
+    ``[j * capacity, (j + 1) * capacity)`` of its rows go to expert j (padded to the
+    capacity, as GShard and Switch do). ``all_to_all_single`` dispatches them (rank j
+    then holds every rank's tokens for expert j), the expert's MLP runs on them
+    (``[p * capacity, hidden]`` as its batch of one), a second ``all_to_all_single``
+    sends the results back to the tokens' ranks, and each token's result is scaled by
+    its router probability (``gate``, one per token) and added to the token (the
+    residual). The program's reference is the single-process layer: expert e applied
+    to rows ``[e * p * c, (e + 1) * p * c)`` of the dispatched tokens."""
+    p, c = ranks, capacity
+    tokens = p * p * c
+    b = DistBuilder("moe_ep", ranks,
+                    f"Expert-parallel MoE layer on {ranks} ranks, one expert each: "
+                    f"{tokens} token slots x {hidden} (capacity {c} per rank and expert), "
+                    f"all_to_all_single dispatch, expert MLP {hidden} -> {ffn} (GELU) -> "
+                    f"{hidden}, all_to_all_single combine, gate and residual")
+    x = b.input("x", (tokens, hidden), placement="S(0)")
+    gate = b.input("gate", (tokens, 1), range=(0.0, 1.0), placement="S(0)")
+    w1 = b.input("w1", (p, hidden, ffn), placement="S(0)")
+    w2 = b.input("w2", (p, ffn, hidden), placement="S(0)")
+    xe = b.reshape(b.all_to_all_single(x), shape=[p, p * c, hidden])   # dispatch
+    h = b.matmul(b.gelu(b.matmul(xe, w1)), w2)
+    y = b.all_to_all_single(b.reshape(h, shape=[tokens, hidden]))      # combine
+    b.output(x + y * gate, "out")
+    return b.build()
+
+
 # file name -> (builder, the sizes the file is written at)
 SAMPLES = {"dp_adamw.json": (dp_adamw, dict(rows=1024, cols=1024)),
            "dp_lamb.json": (dp_lamb, dict(rows=1024, cols=1024)),
            "tp_mlp.json": (tp_mlp, dict(tokens=256, hidden=512, ffn=2048)),
            "pp_stage.json": (pp_stage, dict(tokens=256, hidden=512)),
            "dp_lamb_sharded.json": (dp_lamb_sharded, dict(rows=1024, cols=1024)),
-           "tp_attention.json": (tp_attention, dict(tokens=128, hidden=512, heads=8))}
+           "tp_attention.json": (tp_attention, dict(tokens=128, hidden=512, heads=8)),
+           "moe_ep.json": (moe_ep, dict(capacity=64, hidden=256, ffn=1024))}

@@ -21,12 +21,12 @@ from ..ops.collective import COLLECTIVES
 from .cost import GLOO_LOOPBACK, PRESETS, Link, PerOpLink
 from .local import Comm, local_steps
 from .program import DistProgram, is_distributed_file, load_json
-from .ring import SEGMENT
 from .runner import RankRun, run_ranks, sent_bytes
 from .bucket import bucket_all_reduces
-from .chunk import chunk_all_reduce, matmul_of, overlapped
+from .chunk import chunk_all_reduce, matmul_of
 from .chunk_pair import chunk_sharded
-from .received import FUSABLE, fuse_received
+from .overlap import no_overlap, overlaps, pipelined
+from .received import FUSABLE, arriving_pieces, fuse_received
 from .transforms import shard_after, split_all_reduce
 
 @dataclass(frozen=True)
@@ -145,10 +145,11 @@ class DistSession:
                           bucket_all_reduces(self.program, refs))
 
     def fuse_received(self, ref: str, segment: int | None = None) -> DistProgram:
-        """The elementwise work after ReduceScatter/AllGather ``ref``'s wait fused into
-        it, run per ``segment`` elements (default: the ring's message) as they arrive,
+        """The elementwise work after ReduceScatter/AllGather/all_to_all_single ``ref``'s
+        wait fused into it, run per ``segment`` elements (default: the ring's message,
+        whole rows) as they arrive,
         as a step (:mod:`.received`; FusionRefused with the reason where nothing can)."""
-        d, names, left = fuse_received(self.program, ref, segment or SEGMENT)
+        d, names, left = fuse_received(self.program, ref, segment)
         return self._push(f"fuse_received {ref}", d,
                           [f"fused into {ref}'s arrival: {', '.join(names)}"] +
                           [f"not fused: {a}: {why}" for a, why in left])
@@ -206,9 +207,10 @@ class DistSession:
         return d, notes
 
     def _fuse_received(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
-        """For each ReduceScatter/AllGather, its consumer's kernels run per arriving
-        segment, where the model says the overlap gains: the step then pays the
-        collective plus one segment's compute, not the collective plus all of it."""
+        """For each ReduceScatter/AllGather/all_to_all_single, its consumer's kernels
+        run per arriving piece, where the model (:mod:`.overlap`) says the overlap
+        gains: beside the cores the step then pays the collective plus one piece's
+        compute, not the collective plus all of it; on a link sharing them, nothing."""
         starts = [n for n in d.graph.nodes if n.op in FUSABLE]
         if not starts:
             return d, ["not applied: fuse compute into a received tensor: no "
@@ -222,23 +224,31 @@ class DistSession:
             except FusionRefused as e:
                 notes.append(f"not applied: {what}: {e}")
                 continue
-            seg = next(s for s in local_steps(f) if getattr(s, "on_arrival", ""))
+            recv = next(m.outputs[0] for m in f.graph.nodes if m.op == "wait_tensor"
+                        and m.inputs[0] == n.outputs[0])
+            seg = next(s for s in local_steps(f) if getattr(s, "on_arrival", "") == recv)
             g = seg.graph
             comp = sum(g.value(v).nbytes for v in (*g.inputs, *g.outputs)) / \
                 self.device.dram_bandwidth
-            size = _nbytes(f, seg.on_arrival) // f.graph.value(seg.on_arrival).dtype.itemsize
-            k = -(-size // SEGMENT)
+            size = _nbytes(f, recv) // f.graph.value(recv).dtype.itemsize
+            k = arriving_pieces(f, seg)
             if k < 2:
                 notes.append(f"not applied: {what}: its result is one segment ({size} "
-                             f"elements <= {SEGMENT}): nothing arrives while it computes")
+                             f"elements <= {seg.fuse_segment}): nothing arrives while it "
+                             "computes")
                 continue
             comm = self.link.time(n.op, _nbytes(d, n.inputs[0]) * (
                 d.ranks if n.op == "all_gather" else 1), d.ranks)
-            after = max(comm, comp) + min(comm, comp) / k
+            # (k pieces: piece i arrives while piece i-1's kernel runs -- where it can)
+            after = pipelined(self.link, comm / k, comp / k, k)
+            times = f"{(comm + comp) * 1e3:.3g} ms -> {after * 1e3:.3g} ms, {k} segments"
+            if not after < comm + comp:
+                notes.append(f"not applied: {what}: the model says no faster ("
+                             f"{no_overlap(self.link) if not overlaps(self.link) else 'no gain'}"
+                             f"; {times})")
+                continue
             d = f
-            notes.append(f"applied: {what}: {', '.join(names)} (model: "
-                         f"{(comm + comp) * 1e3:.3g} ms -> {after * 1e3:.3g} ms, {k} "
-                         "segments)")
+            notes.append(f"applied: {what}: {', '.join(names)} (model: {times})")
         return d, notes
 
     def _bucket(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
@@ -322,17 +332,19 @@ class DistSession:
             except FusionRefused as e:
                 notes.append(f"not applied: {what} into {k} pieces: {e}")
                 continue
-            t = overlapped(mm_s, self.link.time("all_reduce", nbytes / k, d.ranks), k)
+            t = pipelined(self.link, mm_s / k, self.link.time("all_reduce", nbytes / k,
+                                                              d.ranks), k)
             if t < whole and (best is None or t < best[0]):
                 if best is not None:
                     notes.append(f"not applied: {what} into {best[1]} pieces: {k} pieces "
                                  "are modelled faster")
                 best = (t, k, c)
             else:
+                why = no_overlap(self.link) + ", and" if not overlaps(self.link) else ""
                 notes.append(f"not applied: {what} into {k} pieces: the model says "
                              f"{'slower' if t >= whole else 'slower than fewer pieces'} "
-                             f"({whole * 1e3:.3g} ms -> {t * 1e3:.3g} ms: each piece pays "
-                             "the link's latency again)")
+                             f"({whole * 1e3:.3g} ms -> {t * 1e3:.3g} ms: {why} each piece "
+                             "pays the link's latency again)")
         if best is None:
             return d, notes
         t, k, c = best

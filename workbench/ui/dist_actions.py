@@ -75,7 +75,8 @@ OFFERS = (OfferKind("split_all_reduce", "all_reduce", _dims),
           OfferKind("chunk_all_reduce", "all_reduce", _pieces),
           OfferKind("bucket_all_reduces", "all_reduce", whole=True),
           OfferKind("chunk_sharded", "reduce_scatter", _pieces),
-          OfferKind("fuse_received", "reduce_scatter"), OfferKind("fuse_received", "all_gather"))
+          OfferKind("fuse_received", "reduce_scatter"), OfferKind("fuse_received", "all_gather"),
+          OfferKind("fuse_received", "all_to_all_single"))
 
 
 def trial_session(session):
