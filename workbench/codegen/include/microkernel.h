@@ -270,6 +270,19 @@ WB_FN void wb_pack_a_once(const float* a, long long m, long long k, long long ar
   __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
 }
 
+/* sliver s (rows s * WB_MR on) of tile t of an activation A, by every run, where
+   wb_pack_a_once puts a constant's: one item of a parallel loop before the tiles (fusion/
+   gemm/left_pack.py), so that a row of A is copied once, not once per column tile.
+   A slot past the tile's slivers or past m packs nothing (its sliver is never read) */
+WB_FN void wb_pack_a_sliver(const float* a, long long m, long long k, long long ars,
+                            long long acs, long long tile_m, long long tstride, float* ap,
+                            long long t, long long s) {
+  long long i0 = s * WB_MR, row = t * tile_m + i0;
+  if (i0 >= tile_m || row >= m) return;
+  long long rows = tile_m - i0 < m - row ? tile_m - i0 : m - row;
+  wb_sliver(a + row * ars, ars, acs, rows, k, ap + t * tstride + i0 * k);
+}
+
 /* c (m x n, row-major, ldc) = a (m x k, element (i, r) at a[i * ars + r * acs]) @ the
    packed panels starting at bp (the tile's first column, a panel boundary; each panel
    kp rows long, the tile's k rows from its first), or with add, c += that product. A's
