@@ -42,10 +42,13 @@ def _gemm(g, device=WIDE):
 
 @pytest.mark.parametrize("m,k,n,batch,packs", [
     (128, 256, 32000, (), True),      # an LM head: 125 column tiles
-    (13, 70, 1100, (), True),         # 5 column tiles, a short last sliver
-    (13, 70, 1100, (3,), True),       # batch items A's own, one B: rows of one product
+    (128, 768, 3072, (), True),       # BERT's FFN up: 12 column tiles
+    (40, 256, 1100, (3,), True),      # batch items A's own, one B: rows of one product
+    (13, 70, 1100, (), False),        # 6 column tiles, too few copies saved (4.5K floats)
     (128, 256, 192, (), False),       # one column tile: nothing copied twice
     (4096, 512, 4096, (), False),     # the pack would outgrow a core's L2
+    (2, 1280, 1000, (), False),       # a classifier: 4 column tiles, too few copies saved
+    (1, 256, 32000, (), False),       # one token's LM head: its row's 124 copies are 32K floats
 ])
 def test_which_products_pack_a_per_run(m, k, n, batch, packs):
     s = _gemm(_linear(m, k, n, batch))
@@ -57,8 +60,15 @@ def test_which_products_pack_a_per_run(m, k, n, batch, packs):
     assert not micro_kernel_fits(narrow) and not packs_a_per_run(g, s.gemm, s.then, s.online)
 
 
+@pytest.fixture
+def small_products(monkeypatch):
+    """The rule as it is but for the copies a pack must save: the tests' products are
+    small (they run in milliseconds) yet take the packed form."""
+    monkeypatch.setattr(left_pack, "LEFT_PACK", left_pack.LeftPack(min_saved=0))
+
+
 def test_the_rule_reads_its_config(monkeypatch):
-    g = _linear(13, 70, 1100)
+    g = _linear(40, 256, 1100)
     s = _gemm(g)
     monkeypatch.setattr(left_pack, "LEFT_PACK", left_pack.LeftPack(min_col_tiles=s.gemm.col_tiles + 1))
     assert not packs_a_per_run(g, s.gemm, s.then, s.online)
@@ -71,7 +81,7 @@ def test_the_rule_reads_its_config(monkeypatch):
     dict(m=20, k=33, n=900, batch=(2, 3), transposed_a=True),   # A's columns strided
     dict(m=13, k=70, n=1100, epilogue=True),          # an elementwise epilogue after
 ])
-def test_results_match_numpy_on_fresh_inputs(case):
+def test_results_match_numpy_on_fresh_inputs(case, small_products):
     g = _linear(**case)
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")
@@ -94,7 +104,7 @@ def test_results_match_numpy_on_fresh_inputs(case):
         assert err < 1e-5, err
 
 
-def test_the_pack_is_counted_alike_by_features_and_the_kernel():
+def test_the_pack_is_counted_alike_by_features_and_the_kernel(small_products):
     g = _linear(13, 70, 1100, batch=(2,))
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")

@@ -16,7 +16,8 @@ then read (``wb_gemm_packed_a``).
 Not where a tile's rows are all of the product's columns (one column tile: nothing is
 copied twice), a fused attention (its first product's A is Q, read per tile; its
 second is the tile's own probabilities), bfloat16 (its slivers are pairs of rows),
-sgemm tiles (BLAS packs A itself), or where the pack would outgrow ``max_floats``.
+sgemm tiles (BLAS packs A itself), where the pack would outgrow ``max_floats``, or
+where it would save too few copies to repay its loop (``min_saved``).
 
     >>> LEFT_PACK.min_col_tiles
     4
@@ -42,9 +43,14 @@ class LeftPack:
     otherwise; the pack costs one parallel loop (and its barrier) before them, ~10 us
     on 2 cores, so a product cut into a few column tiles (BERT's 768 columns in 3)
     keeps copying per tile. ``max_floats``: the pack (A's rows of every batch item)
-    stays within a core's L2 (4 MB: 1M floats) so the tiles read it from cache."""
+    stays within a core's L2 (4 MB: 1M floats) so the tiles read it from cache.
+    ``min_saved``: the copies it saves ((column tiles - 1) x A's floats) at least 64K
+    floats, ~20-60 us of strided copying, well above the loop's cost: a classifier's
+    2 rows x 1280 read by 4 column tiles (7.7K floats saved, a 25 us kernel) keeps
+    copying per tile."""
     min_col_tiles: int = 4
     max_floats: int = 1 << 20
+    min_saved: int = 1 << 16
 
 
 LEFT_PACK = LeftPack()
@@ -75,4 +81,5 @@ def packs_a_per_run(g: Graph, t: GemmShape, then=None, online=None) -> bool:
             and t.a.value not in g.constants
             and g.value(t.a.value).dtype is DType.float32
             and t.col_tiles >= LEFT_PACK.min_col_tiles
-            and left_pack_words(t) <= LEFT_PACK.max_floats)
+            and left_pack_words(t) <= LEFT_PACK.max_floats
+            and (t.col_tiles - 1) * t.batch * t.m * t.k >= LEFT_PACK.min_saved)
