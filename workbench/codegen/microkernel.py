@@ -56,7 +56,7 @@ owns its sizes, which the lowering allocates the packed buffers by.
 """
 from __future__ import annotations
 
-from ..fusion.gemm.left_pack import SLIVER_ROWS, a_tile_stride  # noqa: F401 (A's slivers)
+from ..fusion.gemm.left_pack import a_tile_stride   # A's slivers (one definition)
 from ..fusion.gemm.tiles import PANEL   # columns per packed panel of B
 from .include import source
 
