@@ -118,3 +118,30 @@ def test_the_pack_is_counted_alike_by_features_and_the_kernel(small_products):
     assert any(b.numel == words and not b.persistent for b in kernel.workspace)
     assert features(g, gr, plan.device).scratch_bytes == kernel.scratch_bytes
     assert kernel.scratch_bytes >= 2 * 4 * words
+
+
+def test_runs_at_once_from_threads_each_pack_their_own(small_products):
+    """Two runs of one program at once (the second without the reused intermediates)
+    write workspaces of their own: the pack of A is per run, never shared."""
+    import threading
+    g = _linear(64, 96, 2000)
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    if not micro_kernel_fits(s.device):
+        pytest.skip("this CPU's vectors are too narrow for the micro-kernel")
+    prog = s.program()
+    assert "wb_pack_a_sliver(" in prog.compiled[0].source
+    w, wrong = g.constants["w"], []
+
+    def runs(seed):
+        rng = np.random.default_rng(seed)
+        for _ in range(100):
+            x = rng.standard_normal((64, 96)).astype(np.float32)
+            if np.abs(prog.run({"x": x})["y"] - x @ w).max() > 1e-3:
+                wrong.append(seed)
+    threads = [threading.Thread(target=runs, args=(k,)) for k in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not wrong
