@@ -250,7 +250,10 @@ class PackA:
     row_stride + r x col_stride]``) into ``packed`` on the kernel's first run, in the
     slivers the GEMM micro-kernel reads, tile by tile of ``tile_m`` rows
     (``wb_pack_a_once``, codegen/microkernel.py); ``packed`` is a persistent workspace
-    that records when it is done."""
+    that records when it is done. With ``sliver`` (C expressions: ``tile``, the row
+    tile, and ``sliver``, its sliver) one sliver, by every run, into ``packed`` from
+    ``packed_off`` (an activation: a parallel loop packs them all,
+    ``wb_pack_a_sliver``; fusion/gemm/left_pack.py)."""
     a: Buffer
     packed: Buffer
     a_off: int | str
@@ -260,6 +263,9 @@ class PackA:
     col_stride: int
     tile_m: int
     node: str = ""
+    tile: str = ""
+    sliver: str = ""
+    packed_off: str = "0"
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ owns its sizes, which the lowering allocates the packed buffers by.
 """
 from __future__ import annotations
 
+from ..fusion.gemm.left_pack import a_tile_stride   # A's slivers (one definition)
 from ..fusion.gemm.tiles import PANEL   # columns per packed panel of B
 from .include import source
 
@@ -67,16 +68,6 @@ def packed_numel(k: int, n: int, once: bool = True, pairs: bool = False) -> int:
     """32-bit words of B (``k x n``) packed into panels (``pairs``: bfloat16 rows two to
     a word), plus the state slots of a pack made ``once`` (by the first run)."""
     return -(-n // PANEL) * PANEL * panel_rows(k, pairs) + (STATE_SLOTS if once else 0)
-
-
-# the most rows of A a sliver of any target's micro-kernel holds (WB_MR: 6, or 3)
-SLIVER_ROWS = 6
-
-
-def a_tile_stride(k: int, tile_m: int) -> int:
-    """Floats between two tiles' slivers of an A packed once (``wb_pack_a_once``):
-    enough for ``tile_m`` rows in slivers of 6 or of 3, each ``k`` long."""
-    return -(-tile_m // SLIVER_ROWS) * SLIVER_ROWS * k
 
 
 def packed_a_numel(m: int, k: int, tile_m: int) -> int:

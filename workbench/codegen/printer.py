@@ -194,9 +194,11 @@ def _pack_b(s: PackB, pad: str) -> list[str]:
 
 
 def _pack_a(s: PackA, pad: str) -> list[str]:
-    return [f"{pad}pack_a {s.packed.name} = {_ref(s.a, str(s.a_off))} "
+    which = f"tile {s.tile}, sliver {s.sliver}" if s.sliver else "first run only"
+    dst = _ref(s.packed, s.packed_off) if s.sliver else s.packed.name
+    return [f"{pad}pack_a {dst} = {_ref(s.a, str(s.a_off))} "
             f"[{s.m} x {s.k}, strides {s.row_stride}/{s.col_stride}, slivers of tiles of "
-            f"{s.tile_m} rows, first run only]"]
+            f"{s.tile_m} rows, {which}]"]
 
 
 def _widen_once(s: WidenOnce, pad: str) -> list[str]:

@@ -8,7 +8,8 @@ workspace buffers the lowerers size by these functions) share:
   output anyway, the output read back once (no buffer of its own);
 - a **split row**'s partials: per reduction, one accumulator per (row, block);
 - a CPU **GEMM**'s right operands packed into the micro-kernel's panels by every run
-  (an activation B, fused attention's K and V), written once and read by the tiles.
+  (an activation B, fused attention's K and V), and an activation A packed into its
+  slivers where many column tiles read it, written once and read by the tiles.
 
 Persistent workspaces (a constant packed or widened on the first run) are left out:
 after the first run they are read in place of the constant, whose bytes the inputs
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from ..dtypes import DType
 from ..ir import Graph
 from ..ops import Kind, get_op
+from .gemm.left_pack import left_pack_words, packs_a_per_run
 from .gemm_shape import PACK_PER_RUN
 from .mapping import Mapping, ScheduleKind
 from .schedule import Schedule
@@ -79,6 +81,8 @@ def packs_per_run(g: Graph, s: Schedule) -> tuple[int, ...]:
         out.append(pack_words(t.b.view, t.k, t.n, pairs))
     if then is not None and (online or then.packed):
         out.append(pack_words(then.b.view, then.k, then.n))
+    if packs_a_per_run(g, t, then, s.online):     # A's slivers (fusion/gemm/left_pack.py)
+        out.append(left_pack_words(t))
     return tuple(out)
 
 

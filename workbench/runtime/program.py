@@ -199,13 +199,28 @@ class KernelSequence:
 
     def workspace(self, ck) -> dict:
         """The kernel's own global memory (values between stitched phases, partials of
-        a split row), allocated once per kernel and poisoned, so a phase reading what
-        no earlier phase wrote fails the comparison."""
+        a split row, operands packed by every run), allocated once per kernel and
+        poisoned, so a phase reading what no earlier phase wrote fails the comparison.
+        A run that does not hold the reused intermediates (another thread's run does,
+        or a checked run) gets workspaces of its own, so two runs at once never write
+        one buffer; persistent ones (a constant packed once, by compare-and-swap) are
+        shared."""
         cache = self.__dict__.setdefault("_workspaces", {})
         if id(ck) not in cache:
             cache[id(ck)] = {b.name: poison(self.backend.xp, (b.numel,), b.dtype)
                              for b in ck.kernel.workspace}
-        return cache[id(ck)]
+        own = getattr(self._run_local(), "workspaces", None)
+        if own is None:
+            return cache[id(ck)]
+        if id(ck) not in own:
+            own[id(ck)] = {b.name: cache[id(ck)][b.name] if b.persistent
+                           else poison(self.backend.xp, (b.numel,), b.dtype)
+                           for b in ck.kernel.workspace}
+        return own[id(ck)]
+
+    def _run_local(self) -> threading.local:
+        """This thread's run's state: ``workspaces``, its own (see ``workspace``)."""
+        return self.__dict__.setdefault("_local", threading.local())
 
     def execute(self, inputs: Mapping[str, np.ndarray], keep_all: bool = False,
                 out: Mapping | None = None, checked: bool = False,
@@ -221,6 +236,8 @@ class KernelSequence:
         made = self._maker(out, checked or keep_all
                            or os.environ.get(CHECKED_ENV) == "1")
         pool = None if keep_all else self._take_pool()
+        # (a run without the pool writes workspaces of its own: see workspace)
+        self._run_local().workspaces = {} if pool is None else None
         # threads placed for a run only where the last one took long enough to repay it
         # (the first run is placed)
         place = self.__dict__.get("_last_run_s", PLACE_MIN_S) >= PLACE_MIN_S
@@ -245,6 +262,7 @@ class KernelSequence:
             if pool is not None:
                 self._pool_made = True
         finally:
+            self._run_local().workspaces = None
             if pool is not None:
                 self._pool_lock.release()
         for name, a in out.items():

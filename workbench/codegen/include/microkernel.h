@@ -135,21 +135,22 @@ WB_FN void wb_micro_store(wb_vf acc[WB_MR][WB_NV], float* c, long long ldc, int 
   }
 }
 
-/* one WB_MR x (nv vectors) block: acc = A sliver (kc x WB_MR, packed) @ B rows (kc x
-   nv * WB_VW, WB_PANEL apart); stored (first block of k) or added into c, mr rows and
-   nb columns. Always inlined, so that each call's constant nv unrolls its loops and
-   keeps its accumulators in registers */
+/* one WB_MR x (nv vectors) block -- or, with rows < WB_MR, its first rows only: acc =
+   A sliver (kc x WB_MR, packed) @ B rows (kc x nv * WB_VW, WB_PANEL apart); stored
+   (first block of k) or added into c, mr (<= rows) rows and nb columns. Always inlined,
+   so that each call's constant nv and rows unroll its loops and keep its accumulators
+   in registers */
 WB_FN __attribute__((always_inline)) void wb_micro_nv(
     long long kc, const float* ap, const float* bp, float* c, long long ldc, int first,
-    int mr, int nb, const int nv) {
+    int mr, int nb, const int nv, const int rows) {
   wb_vf acc[WB_MR][WB_NV];
-  for (int i = 0; i < WB_MR; i++)
+  for (int i = 0; i < rows; i++)
     for (int v = 0; v < nv; v++) acc[i][v] = (wb_vf){0};
   for (long long r = 0; r < kc; r++) {
     wb_vf bv[WB_NV];
     for (int v = 0; v < nv; v++) memcpy(&bv[v], bp + r * WB_PANEL + v * WB_VW, sizeof(wb_vf));
 #pragma GCC unroll 8
-    for (int i = 0; i < WB_MR; i++) {
+    for (int i = 0; i < rows; i++) {
       float a = ap[r * WB_MR + i];
       for (int v = 0; v < nv; v++) acc[i][v] += a * bv[v];
     }
@@ -161,11 +162,14 @@ WB_FN __attribute__((always_inline)) void wb_micro_nv(
    vector holds them, that one (a tail of 4 columns after 192 cost what 64 do: 196
    positions of a convolution, 65 keys of ViT's attention). Tails of two and three
    vectors take the full block: each variant inlined cost ~0.05 s of every GEMM
-   kernel's compile */
+   kernel's compile. A sliver of half the rows or fewer (a tile's last: 128 rows are 21
+   slivers of 6 and one of 2) multiplies half the rows: an LM head 128 x 32000 x 256
+   took 2.6% less time (one core), its compile ~0.01 s more */
 WB_FN void wb_micro(long long kc, const float* ap, const float* bp, float* c,
                     long long ldc, int first, int mr, int nb) {
-  if (nb <= WB_VW) wb_micro_nv(kc, ap, bp, c, ldc, first, mr, nb, 1);
-  else wb_micro_nv(kc, ap, bp, c, ldc, first, mr, nb, WB_NV);
+  if (nb <= WB_VW) wb_micro_nv(kc, ap, bp, c, ldc, first, mr, nb, 1, WB_MR);
+  else if (mr <= WB_MR / 2) wb_micro_nv(kc, ap, bp, c, ldc, first, mr, nb, WB_NV, WB_MR / 2);
+  else wb_micro_nv(kc, ap, bp, c, ldc, first, mr, nb, WB_NV, WB_MR);
 }
 
 /* as wb_micro, over kc2 pairs of k rows of bfloat16: A's sliver and B's panel rows
@@ -268,6 +272,19 @@ WB_FN void wb_pack_a_once(const float* a, long long m, long long k, long long ar
       wb_sliver(rows > 0 ? a + row * ars : a, ars, acs, rows, k, ap + t * tstride + i0 * k);
     }
   __atomic_store_n(state, WB_PACKED, __ATOMIC_RELEASE);
+}
+
+/* sliver s (rows s * WB_MR on) of tile t of an activation A, by every run, where
+   wb_pack_a_once puts a constant's: one item of a parallel loop before the tiles (fusion/
+   gemm/left_pack.py), so that a row of A is copied once, not once per column tile.
+   A slot past the tile's slivers or past m packs nothing (its sliver is never read) */
+WB_FN void wb_pack_a_sliver(const float* a, long long m, long long k, long long ars,
+                            long long acs, long long tile_m, long long tstride, float* ap,
+                            long long t, long long s) {
+  long long i0 = s * WB_MR, row = t * tile_m + i0;
+  if (i0 >= tile_m || row >= m) return;
+  long long rows = tile_m - i0 < m - row ? tile_m - i0 : m - row;
+  wb_sliver(a + row * ars, ars, acs, rows, k, ap + t * tstride + i0 * k);
 }
 
 /* c (m x n, row-major, ldc) = a (m x k, element (i, r) at a[i * ars + r * acs]) @ the

@@ -17,6 +17,8 @@ from dataclasses import replace
 from ...device import Device
 from ...dtypes import DType, c_literal
 from ...fusion.gemm.tiles import PANEL
+from ...fusion.gemm.left_pack import (SLIVER_ROWS_MIN, left_items, left_pack_words,
+                                      packs_a_per_run)
 from ...fusion.gemm.legality import VIEWS
 from ...fusion.plan import Group
 from ...fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
@@ -202,7 +204,33 @@ class GemmLowerer(TileLowerer):
                     PackA(self.buffers[t.a.value], abuf, a.offset, M, K, a.row_stride,
                           a.col_stride, t.tile_m, node)) + pack
             a_off, a_packed = f"r0 / {t.tile_m} * {a_tile_stride(K, t.tile_m)}", True
+        elif multiplied and not pairs and packs_a_per_run(g, t, then, self.sched.online):
+            abuf, pack, a_off = self._pack_a_per_run()
+            a_packed = True
         return abuf, a_off, a_packed, pack
+
+    def _pack_a_per_run(self) -> tuple:
+        """An activation A packed into the micro-kernel's slivers by every run, before
+        the tiles (fusion/gemm/left_pack.py): one parallel loop over (distinct matrix,
+        row tile, sliver slot). Returns the workspace, the statements, and the C offset
+        of tile (``bt``, ``r0``)'s slivers in it."""
+        t = self.sched.gemm
+        a, node = t.a.view, self.g.producer[t.result].id
+        items, stride = left_items(t), a_tile_stride(t.k, t.tile_m)
+        slots = -(-t.tile_m // SLIVER_ROWS_MIN)      # (a sliver of WB_MR rows each)
+        per_item = t.row_tiles * slots
+        packed = self.workspace("apack", DType.float32, left_pack_words(t))
+        i64 = DType.int64
+        body = (Let("bt", i64, f"pk / {per_item}"),
+                PackA(self.buffers[t.a.value], packed, a.distinct.batch_offset("bt"), t.m,
+                      t.k, a.row_stride, a.col_stride, t.tile_m, node,
+                      tile=f"pk % {per_item} / {slots}", sliver=f"pk % {slots}",
+                      packed_off=f"bt * {t.row_tiles * stride}"))
+        stmts = (Comment(f"{t.a.value} packed into the micro-kernel's slivers by every "
+                         "run, before the tiles (each column tile reads them)"),
+                 Loop("pk", items * per_item, "grid", body))
+        item = "0" if items == 1 else f"({a.distinct_index('bt')}) * {t.row_tiles * stride}"
+        return packed, stmts, f"{item} + r0 / {t.tile_m} * {stride}"
 
     def _block_gemm(self, name: str) -> Kernel:
         """A GPU GEMM kernel: a thread block per tile (the grid strides over them), the

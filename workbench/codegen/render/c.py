@@ -343,9 +343,12 @@ class CRenderer(CStyleRenderer):
         if isinstance(s, WidenOnce):
             return f"wb_widen_once({s.src.name}, {s.n}, {s.dst.name});"
         if isinstance(s, PackA):
-            return (f"wb_pack_a_once({s.a.name} + {s.a_off}, {s.m}, {s.k}, {s.row_stride}, "
-                    f"{s.col_stride}, {s.tile_m}, {a_tile_stride(s.k, s.tile_m)}, "
-                    f"{s.packed.name});")
+            args = (f"{s.a.name} + {s.a_off}, {s.m}, {s.k}, {s.row_stride}, "
+                    f"{s.col_stride}, {s.tile_m}, {a_tile_stride(s.k, s.tile_m)}")
+            if s.sliver:      # one sliver, by every run
+                return (f"wb_pack_a_sliver({args}, {s.packed.name} + {s.packed_off}, "
+                        f"{s.tile}, {s.sliver});")
+            return f"wb_pack_a_once({args}, {s.packed.name});"
         if isinstance(s, PackB):
             # how the micro-kernel packs it: WB_B_PAIRS, WB_B_BF16 (widened), WB_B_F32
             kind = 2 if s.pairs else int(s.b.dtype is DType.bfloat16)

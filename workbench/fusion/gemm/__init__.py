@@ -14,10 +14,11 @@ second matmul (attention); or one convolution with an elementwise epilogue.
   (two, the softmax between them online or not), :mod:`.conv` (a convolution's checks
   and tiles), :mod:`.conv_rule` (its form, by shape), :mod:`.direct` (a convolution
   computed directly), :mod:`.planes` (a plane at a time);
-- tile choice -- :mod:`.tiles` (the CPU's tiles), :mod:`.gpu_tiles` (a GPU's thread
+- tile choice -- :mod:`.tiles` (the CPU's tiles), :mod:`.left_pack` (A packed once
+  per run where many column tiles read it), :mod:`.gpu_tiles` (a GPU's thread
   blocks), :mod:`.launch` (what a user or the tuner sets in place of the rule).
 
 The tuned thresholds are frozen configurations beside their measurements
-(``CpuTiles``, ``CpuAttention``, ``ConvRule``, ``DirectConv``, the GPU's
+(``CpuTiles``, ``LeftPack``, ``CpuAttention``, ``ConvRule``, ``DirectConv``, the GPU's
 ``BlockTile`` tables), each read by a small rule that picks by the problem's shape.
 """
