@@ -45,7 +45,7 @@ WB_FN float wb_fmin_num(float a, float b) { return a < b ? a : b; }
 # polynomial, the scale 2^n as two normal powers of two): every input costs the same,
 # within 1 ulp of e^x (tests/ops/test_exp.py). CUDA's expf has no such path.
 EXP = Helper("wb_expf", r"""/* e^x, branch-free and vectorizable (see ops/elementwise.py) */
-WB_FN float wb_exp_core(float x) {                       /* x in [-104, 88.75] */
+WB_FN float wb_exp_core(float x) {                       /* x in [-104, 104] */
   const float n = rintf(x * 1.44269504088896341f);      /* x = n ln2 + r */
   const float r = (x - n * 0.693359375f) - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -64,11 +64,13 @@ WB_FN float wb_exp_core(float x) {                       /* x in [-104, 88.75] *
   return p * s1.f * s2.f;
 }
 WB_FN float wb_expf(float x) {
-  /* past these e^x is 0 or inf (NaN stays NaN): such lanes compute e^0 and take their
-     result at the end, so no lane under- or overflows on the way */
-  const float xc = x >= -104.0f && x <= 88.75f ? x : 0.0f;
-  const float y = x < -104.0f ? 0.0f : wb_exp_core(xc);
-  return x > 88.75f ? INFINITY : (x != x ? x : y);
+  /* |x| past 104 is taken as +-104, where the core already gives 0 (e^-104 is under
+     half the least subnormal) or inf (e^88.73 passes float's largest), so past it
+     nothing is left to select: one compare, one blend. NaN fails the compare and
+     stays NaN through the arithmetic. (This form, not the three range selects before
+     it: 24% less time per element, GCC 12, AVX-512: benchmarks/row_kernels.py) */
+  const float xc = fabsf(x) > 104.0f ? copysignf(104.0f, x) : x;
+  return wb_exp_core(xc);
 }
 """, cuda="WB_FN float wb_expf(float x) { return expf(x); }\n")
 # The logistic function from e^-|x|, which never overflows: 1 / (1 + t) for x >= 0 and
