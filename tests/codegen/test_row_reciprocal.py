@@ -1,0 +1,76 @@
+"""A CPU row kernel divides by a softmax's denominator once per row: the elements are
+multiplied by its reciprocal (``RowLowerer._compute``; a vector division costs 3x a
+product). Only that divisor, a sum of e^(x - max x), which is in [1, cols] or not
+finite: a reciprocal of any other per-row divisor may be subnormal or inf, so x / sum(x)
+keeps its division. The GPU's source keeps the division. Results against the NumPy
+reference on fresh random rows (outputs poisoned), with masked (-inf), huge and NaN
+rows, and rows whose plain sum is subnormal."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from workbench.ir import GraphBuilder, composites
+from workbench.session import Session
+
+F32 = np.float32
+
+
+def _column_loops(src: str) -> list[str]:
+    """The bodies of the kernel's column loops (``for (int col ...`` to its end)."""
+    body = src[src.index("void k"):]
+    out = []
+    for m in re.finditer(r"for \(int col", body):
+        depth, i = 0, body.index("{", m.start())
+        for j in range(i, len(body)):
+            depth += {"{": 1, "}": -1}.get(body[j], 0)
+            if depth == 0:
+                out.append(body[i:j])
+                break
+    return out
+
+
+def _divides_in_loops(src: str) -> bool:
+    return any(" / " in ln.split("/*")[0] for loop in _column_loops(src)
+               for ln in loop.splitlines())
+
+
+@pytest.mark.parametrize("shape", [(24, 200), (6, 3001)])
+def test_softmax_multiplies_by_the_reciprocal_and_matches_numpy(shape, check_graph):
+    b = GraphBuilder("softmax_rows")
+    b.output(composites.softmax(b, b.input("x", shape)), "y")
+    g = b.build()
+    s = Session(g, backend="cpu")
+    s.auto("stitch")
+    (k,) = s.kernels()
+    src = s.source(k.name.split("_")[0], target="c")
+    assert re.search(r"float t\d+ = 1\.0f / acc\d+;", src), src[src.index("void k"):]
+    assert not _divides_in_loops(src), src[src.index("void k"):]
+    assert " / acc" in s.source(k.name.split("_")[0], target="cuda")   # (GPU unchanged)
+    rng = np.random.default_rng()
+    x = (rng.standard_normal(shape) * 8).astype(F32)
+    x[0, ::3] = -np.inf                   # a masked row
+    x[1] = np.finfo(F32).max / 2          # every term e^0
+    x[2, 5] = np.nan                      # a NaN row: all NaN
+    x[3, :] = -np.inf                     # all masked: NaN, as NumPy's
+    x[4, 1] = 80.0                        # one term dominates
+    check_graph(g, "stitch", inputs={"x": x})
+    check_graph(g, "stitch", seed=int(rng.integers(1 << 30)))
+
+
+def test_another_per_row_divisor_keeps_its_division(check_graph):
+    # x / sum(x): a row of 1e-41s sums to 6.4e-40, whose reciprocal is inf
+    b = GraphBuilder("normalize_rows")
+    x = b.input("x", (8, 64))
+    b.output(x / b.reduce_sum(x, axes=[-1], keepdims=True), "y")
+    g = b.build()
+    s = Session(g, backend="cpu")
+    s.auto("stitch")
+    (k,) = s.kernels()
+    src = s.source(k.name.split("_")[0], target="c")
+    assert _divides_in_loops(src), src[src.index("void k"):]
+    x = np.abs(np.random.default_rng().standard_normal((8, 64))).astype(F32) + 0.1
+    x[0] = 1e-41
+    check_graph(g, "stitch", inputs={"x": x})
