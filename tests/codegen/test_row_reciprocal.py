@@ -1,4 +1,5 @@
-"""A CPU row kernel divides by a softmax's denominator once per row: the elements are
+"""CPU row kernels. A softmax's exp row is kept in its output's row between the passes
+(test at the end). A CPU row kernel divides by a softmax's denominator once per row: the elements are
 multiplied by its reciprocal (``RowLowerer._compute``; a vector division costs 3x a
 product). Only that divisor, a sum of e^(x - max x), which is in [1, cols] or not
 finite: a reciprocal of any other per-row divisor may be subnormal or inf, so x / sum(x)
@@ -74,3 +75,35 @@ def test_another_per_row_divisor_keeps_its_division(check_graph):
     x = np.abs(np.random.default_rng().standard_normal((8, 64))).astype(F32) + 0.1
     x[0] = 1e-41
     check_graph(g, "stitch", inputs={"x": x})
+
+
+def test_a_computed_row_is_kept_in_the_output_it_becomes(check_graph):
+    """Softmax's e^(x - max) is kept between the passes in the row of the output the
+    last pass writes (``RowLowerer._home``), not in an array on the stack: read back
+    before each element is overwritten, here in a kernel writing a LayerNorm of the
+    same rows too. A float16 output cannot hold a float32 row: its kernel keeps the
+    array."""
+    b = GraphBuilder("rows_at_home")
+    x, r = b.input("x", (40, 300)), b.input("r", (40, 300))
+    b.output(composites.softmax(b, x), "p")
+    b.output(composites.layer_norm(b, x + r, b.input("g", (300,)), b.input("b", (300,))),
+             "ln")
+    g = b.build()
+    s = Session(g, backend="cpu")
+    s.auto("stitch")
+    for k in s.kernels():
+        src = s.source(k.name.split("_")[0], target="c")
+        body = src[src.index("void k"):]
+        assert not re.search(r"float wb_reg\d+\[", body), body
+        if "wb_expf" in body:
+            assert "kept in the row of out0" in body, body
+    for seed in (1, 2):
+        check_graph(g, "stitch", seed=seed)
+    b = GraphBuilder("softmax_half_out")
+    b.output(b.op("cast", composites.softmax(b, b.input("x", (8, 300))), to="float16"), "p")
+    g = b.build()
+    s = Session(g, backend="cpu")
+    s.auto("stitch")
+    (k,) = s.kernels()
+    assert re.search(r"float wb_reg\d+\[300\]", s.source(k.name.split("_")[0], target="c"))
+    check_graph(g, "stitch")
