@@ -71,7 +71,7 @@ class Scratch:
     j * ``threads`` + t, so a warp's lanes hit 32 banks). On the CPU either is a
     per-thread array -- except that a register (or hybrid) copy of a group input
     (``source``) is simply read again from memory there, where the caches keep the
-    row."""
+    row, and a computed row may live in an output's row (``home``)."""
     name: str
     value: str
     dtype: DType          # compute type
