@@ -74,11 +74,27 @@ def test_a_convolution_epilogue_of_relu6_vectorizes():
     assert not scalar, scalar
 
 
-def test_softmax_rows_vectorize():
-    b = GraphBuilder("softmax")
+@pytest.mark.parametrize("kind", ["softmax", "logsumexp", "layer_norm", "rms_norm"])
+def test_row_kernels_vectorize(kind):
+    # issue 44's row kernels, one fused kernel each: every pass over the row (the max,
+    # the exp and sum, the write) a SIMD loop the compiler vectorized
+    b = GraphBuilder(kind)
     x = b.input("x", (64, 1024))
-    b.output(composites.softmax(b, x), "y")
+    if kind == "softmax":
+        y = composites.softmax(b, x)
+    elif kind == "logsumexp":
+        m = b.reduce_max(x, axes=[-1], keepdims=True)
+        y = b.log(b.reduce_sum(b.exp(x - m), axes=[-1], keepdims=True)) + m
+    elif kind == "layer_norm":
+        y = composites.layer_norm(b, x, b.input("g", (1024,)), b.input("b", (1024,)))
+    else:
+        y = composites.rms_norm(b, x, b.input("g", (1024,)))
+    b.output(y, "y")
     kernels = _kernels(b.build(), "stitch")
+    assert len(kernels) == 1
+    loops = simd_loops(kernels[0][1], kernels[0][0].name)
+    passes = {"softmax": 3, "logsumexp": 2, "layer_norm": 3, "rms_norm": 2}[kind]
+    assert len(loops) == passes, loops
     scalar = _scalar(kernels)
     assert not scalar, scalar
 

@@ -71,7 +71,7 @@ class Scratch:
     j * ``threads`` + t, so a warp's lanes hit 32 banks). On the CPU either is a
     per-thread array -- except that a register (or hybrid) copy of a group input
     (``source``) is simply read again from memory there, where the caches keep the
-    row."""
+    row, and a computed row may live in an output's row (``home``)."""
     name: str
     value: str
     dtype: DType          # compute type
@@ -81,6 +81,9 @@ class Scratch:
     slots: int = 0        # register: elements per thread (its tile: per_thread x vector)
     source: "Buffer | None" = None   # register: the input buffer the row was read from
     threads: int = 0      # hybrid: threads sharing the row (the shared part's stride)
+    # register, CPU: the output whose row holds the value until the last pass reads it
+    # back and overwrites it with the output (``RowLowerer._home``)
+    home: "Buffer | None" = None
 
 
 @dataclass(frozen=True)
@@ -127,6 +130,8 @@ class Store:
     expr: str
     vector: int = 1
     node: str = ""        # a graph output's store: the node computing it (as Let.node)
+    # a store into a row array kept in an output's row (Scratch.home): where it lands
+    dst_offset: str = ""
 
 
 @dataclass(frozen=True)

@@ -167,22 +167,27 @@ class Lowerer:
             # an earlier pass over this row kept it on chip (registers, shared memory)
             var = self.fresh()
             sc = self.scratch[v]
-            scope.stmts.append(Load(var, sc, "col",
-                                    src_offset=idx.offset() if sc.source else ""))
+            scope.stmts.append(Load(var, sc, "col", src_offset=idx.offset()
+                                    if sc.source or sc.home else ""))
         elif node is None:
             var = self.fresh()
             scope.stmts.append(Load(var, self.buffers[v], idx.offset(),
                                     self._vector(scope, idx)))
             if v in self.scratch and home is None:
-                scope.stmts.append(Store(self.scratch[v], "col", var))
+                scope.stmts.append(self._keep(v, var, idx))
                 self.cached_in[v] = scope
         else:
             var = self._compute(scope, node, v, idx)
             if v in self.scratch and home is None:
-                scope.stmts.append(Store(self.scratch[v], "col", var))
+                scope.stmts.append(self._keep(v, var, idx))
                 self.cached_in[v] = scope
         scope.memo[key] = var
         return var
+
+    def _keep(self, v: str, var: str, idx: Index) -> Store:
+        """The store keeping value v's element (variable var, at idx) in its row array."""
+        sc = self.scratch[v]
+        return Store(sc, "col", var, dst_offset=idx.offset() if sc.home else "")
 
     def _made_by(self, value: str) -> str:
         """Id of the group's node computing ``value`` ("" for an input passed through)."""

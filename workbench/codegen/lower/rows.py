@@ -147,6 +147,50 @@ class RowLowerer(Lowerer):
         # an integer mean over an empty axis is 0 (and no division by zero)
         return Assign(acc, f"{acc} / {cols}LL" if cols else "0", node)
 
+    def _compute(self, scope: Scope, node, v: str, idx: Index) -> str:
+        # a CPU's quotient by a softmax's denominator: a product by its reciprocal,
+        # taken once per row. A vector division costs 3x a product (0.10 against
+        # 0.035 ns per element, GCC 12, AVX-512) and was most of softmax's last pass;
+        # the product is within 1 ulp of the quotient, not 0.5 (the float32 bound is
+        # 1e-4). Only for this divisor: a sum of e^(x - max x) is in [1, cols] (its
+        # largest term is e^0 = 1) or not finite, so its reciprocal is a normal float,
+        # where a reciprocal of any divisor may be subnormal or inf (and the product
+        # then far off the quotient). The GPU's division stays as written.
+        if (node.op == "div" and self.device.kind == "cpu" and self.row_scope is not None
+                and scope is not self.row_scope and self._softmax_denominator(node.inputs[1])
+                and self.g.value(v).dtype.compute.c_compute == "float"):
+            g = self.g
+            den = self.at(scope, node.inputs[1], idx.broadcast_to(g.value(node.inputs[1]).shape))
+            rec = self.row_scope.memo.get(("reciprocal", den))
+            if rec is None:
+                rec = self.fresh()
+                self.row_scope.stmts.append(Let(rec, g.value(v).dtype.compute, f"1.0f / {den}",
+                                                node.id))
+                self.row_scope.memo[("reciprocal", den)] = rec
+            num = self.at(scope, node.inputs[0], idx.broadcast_to(g.value(node.inputs[0]).shape))
+            var = self.fresh()
+            scope.stmts.append(Let(var, g.value(v).dtype.compute, f"({num} * {rec})", node.id))
+            self.flops += get_op(node.op).flops
+            return var
+        return super()._compute(scope, node, v, idx)
+
+    def _softmax_denominator(self, d: str) -> bool:
+        """Whether value d is one of this kernel's row sums of e^(x - max x), the max
+        one of its row maxima of the same x."""
+        g = self.g
+        made = self.producer.get(d)
+        if made is None or made.op != "reduce_sum" or d not in self.reduce_var:
+            return False
+        e = self.producer.get(made.inputs[0])
+        if e is None or e.op != "exp":
+            return False
+        sub = self.producer.get(e.inputs[0])
+        if sub is None or sub.op != "sub" or sub.inputs[1] not in self.reduce_var:
+            return False
+        mx = self.producer.get(sub.inputs[1])
+        return mx is not None and mx.op == "reduce_max" and mx.inputs[0] == sub.inputs[0] \
+            and g.value(d).dtype.compute.c_compute == "float"
+
     def _row_reduce(self) -> list:
         """Mappings warp, block and thread: every row is owned by one warp, one block
         or one thread, which runs the row's passes one after another."""
@@ -168,10 +212,12 @@ class RowLowerer(Lowerer):
                 self.scratch[v] = Scratch(f"wb_{self.prefix}row{k}", v,
                                           g.value(v).dtype.compute, s.cols, s.rows_per_block)
             row_scope.stmts.append(DeclareScratch(self.scratch[v]))
+        homes: set[str] = set()
         for k, v in enumerate(s.row_registers):
             self.scratch[v] = Scratch(f"wb_{self.prefix}reg{k}", v, g.value(v).dtype.compute,
                                       s.cols, 1, "register", tile[1] * tile[2],
-                                      None if v in self.producer else self.buffers[v])
+                                      None if v in self.producer else self.buffers[v],
+                                      home=self._home(v, homes))
             row_scope.stmts.append(DeclareScratch(self.scratch[v]))
         reduces = self._reductions()
         for slot, r in enumerate(reduces):
@@ -195,6 +241,52 @@ class RowLowerer(Lowerer):
         per_block = s.rows_per_block if s.mapping is Mapping.warp else 1
         return [Loop("row", s.rows, info.row_bind, tuple(row_scope.stmts),
                      per_block=per_block)]
+
+    def _home(self, v: str, taken: set[str]):
+        """On the CPU, the output buffer whose row keeps computed value v between the
+        passes, instead of an array on the thread's stack (None: no such output, or
+        not a CPU): an output the last pass writes element by element, of v's shape
+        (the domain's) and type (float32), computed from v's element at the same
+        column -- so the last pass reads each element back before it overwrites it
+        (an output computed without it would be stored first, and a later output
+        would read that instead: test). Why: softmax's exp pass then takes the output's lines
+        into the cache while it computes, where the last pass took them (and waited
+        on memory, with nothing to compute): a 512 x 32000 softmax 9.1 ms against
+        14.5 on one core, the same at 8192 x 512 (2 KB rows stay in L1 either way)."""
+        g, s = self.g, self.sched
+        if self.device.kind != "cpu" or v not in self.producer \
+                or g.value(v).dtype is not DType.float32 or g.value(v).shape != tuple(s.domain):
+            return None
+        for o in self.io.outputs:
+            if o in s.per_row or o in taken or o not in self.buffers or \
+                    g.value(o).shape != g.value(v).shape or g.value(o).dtype is not DType.float32:
+                continue
+            # (not an output whose buffer holds another value too: a GEMM's product
+            # lives in its epilogue's output until the epilogue overwrites it)
+            if any(b is self.buffers[o] for k, b in self.buffers.items() if k != o):
+                continue
+            if not self._reads_at_column(o, v):
+                continue
+            taken.add(o)
+            return self.buffers[o]
+        return None
+
+    def _reads_at_column(self, o: str, v: str) -> bool:
+        """Whether computing value o at a column reads value v at that column: a path
+        from v to o through this kernel's nodes, none of them a reduction (whose value
+        is the row's) nor a per-row value."""
+        seen, todo = set(), [o]
+        while todo:
+            x = todo.pop()
+            if x == v:
+                return True
+            n = self.producer.get(x)
+            if n is None or x in seen or x in self.sched.per_row \
+                    or get_op(n.op).kind is Kind.reduce:
+                continue
+            seen.add(x)
+            todo.extend(n.inputs)
+        return False
 
     def _per_row_stores(self, row_scope: Scope, dom: Index) -> list:
         g, s = self.g, self.sched

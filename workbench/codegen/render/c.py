@@ -160,11 +160,16 @@ class CRenderer(CStyleRenderer):
             # a register copy of an input: one CPU thread owns the row, and its caches
             # keep it, so the row is simply read again
             return self.load(Load(s.var, s.buf.source, s.src_offset))
+        if isinstance(s.buf, Scratch) and s.buf.home is not None:
+            return self.load(Load(s.var, s.buf.home, s.src_offset))
         return super().load(s)
 
     def store(self, s: Store) -> str:
         if isinstance(s.buf, Scratch) and s.buf.source is not None:
             return ""        # (see load: the CPU reads the input again)
+        if isinstance(s.buf, Scratch) and s.buf.home is not None:
+            # a row array kept in the output's row (RowLowerer._home)
+            return self.store(Store(s.buf.home, s.dst_offset, s.expr, node=s.node))
         return super().store(s)
 
     def loop(self, s: Loop, depth: int) -> list[str]:
@@ -317,6 +322,9 @@ class CRenderer(CStyleRenderer):
         x = s.scratch
         if x.source is not None:
             return []        # (see load: the CPU reads the input again)
+        if x.home is not None:
+            return [self.indent_unit * depth + f"/* {x.name}: kept in the row of "
+                    f"{x.home.name}, which the last pass overwrites */"]
         # (a half type held as it is stored: a convolution's bfloat16 patches in pairs)
         ct = self.storage[x.dtype] if x.dtype.is_half else x.dtype.c_compute
         pad = self.indent_unit * depth
