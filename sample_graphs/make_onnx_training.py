@@ -38,8 +38,6 @@ import numpy as np
 import onnx
 import torch
 import torch.nn.functional as F
-from onnxruntime.training import artifacts
-from onnxruntime.training.api import CheckpointState, Module
 from torch import nn
 
 HERE = Path(__file__).resolve().parent
@@ -67,17 +65,18 @@ class NormGelu(nn.Module):
         return self.down(F.gelu(self.up(self.ln(x)))).reshape(-1, 10)
 
 
-# name -> (module, example input, loss type, torch's loss, targets)
-def _cases():
+# name -> (module, example input, generate_artifacts' loss, torch's loss, targets);
+# the tests import the modules and shapes from here (without onnxruntime-training)
+def cases():
     g = torch.Generator().manual_seed(0)
     return {
-        "mlp": (MLP(), torch.randn(4, 16, generator=g), artifacts.LossType.MSELoss,
+        "mlp": (MLP(), torch.randn(4, 16, generator=g), "MSELoss",
                 F.mse_loss, torch.randn(4, 8, generator=g)),
         "norm_gelu": (NormGelu(), torch.randn(8, 32, generator=g),
-                      artifacts.LossType.CrossEntropyLoss, F.cross_entropy,
+                      "CrossEntropyLoss", F.cross_entropy,
                       torch.randint(0, 10, (8,), generator=g)),
         "norm_gelu_seq": (NormGelu(), torch.randn(2, 6, 32, generator=g),
-                          artifacts.LossType.CrossEntropyLoss, F.cross_entropy,
+                          "CrossEntropyLoss", F.cross_entropy,
                           torch.randint(0, 10, (12,), generator=g)),
     }
 
@@ -100,12 +99,14 @@ def forward_onnx(module: nn.Module, x: torch.Tensor) -> onnx.ModelProto:
 
 def write(name: str, case, out: Path) -> Path:
     module, x, loss_type, loss_fn, target = case
+    from onnxruntime.training import artifacts
     model = forward_onnx(module, x)
     params = [t.name for t in model.graph.initializer
               if t.name in dict(module.named_parameters())]
     with tempfile.TemporaryDirectory() as tmp:
         artifacts.generate_artifacts(model, requires_grad=params, frozen_params=[],
-                                     loss=loss_type, optimizer=artifacts.OptimType.AdamW,
+                                     loss=getattr(artifacts.LossType, loss_type),
+                                     optimizer=artifacts.OptimType.AdamW,
                                      artifact_directory=tmp)
         check(name, module, x, loss_fn, target, Path(tmp))
         target = out / name
@@ -117,6 +118,7 @@ def write(name: str, case, out: Path) -> Path:
 
 def check(name: str, module, x, loss_fn, target, folder: Path) -> None:
     """onnxruntime-training's own run of the training model against torch autograd."""
+    from onnxruntime.training.api import CheckpointState, Module
     state = CheckpointState.load_checkpoint(str(folder / "checkpoint"))
     m = Module(str(folder / "training_model.onnx"), state, str(folder / "eval_model.onnx"))
     m.train()
@@ -135,7 +137,7 @@ def check(name: str, module, x, loss_fn, target, folder: Path) -> None:
 def main(argv: list[str]) -> None:
     out = Path(argv[0]) if argv else HERE / "training"
     torch.manual_seed(0)
-    for name, case in _cases().items():
+    for name, case in cases().items():
         target = write(name, case, out)
         ops = sorted({f"{n.domain}.{n.op_type}" for n in
                       onnx.load(str(target / "training_model.onnx")).graph.node

@@ -62,6 +62,7 @@ from __future__ import annotations
 # (importing a handler module registers its op handlers)
 from . import handlers_constants  # noqa: F401
 from . import handlers_elementwise  # noqa: F401
+from . import handlers_gradients  # noqa: F401
 from . import handlers_index  # noqa: F401
 from . import handlers_layout  # noqa: F401
 from . import handlers_matmul  # noqa: F401
