@@ -138,3 +138,22 @@ def test_the_eval_graph_imports_as_the_training_graphs_forward():
     b = wb.Session(evaluation, backend="reference").run(feeds)[evaluation.outputs[0]]
     assert relative_to_largest(a, b) <= 1e-6
     assert relative_to_largest(a, np.float32(want_loss)) <= FRAMEWORK_TOLERANCE
+
+
+def test_saved_activations_of_the_imported_backward_are_plan_choices():
+    """The forward values onnxruntime's backward reads (LayerNorm's saved statistics,
+    the loss's log_prob...) are Session.saved()'s; recomputing them gives the same
+    loss and gradients."""
+    g = wb.load(TRAINING / "norm_gelu" / "training_model.onnx")
+    s = wb.Session(g, backend="reference")
+    saved = s.saved()
+    values = set(saved["value"])
+    assert {"/ln/LayerNormalization_mean", "/ln/LayerNormalization_inv_std"} <= values
+    assert any(v.startswith("onnx::log_prob") for v in values)
+    params, x, target, _, _ = _torch_step("norm_gelu", seed=9)
+    feeds = {**params, "x": x, "labels": target}
+    before = s.run(feeds)
+    s.recompute(*(v for v, r in zip(saved["value"], saved["refused"]) if not r))
+    after = s.run(feeds)
+    for k in g.outputs:
+        assert relative_to_largest(after[k], before[k]) <= 1e-6, k
