@@ -15,7 +15,10 @@ This script writes them for three small models into ``sample_graphs/training/<na
   ``LayerNormalizationGrad``, ``SoftmaxCrossEntropyLossGrad``);
 * ``norm_gelu_seq``: the same on tokens x[2, 6, 32], logits reshaped to [12, 10]
   (the linears export as MatMul + Add: ``BiasGelu``, ``BiasGeluGrad_dX``,
-  ``FusedMatMul``).
+  ``FusedMatMul``);
+* ``attention``: pre-LayerNorm softmax self-attention with a residual on x[2, 6, 32]
+  (4 heads, one QKV projection split in three), MSE loss (``SoftmaxGrad_13``; the
+  split's, squeezes' and transposes' gradients in the default domain).
 
 onnxruntime-training conflicts with the ``onnxruntime`` package the workbench uses, so
 run this in a virtual environment of its own (CI never runs it: the files are data)::
@@ -65,6 +68,23 @@ class NormGelu(nn.Module):
         return self.down(F.gelu(self.up(self.ln(x)))).reshape(-1, 10)
 
 
+class Attention(nn.Module):
+    """Pre-LayerNorm softmax self-attention with a residual (no dropout: its masks are
+    onnxruntime's random draws)."""
+    def __init__(self, d=32, heads=4):
+        super().__init__()
+        self.heads = heads
+        self.ln = nn.LayerNorm(d)
+        self.qkv, self.out = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        qkv = self.qkv(self.ln(x)).view(b, t, 3, self.heads, d // self.heads)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+        p = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, dim=-1)
+        return x + self.out((p @ v).transpose(1, 2).reshape(b, t, d))
+
+
 # name -> (module, example input, generate_artifacts' loss, torch's loss, targets);
 # the tests import the modules and shapes from here (without onnxruntime-training)
 def cases():
@@ -78,6 +98,8 @@ def cases():
         "norm_gelu_seq": (NormGelu(), torch.randn(2, 6, 32, generator=g),
                           "CrossEntropyLoss", F.cross_entropy,
                           torch.randint(0, 10, (12,), generator=g)),
+        "attention": (Attention(), torch.randn(2, 6, 32, generator=g), "MSELoss",
+                      F.mse_loss, torch.randn(2, 6, 32, generator=g)),
     }
 
 

@@ -1,7 +1,7 @@
 """onnxruntime-training's com.microsoft gradient ops one by one (frontends/onnx/
 handlers_gradients.py), in single-node ONNX models built here, at the attribute values
 the sample training graphs do not reach (LayerNormalizationGrad's dX and a middle axis,
-every reduction of SoftmaxCrossEntropyLossGrad with weights and ignore_index on [N, C,
+SoftmaxGrad_13 along a middle axis, every reduction of SoftmaxCrossEntropyLossGrad with weights and ignore_index on [N, C,
 d], FusedMatMul's transposes and alpha on batched operands, Scale multiplying): run on
 the cpu backend (checked: outputs poisoned first) against torch autograd or NumPy on
 fresh random inputs, within the training bound (1e-4 relative to the largest
@@ -124,6 +124,16 @@ def test_gelu_grads_and_relu_grad_and_scale():
     s = np.asarray([4.0], np.float32)
     _close(_run("Scale", {"x": x, "s": s}, {"y": [3, 8]})["y"], x * 4)
     _close(_run("Scale", {"x": x, "s": s}, {"y": [3, 8]}, scale_down=1)["y"], x / 4)
+
+
+def test_softmax_grad_along_a_middle_axis_matches_autograd():
+    x, dy = _f32(2, 5, 3, scale=2.0), _f32(2, 5, 3)
+    xt = torch.tensor(x, requires_grad=True)
+    y = torch.softmax(xt, dim=1)
+    y.backward(torch.tensor(dy))
+    got = _run("SoftmaxGrad_13", {"dy": dy, "y": y.detach().numpy()}, {"dx": [2, 5, 3]},
+               axis=1)
+    _close(got["dx"], xt.grad)
 
 
 def test_fused_matmul_moving_a_batch_axis_is_refused_naming_the_attribute():

@@ -1,7 +1,7 @@
 """ONNX handlers of the ``com.microsoft`` ops onnxruntime-training's exporter
 (``onnxruntime.training.artifacts.generate_artifacts``) writes into a training graph,
 each a composition of the workbench's ops: its gradient ops (``ReluGrad``,
-``GeluGrad``, ``BiasGeluGrad_dX``, ``LayerNormalizationGrad``,
+``GeluGrad``, ``BiasGeluGrad_dX``, ``SoftmaxGrad_13``, ``LayerNormalizationGrad``,
 ``SoftmaxCrossEntropyLossGrad``), the fused forward ops its optimizer makes of the
 exported forward (``Gelu``, ``BiasGelu``) and the helpers its gradient builders use
 (``Scale``, ``FusedMatMul``). The graph around them -- the gradient accumulators, which
@@ -63,6 +63,14 @@ def _gelu_grad(c: _Ctx):
 def _bias_gelu_grad(c: _Ctx):
     """GeluGrad at X + B (the gradient with respect to X; B's is a ReduceSum after)."""
     return [gradients.gelu_grad(c.b, c.x(0), c.x(1) + c.x(2), c.display)]
+
+
+@_ms("SoftmaxGrad_13")
+def _softmax_grad(c: _Ctx):
+    """dX of Softmax (opset 13's: one axis) from dY and the softmax's output Y."""
+    dy, y = c.x(0), c.x(1)
+    axis = _axis(c, c.attr("axis", -1), len(y.shape))
+    return [gradients.softmax_grad(c.b, dy, y, axis, c.display)]
 
 
 @_ms("FusedMatMul")

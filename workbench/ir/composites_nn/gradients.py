@@ -1,7 +1,8 @@
-"""Backward ops as composites: the gradients of GELU, LayerNormalization and softmax
-cross-entropy, written with the workbench's elementwise ops and reductions so the
+"""Backward ops as composites: the gradients of GELU, softmax, LayerNormalization and
+softmax cross-entropy, written with the workbench's elementwise ops and reductions so the
 planners fuse them like any forward op (onnxruntime-training's ``GeluGrad``,
-``LayerNormalizationGrad`` and ``SoftmaxCrossEntropyLossGrad`` import as these:
+``SoftmaxGrad_13``, ``LayerNormalizationGrad`` and ``SoftmaxCrossEntropyLossGrad``
+import as these:
 :mod:`workbench.frontends.onnx.handlers_gradients`).
 
 Each takes the gradient of the forward op's output (``dy``) and what the forward saved,
@@ -28,6 +29,13 @@ def gelu_grad(b, dy, x, source: str = ""):
         cdf = (b.erf(x * _INV_SQRT2) + 1.0) * 0.5
         pdf = b.exp(x * x * -0.5) * _INV_SQRT_2PI
         return dy * (cdf + x * pdf)
+
+
+def softmax_grad(b, dy, y, axis: int = -1, source: str = ""):
+    """The gradient of Softmax along ``axis`` from its output y:
+    y * (dy - sum(dy * y)), the sum along the axis."""
+    with b.composite("SoftmaxGrad", source):
+        return y * (dy - b.reduce_sum(dy * y, axes=[axis], keepdims=True))
 
 
 def layer_norm_grad(b, dy, x, scale, mean, inv_std, axis: int = -1, source: str = "",
