@@ -25,19 +25,24 @@ F32, I64 = TensorProto.FLOAT, TensorProto.INT64
 RNG = np.random.default_rng(47)
 
 
-def _run(op, inputs: dict[str, np.ndarray], outputs: dict[str, list[int]], **attrs):
-    """One com.microsoft node ``op`` of ``inputs`` (name -> array) to ``outputs``
-    (name -> shape), imported and run on the cpu backend."""
+def _model(op, inputs: dict[str, np.ndarray], outputs: dict[str, list[int]], **attrs):
+    """One com.microsoft node ``op`` of ``inputs`` (name -> array) to ``outputs`` (name
+    -> shape; an empty name: an absent output)."""
     types = {np.dtype(np.float32): F32, np.dtype(np.int64): I64}
     node = helper.make_node(op, list(inputs), list(outputs), domain="com.microsoft", **attrs)
     g = helper.make_graph(
         [node], op,
         [helper.make_tensor_value_info(k, types[v.dtype], v.shape) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(k, F32, s) for k, s in outputs.items()])
+        [helper.make_tensor_value_info(k, F32, s) for k, s in outputs.items() if k])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
                                             helper.make_opsetid("com.microsoft", 1)])
     m.ir_version = 8
-    s = wb.Session(wb.load(m), backend="cpu")
+    return m
+
+
+def _run(op, inputs: dict[str, np.ndarray], outputs: dict[str, list[int]], **attrs):
+    """The node of :func:`_model`, imported and run on the cpu backend."""
+    s = wb.Session(wb.load(_model(op, inputs, outputs, **attrs)), backend="cpu")
     s.auto("stitch")
     return s.run(inputs)
 
@@ -70,6 +75,23 @@ def test_layer_norm_grad_matches_autograd(shape, axis):
     _close(got["dx"], xt.grad)
     _close(got["dscale"], st.grad)
     _close(got["dbias"], bt.grad)
+
+
+def test_layer_norm_grad_without_dx_computes_no_dx():
+    """An absent dX (a data input's gradient, blanked by the training import) is not
+    computed: no row means over the normalized axis, only dscale's and dbias' sums."""
+    x, dy = _f32(6, 16), _f32(6, 16)
+    mean = x.mean(axis=1, keepdims=True)
+    inv = (1 / np.sqrt(x.var(axis=1, keepdims=True) + 1e-5)).astype(np.float32)
+    m = _model("LayerNormalizationGrad", {"dy": dy, "x": x, "scale": _f32(16),
+                                          "mean": mean, "inv": inv},
+               {"": [6, 16], "dscale": [16], "dbias": [16]})
+    g = wb.load(m)
+    assert sorted(n.op for n in g.nodes) == ["mul", "mul", "reduce_sum", "reduce_sum", "sub"]
+    got = wb.Session(g, backend="cpu").run({"dy": dy, "x": x, "mean": mean, "inv": inv,
+                                            "scale": np.zeros(16, np.float32)})
+    _close(got["dscale"], (dy * (x - mean) * inv).sum(axis=0))
+    _close(got["dbias"], dy.sum(axis=0))
 
 
 @pytest.mark.parametrize("reduction,weighted,ignore", [
