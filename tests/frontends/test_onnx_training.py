@@ -72,6 +72,9 @@ def test_imported_gradients_match_torch_autograd(name):
     assert data == [file.graph.input[0].name, file.graph.input[1].name]
     phases = {phase(n) for n in g.nodes}
     assert phases == {"forward", "backward"}
+    made_by = {o: n for n in g.nodes for o in n.outputs}
+    assert not any(n.op == "transpose" and getattr(made_by.get(n.inputs[0]), "op", "")
+                   == "transpose" for n in g.nodes), "t(t(W)) composed, as from torch"
     feeds = {**params, data[0]: x, data[1]: target}
     for backend, planner in (("reference", None), ("cpu", "stitch")):
         s = wb.Session(g, backend=backend)

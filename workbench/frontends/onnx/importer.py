@@ -14,6 +14,7 @@ from ...errors import GraphError, UnsupportedOpError, WorkbenchError
 from ...ir import Graph, Tensor
 from ..rewrites.constant_folding import fold_constants
 from ..rewrites.pad_folding import fold_pads_into_convs
+from ..rewrites.transpose_chains import fold_transpose_chains
 from ...dtypes import DType
 from ..importing import workaround
 from .common import (
@@ -59,7 +60,9 @@ def load_onnx(model: "str | Path | onnx.ModelProto",
             proto = onnx.inliner.inline_local_functions(proto)
         # (an onnxruntime-training graph: its gradients as outputs, backward marked)
         proto, training = ort_training.unwrap(proto, label)
-        return _Importer(proto, label, opset, shapes, training).run()
+        g = _Importer(proto, label, opset, shapes, training).run()
+        # (its backward reads W as t(t(W)), as torch's does: one value, as from torch)
+        return fold_transpose_chains(g) if training is not None else g
     except WorkbenchError:
         raise
     except MemoryError:
