@@ -27,7 +27,9 @@ run this in a virtual environment of its own (CI never runs it: the files are da
     /tmp/ortt/bin/python sample_graphs/make_onnx_training.py            # from the repo root
 
 Checked here: each training model, run by onnxruntime-training itself on seeded inputs,
-gives torch autograd's loss and gradients (the files mean what the tests assume).
+gives torch autograd's loss and gradients (the files mean what the tests assume); and
+each gradient op alone, in onnxruntime's kernels, at the attribute values the
+workbench's op tests use, gives torch autograd's result (``check_ops``).
 """
 from __future__ import annotations
 
@@ -156,6 +158,87 @@ def check(name: str, module, x, loss_fn, target, folder: Path) -> None:
         assert err <= 1e-5, (name, k, err)
 
 
+def _one_node(op, inputs: dict, outputs: dict, **attrs) -> dict:
+    """onnxruntime's own kernel of one com.microsoft node on NumPy inputs."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+    types = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.int64): TensorProto.INT64}
+    node = helper.make_node(op, list(inputs), list(outputs), domain="com.microsoft", **attrs)
+    g = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info(k, types[v.dtype], v.shape) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, s) for k, s in outputs.items()])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET),
+                                            helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    return dict(zip(outputs, sess.run(None, inputs)))
+
+
+def check_ops() -> dict[str, float]:
+    """The gradient ops alone in onnxruntime's kernels against torch autograd, at the
+    attribute values tests/frontends/test_onnx_gradient_ops.py holds the workbench's
+    definitions to (so agreeing with torch there is agreeing with onnxruntime): the
+    worst error relative to the largest element, per case."""
+    rng = np.random.default_rng(47)
+    f32 = lambda *s, k=1.0: (rng.standard_normal(s) * k).astype(np.float32)  # noqa: E731
+    err = lambda got, want: float(np.abs(got - want).max() / np.abs(want).max())  # noqa: E731
+    worst = {}
+    for shape, axis in [((6, 16), -1), ((2, 3, 8), 1)]:
+        x, dy = f32(*shape, k=2.0), f32(*shape)
+        norm = shape[axis:]
+        xt, st, bt = (torch.tensor(a, requires_grad=True) for a in (x, f32(*norm), f32(*norm)))
+        F.layer_norm(xt, norm, st, bt, eps=1e-5).backward(torch.tensor(dy))
+        axes = tuple(range(axis % len(shape), len(shape)))
+        mean = x.mean(axis=axes, keepdims=True)
+        inv = (1 / np.sqrt(x.var(axis=axes, keepdims=True) + 1e-5)).astype(np.float32)
+        got = _one_node("LayerNormalizationGrad",
+                        {"dy": dy, "x": x, "s": st.detach().numpy(), "m": mean, "i": inv},
+                        {"dx": shape, "ds": norm, "db": norm}, axis=axis, epsilon=1e-5)
+        worst[f"LayerNormalizationGrad {shape} axis {axis}"] = max(
+            err(got[k], t.grad.numpy()) for k, t in (("dx", xt), ("ds", st), ("db", bt)))
+    for reduction, weighted, ignore in [("mean", False, None), ("mean", True, -100),
+                                        ("mean", False, 2), ("sum", True, None),
+                                        ("none", False, 2), ("none", True, -100)]:
+        scores = f32(4, 5, 3, k=2.0)
+        labels = rng.integers(0, 5, (4, 3)).astype(np.int64)
+        if ignore is not None:
+            labels.reshape(-1)[::4] = ignore
+        w = rng.uniform(0.2, 2.0, 5).astype(np.float32) if weighted else None
+        dy = f32(4, 3) if reduction == "none" else np.asarray(f32(1)[0])
+        st = torch.tensor(scores, requires_grad=True)
+        F.cross_entropy(st, torch.tensor(labels), None if w is None else torch.tensor(w),
+                        ignore_index=-1000 if ignore is None else ignore,
+                        reduction=reduction).backward(torch.tensor(dy))
+        inputs = {"dy": dy, "logp": torch.log_softmax(torch.tensor(scores), 1).numpy(),
+                  "labels": labels, **({"w": w} if weighted else {})}
+        attrs = {"reduction": reduction, **({} if ignore is None else {"ignore_index": ignore})}
+        got = _one_node("SoftmaxCrossEntropyLossGrad", inputs, {"d": [4, 5, 3]}, **attrs)
+        worst[f"SoftmaxCrossEntropyLossGrad {reduction} weights={weighted} "
+              f"ignore_index={ignore}"] = err(got["d"], st.grad.numpy())
+    x, dy = f32(2, 5, 3, k=2.0), f32(2, 5, 3)
+    xt = torch.tensor(x, requires_grad=True)
+    y = torch.softmax(xt, dim=1)
+    y.backward(torch.tensor(dy))
+    worst["SoftmaxGrad_13 axis 1"] = err(_one_node(
+        "SoftmaxGrad_13", {"dy": dy, "y": y.detach().numpy()}, {"dx": [2, 5, 3]},
+        axis=1)["dx"], xt.grad.numpy())
+    for ta, tb, alpha in [(0, 1, 1.0), (1, 0, 0.5), (1, 1, 2.0)]:
+        a, b = f32(*((2, 7, 5) if ta else (2, 5, 7))), f32(*((6, 7) if tb else (7, 6)))
+        want = alpha * ((np.swapaxes(a, -1, -2) if ta else a) @ (b.T if tb else b))
+        worst[f"FusedMatMul transA={ta} transB={tb} alpha={alpha}"] = err(_one_node(
+            "FusedMatMul", {"a": a, "b": b}, {"y": [2, 5, 6]}, transA=ta, transB=tb,
+            alpha=alpha)["y"], want)
+    x, b, dy = f32(3, 8, k=2.0), f32(8), f32(3, 8)
+    xt = torch.tensor(x + b, requires_grad=True)
+    F.gelu(xt).backward(torch.tensor(dy))
+    worst["GeluGrad"] = err(_one_node("GeluGrad", {"dy": dy, "x": x + b}, {"dx": [3, 8]})["dx"],
+                            xt.grad.numpy())
+    worst["BiasGeluGrad_dX"] = err(_one_node("BiasGeluGrad_dX", {"dy": dy, "x": x, "b": b},
+                                             {"dx": [3, 8]})["dx"], xt.grad.numpy())
+    return worst
+
+
 def main(argv: list[str]) -> None:
     out = Path(argv[0]) if argv else HERE / "training"
     torch.manual_seed(0)
@@ -165,6 +248,9 @@ def main(argv: list[str]) -> None:
                       onnx.load(str(target / "training_model.onnx")).graph.node
                       if n.domain == "com.microsoft"})
         print(f"{target}: {', '.join(ops)}")
+    for case, e in check_ops().items():
+        assert e <= 1e-5, (case, e)
+        print(f"{case}: onnxruntime vs torch autograd {e:.1e}")
 
 
 if __name__ == "__main__":
