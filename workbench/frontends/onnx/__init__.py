@@ -49,7 +49,11 @@ Modules:
   Gather), :mod:`.handlers_constants` (Shape, Size, Constant, ConstantOfShape,
   Range), :mod:`.handlers_index` (GatherElements, GatherND, Scatter*, ArgMax/ArgMin,
   TopK, CumSum, Trilu, OneHot) and :mod:`.handlers_nn` (convolution, pooling,
-  group/instance normalization, Resize, Pad, Einsum, Mod, Round).
+  group/instance normalization, Resize, Pad, Einsum, Mod, Round);
+  :mod:`.handlers_gradients` (onnxruntime-training's ``com.microsoft`` gradient ops,
+  registered as ``com.microsoft.<op>``).
+- :mod:`.training` -- a training graph as onnxruntime-training's ``generate_artifacts``
+  writes it: its gradient accumulators unwrapped, its backward marked.
 - :mod:`.reading` -- the model read and checked: ``input_shapes``, the ONNX checker,
   the opset range.
 - :mod:`.importer` -- :func:`load_onnx`: walking the model's nodes (``_Importer``).
@@ -62,6 +66,7 @@ from __future__ import annotations
 # (importing a handler module registers its op handlers)
 from . import handlers_constants  # noqa: F401
 from . import handlers_elementwise  # noqa: F401
+from . import handlers_gradients  # noqa: F401
 from . import handlers_index  # noqa: F401
 from . import handlers_layout  # noqa: F401
 from . import handlers_matmul  # noqa: F401

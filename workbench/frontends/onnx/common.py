@@ -204,6 +204,14 @@ def _handles(*op_types: str):
     return deco
 
 
+def handler_key(node: onnx.NodeProto) -> str:
+    """The registry's key of a node's op: its type in the default domain,
+    ``<domain>.<type>`` in another (``com.microsoft.Gelu``: :mod:`.handlers_gradients`)."""
+    if node.domain in ("", "ai.onnx"):
+        return node.op_type
+    return f"{node.domain}.{node.op_type}"
+
+
 def supported_op_types() -> list[str]:
     """The ONNX op types the importer maps (others import only when they fold)."""
     return sorted(_HANDLERS)

@@ -14,6 +14,7 @@ from ...errors import GraphError, UnsupportedOpError, WorkbenchError
 from ...ir import Graph, Tensor
 from ..rewrites.constant_folding import fold_constants
 from ..rewrites.pad_folding import fold_pads_into_convs
+from ..rewrites.transpose_chains import fold_transpose_chains
 from ...dtypes import DType
 from ..importing import workaround
 from .common import (
@@ -27,7 +28,9 @@ from .common import (
     to_array,
     _Scope,
     _Unsupported,
+    handler_key,
 )
+from . import training as ort_training
 from .budget import FoldBudget, OverBudget
 from .folding import fold
 from .inference import check_expected, expected_types
@@ -55,7 +58,11 @@ def load_onnx(model: "str | Path | onnx.ModelProto",
     try:
         if proto.functions:  # model-local functions: inline them so their nodes import
             proto = onnx.inliner.inline_local_functions(proto)
-        return _Importer(proto, label, opset, shapes).run()
+        # (an onnxruntime-training graph: its gradients as outputs, backward marked)
+        proto, training = ort_training.unwrap(proto, label)
+        g = _Importer(proto, label, opset, shapes, training).run()
+        # (its backward reads W as t(t(W)), as torch's does: one value, as from torch)
+        return fold_transpose_chains(g) if training is not None else g
     except WorkbenchError:
         raise
     except MemoryError:
@@ -75,8 +82,11 @@ class _Importer(_Scope):
     """Walks the ONNX graph once, node by node, in its (topological) order."""
 
     def __init__(self, proto: onnx.ModelProto, label: str, opset: int,
-                 input_shapes: dict[str, Sequence[int]]):
+                 input_shapes: dict[str, Sequence[int]],
+                 training: "ort_training.TrainingGraph | None" = None):
         self.proto, self.label, self.opset = proto, label, opset
+        self.training = training
+        self._index = 0     # the ONNX node being imported (its phase: .training)
         self.budget = FoldBudget()          # what constant folding has added so far
         self.g = proto.graph
         self.input_shapes = input_shapes
@@ -143,6 +153,7 @@ class _Importer(_Scope):
         self._leaves()
         self.expected = expected_types(self.proto, self.env)
         for i, node in enumerate(self.g.node):
+            self._index = i
             self._node(node, node.name or f"{node.op_type}_{i}")
         if self.unsupported:
             raise self._unsupported_error()
@@ -211,7 +222,7 @@ class _Importer(_Scope):
     def _node(self, node: onnx.NodeProto, display: str) -> None:
         outs = [o for o in node.output if o]
         if any(i in self.poisoned for i in node.input if i):
-            if node.op_type not in _HANDLERS:
+            if handler_key(node) not in _HANDLERS:
                 self._refuse(node, display, None)
             self.poisoned.update(outs)
             return
@@ -241,6 +252,8 @@ class _Importer(_Scope):
         self.unsupported.setdefault(key, []).append(display)
         self.locations.setdefault(key, []).append(self.locator.locate(node, display))
         hint = workaround(node.op_type, node.domain)
+        if self.training is not None and node.domain not in ("", "ai.onnx"):
+            hint = ort_training.HINT
         if hint:
             self.hints[key] = hint
 
@@ -250,9 +263,9 @@ class _Importer(_Scope):
     def _results(self, node: onnx.NodeProto, display: str) -> list:
         """The node's outputs: folded to constants when its inputs are all constant."""
         self._start = len(self.b._nodes)
-        if node.domain not in ("", "ai.onnx"):
+        handler = _HANDLERS.get(handler_key(node))
+        if handler is None and node.domain not in ("", "ai.onnx"):
             raise _Unsupported(None)
-        handler = _HANDLERS.get(node.op_type)
         ins = [i for i in node.input if i]
         foldable = node.op_type not in _NONDETERMINISTIC and not _has_subgraph(node)
         if foldable and all(self.const(i) is not None for i in ins):
@@ -264,15 +277,19 @@ class _Importer(_Scope):
                     raise
                 # past the folding budget: the node stays ops of the graph, computed
                 # when the model runs -- where its handler makes ops at all
-                with self.b.composite(node.op_type, node_source(node, display)):
+                with self.b.composite(node.op_type, self._source(node, display)):
                     results = handler(_Ctx(node, display, self))
                 if any(isinstance(r, np.ndarray) for r in results):
                     raise e from None
                 return results
         if handler is None:
             raise _Unsupported(None)
-        with self.b.composite(node.op_type, node_source(node, display)):
+        with self.b.composite(node.op_type, self._source(node, display)):
             return handler(_Ctx(node, display, self))
+
+    def _source(self, node: onnx.NodeProto, display: str) -> str:
+        source = node_source(node, display)
+        return self.training.source(self._index, source) if self.training else source
 
     def _bind(self, name: str, r, node: onnx.NodeProto, display: str) -> None:
         """Record an ONNX value; a value this node made takes the ONNX name."""
