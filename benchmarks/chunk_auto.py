@@ -21,7 +21,8 @@ import os
 import sys
 import time
 
-from harness import RESULTS, log, machine_line, spawn_ranks, write_results
+from harness import (RESULTS, log, machine_line, slowest_rank_steps, spawn_ranks,
+                     write_results)
 
 KS = (2, 4, 8)
 
@@ -61,19 +62,6 @@ def _worker(rank, p, store, cfg, results):
         results.put((rank, {"samples": samples, "param_error": err}))
     except BaseException as e:
         results.put((rank, {"error": f"{type(e).__name__}: {e}"}))
-
-
-def summarize(per_rank):
-    import numpy as np
-    out = {}
-    for k in per_rank[0]["samples"]:
-        rounds = len(per_rank[0]["samples"][k])
-        slowest = [max((r["samples"][k][i] for r in per_rank), key=lambda x: x["step_s"])
-                   for i in range(rounds)]
-        out[k] = {part.replace("_s", "_ms"): float(np.median([x[part] for x in slowest])) * 1e3
-                  for part in ("step_s", "compute_s", "comm_s", "overlap_s")}
-        out[k]["min_step_ms"] = min(x["step_s"] for x in slowest) * 1e3
-    return out
 
 
 def model(res):
@@ -136,7 +124,7 @@ def main(argv=None) -> int:
                "load_average_at_start": list(os.getloadavg())}
         log(f"{a.ranks} ranks ...")
         per_rank = spawn_ranks(_worker, a.ranks, vars(a))
-        res["measured"] = summarize(per_rank)
+        res["measured"] = slowest_rank_steps(per_rank)
         res["param_error"] = max(r["param_error"] for r in per_rank)
     model(res)
     write_results(Path(a.render).with_suffix("") if a.render else Path(a.out), res, markdown)

@@ -44,7 +44,8 @@ import os
 import sys
 import time
 
-from harness import RESULTS, log, machine_line, spawn_ranks, write_results
+from harness import (RESULTS, log, machine_line, render_again, spawn_ranks,
+                     write_results)
 
 SIZES = [1 << k for k in range(12, 27, 2)]      # 4 KB .. 64 MB per rank
 OPS = ("all_reduce", "reduce_scatter", "all_gather")
@@ -327,14 +328,7 @@ def main(argv=None) -> int:
                     help="fit and write the report again from a run's JSON (no measuring)")
     a = ap.parse_args(argv)
     if a.render:
-        import json
-        from pathlib import Path
-        res = json.loads(Path(a.render).read_text())
-        model(res)
-        Path(a.render).write_text(json.dumps(res, indent=1, default=str))
-        Path(a.render).with_suffix(".md").write_text(markdown(res))
-        print(markdown(res))
-        return 0
+        return render_again(a.render, model, markdown)
     res = {"date": str(dt.date.today()), "rows": a.rows, "cols": a.cols,
            "rounds": a.rounds, "pause": a.pause, "runs": [],
            "load_average_at_start": list(os.getloadavg())}

@@ -453,3 +453,31 @@ def spawn_ranks(worker, p: int, cfg, timeout: float = 3600) -> list[dict]:
     if bad:
         raise RuntimeError(bad[0])
     return [got[r] for r in range(p)]
+
+
+def slowest_rank_steps(per_rank: list[dict]) -> dict:
+    """Each method's step as its slowest rank saw it, per round (a step ends when the
+    last rank ends), summarized: the median of each timed part present (``step_s``,
+    ``compute_s``, ``comm_s``, ``overlap_s`` -> ``*_ms``) and the fastest step
+    (``min_step_ms``). ``per_rank``: each rank's ``{"samples": {method: [round...]}}``."""
+    out = {}
+    for k in per_rank[0]["samples"]:
+        rounds = len(per_rank[0]["samples"][k])
+        slowest = [max((r["samples"][k][i] for r in per_rank), key=lambda x: x["step_s"])
+                   for i in range(rounds)]
+        out[k] = {part.replace("_s", "_ms"): float(np.median([x[part] for x in slowest])) * 1e3
+                  for part in ("step_s", "compute_s", "comm_s", "overlap_s")
+                  if part in slowest[0]}
+        out[k]["min_step_ms"] = min(x["step_s"] for x in slowest) * 1e3
+    return out
+
+
+def render_again(path: str, model, markdown) -> int:
+    """``--render JSON``: fit ``model(res)`` and write the run's JSON and report again
+    from what it measured (nothing measured again)."""
+    res = json.loads(Path(path).read_text())
+    model(res)
+    Path(path).write_text(json.dumps(res, indent=1, default=str))
+    Path(path).with_suffix(".md").write_text(markdown(res))
+    print(markdown(res))
+    return 0

@@ -19,7 +19,8 @@ import os
 import sys
 import time
 
-from harness import RESULTS, log, machine_line, spawn_ranks, write_results
+from harness import (RESULTS, log, machine_line, slowest_rank_steps, spawn_ranks,
+                     write_results)
 
 
 def _programs(c, h, f, p):
@@ -80,20 +81,6 @@ def _worker(rank, p, store, cfg, results):
         results.put((rank, {"error": f"{type(e).__name__}: {e}"}))
 
 
-def summarize(per_rank):
-    import numpy as np
-    out = {}
-    for k in per_rank[0]["samples"]:
-        rounds = len(per_rank[0]["samples"][k])
-        slowest = [max((r["samples"][k][i] for r in per_rank), key=lambda x: x["step_s"])
-                   for i in range(rounds)]
-        out[k] = {part.replace("_s", "_ms"): float(np.median([x[part] for x in slowest])) * 1e3
-                  for part in ("step_s", "compute_s", "comm_s", "overlap_s")
-                  if part in slowest[0]}
-        out[k]["min_step_ms"] = min(x["step_s"] for x in slowest) * 1e3
-    return out
-
-
 def decide(res):
     from workbench.distributed.samples import moe_ep
     from workbench.distributed.session import DistSession
@@ -140,7 +127,7 @@ def main(argv=None) -> int:
            "load_average_at_start": list(os.getloadavg())}
     log(f"{a.ranks} ranks ...")
     per_rank = spawn_ranks(_worker, a.ranks, vars(a))
-    res["measured"] = summarize(per_rank)
+    res["measured"] = slowest_rank_steps(per_rank)
     res["errors"] = {k: max(r["errors"][k] for r in per_rank) for k in res["measured"]}
     decide(res)
     write_results(Path(a.out), res, markdown)
