@@ -16,7 +16,7 @@ import numpy as np
 
 from ...errors import GraphError
 from ..composites import _axes_from
-from .losses import REDUCTIONS
+from .losses import check_class_operands
 
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
 _INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
@@ -70,14 +70,8 @@ def softmax_cross_entropy_grad(b, dy, logp, labels, weight=None, reduction: str 
     and ``mean``, [N, d...] for ``none``), the label's weight, 0 where the label is
     ``ignore_index``, and for ``mean`` divided by the summed weights of the positions
     counted (their count without weights) -- the forward's normalization."""
-    if reduction not in REDUCTIONS:
-        raise GraphError(f"SoftmaxCrossEntropyLossGrad {source!r}: reduction "
-                         f"{reduction!r} is not one of {', '.join(REDUCTIONS)}")
+    check_class_operands("SoftmaxCrossEntropyLossGrad", source, logp, labels, reduction)
     rank = len(logp.shape)
-    if rank < 2 or tuple(labels.shape) != tuple(logp.shape[:1] + logp.shape[2:]):
-        raise GraphError(f"SoftmaxCrossEntropyLossGrad {source!r}: labels "
-                         f"{list(labels.shape)} must be the log-probabilities "
-                         f"{list(logp.shape)} without their class axis 1")
     want_dy = tuple(labels.shape) if reduction == "none" else ()
     if tuple(dy.shape) not in (want_dy, (1,) * len(want_dy) if want_dy else (1,)):
         raise GraphError(f"SoftmaxCrossEntropyLossGrad {source!r}: dY {list(dy.shape)} "

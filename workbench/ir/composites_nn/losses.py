@@ -18,6 +18,18 @@ from ..composites import _widened, log_softmax
 REDUCTIONS = ("none", "sum", "mean")
 
 
+def check_class_operands(kind: str, source: str, logp, labels, reduction: str) -> None:
+    """The operands a loss over classes (or its gradient) takes: a known reduction,
+    labels the shape of the input [N, C, d...] without its class axis 1."""
+    if reduction not in REDUCTIONS:
+        raise GraphError(f"{kind} {source!r}: reduction {reduction!r} is not one of "
+                         f"{', '.join(REDUCTIONS)}")
+    if len(logp.shape) < 2 or tuple(labels.shape) != tuple(logp.shape[:1] + logp.shape[2:]):
+        raise GraphError(f"{kind} {source!r}: labels {list(labels.shape)} must be the "
+                         f"input {list(logp.shape)} without its class axis 1 (input of "
+                         "rank >= 2)")
+
+
 def nll_loss(b, logp, labels, weight=None, reduction: str = "mean",
              ignore_index: int | None = None, source: str = "",
              kind: str = "NegativeLogLikelihoodLoss"):
@@ -26,14 +38,7 @@ def nll_loss(b, logp, labels, weight=None, reduction: str = "mean",
 
     >>> loss = nll_loss(b, logp, labels, reduction="mean", ignore_index=-100)  # doctest: +SKIP
     """
-    if reduction not in REDUCTIONS:
-        raise GraphError(f"{kind} {source!r}: reduction {reduction!r} is not one of "
-                         f"{', '.join(REDUCTIONS)}")
-    rank = len(logp.shape)
-    if rank < 2 or tuple(labels.shape) != tuple(logp.shape[:1] + logp.shape[2:]):
-        raise GraphError(f"{kind} {source!r}: labels {list(labels.shape)} must be the "
-                         f"input {list(logp.shape)} without its class axis 1 (input of "
-                         "rank >= 2)")
+    check_class_operands(kind, source, logp, labels, reduction)
     if weight is not None and tuple(weight.shape) != (logp.shape[1],):
         raise GraphError(f"{kind} {source!r}: weights {list(weight.shape)} must hold one "
                          f"value per class ({logp.shape[1]})")
