@@ -13,9 +13,10 @@ than the loss and the gradients stay, after the new state.
 
 Why not ``optimizer_model.onnx``: onnxruntime's ``AdamWOptimizer`` there updates
 tensor *sequences* in place, takes the learning rate as an input (its value is in no
-file), and generate_artifacts writes ``adam_mode=1`` (HuggingFace's AdamW: epsilon
-added before the bias correction, weight decay applied after the update), which is
-not ``torch.optim.AdamW``'s arithmetic. The workbench's optimizers are torch's
+file), and generate_artifacts writes ``adam_mode=1`` (HuggingFace's AdamW: the bias
+correction applied to the learning rate, so epsilon is added to the uncorrected
+``sqrt(v)``; weight decay applied after the update), which is not
+``torch.optim.AdamW``'s arithmetic (onnxruntime's ``adam_mode=0``). The workbench's optimizers are torch's
 (:mod:`workbench.training.optim`), given by the caller.
 """
 from __future__ import annotations
