@@ -22,7 +22,8 @@ from .onnx import load_onnx
 def load(source: Any, **kw: Any) -> Graph:
     """A Graph from a Graph, an ONNX ModelProto, or a .onnx / .json file.
 
-    Keyword arguments go to the ONNX importer (``input_shapes=``); a JSON graph takes
+    Keyword arguments go to the ONNX importer (``input_shapes=``, and ``optimizer=`` for
+    an onnxruntime-training graph, docs/training.md); a JSON graph takes
     none. Every fault is one WorkbenchError naming the cause."""
     if isinstance(source, Graph):
         return source.verify()     # (made by hand, it may never have been verified)
@@ -51,10 +52,10 @@ def load(source: Any, **kw: Any) -> Graph:
 
 
 def _onnx_kw(kw: dict) -> dict:
-    unknown = sorted(set(kw) - {"input_shapes"})
+    unknown = sorted(set(kw) - {"input_shapes", "optimizer"})
     if unknown:
         raise WorkbenchError(f"unknown load option(s) {', '.join(unknown)}; ONNX models "
-                             "take input_shapes=")
+                             "take input_shapes= (and optimizer= for a training graph)")
     return kw
 
 

@@ -91,6 +91,20 @@ class GraphBuilder:
         self._scope: Origin | None = None  # the innermost scope(), if any
         self._counter = 0
 
+    @staticmethod
+    def extending(g: Graph) -> "GraphBuilder":
+        """A builder holding ``g``'s values, nodes (renumbered in order), inputs,
+        constants and input ranges, and no outputs: new ops go after ``g``'s (an
+        optimizer step appended to an imported training graph)."""
+        b = GraphBuilder(g.name, g.description)
+        b._values = {v.name: v for v in g.values}
+        b._nodes = [Node(f"n{i}", n.op, n.inputs, n.outputs, n.attrs, n.name, n.origin)
+                    for i, n in enumerate(g.nodes)]
+        b._inputs = list(g.inputs)
+        b._constants = dict(g.constants)
+        b._ranges = dict(g.input_ranges)
+        return b
+
     # -- names -----------------------------------------------------------------
     def _fresh(self, prefix: str) -> str:
         while True:

@@ -1,5 +1,6 @@
 """The training loop over a compiled training graph (forward + backward + optimizer
-step, from ``from_torch(..., training=True, optimizer=...)``): each step runs the
+step, from ``from_torch(..., training=True, optimizer=...)`` or
+``load("training_model.onnx", optimizer=...)``): each step runs the
 session's current plan on a batch and the parameters' and moments' new values replace
 the old ones in place, so the arrays a user holds (or a torch module's parameters, via
 :meth:`TrainState.copy_to`) see every step.
@@ -87,6 +88,8 @@ def train_step(session, batch: Mapping[str, np.ndarray],
     if "loss" not in g.outputs or not parameter_names(g):
         raise WorkbenchError(f"graph {g.name!r} is not a training graph with an optimizer "
                              "step; import it with from_torch(module, args, training=True, "
+                             "optimizer=workbench.training.AdamW()), or an onnxruntime-"
+                             "training file with wb.load('training_model.onnx', "
                              "optimizer=workbench.training.AdamW())")
     if state is None:
         raise WorkbenchError("train_step needs the parameters: pass state="

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..errors import WorkbenchError
 from ..ir import GraphBuilder, Tensor
+from .phases import OPTIMIZER
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,38 @@ class AdamW:
 Optimizer = SGD | AdamW
 # every optimizer's state names (graph inputs "<state>.<parameter>")
 STATE = ("momentum_buffer", "exp_avg", "exp_avg_sq")
+
+
+def append_step(b: GraphBuilder, opt: Optimizer, loss: Tensor,
+                params: dict[str, Tensor], grads: dict[str, Tensor]) -> None:
+    """The optimizer step of every parameter appended to ``b``, with the outputs
+    ``training/loop.py`` reads: ``loss``, and per parameter ``new.<p>`` and its state's
+    ``new.<s>.<p>`` (inputs ``<s>.<p>``, AdamW's ``step``), the update's ops under
+    ``optimizer.<p>``. One definition for every importer of training graphs
+    (``from_torch(training=True)``, ONNX ``training_model.onnx``)."""
+    b.output(fresh_output(b, loss), "loss")
+    step = b.input("step", (), "float32", range=(1.0, 100.0)) if opt.needs_step else None
+    with b.scope(type(opt).__name__, OPTIMIZER):
+        shared = opt.shared(b, step)
+    for pname, g in grads.items():
+        p = params[pname]
+        state = {s: b.input(f"{s}.{pname}", tuple(p.shape), p.dtype,
+                            range=(0.0, 1.0) if s == "exp_avg_sq" else None)
+                 for s in opt.state}
+        with b.scope(type(opt).__name__, f"{OPTIMIZER}.{pname}"):
+            new_p, new_state = opt.update(b, p, g, state, shared)
+        b.output(fresh_output(b, new_p), f"new.{pname}")
+        for s in opt.state:
+            b.output(fresh_output(b, new_state[s]), f"new.{s}.{pname}")
+
+
+def fresh_output(b: GraphBuilder, t: Tensor) -> Tensor:
+    """t, or an identity of it where t is an input or already an output (a value
+    is one output under one name)."""
+    if t.name in b._inputs or t.name in b._constants or t.name in b._outputs:
+        with b.composite("Identity", t.name):
+            return b.reshape(t, shape=list(t.shape))
+    return t
 
 
 def _check(ok: bool, message: str) -> None:

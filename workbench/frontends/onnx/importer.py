@@ -31,6 +31,7 @@ from .common import (
     handler_key,
 )
 from . import training as ort_training
+from .training_step import check_optimizer, with_optimizer
 from .budget import FoldBudget, OverBudget
 from .folding import fold
 from .inference import check_expected, expected_types
@@ -44,14 +45,20 @@ from .reading import checked_input_shapes, default_opset, read_model
 # entry point
 
 def load_onnx(model: "str | Path | onnx.ModelProto",
-              input_shapes: Mapping[str, Sequence[int]] | None = None) -> Graph:
+              input_shapes: Mapping[str, Sequence[int]] | None = None,
+              optimizer=None) -> Graph:
     """Import an ONNX model as a verified workbench :class:`Graph`.
 
     ``input_shapes`` maps input names to static shapes and overrides the model's
     (needed when the model has dynamic dimensions such as a batch size).
 
         >>> g = load_onnx("model.onnx", input_shapes={"x": [8, 128]})  # doctest: +SKIP
+
+    ``optimizer`` (``workbench.training.SGD`` / ``AdamW``) appends its step to an
+    onnxruntime-training graph's gradients, for ``Session.train_step``
+    (:mod:`.training_step`).
     """
+    check_optimizer(optimizer)
     shapes = checked_input_shapes(input_shapes)
     proto, label = read_model(model)
     opset = default_opset(proto, label)
@@ -62,7 +69,8 @@ def load_onnx(model: "str | Path | onnx.ModelProto",
         proto, training = ort_training.unwrap(proto, label)
         g = _Importer(proto, label, opset, shapes, training).run()
         # (its backward reads W as t(t(W)), as torch's does: one value, as from torch)
-        return fold_transpose_chains(g) if training is not None else g
+        g = fold_transpose_chains(g) if training is not None else g
+        return g if optimizer is None else with_optimizer(g, training, optimizer, label)
     except WorkbenchError:
         raise
     except MemoryError:

@@ -23,7 +23,7 @@ the graph before the import so that it is a function, as the workbench's graphs 
 
 ``optimizer_model.onnx`` (one ``AdamWOptimizer`` over tensor sequences) is refused
 naming the op: the workbench's optimizer steps are graph ops
-(:mod:`workbench.training.optim`).
+(:mod:`workbench.training.optim`), appended to this graph by :mod:`.training_step`.
 """
 from __future__ import annotations
 
@@ -160,5 +160,6 @@ def _refuse_optimizer(proto: onnx.ModelProto, label: str) -> None:
     if ops:
         raise GraphError(f"{label} is an onnxruntime-training optimizer graph ({ops[0]} "
                          "over tensor sequences), which the workbench does not import; "
-                         "its optimizer steps are graph ops: wb.from_torch(module, args, "
-                         "training=True, optimizer=workbench.training.AdamW(...))")
+                         "its optimizer steps are graph ops appended to the training "
+                         "graph: wb.load('training_model.onnx', "
+                         "optimizer=workbench.training.AdamW(lr=...))")

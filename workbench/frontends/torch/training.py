@@ -38,7 +38,7 @@ from ...errors import GraphError, WorkbenchError
 from ...ir import Graph, Tensor
 from ..rewrites.transpose_chains import fold_transpose_chains
 from ...training import dropout
-from ...training.optim import AdamW, SGD
+from ...training.optim import SGD, AdamW, append_step, fresh_output
 from ...training.phases import BACKWARD, OPTIMIZER
 from .common import dtype_of, op_name
 from .importer import _Importer, _as_args, _decomposed, _first_line, _to_numpy
@@ -259,35 +259,13 @@ class _TrainingImporter(_Importer):
                 with self.b.scope("Tie", f"{BACKWARD}.{pname}"):
                     g = grads[pname] + g
             grads[pname] = g
-        self.b.output(self._fresh_copy(self.tensor(self.loss_node.name)), "loss")
+        loss = self.tensor(self.loss_node.name)
         if self.optimizer is None:
+            self.b.output(fresh_output(self.b, loss), "loss")
             for pname, g in grads.items():
-                self.b.output(self._fresh_copy(g), f"grad.{pname}")
+                self.b.output(fresh_output(self.b, g), f"grad.{pname}")
             return
-        opt = self.optimizer
-        step = self.b.input("step", (), "float32", range=(1.0, 100.0)) \
-            if opt.needs_step else None
-        with self.b.scope(type(opt).__name__, OPTIMIZER):
-            shared = opt.shared(self.b, step)
-        for pname, g in grads.items():
-            p = self.params[pname]
-            state = {s: self.b.input(f"{s}.{pname}", tuple(p.shape), p.dtype,
-                                     range=(0.0, 1.0) if s == "exp_avg_sq" else None)
-                     for s in opt.state}
-            with self.b.scope(type(opt).__name__, f"{OPTIMIZER}.{pname}"):
-                new_p, new_state = opt.update(self.b, p, g, state, shared)
-            self.b.output(self._fresh_copy(new_p), f"new.{pname}")
-            for s in opt.state:
-                self.b.output(self._fresh_copy(new_state[s]), f"new.{s}.{pname}")
-
-    def _fresh_copy(self, t: Tensor) -> Tensor:
-        """t, or an identity of it where t is an input or already an output (a value
-        is one output under one name)."""
-        if t.name in self.b._inputs or t.name in self.b._constants \
-                or t.name in self.b._outputs:
-            with self.b.composite("Identity", t.name):
-                return self.b.reshape(t, shape=list(t.shape))
-        return t
+        append_step(self.b, self.optimizer, loss, self.params, grads)
 
 
 def _ancestors(node: torch.fx.Node) -> set[str]:
