@@ -315,10 +315,11 @@ def fused_cuda_source(r: Repeat, name: str) -> str:
                      for i in r.carried_inputs)
     save = "\n".join(f"    {nm.state_out[o]}[e] = "
                      f"{rd.to_storage(g.value(o).dtype, nm.local[i])};" for i, o in r.carried)
-    return _with_prelude(rd, _header(r, "fused (one thread per environment)")
+    code = (_header(r, "fused (one thread per environment)")
             + f"{rd.kernel_prefix} __launch_bounds__({CUDA_BLOCK}) "
             f"{name}({nm.params(rd, 'long long')}) {{\n"
             f"  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
             f"e < {m}LL; e += (long long)gridDim.x * blockDim.x) {{\n{load}\n"
             f"    for (long long t = t0; t < t0 + steps; t++) {{\n{inner}\n    }}\n"
             f"{save}\n  }}\n}}\n")
+    return _with_prelude(rd, code)

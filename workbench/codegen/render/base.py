@@ -16,10 +16,10 @@ import re
 from ...dtypes import C_STORAGE, DType
 from ...ops import all_helpers
 from ..kernel import Kernel
-from .helpers import helper_text
 from ..kir import (Assign, BlockReduce, Comment, ConvLanes, DeclareScratch, DepthwiseLanes,
                    Gemm, GridSync, If, Let, Load, Loop, OncePerBlock, OnlineStep, PackA,
                    PackB, Store, ThreadTile, WidenOnce)
+from .helpers import helper_text
 
 # A node id as it may appear in a comment: the workbench's own sanitized ids (n12).
 # Anything else (a model's text) is never printed into generated code.
