@@ -20,9 +20,9 @@ def lower_plan(plan: Plan) -> list[Kernel]:
 
 
 def render_kernel(k: Kernel, target: str) -> str:
-    """A self-contained source file (prelude + kernel) for target 'c' or 'cuda'."""
-    r = RENDERERS[target]
-    return r.prelude(k.tensor_cores) + "\n" + r.kernel(k)
+    """A self-contained source file (the prelude it needs + kernel) for target 'c' or
+    'cuda'."""
+    return RENDERERS[target].source(k)
 
 
 __all__ = ["CRenderer", "CudaRenderer", "Kernel", "RENDERERS", "c_literal", "format_kernel",

@@ -243,7 +243,9 @@ def _tiled(r: Repeat, name: str, tile: int, fused: bool, what: str) -> str:
     rd, nm, m = CRenderer(), _Names(r), elements(r)
     g = r.body
     ct = lambda n: g.value(n).dtype.c_compute
-    at = f"(size_t)t * {m}LL + base + e"
+    # (int64_t, which the prelude's stdint.h declares: size_t came only with the GEMM
+    # micro-kernel's string.h, which a repeat's prelude no longer holds)
+    at = f"(int64_t)t * {m}LL + base + e"
     read = {i: (f"{nm.local[i]}[e]" if fused else
                 rd.to_compute(g.value(i).dtype, f"{nm.state_in[i]}[base + e]"))
             for i in r.carried_inputs}
@@ -260,7 +262,7 @@ def _tiled(r: Repeat, name: str, tile: int, fused: bool, what: str) -> str:
                     for lines in bodies)
     decl = [f"    {ct(i)} {nm.local[i]}[{tile}];" for i in r.carried_inputs] if fused else []
     decl += [f"    {x}" for x in kept]
-    head = (rd.prelude() + "\n" + _header(r, what)
+    head = (_header(r, what)
             + f"void {name}({nm.params(rd, 'int64_t')}) {{\n"
             f"  #pragma omp parallel for schedule(static)\n"
             f"  for (int64_t base = 0; base < {m}LL; base += {tile}) {{\n"
@@ -268,14 +270,19 @@ def _tiled(r: Repeat, name: str, tile: int, fused: bool, what: str) -> str:
             + "".join(x + "\n" for x in decl))
     loop = f"    for (int64_t t = t0; t < t0 + steps; t++) {{\n{loops}    }}\n"
     if not fused:
-        return head + loop + "  }\n}\n"
+        return _with_prelude(rd, head + loop + "  }\n}\n")
     load = "\n".join(f"    for (int64_t e = 0; e < n; e++) {nm.local[i]}[e] = "
                      f"{rd.to_compute(g.value(i).dtype, nm.state_in[i] + '[base + e]')};"
                      for i in r.carried_inputs)
     save = "\n".join(f"    for (int64_t e = 0; e < n; e++) {nm.state_out[o]}[base + e] = "
                      f"{rd.to_storage(g.value(o).dtype, nm.local[i] + '[e]')};"
                      for i, o in r.carried)
-    return head + f"{load}\n" + loop + f"{save}\n  }}\n}}\n"
+    return _with_prelude(rd, head + f"{load}\n" + loop + f"{save}\n  }}\n}}\n")
+
+
+def _with_prelude(rd, code: str) -> str:
+    """``code`` after the prelude that holds the helpers it calls."""
+    return rd.prelude(uses=code) + "\n" + code
 
 
 def step_source(r: Repeat, name: str, tile: int | None = None) -> str:
@@ -308,10 +315,11 @@ def fused_cuda_source(r: Repeat, name: str) -> str:
                      for i in r.carried_inputs)
     save = "\n".join(f"    {nm.state_out[o]}[e] = "
                      f"{rd.to_storage(g.value(o).dtype, nm.local[i])};" for i, o in r.carried)
-    return (rd.prelude() + "\n" + _header(r, "fused (one thread per environment)")
+    code = (_header(r, "fused (one thread per environment)")
             + f"{rd.kernel_prefix} __launch_bounds__({CUDA_BLOCK}) "
             f"{name}({nm.params(rd, 'long long')}) {{\n"
             f"  for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; "
             f"e < {m}LL; e += (long long)gridDim.x * blockDim.x) {{\n{load}\n"
             f"    for (long long t = t0; t < t0 + steps; t++) {{\n{inner}\n    }}\n"
             f"{save}\n  }}\n}}\n")
+    return _with_prelude(rd, code)

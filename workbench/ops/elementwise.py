@@ -95,7 +95,8 @@ WB_FN float wb_sigmoidf(float x) {
   const float q = (x < 0.0f ? t : 1.0f) / (1.0f + t);
   return x != x ? x : q;
 }
-""", cuda="WB_FN float wb_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }\n")
+""", cuda="WB_FN float wb_sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }\n",
+   calls=(EXP,))                                          # (wb_exp_core, in C)
 # Integer arithmetic is total, as NumPy's is: it wraps around (two's complement) where C
 # would have undefined overflow -- computed in unsigned, where overflow is defined.
 WRAP = Helper("wb_wrap", r"""/* integer arithmetic wraps around (two's complement), as NumPy's does */
@@ -106,7 +107,7 @@ WB_FN long long wb_wmul(long long a, long long b) { return (long long)((unsigned
 IDIV = Helper("wb_idiv", r"""/* integer division truncates toward zero; x / 0 gives 0 and MIN / -1 wraps to MIN
    instead of trapping */
 WB_FN long long wb_idiv(long long a, long long b) { return b == 0 ? 0 : (b == -1 ? wb_wsub(0, a) : a / b); }
-""")
+""", calls=(WRAP,))
 IPOW = Helper("wb_ipow", r"""WB_FN unsigned long long wb_upow(unsigned long long x, unsigned long long b) {
   unsigned long long r = 1;
   while (b) { if (b & 1) r *= x; x *= x; b >>= 1; }
@@ -136,7 +137,7 @@ def _f2i_text() -> str:
     return "\n".join(out) + "\n"
 
 
-F2I = Helper("wb_f2i", _f2i_text())
+F2I = Helper("wb_f2i", _f2i_text(), calls=(LIMITS,))
 # A cast to float16 inside a kernel rounds there, as it would between kernels (the value
 # is then kept in float like every half value, but it is a half value)
 ROUND_F16 = Helper("wb_round_f16",

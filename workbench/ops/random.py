@@ -85,7 +85,7 @@ WB_FN float wb_random_normal(unsigned long long key, unsigned int c0, unsigned i
   const float u2 = (float)(c[1] >> 8) * 5.9604644775390625e-8f;          /* [0, 1) */
   return sqrtf(-2.0f * logf(u1)) * cosf(6.28318548f * u2);
 }
-""")
+""", calls=(PHILOX,))
 
 TWO_PI_F32 = np.float32(6.28318548)
 SCALE = np.float32(2.0 ** -24)

@@ -26,7 +26,7 @@ OMP_MINMAX = Helper("wbmax/wbmin", r"""/* SIMD reductions with NumPy's max/min s
 /* the same without the NaN test, for a loop that keeps a NaN flag of its own (render/c.py) */
 #pragma omp declare reduction(wbmaxn : float : omp_out = wb_fmax_num(omp_out, omp_in)) initializer(omp_priv = -INFINITY)
 #pragma omp declare reduction(wbminn : float : omp_out = wb_fmin_num(omp_out, omp_in)) initializer(omp_priv = INFINITY)
-""", cuda="")
+""", cuda="", calls=(FMAX,))
 
 # (integer sums and products accumulate in 64 bits, wrapping as NumPy's do)
 SUM = Combiner("0.0f", "0", "({0} + {1})", "wb_wadd({0}, {1})", simd_op=("+", ""))

@@ -68,13 +68,16 @@ IndexRule = Callable[[IndexContext, Any, int, Index], str]
 
 @dataclass(frozen=True)
 class Helper:
-    """A helper function (or macro block) generated code calls, printed once in every
-    source's prelude. ``c`` is the C text; ``cuda`` the CUDA text when it differs
-    (``""``: none needed on that target, e.g. CUDA has ``rsqrtf``). ``WB_FN`` stands for
-    the target's inline-function qualifiers."""
+    """A helper function (or macro block) generated code calls, printed once in the
+    prelude of each source that calls it (codegen/render/helpers.py). ``c`` is the C
+    text; ``cuda`` the CUDA text when it differs (``""``: none needed on that target,
+    e.g. CUDA has ``rsqrtf``). ``WB_FN`` stands for the target's inline-function
+    qualifiers. ``calls``: the helpers its text calls, which come with it (each
+    registered before it, so the prelude defines them first)."""
     name: str
     c: str
     cuda: str | None = None
+    calls: tuple["Helper", ...] = ()
 
     def body(self, target: str) -> str:
         return self.c if target == "c" or self.cuda is None else self.cuda
@@ -187,11 +190,17 @@ def all_ops() -> dict[str, OpDef]:
 
 
 def all_helpers() -> tuple[Helper, ...]:
-    """Every op's prelude helpers, each once, in registration order."""
+    """Every op's prelude helpers and the helpers they call, each once, in
+    registration order (a helper after those it calls)."""
     seen: dict[str, Helper] = {}
+
+    def add(h: Helper) -> None:
+        for c in h.calls:
+            add(c)
+        seen.setdefault(h.name, h)
     for op in _REGISTRY.values():
         for h in op.helpers:
-            seen.setdefault(h.name, h)
+            add(h)
     return tuple(seen.values())
 
 

@@ -155,12 +155,13 @@ class CodePanel(w.VBox):
 
     @staticmethod
     def _source_html(k: Kernel, target: str) -> str:
-        """The kernel itself; the prelude (the same in every kernel) is only counted."""
-        prelude = RENDERERS[target].prelude().count("\n")
-        note = (f'<div class="wb-dim">// + {prelude}-line prelude shared by every kernel '
-                f'(in <code>app.code.{target}</code>)</div>')
+        """The kernel itself; its prelude (the helpers it calls) is only counted."""
+        code = RENDERERS[target].kernel(k)
+        prelude = RENDERERS[target].prelude(k.tensor_cores, code).count("\n")
+        note = (f'<div class="wb-dim">// + {prelude}-line prelude: the helpers this kernel '
+                f'calls (in <code>app.code.{target}</code>)</div>')
         # each line a <span class="wb-line" data-nodes=...>: the source map (source_map.py)
-        return note + annotated_html(RENDERERS[target].kernel(k), _LEXERS[target])
+        return note + annotated_html(code, _LEXERS[target])
 
     def _diff_text(self, k: Kernel, group: Group, plan: Plan, previous: Plan | None) -> str:
         """CUDA and C diffs of this kernel against the previous step's kernels of the same
@@ -170,7 +171,7 @@ class CodePanel(w.VBox):
         before = [gr for gr in previous.groups if set(gr.nodes) & set(group.nodes)]
         out = []
         for target in ("cuda", "c"):
-            r = RENDERERS[target]   # (the preludes are the same: compare the kernels)
+            r = RENDERERS[target]   # (compare the kernels: their preludes follow them)
             old = "\n".join(r.kernel(self.kernel(previous, gr)) for gr in before)
             new = r.kernel(k)
             name = "cu" if target == "cuda" else "c"

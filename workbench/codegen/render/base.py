@@ -19,6 +19,7 @@ from ..kernel import Kernel
 from ..kir import (Assign, BlockReduce, Comment, ConvLanes, DeclareScratch, DepthwiseLanes,
                    Gemm, GridSync, If, Let, Load, Loop, OncePerBlock, OnlineStep, PackA,
                    PackB, Store, ThreadTile, WidenOnce)
+from .helpers import helper_text
 
 # A node id as it may appear in a comment: the workbench's own sanitized ids (n12).
 # Anything else (a model's text) is never printed into generated code.
@@ -38,9 +39,11 @@ def nodes_comment(nodes) -> str:
                    for i in range(0, len(ids), NODES_PER_LINE))
 
 
-def op_helpers(target: str) -> str:
-    """Every op's prelude helpers (ops/*.py), as the target spells them."""
-    return "".join(h.body(target) for h in all_helpers())
+def op_helpers(target: str, uses: str | None = None, extra=()) -> str:
+    """The ops' prelude helpers (ops/*.py) and then ``extra`` (the renderer's own) that
+    the code ``uses`` calls, as the target spells them; every one for ``uses=None``
+    (helpers.py)."""
+    return helper_text(all_helpers() + tuple(extra), target, uses)
 
 
 class CStyleRenderer:
@@ -54,9 +57,10 @@ class CStyleRenderer:
     indent_unit = "  "
 
     # -- what a target prints its own way ----------------------------------------
-    def prelude(self, tensor: bool = False) -> str:
-        """What every kernel's source starts with (``tensor``: a kernel with GEMM tiles
-        on tensor cores follows)."""
+    def prelude(self, tensor: bool = False, uses: str | None = None) -> str:
+        """What a kernel's source starts with (``tensor``: a kernel with GEMM tiles
+        on tensor cores follows; ``uses``: the code that follows, whose helpers only it
+        holds -- None: every helper)."""
         raise NotImplementedError
 
     def loop(self, s: Loop, depth: int) -> list[str]:
@@ -195,8 +199,13 @@ class CStyleRenderer:
 
     def module(self, kernels) -> str:
         """A complete translation unit: prelude plus every kernel."""
-        return (self.prelude(any(k.tensor_cores for k in kernels)) + "\n"
-                + "\n".join(self.kernel(k) for k in kernels))
+        code = "\n".join(self.kernel(k) for k in kernels)
+        return self.prelude(any(k.tensor_cores for k in kernels), code) + "\n" + code
+
+    def source(self, k: Kernel) -> str:
+        """A self-contained source: the kernel and the prelude it needs."""
+        code = self.kernel(k)
+        return self.prelude(k.tensor_cores, code) + "\n" + code
 
 
 def element(buf, off: str, ld: int, trans: bool, row: str, col: str) -> str:

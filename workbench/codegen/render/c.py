@@ -13,6 +13,8 @@ import re
 
 from ...dtypes import DType
 from ...fusion.geometry import CPU_ROW_TILE
+from ...ops import Helper
+from ...ops.elementwise import BF16
 from ..kernel import Kernel
 from ..kir import (Assign, BlockReduce, Comment, ConvLanes, DeclareScratch, DepthwiseLanes,
                    Gemm, GridSync, Let, Load, Loop, OncePerBlock, OnlineStep, PackA, PackB,
@@ -23,6 +25,10 @@ from ..microkernel import MICRO_KERNEL_C, a_tile_stride
 # plus a NaN flag: reduction -> (its combiner's function, the one-instruction form)
 NAN_SPLIT = {"wbmax": ("wb_fmax", "wb_fmax_num"), "wbmin": ("wb_fmin", "wb_fmin_num")}
 from .base import CStyleRenderer, element, index_type, node_tag, op_helpers, tile_slots
+
+# the GEMM micro-kernel and convolution lanes, as one prelude helper: the kernels that
+# call one of its entry points (GEMM, packing, convolution statements) hold it
+MICRO_KERNEL = Helper("wb_micro_kernel", MICRO_KERNEL_C, cuda="", calls=(BF16,))
 
 # name -> arity; powf too, or one powf call would keep a whole fused loop scalar
 _VECTOR_MATH = {"expf": 1, "logf": 1, "erff": 1, "tanhf": 1, "sinf": 1, "cosf": 1,
@@ -49,9 +55,10 @@ class CRenderer(CStyleRenderer):
     target = "c"
     ROW_TILE = CPU_ROW_TILE   # rows a CPU thread walks together in a thread-per-row kernel
 
-    def prelude(self, tensor: bool = False) -> str:
-        """What every kernel's source starts with (``tensor``: a kernel with GEMM tiles
-        on tensor cores follows; the C rendering computes them in float32)."""
+    def prelude(self, tensor: bool = False, uses: str | None = None) -> str:
+        """What a kernel's source starts with (``tensor``: a kernel with GEMM tiles
+        on tensor cores follows, which the C rendering computes in float32; ``uses``:
+        the code that follows, whose helpers only it holds -- None: every helper)."""
         return ("#include <math.h>\n#include <stdint.h>\n"
                 "#ifdef WB_VECTOR_MATH\n"
                 "/* glibc's libmvec has SIMD variants of these; math.h declares them only\n"
@@ -60,7 +67,7 @@ class CRenderer(CStyleRenderer):
                           f"{', '.join(['float'] * n)});\n" for f, n in _VECTOR_MATH.items())
                 + "#endif\n"
                 "#define WB_FN static inline\n"
-                + op_helpers(self.target) + MICRO_KERNEL_C)
+                + op_helpers(self.target, uses, (MICRO_KERNEL,)))
 
     def params(self, k: Kernel) -> str:
         # the host BLAS routine a GEMM kernel calls, after its buffers

@@ -80,9 +80,9 @@ class CudaRenderer(CStyleRenderer):
         bounds = self.launch_bounds.format(threads=k.launch.block, blocks=k.launch.resident)
         return f"{self.kernel_prefix} {bounds} {k.name}({self.params(k)})"
 
-    def prelude(self, tensor: bool = False) -> str:
+    def prelude(self, tensor: bool = False, uses: str | None = None) -> str:
         return (PRELUDE + GRID_SYNC + GEMM_TILE + (GEMM_TENSOR if tensor else "")
-                + op_helpers(self.target))
+                + op_helpers(self.target, uses))
 
     def to_compute(self, dtype: DType, src: str) -> str:
         return f"__half2float({src})" if dtype is DType.float16 else super().to_compute(dtype, src)
