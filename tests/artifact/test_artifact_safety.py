@@ -848,3 +848,24 @@ def test_the_manifest_checker_knows_every_kir_field():
     assert scalars == set(mf._KERNEL_SCALARS)
     from workbench.artifact.export import _STRUCTURED
     assert _STRUCTURED == mf._KERNEL_STRUCTURED
+
+
+def _home(m):
+    """The first scratch row kept in an output's own row (a CPU softmax/LayerNorm row)."""
+    return next(x for k in m["kernels"] for x in k["scratch"] if x.get("home"))
+
+
+@pytest.mark.parametrize("edit,match", [
+    (lambda m: _home(m)["home"].__setitem__("name", "elsewhere"),
+     r"home 'elsewhere' is not one of the kernel's parameters"),
+    (lambda m: _home(m)["home"].__setitem__("is_output", False), "home is not an output"),
+    (lambda m: _home(m).__setitem__("home", {"name": "x"}), "home"),
+])
+def test_a_rows_home_is_one_of_the_kernels_outputs(pristine, tmp_path, fresh_cache, edit,
+                                                   match):
+    """A row kept in an output's row (rows44) names that output: any other buffer, or
+    one that is not an output, is refused before anything is compiled."""
+    assert _home(_manifest(pristine))          # (the pristine artifact has one)
+    root = _copy(pristine, tmp_path / "a")
+    _edit(root, edit)
+    refused(root, match, fresh_cache)

@@ -103,6 +103,8 @@ def _scratch(d: Mapping[str, Any]) -> Scratch:
     if src is not None:     # a buffer, or a thread's tile (see manifest.scratch)
         d["source"] = (Buffer(**_with_dtype(src)) if "is_output" in src
                        else _scratch(src))
+    if d.get("home") is not None:    # the output whose row holds the value (a buffer)
+        d["home"] = Buffer(**_with_dtype(d["home"]))
     return Scratch(**d)
 
 

@@ -220,6 +220,11 @@ class _Checker:
                                         "memory")
                 elif x[k] is not None:
                     self.buffer(x[k], c)
+            elif k == "home":
+                # (a CPU row kept in an output's own row until its last pass): an output
+                if x[k] is not None and not self.buffer(x[k], c)["is_output"]:
+                    raise self.fail(c, "is not an output buffer (a row lives only in an "
+                                       "output the kernel writes)")
             else:
                 self.scalar(x[k], c, like)
         return dict(x)
@@ -262,12 +267,20 @@ class _Checker:
                 raise self.fail(f"{ctx} source {t!r}",
                                 f"is {got}, not {want[t]!r}" if t in want else
                                 "is listed, but a library call ships no source")
+        scratch = tuple(self.scratch(x, f"{ctx} scratch[{i}]")
+                        for i, x in enumerate(self.list(k["scratch"], f"{ctx} scratch")))
+        # (a row's home is one of the kernel's parameters; that the parameter is an
+        # output the graph's checks below hold it to)
+        names = {p["name"] for p in params}
+        for i, x in enumerate(scratch):
+            home = x.get("home")
+            if home is not None and home["name"] not in names:
+                raise self.fail(f"{ctx} scratch[{i}].home", f"{show(home['name'])} is not "
+                                "one of the kernel's parameters")
         return KernelSpec(
             name=name, group=self.str(k["group"], f"{ctx} group"),
             schedule=self.str(k["schedule"], f"{ctx} schedule"), params=params,
-            launch=self.launch(k["launch"], f"{ctx} launch"),
-            scratch=tuple(self.scratch(x, f"{ctx} scratch[{i}]")
-                          for i, x in enumerate(self.list(k["scratch"], f"{ctx} scratch"))),
+            launch=self.launch(k["launch"], f"{ctx} launch"), scratch=scratch,
             fields=dict(fields_),
             shared_bytes=self.int(k["shared_bytes"], f"{ctx} shared_bytes", 0,
                                   MAX_SHARED_BYTES, " (CUDA shared memory per block)"),
