@@ -7,14 +7,23 @@ contiguous). Operands are graph inputs (activations, as a training step's weight
 are: not constants packed once). Each result is checked against NumPy.
 
 Timed in alternation (``harness.alternate``: a pause before each block), the fastest
-block's median (``quiet_ms``); GFLOP/s from it.
+block's median (``quiet_ms``); GFLOP/s from it. Beside it each call's CPU time (the
+process's, both cores' threads; the fastest call's), which a loaded host disturbs less
+than the wall clock: the pools wait passively, so it is the work done.
 
-    python benchmarks/training_gemms.py [--rounds 8 --inner 3]
+Then, in the step itself (``--step-rounds``): the BERT layer's whole ``stitch``
+program as the rule makes it against the same plan with ``blas=1`` on the kernels
+the rule packs B for, one call each per round (which goes first alternating), a pause
+before each, each kernel's fastest time inside the call (``kernel_ns``); the kernels
+the two programs share are the control (their sums should agree).
+
+    python benchmarks/training_gemms.py [--rounds 8 --inner 3 --step-rounds 16]
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import time
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +75,15 @@ def _workbench(g, feeds, blas=None):
     return (lambda: prog.execute(feeds, out=out)), prog, s.plan.groups[0].schedule.describe()
 
 
+def _cpu_timed(fn, into: list):
+    """``fn``, each call's process CPU time appended to ``into``."""
+    def timed():
+        t0 = time.process_time()
+        fn()
+        into.append(time.process_time() - t0)
+    return timed
+
+
 def measure(rounds: int, inner: int) -> list[dict]:
     import torch
     rows = []
@@ -91,6 +109,8 @@ def measure(rounds: int, inner: int) -> list[dict]:
                    "torch.matmul": lambda: torch.matmul(at, bt),
                    "workbench untransposed": ours_plain,
                    "torch.matmul untransposed": lambda: torch.matmul(pa, pb)}
+        cpu = {name: [] for name in methods}
+        methods = {name: _cpu_timed(fn, cpu[name]) for name, fn in methods.items()}
         with torch.no_grad():
             samples = alternate(methods, rounds, inner)
         flops = 2.0 * batch * m * n * k
@@ -99,14 +119,57 @@ def measure(rounds: int, inner: int) -> list[dict]:
                      else f"{m}x{n}x{k}", "trans_a": ta, "trans_b": tb, "times": times,
                      "kernel": desc, "sgemm_kernel": sdesc, "untransposed_kernel": pdesc,
                      "rel_error": err, "ms": ms,
+                     "cpu_ms": {name: min(v) * 1e3 for name, v in cpu.items()},
                      "gflops": {name: flops / v * 1e-6 for name, v in ms.items()},
                      "samples": samples})
-        log(f"{what}: " + ", ".join(f"{name} {v:.3f} ms" for name, v in ms.items()))
+        log(f"{what}: " + ", ".join(f"{name} {v:.3f} ms ({rows[-1]['cpu_ms'][name]:.3f} CPU)"
+                                    for name, v in ms.items()))
     return rows
 
 
+def in_step(rounds: int) -> dict:
+    """The rule against sgemm per tile inside the BERT layer's fwd+bwd program."""
+    import torch
+    import workbench as wb
+    from training import D, _models
+    model = _models("bert")
+    x, t = torch.randn(1, 128, D), torch.randn(1, 128, D)
+    g = wb.from_torch(model, (x, t), training=True)
+    rule = wb.Session(g, backend="cpu")
+    rule.auto("stitch")
+    old = wb.Session(g, backend="cpu")
+    old.auto("stitch")
+    changed = [gr.id for gr in rule.plan.groups if gr.schedule is not None
+               and gr.schedule.gemm is not None and gr.schedule.gemm.packed_b]
+    for c in changed:
+        old.set_launch(c, blas=1)
+    feeds = {"x": x.numpy(), "target": t.numpy(),
+             **{k: p.detach().numpy().copy() for k, p in model.named_parameters()}}
+    progs = [rule.program(), old.program()]
+    outs = [p.new_outputs() for p in progs]
+    ns = [np.zeros(len(p.compiled), dtype=np.int64) for p in progs]
+    per = [np.full(len(p.compiled), np.inf) for p in progs]
+    calls: list[list[float]] = [[], []]
+    for r in range(rounds):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            time.sleep(0.2)
+            t0 = time.perf_counter()
+            progs[i].execute(feeds, out=outs[i], kernel_ns=ns[i])
+            calls[i].append(time.perf_counter() - t0)
+            per[i] = np.minimum(per[i], ns[i] * 1e-6)
+    names = [ck.kernel.name for ck in progs[0].compiled]
+    moved = [i for i, n in enumerate(names) if n.split("_")[0] in changed]
+    kept = [i for i in range(len(names)) if i not in moved]
+    return {"changed": {names[i]: [float(per[0][i]), float(per[1][i])] for i in moved},
+            "changed_ms": [float(per[j][moved].sum()) for j in (0, 1)],
+            "shared_ms": [float(per[j][kept].sum()) for j in (0, 1)],
+            "call_fastest_ms": [min(c) * 1e3 for c in calls],
+            "call_median_ms": [float(np.median(c)) * 1e3 for c in calls],
+            "rounds": rounds}
+
+
 def markdown(res: dict) -> str:
-    names = list(res["rows"][0]["ms"]) if res["rows"] else []
+    names = list(res["rows"][0]["ms"]) if res["rows"] else ["workbench", "torch.matmul"]
     lines = [f"# The BERT layer's training GEMMs one by one ({res['date']})", "",
              machine_line(res) + ".", "",
              "Each GEMM of the BERT-base layer's fwd+bwd (1 x 128 tokens) alone, operands "
@@ -128,11 +191,45 @@ def markdown(res: dict) -> str:
                      + " | ".join(cells)
                      + f" | {r['ms']['torch.matmul'] / r['ms']['workbench']:.2f}"
                      + f" | {r['kernel']} |")
-    lines.append("| **the step's GEMMs (times n)** | | | | "
-                 + " | ".join(f"{total[n]:.2f}" for n in names)
-                 + f" | {total.get('torch.matmul', 0) / max(total.get('workbench', 1), 1e-9):.2f} | |")
-    lines += ["", "Largest error against NumPy (float64), relative to the largest element: "
-              f"{max(r['rel_error'] for r in res['rows']):.1e}.", ""]
+    if res["rows"]:
+        lines.append("| **the step's GEMMs (times n)** | | | | "
+                     + " | ".join(f"{total[n]:.2f}" for n in names)
+                     + f" | {total['torch.matmul'] / total['workbench']:.2f} | |")
+    lines += ["", "The same calls' CPU time (ms, the fastest call's; both cores' threads):", "",
+              "| GEMM | m x n x k | T | " + " | ".join(names) + " | x |",
+              "|---|---|---|" + "---|" * len(names) + "---|"]
+    total = {name: 0.0 for name in names}
+    for r in res["rows"]:
+        t = ("A" if r["trans_a"] else "") + ("B" if r["trans_b"] else "") or "-"
+        for n in names:
+            total[n] += r["times"] * r["cpu_ms"][n]
+        lines.append(f"| {r['what']} | {r['shape']} | {t} | "
+                     + " | ".join(f"{r['cpu_ms'][n]:.3f}" for n in names)
+                     + f" | {r['cpu_ms']['torch.matmul'] / r['cpu_ms']['workbench']:.2f} |")
+    if res["rows"]:
+        lines.append("| **the step's GEMMs (times n)** | | | "
+                     + " | ".join(f"{total[n]:.2f}" for n in names)
+                     + f" | {total['torch.matmul'] / total['workbench']:.2f} |")
+    st = res.get("step")
+    if st:
+        lines += ["", f"## In the step ({st['rounds']} rounds, each kernel's fastest)", "",
+                  "The BERT layer's fwd+bwd `stitch` program, the rule against the same "
+                  "plan with `blas=1` on the kernels it packs B for:", "",
+                  "| kernel | rule ms | sgemm per tile ms | x |", "|---|---|---|---|"]
+        for name, (a, b) in st["changed"].items():
+            lines.append(f"| {name} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
+        a, b = st["changed_ms"]
+        lines.append(f"| **those kernels** | {a:.2f} | {b:.2f} | {b / a:.2f} |")
+        a, b = st["shared_ms"]
+        lines.append(f"| the other kernels (the same in both: the control) | {a:.2f} | "
+                     f"{b:.2f} | {b / a:.2f} |")
+        (a, b), (c, d) = st["call_fastest_ms"], st["call_median_ms"]
+        lines.append(f"| the call, fastest (median) | {a:.2f} ({c:.2f}) | {b:.2f} ({d:.2f}) "
+                     f"| {b / a:.2f} |")
+    if res["rows"]:
+        lines += ["", "Largest error against NumPy (float64), relative to the largest "
+                  f"element: {max(r['rel_error'] for r in res['rows']):.1e}."]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -140,13 +237,16 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--inner", type=int, default=3)
+    ap.add_argument("--step-rounds", type=int, default=16)
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--tag", default="")
     a = ap.parse_args(argv)
     import os
     res = {"date": dt.date.today().isoformat(), "rounds": a.rounds, "inner": a.inner,
            "load_average_at_start": list(os.getloadavg())}
-    res["rows"] = measure(a.rounds, a.inner)
+    res["rows"] = measure(a.rounds, a.inner) if a.rounds else []
+    if a.step_rounds:
+        res["step"] = in_step(a.step_rounds)
     stem = Path(a.out) / f"training-gemms-{res['date']}{'-' + a.tag if a.tag else ''}"
     write_results(stem, res, markdown)
     log(f"wrote {stem}.md")
