@@ -22,6 +22,7 @@ from .launch import GemmLaunch
 from .legality import (RowAnalysis, check_epilogue, product_dest, row_epilogue, same_rows,
                        takes_dtype)
 from .operands import not_stored, operand, prologue
+from .right_pack import packs_b_per_run
 from .tiles import cpu_tiling, packs
 
 
@@ -64,7 +65,8 @@ def analyze_matmul(g: Graph, ns, io: GroupIO, device: Device, mm, rows: RowAnaly
         return Schedule(ScheduleKind.gemm, elements=out.numel,
                         gemm=replace(tiling, epilogue_ops=len(ns) - 1,
                                      views=tuple(v.id for v in views)))
-    packed = lc.packs(packs(g, b, device), f"{mm.id}'s right operand", per_run or half)
+    can = packs(g, b, device)
+    packed = lc.packs(can, f"{mm.id}'s right operand", per_run or half)
     if half and not packed:
         raise FusionRefused(f"{mm.id} (matmul) is {out.dtype.value}: only the micro-kernel "
                             "multiplies it (widening as it packs; sgemm reads float32), and "
@@ -72,6 +74,11 @@ def analyze_matmul(g: Graph, ns, io: GroupIO, device: Device, mm, rows: RowAnaly
                                "it needs 256-bit vectors and B one matrix per batch item")
                             + ", so it stays a library call")
     tiling = cpu_tiling(a, b, result, dest, device.units, row is not None, packed, lc)
+    if not packed and lc.blas == -1 and packs_b_per_run(tiling, can):
+        # an activation B read by many row tiles (a weight gradient's dy): packed once
+        # per run, not by each tile's sgemm (fusion/gemm/right_pack.py)
+        packed = can
+        tiling = cpu_tiling(a, b, result, dest, device.units, row is not None, packed, lc)
     return Schedule(ScheduleKind.gemm, elements=out.numel,
                     gemm=replace(tiling, epilogue_ops=len(ns) - 1,
                                  views=tuple(v.id for v in views)), epilogue=row)

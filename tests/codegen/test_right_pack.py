@@ -1,0 +1,111 @@
+"""An activation B packed into the micro-kernel's panels once per run where many row
+tiles read it (fusion/gemm/right_pack.py: a training step's weight gradients, dy^T @
+x): which kernels do, their results against NumPy on fresh random inputs (checked
+runs: outputs poisoned first), and the pack counted alike by the cost model's features
+and the kernel IR."""
+import numpy as np
+import pytest
+
+import workbench as wb
+from workbench.codegen import lower_plan
+from workbench.codegen.microkernel import MICRO_KERNEL_C
+from workbench.device import assumed_cpu
+from workbench.fusion.analysis import analyze
+from workbench.fusion.features import features
+from workbench.fusion.gemm import right_pack
+from workbench.fusion.gemm_shape import PACK_ONCE, PACK_PER_RUN
+from workbench.fusion.gemm.tiles import micro_kernel_fits
+
+# 256-bit vectors or wider: B packed, the micro-kernel multiplies (fusion/gemm/tiles.py)
+WIDE = assumed_cpu("test cpu", 2).with_(vector_bytes=64)
+NARROW = assumed_cpu("test cpu", 2).with_(vector_bytes=16)
+
+
+def _product(m, k, n, batch=(), ta=False, tb=False, epilogue=False, const_b=False):
+    """a @ b, both graph inputs (a training step's activations and weights), each
+    optionally read through a transpose; optionally relu after."""
+    g = wb.GraphBuilder("product")
+    nb = len(batch)
+    swap = [*range(nb), nb + 1, nb]
+    a = g.input("a", (*batch, k, m) if ta else (*batch, m, k))
+    if const_b:
+        b = g.constant(np.random.default_rng(0).standard_normal((k, n)).astype(np.float32), "b")
+    else:
+        b = g.input("b", (*batch, n, k) if tb else (*batch, k, n))
+    y = g.matmul(g.op("transpose", a, perm=swap) if ta else a,
+                 g.op("transpose", b, perm=swap) if tb and not const_b else b)
+    g.output(g.relu(y) if epilogue else y, "y")
+    return g.build()
+
+
+def _packed(g, device=WIDE):
+    return analyze(g, tuple(n.id for n in g.nodes), device=device).gemm.packed_b
+
+
+@pytest.mark.parametrize("m,k,n,kw,packed", [
+    (768, 128, 768, dict(ta=True), PACK_PER_RUN),      # dW of a projection: 6 row tiles
+    (3072, 128, 768, dict(ta=True), PACK_PER_RUN),     # dW of the FFN: 24 row tiles
+    (520, 24, 70, dict(batch=(2,)), PACK_PER_RUN),     # a B per batch item, 5 row tiles each
+    (128, 768, 768, dict(tb=True), ""),                # one row tile: sgemm packs B once anyway
+    (384, 64, 256, {}, ""),                            # three row tiles: too few
+    (768, 128, 768, dict(const_b=True), PACK_ONCE),    # a constant: packed once for good
+])
+def test_which_products_pack_b_per_run(m, k, n, kw, packed):
+    g = _product(m, k, n, **kw)
+    assert _packed(g) == packed
+    # where the micro-kernel does not run (128-bit vectors: sgemm per tile), never
+    assert not micro_kernel_fits(NARROW) and _packed(g, NARROW) == ""
+
+
+def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
+    g = _product(768, 128, 768, ta=True)
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(min_row_tiles=7))
+    assert _packed(g) == ""
+    monkeypatch.undo()
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    s.set_launch(s.plan.groups[0].id, blas=1)
+    assert s.plan.groups[0].schedule.gemm.packed_b == ""
+
+
+@pytest.mark.parametrize("case", [
+    dict(m=520, k=24, n=70, ta=True),                  # A read transposed, B in a partial panel
+    dict(m=520, k=33, n=130, tb=True),                 # B read transposed: its pack gathers
+    dict(m=520, k=24, n=70, batch=(2,), ta=True),      # a B per batch item
+    dict(m=600, k=300, n=70, epilogue=True),           # k in two blocks, an epilogue after
+])
+def test_results_match_numpy_on_fresh_inputs(case):
+    g = _product(**case)
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    if not micro_kernel_fits(s.device):
+        pytest.skip("this CPU's vectors are too narrow for the micro-kernel")
+    (gr,) = s.plan.groups
+    assert gr.schedule.gemm.packed_b == PACK_PER_RUN
+    prog = s.program()
+    # (the prelude defines and calls it too: the kernel's own loop packs B)
+    src = prog.compiled[0].source
+    assert src.count("wb_pack_panel(") > MICRO_KERNEL_C.count("wb_pack_panel(")
+    for seed in (1, 2):          # fresh inputs, each run checked (outputs poisoned first)
+        rng = np.random.default_rng(seed)
+        feeds = {v: rng.standard_normal(g.value(v).shape).astype(np.float32) for v in "ab"}
+        got = prog.run(feeds, checked=True)["y"]
+        a = np.swapaxes(feeds["a"], -1, -2) if case.get("ta") else feeds["a"]
+        b = np.swapaxes(feeds["b"], -1, -2) if case.get("tb") else feeds["b"]
+        want = a.astype(np.float64) @ b
+        if case.get("epilogue"):
+            want = np.maximum(want, 0)
+        err = np.max(np.abs(got - want)) / np.max(np.abs(want))
+        assert err < 1e-5, err
+
+
+def test_the_pack_is_counted_alike_by_features_and_the_kernel():
+    g = _product(520, 24, 70, batch=(2,), ta=True)
+    s = wb.Session(g, backend="cpu")
+    s.auto("stitch")
+    plan = s.plan
+    (gr,) = plan.groups
+    if gr.schedule.gemm.packed_b != PACK_PER_RUN:
+        pytest.skip("this CPU's vectors are too narrow for the micro-kernel")
+    (kernel,) = lower_plan(plan)
+    assert features(g, gr, plan.device).scratch_bytes == kernel.scratch_bytes > 0

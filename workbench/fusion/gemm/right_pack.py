@@ -1,0 +1,48 @@
+"""Whether a CPU GEMM kernel packs an activation B into the micro-kernel's column
+panels once per run, before the tiles, where many row tiles read it
+(:func:`packs_b_per_run`), instead of each tile's sgemm packing its columns of B again.
+
+Why: sgemm called per tile packs the tile's part of B on every call, so each column of
+an activation B is packed once per *row* tile. A training step's weight gradients are
+``x^T @ dy``: A is read transposed and has the layer's features as rows (768 or 3072,
+six or 24 row tiles), B is the ``128 x n`` output gradient, packed by sgemm six or 24
+times. Packed once per run (``wb_pack_panel``, one panel per item of a parallel loop),
+the tiles multiply it with the micro-kernel, and A's slivers are packed once too where
+:mod:`.left_pack` says so. Measured on the BERT-base layer's fwd+bwd (2 cores, Zen 4,
+loaded host, fastest of 8 alternating calls): 768x3072x128 2.93 against 3.76 ms,
+768x768x128 0.78 against 0.87 ms (``benchmarks/training_gemms.py`` has the side-by-side
+table).
+
+Not where B is a constant (packed once for good already: ``PACK_ONCE``), where one
+row tile reads each B (a 128-token product: the pack would be a copy sgemm makes
+anyway, and a transposed B's pack is a strided gather -- 128 x 768 x 768 with ``W^T``
+measured ~7% slower packed), nor where the micro-kernel does not run (``tiles.packs``
+returns "").
+
+    >>> RIGHT_PACK.min_row_tiles
+    4
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..gemm_shape import PACK_PER_RUN, GemmShape
+
+
+@dataclass(frozen=True)
+class RightPack:
+    """When an activation B is packed by every run (``RIGHT_PACK``; a test or a
+    benchmark replaces it there). ``min_row_tiles``: the row tiles reading each B
+    matrix; with fewer, sgemm's own packing per tile costs about what the pack costs
+    (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s)."""
+    min_row_tiles: int = 4
+
+
+RIGHT_PACK = RightPack()
+
+
+def packs_b_per_run(t: GemmShape, can: str) -> bool:
+    """Whether the CPU GEMM kernel of ``t`` (tiled for sgemm: ``t.packed_b`` empty)
+    packs B by every run, given how B can be packed here (``can``, ``tiles.packs``)."""
+    return (can == PACK_PER_RUN and t.im2col is None
+            and t.row_tiles >= RIGHT_PACK.min_row_tiles)
