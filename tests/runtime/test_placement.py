@@ -146,13 +146,12 @@ def test_a_caller_held_to_one_cpu_keeps_it(seen_in_matmul):
                                prog.run(feeds)["y"].astype(np.float32))
 
 
-def test_a_program_is_placed_only_while_its_runs_are_consistently_long(
-        seen_in_matmul, monkeypatch):
+def test_a_program_is_placed_only_while_its_runs_are_consistently_long(seen_in_matmul):
     """Placing costs 11-130 us: a program is placed while it has no run yet and while
     the fastest of its last ``PLACE_RUNS`` runs took ``PLACE_MIN_S`` or more; one slow
     run among short ones (a busy machine) does not turn it on, one fast run among long
-    ones does not turn it off; ``$WB_PLACE_THREADS=always`` places every run. Runs are
-    real; their recorded times are set by the test."""
+    ones does not turn it off. Runs are real; their recorded times are set by the
+    test."""
     seen, _ = seen_in_matmul
     own = frozenset(os.sched_getaffinity(0))
     prog, feeds = _program()
@@ -177,8 +176,6 @@ def test_a_program_is_placed_only_while_its_runs_are_consistently_long(
     assert not placed_run([long] * (n - 1) + [short])
     # the rule keeps PLACE_RUNS runs: an old short run forgotten
     assert placed_run([short] + [long] * n)
-    monkeypatch.setenv(placement.ENV, "always")
-    assert placed_run([short] * n)
     # each run records its own time
     prog.place_rule.recent.clear()
     prog.run(feeds)

@@ -35,8 +35,7 @@ cost.
 
 Left alone where the user places threads (``OMP_PROC_BIND``, ``OMP_PLACES``,
 ``GOMP_CPU_AFFINITY``, ``KMP_AFFINITY`` set), where ``$WB_PLACE_THREADS`` is ``0``, and
-off Linux (the helper then does nothing). ``$WB_PLACE_THREADS=always`` places every
-run, however short (to compare, ``benchmarks/call_sources.py``).
+off Linux (the helper then does nothing).
 """
 from __future__ import annotations
 
@@ -142,15 +141,13 @@ class PlaceRule:
     while it has no run yet (a first run is long: it makes and poisons the reused
     intermediates) and while the fastest of its last ``PLACE_RUNS`` runs took
     ``PLACE_MIN_S`` or more -- not turned on by one run a busy machine made slow, nor
-    off by one fast run of a long program. ``$WB_PLACE_THREADS=always``: every run.
-    One per program; runs from several threads at once only add their times."""
+    off by one fast run of a long program. One per program; runs from several threads
+    at once only add their times. (Asked on every run: no environment lookup here.)"""
 
     def __init__(self):
         self.recent: deque = deque(maxlen=PLACE_RUNS)   # seconds of the last runs
 
     def next_run(self) -> bool:
-        if os.environ.get(ENV, "").strip() == "always":
-            return True
         recent = tuple(self.recent)     # (another thread's run may append meanwhile)
         return not recent or min(recent) >= PLACE_MIN_S
 

@@ -181,10 +181,12 @@ class KernelSequence:
 
     def _take_pool(self) -> _Pool | None:
         """The reused intermediates, or None while another thread's run holds them."""
-        lock = self.__dict__.setdefault("_pool_lock", threading.Lock())
+        lock = self.__dict__.get("_pool_lock") or self.__dict__.setdefault(
+            "_pool_lock", threading.Lock())
         if not lock.acquire(blocking=False):
             return None
-        return self.__dict__.setdefault("_pool", _Pool())
+        pool = self.__dict__.get("_pool")
+        return self.__dict__.setdefault("_pool", _Pool()) if pool is None else pool
 
     def _driver(self):
         """The backend's plan driver for this sequence (the CPU's runs every kernel in
@@ -236,8 +238,10 @@ class KernelSequence:
         made = self._maker(out, checked or keep_all
                            or os.environ.get(CHECKED_ENV) == "1")
         pool = None if keep_all else self._take_pool()
-        # (a run without the pool writes workspaces of its own: see workspace)
-        self._run_local().workspaces = {} if pool is None else None
+        # (a run without the pool writes workspaces of its own: see workspace; a run
+        # holding it finds None there, as every run leaves it)
+        if pool is None:
+            self._run_local().workspaces = {}
         # threads placed for a run only where the program's runs are consistently long
         # enough to repay it (placement.PlaceRule)
         rule = self.__dict__.get("place_rule") or self.__dict__.setdefault(
@@ -264,8 +268,9 @@ class KernelSequence:
             if pool is not None:
                 self._pool_made = True
         finally:
-            self._run_local().workspaces = None
-            if pool is not None:
+            if pool is None:
+                self._run_local().workspaces = None
+            else:
                 self._pool_lock.release()
         for name, a in out.items():
             if env[name] is not a:     # a library call's result, made by the call
