@@ -230,6 +230,7 @@ def _workbench_call(prog, inputs, blas_threads):
     def call():
         prog.backend.blas_threads = blas_threads
         return prog.run(inputs)
+    call.program, call.inputs = prog, inputs    # (benchmarks/call_sources.py reads them)
     return call
 
 

@@ -127,3 +127,32 @@ def test_time_takes_the_whole_plan_as_calls_through_the_driver(monkeypatch):
     twin = _one_by_one(prog)
     twin.time(random_inputs(s.graph, 0), warmup=1, repeats=3)
     assert len(calls) == 7          # (kernel by kernel: no call through the driver)
+
+
+def test_unchecked_and_checked_runs_through_the_driver_match_the_reference(monkeypatch):
+    """A production call (not checked: outputs neither poisoned nor new when ``out=``
+    is given) and a checked one, through the driver with its arguments' addresses read
+    once, on fresh random inputs each run: every output element written (the caller's
+    arrays are filled with a sentinel first) and equal to the NumPy reference."""
+    from workbench.runtime.reference import run_reference
+    s = wb.Session(str(SAMPLES / "bias_gelu_residual_layernorm.json"), backend="cpu")
+    s.auto("stitch")
+    prog = s.program()
+    prog.run(random_inputs(s.graph, 9))
+    assert prog._driver() is not None
+    out = prog.new_outputs()
+    for seed, checked in ((1, "0"), (2, "0"), (3, "1"), (4, "0")):
+        monkeypatch.setenv("WB_CHECKED_RUNS", checked)
+        ins = random_inputs(s.graph, seed)
+        for a in out.values():
+            a[...] = 12345.0
+        got = prog.run(ins, out=out)
+        want = run_reference(s.graph, ins)
+        for o in s.graph.outputs:
+            assert got[o] is out[o]
+            assert not (got[o] == 12345.0).any() and not np.isnan(got[o]).any(), o
+            np.testing.assert_allclose(got[o], want[o], rtol=2e-4, atol=2e-4)
+        fresh = prog.run(ins)         # new arrays, unfilled when not checked
+        for o in s.graph.outputs:
+            assert fresh[o] is not out[o]
+            np.testing.assert_array_equal(fresh[o], got[o])

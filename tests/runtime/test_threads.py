@@ -173,3 +173,38 @@ def test_importing_and_running_leaves_the_environment_alone(tmp_path):
     if "OPENMP DISPLAY ENVIRONMENT" in shown:
         assert "GOMP_SPINCOUNT = '10000'" in shown, shown[-2000:]
         assert "OMP_WAIT_POLICY = 'PASSIVE'" in shown, shown[-2000:]
+
+
+def test_a_run_sets_each_blas_library_once_and_restores_only_what_it_set(
+        seen_in_matmul, monkeypatch):
+    """Every run sets each loaded BLAS library to ``blas_threads`` once and back once
+    (none where it already has that count); an OpenBLAS on its own threads is read and
+    set through its own functions, which agree with threadpoolctl's controller both
+    ways. Real program, real libraries; the calls are counted by wrapping them."""
+    from workbench.runtime import threads
+    s = Session(mlp_graph(), backend="cpu")    # two matmul library calls a run
+    s.program()     # (compiling scans the BLAS libraries afresh)
+    counts = threads._blas_controllers()
+    direct = [c for c in counts if c.controller.internal_api == "openblas"
+              and c.controller.threading_layer == "pthreads"]
+    for c in direct:
+        assert c.get_num_threads != c.controller.get_num_threads
+        with threadpool_limits(limits=2, user_api="blas"):
+            assert c.get_num_threads() == c.controller.get_num_threads() == 2
+            c.set_num_threads(3)
+            assert c.controller.get_num_threads() == 3
+    calls: list = []
+    for i, c in enumerate(counts):
+        monkeypatch.setattr(c, "set_num_threads",
+                            lambda n, i=i, put=c.set_num_threads: (calls.append((i, n)),
+                                                                   put(n)))
+    with threadpool_limits(limits=2, user_api="blas"):
+        s.run(s.inputs)
+        assert sorted(calls) == sorted([(i, 1) for i in range(len(counts))]
+                                       + [(i, 2) for i in range(len(counts))])
+        assert set(_numpy_blas_threads()) == {2}
+    assert seen_in_matmul and all(set(n) == {1} for n in seen_in_matmul)
+    calls.clear()
+    with threadpool_limits(limits=1, user_api="blas"):
+        s.run(s.inputs)
+    assert calls == []

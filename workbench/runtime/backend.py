@@ -171,8 +171,8 @@ class Backend(abc.ABC):
         """A context every run of a program happens in (the CPU backend sets the BLAS
         libraries' threads for it and restores them after: one thread pool; and holds
         the threads each on a CPU of their own). ``blas``: whether the run may call
-        BLAS at all (a library call, a kernel's sgemm); ``place``: whether the run is
-        long enough to repay placing its threads (``placement.PLACE_MIN_S``)."""
+        BLAS at all (a library call, a kernel's sgemm); ``place``: whether the program's
+        runs are long enough to repay placing its threads (``placement.PlaceRule``)."""
         return contextlib.nullcontext()
 
     def timer(self):

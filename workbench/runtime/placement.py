@@ -12,16 +12,26 @@ together, CPU 1 idle, for whole seconds of calls, each call then taking twice as
 ran 1.33x faster, its parameter gradients 1.66x, the convolution's 90th percentile
 1.44 ms against 3.10 (``benchmarks/results/placement-2026-11-25.md``).
 
-So while a program runs (``CpuBackend.running``; a program whose last run took less
-than ``PLACE_MIN_S`` is not placed, its runs too short to repay it), the calling
+So while a program runs (``CpuBackend.running``, where :class:`PlaceRule` says the
+program's runs are long enough to repay it), the calling
 thread is bound to the CPU it is running on, and each OpenMP thread to another CPU of
 the calling thread's own set (a user's ``taskset`` is kept), one each as far as they
 go; when the call returns the calling thread gets its own set back, so a user's
 thread is never left bound. The OpenMP threads stay where they were put (they run
 nothing else) and are moved, by a parallel region of the helper's, only when the
-calling thread's CPU (or the team's size) changes. Nested runs bind once. A run costs
-four system calls and two calls through ctypes: about 8 us on the development VM,
-where one small kernel's whole run took 16 us.
+calling thread's CPU (or the team's size) changes. Nested runs bind once.
+
+What it costs (``benchmarks/results/call-sources-*.md``, the 2-core VM under load): a
+run placed back to back after another on the same CPU, four system calls and two calls
+through ctypes, 11-12 us; a run after an idle pause, when Linux has since moved the
+calling thread to the other CPU and the team is moved after it (a parallel region
+waking the sleeping worker), 60-130 us -- against MobileNetV2's whole 0.3 ms call. So a
+program is placed only while its runs are consistently long (:class:`PlaceRule`: the
+fastest of its last ``PLACE_RUNS`` runs took ``PLACE_MIN_S`` or more): one run made
+slow by a busy machine does not turn placement on for a short program (with the last
+run's time deciding, it did, and MobileNetV2 ran 0.58x onnxruntime against 0.90x
+unplaced), and a long program stays placed, a run never being faster than its quiet
+cost.
 
 Left alone where the user places threads (``OMP_PROC_BIND``, ``OMP_PLACES``,
 ``GOMP_CPU_AFFINITY``, ``KMP_AFFINITY`` set), where ``$WB_PLACE_THREADS`` is ``0``, and
@@ -32,15 +42,18 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+from collections import deque
 from functools import lru_cache
 from typing import Iterator
 
 from .cc import build_library, load_library
 
 ENV = "WB_PLACE_THREADS"
-# the shortest run worth placing (the last run of the program as long): placing costs
-# about 8 us, and a run of 16 us (one small kernel) took 30 placed
+# the shortest run worth placing: placing costs 11-130 us (the module docstring), and a
+# run of 16 us (one small kernel) took 30 placed
 PLACE_MIN_S = 5e-4
+# how many of a program's last runs must all have taken PLACE_MIN_S for it to be placed
+PLACE_RUNS = 5
 # set by the user: their placement stands
 USER_PLACEMENT = ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY", "KMP_AFFINITY")
 
@@ -121,6 +134,25 @@ def enabled() -> bool:
     if os.environ.get(ENV, "1").strip() == "0":
         return False
     return not any(os.environ.get(v) for v in USER_PLACEMENT)
+
+
+class PlaceRule:
+    """Whether a program's next run is placed, from how long its last runs took: placed
+    while it has no run yet (a first run is long: it makes and poisons the reused
+    intermediates) and while the fastest of its last ``PLACE_RUNS`` runs took
+    ``PLACE_MIN_S`` or more -- not turned on by one run a busy machine made slow, nor
+    off by one fast run of a long program. One per program; runs from several threads
+    at once only add their times. (Asked on every run: no environment lookup here.)"""
+
+    def __init__(self):
+        self.recent: deque = deque(maxlen=PLACE_RUNS)   # seconds of the last runs
+
+    def next_run(self) -> bool:
+        recent = tuple(self.recent)     # (another thread's run may append meanwhile)
+        return not recent or min(recent) >= PLACE_MIN_S
+
+    def ran(self, seconds: float) -> None:
+        self.recent.append(seconds)
 
 
 @lru_cache(maxsize=None)

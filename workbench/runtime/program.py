@@ -38,7 +38,7 @@ from ..ops.bfloat16 import QUIET_NAN
 from .backend import Progress
 from .memory_plan import ALIGN, MEMORY_PLAN_ENV, plan_memory
 from .outputs import check_out, empty
-from .placement import PLACE_MIN_S
+from .placement import PlaceRule
 from .reference import check_inputs
 
 CHECKED_ENV = "WB_CHECKED_RUNS"    # "1": every run poisons (see the module docstring)
@@ -181,10 +181,12 @@ class KernelSequence:
 
     def _take_pool(self) -> _Pool | None:
         """The reused intermediates, or None while another thread's run holds them."""
-        lock = self.__dict__.setdefault("_pool_lock", threading.Lock())
+        lock = self.__dict__.get("_pool_lock") or self.__dict__.setdefault(
+            "_pool_lock", threading.Lock())
         if not lock.acquire(blocking=False):
             return None
-        return self.__dict__.setdefault("_pool", _Pool())
+        pool = self.__dict__.get("_pool")
+        return self.__dict__.setdefault("_pool", _Pool()) if pool is None else pool
 
     def _driver(self):
         """The backend's plan driver for this sequence (the CPU's runs every kernel in
@@ -236,11 +238,15 @@ class KernelSequence:
         made = self._maker(out, checked or keep_all
                            or os.environ.get(CHECKED_ENV) == "1")
         pool = None if keep_all else self._take_pool()
-        # (a run without the pool writes workspaces of its own: see workspace)
-        self._run_local().workspaces = {} if pool is None else None
-        # threads placed for a run only where the last one took long enough to repay it
-        # (the first run is placed)
-        place = self.__dict__.get("_last_run_s", PLACE_MIN_S) >= PLACE_MIN_S
+        # (a run without the pool writes workspaces of its own: see workspace; a run
+        # holding it finds None there, as every run leaves it)
+        if pool is None:
+            self._run_local().workspaces = {}
+        # threads placed for a run only where the program's runs are consistently long
+        # enough to repay it (placement.PlaceRule)
+        rule = self.__dict__.get("place_rule") or self.__dict__.setdefault(
+            "place_rule", PlaceRule())
+        place = rule.next_run()
         try:
             t0 = time.perf_counter()
             with self.backend.running(self.calls_blas, place):
@@ -258,12 +264,13 @@ class KernelSequence:
                         if kernel_ns is not None:
                             kernel_ns[i] = time.perf_counter_ns() - t
                 self.backend.synchronize()
-            self._last_run_s = time.perf_counter() - t0
+            rule.ran(time.perf_counter() - t0)
             if pool is not None:
                 self._pool_made = True
         finally:
-            self._run_local().workspaces = None
-            if pool is not None:
+            if pool is None:
+                self._run_local().workspaces = None
+            else:
                 self._pool_lock.release()
         for name, a in out.items():
             if env[name] is not a:     # a library call's result, made by the call

@@ -13,7 +13,11 @@ user's NumPy, SciPy or torch outside the workbench is never left changed.
 ``threadpoolctl`` finds the BLAS libraries (NumPy's and SciPy's OpenBLAS, MKL,
 BLIS...); the count is set and read back through its per-library controllers (a
 microsecond each, where ``threadpool_limits`` takes ~40), so it is done around every
-run rather than once per process.
+run rather than once per process. An OpenBLAS on its own threads (NumPy's and torch's
+wheels) is set through its ``openblas_get/set_num_threads`` functions called directly,
+the controller's symbol lookups skipped: setting and restoring two libraries took 6 us
+of MobileNetV2's 0.3 ms call through the controllers
+(``benchmarks/results/call-sources-*.md``). A run restores only the libraries it set.
 
     >>> from workbench.runtime.threads import blas_threads_now, one_pool
     >>> with one_pool(1):                          # doctest: +SKIP
@@ -23,6 +27,7 @@ run rather than once per process.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import threading
 from typing import Iterator
@@ -62,9 +67,29 @@ def _blas_controllers() -> list:
     with _lock:
         if _controllers is None:
             from threadpoolctl import ThreadpoolController
-            _controllers = list(ThreadpoolController().select(user_api="blas")
-                                .lib_controllers)
+            _controllers = [_Counts(c) for c in ThreadpoolController().select(
+                user_api="blas").lib_controllers]
         return _controllers
+
+
+class _Counts:
+    """One BLAS library's thread count, read and set: an OpenBLAS on its own threads
+    through its functions, called directly; any other through its threadpoolctl
+    controller (an OpenMP-threaded OpenBLAS's count is the OpenMP runtime's)."""
+
+    def __init__(self, ctl):
+        self.controller = ctl
+        self.get_num_threads, self.set_num_threads = ctl.get_num_threads, ctl.set_num_threads
+        if (getattr(ctl, "internal_api", None) == "openblas"
+                and getattr(ctl, "threading_layer", None) == "pthreads"):
+            get = ctl._get_symbol("openblas_get_num_threads")
+            put = ctl._get_symbol("openblas_set_num_threads")
+            if get is not None and put is not None:
+                # fresh function objects (the library's own are threadpoolctl's)
+                address = ctypes.cast(get, ctypes.c_void_p).value
+                self.get_num_threads = ctypes.CFUNCTYPE(ctypes.c_int)(address)
+                address = ctypes.cast(put, ctypes.c_void_p).value
+                self.set_num_threads = ctypes.CFUNCTYPE(None, ctypes.c_int)(address)
 
 
 def rescan() -> None:
@@ -89,14 +114,14 @@ def one_pool(blas_threads: int | None) -> Iterator[None]:
     if blas_threads is None:
         yield
         return
-    ctls = _blas_controllers()
-    before = [c.get_num_threads() for c in ctls]
+    changed = []        # (library, its count before)
     try:
-        for c, n in zip(ctls, before):
+        for c in _blas_controllers():
+            n = c.get_num_threads()
             if n != blas_threads:
+                changed.append((c, n))
                 c.set_num_threads(blas_threads)
         yield
     finally:
-        for c, n in zip(ctls, before):
-            if c.get_num_threads() != n:
-                c.set_num_threads(n)
+        for c, n in changed:
+            c.set_num_threads(n)
