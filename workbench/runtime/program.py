@@ -179,14 +179,19 @@ class KernelSequence:
             return None if name in library else empty(xp, shape, dtype)
         return made
 
+    def _held(self, name: str, make):
+        """This sequence's ``name``, made by ``make()`` on first use and kept (runs from
+        several threads keep the first one made); on every later run a lookup, with
+        nothing made to be thrown away."""
+        held = self.__dict__.get(name)
+        return held if held is not None else self.__dict__.setdefault(name, make())
+
     def _take_pool(self) -> _Pool | None:
         """The reused intermediates, or None while another thread's run holds them."""
-        lock = self.__dict__.get("_pool_lock") or self.__dict__.setdefault(
-            "_pool_lock", threading.Lock())
+        lock = self._held("_pool_lock", threading.Lock)
         if not lock.acquire(blocking=False):
             return None
-        pool = self.__dict__.get("_pool")
-        return self.__dict__.setdefault("_pool", _Pool()) if pool is None else pool
+        return self._held("_pool", _Pool)
 
     def _driver(self):
         """The backend's plan driver for this sequence (the CPU's runs every kernel in
@@ -222,7 +227,7 @@ class KernelSequence:
 
     def _run_local(self) -> threading.local:
         """This thread's run's state: ``workspaces``, its own (see ``workspace``)."""
-        return self.__dict__.setdefault("_local", threading.local())
+        return self._held("_local", threading.local)
 
     def execute(self, inputs: Mapping[str, np.ndarray], keep_all: bool = False,
                 out: Mapping | None = None, checked: bool = False,
@@ -244,8 +249,7 @@ class KernelSequence:
             self._run_local().workspaces = {}
         # threads placed for a run only where the program's runs are consistently long
         # enough to repay it (placement.PlaceRule)
-        rule = self.__dict__.get("place_rule") or self.__dict__.setdefault(
-            "place_rule", PlaceRule())
+        rule = self._held("place_rule", PlaceRule)
         place = rule.next_run()
         try:
             t0 = time.perf_counter()
