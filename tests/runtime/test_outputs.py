@@ -146,3 +146,24 @@ def test_a_loaded_artifact_writes_into_out(tmp_path):
         np.testing.assert_array_equal(model(**x)[o], want[o])
     with pytest.raises(GraphError, match="no output of the graph"):
         model.run(x, out={"nope": out[s.graph.outputs[0]]})
+
+
+def test_kept_outputs_are_the_programs_own():
+    """``kept_outputs()`` hands out the same arrays call after call (a training step
+    writes its new parameters there and copies them out at once), and a program of
+    another plan keeps its own set: a session changing plans never writes a new plan's
+    outputs into the old plan's arrays."""
+    s = wb.Session(str(SAMPLES / "layernorm.json"), backend="cpu")
+    first = s.program()
+    kept = first.kept_outputs()
+    assert first.kept_outputs() is kept
+    ins = random_inputs(s.graph, 7)
+    got = first.run(ins, out=kept)
+    want = run_reference(s.graph, ins)
+    for o in s.graph.outputs:
+        assert got[o] is kept[o]
+        np.testing.assert_allclose(got[o], want[o], rtol=1e-4, atol=1e-5)
+    s.auto("stitch")
+    second = s.program()
+    assert second is not first
+    assert all(second.kept_outputs()[o] is not kept[o] for o in s.graph.outputs)

@@ -132,6 +132,15 @@ class KernelSequence:
         return {o: empty(xp, self.graph.value(o).shape, self.graph.value(o).dtype)
                 for o in self.graph.outputs}
 
+    def kept_outputs(self) -> dict:
+        """One set of :meth:`new_outputs` this program keeps and hands out again on
+        every call, for a caller that copies each call's values out before the next
+        (a training step copies the new parameters into its state): arrays already
+        touched cost no page faults, which for BERT-base's layer with AdamW (85 MB
+        written a step) measured 27 ms fresh against 11 ms reused. The next call
+        overwrites them, so a caller that keeps values uses ``new_outputs``."""
+        return self._held("_kept_outputs", self.new_outputs)
+
     def _alloc_outputs(self, ck, env, pool: dict | None = None, made=None) -> None:
         """Arrays for the kernel's outputs: from ``pool`` (made and poisoned there on
         first use) for the intermediates a generated kernel writes, the others from

@@ -115,14 +115,7 @@ def train_step(session, batch: Mapping[str, np.ndarray],
 
 
 def _outputs(session) -> dict:
-    """The arrays the current plan's program writes a step's outputs into, made once
-    and reused every step (the step's values are copied into the state at once).
-    Fresh arrays each step cost more than the step's copy: BERT-base's layer with
-    AdamW writes 85 MB of new parameters and moments, and new pages of that size
-    measured 27 ms against 11 ms for the same copy into arrays already touched
-    (page faults). Only the last program's are kept (one set per session)."""
-    prog = session.program()
-    held = session.__dict__.get("_train_outputs")
-    if held is None or held[0] is not prog:
-        held = session.__dict__["_train_outputs"] = (prog, prog.new_outputs())
-    return held[1]
+    """The arrays the current plan's program writes a step's outputs into, kept by
+    that program and reused every step (the step's values are copied into the state
+    at once; a new plan's program has its own)."""
+    return session.program().kept_outputs()
