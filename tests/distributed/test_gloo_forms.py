@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.distributed.calibrate import calibrate, measure
+from workbench.distributed.calibrate import measure
 from workbench.distributed.cost import Link
 from workbench.distributed.gloo_forms import (FORMS, FormLink, GlooForms, fit_forms,
                                               held_out, share, within)
@@ -101,10 +101,16 @@ def test_committed_run_scores_as_reported():
             res["within_25pct"][f"{b} ranks"][f"fitted on {a} ranks"]
 
 
+@pytest.mark.slow
 def test_calibrate_on_two_gloo_ranks():
-    """Real gloo: two ranks, two collectives, two sizes, the median of three calls."""
-    m = calibrate(2, ops=("all_reduce", "send_recv"), sizes=(4096, 16 << 20), reps=3,
-                  pause=0.0)
+    """Real gloo: two ranks, two collectives, two sizes, the median of three calls; the
+    session then prices with the fit."""
+    from workbench.distributed.samples import dp_adamw
+    from workbench.distributed.session import DistSession
+    s = DistSession(dp_adamw(8, 6, 2), ranks=2)
+    m = s.calibrate_link(ops=("all_reduce", "send_recv"), sizes=(4096, 16 << 20), reps=3,
+                         pause=0.0)
+    assert s.link is m and s.predict()["comm_s"] == m.time("all_reduce", 8 * 6 * 4, 2)
     assert [op for op, _ in m.rows] == ["all_reduce", "send_recv"]
     assert m.shares_cores and "calibrated here on 2 ranks" in m.name
     for op, r in m.rows:

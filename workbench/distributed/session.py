@@ -386,6 +386,14 @@ class DistSession:
                    and s.node.op in COLLECTIVES)
         return {"compute_s": comp, "comm_s": comm, "total_s": comp + comm}
 
+    def calibrate_link(self, ops=None, sizes=None, reps: int = 5, pause: float = 0.2):
+        """Measure this machine's gloo on the session's ranks and price every later
+        decision with the fit: each collective's form, alpha and beta per message-size
+        regime (:func:`.calibrate.calibrate`); returns the link."""
+        from .calibrate import OPS, SIZES, calibrate
+        self.link = calibrate(self.ranks, ops or OPS, sizes or SIZES, reps, pause)
+        return self.link
+
     # -- running ---------------------------------------------------------------
     def run(self, repeats: int = 1, timeout: float | None = None) -> RankRun:
         """Run the current program on ``ranks`` gloo processes (each rank's segments
