@@ -39,7 +39,7 @@ from typing import Sequence
 
 from ..errors import WorkbenchError
 from ..ops.collective import COLLECTIVES
-from .cost import Link, fit
+from .cost import Link, fit, within  # (within: how many samples a link puts in 25%)
 
 Sample = tuple[str, int, float, float]      # (op, ranks, nbytes, seconds)
 
@@ -117,7 +117,8 @@ class GlooForms:
             raise WorkbenchError(f"form {form!r:.20} for {op} on {self.name}: gloo runs "
                                  f"{FORMS.get(op, RING).name}, priced as what it runs; "
                                  "pass form='ring' (a tree form is a cost.Link's)")
-        row = dict(self.rows).get("all_to_all_single" if op == "all_to_all" else op)
+        rows = dict(self.rows)      # (the IR's all_to_all runs as all_to_all_single)
+        row = rows.get(op) or (rows.get("all_to_all_single") if op == "all_to_all" else None)
         if row is None:
             raise WorkbenchError(
                 f"{self.name} has no fit for {op} (fitted: "
@@ -143,11 +144,6 @@ def _coeffs(cores: int):
         f, s = FORMS[op], share(p, cores)
         return s * f.messages(p), s * f.wire_bytes(n, p)
     return c
-
-
-def within(model, samples: Sequence[Sample], pct: float = 25.0) -> int:
-    """How many samples ``model`` predicts within ``pct``%."""
-    return sum(abs(model.time(op, n, p) - t) <= pct / 100 * t for op, p, n, t in samples)
 
 
 def _fit_op(op: str, sm: list[Sample], cores: int, least: int) -> FormLink:
