@@ -78,15 +78,18 @@ NVLINK = Link("NVLink (preset)", 2e-6, 1 / 450e9)
 INFINIBAND = Link("InfiniBand NDR (preset)", 5e-6, 1 / 50e9)
 
 
-def fit(samples: Sequence[tuple[str, int, float, float]], name: str = "fitted") -> Link:
+def fit(samples: Sequence[tuple[str, int, float, float]], name: str = "fitted",
+        coeffs=None) -> Link:
     """alpha and beta by least squares over (op, p, nbytes, seconds) measurements,
     each weighted by 1/seconds (relative error, so small messages count as much as
-    large ones); both kept >= 0."""
+    large ones); both kept >= 0. ``coeffs(op, nbytes, p)``: the model's
+    ``(c_alpha, c_beta)`` with time = c_alpha alpha + c_beta beta (default: the ring
+    form of :meth:`Link.time`; :mod:`.gloo_forms` passes gloo's forms)."""
     rows = []
     for op, p, n, t in samples:
-        # time = ca * alpha + cb * beta, coefficients from the ring form
-        unit_a = Link("", 1.0, 0.0).time(op, n, p)
-        unit_b = Link("", 0.0, 1.0).time(op, n, p)
+        # time = ca * alpha + cb * beta
+        unit_a, unit_b = coeffs(op, n, p) if coeffs else (
+            Link("", 1.0, 0.0).time(op, n, p), Link("", 0.0, 1.0).time(op, n, p))
         rows.append((unit_a / t, unit_b / t, 1.0))
     saa = sum(r[0] * r[0] for r in rows)
     sbb = sum(r[1] * r[1] for r in rows)

@@ -193,18 +193,25 @@ class DistSession:
     def _chunk_sharded(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
         """Each ReduceScatter's sharded step in k pipelined pieces where the model
         (:mod:`.chunk_price`) says it pays, else listed with both times."""
-        from .chunk_price import best_chunking, segment_pricer
+        from .chunk_price import best_chunking
         names = [n.name for n in d.graph.nodes if n.op == "reduce_scatter"]
         if not names or d.ranks == 1:
             return d, ["not applied: pipelining a sharded step (chunk_sharded): " + (
                 "one rank: no collective moves anything" if names else
                 "no ReduceScatter here (split an AllReduce first)")]
-        price, notes = segment_pricer(self.planner, self.device), []
+        price, notes = self._compute_pricer(), []
         for name in names:
             rs = next(n for n in d.graph.nodes if n.name == name)
             d, note = best_chunking(d, rs, self.link, price)
             notes += note
         return d, notes
+
+    def _compute_pricer(self):
+        """A compute segment's seconds, as every decision of ``auto`` prices compute:
+        the fusion cost model's prediction of the planner's plan of it on the device
+        (:func:`.chunk_price.segment_pricer`)."""
+        from .chunk_price import segment_pricer
+        return segment_pricer(self.planner, self.device)
 
     def _fuse_received(self, d: DistProgram) -> tuple[DistProgram, list[str]]:
         """For each ReduceScatter/AllGather/all_to_all_single, its consumer's kernels
@@ -216,7 +223,7 @@ class DistSession:
             return d, ["not applied: fuse compute into a received tensor: no "
                        "ReduceScatter or AllGather here (an AllReduce's result arrives "
                        "whole: split it first)"]
-        notes = []
+        notes, price = [], self._compute_pricer()
         for n in starts:
             what = f"fuse the compute after {n.name} ({n.op}) into its arrival"
             try:
@@ -227,9 +234,6 @@ class DistSession:
             recv = next(m.outputs[0] for m in f.graph.nodes if m.op == "wait_tensor"
                         and m.inputs[0] == n.outputs[0])
             seg = next(s for s in local_steps(f) if getattr(s, "on_arrival", "") == recv)
-            g = seg.graph
-            comp = sum(g.value(v).nbytes for v in (*g.inputs, *g.outputs)) / \
-                self.device.dram_bandwidth
             size = _nbytes(f, recv) // f.graph.value(recv).dtype.itemsize
             k = arriving_pieces(f, seg)
             if k < 2:
@@ -237,6 +241,7 @@ class DistSession:
                              f"elements <= {seg.fuse_segment}): nothing arrives while it "
                              "computes")
                 continue
+            comp = price(seg.graph)     # (as chunk_price prices it: one rule for compute)
             comm = self.link.time(n.op, _nbytes(d, n.inputs[0]) * (
                 d.ranks if n.op == "all_gather" else 1), d.ranks)
             # (k pieces: piece i arrives while piece i-1's kernel runs -- where it can)
@@ -380,6 +385,14 @@ class DistSession:
                    for s in local_steps(d) if isinstance(s, Comm)
                    and s.node.op in COLLECTIVES)
         return {"compute_s": comp, "comm_s": comm, "total_s": comp + comm}
+
+    def calibrate_link(self, ops=None, sizes=None, reps: int = 5, pause: float = 0.2):
+        """Measure this machine's gloo on the session's ranks and price every later
+        decision with the fit: each collective's form, alpha and beta per message-size
+        regime (:func:`.calibrate.calibrate`); returns the link."""
+        from .calibrate import OPS, SIZES, calibrate
+        self.link = calibrate(self.ranks, ops or OPS, sizes or SIZES, reps, pause)
+        return self.link
 
     # -- running ---------------------------------------------------------------
     def run(self, repeats: int = 1, timeout: float | None = None) -> RankRun:
