@@ -37,6 +37,24 @@ def fastest(s, repeats: int) -> tuple[float, float]:
     return min(r.step for r in runs) * 1e3, min(r.kernels for r in runs) * 1e3
 
 
+def additive_ms(s, measured: list, refit: bool) -> float:
+    """The step's prediction by the model with every CPU pass's bounds added instead
+    of the larger taken (the pricing before fusion/cpu_passes.py), refitted as the
+    session refits to the same steps measured before this one: both pricings side by
+    side on the same measurements, under the same load."""
+    from dataclasses import replace
+    from workbench.fusion.cost import CostModel, samples_from
+    from workbench.fusion.fitted import REFIT_PRIOR
+    base = CostModel.for_device(s.device)
+    model = base
+    samples = [replace(x, features=replace(x.features, passes=()))
+               for plan, per_kernel in measured for x in samples_from(base, plan, per_kernel)]
+    if refit and samples:
+        model = base.calibrate(samples, prior_weight=REFIT_PRIOR)
+    return sum(model.estimate_features(replace(base.features(s.graph, gr), passes=())).ms
+               for gr in s.plan.groups)
+
+
 def run(names, repeats: int, planner: str, refit: bool = True) -> list[dict]:
     import workbench as wb
     rows = []
@@ -44,11 +62,14 @@ def run(names, repeats: int, planner: str, refit: bool = True) -> list[dict]:
         s = wb.Session(str(ROOT / "sample_graphs" / f"{name}.json"), backend="cpu",
                        calibrate=refit)
         steps = {}
+        measured = []
         for kind in ("unfused", "fused"):
             if kind == "fused":
                 s.auto(planner)
+            added = additive_ms(s, measured, refit)
             time.sleep(0.2)        # (the last call's threads stop spinning)
             m = s.measure(repeats=repeats)
+            measured.append((s.plan, m.per_kernel))
             ks = float(m.per_kernel.latency_ms.sum())
             steps[kind] = m
             fast_step, fast_kernels = fastest(s, repeats)
@@ -57,7 +78,10 @@ def run(names, repeats: int, planner: str, refit: bool = True) -> list[dict]:
                          "kernels_ms": ks, "fastest_step_ms": fast_step,
                          "fastest_kernels_ms": fast_kernels,
                          "factor": factor(m.predicted_ms, m.latency_ms),
-                         "factor_fastest": factor(m.predicted_ms, fast_step)})
+                         "factor_fastest": factor(m.predicted_ms, fast_step),
+                         "additive_ms": added,
+                         "factor_additive": factor(added, m.latency_ms),
+                         "factor_additive_fastest": factor(added, fast_step)})
             log(f"{name:36s} {kind:8s} predicted {m.predicted_ms:8.3f} measured "
                 f"{m.latency_ms:8.3f} (kernels {ks:8.3f}) x{rows[-1]['factor']:.2f}")
         u, f = steps["unfused"], steps["fused"]
@@ -71,7 +95,12 @@ def summary(rows: list[dict]) -> dict:
     for kind in ("unfused", "fused", "all"):
         fs = [r["factor"] for r in rows if kind in ("all", r["step"])]
         ff = [r["factor_fastest"] for r in rows if kind in ("all", r["step"])]
+        fa = [r["factor_additive"] for r in rows if kind in ("all", r["step"])]
+        faf = [r["factor_additive_fastest"] for r in rows if kind in ("all", r["step"])]
         out[kind] = {"median": statistics.median(fs), "worst": max(fs),
+                     "additive_median": statistics.median(fa), "additive_worst": max(fa),
+                     "additive_median_fastest": statistics.median(faf),
+                     "additive_worst_fastest": max(faf),
                      "within_2": sum(f <= 2 for f in fs), "steps": len(fs),
                      "median_fastest": statistics.median(ff), "worst_fastest": max(ff),
                      "within_2_fastest": sum(f <= 2 for f in ff)}
@@ -96,17 +125,28 @@ def markdown(res: dict) -> str:
         lines.append(f"| {kind} | {s['median']:.2f} | {s['worst']:.2f} | "
                      f"{s['within_2']}/{s['steps']} | {s['median_fastest']:.2f} | "
                      f"{s['worst_fastest']:.2f} | {s['within_2_fastest']}/{s['steps']} |")
+    lines += ["", "The same steps priced with each CPU pass's bounds added "
+              "(`additive`: the pricing before `fusion/cpu_passes.py`), refitted to the "
+              "same measurements:", "",
+              "| step kind | median | worst | median (fastest) | worst (fastest) |",
+              "|---|---|---|---|---|"]
+    for kind, s in res["summary"].items():
+        lines.append(f"| {kind} | {s['additive_median']:.2f} | {s['additive_worst']:.2f} | "
+                     f"{s['additive_median_fastest']:.2f} | "
+                     f"{s['additive_worst_fastest']:.2f} |")
     lines += ["", "| sample | step | kernels | predicted ms | step ms | kernels' sum ms | "
               "fastest step ms | fastest kernels ms | factor | factor (fastest) | "
+              "additive ms | factor additive (fastest) | "
               "speedup predicted | speedup measured |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         lines.append(f"| {r['sample']} | {r['step']} | {r['kernels']} | "
                      f"{fmt(r['predicted_ms'], '{:.3f}')} | {fmt(r['step_ms'], '{:.3f}')} | "
                      f"{fmt(r['kernels_ms'], '{:.3f}')} | "
                      f"{fmt(r['fastest_step_ms'], '{:.3f}')} | "
                      f"{fmt(r['fastest_kernels_ms'], '{:.3f}')} | {r['factor']:.2f} | "
-                     f"{r['factor_fastest']:.2f} | "
+                     f"{r['factor_fastest']:.2f} | {fmt(r['additive_ms'], '{:.3f}')} | "
+                     f"{r['factor_additive_fastest']:.2f} | "
                      f"{fmt(r.get('speedup_predicted'))} | "
                      f"{fmt(r.get('speedup_measured'))} |")
     return "\n".join(lines) + "\n"
