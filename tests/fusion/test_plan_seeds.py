@@ -20,8 +20,10 @@ SEED_SENSITIVE = ["sample:bias_gelu_residual_layernorm_bf16.json",
 def test_plans_are_the_same_under_two_hash_seeds():
     fp = fingerprints(SEED_SENSITIVE, seeds=(0, 1))
     assert differing(fp) == []
-    # (and the fingerprint is of a real plan: the bf16 sample keeps 3 kernels on the CPU)
-    assert fp[0]["sample:bias_gelu_residual_layernorm_bf16.json"]["kernels"] == 3
+    # (and the fingerprint is of a real plan: on the assumed CPU every cast of the bf16
+    # sample joins its one kernel, one merge decision after another -- the order the
+    # ties decide -- since its passes price a recomputed cast under their bytes)
+    assert fp[0]["sample:bias_gelu_residual_layernorm_bf16.json"]["kernels"] == 1
 
 
 def test_a_cycle_is_named_by_kernel_order_whatever_order_successors_come_in():

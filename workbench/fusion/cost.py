@@ -17,10 +17,14 @@ efficiencies, ``compute_s`` flops over peak; ``m[kind]`` (per schedule kind and 
 mapping), ``c``, ``l``, ``p``, ``overhead`` and ``b`` are the :class:`Factors` --
 ``l`` the library's (cuBLAS, BLAS) and ``p`` the generated GEMM's own, so that what a
 device measures of each corrects its own price: whether fusing a matmul with its
-epilogue wins rests on the ratio of the two. The sum (not a
-roofline max) is deliberate: fused CPU kernels overlap arithmetic and memory only
-partly, and a linear model calibrates by least squares. :meth:`CostModel.calibrate`
-returns a new model fitted to measured per-kernel latencies.
+epilogue wins rests on the ratio of the two. On a GPU memory and compute add. On a
+CPU an elementwise or row kernel's memory and compute come per pass over its data
+(``cpu_passes.py``), and ``m * memory_s + c * compute_s`` is instead the sum over its
+passes of max(m * pass memory, c * pass compute): a core overlaps a loop's loads with
+its arithmetic, not one pass over a row with the next. Once it is known which bound
+each pass reaches the model is linear again, so :meth:`CostModel.calibrate` fits by
+least squares, settling those bounds in a few rounds, and returns a new model fitted
+to measured per-kernel latencies.
 
 Example::
 
@@ -157,8 +161,7 @@ class CostModel:
             return Estimate(math.inf, 0.0, math.inf, 0.0, 0.0, 0.0, f)
         k = self.factors
         over = k.overhead * f.launches
-        mem = k.memory_factor(f.kind) * f.memory_s
-        comp = k.compute * f.compute_s
+        mem, comp = _body(k, f)
         lib = k.library * f.library_s + k.gemm * f.gemm_s
         bar = k.barrier * f.barriers
         # never faster than the device's roofline: a fit may price a kind's bytes below
@@ -204,22 +207,66 @@ class CostModel:
         if not samples:
             raise ValueError("calibration needs at least one measured kernel")
         theta0 = np.array(self.factors.vector())
-        rows = [self._design(s.features) * theta0 / s.seconds for s in samples]
-        a = np.vstack(rows + [math.sqrt(prior_weight) * np.eye(len(theta0))])
         b = np.concatenate([np.ones(len(samples)), math.sqrt(prior_weight)
                             * np.ones(len(theta0))])
-        scale, _ = nnls(a, b)
+        fit = self
+        # a CPU pass costs its larger bound, memory or compute, and which one that is
+        # depends on the factors: fit, see which bound each pass reaches under the new
+        # factors, fit again (linear once the bounds are fixed; a few rounds settle)
+        for _ in range(ROOF_ROUNDS):
+            rows = [fit._design(s.features) * theta0 / s.seconds for s in samples]
+            a = np.vstack(rows + [math.sqrt(prior_weight) * np.eye(len(theta0))])
+            scale, _ = nnls(a, b)
+            new = replace(self, factors=Factors.from_vector(theta0 * scale))
+            settled = all(_bounds(new.factors, s.features) == _bounds(fit.factors,
+                                                                       s.features)
+                          for s in samples)
+            fit = new
+            if settled:
+                break
         # features depend on the device, not the factors: the fitted model shares the
         # cache (a session refits after every measurement and would recompute them all)
-        return replace(self, factors=Factors.from_vector(theta0 * scale),
+        return replace(self, factors=fit.factors,
                        calibrated_on=self.calibrated_on + len(samples), _cache=self._cache)
 
-    @staticmethod
-    def _design(f: KernelFeatures):
-        """The feature row the factors multiply (the linear model's x)."""
+    def _design(self, f: KernelFeatures):
+        """The feature row the factors multiply (the linear model's x): a CPU kernel's
+        passes contribute the bound each reaches under the current factors."""
         import numpy as np
-        mem = [f.memory_s if k == f.kind else 0.0 for k in MEMORY_KEYS]
-        return np.array([f.launches, *mem, f.compute_s, f.library_s, f.gemm_s, f.barriers])
+        mem_s, comp_s = _active(self.factors, f)
+        mem = [mem_s if k == f.kind else 0.0 for k in MEMORY_KEYS]
+        return np.array([f.launches, *mem, comp_s, f.library_s, f.gemm_s, f.barriers])
+
+
+ROOF_ROUNDS = 4     # refits of which bound each CPU pass reaches (calibrate)
+
+
+def _bounds(k: Factors, f: KernelFeatures) -> tuple[bool, ...]:
+    """Which of a CPU kernel's passes are memory-bound under factors ``k``."""
+    m = k.memory_factor(f.kind)
+    return tuple(m * pm >= k.compute * pc for pm, pc in f.passes)
+
+
+def _active(k: Factors, f: KernelFeatures) -> tuple[float, float]:
+    """(memory seconds, compute seconds) that set a kernel's time before its factors:
+    all of both where they add (a GPU's kernels, a library call, a CPU GEMM), and on a
+    CPU, of each pass the bound it reaches (cpu_passes.py: a core overlaps a pass's
+    loads with its arithmetic, not one pass with the next)."""
+    if not f.passes:
+        return f.memory_s, f.compute_s
+    mem = comp = 0.0
+    for (pm, pc), memory_bound in zip(f.passes, _bounds(k, f)):
+        if memory_bound:
+            mem += pm
+        else:
+            comp += pc
+    return mem, comp
+
+
+def _body(k: Factors, f: KernelFeatures) -> tuple[float, float]:
+    """A kernel's priced memory and compute seconds (factors applied)."""
+    mem, comp = _active(k, f)
+    return k.memory_factor(f.kind) * mem, k.compute * comp
 
 
 def samples_from(model: CostModel, plan: Plan, per_kernel) -> list[Sample]:

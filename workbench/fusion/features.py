@@ -42,6 +42,7 @@ from ..device import Device
 from ..dtypes import DType
 from ..ir import Graph
 from ..ops import Kind, get_op
+from . import cpu_passes
 from .footprint import read_bytes
 from .gemm.gpu_tiles import GPU_GEMM_EFFICIENCY, GPU_TENSOR_GEMM_EFFICIENCY
 from .geometry import geometry, shared_bytes
@@ -98,6 +99,9 @@ class KernelFeatures:
     library_s: float            # library flops / peak
     infeasible: str = ""        # why the kernel cannot run on this device ("" if it can)
     gemm_s: float = 0.0         # a gemm kernel's product: its flops at its rate
+    # a CPU kernel's passes over its data, (memory_s, compute_s) each, priced at their
+    # roofline one after another (cpu_passes.py); empty: memory and compute added
+    passes: tuple[tuple[float, float], ...] = ()
 
     @property
     def bytes_moved(self) -> int:
@@ -293,8 +297,9 @@ def features(g: Graph, group: Group, device: Device,
     io = group_io(g, nodes)
     # the elements the kernel loads of each input (footprint.py: a gather's rows, a
     # slice, a window's positions), the rule the kernel IR's bytes_read counts by too
-    read = sum(read_bytes(g, nodes, v, io.outputs, s.kind is ScheduleKind.opaque)
-               for v in io.inputs if not _inlined(g, v, s))
+    reads = {v: read_bytes(g, nodes, v, io.outputs, s.kind is ScheduleKind.opaque)
+             for v in io.inputs if not _inlined(g, v, s)}
+    read = sum(reads.values())
     written = sum(g.value(v).nbytes for v in io.outputs)
     if s.kind is ScheduleKind.opaque:
         per_node = {n: library_flops(g, n) for n in nodes}
@@ -322,14 +327,26 @@ def features(g: Graph, group: Group, device: Device,
     util = max(eff, 1e-9) if device.is_gpu else min(1.0, blocks / device.units)
     # a GPU re-reads a row's input in each pass that needs it unless each thread keeps
     # its columns in registers (a row in one block); the re-reads mostly hit L2, so they
-    # cost at L2's rate (about twice DRAM's), not DRAM's
+    # cost at L2's rate (about twice DRAM's), not DRAM's. A CPU's are its passes'
+    # (cpu_passes.py): from a core's cache, or from DRAM where a pass outgrows it
     reread = _reread_bytes(g, nodes, io, s) if device.is_gpu else 0
     # (a split row's partials, the one spill such a kernel has, go through DRAM)
-    mem = ((read + written) * _scatter(g, s, device) + spilled + reread / L2_SPEEDUP) / (
-        device.dram_bandwidth * max(eff, 1e-9))
+    bandwidth = device.dram_bandwidth * max(eff, 1e-9)
+    mem = ((read + written) * _scatter(g, s, device) + spilled + reread / L2_SPEEDUP
+           ) / bandwidth
     comp = arith_seconds(g, counts, flops, device, util)
+    passes: tuple = ()
+    if not device.is_gpu:      # a CPU overlaps bytes and arithmetic within a pass only
+        passes = ((mem, comp),) if s.kind is not ScheduleKind.row_reduce else \
+            cpu_passes.row_passes(
+                g, nodes, io, s, {v: b * _scatter(g, s, device) for v, b in reads.items()},
+                written * _scatter(g, s, device), spilled, bandwidth,
+                lambda c, f: arith_seconds(g, c, f, device, util))
+        mem, comp = sum(p[0] for p in passes), sum(p[1] for p in passes)
+        flops = float(flops + cpu_passes.compensated_extra(g, nodes, s))
     return KernelFeatures(memory_key(s), read, written, spilled, flops, 0.0, 1, barriers,
-                          threads, blocks, smem, regs, occ, eff, mem, comp, 0.0, bad)
+                          threads, blocks, smem, regs, occ, eff, mem, comp, 0.0, bad,
+                          passes=passes)
 
 
 def _gemm_features(g, group, device, read, written, packs=0) -> KernelFeatures:
@@ -439,8 +456,10 @@ def _stitched_features(g, group, device, io, read, written, phase) -> KernelFeat
     smem = regs = threads = blocks = 0
     bad = ""
     occ_min, eff_min = 1.0, 1.0
+    subs = []
     for p in s.phases:
         sub = phase(Group(group.id, p.nodes, p.schedule))
+        subs.append(sub)
         mem += sub.memory_s
         comp += sub.compute_s
         flops += sub.flops
@@ -454,6 +473,9 @@ def _stitched_features(g, group, device, io, read, written, phase) -> KernelFeat
     # on the one before or not: each after the first is a barrier there
     barriers = s.grid_barriers if device.is_gpu else (
         len(s.phases) - 1 + sum(p.schedule.grid_barriers for p in s.phases))
+    # (on a CPU the phases run one after another, each its own passes)
+    passes = () if device.is_gpu or not all(x.passes for x in subs) else \
+        tuple(p for x in subs for p in x.passes)
     return KernelFeatures("stitched", read, written, scratch, flops, 0.0, 1,
                           barriers, threads, blocks, smem, regs, occ_min, eff_min,
-                          mem, comp, 0.0, bad)
+                          mem, comp, 0.0, bad, passes=passes)
