@@ -38,6 +38,12 @@ int t_dpbf16(void) {
 #endif
 }
 int t_block(void) { return WB_MR * 1000 + WB_NB; }
+void t_conv_lanes(const float* x, long long c, long long h, long long w, const float* fp,
+                  long long f0, long long f1, float* y, long long ldy, long long oy0,
+                  long long oy1, long long ow, long long kh, long long kw, long long sy,
+                  long long sx, long long py, long long px) {
+  wb_conv_lanes(x, c, h, w, fp, f0, f1, y, ldy, oy0, oy1, ow, kh, kw, sy, sx, 1, 1, py, px);
+}
 """
 
 # the register block each set of flags leaves (after the backend's -march=native)
@@ -72,7 +78,8 @@ def lib(request, tmp_path_factory):
     lib.t_pack.argtypes = [P, ctypes.c_int, LL, LL, LL, LL, P]
     lib.t_gemm.argtypes = [LL, LL, LL, P, LL, LL, P, P, LL]
     lib.t_gemm_pairs.argtypes = [LL, LL, LL, P, LL, LL, P, P, LL]
-    for f in (lib.t_pack, lib.t_gemm, lib.t_gemm_pairs):
+    lib.t_conv_lanes.argtypes = [P, LL, LL, LL, P, LL, LL, P, LL] + [LL] * 9
+    for f in (lib.t_pack, lib.t_gemm, lib.t_gemm_pairs, lib.t_conv_lanes):
         f.restype = None
     return lib
 
@@ -123,6 +130,44 @@ def test_micro_kernel_matches_numpy(lib, m, n, k, trans_a, trans_b):
     assert np.isfinite(got).all()
     assert (np.abs(got - ref) <= bound + 1e-30).all(), np.abs(got - ref).max()
     assert np.isnan(c[:, n:]).all(), "wrote past the tile's columns"
+
+
+# (filters, stride, output width): one vector of filters and a pair (whole, and a last
+# pair part full) on every ISA; rows of whole blocks and a partial last one (7, 8 or 6
+# positions a block: codegen wb_conv_cr)
+CONV_SHAPES = [(16, 2, 15), (40, 1, 14), (24, 1, 16), (8, 2, 7)]
+
+
+@pytest.mark.parametrize("filters,stride,ow", CONV_SHAPES)
+def test_direct_convolution_matches_numpy(lib, filters, stride, ow):
+    """A direct convolution (wb_conv_lanes: filters in the lanes, each block stored
+    transposed, whole blocks through a buffer a row per filter) of 3 x 3 taps with a
+    pad of 1, output rows 1..oh-1 of filters 0..filters, into a poisoned output wider
+    than the tile (ldy past its positions)."""
+    rng = np.random.default_rng(filters * 31 + ow)
+    c, oh = 3, 5
+    h, w = (oh - 1) * stride + 1, (ow - 1) * stride + 1
+    x = rng.standard_normal((c, h, w)).astype(np.float32)
+    wt = rng.standard_normal((filters, c, 3, 3)).astype(np.float32)
+    k = c * 9
+    bp = _packed(lib, wt.reshape(filters, k).T, True)
+    rows, ldy = oh - 1, (oh - 1) * ow + 3
+    y = np.full((filters, ldy), np.nan, np.float32)
+    lib.t_conv_lanes(x.ctypes.data, c, h, w, bp.ctypes.data, 0, filters, y.ctypes.data, ldy,
+                     1, oh, ow, 3, 3, stride, stride, 1, 1)
+    xp = np.pad(x.astype(np.float64), ((0, 0), (1, 1), (1, 1)))
+    ref = np.zeros((filters, oh, ow))
+    mag = np.zeros((filters, oh, ow))
+    for ky in range(3):
+        for kx in range(3):
+            win = xp[:, ky:ky + (oh - 1) * stride + 1:stride, kx:kx + (ow - 1) * stride + 1:stride]
+            ref += np.einsum("fc,chw->fhw", wt[:, :, ky, kx], win)
+            mag += np.einsum("fc,chw->fhw", np.abs(wt[:, :, ky, kx]), np.abs(win))
+    got = y[:, :rows * ow].reshape(filters, rows, ow)
+    bound = 2 * k * np.finfo(np.float32).eps * mag[:, 1:]
+    assert np.isfinite(got).all()
+    assert (np.abs(got - ref[:, 1:]) <= bound + 1e-30).all(), np.abs(got - ref[:, 1:]).max()
+    assert np.isnan(y[:, rows * ow:]).all(), "wrote past the tile's positions"
 
 
 def test_tile_starting_on_a_later_panel(lib):

@@ -99,6 +99,9 @@ CASES = {
     # more than CONV_RULE.few_positions) sgemm's
     "pointwise_wide": ((2, 24, 7, 10), (256, 24, 1, 1), {}, "bn_relu"),
     "pointwise_wide_few": ((2, 24, 7, 9), (256, 24, 1, 1), {}, "bn_relu"),
+    # MobileNetV2's first expand (8 -> 48 over 32 x 32): shallow over many positions,
+    # the micro-kernel's whatever its few filters (CONV_RULE.pointwise_shallow_depth)
+    "pointwise_shallow": ((1, 8, 32, 32), (24, 8, 1, 1), {}, "bn_relu"),
     # MobileNetV2's last blocks: a 1 x 1 of many filters over few positions, made
     # transposed (the filters in the vectors' lanes, packed once); and one deeper than
     # a block of k (KC), over positions fewer than a sliver, with a bias and a residual
@@ -199,8 +202,12 @@ def test_convolution_gemm_matches_reference(name, planner):
         # (a 1 x 1 one with few filters: sgemm on its input in place)
         # (over few positions, one group: made transposed against the filters)
         few = t.n <= CONV_RULE.few_positions and name != "pointwise_grouped"
-        pointwise = ("" if t.m <= CONV_RULE.pointwise_micro_filters
-                     or CONV_RULE.few_positions < t.n < CONV_RULE.pointwise_micro_positions
+        # (shallow over many positions, expanding: the micro-kernel whatever its filters)
+        shallow = (t.k <= CONV_RULE.pointwise_shallow_depth and t.m > t.k
+                   and t.n >= CONV_RULE.pointwise_shallow_positions)
+        pointwise = ("" if not shallow and (
+            t.m <= CONV_RULE.pointwise_micro_filters
+            or CONV_RULE.few_positions < t.n < CONV_RULE.pointwise_micro_positions)
                      else PACK_FILTERS if few else PACK_PER_RUN)
         # (a 2-D depthwise one: over small planes the channels in the lanes, else a
         # padded plane at a time)

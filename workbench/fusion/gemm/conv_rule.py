@@ -58,6 +58,16 @@ class ConvRule:
     # EfficientNet-B0 10.78 -> 10.35, ShuffleNetV2 4.09 -> 3.86, SqueezeNet even)
     pointwise_micro_filters: int = 192
     pointwise_micro_positions: int = 64
+    # ...but a 1 x 1 convolution that expands (more filters than weights each) at most
+    # pointwise_shallow_depth deep over at least pointwise_shallow_positions positions
+    # takes the micro-kernel whatever its filters: sgemm's call per tile with k = 8 ran
+    # at ~60 GFLOP/s. MobileNetV2's first expand (8 -> 48 over 32 x 32; benchmarks/
+    # results/mbv2-layers-2026-12-05*.md, kernels alternating in one process, fastest of
+    # 150 calls each) 23.6 -> 19.2 us; it lost on its 8 -> 48 over 16 x 16 (5.3 -> 5.8,
+    # 5.1 -> 5.7 us), on 16 -> 8 over 32 x 32 (3.9 -> 6.7: few filters) and over 8 x 8 and
+    # fewer positions (16 -> 96: 4.7 -> 7.4, 24 -> 144: 3.0 -> 4.8)
+    pointwise_shallow_depth: int = 16
+    pointwise_shallow_positions: int = 1024
     # a 1 x 1 convolution the rule gives the micro-kernel (more than
     # pointwise_micro_filters filters, fewer than micro_depth weights each) over
     # at most this many positions (one vector's lanes on AVX-512) is multiplied transposed
@@ -133,9 +143,12 @@ def micro_kernel_wins(cols: Im2col, filters: int) -> bool:
     """Whether the rule gives the product of ``filters`` filters (per group) and the
     patches ``cols`` to the micro-kernel rather than sgemm per tile: filters shallower
     than ``micro_depth``, unless a 1 x 1 convolution's few filters or positions leave
-    the packing unpaid."""
+    the packing unpaid (not where it is shallow over many positions: sgemm's k too
+    short)."""
     r, positions = CONV_RULE, math.prod(cols.out)
-    return cols.rows < r.micro_depth and not (cols.pointwise and (
+    shallow_many = (cols.rows <= r.pointwise_shallow_depth and filters > cols.rows
+                    and positions >= r.pointwise_shallow_positions)
+    return cols.rows < r.micro_depth and not (cols.pointwise and not shallow_many and (
         filters <= r.pointwise_micro_filters
         or r.few_positions < positions < r.pointwise_micro_positions))
 
