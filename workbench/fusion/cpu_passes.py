@@ -48,7 +48,9 @@ CPU_CORE_CACHE = 1 << 20
 COMPENSATED_FLOPS = 5
 
 
-def _row_values(g: Graph, nodes: Sequence[str], io, s: Schedule):
+def row_values(g: Graph, nodes: Sequence[str], io, s: Schedule):
+    """A row kernel's full-row inputs, the values it keeps (row cache, registers), and
+    the passes each value is needed in (``row_cache.pass_needs``: a bit per pass)."""
     ns = [g.node(n) for n in nodes]
     reduces = [n for n in ns if get_op(n.op).kind is Kind.reduce]
     element = {o for n in ns for o in n.outputs if o not in s.per_row}
@@ -79,7 +81,7 @@ def row_passes(g: Graph, nodes: Sequence[str], io, s: Schedule, read: dict[str, 
     ns = [g.node(n) for n in nodes]
     reduces = [n for n in ns if get_op(n.op).kind is Kind.reduce]
     final = len(reduces)
-    full, kept, need = _row_values(g, nodes, io, s)
+    full, kept, need = row_values(g, nodes, io, s)
     domain = math.prod(s.domain)
     mem = [0.0] * (final + 1)
     counts: list[dict[str, float]] = [{} for _ in mem]

@@ -223,12 +223,7 @@ def _reread_bytes(g: Graph, nodes: Sequence[str], io, s: Schedule) -> int:
     the row that needs it, unless it is kept in registers."""
     if s.kind is not ScheduleKind.row_reduce or not s.reductions:
         return 0
-    ns = [g.node(n) for n in nodes]
-    reduces = [n for n in ns if get_op(n.op).kind is Kind.reduce]
-    element = {o for n in ns for o in n.outputs if o not in s.per_row}
-    full = [i for i in io.inputs if g.value(i).shape == tuple(s.domain)]
-    kept = set(s.row_cached) | set(s.row_registers)
-    need = pass_needs(ns, reduces, element | set(full), io.outputs, kept)
+    full, kept, need = cpu_passes.row_values(g, nodes, io, s)
     return sum((bin(need.get(i, 0)).count("1") - 1) * g.value(i).nbytes
                for i in full if i not in kept and need.get(i, 0))
 
