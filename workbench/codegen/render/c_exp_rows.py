@@ -14,9 +14,9 @@ time for longer rows):
 The second loop keeps every statement of the original (GCC drops those only the
 argument needed), so what it stores and accumulates is unchanged; the row array stays
 in L1 (4 KB). The bits are the same as the fused loop's: ``wb_expf_n`` gives
-``wb_expf``'s (tests/ops/test_exp_rows.py). Softmax 8192 x 512, one thread, the kernel:
-1.80 -> 1.56 ms (AVX-512, GCC 12; the first loop and the array cost 0.2 ms of the 0.45
-the intrinsics save; docs/codegen.md).
+``wb_expf``'s (tests/codegen/test_exp_rows.py). Softmax 8192 x 512, one thread, the
+kernel: 1.79 -> 1.56 ms (AVX-512, GCC 12; the first loop and the array cost 0.2 ms of
+the 0.45 the intrinsics save; docs/decisions/row-exp.md).
 
 Only a loop whose statements before the exp are loads and lets (nothing it assigns or
 stores is read back by the argument) and that holds one ``wb_expf`` call, alone in its
@@ -29,8 +29,10 @@ import re
 from ..kir import Comment, Let, Load, Loop
 from .base import index_type
 
-# columns per call: the row array is 4 KB on the stack (a 512-float row is one call)
-CHUNK = 1024
+# the longest row split: its array is 4 KB on the stack. A longer row keeps the fused
+# loop, whose output lines come from memory while it computes: split, the second loop
+# waits on them with nothing to compute (512 x 32000, one thread: 13.5 -> 22 ms)
+MAX_COLS = 1024
 _EXP = re.compile(r"wb_expf\((\w+)\)")
 
 
@@ -41,7 +43,7 @@ def exp_position(s: Loop) -> int | None:
             if isinstance(x, Let) and _EXP.fullmatch(x.expr)]
     text = " ".join(getattr(x, "expr", "") for x in s.body)
     if len(hits) != 1 or text.count("wb_expf(") != 1 or s.start or s.stop \
-            or s.body[hits[0]].dtype.c_compute != "float":
+            or s.extent > MAX_COLS or s.body[hits[0]].dtype.c_compute != "float":
         return None
     if s.reduction is not None and not s.reduction[1]:
         return None      # (lanes may not be combined: the loop is not simd at all)
@@ -58,27 +60,14 @@ def split_exp_loop(r, s: Loop, depth: int) -> list[str] | None:
         return None
     ex: Let = s.body[at]
     arg = _EXP.fullmatch(ex.expr).group(1)
-    pad, u, ix, v = r.indent_unit * depth, r.indent_unit, index_type(s), s.var
-    n = s.extent
-    chunked = n > CHUNK
-    lo, cnt = ("c0_", "n_") if chunked else ("0", str(n))
-    slot = f"{v} - c0_" if chunked else v
+    pad, u, v, n = r.indent_unit * depth, r.indent_unit, s.var, s.extent
+    head = f"for ({index_type(s)} {v} = 0; {v} < {n}; ++{v}) {{"
     red = f" reduction({s.reduction[1]}:{s.reduction[0]})" if s.reduction else ""
-    head = f"for ({ix} {v} = {lo}; {v} < {lo} + {cnt}; ++{v}) {{" if chunked else \
-        f"for ({ix} {v} = 0; {v} < {n}; ++{v}) {{"
-    d = depth + 3 if chunked else depth + 2        # the loops' statements
-    inner = r.indent_unit * (d - 1)
-    first = ([inner + "#pragma omp simd", inner + head]
-             + r.stmts(s.body[:at], d)
-             + [inner + u + f"wb_ex_[{slot}] = {arg};", inner + "}",
-                inner + f"wb_expf_n(wb_ex_, {cnt});  /* (render/c_exp_rows.py) */"])
-    body = s.body[:at] + (Let(ex.var, ex.dtype, f"wb_ex_[{slot}]", ex.node),) \
-        + s.body[at + 1:]
-    second = ([inner + f"#pragma omp simd{red}", inner + head]
-              + r.stmts(body, d) + [inner + "}"])
-    out = [pad + "{", pad + u + f"float wb_ex_[{min(n, CHUNK)}];  /* e^x of the row */"]
-    if not chunked:
-        return out + first + second + [pad + "}"]
-    return (out + [pad + u + f"for ({ix} c0_ = 0; c0_ < {n}; c0_ += {CHUNK}) {{",
-                   pad + u + u + f"const {ix} n_ = {n} - c0_ < {CHUNK} ? {n} - c0_ : {CHUNK};"]
-            + first + second + [pad + u + "}", pad + "}"])
+    body = s.body[:at] + (Let(ex.var, ex.dtype, f"wb_ex_[{v}]", ex.node),) + s.body[at + 1:]
+    return ([pad + "{", pad + u + f"float wb_ex_[{n}];  /* e^x of the row */",
+             pad + u + "#pragma omp simd", pad + u + head]
+            + r.stmts(s.body[:at], depth + 2)
+            + [pad + u + u + f"wb_ex_[{v}] = {arg};", pad + u + "}",
+               pad + u + f"wb_expf_n(wb_ex_, {n});  /* (render/c_exp_rows.py) */",
+               pad + u + f"#pragma omp simd{red}", pad + u + head]
+            + r.stmts(body, depth + 2) + [pad + u + "}", pad + "}"])
