@@ -27,6 +27,13 @@ F32 = np.float32
 WRAP = """
 void t_rows(float* x, long long n) { wb_expf_n(x, n); }
 void t_each(float* x, long long n) { for (long long i = 0; i < n; ++i) x[i] = wb_expf(x[i]); }
+int t_avx512(void) {
+#ifdef __AVX512F__
+  return 1;
+#else
+  return 0;
+#endif
+}
 """
 
 
@@ -54,6 +61,7 @@ def test_row_exp_gives_wb_expf_bits(flags):
         mp.undo()
     for f in (lib.t_rows, lib.t_each):
         f.argtypes = [ctypes.c_void_p, ctypes.c_longlong]
+    assert lib.t_avx512() == (not flags)       # (the path under test is the one built)
     x = np.concatenate([SPECIAL, _dense(), np.random.default_rng(5).standard_normal(4099)
                         .astype(F32) * 30])
 
