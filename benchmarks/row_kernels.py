@@ -12,7 +12,9 @@ preallocated outputs, ``run(x, out=...)``, as a serving loop calls it), timed in
 alternating blocks of ``--inner`` calls, each block after a 0.2 s idle pause (a thread
 pool still spinning from the previous method would land on the next); the fastest
 block's median (``quiet_ms``) and the median of all calls. Also the workbench's kernel
-count and each kernel's own time (``Program.time``). Writes
+count and each kernel's own time (``Program.time``). Where the exp pass of a row
+kernel is split around ``wb_expf_n`` (codegen/render/c_exp_rows.py), the same plan
+with the pass fused (``MAX_COLS`` 0 while it compiles) is timed beside it. Writes
 ``<out>/row-kernels-<date>.json`` and ``.md``.
 """
 from __future__ import annotations
@@ -55,6 +57,24 @@ def _module(op: str, width: int):
     return Row().eval()
 
 
+def _fused_exp(path: Path):
+    """The ``stitch`` program of ``path`` with its row kernels' exp passes fused (as
+    before codegen/render/c_exp_rows.py), or None where none is split."""
+    import workbench as wb
+    from workbench.codegen.render import c_exp_rows
+    s = wb.Session(wb.load(path), backend="cpu")
+    s.auto("stitch")
+    if not any("wb_expf_n(" in s.source(k.group, target="c") for k in s.kernels()):
+        return None
+    keep, c_exp_rows.MAX_COLS = c_exp_rows.MAX_COLS, 0
+    try:
+        fused = wb.Session(wb.load(path), backend="cpu")
+        fused.auto("stitch")
+        return fused.program()        # (compiled here, while no row is split)
+    finally:
+        c_exp_rows.MAX_COLS = keep
+
+
 def run_shape(name: str, folder: Path, rounds: int, inner: int) -> dict:
     import onnxruntime as ort
     import torch
@@ -75,6 +95,7 @@ def run_shape(name: str, folder: Path, rounds: int, inner: int) -> dict:
     prog = s.program()
     out = prog.new_outputs()
     feeds = {"x": x}
+    fused = _fused_exp(path)
     with torch.no_grad():
         want = module(tx).numpy()
     err = relative_to_largest(prog.run(feeds)["y"], want)
@@ -91,7 +112,14 @@ def run_shape(name: str, folder: Path, rounds: int, inner: int) -> dict:
     def eager():
         with torch.no_grad():
             return module(tx)
-    calls = {"workbench stitch": lambda: prog.run(feeds, out=out),
+    if fused is not None:
+        if not np.array_equal(fused.run(feeds)["y"], prog.run(feeds)["y"]):
+            raise AssertionError("the fused exp pass gives other bits than the split one")
+        fused_out = fused.new_outputs()
+        extra = {"workbench exp fused": lambda: fused.run(feeds, out=fused_out)}
+    else:
+        extra = {}
+    calls = {"workbench stitch": lambda: prog.run(feeds, out=out), **extra,
              "onnxruntime": lambda: sess.run(None, feeds),
              "torch eager": eager, "torch.compile": run_compiled}
     samples = alternate(calls, rounds, inner)
@@ -113,17 +141,17 @@ def markdown(res: dict) -> str:
              f"median in brackets), {res['rounds']} alternating rounds of {res['inner']} "
              "calls, each block after a 0.2 s pause; x = the contender's ms / the "
              "workbench's (> 1: the workbench is faster).", "",
-             "| shape | kernels (own ms) | workbench | onnxruntime | torch eager "
-             "| torch.compile |", "|---|---|---|---|---|---|"]
+             "| shape | kernels (own ms) | workbench | workbench, exp pass fused "
+             "| onnxruntime | torch eager | torch.compile |", "|---|---|---|---|---|---|---|"]
     for rec in res["models"]:
         if "error" in rec:
-            lines.append(f"| {rec['model']} | failed: {rec['error']} | | | | |")
+            lines.append(f"| {rec['model']} | failed: {rec['error']} | | | | | |")
             continue
         q, m = rec["quiet_ms"], rec["median_ms"]
         wbq = q["workbench stitch"]
         cells = [f"{wbq:.3f} ({m['workbench stitch']:.3f})"]
-        for k in ("onnxruntime", "torch eager", "torch.compile"):
-            cells.append(f"{q[k]:.3f} ({m[k]:.3f}) {q[k] / wbq:.2f}x")
+        for k in ("workbench exp fused", "onnxruntime", "torch eager", "torch.compile"):
+            cells.append(f"{q[k]:.3f} ({m[k]:.3f}) {q[k] / wbq:.2f}x" if k in q else "-")
         ks = ", ".join(f"{n} {t:.3f}" for n, t in zip(rec["kernels"], rec["kernel_ms"]))
         lines.append(f"| {rec['model']} | {ks} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

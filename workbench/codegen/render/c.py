@@ -24,6 +24,7 @@ from ..microkernel import MICRO_KERNEL_C, a_tile_stride
 # the declared NaN-keeping float reductions whose row loops render as a fast max/min
 # plus a NaN flag: reduction -> (its combiner's function, the one-instruction form)
 NAN_SPLIT = {"wbmax": ("wb_fmax", "wb_fmax_num"), "wbmin": ("wb_fmin", "wb_fmin_num")}
+from .c_exp_rows import split_exp_loop
 from .base import CStyleRenderer, element, index_type, node_tag, op_helpers, tile_slots
 
 # the GEMM micro-kernel and convolution lanes, as one prelude helper: the kernels that
@@ -185,6 +186,9 @@ class CRenderer(CStyleRenderer):
             return self._row_tiles(s, depth)
         if s.bind == "warp":
             return self._warp_rows(s, depth)
+        if s.bind in ("block", "lane") and (s.reduction or ("", ""))[1] not in NAN_SPLIT \
+                and (split := split_exp_loop(self, s, depth)) is not None:
+            return split    # (its e^x by AVX-512's vscalefps: render/c_exp_rows.py)
         head = (f"for ({index_type(s)} {s.var} = {s.start or 0}; "
                 f"{s.var} < {s.stop or s.extent}; ++{s.var}) {{")
         if s.bind in ("flat", "grid") and depth <= 1:

@@ -1,0 +1,126 @@
+"""The CPU row kernels' e^x over a row (``wb_expf_n``, ops/elementwise.py) and the
+split exp pass that calls it (codegen/render/c_exp_rows.py).
+
+``wb_expf_n`` gives ``wb_expf``'s bits, element for element, with AVX-512 (intrinsics,
+``vscalefps``) and without (``-mno-avx512f``: the portable loop), over every 2003rd
+float in [-110, 110], the special values and every tail length; ``wb_expf`` itself is
+held to its ulp bound in tests/ops/test_exp.py. Row kernels that split their exp pass
+(a softmax with a masked tail, a logsumexp) match float64; a longer row keeps its
+fused loop.
+"""
+from __future__ import annotations
+
+import ctypes
+import platform
+
+import numpy as np
+import pytest
+
+from tests.ops.test_exp import SPECIAL, _dense
+from workbench.codegen.render.c import CRenderer
+from workbench.codegen.render.c_exp_rows import MAX_COLS
+from workbench.ir import GraphBuilder
+from workbench.runtime import cc
+from workbench.session import Session
+
+F32 = np.float32
+WRAP = """
+void t_rows(float* x, long long n) { wb_expf_n(x, n); }
+void t_each(float* x, long long n) { for (long long i = 0; i < n; ++i) x[i] = wb_expf(x[i]); }
+int t_avx512(void) {
+#ifdef __AVX512F__
+  return 1;
+#else
+  return 0;
+#endif
+}
+"""
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return set(next(l for l in f if l.startswith("flags")).split()[2:])
+    except (OSError, StopIteration):
+        return set()
+
+
+@pytest.mark.parametrize("flags", ["", "-mno-avx512f"], ids=["native", "portable"])
+def test_row_exp_gives_wb_expf_bits(flags):
+    if flags and platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("an x86 flag selects the portable path here")
+    if not flags and "avx512f" not in _cpu_flags():
+        pytest.skip("this CPU has no AVX-512: the native build is the portable path")
+    src = CRenderer().prelude(uses="wb_expf_n(x, n);") + WRAP
+    assert "wb_expf_n" in src and ("_mm512_scalef_ps" in src)
+    mp = pytest.MonkeyPatch()
+    mp.setenv(cc.EXTRA_CFLAGS_ENV, flags)
+    try:
+        lib = cc.load_library(cc.build_library("t_exp_rows", src))
+    finally:
+        mp.undo()
+    for f in (lib.t_rows, lib.t_each):
+        f.argtypes = [ctypes.c_void_p, ctypes.c_longlong]
+    assert lib.t_avx512() == (not flags)       # (the path under test is the one built)
+    x = np.concatenate([SPECIAL, _dense(), np.random.default_rng(5).standard_normal(4099)
+                        .astype(F32) * 30])
+
+    def run(f, a):
+        out = a.copy()
+        f(out.ctypes.data, len(out))
+        return out
+    got, want = run(lib.t_rows, x), run(lib.t_each, x)
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+        x[got.view(np.uint32) != want.view(np.uint32)][:5]
+    # every tail length (the masked last vector), and nothing past n written
+    for n in range(0, 40):
+        buf = np.full(48, -7.0, F32)
+        buf[:n] = x[100:100 + n]
+        out = buf.copy()
+        lib.t_rows(out.ctypes.data, n)
+        assert np.array_equal(out[:n].view(np.uint32), run(lib.t_each, buf[:n]).view(np.uint32))
+        assert (out[n:] == -7.0).all()
+
+
+def _session(g):
+    s = Session(g, backend="cpu", seed=0)
+    s.auto("stitch")
+    return s
+
+
+def test_softmax_with_a_masked_tail_splits_its_exp_pass():
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((6, 37)) * 20).astype(F32)
+    x[1, 3] = -np.inf
+    x[2, :] = -1e38
+    b = GraphBuilder("softmax_tail")
+    t = b.input("x", x.shape)
+    b.output(b.softmax(t), "p")
+    s = _session(b.build())
+    (k,) = s.kernels()
+    assert "wb_expf_n(wb_ex_, 37)" in s.source(k.group, target="c")
+    p = s.run({"x": x})["p"]
+    z = x.astype(np.float64)
+    ref = np.exp(z - z.max(axis=1, keepdims=True))
+    ref /= ref.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(p, ref, rtol=2e-6, atol=1e-7)
+    assert p[1, 3] == 0
+
+
+@pytest.mark.parametrize("cols", [MAX_COLS, MAX_COLS + 1])
+def test_logsumexp_rows_split_up_to_max_cols(cols):
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((5, cols)) * 10).astype(F32)
+    b = GraphBuilder("lse_rows")
+    t = b.input("x", x.shape)
+    m = b.reduce_max(t, axes=[-1], keepdims=True)
+    b.output(b.log(b.reduce_sum(b.exp(t - m), axes=[-1], keepdims=True)) + m, "y")
+    s = _session(b.build())
+    (k,) = s.kernels()
+    src = s.source(k.group, target="c")
+    assert ("wb_expf_n(wb_ex_" in src) == (cols <= MAX_COLS)
+    y = s.run({"x": x})["y"]
+    z = x.astype(np.float64)
+    zm = z.max(axis=1, keepdims=True)
+    np.testing.assert_allclose(y, np.log(np.exp(z - zm).sum(axis=1, keepdims=True)) + zm,
+                               rtol=1e-6)
