@@ -167,3 +167,19 @@ def test_kept_outputs_are_the_programs_own():
     second = s.program()
     assert second is not first
     assert all(second.kept_outputs()[o] is not kept[o] for o in s.graph.outputs)
+
+
+def test_outputs_start_on_a_cache_line():
+    """The arrays a run makes for its outputs -- new each call, ``new_outputs()``, and
+    poisoned in a checked run -- start a 64-byte line (NumPy's start 16 bytes past
+    one), and hold the reference's values."""
+    s = wb.Session(str(SAMPLES / "softmax.json"), backend="cpu")
+    s.auto("stitch")
+    prog = s.program()
+    ins = random_inputs(s.graph, 11)
+    want = run_reference(s.graph, ins)
+    for got in (prog.run(ins), prog.run(ins, checked=True),
+                prog.run(ins, out=prog.new_outputs())):
+        for o in s.graph.outputs:
+            assert got[o].ctypes.data % 64 == 0, o
+            np.testing.assert_allclose(got[o], want[o], rtol=1e-5, atol=1e-6)

@@ -25,13 +25,30 @@ import numpy as np
 from ..dtypes import DType
 from ..errors import GraphError
 from ..ir import Graph
+from .memory_plan import ALIGN
 
 
 def empty(xp, shape, dtype: DType):
-    """A new array for an output, unfilled (a device holds bfloat16 as its bits)."""
+    """A new array for an output, unfilled (a device holds bfloat16 as its bits); on
+    the host, starting on a cache line (:func:`aligned_empty`)."""
     if dtype is DType.bfloat16 and xp is not np:   # (Backend.bf16_as_bits)
         return xp.empty(shape, dtype=np.uint16)
+    if xp is np:
+        return aligned_empty(shape, dtype.np)
     return xp.empty(shape, dtype=dtype.np)
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """A new NumPy array whose first element starts a 64-byte cache line. NumPy's own
+    start 16 bytes past one (glibc's malloc header), so every 64-byte vector load or
+    store of a row kernel straddles two lines: softmax 8192x512 on one thread took
+    1.78 ms with input and output so placed, 1.57 ms with both aligned (onnxruntime
+    aligns its outputs). The array is a view into a slightly larger buffer."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    raw = np.empty(n + ALIGN, dtype=np.uint8)
+    at = -raw.ctypes.data % ALIGN
+    return raw[at:at + n].view(dt).reshape(shape)
 
 
 def storage_dtype(xp, dtype: DType):

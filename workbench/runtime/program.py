@@ -45,9 +45,8 @@ CHECKED_ENV = "WB_CHECKED_RUNS"    # "1": every run poisons (see the module docs
 
 
 def poison(xp, shape, dtype: DType):
-    if dtype is DType.bfloat16 and xp is not np:   # its bits (Backend.bf16_as_bits)
-        return xp.full(shape, QUIET_NAN, dtype=np.uint16)
-    return _poisoned(xp.empty(shape, dtype=dtype.np), dtype)
+    """A new array as :func:`outputs.empty` makes one, poisoned (:func:`_poisoned`)."""
+    return _poisoned(empty(xp, shape, dtype), dtype)
 
 
 def poison_in(arena: np.ndarray, offset: int, shape, dtype: DType) -> np.ndarray:
