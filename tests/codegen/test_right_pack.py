@@ -46,7 +46,9 @@ def _packed(g, device=WIDE):
     (768, 128, 768, dict(ta=True), PACK_PER_RUN),      # dW of a projection: 6 row tiles
     (3072, 128, 768, dict(ta=True), PACK_PER_RUN),     # dW of the FFN: 24 row tiles
     (520, 24, 70, dict(batch=(2,)), PACK_PER_RUN),     # a B per batch item, 5 row tiles each
-    (128, 768, 768, dict(tb=True), ""),                # one row tile: sgemm packs B once anyway
+    (128, 768, 768, dict(tb=True), PACK_PER_RUN),      # one row tile, W^T: 8 x 8 blocks
+    (128, 3072, 768, dict(tb=True), ""),               # ... a tile's W^T past L2: sgemm
+    (128, 768, 768, {}, ""),                           # one row tile untransposed: sgemm
     (384, 64, 256, {}, ""),                            # three row tiles: too few
     (768, 128, 768, dict(const_b=True), PACK_ONCE),    # a constant: packed once for good
 ])
@@ -61,6 +63,11 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     g = _product(768, 128, 768, ta=True)
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(min_row_tiles=7))
     assert _packed(g) == ""
+    w_t = _product(128, 768, 768, tb=True)
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(transposed=False))
+    assert _packed(w_t) == ""
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_tile_b_bytes=1 << 19))
+    assert _packed(w_t) == ""        # (4 x 768 x 192 bytes of W^T per tile)
     monkeypatch.undo()
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")
@@ -72,6 +79,8 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     dict(m=520, k=24, n=70, ta=True),                  # A read transposed, B in a partial panel
     dict(m=520, k=33, n=130, tb=True),                 # B read transposed: its pack gathers
     dict(m=520, k=24, n=70, batch=(2,), ta=True),      # a B per batch item
+    dict(m=7, k=37, n=75, tb=True),      # one row tile, W^T: 8 x 8 blocks and their edges
+    dict(m=130, k=64, n=136, tb=True, epilogue=True),
     dict(m=600, k=300, n=70, epilogue=True),           # k in two blocks, an epilogue after
 ])
 def test_results_match_numpy_on_fresh_inputs(case):

@@ -36,13 +36,19 @@ class RightPack:
     matrix; with fewer, sgemm's own packing per tile costs about what the pack costs
     (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s)."""
     min_row_tiles: int = 4
+    transposed: bool = True
+    max_tile_b_bytes: int = 1 << 20
 
 
 RIGHT_PACK = RightPack()
 
 
-def packs_b_per_run(t: GemmShape, can: str) -> bool:
-    """Whether the CPU GEMM kernel of ``t`` (tiled for sgemm: ``t.packed_b`` empty)
-    packs B by every run, given how B can be packed here (``can``, ``tiles.packs``)."""
-    return (can == PACK_PER_RUN and t.im2col is None
-            and t.row_tiles >= RIGHT_PACK.min_row_tiles)
+def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
+    """Whether the CPU GEMM kernel of ``t`` (tiled for sgemm: ``t.packed_b`` empty;
+    ``whole_rows``: each tile spans every column, for an epilogue reducing rows) packs
+    B by every run, given how B can be packed here (``can``, ``tiles.packs``)."""
+    if can != PACK_PER_RUN or t.im2col is not None:
+        return False
+    return (t.row_tiles >= RIGHT_PACK.min_row_tiles
+            or (RIGHT_PACK.transposed and t.b.view.trans and t.b.view.one_matrix
+                and not whole_rows and 4 * t.k * t.tile_n <= RIGHT_PACK.max_tile_b_bytes))
