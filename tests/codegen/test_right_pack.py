@@ -12,7 +12,10 @@ from workbench.codegen.microkernel import MICRO_KERNEL_C
 from workbench.device import assumed_cpu
 from workbench.fusion.analysis import analyze
 from workbench.fusion.features import features
+from workbench.fusion.features import L2_SPEEDUP
 from workbench.fusion.gemm import right_pack
+from workbench.fusion.gemm.left_pack import left_pack_words
+from workbench.fusion.plan import Group
 from workbench.fusion.gemm_shape import PACK_ONCE, PACK_PER_RUN
 from workbench.fusion.gemm.tiles import micro_kernel_fits
 
@@ -57,6 +60,32 @@ def test_which_products_pack_b_per_run(m, k, n, kw, packed):
     assert _packed(g) == packed
     # where the micro-kernel does not run (128-bit vectors: sgemm per tile), never
     assert not micro_kernel_fits(NARROW) and _packed(g, NARROW) == ""
+
+
+def test_whole_row_tiles_keep_sgemm_and_the_one_tile_pack_is_not_charged():
+    # an epilogue reducing rows: every tile spans all 768 columns, so each reads all of
+    # W^T (packed per run, read by both tiles)
+    g = wb.GraphBuilder("product")
+    a, w = g.input("a", (128, 768)), g.input("b", (768, 768))
+    y = g.matmul(a, g.op("transpose", w, perm=[1, 0]))
+    g.output(g.softmax(y, axis=-1), "y")
+    g = g.build()
+    s = analyze(g, tuple(n.id for n in g.nodes), device=WIDE)
+    assert s.epilogue is not None and s.gemm.tile_n == 768 and s.gemm.packed_b == ""
+    # the GEMM alone packs W^T per run, and its memory time is priced as sgemm per
+    # tile's is (which packs W^T once too, unpriced) plus only A's slivers packed;
+    # its scratch bytes still count the pack, as its kernel does
+    g2 = _product(128, 768, 768, tb=True)
+    group = Group("k", tuple(n.id for n in g2.nodes),
+                  analyze(g2, tuple(n.id for n in g2.nodes), device=WIDE))
+    sgemm = Group("k", group.nodes, analyze(g2, group.nodes, device=WIDE,
+                                            launch=(("blas", 1),)))
+    assert group.schedule.gemm.packed_b == PACK_PER_RUN and sgemm.schedule.gemm.packed_b == ""
+    f, f1 = features(g2, group, WIDE), features(g2, sgemm, WIDE)
+    a_words = left_pack_words(group.schedule.gemm)      # (A's 128 rows in slivers of 6)
+    assert f.scratch_bytes == 2 * 4 * (a_words + 768 * 768) and f1.scratch_bytes == 0
+    assert f.memory_s == pytest.approx(f1.memory_s + 2 * 4 * a_words / L2_SPEEDUP
+                                       / WIDE.dram_bandwidth)
 
 
 def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):

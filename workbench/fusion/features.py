@@ -363,7 +363,9 @@ def _gemm_features(g, group, device, read, written, packs=0) -> KernelFeatures:
         # gemm/right_pack.py) it is the one pack each tile's sgemm makes too, unpriced
         # above, so not charged here (charged, the BERT layer's FFN-down GEMM took its
         # LayerNorm as whole-row tiles, 4.46 ms against 3.66 + 0.09 apart)
-        packs -= 2 * 4 * pack_words(t.b.view, t.k, t.n)
+        own = 2 * 4 * pack_words(t.b.view, t.k, t.n)
+    else:
+        own = 0
     repacked = (0 if s.epilogue is None else a * (t.col_tiles - 1) + b_repacks) + \
         _checked(g, s, a, b)
     util = min(1.0, t.tiles / max(1, device.units))
@@ -376,7 +378,7 @@ def _gemm_features(g, group, device, read, written, packs=0) -> KernelFeatures:
     taken = _taken(s)
     lib, flops = lib * taken, flops * taken
     epilogue = {n: c * taken for n, c in epilogue.items()}
-    mem = (read + written + (repacked + packs) / L2_SPEEDUP) / device.dram_bandwidth
+    mem = (read + written + (repacked + packs - own) / L2_SPEEDUP) / device.dram_bandwidth
     return KernelFeatures(ScheduleKind.gemm.value, read, written, packs, flops, lib, 1, 0,
                           1, t.tiles, 0, 0, 1.0, util, mem,
                           arith_seconds(g, epilogue, flops, device, util), 0.0,

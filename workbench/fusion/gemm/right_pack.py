@@ -13,11 +13,17 @@ loaded host, fastest of 8 alternating calls): 768x3072x128 2.93 against 3.76 ms,
 768x768x128 0.78 against 0.87 ms (``benchmarks/training_gemms.py`` has the side-by-side
 table).
 
-Not where B is a constant (packed once for good already: ``PACK_ONCE``), where one
-row tile reads each B (a 128-token product: the pack would be a copy sgemm makes
-anyway, and a transposed B's pack is a strided gather -- 128 x 768 x 768 with ``W^T``
-measured ~7% slower packed), nor where the micro-kernel does not run (``tiles.packs``
-returns "").
+Where one row tile reads B (a 128-token product) the pack is a copy sgemm makes
+anyway, so it pays only where the micro-kernel beats sgemm's own: a weight read
+transposed (``x @ W^T``, ``RightPack.transposed``), whose pack ``wb_pack_panel`` makes
+by 8 x 8 blocks transposed in registers (it gathered one element at a time, 64
+columns' cache lines per panel row: 128 x 768 x 768 took 1.22 ms packed so against
+1.04 by blocks, 3072 inner 6.3 against 3.8), and sgemm's transposed packing cost it
+~11%. Only where a tile's panels of B stay in a core's L2 (``max_tile_b_bytes``): 128
+x 768 x 3072's tiles (3072 x 192 floats, 2.4 MB) ran ~2x slower from memory on a
+loaded host. Nor for whole-row tiles (an epilogue reducing rows: each tile reads all
+of B), nor where B is a constant (packed once for good already: ``PACK_ONCE``), nor
+where the micro-kernel does not run (``tiles.packs`` returns "").
 
     >>> RIGHT_PACK.min_row_tiles
     4
@@ -34,7 +40,9 @@ class RightPack:
     """When an activation B is packed by every run (``RIGHT_PACK``; a test or a
     benchmark replaces it there). ``min_row_tiles``: the row tiles reading each B
     matrix; with fewer, sgemm's own packing per tile costs about what the pack costs
-    (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s)."""
+    (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s) --
+    except, with ``transposed``, one weight matrix read transposed whose panels per
+    tile (``k x tile_n`` floats) fit ``max_tile_b_bytes`` (a Zen 4 core's 1 MB L2)."""
     min_row_tiles: int = 4
     transposed: bool = True
     max_tile_b_bytes: int = 1 << 20
