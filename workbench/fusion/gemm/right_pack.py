@@ -20,10 +20,12 @@ by 8 x 8 blocks transposed in registers (it gathered one element at a time, 64
 columns' cache lines per panel row: 128 x 768 x 768 took 1.22 ms packed so against
 1.04 by blocks, 3072 inner 6.3 against 3.8), and sgemm's transposed packing cost it
 ~11%. Only where a tile's panels of B stay in a core's L2 (``max_tile_b_bytes``): 128
-x 768 x 3072's tiles (3072 x 192 floats, 2.4 MB) ran ~2x slower from memory on a
-loaded host. Nor for whole-row tiles (an epilogue reducing rows: each tile reads all
-of B), nor where B is a constant (packed once for good already: ``PACK_ONCE``), nor
-where the micro-kernel does not run (``tiles.packs`` returns "").
+x 768 x 3072's tiles (3072 x 192 floats, 2.4 MB) ran slower (3.77 against 3.62 ms
+alone, 7.8 against 3.7 in the step on a loaded host), and where the product has 8
+column tiles or more (``transposed_min_col_tiles``). Nor for whole-row tiles (an
+epilogue reducing rows: each tile reads all of B), nor where B is a constant (packed
+once for good already: ``PACK_ONCE``), nor where the micro-kernel does not run
+(``tiles.packs`` returns "").
 
     >>> RIGHT_PACK.min_row_tiles
     4
@@ -42,10 +44,15 @@ class RightPack:
     matrix; with fewer, sgemm's own packing per tile costs about what the pack costs
     (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s) --
     except, with ``transposed``, one weight matrix read transposed whose panels per
-    tile (``k x tile_n`` floats) fit ``max_tile_b_bytes`` (a Zen 4 core's 1 MB L2)."""
+    tile (``k x tile_n`` floats) fit ``max_tile_b_bytes`` (a Zen 4 core's 1 MB L2), in
+    ``transposed_min_col_tiles`` column tiles or more: in the BERT layer's step the
+    FFN's up-projection (128 x 3072 x 768, 12 tiles) ran 1.03-1.04x faster packed, the
+    128 x 768 x 768 projections (4 tiles) 0.93-1.03x, a wash (the pack's loop and
+    barrier, and A's, weigh more beside a product a quarter the size)."""
     min_row_tiles: int = 4
     transposed: bool = True
     max_tile_b_bytes: int = 1 << 20
+    transposed_min_col_tiles: int = 8
 
 
 RIGHT_PACK = RightPack()
@@ -59,4 +66,5 @@ def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
         return False
     return (t.row_tiles >= RIGHT_PACK.min_row_tiles
             or (RIGHT_PACK.transposed and t.b.view.trans and t.b.view.one_matrix
-                and not whole_rows and 4 * t.k * t.tile_n <= RIGHT_PACK.max_tile_b_bytes))
+                and not whole_rows and 4 * t.k * t.tile_n <= RIGHT_PACK.max_tile_b_bytes
+                and t.col_tiles >= RIGHT_PACK.transposed_min_col_tiles))
