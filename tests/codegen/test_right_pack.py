@@ -107,6 +107,11 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     monkeypatch.setattr(right_pack, "RIGHT_PACK",
                         right_pack.RightPack(transposed_min_col_tiles=13))
     assert _packed(w_t) == ""        # (12 column tiles)
+    # the pack's size capped: beyond it, sgemm per tile packs B a tile at a time
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_floats=128 * 768 - 1))
+    assert _packed(g) == ""
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_floats=128 * 768))
+    assert _packed(g) == PACK_PER_RUN
     monkeypatch.undo()
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..gemm_shape import PACK_PER_RUN, GemmShape
+from .tiles import PANEL
 
 
 @dataclass(frozen=True)
@@ -48,21 +49,32 @@ class RightPack:
     ``transposed_min_col_tiles`` column tiles or more: in the BERT layer's step the
     FFN's up-projection (128 x 3072 x 768, 12 tiles) ran 1.03-1.04x faster packed, the
     128 x 768 x 768 projections (4 tiles) 0.93-1.03x, a wash (the pack's loop and
-    barrier, and A's, weigh more beside a product a quarter the size)."""
+    barrier, and A's, weigh more beside a product a quarter the size). ``max_floats``:
+    the pack is a workspace of the run, read by the tiles from memory, not cache, so
+    its size is memory: at most 4M floats (16 MB, bert_chain's 1024 x 4096 W1, whose
+    pack made its call 1.09x faster); a larger B (an LM head's 32000 x 768 weight in
+    training, 98 MB) keeps sgemm per tile, which packs it a tile at a time."""
     min_row_tiles: int = 4
     transposed: bool = True
     max_tile_b_bytes: int = 1 << 20
     transposed_min_col_tiles: int = 8
+    max_floats: int = 1 << 22
 
 
 RIGHT_PACK = RightPack()
+
+
+def b_pack_words(t: GemmShape) -> int:
+    """Floats of B packed by every run: each distinct matrix's ``k`` rows of panels."""
+    items = 1 if t.b.view.one_matrix else t.b.view.distinct.batch_size
+    return items * -(-t.n // PANEL) * PANEL * t.k
 
 
 def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
     """Whether the CPU GEMM kernel of ``t`` (tiled for sgemm: ``t.packed_b`` empty;
     ``whole_rows``: each tile spans every column, for an epilogue reducing rows) packs
     B by every run, given how B can be packed here (``can``, ``tiles.packs``)."""
-    if can != PACK_PER_RUN or t.im2col is not None:
+    if can != PACK_PER_RUN or t.im2col is not None or b_pack_words(t) > RIGHT_PACK.max_floats:
         return False
     return (t.row_tiles >= RIGHT_PACK.min_row_tiles
             or (RIGHT_PACK.transposed and t.b.view.trans and t.b.view.one_matrix
