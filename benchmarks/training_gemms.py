@@ -13,13 +13,13 @@ than the wall clock: the pools wait passively, so it is the work done.
 
 Then, in the step itself (``--step-rounds``): the BERT layer's whole ``stitch``
 program as the rule makes it against the same plan with ``blas=1`` on the kernels
-the rule packs B for (``--baseline untransposed``: against the rule without
-``RightPack.transposed``, the 128-row ``x @ W^T`` on sgemm per tile), one call each per round (which goes first alternating), a pause
+the rule packs B for (``--baseline row-tiles``: against the rule without
+``RightPack.one_row_tile``, the 128-row products on sgemm per tile), one call each per round (which goes first alternating), a pause
 before each, each kernel's fastest time inside the call (``kernel_ns``); the kernels
 the two programs share are the control (their sums should agree).
 
     python benchmarks/training_gemms.py [--rounds 8 --inner 3 --step-rounds 16]
-                                        [--baseline sgemm|untransposed]
+                                        [--baseline sgemm|row-tiles]
 """
 from __future__ import annotations
 
@@ -132,9 +132,9 @@ def measure(rounds: int, inner: int) -> list[dict]:
 
 def in_step(rounds: int, baseline: str = "sgemm") -> dict:
     """The rule against sgemm per tile inside the BERT layer's fwd+bwd program
-    (``baseline`` "sgemm": ``blas=1`` on every kernel the rule packs B for; "untransposed":
-    the rule without ``RightPack.transposed``, the one-row-tile ``x @ W^T`` kept on
-    sgemm, the plan otherwise the same)."""
+    (``baseline`` "sgemm": ``blas=1`` on every kernel the rule packs B for; "row-tiles":
+    the rule without ``RightPack.one_row_tile``, the 128-row products kept on sgemm,
+    the plan otherwise the same)."""
     import torch
     import workbench as wb
     from workbench.fusion.gemm import right_pack
@@ -144,9 +144,9 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
     g = wb.from_torch(model, (x, t), training=True)
     rule = wb.Session(g, backend="cpu")
     rule.auto("stitch")
-    if baseline == "untransposed":
+    if baseline == "row-tiles":
         now = right_pack.RIGHT_PACK
-        right_pack.RIGHT_PACK = replace(now, transposed=False)
+        right_pack.RIGHT_PACK = replace(now, one_row_tile=False)
         try:
             old = wb.Session(g, backend="cpu")
             old.auto("stitch")
@@ -231,8 +231,8 @@ def markdown(res: dict) -> str:
                      + f" | {total['torch.matmul'] / total['workbench']:.2f} |")
     st = res.get("step")
     if st:
-        than = ("the rule without `RightPack.transposed` (the one-row-tile `x @ W^T` on "
-                "sgemm per tile)" if st.get("baseline") == "untransposed" else
+        than = ("the rule without `RightPack.one_row_tile` (the 128-row products on "
+                "sgemm per tile)" if st.get("baseline") in ("row-tiles", "untransposed") else
                 "the same plan with `blas=1` on the kernels it packs B for")
         lines += ["", f"## In the step ({st['rounds']} rounds, each kernel's fastest)", "",
                   f"The BERT layer's fwd+bwd `stitch` program, the rule against {than}:", "",
@@ -259,9 +259,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--step-rounds", type=int, default=16)
-    ap.add_argument("--baseline", choices=["sgemm", "untransposed"], default="sgemm",
+    ap.add_argument("--baseline", choices=["sgemm", "row-tiles"], default="sgemm",
                     help="in the step: the rule against blas=1 on every kernel it packs "
-                    "B for, or against the rule without RightPack.transposed")
+                    "B for, or against the rule without RightPack.one_row_tile")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--tag", default="")
     a = ap.parse_args(argv)

@@ -52,9 +52,9 @@ def _packed(g, device=WIDE):
     (3072, 128, 768, dict(ta=True), PACK_PER_RUN),     # dW of the FFN: 24 row tiles
     (520, 24, 70, dict(batch=(2,)), PACK_PER_RUN),     # a B per batch item, 5 row tiles each
     (128, 768, 3072, dict(tb=True), PACK_PER_RUN),     # one row tile, W^T: 8 x 8 blocks
+    (128, 768, 3072, {}, PACK_PER_RUN),                # ... W untransposed (dy @ W)
     (128, 768, 768, dict(tb=True), ""),                # ... 4 column tiles: sgemm
     (128, 3072, 768, dict(tb=True), ""),               # ... a tile's W^T past L2: sgemm
-    (128, 768, 768, {}, ""),                           # one row tile untransposed: sgemm
     (384, 64, 256, {}, ""),                            # three row tiles: too few
     (768, 128, 768, dict(const_b=True), PACK_ONCE),    # a constant: packed once for good
 ])
@@ -100,12 +100,12 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(min_row_tiles=7))
     assert _packed(g) == ""
     w_t = _product(128, 768, 3072, tb=True)
-    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(transposed=False))
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(one_row_tile=False))
     assert _packed(w_t) == ""
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_tile_b_bytes=1 << 19))
     assert _packed(w_t) == ""        # (4 x 768 x 256 bytes of W^T per tile)
     monkeypatch.setattr(right_pack, "RIGHT_PACK",
-                        right_pack.RightPack(transposed_min_col_tiles=13))
+                        right_pack.RightPack(one_tile_min_col_tiles=13))
     assert _packed(w_t) == ""        # (12 column tiles)
     # the pack's size capped: beyond it, sgemm per tile packs B a tile at a time
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_floats=128 * 768 - 1))
@@ -124,6 +124,7 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     dict(m=520, k=33, n=130, tb=True),                 # B read transposed: its pack gathers
     dict(m=520, k=24, n=70, batch=(2,), ta=True),      # a B per batch item
     dict(m=7, k=37, n=1795, tb=True),    # one row tile, W^T: 8 x 8 blocks and their edges
+    dict(m=7, k=37, n=1795),             # ... W untransposed
     dict(m=130, k=64, n=2061, tb=True, epilogue=True),  # ... two row tiles, 9 column tiles
     dict(m=600, k=300, n=70, epilogue=True),           # k in two blocks, an epilogue after
 ])

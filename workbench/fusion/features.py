@@ -359,8 +359,8 @@ def _gemm_features(g, group, device, read, written, packs=0) -> KernelFeatures:
         return _block_gemm_features(g, group, device, read, written, a, b)
     b_repacks = 0 if t.packed_b else b * (t.row_tiles - 1)
     if t.packed_b == PACK_PER_RUN and t.row_tiles == 1 and s.then is None and s.online is None:
-        # one row tile reads B: packed by the run (a weight read transposed,
-        # gemm/right_pack.py) it is the one pack each tile's sgemm makes too, unpriced
+        # one row tile reads B: packed by the run (a weight, gemm/right_pack.py) it is
+        # the one pack each tile's sgemm makes too, unpriced
         # above, so not charged here (charged, the BERT layer's FFN-down GEMM took its
         # LayerNorm as whole-row tiles, 4.46 ms against 3.66 + 0.09 apart)
         own = 2 * 4 * pack_words(t.b.view, t.k, t.n)
