@@ -14,9 +14,10 @@ than the wall clock: the pools wait passively, so it is the work done.
 Then, in the step itself (``--step-rounds``): the BERT layer's whole ``stitch``
 program as the rule makes it against the same plan with ``blas=1`` on the kernels
 the rule packs B for (``--baseline row-tiles``: against the rule without
-``RightPack.one_row_tile``, the 128-row products on sgemm per tile), one call each per round (which goes first alternating), a pause
-before each, each kernel's fastest time inside the call (``kernel_ns``); the kernels
-the two programs share are the control (their sums should agree).
+``RightPack.one_row_tile``, the 128-row products on sgemm per tile), one call each
+per round (which goes first alternating), a pause before each, each kernel's fastest
+time inside the call (``kernel_ns``); the kernels the two programs share are the
+control (their sums should agree).
 
     python benchmarks/training_gemms.py [--rounds 8 --inner 3 --step-rounds 16]
                                         [--baseline sgemm|row-tiles]

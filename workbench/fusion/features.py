@@ -360,9 +360,9 @@ def _gemm_features(g, group, device, read, written, packs=0) -> KernelFeatures:
     b_repacks = 0 if t.packed_b else b * (t.row_tiles - 1)
     if t.packed_b == PACK_PER_RUN and t.row_tiles == 1 and s.then is None and s.online is None:
         # one row tile reads B: packed by the run (a weight, gemm/right_pack.py) it is
-        # the one pack each tile's sgemm makes too, unpriced
-        # above, so not charged here (charged, the BERT layer's FFN-down GEMM took its
-        # LayerNorm as whole-row tiles, 4.46 ms against 3.66 + 0.09 apart)
+        # the one pack each tile's sgemm makes too, unpriced above, so its time is not
+        # charged (charged, the BERT layer's FFN-down GEMM took its LayerNorm as
+        # whole-row tiles, 4.46 ms against 3.66 + 0.09 apart); its bytes still count
         own = 2 * 4 * pack_words(t.b.view, t.k, t.n)
     else:
         own = 0
