@@ -13,17 +13,21 @@ than the wall clock: the pools wait passively, so it is the work done.
 
 Then, in the step itself (``--step-rounds``): the BERT layer's whole ``stitch``
 program as the rule makes it against the same plan with ``blas=1`` on the kernels
-the rule packs B for, one call each per round (which goes first alternating), a pause
-before each, each kernel's fastest time inside the call (``kernel_ns``); the kernels
-the two programs share are the control (their sums should agree).
+the rule packs B for (``--baseline row-tiles``: against the rule without
+``RightPack.one_row_tile``, the 128-row products on sgemm per tile), one call each
+per round (which goes first alternating), a pause before each, each kernel's fastest
+time inside the call (``kernel_ns``); the kernels the two programs share are the
+control (their sums should agree).
 
     python benchmarks/training_gemms.py [--rounds 8 --inner 3 --step-rounds 16]
+                                        [--baseline sgemm|row-tiles]
 """
 from __future__ import annotations
 
 import argparse
 import datetime as dt
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -127,22 +131,38 @@ def measure(rounds: int, inner: int) -> list[dict]:
     return rows
 
 
-def in_step(rounds: int) -> dict:
-    """The rule against sgemm per tile inside the BERT layer's fwd+bwd program."""
+def in_step(rounds: int, baseline: str = "sgemm") -> dict:
+    """The rule against sgemm per tile inside the BERT layer's fwd+bwd program
+    (``baseline`` "sgemm": ``blas=1`` on every kernel the rule packs B for; "row-tiles":
+    the rule without ``RightPack.one_row_tile``, the 128-row products kept on sgemm,
+    the plan otherwise the same)."""
     import torch
     import workbench as wb
+    from workbench.fusion.gemm import right_pack
     from training import D, _models
     model = _models("bert")
     x, t = torch.randn(1, 128, D), torch.randn(1, 128, D)
     g = wb.from_torch(model, (x, t), training=True)
     rule = wb.Session(g, backend="cpu")
     rule.auto("stitch")
-    old = wb.Session(g, backend="cpu")
-    old.auto("stitch")
-    changed = [gr.id for gr in rule.plan.groups if gr.schedule is not None
-               and gr.schedule.gemm is not None and gr.schedule.gemm.packed_b]
-    for c in changed:
-        old.set_launch(c, blas=1)
+    if baseline == "row-tiles":
+        now = right_pack.RIGHT_PACK
+        right_pack.RIGHT_PACK = replace(now, one_row_tile=False)
+        try:
+            old = wb.Session(g, backend="cpu")
+            old.auto("stitch")
+        finally:
+            right_pack.RIGHT_PACK = now
+        before = {gr.id: gr.schedule.describe() for gr in old.plan.groups}
+        changed = [gr.id for gr in rule.plan.groups
+                   if before.get(gr.id) != gr.schedule.describe()]
+    else:
+        old = wb.Session(g, backend="cpu")
+        old.auto("stitch")
+        changed = [gr.id for gr in rule.plan.groups if gr.schedule is not None
+                   and gr.schedule.gemm is not None and gr.schedule.gemm.packed_b]
+        for c in changed:
+            old.set_launch(c, blas=1)
     feeds = {"x": x.numpy(), "target": t.numpy(),
              **{k: p.detach().numpy().copy() for k, p in model.named_parameters()}}
     progs = [rule.program(), old.program()]
@@ -165,7 +185,7 @@ def in_step(rounds: int) -> dict:
             "shared_ms": [float(per[j][kept].sum()) for j in (0, 1)],
             "call_fastest_ms": [min(c) * 1e3 for c in calls],
             "call_median_ms": [float(np.median(c)) * 1e3 for c in calls],
-            "rounds": rounds}
+            "rounds": rounds, "baseline": baseline}
 
 
 def markdown(res: dict) -> str:
@@ -212,9 +232,11 @@ def markdown(res: dict) -> str:
                      + f" | {total['torch.matmul'] / total['workbench']:.2f} |")
     st = res.get("step")
     if st:
+        than = ("the rule without `RightPack.one_row_tile` (the 128-row products on "
+                "sgemm per tile)" if st.get("baseline") in ("row-tiles", "untransposed") else
+                "the same plan with `blas=1` on the kernels it packs B for")
         lines += ["", f"## In the step ({st['rounds']} rounds, each kernel's fastest)", "",
-                  "The BERT layer's fwd+bwd `stitch` program, the rule against the same "
-                  "plan with `blas=1` on the kernels it packs B for:", "",
+                  f"The BERT layer's fwd+bwd `stitch` program, the rule against {than}:", "",
                   "| kernel | rule ms | sgemm per tile ms | x |", "|---|---|---|---|"]
         for name, (a, b) in st["changed"].items():
             lines.append(f"| {name} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
@@ -238,6 +260,9 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--step-rounds", type=int, default=16)
+    ap.add_argument("--baseline", choices=["sgemm", "row-tiles"], default="sgemm",
+                    help="in the step: the rule against blas=1 on every kernel it packs "
+                    "B for, or against the rule without RightPack.one_row_tile")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--tag", default="")
     a = ap.parse_args(argv)
@@ -246,7 +271,7 @@ def main(argv=None) -> int:
            "load_average_at_start": list(os.getloadavg())}
     res["rows"] = measure(a.rounds, a.inner) if a.rounds else []
     if a.step_rounds:
-        res["step"] = in_step(a.step_rounds)
+        res["step"] = in_step(a.step_rounds, a.baseline)
     stem = Path(a.out) / f"training-gemms-{res['date']}{'-' + a.tag if a.tag else ''}"
     write_results(stem, res, markdown)
     log(f"wrote {stem}.md")

@@ -3,6 +3,8 @@ tiles read it (fusion/gemm/right_pack.py: a training step's weight gradients, dy
 x): which kernels do, their results against NumPy on fresh random inputs (checked
 runs: outputs poisoned first), and the pack counted alike by the cost model's features
 and the kernel IR."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,10 @@ from workbench.codegen.microkernel import MICRO_KERNEL_C
 from workbench.device import assumed_cpu
 from workbench.fusion.analysis import analyze
 from workbench.fusion.features import features
+from workbench.fusion.features import L2_SPEEDUP
 from workbench.fusion.gemm import right_pack
+from workbench.fusion.gemm.left_pack import left_pack_words
+from workbench.fusion.plan import Group
 from workbench.fusion.gemm_shape import PACK_ONCE, PACK_PER_RUN
 from workbench.fusion.gemm.tiles import micro_kernel_fits
 
@@ -46,7 +51,10 @@ def _packed(g, device=WIDE):
     (768, 128, 768, dict(ta=True), PACK_PER_RUN),      # dW of a projection: 6 row tiles
     (3072, 128, 768, dict(ta=True), PACK_PER_RUN),     # dW of the FFN: 24 row tiles
     (520, 24, 70, dict(batch=(2,)), PACK_PER_RUN),     # a B per batch item, 5 row tiles each
-    (128, 768, 768, dict(tb=True), ""),                # one row tile: sgemm packs B once anyway
+    (128, 768, 3072, dict(tb=True), PACK_PER_RUN),     # one row tile, W^T: 8 x 8 blocks
+    (128, 768, 3072, {}, PACK_PER_RUN),                # ... W untransposed (dy @ W)
+    (128, 768, 768, dict(tb=True), ""),                # ... 4 column tiles: sgemm
+    (128, 3072, 768, dict(tb=True), ""),               # ... a tile's W^T past L2: sgemm
     (384, 64, 256, {}, ""),                            # three row tiles: too few
     (768, 128, 768, dict(const_b=True), PACK_ONCE),    # a constant: packed once for good
 ])
@@ -57,10 +65,53 @@ def test_which_products_pack_b_per_run(m, k, n, kw, packed):
     assert not micro_kernel_fits(NARROW) and _packed(g, NARROW) == ""
 
 
+def test_whole_row_tiles_keep_sgemm_and_the_one_tile_pack_is_not_charged():
+    # an epilogue reducing rows: every tile spans all 768 columns, so each reads all of
+    # W^T (packed per run, read by both tiles)
+    g = wb.GraphBuilder("product")
+    a, w = g.input("a", (128, 768)), g.input("b", (768, 768))
+    y = g.matmul(a, g.op("transpose", w, perm=[1, 0]))
+    g.output(g.softmax(y, axis=-1), "y")
+    g = g.build()
+    s = analyze(g, tuple(n.id for n in g.nodes), device=WIDE)
+    assert s.epilogue is not None and s.gemm.tile_n == 768 and s.gemm.packed_b == ""
+    # the FFN's up-projection alone packs W^T per run (12 column tiles), and its memory
+    # time is priced as sgemm per tile's is (which packs W^T once too, unpriced) plus
+    # only A's slivers packed; its scratch bytes still count the pack, as its kernel does
+    g2 = _product(128, 768, 3072, tb=True)
+    group = Group("k", tuple(n.id for n in g2.nodes),
+                  analyze(g2, tuple(n.id for n in g2.nodes), device=WIDE))
+    sgemm = Group("k", group.nodes, analyze(g2, group.nodes, device=WIDE,
+                                            launch=(("blas", 1),)))
+    assert group.schedule.gemm.packed_b == PACK_PER_RUN and sgemm.schedule.gemm.packed_b == ""
+    f, f1 = features(g2, group, WIDE), features(g2, sgemm, WIDE)
+    a_words = left_pack_words(group.schedule.gemm)      # (A's 128 rows in slivers of 6)
+    assert f.scratch_bytes == 2 * 4 * (a_words + 768 * 3072) and f1.scratch_bytes == 0
+    assert f.memory_s == pytest.approx(f1.memory_s + 2 * 4 * a_words / L2_SPEEDUP
+                                       / WIDE.dram_bandwidth)
+    # its tiles made whole rows would keep sgemm
+    t = group.schedule.gemm
+    assert right_pack.packs_b_per_run(replace(t, packed_b=""), PACK_PER_RUN)
+    assert not right_pack.packs_b_per_run(replace(t, packed_b=""), PACK_PER_RUN, True)
+
+
 def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     g = _product(768, 128, 768, ta=True)
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(min_row_tiles=7))
     assert _packed(g) == ""
+    w_t = _product(128, 768, 3072, tb=True)
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(one_row_tile=False))
+    assert _packed(w_t) == ""
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_tile_b_bytes=1 << 19))
+    assert _packed(w_t) == ""        # (4 x 768 x 256 bytes of W^T per tile)
+    monkeypatch.setattr(right_pack, "RIGHT_PACK",
+                        right_pack.RightPack(one_tile_min_col_tiles=13))
+    assert _packed(w_t) == ""        # (12 column tiles)
+    # the pack's size capped: beyond it, sgemm per tile packs B a tile at a time
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_floats=128 * 768 - 1))
+    assert _packed(g) == ""
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_floats=128 * 768))
+    assert _packed(g) == PACK_PER_RUN
     monkeypatch.undo()
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")
@@ -72,6 +123,9 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     dict(m=520, k=24, n=70, ta=True),                  # A read transposed, B in a partial panel
     dict(m=520, k=33, n=130, tb=True),                 # B read transposed: its pack gathers
     dict(m=520, k=24, n=70, batch=(2,), ta=True),      # a B per batch item
+    dict(m=7, k=37, n=1795, tb=True),    # one row tile, W^T: 8 x 8 blocks and their edges
+    dict(m=7, k=37, n=1795),             # ... W untransposed
+    dict(m=130, k=64, n=2061, tb=True, epilogue=True),  # ... two row tiles, 9 column tiles
     dict(m=600, k=300, n=70, epilogue=True),           # k in two blocks, an epilogue after
 ])
 def test_results_match_numpy_on_fresh_inputs(case):

@@ -13,14 +13,17 @@ the tile, ``MR * NV`` vector accumulators updated by broadcast-multiply-adds ove
 
 The packed layout is the same on every machine: panels of ``PANEL`` columns, each
 ``k`` rows of ``PANEL`` floats (zero past ``n``), so the kernel IR can size the buffer
-without knowing the ISA. The register block is chosen by the C compiler's target
-macros (``-march=native``): AVX-512 6 x 64 (24 of 32 zmm registers accumulate), AVX
-6 x 16 (12 of 16 ymm), otherwise 128-bit vectors, 6 x 16 on AArch64 (32 registers)
-and 3 x 16 elsewhere. GCC's vector extensions spell it once for every width. A block
-at the tile's edge that one vector holds takes one vector (``wb_micro_nv``): the last 4
-of 196 columns cost one vector's products, not a whole block's
-(``benchmarks/microkernel.py``, one thread: 128 x 196 x 1024 at 98 GFLOP/s against 80
-before, 184 against 156 in bfloat16 pairs, 65 columns 76 against 50).
+without knowing the ISA. A float32 B whose columns are contiguous (a weight read
+transposed, ``x @ W^T``) is packed by whole 8 x 8 blocks transposed in registers
+(``wb_transpose8``), not element by element (fusion/gemm/right_pack.py). The register
+block is chosen by the C compiler's target macros (``-march=native``): AVX-512 6 x 64
+(24 of 32 zmm registers accumulate), AVX 6 x 16 (12 of 16 ymm), otherwise 128-bit
+vectors, 6 x 16 on AArch64 (32 registers) and 3 x 16 elsewhere. GCC's vector
+extensions spell it once for every width. A block at the tile's edge that one vector
+holds takes one vector (``wb_micro_nv``): the last 4 of 196 columns cost one vector's
+products, not a whole block's (``benchmarks/microkernel.py``, one thread: 128 x 196 x
+1024 at 98 GFLOP/s against 80 before, 184 against 156 in bfloat16 pairs, 65 columns 76
+against 50).
 
 bfloat16 (its bits, ``unsigned short``). Where A and B are both bfloat16, B is packed
 as **pairs** of its rows (``WB_B_PAIRS``: each 32-bit word of a panel holds rows ``2 r``

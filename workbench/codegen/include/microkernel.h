@@ -56,10 +56,55 @@ WB_FN unsigned int wb_pair(const unsigned short* x, long long at, long long next
   return (unsigned int)x[at] | (both ? (unsigned int)x[at + next] << 16 : 0u);
 }
 
+/* 8 x 8 floats transposed in registers: the 8 rows at x (xs apart) as the 8 columns
+   at y (ys apart), three rounds of two-vector shuffles (unpack, shuffle, 128-bit
+   permute on AVX) */
+typedef float wb_v8 __attribute__((vector_size(32)));
+#if defined(__clang__)
+#define WB_SHUF8(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+typedef int wb_i8 __attribute__((vector_size(32)));
+#define WB_SHUF8(a, b, ...) __builtin_shuffle(a, b, (wb_i8){__VA_ARGS__})
+#endif
+WB_FN void wb_transpose8(const float* x, long long xs, float* y, long long ys) {
+  wb_v8 r[8], s[8];
+  for (int i = 0; i < 8; i++) memcpy(&r[i], x + i * xs, sizeof r[i]);
+  for (int i = 0; i < 8; i += 2) {
+    s[i] = WB_SHUF8(r[i], r[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    s[i + 1] = WB_SHUF8(r[i], r[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4)      /* r[i + t]: elements t and t + 4 of 4 rows */
+    for (int h = 0; h < 2; h++) {
+      r[i + 2 * h] = WB_SHUF8(s[i + h], s[i + h + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      r[i + 2 * h + 1] = WB_SHUF8(s[i + h], s[i + h + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+  for (int i = 0; i < 4; i++) {       /* s[t]: element t of the 8 rows */
+    s[i] = WB_SHUF8(r[i], r[i + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    s[i + 4] = WB_SHUF8(r[i], r[i + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+  for (int i = 0; i < 8; i++) memcpy(y + i * ys, &s[i], sizeof s[i]);
+}
+
 /* panel p of B (k x n, element (r, c) at b[r * rs + c * cs], packed as kind) into bp's
    panel p: its rows of WB_PANEL words, zero past n */
 WB_FN void wb_pack_panel(const void* b, int kind, long long k, long long n, long long rs,
                          long long cs, float* bp, long long p) {
+  if (kind == WB_B_F32 && rs == 1 && cs != 1) {
+    /* B's columns contiguous (a weight W read as W^T: x @ W^T): whole 8 x 8 blocks
+       transposed in registers, 8 columns of 8 rows at a time, where an element at a
+       time was a gather of 64 columns' cache lines per row of the panel */
+    const float* f = (const float*)b;
+    float* d = bp + p * k * WB_PANEL;
+    long long c0 = p * WB_PANEL, whole = n - c0 < WB_PANEL ? (n - c0) / 8 * 8 : WB_PANEL;
+    long long k8 = k / 8 * 8;
+    for (long long r = 0; r < k8; r += 8)
+      for (long long j = 0; j < whole; j += 8)
+        wb_transpose8(f + (c0 + j) * cs + r, cs, d + r * WB_PANEL + j, WB_PANEL);
+    for (long long r = 0; r < k; r++)     /* the rows past k8, the columns past whole */
+      for (long long j = r < k8 ? whole : 0; j < WB_PANEL; j++)
+        d[r * WB_PANEL + j] = c0 + j < n ? f[(c0 + j) * cs + r] : 0.0f;
+    return;
+  }
   if (kind == WB_B_PAIRS) {
     long long k2 = wb_panel_rows(k, kind);
     for (long long r2 = 0; r2 < k2; r2++) {

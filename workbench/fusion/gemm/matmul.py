@@ -74,7 +74,7 @@ def analyze_matmul(g: Graph, ns, io: GroupIO, device: Device, mm, rows: RowAnaly
                                "it needs 256-bit vectors and B one matrix per batch item")
                             + ", so it stays a library call")
     tiling = cpu_tiling(a, b, result, dest, device.units, row is not None, packed, lc)
-    if not packed and lc.blas == -1 and packs_b_per_run(tiling, can):
+    if not packed and lc.blas == -1 and packs_b_per_run(tiling, can, row is not None):
         # an activation B read by many row tiles (a weight gradient's dy): packed once
         # per run, not by each tile's sgemm (fusion/gemm/right_pack.py)
         packed = can

@@ -13,10 +13,20 @@ loaded host, fastest of 8 alternating calls): 768x3072x128 2.93 against 3.76 ms,
 768x768x128 0.78 against 0.87 ms (``benchmarks/training_gemms.py`` has the side-by-side
 table).
 
-Not where B is a constant (packed once for good already: ``PACK_ONCE``), where one
-row tile reads each B (a 128-token product: the pack would be a copy sgemm makes
-anyway, and a transposed B's pack is a strided gather -- 128 x 768 x 768 with ``W^T``
-measured ~7% slower packed), nor where the micro-kernel does not run (``tiles.packs``
+Where one row tile reads B (a 128-token product) the pack is a copy sgemm makes
+anyway, so it pays only where the micro-kernel beats sgemm's own packing and product
+(``RightPack.one_row_tile``): one weight matrix (a training step's ``x @ W^T`` and
+``dy @ W``), where the product has 8 column tiles or more (``one_tile_min_col_tiles``)
+and a tile's panels of B stay in a core's L2 (``max_tile_b_bytes``). In the BERT
+layer's step: the FFN's up-projection ``x @ W1^T`` with its GELU epilogue 1.03-1.06x
+faster packed, ``dy @ W2`` (the same shape untransposed) 1.01-1.06x; the 128 x 768 x
+768 projections (4 column tiles) 0.93-1.03x, a wash; 128 x 768 x 3072 (tiles of 3072
+x 192 floats, 2.4 MB) slower, 3.77 against 3.62 ms alone. A transposed B's pack
+(``wb_pack_panel``) is made by 8 x 8 blocks transposed in registers: it gathered one
+element at a time, 64 columns' cache lines per panel row (128 x 768 x 768 took 1.22
+ms packed so against 1.04 by blocks). Not for whole-row tiles (an epilogue reducing
+rows: each tile reads all of B), nor where B is a constant (packed once for good
+already: ``PACK_ONCE``), nor where the micro-kernel does not run (``tiles.packs``
 returns "").
 
     >>> RIGHT_PACK.min_row_tiles
@@ -27,6 +37,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..gemm_shape import PACK_PER_RUN, GemmShape
+from .tiles import PANEL
 
 
 @dataclass(frozen=True)
@@ -34,15 +45,39 @@ class RightPack:
     """When an activation B is packed by every run (``RIGHT_PACK``; a test or a
     benchmark replaces it there). ``min_row_tiles``: the row tiles reading each B
     matrix; with fewer, sgemm's own packing per tile costs about what the pack costs
-    (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s)."""
+    (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s) --
+    except, with ``one_row_tile``, one weight matrix in ``one_tile_min_col_tiles``
+    column tiles or more whose panels per tile (``k x tile_n`` floats) fit
+    ``max_tile_b_bytes`` (a Zen 4 core's 1 MB L2): with 4 column tiles the pack's loop
+    and barrier, and A's, weigh more beside a product a quarter the size.
+    ``max_floats``: the pack is a workspace of the run, read by the tiles from memory,
+    not cache, so its size is memory: at most 4M floats (16 MB, bert_chain's 1024 x
+    4096 W1, whose pack made its call 1.09x faster); a larger B (an LM head's 32000 x
+    768 weight in training, 98 MB) keeps sgemm per tile, which packs it a tile at a
+    time."""
     min_row_tiles: int = 4
+    one_row_tile: bool = True
+    max_tile_b_bytes: int = 1 << 20
+    one_tile_min_col_tiles: int = 8
+    max_floats: int = 1 << 22
 
 
 RIGHT_PACK = RightPack()
 
 
-def packs_b_per_run(t: GemmShape, can: str) -> bool:
-    """Whether the CPU GEMM kernel of ``t`` (tiled for sgemm: ``t.packed_b`` empty)
-    packs B by every run, given how B can be packed here (``can``, ``tiles.packs``)."""
-    return (can == PACK_PER_RUN and t.im2col is None
-            and t.row_tiles >= RIGHT_PACK.min_row_tiles)
+def b_pack_words(t: GemmShape) -> int:
+    """Floats of B packed by every run: each distinct matrix's ``k`` rows of panels."""
+    items = 1 if t.b.view.one_matrix else t.b.view.distinct.batch_size
+    return items * -(-t.n // PANEL) * PANEL * t.k
+
+
+def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
+    """Whether the CPU GEMM kernel of ``t`` (tiled for sgemm: ``t.packed_b`` empty;
+    ``whole_rows``: each tile spans every column, for an epilogue reducing rows) packs
+    B by every run, given how B can be packed here (``can``, ``tiles.packs``)."""
+    if can != PACK_PER_RUN or t.im2col is not None or b_pack_words(t) > RIGHT_PACK.max_floats:
+        return False
+    return (t.row_tiles >= RIGHT_PACK.min_row_tiles
+            or (RIGHT_PACK.one_row_tile and t.b.view.one_matrix and not whole_rows
+                and 4 * t.k * t.tile_n <= RIGHT_PACK.max_tile_b_bytes
+                and t.col_tiles >= RIGHT_PACK.one_tile_min_col_tiles))
