@@ -323,7 +323,31 @@ def shape_graphs(more: bool = False) -> dict:
     out["mbconv_4x4"] = _mbconv(rng)
     out["stem_23x21"] = _stem(rng)
     out["pads_past_the_map_3x3"] = _pads_past_the_map(rng)
+    out["packed_products"] = _packed_products(rng)
     return out
+
+
+def _packed_products(rng):
+    """Products whose B the kernel packs once per run (fusion/gemm/right_pack.py): one
+    row tile of 7 rows reading W^T through 8 x 8 register transposes with partial blocks
+    at both edges (k = 37, n = 1795), the same W untransposed, and a weight gradient
+    dy^T @ x (A read transposed, B in a partial panel) -- the packs' edges are where a
+    read or write past the buffer would be."""
+    import numpy as np
+
+    from workbench.ir import GraphBuilder
+    b = GraphBuilder("packed_products")
+    feeds = {}
+
+    def inp(name, shape):
+        feeds[name] = rng.standard_normal(shape).astype(np.float32)
+        return b.input(name, shape)
+    w_t = b.op("transpose", inp("w", (1795, 37)), perm=[1, 0])
+    b.output(b.matmul(inp("x", (7, 37)), w_t), "y_wt")
+    b.output(b.matmul(inp("x2", (7, 37)), inp("w2", (37, 1795))), "y_w")
+    dy_t = b.op("transpose", inp("dy", (24, 520)), perm=[1, 0])
+    b.output(b.matmul(dy_t, inp("a", (24, 70))), "dw")
+    return b.build(), feeds
 
 
 def _pads_past_the_map(rng):
