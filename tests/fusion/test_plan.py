@@ -1,4 +1,6 @@
 """Plans: legality, refusals with reasons, kernel counts per planner."""
+import re
+
 import numpy as np
 import pytest
 
@@ -214,7 +216,8 @@ def test_softmax_keeps_its_row_and_exp_in_registers():
     assert "float wb_reg1[8];" in RENDERERS["cuda"].kernel(k)   # 1024 / 128 threads
     from workbench.codegen import render_kernel
     body = render_kernel(k, "c").split(f"void {k.name}(")[1]
-    assert body.count("expf(") == 1      # not recomputed
+    # (an exp pass over a row of <= 1024 columns is one wb_expf_n call: c_exp_rows.py)
+    assert len(re.findall(r"expf(?:_n)?\(", body)) == 1      # not recomputed
 
 
 def test_a_cpu_row_keeps_costly_results_not_its_inputs():
