@@ -183,3 +183,27 @@ def test_probe_times_every_expensive_op(fresh_cache):
     from workbench.runtime import calibrate
     calibrate._cached_cpu_device.cache_clear()
     assert cpu_device() == dev
+
+
+def test_op_rates_follow_the_kernel_helpers(fresh_cache, monkeypatch):
+    """The op rates are timed with the C helpers kernels use (wb_expf...): a cached
+    probe keeps its bandwidth and call cost, but when the helpers change (a new
+    workbench) its ops are timed again with the new ones, and kept under the new key."""
+    from workbench.runtime import calibrate
+    monkeypatch.setattr(calibrate, "busy", lambda: False)
+    dev = cpu_device()
+    (ops,) = devices_dir().glob("ops-*.json")
+    # the cached rates are read back, not timed again: edit them and see the edit
+    ops.write_text(json.dumps([["exp", 1.5e9]]))
+    calibrate._cached_cpu_device.cache_clear()
+    assert cpu_device().op_rates == (("exp", 1.5e9),)
+    # another prelude (another workbench's helpers): timed again, the rest kept
+    real = calibrate._op_probe_source
+    monkeypatch.setattr(calibrate, "_op_probe_source",
+                        lambda: (real()[0] + "/* new helpers */\n", real()[1]))
+    calibrate._cached_cpu_device.cache_clear()
+    again = cpu_device()
+    assert dict(again.op_rates).keys() == dict(dev.op_rates).keys()
+    assert again.op_rates != (("exp", 1.5e9),)
+    assert again.dram_bandwidth == dev.dram_bandwidth
+    assert len(list(devices_dir().glob("ops-*.json"))) == 2
