@@ -26,8 +26,6 @@ no-op. Writes ``<out>/call-sources-<date>.json`` and ``.md``.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
 import os
 import sys
 import tempfile
@@ -37,7 +35,7 @@ from unittest import mock
 
 import numpy as np
 
-from harness import RESULTS, alternate, log, machine_line, write_results
+from harness import one_model_run, alternate, log, machine_line, write_results
 import models
 
 
@@ -153,18 +151,8 @@ def markdown(res: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="mobilenet_v2")
-    ap.add_argument("--size", default="small")
-    ap.add_argument("--rounds", type=int, default=15)
-    ap.add_argument("--inner", type=int, default=5)
-    ap.add_argument("--tag", default="")
-    ap.add_argument("--note", action="append", default=[])
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    a = ap.parse_args(argv)
-    date = _dt.date.today().isoformat()
-    res = {"date": date, "model": a.model, "size": a.size, "rounds": a.rounds,
-           "inner": a.inner, "notes": a.note, "load_average_at_start": list(os.getloadavg())}
+    a, res = one_model_run(argv, __doc__, rounds=15)
+    date = res["date"]
     with tempfile.TemporaryDirectory() as tmp:
         log(f"{a.model}: build, export, plan, compile")
         rec, calls = models.prepare_model(a.model, Path(tmp), [1], a.size,

@@ -323,6 +323,24 @@ def model_timing_args(ap: argparse.ArgumentParser, models, repeats: int = 10) ->
     ap.add_argument("--out", type=Path, default=RESULTS)
 
 
+def one_model_run(argv, doc: str, rounds: int) -> tuple[argparse.Namespace, dict]:
+    """The arguments of a benchmark that studies one zoo model's calls (which model and
+    size, its alternating rounds and calls, a tag and notes for the report, the results
+    folder), and the record its results start from."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--model", default="mobilenet_v2")
+    ap.add_argument("--size", default="small")
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--inner", type=int, default=5)
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--note", action="append", default=[])
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    a = ap.parse_args(argv)
+    return a, {"date": _dt.date.today().isoformat(), "model": a.model, "size": a.size,
+               "rounds": a.rounds, "inner": a.inner, "notes": a.note,
+               "load_average_at_start": list(os.getloadavg())}
+
+
 def time_models(a, name: str, markdown, run, label: str = "", **extra) -> int:
     """A benchmark's run over the models of ``a`` (``model_timing_args``): each model's
     record ``run(name, folder)`` (``folder`` a scratch folder for exports) appended to

@@ -22,17 +22,14 @@ Writes ``<out>/mbv2-layers-<date><tag>.json`` and ``.md``.
 """
 from __future__ import annotations
 
-import argparse
-import datetime as _dt
 import json
-import os
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from harness import RESULTS, log, machine_line, write_results
+from harness import one_model_run, log, machine_line, write_results
 import models
 
 def form_of(ck) -> str:
@@ -107,18 +104,8 @@ def ort_nodes(profile: Path) -> list[dict]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="mobilenet_v2")
-    ap.add_argument("--size", default="small")
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--inner", type=int, default=5)
-    ap.add_argument("--tag", default="")
-    ap.add_argument("--note", action="append", default=[])
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    a = ap.parse_args(argv)
-    date = _dt.date.today().isoformat()
-    res = {"date": date, "model": a.model, "size": a.size, "rounds": a.rounds,
-           "inner": a.inner, "notes": a.note, "load_average_at_start": list(os.getloadavg())}
+    a, res = one_model_run(argv, __doc__, rounds=20)
+    date = res["date"]
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         log(f"{a.model}: build, export, plan, compile")
