@@ -4,8 +4,8 @@ GCC vectorizes a row pass's ``omp simd`` loop with ``wb_expf`` inlined, but its
 vectorized e^x costs 27 vector instructions per 16 floats, where AVX-512 needs 16
 (``vscalefps`` takes 2^n in one, and no C spelling reaches it through the vectorizer:
 ops/elementwise.py's ``wb_expf_n``). So a column loop computing ``t = wb_expf(a)`` is
-printed as three steps over a row array on the stack (a chunk of ``CHUNK`` columns at a
-time for longer rows):
+printed as three steps over a row array on the stack (rows of up to ``MAX_COLS``
+columns; a longer row keeps its fused loop):
 
     for col: <the statements up to a>; wb_ex_[col] = a;     (omp simd)
     wb_expf_n(wb_ex_, n);                                    (in place, intrinsics)
