@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One batched run on a lent GPU machine (the device tool), sized for a short slot: the
-# stages' limits add up to 6.5 minutes (390 s), so the check runs twice inside 15 minutes
+# stages' limits add up to 7.5 minutes (450 s), so the check runs twice inside 15 minutes
 # of GPU time with the machine's start included. Each kernel family is covered once --
 # rows (softmax, LayerNorm), elementwise, stitched (cooperative), GEMM, attention, conv,
 # bfloat16 and TF32, multi-step fusion -- not every GPU test (CI runs those in the CUDA
@@ -10,7 +10,7 @@
 # recorded (the copy of the tree run there has no .git of its own):
 #   WORKBENCH_COMMIT=$(git rev-parse HEAD) bash scripts/gpu_check.sh
 # The Python is $PY (or $PYTHON; default python3); each stage's limit can be set
-# (ENV_S, TESTS_S, MAIN_S, COUNTERS_S, BENCH_S, BENCH_TF32_S, TEMPORAL_S).
+# (ENV_S, TESTS_S, MAIN_S, COUNTERS_S, BENCH_S, BENCH_TF32_S, TEMPORAL_S, NCCL_S).
 set -uo pipefail
 OUT="${OUT:-gpu-out}"; mkdir -p "$OUT"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
@@ -45,8 +45,8 @@ if what == "env":
     gpu = next((l for l in lines if "NVIDIA" in l and "," in l), "no GPU listed")
     cupy = next((l for l in lines if l.startswith("python ")), "no cupy")
     print(f"{gpu.strip()}; {cupy.strip()}")
-elif what == "tests":
-    text = open(f"{out}/tests.log").read()
+elif what in ("tests", "nccl"):
+    text = open(f"{out}/{what}.log").read()
     last = re.findall(r"^=*\s*(\d+ (?:passed|failed|skipped|error).*?)\s*=*$", text, re.M)
     print(last[-1] if last else "no pytest summary")
 elif what in ("main", "counters"):
@@ -175,6 +175,12 @@ note bench_tf32 "$(key bench "$OUT" tf32)"
 stage temporal "${TEMPORAL_S:-30}" "$PY" benchmarks/temporal_gpu.py --envs 4096 \
   --steps 256 --rounds 3 --out "$OUT/temporal-gpu"
 note temporal "$(key temporal "$OUT")"
+
+# 8. NCCL ranks (issue 45): one rank in process group "nccl" with CuPy arrays handed to
+# torch through DLPack, the sharded AdamW step against the NumPy reference
+stage nccl "${NCCL_S:-60}" "$PY" -m pytest -q -n 0 -p no:cacheprovider -rs \
+  tests/distributed/test_nccl_handoff.py
+note nccl "$(key nccl "$OUT")"
 
 {
   echo "# GPU check, commit ${WORKBENCH_COMMIT:-unknown}, $(date -u +%Y-%m-%dT%H:%MZ)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .handoff import to_torch
 from .ring import _segments, _tag, buffer
 
 
@@ -21,9 +22,8 @@ class PeerAllToAll:
 
     def __init__(self, x: np.ndarray, rank: int, p: int, seq: int,
                  store: dict | None = None, segment: int | None = None):
-        import torch
         import torch.distributed as dist
-        t = torch.from_numpy
+        t = to_torch
         self.rank, self.p, self.shape = rank, p, x.shape
         self.src = np.ascontiguousarray(x).reshape(p, -1)     # (kept until sent)
         self.out = buffer(store, "out", self.src.shape, x.dtype)

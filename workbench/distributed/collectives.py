@@ -1,6 +1,7 @@
 """The collectives of the IR on ``torch.distributed``: each start posts the
-asynchronous operation on torch tensors that share memory with NumPy arrays, and its
-wait finishes it and returns the rank's local result as a NumPy array.
+asynchronous operation on torch tensors that share memory with the rank's arrays
+(NumPy on gloo, CuPy on NCCL: :mod:`.handoff`), and its wait finishes it and returns
+the rank's local result as an array of the same module.
 
 ``all_reduce`` (SUM, AVG, MAX) and ``all_to_all_single`` are torch's calls (the IR's
 ``all_to_all`` re-shards through it, the IR's ``all_to_all_single`` is it -- but with
@@ -24,6 +25,7 @@ import numpy as np
 
 from ..ir.graph import Node
 from .a2a_peers import PeerAllToAll
+from .handoff import array_module, to_torch
 from .ring import RingAllGather, RingReduceScatter, buffer
 
 # collectives started by this process: the ring's message tags (every rank starts the
@@ -49,8 +51,9 @@ class Pending:
         return self.finish()
 
 
-def _front(x: np.ndarray, d: int) -> np.ndarray:
-    return np.ascontiguousarray(np.moveaxis(x, d, 0))
+def _front(x, d: int):
+    xp = array_module(x)
+    return xp.ascontiguousarray(xp.moveaxis(x, d, 0))
 
 
 def start(node: Node, x: np.ndarray, rank: int, p: int, store: dict | None = None,
@@ -60,61 +63,60 @@ def start(node: Node, x: np.ndarray, rank: int, p: int, store: dict | None = Non
     the node runs again, as with NCCL's and DDP's persistent buffers); None: fresh.
     ``segment``: the ring's elements per message (compute fused into the result runs
     per segment)."""
-    import torch
     import torch.distributed as dist
-    t = torch.from_numpy
+    t, xp = to_torch, array_module(x)     # (the gloo-only paths below stay NumPy)
     ops = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.AVG, "max": dist.ReduceOp.MAX}
     a = node.attr_map
     if node.op == "all_reduce":
-        buf = buffer(store, "out", x.shape, x.dtype)
-        np.copyto(buf, x)
+        buf = buffer(store, "out", x.shape, x.dtype, xp)
+        xp.copyto(buf, x)
         return Pending([dist.all_reduce(t(buf), op=ops[a["reduce_op"]], async_op=True)],
                        lambda: buf)
     gloo = dist.get_backend() == "gloo"
     if node.op == "reduce_scatter":
         d = a["dim"] % x.ndim
         src = _front(x, d)
-        back = lambda out: np.ascontiguousarray(np.moveaxis(out, 0, d)) if d else out
+        back = lambda out: xp.ascontiguousarray(xp.moveaxis(out, 0, d)) if d else out
         if gloo:
             ring = RingReduceScatter(src, a["reduce_op"], rank, p, next(_SEQ), store,
                                      segment)
             return Pending([], back, ring)
-        out = np.empty((src.shape[0] // p, *src.shape[1:]), x.dtype)
+        out = xp.empty((src.shape[0] // p, *src.shape[1:]), x.dtype)
         w = dist.reduce_scatter_single(t(out), t(src), op=ops[a["reduce_op"]],
                                        async_op=True)
         return Pending([w], lambda: back(out))
     if node.op == "all_gather":
         d = a["dim"] % x.ndim
         src = _front(x, d)
-        back = lambda out: np.ascontiguousarray(np.moveaxis(out, 0, d)) if d else out
+        back = lambda out: xp.ascontiguousarray(xp.moveaxis(out, 0, d)) if d else out
         if gloo:
             ring = RingAllGather(src, rank, p, next(_SEQ), store, segment)
             return Pending([], back, ring)
-        out = np.empty((src.shape[0] * p, *src.shape[1:]), x.dtype)
+        out = xp.empty((src.shape[0] * p, *src.shape[1:]), x.dtype)
         w = dist.all_gather_single(t(out), t(src), async_op=True)
         return Pending([w], lambda: back(out))
     if node.op == "all_to_all":
         s, c = a["split_dim"] % x.ndim, a["concat_dim"] % x.ndim
-        send = np.ascontiguousarray(np.stack(np.split(x, p, axis=s)))
-        recv = np.empty_like(send)
+        send = xp.ascontiguousarray(xp.stack(xp.split(x, p, axis=s)))
+        recv = xp.empty_like(send)
         w = dist.all_to_all_single(t(recv), t(send), async_op=True)
-        return Pending([w], lambda: np.ascontiguousarray(np.concatenate(list(recv), axis=c)))
+        return Pending([w], lambda: xp.ascontiguousarray(xp.concatenate(list(recv), axis=c)))
     if node.op == "all_to_all_single":
         # (equal splits: torch cuts the send buffer's dim 0 into p blocks, block j to
         # rank j, and fills the receive buffer's block r from rank r)
         if gloo and segment is not None:    # (compute fused into it: block by block)
             ring = PeerAllToAll(x, rank, p, next(_SEQ), store, segment)
             return Pending([], lambda out: out, ring)
-        src = np.ascontiguousarray(x)
-        out = buffer(store, "out", x.shape, x.dtype)
+        src = xp.ascontiguousarray(x)
+        out = buffer(store, "out", x.shape, x.dtype, xp)
         w = dist.all_to_all_single(t(out), t(src), async_op=True)
         return Pending([w], lambda: out)
     if node.op == "send_recv":
         shift = a["shift"] % p
         if shift == 0:
-            return Pending([], lambda: np.array(x, copy=True))
-        src = np.ascontiguousarray(x)
-        out = np.empty_like(src)
+            return Pending([], lambda: xp.array(x, copy=True))
+        src = xp.ascontiguousarray(x)
+        out = xp.empty_like(src)
         works = [dist.isend(t(src), (rank + shift) % p), dist.irecv(t(out), (rank - shift) % p)]
         return Pending(works, lambda: out)
     raise ValueError(f"not a collective: {node.op}")

@@ -113,7 +113,8 @@ def piece(a: np.ndarray, pl: Placement, p: int, rank: int, key: str = "") -> np.
         n = a.shape[pl.dim] // p
         idx = [slice(None)] * a.ndim
         idx[pl.dim] = slice(rank * n, (rank + 1) * n)
-        return np.ascontiguousarray(a[tuple(idx)])
+        from .handoff import array_module     # (NumPy, or CuPy on an NCCL rank)
+        return array_module(a).ascontiguousarray(a[tuple(idx)])
     if isinstance(pl, Partial):
         return _addends(a, pl.reduce_op, p, key)[rank]
     return a

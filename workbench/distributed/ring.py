@@ -21,20 +21,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from .handoff import to_torch
+
 # elements per message: big enough that gloo's per-message cost (~0.1 ms measured) is
 # small against the transfer, small enough that the adds keep pace with the arrivals
 SEGMENT = 1 << 20
 _REDUCE = {"sum": np.add, "avg": np.add, "max": np.maximum}
 
 
-def buffer(store: dict | None, key, shape, dtype) -> np.ndarray:
+def buffer(store: dict | None, key, shape, dtype, xp=np) -> np.ndarray:
     """An array for ``key``: the one ``store`` kept from the last step where it has this
     shape and dtype (a fresh buffer's first touch costs page faults -- ~15 ms per 64 MB
-    here), else a new one, kept there."""
+    here), else a new one of module ``xp`` (NumPy, or CuPy on NCCL ranks), kept there."""
     a = store.get(key) if store is not None else None
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if a is None or a.shape != shape or a.dtype != dtype:
-        a = np.empty(shape, dtype)
+        a = xp.empty(shape, dtype)
         if store is not None:
             store[key] = a
     return a
@@ -60,8 +62,7 @@ class RingReduceScatter:
 
     def __init__(self, x: np.ndarray, reduce_op: str, rank: int, p: int, seq: int,
                  store: dict | None = None, segment: int | None = None):
-        import torch
-        self.t = torch.from_numpy
+        self.t = to_torch
         self.rank, self.p, self.seq, self.op = rank, p, seq, reduce_op
         self.chunks = np.ascontiguousarray(x).reshape(p, -1)
         n = self.chunks.shape[1]
@@ -117,8 +118,7 @@ class RingAllGather:
 
     def __init__(self, x: np.ndarray, rank: int, p: int, seq: int,
                  store: dict | None = None, segment: int | None = None):
-        import torch
-        self.t = torch.from_numpy
+        self.t = to_torch
         self.rank, self.p, self.seq = rank, p, seq
         src = np.ascontiguousarray(x)
         self.shape = (x.shape[0] * p, *x.shape[1:])

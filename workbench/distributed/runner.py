@@ -1,7 +1,8 @@
 """Run a distributed program on p ranks: p processes (``torch.multiprocessing``,
 forkserver)
 under ``torch.distributed`` with gloo, each running its own sub-program
-(:mod:`.local`): compute segments compiled by the CPU backend on its local pieces,
+(:mod:`.local`): compute segments compiled by the CPU backend on its local pieces (with
+``backend="cupy"``: NCCL, one GPU per rank, CuPy arrays -- :mod:`.nccl`),
 collectives through :mod:`.collectives`. The ranks' outputs are put together by their
 placements and compared with the single-process NumPy reference of the whole program.
 
@@ -23,7 +24,7 @@ from datetime import timedelta
 
 import numpy as np
 
-from ..errors import RankFailure
+from ..errors import RankFailure, WorkbenchError
 from ..runtime.reference import random_inputs, run_reference
 from ..tolerance import relative_to_largest
 from .local import Comm, local_steps
@@ -88,7 +89,8 @@ def sent_bytes(node, nbytes: int, p: int) -> int:
 
 def run_ranks(d: DistProgram, inputs: dict | None = None, seed: int = 0,
               planner: str = "rules", repeats: int = 1, timeout: float = 120.0,
-              check: bool = True, fault: tuple | None = None) -> RankRun:
+              check: bool = True, fault: tuple | None = None,
+              backend: str = "cpu") -> RankRun:
     """Run ``d`` on ``d.ranks`` processes; ``inputs`` (global arrays; default random by
     ``seed``), each rank planning its segments with ``planner``. ``repeats`` timed runs
     follow one untimed; ``check`` compares with the reference. ``fault`` = (rank, step,
@@ -108,7 +110,8 @@ def run_ranks(d: DistProgram, inputs: dict | None = None, seed: int = 0,
     tmp = tempfile.mkdtemp(prefix="wb-dist-")
     procs = [ctx.Process(target=_rank_main, daemon=True,
                          args=(r, d, inputs, seed, planner, repeats, timeout,
-                               os.path.join(tmp, "store"), results, progress, fault))
+                               os.path.join(tmp, "store"), results, progress, fault,
+                               backend))
              for r in range(p)]
     steps = local_steps(d)
     got: dict[int, tuple] = {}
@@ -192,18 +195,19 @@ class RankProgram:
     random by ``seed``). Call it inside a process whose gloo group is set up."""
 
     def __init__(self, d: DistProgram, rank: int, planner: str = "rules",
-                 inputs: dict | None = None, seed: int = 0):
+                 inputs: dict | None = None, seed: int = 0, backend: str = "cpu"):
         # (planned and compiled as a session would, without one: the session sits a
         # floor above this package, which it delegates ranks=p to)
         from ..fusion import run_planner
         from ..fusion.fitted import FittedModel
         from ..runtime import Program, get_backend
-        backend = get_backend("cpu")
+        backend = get_backend(backend)
         model = FittedModel(backend.device).model
         self.d, self.rank, self.p = d, rank, d.ranks
         glob = inputs if inputs is not None else random_inputs(d.graph, seed)
         pl = d.placements
         self.env = {k: piece(np.asarray(v), pl[k], self.p, rank, k) for k, v in glob.items()}
+        self.gpu = backend.name == "cupy"     # (NCCL: the pieces live on the GPU)
         self.steps = local_steps(d)
         self.programs = {}
         # each collective's buffers, reused step after step (its results are valid until
@@ -225,9 +229,16 @@ class RankProgram:
             # (its outputs kept from step to step, as the collectives' buffers are: fresh
             # 32 MB outputs cost page faults every step -- valid until the next step)
             self.outs[s.index] = self.programs[s.index].new_outputs()
+            if s.on_arrival and self.gpu:
+                raise WorkbenchError("compute fused into a received value runs on gloo "
+                                     "ranks only (its ring is gloo's); undo "
+                                     "fuse_received, or pass backend='cpu'")
             if s.on_arrival:
                 self.fused[s.on_arrival] = _Fused(s, d, lambda g: Program(
                     run_planner(planner, g, model=model)[0], backend))
+        if self.gpu:
+            from .nccl import to_device
+            self.env = to_device(self.env, backend)
 
     def run(self, progress=None, fault=None) -> tuple[dict, RankTimes]:
         """One step: every value it made (a collective's result lives in its buffer,
@@ -308,13 +319,17 @@ def init_gloo(rank: int, p: int, store: str, timeout: float) -> None:
 
 
 def _rank_main(rank, d, inputs, seed, planner, repeats, timeout, store, results,
-               progress, fault):
+               progress, fault, backend="cpu"):
     step = -1
     try:
         import torch.distributed as dist
         rank_threads(d.ranks)
-        init_gloo(rank, d.ranks, store, timeout)
-        prog = RankProgram(d, rank, planner, inputs, seed)
+        if backend == "cupy":
+            from .nccl import init_nccl
+            init_nccl(rank, d.ranks, store, timeout)
+        else:
+            init_gloo(rank, d.ranks, store, timeout)
+        prog = RankProgram(d, rank, planner, inputs, seed, backend)
         best = None
         for rep in range(repeats + 1):
             dist.barrier()
@@ -323,7 +338,9 @@ def _rank_main(rank, d, inputs, seed, planner, repeats, timeout, store, results,
                 best = times
         step = len(prog.steps)
         progress[rank] = step
-        results.put(("done", rank, {o: vals[o] for o in d.graph.outputs}, best))
+        from .nccl import to_host
+        results.put(("done", rank, {o: to_host(vals[o]) if prog.gpu else vals[o]
+                                    for o in d.graph.outputs}, best))
         dist.barrier()
         dist.destroy_process_group()
     except BaseException as e:      # (reported to the parent, which stops every rank)

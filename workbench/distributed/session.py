@@ -57,10 +57,14 @@ class DistSession:
     def __init__(self, graph, ranks: int = 2, backend: str = "auto", seed: int = 0,
                  planner: str = "stitch", link: Link | PerOpLink | str = GLOO_LOOPBACK,
                  timeout: float = 120.0, device=None, **unsupported):
-        if backend not in ("auto", "cpu"):
+        from .nccl import NAMES, refusal
+        if backend not in ("auto", "cpu", *NAMES):
             raise WorkbenchError(f"backend {backend!r:.30} with ranks: ranks run the cpu "
-                                 "backend's kernels under gloo (NCCL and CuPy ranks are not "
-                                 "built); pass backend='cpu'")
+                                 "backend's kernels under gloo, or the cupy backend's "
+                                 "under NCCL; pass backend='cpu' or 'cupy'")
+        if backend in NAMES and (why := refusal(ranks)):    # (at once: before any step)
+            raise WorkbenchError(why)
+        self.backend = "cupy" if backend in NAMES else "cpu"
         if unsupported:
             raise WorkbenchError(f"{', '.join(sorted(unsupported))} is not supported with "
                                  "ranks (a session over p ranks takes backend, seed, "
@@ -399,7 +403,8 @@ class DistSession:
         """Run the current program on ``ranks`` gloo processes (each rank's segments
         planned with ``planner``), outputs gathered and checked against the reference."""
         return run_ranks(self.program, seed=self.seed, planner=self.planner,
-                         repeats=repeats, timeout=timeout or self.timeout)
+                         repeats=repeats, timeout=timeout or self.timeout,
+                         backend=self.backend)
 
 
 def _nbytes(d: DistProgram, v: str) -> int:
