@@ -232,6 +232,10 @@ def model(res):
     n = res["rows"] * res["cols"] * 4
     res["simulated"] = [row for lk in (link, NVLINK, INFINIBAND) for form in ("ring", "tree")
                         for row in scale_out(lk, "all_reduce", n, form=form)]
+    # and the planner's default link, the forms model: gloo runs its ring only (no
+    # tree form), each step time-shared where the ranks outnumber the cores
+    from workbench.distributed.links import DEFAULT_LINK
+    res["simulated"] += scale_out(DEFAULT_LINK, "all_reduce", n, form="ring")
 
 
 def markdown(res) -> str:

@@ -33,5 +33,8 @@ def test_collectives_benchmark_small(tmp_path):
                                                           "all_gather")]
     assert len(ours) == 24 and all(c["model_s"] > 0 for c in ours)
     assert {s["kind"] for s in res["simulated"]} == {"simulated"}
+    from workbench.distributed.links import DEFAULT_LINK     # (the planner's link drawn)
+    assert [s["ranks"] for s in res["simulated"] if s["link"] == DEFAULT_LINK.name] == \
+        [8, 16, 32, 64, 128, 256, 512, 1024]
     assert "Simulated scale-out (the model, not a measurement)" in \
         out.with_suffix(".md").read_text()

@@ -179,7 +179,7 @@ GLOO_LOOPBACK = PerOpLink(
     # chunked sharded step measured 0.5-0.7x the unchunked one here, its compute slowed
     # while its collectives were in flight -- benchmarks/results/chunk-auto-2026-12-05)
     shares_cores=True)
-PRESETS = {"nvlink": NVLINK, "infiniband": INFINIBAND, "gloo": GLOO_LOOPBACK}
+# (the links by name, and the planner's default -- the forms model -- are links.py's)
 
 
 def scale_out(link: Link, op: str, nbytes: float, ranks: Sequence[int] = (

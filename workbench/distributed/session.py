@@ -18,7 +18,8 @@ from ..errors import FusionRefused, WorkbenchError
 from ..history import History
 from ..ir.graph import Graph
 from ..ops.collective import COLLECTIVES
-from .cost import GLOO_LOOPBACK, PRESETS, Link, PerOpLink
+from .cost import Link, PerOpLink
+from .links import DEFAULT_LINK, PRESETS
 from .local import Comm, local_steps
 from .program import DistProgram, is_distributed_file, load_json
 from .runner import RankRun, run_ranks, sent_bytes
@@ -55,7 +56,7 @@ class DistSession:
     planned with ``planner`` (the per-rank segments' planner) when run."""
 
     def __init__(self, graph, ranks: int = 2, backend: str = "auto", seed: int = 0,
-                 planner: str = "stitch", link: Link | PerOpLink | str = GLOO_LOOPBACK,
+                 planner: str = "stitch", link: Link | PerOpLink | str = DEFAULT_LINK,
                  timeout: float = 120.0, device=None, **unsupported):
         from .nccl import NAMES, refusal
         if backend not in ("auto", "cpu", *NAMES):
@@ -181,7 +182,15 @@ class DistSession:
         d, notes = self.program, []
         if d.ranks == 1:
             notes.append("one rank: no collective moves anything, nothing to transform")
-        for n in [m for m in d.graph.nodes if m.op == "all_reduce"]:
+        # (by the reduced value: a split renumbers the nodes' ids and names after it,
+        # so the next AllReduce is looked up in the program the last decision left)
+        for v in [m.outputs[0] for m in d.graph.nodes if m.op == "all_reduce"]:
+            n = next((m for m in d.graph.nodes if m.op == "all_reduce"
+                      and m.outputs[0] == v), None)
+            if n is None:
+                notes.append(f"not applied: split the AllReduce of {v}: an earlier split "
+                             "moved it (it is no longer an AllReduce of the program)")
+                continue
             d, note = self._best_split(d, n, keep_sharded)
             notes += note
         for n in [m for m in d.graph.nodes if m.op == "all_reduce"]:
@@ -290,6 +299,11 @@ class DistSession:
                 notes.append(f"not applied: {what}: the model says slower ("
                              f"{apart * 1e3:.3g} ms -> {one * 1e3:.3g} ms: the copies in "
                              "and out cost more than the messages saved)")
+        if d.ranks > 1 and all(len(ars) < 2 for ars in by.values()):
+            left = sum(len(ars) for ars in by.values())
+            notes.append(f"not applied: bucket AllReduces: {left} AllReduce"
+                         f"{'' if left == 1 else 's'} left, no two of one reduction: "
+                         "nothing to join into one message")
         return d, notes
 
     def _best_split(self, d: DistProgram, n, keep) -> tuple[DistProgram, list[str]]:
