@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.distributed.handoff import array_module, from_torch, to_torch
+from workbench.distributed.handoff import array_module, to_torch
 from workbench.distributed.nccl import refusal
 from workbench.distributed.runner import TOLERANCE
 from workbench.distributed.samples import dp_adamw
@@ -27,7 +27,7 @@ def test_the_hand_off_shares_memory_both_ways(dtype):
     assert np.shares_memory(t.numpy(), a)
     t.view(-1)[7] = 1 if dtype is not np.bool_ else (not a.reshape(-1)[7])
     assert a.reshape(-1)[7] == t.view(-1)[7].item()        # (a write through torch)
-    b = from_torch(t, array_module(a))
+    b = array_module(a).from_dlpack(t)                     # (and back, zero copy)
     assert type(b) is np.ndarray and np.shares_memory(a, b)
     b[0, 0] = b[0, 1]                                      # (a write through the array)
     assert t[0, 0].item() == a[0, 1]

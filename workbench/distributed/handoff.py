@@ -1,7 +1,8 @@
 """The hand-off between a rank's arrays and the torch tensors its collectives post:
 DLPack, zero copy, the same memory. A rank's arrays are NumPy on gloo ranks and CuPy on
 NCCL ranks (:mod:`.nccl`); both export ``__dlpack__`` (NumPy >= 1.22 on the CPU, CuPy on
-the GPU), so one path serves both: ``torch.from_dlpack`` in, ``xp.from_dlpack`` out.
+the GPU), so one path serves both: ``torch.from_dlpack``. Nothing comes back: a collective
+writes its result into the tensor, which is the array's own memory.
 
 Only C-contiguous arrays are handed over: a collective writes its result into the
 tensor (a receive, a reduction in place), and gloo and NCCL take contiguous buffers
@@ -25,20 +26,11 @@ def array_module(a):
     return np
 
 
-def contiguous(a) -> bool:
-    return bool(a.flags.c_contiguous)
-
-
 def to_torch(a):
     """A torch tensor on ``a``'s memory (CPU for NumPy, ``a``'s GPU for CuPy)."""
     import torch
-    if not contiguous(a):
+    if not a.flags.c_contiguous:
         raise WorkbenchError(f"a strided array (shape {tuple(a.shape)}, strides "
                              f"{tuple(a.strides)}) handed to a collective: its result "
                              "would land in a copy; pass xp.ascontiguousarray(a)")
     return torch.from_dlpack(a)
-
-
-def from_torch(t, xp=np):
-    """An array of module ``xp`` (NumPy or CuPy) on tensor ``t``'s memory."""
-    return xp.from_dlpack(t)
