@@ -130,11 +130,14 @@ def _best_time(fn, repeats: int, warmup: int = 2) -> float:
     return best
 
 
-def _op_probe_source() -> tuple[str, list[str]]:
+@lru_cache(maxsize=1)
+def _op_probe_source() -> tuple[str, tuple[str, ...]]:
     """C timing each expensive elementwise op (OpDef.expensive) in a loop over float32
     inputs in (0.5, 1.5] -- every such op's domain -- written as a kernel writes it: the
     backend's prelude (its helpers, glibc's vector math where the toolchain has it)
-    and the op's own expression; and the ops, in the order of their functions."""
+    and the op's own expression; and the ops, in the order of their functions. Made
+    once a process (the probe's path is keyed by it and the probe compiles it), as the
+    probe itself is taken once (``_cached_cpu_device``)."""
     names, fns = [], []
     for name, op in sorted(all_ops().items()):
         if not op.expensive or op.arity[0] > 2:
@@ -149,7 +152,7 @@ def _op_probe_source() -> tuple[str, list[str]]:
                    f"  #pragma omp simd\n"
                    f"  for (long i = 0; i < n; ++i) y[i] = {expr};\n}}\n")
         names.append(name)
-    return RENDERERS["c"].prelude() + "".join(fns), names
+    return RENDERERS["c"].prelude() + "".join(fns), tuple(names)
 
 
 def _op_rates() -> tuple[tuple[str, float], ...]:
