@@ -394,7 +394,7 @@ def main(argv=None) -> int:
                     help="decoders exported and called with an all-ones attention_mask "
                          "passed by name, as model(**tokenizer(text)) does")
     ap.add_argument("--tag", default="",
-                    help="appended to the result file names (--tag=-passive)")
+                    help="appended to the result file names after a dash (--tag passive)")
     a = ap.parse_args(argv)
     models = a.models or list(zoo.FAMILIES if a.families else zoo.MODELS)
     blas = [blas_arg(b) for b in a.blas]
@@ -409,7 +409,7 @@ def main(argv=None) -> int:
            "blas_arrangements": a.blas, "shared": a.shared, "notes": a.note,
            "load_average_at_start": list(os.getloadavg()), "machine": None, "models": []}
     a.out.mkdir(parents=True, exist_ok=True)
-    stem = a.out / f"models-{date}{a.tag}"
+    stem = a.out / f"models-{date}{'-' + a.tag.lstrip('-') if a.tag else ''}"
     for name, exporter in ((n, e) for n in models for e in a.exporters):
         log(f"{name} ({exporter}): build, export, import, plan, compile")
         try:
