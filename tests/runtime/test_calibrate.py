@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import time
 
 import numpy as np
 import pytest
@@ -73,6 +75,24 @@ def test_a_probe_on_a_busy_machine_is_kept_apart_until_a_quiet_one(fresh_cache,
     load["busy"] = True                                    # and kept when busy again
     calibrate._cached_cpu_device.cache_clear()
     assert cpu_device() == quiet
+
+
+def test_a_machine_is_busy_as_soon_as_other_work_runs():
+    """busy() sees work that has just started, which the minute's load average does not
+    yet show: two processes spinning on the cores make it True at once."""
+    import subprocess
+    import sys
+    from workbench.runtime import calibrate
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            for _ in range(max(2, os.cpu_count() or 1))]
+    try:
+        time.sleep(0.3)
+        assert calibrate._others_running() >= 2
+        assert calibrate.busy()
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()
 
 
 def test_backends_have_devices():

@@ -208,6 +208,10 @@ class RankProgram:
         pl = d.placements
         self.env = {k: piece(np.asarray(v), pl[k], self.p, rank, k) for k, v in glob.items()}
         self.gpu = backend.name == "cupy"     # (NCCL: the pieces live on the GPU)
+        # a step's clock is read once its work is done: on the GPU a kernel launch and
+        # an NCCL wait return at once (the wait only orders the streams), so the host
+        # waits for the device before each reading (a no-op on the CPU backend)
+        self.settle = backend.synchronize
         self.steps = local_steps(d)
         self.programs = {}
         # each collective's buffers, reused step after step (its results are valid until
@@ -270,6 +274,7 @@ class RankProgram:
                                                     t0)
                         compute += f.compute_s
                         comm -= f.compute_s
+                    self.settle()
                     end = time.perf_counter() - t0
                     name, since = began.pop(n.inputs[0])
                     spans += [Span("comm", name, since, end), Span("wait", name, t - t0, end)]
@@ -292,6 +297,7 @@ class RankProgram:
             else:
                 vals.update(self.programs[s.index].run({k: vals[k] for k in s.graph.inputs},
                                                        out=self.outs[s.index]))
+                self.settle()
                 compute += time.perf_counter() - t
                 spans.append(Span("compute", s.graph.name, t - t0, time.perf_counter() - t0))
         return vals, RankTimes(rank, time.perf_counter() - t0, compute, comm, sent,

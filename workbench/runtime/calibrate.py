@@ -215,13 +215,32 @@ def _load() -> float:
         return 0.0
 
 
+def _others_running(samples: int = 5, gap: float = 0.01) -> int:
+    """Tasks other than this one running or waiting for a core right now (the median of
+    a few readings of /proc/loadavg's "running/total"; 0 where there is none)."""
+    counts = []
+    for _ in range(samples):
+        try:
+            with open("/proc/loadavg") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):
+            return 0
+        counts.append(running - 1)          # (this thread is one of them)
+        time.sleep(gap)
+    return sorted(counts)[len(counts) // 2]
+
+
 def busy() -> bool:
-    """More runnable tasks than cores over the last minute: a probe taken now reads the
-    load, not the machine. (Even the fastest of 2,000 calls of a 64-element OpenMP
-    kernel took 0.25 ms, 60x its quiet time, on 2 cores at load 12: OpenMP's second
-    thread waits for a core, and every plan made with that launch cost weighed each
-    kernel as 0.25 ms -- MobileNetV2's 53 kernels predicted 14 ms for 0.5 measured.)"""
-    return _load() > (os.cpu_count() or 1)
+    """Other work on the cores: more runnable tasks than cores over the last minute, or
+    another task running now -- the minute's average lags, and a probe taken while a
+    build had just started (load average 1.2 on 2 cores) read 17 GB/s and a 0.25 ms
+    call for 39 GB/s and 4 us quiet. A probe taken now reads the load, not the
+    machine: even the fastest of 2,000 calls of a 64-element OpenMP kernel takes 60x
+    its quiet time when OpenMP's second thread waits for a core, and every plan made
+    with that launch cost weighed each kernel as 0.25 ms (MobileNetV2's 53 kernels
+    predicted 14 ms for 0.5 measured)."""
+    cores = os.cpu_count() or 1
+    return _load() > cores or _others_running() >= max(1, cores // 2)
 
 
 def _probe_path(loaded: bool) -> Path:
