@@ -12,12 +12,17 @@ unprofiled; per kernel and per node the fastest of all its calls is kept (a 0.3 
 under load is mostly noise; the fastest is what each side can do). The profiler's node
 times sum to more than an unprofiled call: they are also shown scaled to sum to the
 fastest unprofiled call. The k-th
-convolution of the ONNX graph is the workbench's k-th convolution kernel and
-onnxruntime's k-th Conv/FusedConv node (their output shapes are checked to agree);
-onnxruntime's layout nodes (``ReorderInput``/``ReorderOutput``, NCHW <-> NCHWc) are
-listed apart. Layer kinds: ``stem`` (3x3, stride 2, 3 channels in), ``expand`` (1x1 +
-ReLU6), ``depthwise s1/s2`` (3x3 + ReLU6), ``project`` (1x1, ``+ residual`` with the
-block's input added), ``head`` (the last 1x1 to 1280 channels).
+convolution of the ONNX graph is the workbench's k-th convolution kernel; its
+onnxruntime node is the Conv/FusedConv named after the convolution's output or a value
+its BatchNormalization / activation / Add chain computes (onnxruntime names an NCHWc
+node ``<value>_nchwc``, and runs ResNet's shortcut before the block's second 3x3,
+so the k-th node is not always the k-th convolution); where the names do not tell,
+the k-th node, its output shape checked. onnxruntime's layout nodes
+(``ReorderInput``/``ReorderOutput``, NCHW <-> NCHWc) are listed apart. Layer kinds:
+``stem`` (3 channels in), ``expand`` (1x1 + ReLU6), ``depthwise s1/s2`` (3x3 + ReLU6),
+``project`` (1x1, ``+ residual`` with the block's input added), ``head`` (the last 1x1
+to 1280 channels), ``shortcut`` (a strided 1x1: ResNet's projection of a block's
+input), ``KxK sS`` (any other convolution: ResNet's basic blocks).
 Writes ``<out>/mbv2-layers-<date><tag>.json`` and ``.md``.
 """
 from __future__ import annotations
@@ -55,7 +60,7 @@ def conv_layers(path: Path) -> list[dict]:
     consumers: dict = {}
     for n in m.graph.node:
         for i in n.input:
-            consumers.setdefault(i, []).append(n.op_type)
+            consumers.setdefault(i, []).append(n)
     out = []
     for n in m.graph.node:
         if n.op_type != "Conv":
@@ -64,18 +69,52 @@ def conv_layers(path: Path) -> list[dict]:
         w = inits[n.input[1]]
         group, stride = att.get("group", 1), att.get("strides", [1, 1])[0]
         x, y = shapes.get(n.input[0]), shapes.get(n.output[0])
-        after = consumers.get(n.output[0], [])
-        if w[2] * w[3] == 1:
+        after = [c.op_type for c in consumers.get(n.output[0], [])]
+        if w[1] * group == 3:
+            kind = "stem"
+        elif w[2] * w[3] == 1 and stride > 1:
+            kind = "shortcut"
+        elif w[2] * w[3] == 1:
             # (a block's first project feeds the next expand and, later, the residual)
             kind = ("head" if w[0] >= 1280 else "expand" if "Clip" in after else
                     "project + residual" if after == ["Add"] else "project")
         elif group > 1:
             kind = f"depthwise s{stride}"
         else:
-            kind = "stem"
+            kind = f"{w[2]}x{w[3]} s{stride}"
         out.append({"kind": kind, "in": x, "out": y, "weights": w, "group": group,
-                    "stride": stride})
+                    "stride": stride, "names": value_chain(n, consumers)})
     return out
+
+
+# ops onnxruntime fuses into the convolution before them (its node then named after
+# the last one's output)
+FUSED_AFTER = ("BatchNormalization", "Relu", "Clip", "Add", "Sum", "Sigmoid", "Mul")
+
+
+def value_chain(conv, consumers: dict) -> list[str]:
+    """The convolution's own name and output, then each value computed from it by a
+    lone consumer of a kind onnxruntime fuses into it: the names its node may carry."""
+    names, v = [conv.name, conv.output[0]], conv.output[0]
+    while len(consumers.get(v, [])) == 1 and consumers[v][0].op_type in FUSED_AFTER:
+        v = consumers[v][0].output[0]
+        names.append(v)
+    return names
+
+
+def pair_nodes(layers: list[dict], ort_convs: list[dict]) -> list[dict]:
+    """onnxruntime's node for each layer: the one named after a value of the layer's
+    chain (the first of the chain that names one); where any layer finds none, the k-th
+    node for the k-th layer, their output shapes checked to agree."""
+    by_name = {n["name"].removesuffix("_nchwc"): n for n in ort_convs}
+    found = [next((by_name[v] for v in lay["names"] if v in by_name), None)
+             for lay in layers]
+    if all(found) and len({id(f) for f in found}) == len(found):
+        return found
+    for lay, node in zip(layers, ort_convs):
+        shape = node["out"][0]["float"] if node.get("out") else None
+        assert shape in (None, lay["out"]), (lay, node)
+    return ort_convs
 
 
 def ort_profiled(path: Path, folder: Path):
@@ -157,7 +196,7 @@ def main(argv=None) -> int:
     other = [fastest[k] for k in order if fastest[k]["op"] not in ("Conv", "FusedConv")]
     assert len(ort_convs) == len(layers), (len(ort_convs), len(layers))
     rows = []
-    for lay, ki, on in zip(layers, convs, ort_convs):
+    for lay, ki, on in zip(layers, convs, pair_nodes(layers, ort_convs)):
         ck = prog.compiled[ki]
         rows.append({**lay, "kernel": ck.kernel.name, "form": form_of(ck),
                      "ours_us": float(best[ki]) / 1e3, "ort_node": on["name"],
