@@ -23,6 +23,10 @@ the k-th node, its output shape checked. onnxruntime's layout nodes
 ``project`` (1x1, ``+ residual`` with the block's input added), ``head`` (the last 1x1
 to 1280 channels), ``shortcut`` (a strided 1x1: ResNet's projection of a block's
 input), ``KxK sS`` (any other convolution: ResNet's basic blocks).
+Each layer's GFLOP/s (2 x its multiply-adds per second) is also shown as a share of the
+cores' float32 peak, the CPU probe's multiply-add rate (``calibrate.measure_cpu``'s
+FMA probe, the fastest of 1000 calls at the start: its own 7 read 44 GFLOP/s at load 7
+where kernels ran at 200) -- how far a kernel is from what its multiply-adds allow.
 Writes ``<out>/mbv2-layers-<date><tag>.json`` and ``.md``.
 """
 from __future__ import annotations
@@ -83,7 +87,9 @@ def conv_layers(path: Path) -> list[dict]:
         else:
             kind = f"{w[2]}x{w[3]} s{stride}"
         out.append({"kind": kind, "in": x, "out": y, "weights": w, "group": group,
-                    "stride": stride, "names": value_chain(n, consumers)})
+                    "stride": stride, "names": value_chain(n, consumers),
+                    # (each output element: one multiply-add per weight of its filter)
+                    "macs": int(np.prod(y)) * int(np.prod(w[1:]))})
     return out
 
 
@@ -117,6 +123,20 @@ def pair_nodes(layers: list[dict], ort_convs: list[dict]) -> list[dict]:
     return ort_convs
 
 
+def fma_peak(calls: int = 1000) -> float:
+    """The cores' float32 multiply-adds per second, x 2: the CPU probe's (``calibrate``:
+    64 chains per thread of vectorized multiply-adds in cache), its fastest of
+    ``calls`` calls."""
+    import ctypes
+    from workbench.runtime import calibrate
+    fma = calibrate._build_probe().wb_probe_fma
+    fma.restype, fma.argtypes = None, [ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
+    x = np.random.default_rng(0).random(calibrate.FMA_ELEMS, dtype=np.float32)
+    t = calibrate._best_time(lambda: fma(x.ctypes.data, calibrate.FMA_ELEMS,
+                                         calibrate.FMA_REPS), calls)
+    return 2.0 * calibrate.FMA_ELEMS * calibrate.FMA_REPS / t
+
+
 def ort_profiled(path: Path, folder: Path):
     import onnxruntime as ort
     so = ort.SessionOptions()
@@ -145,6 +165,7 @@ def ort_nodes(profile: Path) -> list[dict]:
 def main(argv=None) -> int:
     a, res = one_model_run(argv, __doc__, rounds=20)
     date = res["date"]
+    res["peak_gflops"] = fma_peak() / 1e9
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         log(f"{a.model}: build, export, plan, compile")
@@ -228,6 +249,7 @@ def main(argv=None) -> int:
 
 def markdown(res: dict) -> str:
     rows = res["layers"]
+    peak = res.get("peak_gflops") or float("nan")
     lines = [f"# {res['model']} layer by layer against onnxruntime ({res['date']})", "",
              f"{machine_line(res)}. Zoo size `{res['size']}`, dynamo export, planner stitch. "
              f"{res['rounds']} rounds of {res['inner']} calls per side, alternating, 0.2 s "
@@ -238,15 +260,20 @@ def markdown(res: dict) -> str:
              "unprofiled call / the sum of the fastest node times), so that they sum to "
              "that call (its overhead beside the nodes counted as zero: a bound in "
              "onnxruntime's favour). x = onnxruntime scaled / ours (> 1: ours is "
-             "faster).", "",
-             "| # | layer | in -> out | ours: kernel, form | ours us | onnxruntime node | "
-             "theirs us (profiled) | scaled | x |", "|---|---|---|---|---|---|---|---|---|"]
+             "faster). GFLOP/s: 2 x the layer's multiply-adds per second, and its share "
+             f"of the cores' float32 peak, {peak:.0f} GFLOP/s (the CPU probe's "
+             "multiply-adds, the fastest of 1000 probe calls).", "",
+             "| # | layer | in -> out | ours: kernel, form | ours us | GFLOP/s (% peak) | "
+             "onnxruntime node | theirs us (profiled) | scaled | theirs GFLOP/s | x |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     f = res["ort_scale"]
     for i, r in enumerate(rows):
         shape = f"{'x'.join(map(str, r['in'][1:]))} -> {'x'.join(map(str, r['out'][1:]))}"
+        ours, theirs = (2 * r["macs"] / (us * 1e3) for us in (r["ours_us"], r["ort_us"] * f))
         lines.append(f"| {i} | {r['kind']} | {shape} | {r['kernel']}, {r['form']} | "
-                     f"{r['ours_us']:.1f} | {r['ort_op']} | {r['ort_us']:.0f} | "
-                     f"{r['ort_us'] * f:.1f} | {r['ort_us'] * f / max(r['ours_us'], 1e-3):.2f} |")
+                     f"{r['ours_us']:.1f} | {ours:.0f} ({100 * ours / peak:.0f}%) | "
+                     f"{r['ort_op']} | {r['ort_us']:.0f} | {r['ort_us'] * f:.1f} | "
+                     f"{theirs:.0f} | {r['ort_us'] * f / max(r['ours_us'], 1e-3):.2f} |")
     lines += ["", "## By layer kind (sums of the fastest per layer, us; theirs scaled)", "",
               "| kind | layers | ours us | theirs us | x | ours - theirs us |",
               "|---|---|---|---|---|---|"]
