@@ -12,12 +12,21 @@ unprofiled; per kernel and per node the fastest of all its calls is kept (a 0.3 
 under load is mostly noise; the fastest is what each side can do). The profiler's node
 times sum to more than an unprofiled call: they are also shown scaled to sum to the
 fastest unprofiled call. The k-th
-convolution of the ONNX graph is the workbench's k-th convolution kernel and
-onnxruntime's k-th Conv/FusedConv node (their output shapes are checked to agree);
-onnxruntime's layout nodes (``ReorderInput``/``ReorderOutput``, NCHW <-> NCHWc) are
-listed apart. Layer kinds: ``stem`` (3x3, stride 2, 3 channels in), ``expand`` (1x1 +
-ReLU6), ``depthwise s1/s2`` (3x3 + ReLU6), ``project`` (1x1, ``+ residual`` with the
-block's input added), ``head`` (the last 1x1 to 1280 channels).
+convolution of the ONNX graph is the workbench's k-th convolution kernel; its
+onnxruntime node is the Conv/FusedConv named after the convolution's output or a value
+its BatchNormalization / activation / Add chain computes (onnxruntime names an NCHWc
+node ``<value>_nchwc``, and runs ResNet's shortcut before the block's second 3x3,
+so the k-th node is not always the k-th convolution); where the names do not tell,
+the k-th node, its output shape checked. onnxruntime's layout nodes
+(``ReorderInput``/``ReorderOutput``, NCHW <-> NCHWc) are listed apart. Layer kinds:
+``stem`` (3 channels in), ``expand`` (1x1 + ReLU6), ``depthwise s1/s2`` (3x3 + ReLU6),
+``project`` (1x1, ``+ residual`` with the block's input added), ``head`` (the last 1x1
+to 1280 channels), ``shortcut`` (a strided 1x1: ResNet's projection of a block's
+input), ``KxK sS`` (any other convolution: ResNet's basic blocks).
+Each layer's GFLOP/s (2 x its multiply-adds per second) is also shown as a share of the
+cores' float32 peak, the CPU probe's multiply-add rate (``calibrate.measure_cpu``'s
+FMA probe, the fastest of 1000 calls at the start: its own 7 read 44 GFLOP/s at load 7
+where kernels ran at 200) -- how far a kernel is from what its multiply-adds allow.
 Writes ``<out>/mbv2-layers-<date><tag>.json`` and ``.md``.
 """
 from __future__ import annotations
@@ -55,7 +64,7 @@ def conv_layers(path: Path) -> list[dict]:
     consumers: dict = {}
     for n in m.graph.node:
         for i in n.input:
-            consumers.setdefault(i, []).append(n.op_type)
+            consumers.setdefault(i, []).append(n)
     out = []
     for n in m.graph.node:
         if n.op_type != "Conv":
@@ -64,18 +73,68 @@ def conv_layers(path: Path) -> list[dict]:
         w = inits[n.input[1]]
         group, stride = att.get("group", 1), att.get("strides", [1, 1])[0]
         x, y = shapes.get(n.input[0]), shapes.get(n.output[0])
-        after = consumers.get(n.output[0], [])
-        if w[2] * w[3] == 1:
+        after = [c.op_type for c in consumers.get(n.output[0], [])]
+        if w[1] * group == 3:
+            kind = "stem"
+        elif w[2] * w[3] == 1 and stride > 1:
+            kind = "shortcut"
+        elif w[2] * w[3] == 1:
             # (a block's first project feeds the next expand and, later, the residual)
             kind = ("head" if w[0] >= 1280 else "expand" if "Clip" in after else
                     "project + residual" if after == ["Add"] else "project")
         elif group > 1:
             kind = f"depthwise s{stride}"
         else:
-            kind = "stem"
+            kind = f"{w[2]}x{w[3]} s{stride}"
         out.append({"kind": kind, "in": x, "out": y, "weights": w, "group": group,
-                    "stride": stride})
+                    "stride": stride, "names": value_chain(n, consumers),
+                    # (each output element: one multiply-add per weight of its filter)
+                    "macs": int(np.prod(y)) * int(np.prod(w[1:]))})
     return out
+
+
+# ops onnxruntime fuses into the convolution before them (its node then named after
+# the last one's output)
+FUSED_AFTER = ("BatchNormalization", "Relu", "Clip", "Add", "Sum", "Sigmoid", "Mul")
+
+
+def value_chain(conv, consumers: dict) -> list[str]:
+    """The convolution's own name and output, then each value computed from it by a
+    lone consumer of a kind onnxruntime fuses into it: the names its node may carry."""
+    names, v = [conv.name, conv.output[0]], conv.output[0]
+    while len(consumers.get(v, [])) == 1 and consumers[v][0].op_type in FUSED_AFTER:
+        v = consumers[v][0].output[0]
+        names.append(v)
+    return names
+
+
+def pair_nodes(layers: list[dict], ort_convs: list[dict]) -> list[dict]:
+    """onnxruntime's node for each layer: the one named after a value of the layer's
+    chain (the first of the chain that names one); where any layer finds none, the k-th
+    node for the k-th layer, their output shapes checked to agree."""
+    by_name = {n["name"].removesuffix("_nchwc"): n for n in ort_convs}
+    found = [next((by_name[v] for v in lay["names"] if v in by_name), None)
+             for lay in layers]
+    if all(found) and len({id(f) for f in found}) == len(found):
+        return found
+    for lay, node in zip(layers, ort_convs):
+        shape = node["out"][0]["float"] if node.get("out") else None
+        assert shape in (None, lay["out"]), (lay, node)
+    return ort_convs
+
+
+def fma_peak(calls: int = 1000) -> float:
+    """The cores' float32 multiply-adds per second, x 2: the CPU probe's (``calibrate``:
+    64 chains per thread of vectorized multiply-adds in cache), its fastest of
+    ``calls`` calls."""
+    import ctypes
+    from workbench.runtime import calibrate
+    fma = calibrate._build_probe().wb_probe_fma
+    fma.restype, fma.argtypes = None, [ctypes.c_void_p, ctypes.c_long, ctypes.c_long]
+    x = np.random.default_rng(0).random(calibrate.FMA_ELEMS, dtype=np.float32)
+    t = calibrate._best_time(lambda: fma(x.ctypes.data, calibrate.FMA_ELEMS,
+                                         calibrate.FMA_REPS), calls)
+    return 2.0 * calibrate.FMA_ELEMS * calibrate.FMA_REPS / t
 
 
 def ort_profiled(path: Path, folder: Path):
@@ -106,6 +165,7 @@ def ort_nodes(profile: Path) -> list[dict]:
 def main(argv=None) -> int:
     a, res = one_model_run(argv, __doc__, rounds=20)
     date = res["date"]
+    res["peak_gflops"] = fma_peak() / 1e9
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         log(f"{a.model}: build, export, plan, compile")
@@ -157,7 +217,7 @@ def main(argv=None) -> int:
     other = [fastest[k] for k in order if fastest[k]["op"] not in ("Conv", "FusedConv")]
     assert len(ort_convs) == len(layers), (len(ort_convs), len(layers))
     rows = []
-    for lay, ki, on in zip(layers, convs, ort_convs):
+    for lay, ki, on in zip(layers, convs, pair_nodes(layers, ort_convs)):
         ck = prog.compiled[ki]
         rows.append({**lay, "kernel": ck.kernel.name, "form": form_of(ck),
                      "ours_us": float(best[ki]) / 1e3, "ort_node": on["name"],
@@ -189,6 +249,7 @@ def main(argv=None) -> int:
 
 def markdown(res: dict) -> str:
     rows = res["layers"]
+    peak = res.get("peak_gflops") or float("nan")
     lines = [f"# {res['model']} layer by layer against onnxruntime ({res['date']})", "",
              f"{machine_line(res)}. Zoo size `{res['size']}`, dynamo export, planner stitch. "
              f"{res['rounds']} rounds of {res['inner']} calls per side, alternating, 0.2 s "
@@ -199,15 +260,20 @@ def markdown(res: dict) -> str:
              "unprofiled call / the sum of the fastest node times), so that they sum to "
              "that call (its overhead beside the nodes counted as zero: a bound in "
              "onnxruntime's favour). x = onnxruntime scaled / ours (> 1: ours is "
-             "faster).", "",
-             "| # | layer | in -> out | ours: kernel, form | ours us | onnxruntime node | "
-             "theirs us (profiled) | scaled | x |", "|---|---|---|---|---|---|---|---|---|"]
+             "faster). GFLOP/s: 2 x the layer's multiply-adds per second, and its share "
+             f"of the cores' float32 peak, {peak:.0f} GFLOP/s (the CPU probe's "
+             "multiply-adds, the fastest of 1000 probe calls).", "",
+             "| # | layer | in -> out | ours: kernel, form | ours us | GFLOP/s (% peak) | "
+             "onnxruntime node | theirs us (profiled) | scaled | theirs GFLOP/s | x |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     f = res["ort_scale"]
     for i, r in enumerate(rows):
         shape = f"{'x'.join(map(str, r['in'][1:]))} -> {'x'.join(map(str, r['out'][1:]))}"
+        ours, theirs = (2 * r["macs"] / (us * 1e3) for us in (r["ours_us"], r["ort_us"] * f))
         lines.append(f"| {i} | {r['kind']} | {shape} | {r['kernel']}, {r['form']} | "
-                     f"{r['ours_us']:.1f} | {r['ort_op']} | {r['ort_us']:.0f} | "
-                     f"{r['ort_us'] * f:.1f} | {r['ort_us'] * f / max(r['ours_us'], 1e-3):.2f} |")
+                     f"{r['ours_us']:.1f} | {ours:.0f} ({100 * ours / peak:.0f}%) | "
+                     f"{r['ort_op']} | {r['ort_us']:.0f} | {r['ort_us'] * f:.1f} | "
+                     f"{theirs:.0f} | {r['ort_us'] * f / max(r['ours_us'], 1e-3):.2f} |")
     lines += ["", "## By layer kind (sums of the fastest per layer, us; theirs scaled)", "",
               "| kind | layers | ours us | theirs us | x | ours - theirs us |",
               "|---|---|---|---|---|---|"]
