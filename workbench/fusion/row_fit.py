@@ -55,8 +55,8 @@ class Passes:
     graph position; ``RowFit.final``: the pass writing the outputs) and which would be
     kept on chip, as :func:`.row_cache.row_storage`'s sweep finds them when it keeps
     every candidate -- which it does while they all fit its shared budget -- and which
-    of those stay kept once the cheap ones next to kept values are recomputed. A working record,
-    or a merge's changes to the records it joins."""
+    of those stay stored once the cheap ones next to kept values are recomputed. A
+    working record, or a merge's changes to the records it joins."""
     costly: dict[str, bool]
     need: dict[str, int]
     kept: set[str]              # kept by the sweep
@@ -98,9 +98,9 @@ class RowFit:
             return None
 
     def merged(self, a: str, b: str, gid: str, fit: Fit | None) -> None:
-        """Groups ``a`` and ``b`` became ``gid`` (a merge the analysis accepted where
-        ``fit`` did not prove it): keep ``fit``'s record for it, or without one forget
-        both, to be made afresh when asked."""
+        """Groups ``a`` and ``b`` became ``gid``: keep ``fit``'s record for it (a merge
+        :meth:`check` proved), or without one (a merge analysed, or of groups without
+        reductions) forget both, to be made afresh when asked."""
         fa, fb = self.facts.pop(a, None), self.facts.pop(b, None)
         self.facts.pop(gid, None)
         if fit is None:
