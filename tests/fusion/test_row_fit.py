@@ -99,6 +99,7 @@ def test_incremental_check_matches_the_analysis(name, device, monkeypatch):
     plain = rules_partition(g, device=device)
     Audited.n_proved = Audited.n_merged = 0
     monkeypatch.setattr("workbench.fusion.greedy.RowFit", Audited)
+    monkeypatch.setattr(row_fit, "MIN_OPS", 0)      # records kept from the first op
     audited = rules_partition(g, device=device)
     monkeypatch.setattr(row_fit.RowFit, "check", lambda self, a, b: None)
     monkeypatch.setattr("workbench.fusion.greedy.RowFit", RowFit)
@@ -109,6 +110,17 @@ def test_incremental_check_matches_the_analysis(name, device, monkeypatch):
         assert [str(d) for d in got[1]] == [str(d) for d in analysed[1]]
     if name.startswith(("layer_stack", "rms_stack")):
         assert Audited.n_proved > 20 and Audited.n_merged > 20
+    return Audited.n_proved
+
+
+def test_the_check_proves_merges_on_random_graphs(monkeypatch):
+    """The audit above is not vacuous on the random graphs: the check proves merges
+    there too (reductions with their neighbours)."""
+    proved = 0
+    for s in range(20):
+        with monkeypatch.context() as mp:
+            proved += test_incremental_check_matches_the_analysis(f"fuzz{s}", CPU, mp)
+    assert proved > 20
 
 
 @pytest.mark.slow
@@ -134,13 +146,14 @@ def test_the_shared_memory_limit_cuts_a_long_stack_where_the_analysis_does(monke
 
 # (seeds 91, 134, 275, 331 and 389 merge a value out of the stored or kept set)
 @pytest.mark.parametrize("seed", [*range(40), 91, 134, 275, 331, 389])
-def test_records_follow_random_merges(seed):
+def test_records_follow_random_merges(seed, monkeypatch):
     """Groups merged in a random order (producer into consumer and back, not only the
     rules planner's walk): every merge the check proves, the analysis accepts, and the
     merged record equals one made from scratch."""
     rng = np.random.default_rng(seed)
     g = draw_graph(seed, max_ops=24) if seed % 4 else layer_stack(3 + seed % 5)
     device = DEVICES[seed % 2]
+    monkeypatch.setattr(row_fit, "MIN_OPS", 0)
     part = Partition(g)
     fit_check = RowFit(g, part, device)
     edges = [(g.producer[i].id, n.id) for n in g.nodes for i in n.inputs

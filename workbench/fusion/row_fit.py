@@ -75,6 +75,12 @@ class Fit:
     passes: Passes              # the changes to the passes
 
 
+# Below this many ops in the merged group, analysing it afresh costs less than keeping
+# records (a transformer layer's row kernels: BERT-base's rules plan took 31 ms
+# analysed, 50 ms with records kept from the first op)
+MIN_OPS = 48
+
+
 class _Unproved(Exception):
     """The merge is left to the analysis."""
 
@@ -91,7 +97,10 @@ class RowFit:
 
     def check(self, a: str, b: str) -> Fit | None:
         """The merged record if merging groups ``a`` and ``b`` provably passes
-        :func:`.analysis.analyze`, else None (analyse it: it may be refused)."""
+        :func:`.analysis.analyze`, else None (analyse it: it may be refused, or is
+        smaller than MIN_OPS)."""
+        if len(self.part.members[a]) + len(self.part.members[b]) < MIN_OPS:
+            return None
         try:
             return self._check(a, b)
         except _Unproved:
