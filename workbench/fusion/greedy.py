@@ -29,6 +29,7 @@ from .analysis import analyze
 from .epilogue import absorb_epilogues
 from .recompute import recompute_refusal
 from .regions import region_key
+from .row_fit import RowFit
 
 
 class _FittedRegions:
@@ -75,6 +76,7 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False, *,
     part = Partition(g)
     log: list[Decision] = []
     fitted = _FittedRegions()       # the merged groups that fitted, by region_key
+    rows = RowFit(g, part, device)  # row groups' checks kept per group (row_fit.py)
     for node in g.nodes:
         if part.kind[node.id] is Kind.opaque:
             continue
@@ -98,13 +100,17 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False, *,
                                         device)
             # (a window is checked too: joined to its producer before its reduction
             # joins it, its taps would be written out -- analysis.py refuses that)
+            fit = None
             if why is None and (part.has_reduce(mine) or part.has_reduce(theirs)
                                 or node.op == "window"):
-                ns = tuple(sorted(part.members[mine] + part.members[theirs],
-                                  key=part.index.__getitem__))
+                # what the merge changes, checked incrementally where that proves it
+                # fits (a growing row kernel: linear, not quadratic); else analysed
+                fit = rows.check(mine, theirs)
+                ns = () if fit is not None else tuple(sorted(
+                    part.members[mine] + part.members[theirs], key=part.index.__getitem__))
                 # a model's repeated layers ask again for kernels of the same shape:
                 # one that fitted fits (a refusal is analysed again for its wording)
-                if not fitted.has(g, ns):
+                if fit is None and not fitted.has(g, ns):
                     try:
                         analyze(g, ns, device=device)
                         fitted.add(ns)
@@ -113,7 +119,7 @@ def rules_partition(g: Graph, reduction_ends_kernel: bool = False, *,
             if why is not None:
                 log.append(Decision("not fused", (prod.id, node.id), why))
                 continue
-            part.merge({mine, theirs})
+            rows.merged(mine, theirs, part.merge({mine, theirs}), fit)
             log.append(Decision("fused", (prod.id, node.id),
                                 f"{prod.op} into {node.op}: {i} stays on chip"))
     return part, log

@@ -22,7 +22,7 @@ from .row_tile import row_shifted, row_slots
 # (a policy: the rest of the block's shared memory stays free for occupancy).
 ROW_CACHE_BUDGET = 32 * 1024
 # An op this costly (flops per element, see OpDef.flops) is worth not recomputing.
-_EXPENSIVE_FLOPS = 4
+EXPENSIVE_FLOPS = 4
 
 
 @dataclass(frozen=True)
@@ -140,6 +140,29 @@ def row_storage(g, ns, reduces, io, per_row, dom: RowDomain, mapping: Mapping, r
             tuple(sorted(shared, key=order.__getitem__)), hybrid, steps)
 
 
+def cache_bytes_bound(dom: RowDomain, mapping: Mapping, rpb: int, threads: int,
+                      device: Device, candidates: int | None = None) -> int:
+    """The most shared memory :func:`row_storage` can give a row kernel's cache (its
+    ``cache_bytes``) when the user names no ``regional`` value, whatever its ops: a
+    result is kept only while everything kept fits ROW_CACHE_BUDGET, an input (and a
+    hybrid row's shared steps) only within :func:`input_cache_budget`, and removals
+    only lower the total; nothing where the mapping keeps no row on chip.
+
+    ``candidates``, on a CPU (which keeps no input): the bytes per element, summed, of
+    the values the sweep keeps if it keeps every candidate it meets (each mask is then
+    fixed: :class:`.row_fit.Passes`). While those all fit ROW_CACHE_BUDGET the sweep
+    does keep every candidate -- in order, each finds room -- so the cache holds at most
+    them. What lets the rules planner skip the sweep while the bound fits the device
+    (:mod:`.row_fit`)."""
+    if not mapping.info.on_chip or dom.cols == 0:
+        return 0
+    if candidates is not None and device.kind == "cpu":
+        most = dom.cols * rpb * candidates
+        if most <= ROW_CACHE_BUDGET:
+            return most
+    return max(ROW_CACHE_BUDGET, input_cache_budget(device, threads))
+
+
 def _sweep(g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, costly, slots,
            reg_budget, regional, local, no_registers, input_budget=0):
     """One backward sweep of :func:`row_storage`: (registers, shared, shared bytes,
@@ -187,7 +210,7 @@ def _sweep(g, ns, reduces, io, per_row, dom, rpb, made, element, full_inputs, co
         for o in n.outputs:
             kept = registers if o in registers else shared if o in shared else None
             if (kept is not None and o not in regional
-                    and get_op(n.op).flops < _EXPENSIVE_FLOPS
+                    and get_op(n.op).flops < EXPENSIVE_FLOPS
                     and all(i in registers or i in shared or i in per_row
                             or g.value(i).shape != dom.domain for i in n.inputs)):
                 kept.remove(o)
@@ -214,10 +237,10 @@ def input_cache_budget(device: Device, threads: int) -> int:
 
 def _costly(ns, element: set[str]) -> dict[str, bool]:
     """Whether each element value is costly to recompute: an op of OpDef.flops >=
-    _EXPENSIVE_FLOPS in what it is computed from (flows forward, linear)."""
+    EXPENSIVE_FLOPS in what it is computed from (flows forward, linear)."""
     costly: dict[str, bool] = {}
     for n in ns:
-        here = get_op(n.op).flops >= _EXPENSIVE_FLOPS or any(
+        here = get_op(n.op).flops >= EXPENSIVE_FLOPS or any(
             costly.get(i, False) for i in n.inputs if i in element)
         for o in n.outputs:
             if o in element:

@@ -95,23 +95,24 @@ def analyze_rows(g, ns, reduces, io, forced: Mapping | None, auto: bool,
     FusionRefused: its mapping ``forced``, chosen by the rule (``auto``), or the
     reduced-axes-innermost default; ``regional`` and ``local`` values a user keeps in
     shared memory or recomputes; ``launch`` the parameters set in place of the rule's."""
-    dom = _row_domain(g, reduces)
+    dom = row_domain(g, reduces)
     per_row = _per_row_values(g, ns, dom)
-    _check_row_outputs(g, io, per_row, dom)
-    if auto:
-        mapping = choose_mapping(dom.rows, dom.cols, dom.innermost, device.units)
-    else:
-        mapping = forced or (Mapping.block if dom.innermost else Mapping.thread)
-    what = f"a {mapping.value}-mapped row"
-    tunable = {Mapping.block: ("threads",), Mapping.warp: ("rows_per_block",),
-               Mapping.split: ("splits", "threads"), Mapping.thread: (),
-               Mapping.two_phase: ("splits",)}[mapping]
-    rpb = launch_param(launch, "rows_per_block", rows_per_block(mapping, dom.rows, device.units),
-                       what, tunable)
+    for o in io.outputs:
+        check_row_output(g, o, o in per_row, dom)
+    return row_schedule(g, ns, reduces, io, per_row, dom, forced, auto, regional, local,
+                        device, launch)
+
+
+def row_schedule(g, ns, reduces, io, per_row: set, dom: RowDomain, forced: Mapping | None,
+                 auto: bool, regional: set, local: set, device: Device, launch: dict
+                 ) -> Schedule:
+    """:func:`analyze_rows`'s schedule once its ops and outputs are checked (``per_row``:
+    the values constant along a row): the mapping, the launch and where the row's
+    values are kept."""
     widest = max((g.value(v).dtype.itemsize for v in io.inputs + io.outputs
                   if g.value(v).shape == dom.domain), default=4)
-    threads, vector = _row_tiling(mapping, dom, widest)
-    threads = launch_param(launch, "threads", threads, what, tunable)
+    mapping, what, tunable, rpb, threads, vector = row_launch(dom, forced, auto, device,
+                                                              launch, widest)
     registers, cached, hybrid, steps = row_storage(g, ns, reduces, io, per_row, dom, mapping,
                                                    rpb, threads, vector, device, regional,
                                                    local)
@@ -127,6 +128,27 @@ def analyze_rows(g, ns, reduces, io, forced: Mapping | None, auto: bool,
                     cache_bytes=cache_bytes, threads=threads, vector=vector,
                     row_registers=registers, hybrid=hybrid, hybrid_steps=steps,
                     gathered=dom.gathered)
+
+
+def row_launch(dom: RowDomain, forced: Mapping | None, auto: bool, device: Device,
+               launch: dict, widest: int) -> tuple[Mapping, str, tuple, int, int, int]:
+    """A row group's thread mapping (``forced``, the rule's where ``auto``, else the
+    reduced-axes-innermost default), what a refusal calls the kernel, its tunable launch
+    parameters, rows per block, threads sharing a row and elements per access
+    (``widest``: the widest element of the row-long buffers)."""
+    if auto:
+        mapping = choose_mapping(dom.rows, dom.cols, dom.innermost, device.units)
+    else:
+        mapping = forced or (Mapping.block if dom.innermost else Mapping.thread)
+    what = f"a {mapping.value}-mapped row"
+    tunable = {Mapping.block: ("threads",), Mapping.warp: ("rows_per_block",),
+               Mapping.split: ("splits", "threads"), Mapping.thread: (),
+               Mapping.two_phase: ("splits",)}[mapping]
+    rpb = launch_param(launch, "rows_per_block", rows_per_block(mapping, dom.rows, device.units),
+                       what, tunable)
+    threads, vector = _row_tiling(mapping, dom, widest)
+    threads = launch_param(launch, "threads", threads, what, tunable)
+    return mapping, what, tunable, rpb, threads, vector
 
 
 def _two_phase_splits(g, ns, reduces, io, per_row, dom: RowDomain, device: Device,
@@ -177,7 +199,7 @@ def _row_tiling(mapping: Mapping, dom: RowDomain, itemsize: int) -> tuple[int, i
     return threads, row_vector(dom.cols, itemsize)
 
 
-def _row_domain(g, reduces) -> RowDomain:
+def row_domain(g, reduces) -> RowDomain:
     """The one domain and axes every reduction of the group reduces over."""
     first = reduces[0]
     domain = g.value(first.inputs[0]).shape
@@ -200,53 +222,65 @@ def _per_row_values(g, ns, dom: RowDomain) -> set[str]:
     row shape), after checking each op may sit in a row kernel (its ``row_role``)."""
     per_row: set[str] = set()
     for n in ns:
-        op = get_op(n.op)
-        for o in n.outputs:
-            shape = g.value(o).shape
-            if op.kind is Kind.reduce:
-                per_row.add(o)
-            elif op.row_role is RowRole.per_row_view:
-                src = g.value(n.inputs[0])
-                if not (n.inputs[0] in per_row and src.numel == dom.rows
-                        and g.value(o).numel == dom.rows):
-                    raise FusionRefused(f"{n.id} ({n.op}) reshapes element data; only "
-                                        "per-row results may be reshaped inside a "
-                                        "reduction kernel")
-                per_row.add(o)
-            elif op.row_role is RowRole.never:
-                raise FusionRefused(f"{n.id} ({n.op}) moves elements and cannot join a "
-                                    "reduction kernel")
-            elif not _broadcasts_to(shape, dom.domain):
-                raise FusionRefused(f"{n.id} ({n.op}) output {list(shape)} does not broadcast "
-                                    f"to the reduction domain {list(dom.domain)}")
-            elif _is_per_row(shape, dom.domain, dom.axes):
-                per_row.add(o)
-        if op.row_role is RowRole.per_row_view:
-            continue
-        for i in n.inputs:
-            if i not in per_row or _broadcasts_to(g.value(i).shape, dom.domain):
-                continue
-            if op.kind is Kind.layout:
-                # a window over a reduction's result (a max pool then an average pool,
-                # Inception's) reads other rows' results, which no row has yet
-                raise FusionRefused(f"{n.id} ({n.op}) reads the per-row result {i} at "
-                                    "other rows' positions; the rows it reads must be "
-                                    "reduced first, by another kernel or phase")
-            raise FusionRefused(f"{n.id} ({n.op}) reads the per-row result {i} of shape "
-                                f"{list(g.value(i).shape)}, which does not broadcast to "
-                                f"{list(dom.domain)}; unsqueeze it first")
+        per_row.update(o for o, p in row_node(g, n, dom, per_row.__contains__).items() if p)
     return per_row
 
 
-def _check_row_outputs(g, io, per_row, dom: RowDomain) -> None:
-    for o in io.outputs:
+def row_node(g, n, dom: RowDomain, is_per_row) -> dict[str, bool]:
+    """Whether each output of op ``n`` is constant along a row of ``dom``, after
+    checking the op may sit in a row kernel of that domain (its ``row_role``, its
+    shapes); ``is_per_row(v)``: whether v is a per-row value made earlier in the kernel
+    (False for what the kernel reads from outside). The rules planner's incremental
+    check (:mod:`.row_fit`) asks the same per op."""
+    op = get_op(n.op)
+    out: dict[str, bool] = {}
+    for o in n.outputs:
         shape = g.value(o).shape
-        if o not in per_row and shape != dom.domain:
-            raise FusionRefused(f"output {o} of shape {list(shape)} is neither one value per "
-                                f"element nor one per row of {list(dom.domain)}")
-        if o in per_row and g.value(o).numel != dom.rows:
-            # a row kernel stores a per-row result once per row: out[row]
-            raise FusionRefused(f"output {o} of shape {list(shape)} holds "
-                                f"{g.value(o).numel} values, not one per row of the "
-                                f"{dom.rows} rows of {list(dom.domain)}; compute it in a "
-                                "kernel of its own")
+        if op.kind is Kind.reduce:
+            out[o] = True
+        elif op.row_role is RowRole.per_row_view:
+            src = g.value(n.inputs[0])
+            if not (is_per_row(n.inputs[0]) and src.numel == dom.rows
+                    and g.value(o).numel == dom.rows):
+                raise FusionRefused(f"{n.id} ({n.op}) reshapes element data; only "
+                                    "per-row results may be reshaped inside a "
+                                    "reduction kernel")
+            out[o] = True
+        elif op.row_role is RowRole.never:
+            raise FusionRefused(f"{n.id} ({n.op}) moves elements and cannot join a "
+                                "reduction kernel")
+        elif not _broadcasts_to(shape, dom.domain):
+            raise FusionRefused(f"{n.id} ({n.op}) output {list(shape)} does not broadcast "
+                                f"to the reduction domain {list(dom.domain)}")
+        else:
+            out[o] = _is_per_row(shape, dom.domain, dom.axes)
+    if op.row_role is RowRole.per_row_view:
+        return out
+    for i in n.inputs:
+        if not is_per_row(i) or _broadcasts_to(g.value(i).shape, dom.domain):
+            continue
+        if op.kind is Kind.layout:
+            # a window over a reduction's result (a max pool then an average pool,
+            # Inception's) reads other rows' results, which no row has yet
+            raise FusionRefused(f"{n.id} ({n.op}) reads the per-row result {i} at "
+                                "other rows' positions; the rows it reads must be "
+                                "reduced first, by another kernel or phase")
+        raise FusionRefused(f"{n.id} ({n.op}) reads the per-row result {i} of shape "
+                            f"{list(g.value(i).shape)}, which does not broadcast to "
+                            f"{list(dom.domain)}; unsqueeze it first")
+    return out
+
+
+def check_row_output(g, o: str, per_row: bool, dom: RowDomain) -> None:
+    """Refuse a row kernel's output ``o`` (``per_row``: constant along a row) that is
+    neither one value per element of ``dom`` nor one per row."""
+    shape = g.value(o).shape
+    if not per_row and shape != dom.domain:
+        raise FusionRefused(f"output {o} of shape {list(shape)} is neither one value per "
+                            f"element nor one per row of {list(dom.domain)}")
+    if per_row and g.value(o).numel != dom.rows:
+        # a row kernel stores a per-row result once per row: out[row]
+        raise FusionRefused(f"output {o} of shape {list(shape)} holds "
+                            f"{g.value(o).numel} values, not one per row of the "
+                            f"{dom.rows} rows of {list(dom.domain)}; compute it in a "
+                            "kernel of its own")

@@ -228,11 +228,11 @@ def group_io(g: Graph, nodes: tuple[str, ...]) -> GroupIO:
     members = set(nodes)
     made = [o for nid in nodes for o in g.node(nid).outputs]
     made_set = set(made)
-    inputs = []
+    inputs = {}       # (a dict: in order, and a long group's membership test stays O(1))
     for nid in nodes:
         for i in g.node(nid).inputs:
-            if i not in made_set and i not in inputs:
-                inputs.append(i)
+            if i not in made_set:
+                inputs.setdefault(i)
     graph_outs = set(g.outputs)
     outputs = tuple(o for o in made if o in graph_outs
                     or any(c.id not in members for c in g.consumers[o]))
