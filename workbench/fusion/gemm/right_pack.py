@@ -16,18 +16,18 @@ table).
 Where one row tile reads B (a 128-token product) the pack is a copy sgemm makes
 anyway, so it pays only where the micro-kernel beats sgemm's own packing and product
 (``RightPack.one_row_tile``): one weight matrix (a training step's ``x @ W^T`` and
-``dy @ W``), where the product has 8 column tiles or more (``one_tile_min_col_tiles``)
-and a tile's panels of B stay in a core's L2 (``max_tile_b_bytes``). In the BERT
-layer's step: the FFN's up-projection ``x @ W1^T`` with its GELU epilogue 1.03-1.06x
-faster packed, ``dy @ W2`` (the same shape untransposed) 1.01-1.06x; the 128 x 768 x
-768 projections (4 column tiles) 0.93-1.03x, a wash; 128 x 768 x 3072 (tiles of 3072
-x 192 floats, 2.4 MB) slower, 3.77 against 3.62 ms alone. A transposed B's pack
-(``wb_pack_panel``) is made by 8 x 8 blocks transposed in registers: it gathered one
-element at a time, 64 columns' cache lines per panel row (128 x 768 x 768 took 1.22
-ms packed so against 1.04 by blocks). Not for whole-row tiles (an epilogue reducing
-rows: each tile reads all of B), nor where B is a constant (packed once for good
-already: ``PACK_ONCE``), nor where the micro-kernel does not run (``tiles.packs``
-returns "").
+``dy @ W``), where the product has 4 column tiles or more (``one_tile_min_col_tiles``)
+and a tile's panels of B are at most 3 MB (``max_tile_b_bytes``). Each such tile packs
+its own panels (:func:`packs_b_in_tile`), a block of ``KC`` rows of k just before the
+micro-kernel multiplies it (``wb_gemm_packing_b``), so the block is in the core's L2
+when the tile's slivers read it; packed before the tiles, a tile's 2.4 MB of panels
+(128 x 768 x 3072) came back from L3 or memory, and that product ran slower than
+sgemm (3.77 against 3.62 ms). A transposed B's pack (``wb_pack_block``) is made by 8
+x 8 blocks transposed in registers, an untransposed one row by row across the tile's
+panels. Not for whole-row tiles (an epilogue reducing rows: each tile reads all of B),
+nor where B is a constant (packed once for good already: ``PACK_ONCE``), nor where the
+micro-kernel does not run (``tiles.packs`` returns ""). Measurements:
+docs/decisions/right-pack.md.
 
     >>> RIGHT_PACK.min_row_tiles
     4
@@ -47,9 +47,10 @@ class RightPack:
     matrix; with fewer, sgemm's own packing per tile costs about what the pack costs
     (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s) --
     except, with ``one_row_tile``, one weight matrix in ``one_tile_min_col_tiles``
-    column tiles or more whose panels per tile (``k x tile_n`` floats) fit
-    ``max_tile_b_bytes`` (a Zen 4 core's 1 MB L2): with 4 column tiles the pack's loop
-    and barrier, and A's, weigh more beside a product a quarter the size.
+    column tiles or more (two per core) whose panels per tile (``k x tile_n`` floats)
+    are at most ``max_tile_b_bytes`` (3 MB, the largest measured: 128 x 768 x 3072's
+    tiles of 3072 x 192; with ``in_tile`` each tile packs its own a block of k at a
+    time, so L2 holds a block, not the tile's panels).
     ``max_floats``: the pack is a workspace of the run, read by the tiles from memory,
     not cache, so its size is memory: at most 4M floats (16 MB, bert_chain's 1024 x
     4096 W1, whose pack made its call 1.09x faster); a larger B (an LM head's 32000 x
@@ -57,9 +58,10 @@ class RightPack:
     time."""
     min_row_tiles: int = 4
     one_row_tile: bool = True
-    max_tile_b_bytes: int = 1 << 20
-    one_tile_min_col_tiles: int = 8
+    max_tile_b_bytes: int = 3 << 20
+    one_tile_min_col_tiles: int = 4
     max_floats: int = 1 << 22
+    in_tile: bool = True
 
 
 RIGHT_PACK = RightPack()
@@ -69,6 +71,20 @@ def b_pack_words(t: GemmShape) -> int:
     """Floats of B packed by every run: each distinct matrix's ``k`` rows of panels."""
     items = 1 if t.b.view.one_matrix else t.b.view.distinct.batch_size
     return items * -(-t.n // PANEL) * PANEL * t.k
+
+
+def packs_b_in_tile(t: GemmShape) -> bool:
+    """Whether each tile of a GEMM whose activation B is packed by the run packs its own
+    panels, just before its product, instead of a parallel loop packing them all before
+    the tiles: where one tile reads each panel (one row tile, one batch item, one B
+    matrix). The panels are then in the core's L2 when the tile reads them, and the
+    kernel has one parallel loop and barrier fewer. One core, 128-row products of
+    BERT-base's shapes from a cold weight, CPU time: the pack before the tiles 6.84 /
+    7.25 ms (128 x 3072 x 768, ``W^T`` / ``W``), 6.70 / 7.56 (128 x 768 x 3072), 1.66 /
+    1.92 (128 x 768 x 768); the tile's own 6.62 / 6.11, 6.25 / 6.49, 1.58 / 1.52;
+    sgemm per tile 7.36 / 6.56, 7.09 / 6.66, 1.88 / 1.62."""
+    return (RIGHT_PACK.in_tile and t.packed_b == PACK_PER_RUN and t.tiles == t.col_tiles
+            and t.b.view.one_matrix)
 
 
 def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
