@@ -196,12 +196,14 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
     ns = [np.zeros(len(p.compiled), dtype=np.int64) for p in progs]
     per = [np.full(len(p.compiled), np.inf) for p in progs]
     calls: list[list[float]] = [[], []]
+    cpu: list[list[float]] = [[], []]     # (the process's CPU time per call)
     for r in range(rounds):
         for i in ((0, 1) if r % 2 == 0 else (1, 0)):
             time.sleep(0.2)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             progs[i].execute(feeds, out=outs[i], kernel_ns=ns[i])
             calls[i].append(time.perf_counter() - t0)
+            cpu[i].append(time.process_time() - c0)
             per[i] = np.minimum(per[i], ns[i] * 1e-6)
     names = [ck.kernel.name for ck in progs[0].compiled]
     moved = [i for i, n in enumerate(names) if n.split("_")[0] in changed]
@@ -211,13 +213,17 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
             "shared_ms": [float(per[j][kept].sum()) for j in (0, 1)],
             "call_fastest_ms": [min(c) * 1e3 for c in calls],
             "call_median_ms": [float(np.median(c)) * 1e3 for c in calls],
+            "call_cpu_fastest_ms": [min(c) * 1e3 for c in cpu],
+            "call_cpu_median_ms": [float(np.median(c)) * 1e3 for c in cpu],
             "rounds": rounds, "baseline": baseline}
 
 
 def markdown(res: dict) -> str:
     names = list(res["rows"][0]["ms"]) if res["rows"] else ["workbench", "torch.matmul"]
     lines = [f"# The BERT layer's training GEMMs one by one ({res['date']})", "",
-             machine_line(res) + ".", "",
+             machine_line(res) + "." + (f" `OMP_NUM_THREADS={res['omp_threads']}`: the "
+                                        "kernels' threads." if res.get("omp_threads")
+                                        else ""), "",
              "Each GEMM of the BERT-base layer's fwd+bwd (1 x 128 tokens) alone, operands "
              "graph inputs; ms of the fastest block's median, alternating, a pause before "
              "each block (" + f"{res['rounds']} rounds of {res['inner']}); GFLOP/s in "
@@ -289,6 +295,10 @@ def markdown(res: dict) -> str:
         (a, b), (c, d) = st["call_fastest_ms"], st["call_median_ms"]
         lines.append(f"| the call, fastest (median) | {a:.2f} ({c:.2f}) | {b:.2f} ({d:.2f}) "
                      f"| {b / a:.2f} |")
+        if "call_cpu_fastest_ms" in st:
+            (a, b), (c, d) = st["call_cpu_fastest_ms"], st["call_cpu_median_ms"]
+            lines.append(f"| the call's CPU time, fastest (median) | {a:.2f} ({c:.2f}) | "
+                         f"{b:.2f} ({d:.2f}) | {b / a:.3f} |")
     if res["rows"]:
         lines += ["", "Largest error against NumPy (float64), relative to the largest "
                   f"element: {max(r['rel_error'] for r in res['rows']):.1e}."]
@@ -310,7 +320,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     import os
     res = {"date": dt.date.today().isoformat(), "rounds": a.rounds, "inner": a.inner,
-           "load_average_at_start": list(os.getloadavg())}
+           "load_average_at_start": list(os.getloadavg()),
+           # (OMP_NUM_THREADS=1: the kernels on one thread, so that the CPU time is one
+           # core's work, which other jobs on a loaded host disturb least)
+           "omp_threads": os.environ.get("OMP_NUM_THREADS", "")}
     res["rows"] = measure(a.rounds, a.inner, a.baseline) if a.rounds else []
     if a.step_rounds:
         res["step"] = in_step(a.step_rounds, a.baseline)
