@@ -75,14 +75,16 @@ def b_pack_words(t: GemmShape) -> int:
 
 def packs_b_in_tile(t: GemmShape) -> bool:
     """Whether each tile of a GEMM whose activation B is packed by the run packs its own
-    panels, just before its product, instead of a parallel loop packing them all before
-    the tiles: where one tile reads each panel (one row tile, one batch item, one B
-    matrix). The panels are then in the core's L2 when the tile reads them, and the
-    kernel has one parallel loop and barrier fewer. One core, 128-row products of
-    BERT-base's shapes from a cold weight, CPU time: the pack before the tiles 6.84 /
-    7.25 ms (128 x 3072 x 768, ``W^T`` / ``W``), 6.70 / 7.56 (128 x 768 x 3072), 1.66 /
-    1.92 (128 x 768 x 768); the tile's own 6.62 / 6.11, 6.25 / 6.49, 1.58 / 1.52;
-    sgemm per tile 7.36 / 6.56, 7.09 / 6.66, 1.88 / 1.62."""
+    panels inside its product (``wb_gemm_packing_b``: all at once where they fit a
+    core's L2, else a block of k rows as the micro-kernel reaches it), instead of a
+    parallel loop packing them all before the tiles: where one tile reads each panel
+    (one row tile, one batch item, one B matrix). The panels are then read back from
+    L2, not L3 or memory, and the kernel has one parallel loop and barrier fewer. One
+    thread, CPU time, each product alone (``training_gemms.py --baseline tile-pack``
+    under ``OMP_NUM_THREADS=1``, load 9): 128 x 3072 x 768 ``W^T`` 6.54 against 6.74 ms
+    packed before the tiles, ``W`` 6.39 against 6.20; and with the rule's wider reach
+    against sgemm per tile: 128 x 768 x 3072 ``W^T`` 6.60 against 7.23, ``W`` 6.27
+    against 6.57; 128 x 768 x 768 1.57 against 1.80, 1.50 against 1.58."""
     return (RIGHT_PACK.in_tile and t.packed_b == PACK_PER_RUN and t.tiles == t.col_tiles
             and t.b.view.one_matrix)
 
