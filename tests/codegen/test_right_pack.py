@@ -135,10 +135,12 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     dict(m=7, k=37, n=1795),             # ... W untransposed
     dict(m=130, k=64, n=2061, tb=True, epilogue=True),  # ... two row tiles, 9 column tiles
     dict(m=600, k=300, n=70, epilogue=True),           # k in two blocks, an epilogue after
-    # one row tile, each tile packing its panels a block of k at a time: k in two
-    # blocks (256 + 44: 8 x 8 blocks, then 4 rows element by element), partial panels
+    # one row tile, each tile packing its own panels: all at once (k = 300: 8 x 8
+    # blocks, then 4 rows element by element), or past 1 MB a block of 256 rows of k
+    # at a time (k = 1100: the last block 72 rows in 8 x 8 blocks and 4), partial panels
     dict(m=100, k=300, n=1000, tb=True),
-    dict(m=100, k=300, n=1000, epilogue=True),
+    dict(m=100, k=1100, n=1000, tb=True),
+    dict(m=100, k=1100, n=1000, epilogue=True),
 ])
 def test_results_match_numpy_on_fresh_inputs(case):
     g = _product(**case)
