@@ -70,9 +70,9 @@ def _graph(batch, m, n, k, ta, tb):
 
 def _before_tile_pack(rule):
     """The right-pack rule before one-row-tile products' tiles packed their own panels
-    (``--baseline tile-pack``): one row tile packed only with 8 column tiles or more
-    whose panels fit 1 MB, before the tiles."""
-    return replace(rule, in_tile=False, max_tile_b_bytes=1 << 20, one_tile_min_col_tiles=8)
+    (``--baseline tile-pack``): those panels packed by a parallel loop before the
+    tiles."""
+    return replace(rule, in_tile=False)
 
 
 def _workbench(g, feeds, blas=None, rule=None):
@@ -276,9 +276,8 @@ def markdown(res: dict) -> str:
         than = ("the rule without `RightPack.one_row_tile` (the 128-row products on "
                 "sgemm per tile)" if st.get("baseline") in ("row-tiles", "untransposed") else
                 "the rule before a one-row-tile product's tiles packed their own panels "
-                "(`RightPack(in_tile=False, max_tile_b_bytes=1 MB, one_tile_min_col_tiles="
-                "8)`: 128 x 768 x 768 and 128 x 768 x 3072 on sgemm per tile, 128 x 3072 "
-                "x 768 packed before the tiles)" if st.get("baseline") == "tile-pack" else
+                "(`RightPack(in_tile=False)`: packed by a loop before the tiles)"
+                if st.get("baseline") == "tile-pack" else
                 "the same plan with `blas=1` on the kernels it packs B for")
         lines += ["", f"## In the step ({st['rounds']} rounds, each kernel's fastest)", "",
                   f"The BERT layer's fwd+bwd `stitch` program, the rule against {than}:", "",

@@ -1,6 +1,6 @@
 """An activation B packed into the micro-kernel's panels once per run where many row
 tiles read it (fusion/gemm/right_pack.py: a training step's weight gradients, dy^T @
-x), or with one row tile by each tile as its product goes: which kernels do, their results against NumPy on fresh random inputs (checked
+x), or with one row tile by each tile before its product: which kernels do, their results against NumPy on fresh random inputs (checked
 runs: outputs poisoned first), and the pack counted alike by the cost model's features
 and the kernel IR."""
 from dataclasses import replace
@@ -53,9 +53,8 @@ def _packed(g, device=WIDE):
     (520, 24, 70, dict(batch=(2,)), PACK_PER_RUN),     # a B per batch item, 5 row tiles each
     (128, 768, 3072, dict(tb=True), PACK_PER_RUN),     # one row tile, W^T: 8 x 8 blocks
     (128, 768, 3072, {}, PACK_PER_RUN),                # ... W untransposed (dy @ W)
-    (128, 768, 768, dict(tb=True), PACK_PER_RUN),      # ... 4 column tiles
-    (128, 3072, 768, dict(tb=True), PACK_PER_RUN),     # ... a tile's W^T 2.4 MB (past L2)
-    (128, 768, 256, dict(tb=True), ""),                # ... 2 column tiles: sgemm
+    (128, 768, 768, dict(tb=True), ""),                # ... 4 column tiles: sgemm
+    (128, 3072, 768, dict(tb=True), ""),               # ... a tile's W^T past L2: sgemm
     (384, 64, 256, {}, ""),                            # three row tiles: too few
     (768, 128, 768, dict(const_b=True), PACK_ONCE),    # a constant: packed once for good
 ])
@@ -135,12 +134,10 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     dict(m=7, k=37, n=1795),             # ... W untransposed
     dict(m=130, k=64, n=2061, tb=True, epilogue=True),  # ... two row tiles, 9 column tiles
     dict(m=600, k=300, n=70, epilogue=True),           # k in two blocks, an epilogue after
-    # one row tile, each tile packing its own panels: all at once (k = 300: 8 x 8
-    # blocks, then 4 rows element by element), or past 1 MB a block of 256 rows of k
-    # at a time (k = 1100: the last block 72 rows in 8 x 8 blocks and 4), partial panels
-    dict(m=100, k=300, n=1000, tb=True),
-    dict(m=100, k=1100, n=1000, tb=True),
-    dict(m=100, k=1100, n=1000, epilogue=True),
+    # one row tile, each tile packing its own panels: k = 300 (8 x 8 blocks, then 4
+    # rows element by element), 8 column tiles, the last in a partial panel
+    dict(m=100, k=300, n=2000, tb=True),
+    dict(m=100, k=300, n=2000, epilogue=True),
 ])
 def test_results_match_numpy_on_fresh_inputs(case):
     g = _product(**case)
@@ -152,7 +149,7 @@ def test_results_match_numpy_on_fresh_inputs(case):
     assert gr.schedule.gemm.packed_b == PACK_PER_RUN
     prog = s.program()
     # (the prelude defines and calls them too: the kernel's own loop packs B, or with
-    # one row tile each tile its own panels, as its product reaches them)
+    # one row tile each tile its own panels)
     src = prog.compiled[0].source
     in_tile = right_pack.packs_b_in_tile(gr.schedule.gemm)
     assert in_tile == (case["m"] <= 128)

@@ -157,7 +157,7 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
            + (", A packed once" if s.a_packed else "")
            + (f", the tile's panels packed from {_ref(s.packs_b.b, str(s.packs_b.b_off))} "
               f"[{s.packs_b.k} x {s.packs_b.n}, strides {s.packs_b.row_stride}/"
-              f"{s.packs_b.col_stride}] a block of k at a time" if s.packs_b else "")
+              f"{s.packs_b.col_stride}] first" if s.packs_b else "")
            if s.packed
            else f"ld {s.lda}/{s.ldb}, block tile {_block(s.block)}" if s.block
            else f"ld {s.lda}/{s.ldb}/{s.ldc}")

@@ -26,11 +26,6 @@
 #define WB_PANEL @PANEL@
 #define WB_KC @KC@
 #define WB_PACKING 1
-/* bytes of a tile's panels of B its product packs all at once before multiplying
-   (wb_gemm_packing_b; more, a block of k at a time): a Zen 4 core's L2. One core, CPU
-   time, 128 x 3072 x 768 with W^T: 6.74 ms packed whole, 6.96 by blocks of k; 128 x
-   768 x 3072 (2.4 MB of panels per tile), two cores: by blocks 3.57 against 3.81 */
-#define WB_TILE_PACK_WHOLE (1 << 20)
 #define WB_PACKED 2
 typedef float wb_vf __attribute__((vector_size(WB_VW * 4)));
 typedef unsigned int wb_vu __attribute__((vector_size(WB_VW * 4)));
@@ -369,20 +364,13 @@ WB_FN void wb_pack_a_sliver(const float* a, long long m, long long k, long long 
    once (wb_pack_a_once: apk the tile's slivers) */
 WB_FN void wb_gemm_core(long long m, long long n, long long k, const float* a, long long ars,
                         long long acs, const float* apk, const float* bp, long long kp,
-                        float* c, long long ldc, int add, const void* bsrc, int bkind,
-                        long long bn, long long brs, long long bcs, long long p0) {
+                        float* c, long long ldc, int add) {
   float ap[WB_MR * WB_KC] __attribute__((aligned(64)));
   if (k == 0 && !add)   /* an empty sum: zeros, as sgemm with beta = 0 writes */
     for (long long i = 0; i < m; i++)
       for (long long j = 0; j < n; j++) c[i * ldc + j] = 0.0f;
   for (long long k0 = 0; k0 < k; k0 += WB_KC) {
     long long kc = k - k0 < WB_KC ? k - k0 : WB_KC;
-    /* B's panels of the tile, packed by it: all at once where they fit a core's L2
-       (WB_TILE_PACK_WHOLE), else each block of k rows as it is reached */
-    int whole = bsrc && 4 * kp * ((n + WB_PANEL - 1) / WB_PANEL * WB_PANEL) <= WB_TILE_PACK_WHOLE;
-    if (bsrc && (k0 == 0 || !whole))
-      wb_pack_block(bsrc, bkind, kp, bn, brs, bcs, (float*)bp - p0 * kp * WB_PANEL, p0,
-                    p0 + (n + WB_PANEL - 1) / WB_PANEL, k0, whole ? kp : k0 + kc);
     for (long long i0 = 0; i0 < m; i0 += WB_MR) {
       int mr = m - i0 < WB_MR ? (int)(m - i0) : WB_MR;
       const float* sl = ap;
@@ -400,26 +388,28 @@ WB_FN void wb_gemm_core(long long m, long long n, long long k, const float* a, l
 WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const float* a,
                                long long ars, long long acs, const float* bp, long long kp,
                                float* c, long long ldc, int add) {
-  wb_gemm_core(m, n, k, a, ars, acs, 0, bp, kp, c, ldc, add, 0, 0, 0, 0, 0, 0);
+  wb_gemm_core(m, n, k, a, ars, acs, 0, bp, kp, c, ldc, add);
 }
 
 /* c (m x n) = the tile's A packed once (apk, wb_pack_a_once) @ the packed panels bp */
 WB_FN void wb_gemm_packed_a(long long m, long long n, long long k, const float* apk,
                             const float* bp, float* c, long long ldc) {
-  wb_gemm_core(m, n, k, 0, 0, 0, apk, bp, k, c, ldc, 0, 0, 0, 0, 0, 0, 0);
+  wb_gemm_core(m, n, k, 0, 0, 0, apk, bp, k, c, ldc, 0);
 }
 
 /* c (m x n) = a (element (i, r) at a[i * ars + r * acs]), or where apk is given the
    tile's A packed once (wb_gemm_packed_a), @ columns p0 * WB_PANEL on of B (k x bn,
    element (r, c) at b[r * rs + c * cs], packed as kind: not pairs), whose panels the
-   tile alone reads: each block of WB_KC rows of the tile's panels (from bp, panel p0
-   of the pack) is packed just before the micro-kernel multiplies it, so that it is
-   in the core's L2 then (fusion/gemm/right_pack.py, packs_b_in_tile) */
+   tile alone reads: they are packed into bp (panel p0 of the pack) just before the
+   tile multiplies them, so that they are in the core's L2 then (fusion/gemm/
+   right_pack.py, packs_b_in_tile) */
 WB_FN void wb_gemm_packing_b(long long m, long long n, long long k, const float* a,
                              long long ars, long long acs, const float* apk, const void* b,
                              int kind, long long bn, long long rs, long long cs, float* bp,
                              long long p0, float* c, long long ldc) {
-  wb_gemm_core(m, n, k, a, ars, acs, apk, bp, k, c, ldc, 0, b, kind, bn, rs, cs, p0);
+  wb_pack_block(b, kind, k, bn, rs, cs, bp - p0 * k * WB_PANEL, p0,
+                p0 + (n + WB_PANEL - 1) / WB_PANEL, 0, k);
+  wb_gemm_core(m, n, k, a, ars, acs, apk, bp, k, c, ldc, 0);
 }
 
 /* c (m x n, row-major, ldc) = a (m x k bfloat16, element (i, r) at a[i * ars + r * acs])

@@ -165,8 +165,8 @@ class GemmLowerer(TileLowerer):
                           b.col_stride, node, pairs=pairs))
             return (), (packed, f"c0 * {kw}", PANEL, False), pack
         if t.packed_b == PACK_PER_RUN and not pairs and packs_b_in_tile(t):
-            # B's panels packed by the one tile that reads them, a block of k rows as
-            # its product reaches it (sized as the pack before the tiles)
+            # B's panels packed by the one tile that reads them, just before its
+            # product (sized as the pack before the tiles)
             packed = self.workspace("pack", DType.float32, pack_words(b, K, N), packed=True)
             own = PackB(self.buffers[t.b.value], packed, b.offset, K, N, b.row_stride,
                         b.col_stride, node, panel=f"c0 / {PANEL}")
