@@ -14,13 +14,14 @@ than the wall clock: the pools wait passively, so it is the work done.
 Then, in the step itself (``--step-rounds``): the BERT layer's whole ``stitch``
 program as the rule makes it against the same plan with ``blas=1`` on the kernels
 the rule packs B for (``--baseline row-tiles``: against the rule without
-``RightPack.one_row_tile``, the 128-row products on sgemm per tile), one call each
+``RightPack.one_row_tile``, the 128-row products on sgemm per tile; ``tile-pack``: against the rule before
+each one-row-tile product's tiles packed their own panels), one call each
 per round (which goes first alternating), a pause before each, each kernel's fastest
 time inside the call (``kernel_ns``); the kernels the two programs share are the
 control (their sums should agree).
 
     python benchmarks/training_gemms.py [--rounds 8 --inner 3 --step-rounds 16]
-                                        [--baseline sgemm|row-tiles]
+                                        [--baseline sgemm|row-tiles|tile-pack]
 """
 from __future__ import annotations
 
@@ -67,14 +68,29 @@ def _graph(batch, m, n, k, ta, tb):
     return b.build()
 
 
-def _workbench(g, feeds, blas=None):
+def _before_tile_pack(rule):
+    """The right-pack rule before one-row-tile products' tiles packed their own panels
+    (``--baseline tile-pack``): those panels packed by a parallel loop before the
+    tiles."""
+    return replace(rule, in_tile=False)
+
+
+def _workbench(g, feeds, blas=None, rule=None):
+    """(a call, the program, its schedule) of ``g``'s one GEMM kernel; ``rule``: a
+    RightPack to plan and lower it under instead of the rule now."""
     import workbench as wb
-    s = wb.Session(g, backend="cpu")
-    s.auto("stitch")
-    (gr,) = s.plan.groups
-    if blas is not None:
-        s.set_launch(gr.id, blas=blas)
-    prog = s.program()
+    from workbench.fusion.gemm import right_pack
+    now = right_pack.RIGHT_PACK
+    right_pack.RIGHT_PACK = rule or now
+    try:
+        s = wb.Session(g, backend="cpu")
+        s.auto("stitch")
+        (gr,) = s.plan.groups
+        if blas is not None:
+            s.set_launch(gr.id, blas=blas)
+        prog = s.program()
+    finally:
+        right_pack.RIGHT_PACK = now
     out = prog.new_outputs()
     return (lambda: prog.execute(feeds, out=out)), prog, s.plan.groups[0].schedule.describe()
 
@@ -88,8 +104,9 @@ def _cpu_timed(fn, into: list):
     return timed
 
 
-def measure(rounds: int, inner: int) -> list[dict]:
+def measure(rounds: int, inner: int, baseline: str = "sgemm") -> list[dict]:
     import torch
+    from workbench.fusion.gemm import right_pack
     rows = []
     for what, batch, m, n, k, ta, tb, times in SHAPES:
         g = _graph(batch, m, n, k, ta, tb)
@@ -109,7 +126,11 @@ def measure(rounds: int, inner: int) -> list[dict]:
         ta_t, tb_t = torch.from_numpy(feeds["a"]), torch.from_numpy(feeds["b"])
         at, bt = (ta_t.transpose(-1, -2) if ta else ta_t), (tb_t.transpose(-1, -2) if tb else tb_t)
         pa, pb = torch.from_numpy(pfeeds["a"]), torch.from_numpy(pfeeds["b"])
-        methods = {"workbench": ours, "workbench sgemm per tile": sgemm,
+        before = {}
+        if baseline == "tile-pack":
+            before = {"workbench before": _workbench(
+                g, feeds, rule=_before_tile_pack(right_pack.RIGHT_PACK))[0]}
+        methods = {"workbench": ours, **before, "workbench sgemm per tile": sgemm,
                    "torch.matmul": lambda: torch.matmul(at, bt),
                    "workbench untransposed": ours_plain,
                    "torch.matmul untransposed": lambda: torch.matmul(pa, pb)}
@@ -145,17 +166,21 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
     g = wb.from_torch(model, (x, t), training=True)
     rule = wb.Session(g, backend="cpu")
     rule.auto("stitch")
-    if baseline == "row-tiles":
+    if baseline in ("row-tiles", "tile-pack"):
         now = right_pack.RIGHT_PACK
-        right_pack.RIGHT_PACK = replace(now, one_row_tile=False)
+        right_pack.RIGHT_PACK = (
+            replace(now, one_row_tile=False) if baseline == "row-tiles" else
+            _before_tile_pack(now))
         try:
             old = wb.Session(g, backend="cpu")
             old.auto("stitch")
+            old_prog = old.program()   # (lowered under the baseline's rule)
+            before = {gr.id: old.source(gr.id, target="c") for gr in old.plan.groups
+                      if gr.schedule is not None}
         finally:
             right_pack.RIGHT_PACK = now
-        before = {gr.id: gr.schedule.describe() for gr in old.plan.groups}
-        changed = [gr.id for gr in rule.plan.groups
-                   if before.get(gr.id) != gr.schedule.describe()]
+        changed = [gr.id for gr in rule.plan.groups if gr.schedule is not None
+                   and before.get(gr.id) != rule.source(gr.id, target="c")]
     else:
         old = wb.Session(g, backend="cpu")
         old.auto("stitch")
@@ -163,19 +188,22 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
                    and gr.schedule.gemm is not None and gr.schedule.gemm.packed_b]
         for c in changed:
             old.set_launch(c, blas=1)
+        old_prog = None
     feeds = {"x": x.numpy(), "target": t.numpy(),
              **{k: p.detach().numpy().copy() for k, p in model.named_parameters()}}
-    progs = [rule.program(), old.program()]
+    progs = [rule.program(), old_prog if baseline in ("row-tiles", "tile-pack") else old.program()]
     outs = [p.new_outputs() for p in progs]
     ns = [np.zeros(len(p.compiled), dtype=np.int64) for p in progs]
     per = [np.full(len(p.compiled), np.inf) for p in progs]
     calls: list[list[float]] = [[], []]
+    cpu: list[list[float]] = [[], []]     # (the process's CPU time per call)
     for r in range(rounds):
         for i in ((0, 1) if r % 2 == 0 else (1, 0)):
             time.sleep(0.2)
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             progs[i].execute(feeds, out=outs[i], kernel_ns=ns[i])
             calls[i].append(time.perf_counter() - t0)
+            cpu[i].append(time.process_time() - c0)
             per[i] = np.minimum(per[i], ns[i] * 1e-6)
     names = [ck.kernel.name for ck in progs[0].compiled]
     moved = [i for i, n in enumerate(names) if n.split("_")[0] in changed]
@@ -185,19 +213,26 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
             "shared_ms": [float(per[j][kept].sum()) for j in (0, 1)],
             "call_fastest_ms": [min(c) * 1e3 for c in calls],
             "call_median_ms": [float(np.median(c)) * 1e3 for c in calls],
+            "call_cpu_fastest_ms": [min(c) * 1e3 for c in cpu],
+            "call_cpu_median_ms": [float(np.median(c)) * 1e3 for c in cpu],
             "rounds": rounds, "baseline": baseline}
 
 
 def markdown(res: dict) -> str:
     names = list(res["rows"][0]["ms"]) if res["rows"] else ["workbench", "torch.matmul"]
     lines = [f"# The BERT layer's training GEMMs one by one ({res['date']})", "",
-             machine_line(res) + ".", "",
+             machine_line(res) + "." + (f" `OMP_NUM_THREADS={res['omp_threads']}`: the "
+                                        "kernels' threads." if res.get("omp_threads")
+                                        else ""), "",
              "Each GEMM of the BERT-base layer's fwd+bwd (1 x 128 tokens) alone, operands "
              "graph inputs; ms of the fastest block's median, alternating, a pause before "
              "each block (" + f"{res['rounds']} rounds of {res['inner']}); GFLOP/s in "
              "brackets. `workbench` is the rule now; `sgemm per tile` the same kernel "
-             "with `blas=1` (the form before `fusion/gemm/right_pack.py`). x = torch."
-             "matmul's / the workbench's.", "",
+             "with `blas=1` (the form before `fusion/gemm/right_pack.py`)"
+             + ("; `workbench before` the kernel under the rule before one-row-tile "
+                "products' tiles packed their own panels (`--baseline tile-pack`)"
+                if "workbench before" in names else "")
+             + ". x = torch.matmul's / the workbench's.", "",
              "| GEMM | m x n x k | T | n in step | " + " | ".join(names)
              + " | x | workbench's kernel |",
              "|---|---|---|---|" + "---|" * len(names) + "---|---|"]
@@ -215,9 +250,11 @@ def markdown(res: dict) -> str:
         lines.append("| **the step's GEMMs (times n)** | | | | "
                      + " | ".join(f"{total[n]:.2f}" for n in names)
                      + f" | {total['torch.matmul'] / total['workbench']:.2f} | |")
+    vs = "workbench before" in names    # (then also before's / now's CPU time)
     lines += ["", "The same calls' CPU time (ms, the fastest call's; both cores' threads):", "",
-              "| GEMM | m x n x k | T | " + " | ".join(names) + " | x |",
-              "|---|---|---|" + "---|" * len(names) + "---|"]
+              "| GEMM | m x n x k | T | " + " | ".join(names) + " | x |"
+              + (" before / now |" if vs else ""),
+              "|---|---|---|" + "---|" * len(names) + "---|" + ("---|" if vs else "")]
     total = {name: 0.0 for name in names}
     for r in res["rows"]:
         t = ("A" if r["trans_a"] else "") + ("B" if r["trans_b"] else "") or "-"
@@ -225,19 +262,28 @@ def markdown(res: dict) -> str:
             total[n] += r["times"] * r["cpu_ms"][n]
         lines.append(f"| {r['what']} | {r['shape']} | {t} | "
                      + " | ".join(f"{r['cpu_ms'][n]:.3f}" for n in names)
-                     + f" | {r['cpu_ms']['torch.matmul'] / r['cpu_ms']['workbench']:.2f} |")
+                     + f" | {r['cpu_ms']['torch.matmul'] / r['cpu_ms']['workbench']:.2f} |"
+                     + (f" {r['cpu_ms']['workbench before'] / r['cpu_ms']['workbench']:.3f} |"
+                        if vs else ""))
     if res["rows"]:
         lines.append("| **the step's GEMMs (times n)** | | | "
                      + " | ".join(f"{total[n]:.2f}" for n in names)
-                     + f" | {total['torch.matmul'] / total['workbench']:.2f} |")
+                     + f" | {total['torch.matmul'] / total['workbench']:.2f} |"
+                     + (f" {total['workbench before'] / total['workbench']:.3f} |"
+                        if vs else ""))
     st = res.get("step")
     if st:
         than = ("the rule without `RightPack.one_row_tile` (the 128-row products on "
                 "sgemm per tile)" if st.get("baseline") in ("row-tiles", "untransposed") else
+                "the rule before a one-row-tile product's tiles packed their own panels "
+                "(`RightPack(in_tile=False)`: packed by a loop before the tiles)"
+                if st.get("baseline") == "tile-pack" else
                 "the same plan with `blas=1` on the kernels it packs B for")
         lines += ["", f"## In the step ({st['rounds']} rounds, each kernel's fastest)", "",
                   f"The BERT layer's fwd+bwd `stitch` program, the rule against {than}:", "",
-                  "| kernel | rule ms | sgemm per tile ms | x |", "|---|---|---|---|"]
+                  "| kernel | rule ms | "
+                  + ("before ms" if st.get("baseline") == "tile-pack" else "sgemm per tile ms")
+                  + " | x |", "|---|---|---|---|"]
         for name, (a, b) in st["changed"].items():
             lines.append(f"| {name} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
         a, b = st["changed_ms"]
@@ -248,6 +294,10 @@ def markdown(res: dict) -> str:
         (a, b), (c, d) = st["call_fastest_ms"], st["call_median_ms"]
         lines.append(f"| the call, fastest (median) | {a:.2f} ({c:.2f}) | {b:.2f} ({d:.2f}) "
                      f"| {b / a:.2f} |")
+        if "call_cpu_fastest_ms" in st:
+            (a, b), (c, d) = st["call_cpu_fastest_ms"], st["call_cpu_median_ms"]
+            lines.append(f"| the call's CPU time, fastest (median) | {a:.2f} ({c:.2f}) | "
+                         f"{b:.2f} ({d:.2f}) | {b / a:.3f} |")
     if res["rows"]:
         lines += ["", "Largest error against NumPy (float64), relative to the largest "
                   f"element: {max(r['rel_error'] for r in res['rows']):.1e}."]
@@ -260,16 +310,20 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--step-rounds", type=int, default=16)
-    ap.add_argument("--baseline", choices=["sgemm", "row-tiles"], default="sgemm",
+    ap.add_argument("--baseline", choices=["sgemm", "row-tiles", "tile-pack"], default="sgemm",
                     help="in the step: the rule against blas=1 on every kernel it packs "
-                    "B for, or against the rule without RightPack.one_row_tile")
+                    "B for, against the rule without RightPack.one_row_tile, or against "
+                    "the rule before the tiles packed their own panels (tile-pack)")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--tag", default="")
     a = ap.parse_args(argv)
     import os
     res = {"date": dt.date.today().isoformat(), "rounds": a.rounds, "inner": a.inner,
-           "load_average_at_start": list(os.getloadavg())}
-    res["rows"] = measure(a.rounds, a.inner) if a.rounds else []
+           "load_average_at_start": list(os.getloadavg()),
+           # (OMP_NUM_THREADS=1: the kernels on one thread, so that the CPU time is one
+           # core's work, which other jobs on a loaded host disturb least)
+           "omp_threads": os.environ.get("OMP_NUM_THREADS", "")}
+    res["rows"] = measure(a.rounds, a.inner, a.baseline) if a.rounds else []
     if a.step_rounds:
         res["step"] = in_step(a.step_rounds, a.baseline)
     stem = Path(a.out) / f"training-gemms-{res['date']}{'-' + a.tag if a.tag else ''}"

@@ -330,9 +330,10 @@ def shape_graphs(more: bool = False) -> dict:
 def _packed_products(rng):
     """Products whose B the kernel packs once per run (fusion/gemm/right_pack.py): one
     row tile of 7 rows reading W^T through 8 x 8 register transposes with partial blocks
-    at both edges (k = 37, n = 1795), the same W untransposed, and a weight gradient
-    dy^T @ x (A read transposed, B in a partial panel) -- the packs' edges are where a
-    read or write past the buffer would be."""
+    at both edges (k = 37, n = 1795; each tile packs its own panels), the same W
+    untransposed, the two again over k = 300 (37 blocks of 8 rows and 4 one by one),
+    and a weight gradient dy^T @ x (A read transposed, B in a partial panel) -- the
+    packs' edges are where a read or write past the buffer would be."""
     import numpy as np
 
     from workbench.ir import GraphBuilder
@@ -345,6 +346,9 @@ def _packed_products(rng):
     w_t = b.op("transpose", inp("w", (1795, 37)), perm=[1, 0])
     b.output(b.matmul(inp("x", (7, 37)), w_t), "y_wt")
     b.output(b.matmul(inp("x2", (7, 37)), inp("w2", (37, 1795))), "y_w")
+    w3_t = b.op("transpose", inp("w3", (2000, 300)), perm=[1, 0])
+    b.output(b.matmul(inp("x3", (7, 300)), w3_t), "y_wt_deep")
+    b.output(b.matmul(inp("x4", (7, 300)), inp("w4", (300, 2000))), "y_w_deep")
     dy_t = b.op("transpose", inp("dy", (24, 520)), perm=[1, 0])
     b.output(b.matmul(dy_t, inp("a", (24, 70))), "dw")
     return b.build(), feeds

@@ -1,6 +1,6 @@
 """An activation B packed into the micro-kernel's panels once per run where many row
 tiles read it (fusion/gemm/right_pack.py: a training step's weight gradients, dy^T @
-x): which kernels do, their results against NumPy on fresh random inputs (checked
+x), or with one row tile by each tile before its product: which kernels do, their results against NumPy on fresh random inputs (checked
 runs: outputs poisoned first), and the pack counted alike by the cost model's features
 and the kernel IR."""
 from dataclasses import replace
@@ -104,6 +104,13 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     assert _packed(w_t) == ""
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_tile_b_bytes=1 << 19))
     assert _packed(w_t) == ""        # (4 x 768 x 256 bytes of W^T per tile)
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(in_tile=False))
+    t = analyze(w_t, tuple(n.id for n in w_t.nodes), device=WIDE).gemm
+    assert t.packed_b == PACK_PER_RUN and not right_pack.packs_b_in_tile(t)
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack())
+    assert right_pack.packs_b_in_tile(t)    # (one row tile: each panel read by one tile)
+    many = analyze(g, tuple(n.id for n in g.nodes), device=WIDE).gemm
+    assert many.packed_b == PACK_PER_RUN and not right_pack.packs_b_in_tile(many)
     monkeypatch.setattr(right_pack, "RIGHT_PACK",
                         right_pack.RightPack(one_tile_min_col_tiles=13))
     assert _packed(w_t) == ""        # (12 column tiles)
@@ -127,6 +134,10 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     dict(m=7, k=37, n=1795),             # ... W untransposed
     dict(m=130, k=64, n=2061, tb=True, epilogue=True),  # ... two row tiles, 9 column tiles
     dict(m=600, k=300, n=70, epilogue=True),           # k in two blocks, an epilogue after
+    # one row tile, each tile packing its own panels: k = 300 (8 x 8 blocks, then 4
+    # rows element by element), 8 column tiles, the last in a partial panel
+    dict(m=100, k=300, n=2000, tb=True),
+    dict(m=100, k=300, n=2000, epilogue=True),
 ])
 def test_results_match_numpy_on_fresh_inputs(case):
     g = _product(**case)
@@ -137,9 +148,13 @@ def test_results_match_numpy_on_fresh_inputs(case):
     (gr,) = s.plan.groups
     assert gr.schedule.gemm.packed_b == PACK_PER_RUN
     prog = s.program()
-    # (the prelude defines and calls it too: the kernel's own loop packs B)
+    # (the prelude defines and calls them too: the kernel's own loop packs B, or with
+    # one row tile each tile its own panels)
     src = prog.compiled[0].source
-    assert src.count("wb_pack_panel(") > MICRO_KERNEL_C.count("wb_pack_panel(")
+    in_tile = right_pack.packs_b_in_tile(gr.schedule.gemm)
+    assert in_tile == (case["m"] <= 128)
+    call = "wb_gemm_packing_b(" if in_tile else "wb_pack_panel("
+    assert src.count(call) > MICRO_KERNEL_C.count(call)
     for seed in (1, 2):          # fresh inputs, each run checked (outputs poisoned first)
         rng = np.random.default_rng(seed)
         feeds = {v: rng.standard_normal(g.value(v).shape).astype(np.float32) for v in "ab"}

@@ -204,6 +204,11 @@ class Gemm:
     # (packed only) ``a`` is a constant A packed once into the micro-kernel's slivers
     # (PackA), ``a_off`` the tile's: no sliver is copied while the tile is multiplied
     a_packed: bool = False
+    # (packed only, not pairs) the PackB of B's panels this tile alone reads, made by
+    # the product itself just before it multiplies them (``wb_gemm_packing_b``;
+    # fusion/gemm/right_pack.py, packs_b_in_tile): ``b`` is the pack, ``b_off`` the
+    # tile's first panel, ``packs_b.panel`` that panel's index
+    packs_b: PackB | None = None
     # a GPU tile (fusion.gemm_shape.BlockTile): the block's threads compute it together,
     # each its own elements into ``c``, a register Scratch (the CUDA prelude's
     # wb_gemm_tile); ``ldc`` unused. The C rendering computes the whole tile into

@@ -15,7 +15,9 @@ The packed layout is the same on every machine: panels of ``PANEL`` columns, eac
 ``k`` rows of ``PANEL`` floats (zero past ``n``), so the kernel IR can size the buffer
 without knowing the ISA. A float32 B whose columns are contiguous (a weight read
 transposed, ``x @ W^T``) is packed by whole 8 x 8 blocks transposed in registers
-(``wb_transpose8``), not element by element (fusion/gemm/right_pack.py). The register
+(``wb_transpose8``), not element by element (fusion/gemm/right_pack.py); where one
+tile alone reads its panels (one row tile), it packs them itself just before its
+product (``wb_gemm_packing_b``), so they are read back from L2. The register
 block is chosen by the C compiler's target macros (``-march=native``): AVX-512 6 x 64
 (24 of 32 zmm registers accumulate), AVX 6 x 16 (12 of 16 ymm), otherwise 128-bit
 vectors, 6 x 16 on AArch64 (32 registers) and 3 x 16 elsewhere. GCC's vector

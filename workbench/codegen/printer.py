@@ -154,7 +154,11 @@ def _gemm(s: Gemm, pad: str) -> list[str]:
     # its extents as C expressions
     ta, tb = ("ᵀ" if t else "" for t in (s.trans_a, s.trans_b))
     how = ("micro-kernel, B packed" + (" in bfloat16 pairs" if s.pairs else "")
-           + (", A packed once" if s.a_packed else "") if s.packed
+           + (", A packed once" if s.a_packed else "")
+           + (f", the tile's panels packed from {_ref(s.packs_b.b, str(s.packs_b.b_off))} "
+              f"[{s.packs_b.k} x {s.packs_b.n}, strides {s.packs_b.row_stride}/"
+              f"{s.packs_b.col_stride}] first" if s.packs_b else "")
+           if s.packed
            else f"ld {s.lda}/{s.ldb}, block tile {_block(s.block)}" if s.block
            else f"ld {s.lda}/{s.ldb}/{s.ldc}")
     op = "+=" if s.accumulate else "="

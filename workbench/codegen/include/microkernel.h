@@ -85,26 +85,57 @@ WB_FN void wb_transpose8(const float* x, long long xs, float* y, long long ys) {
   for (int i = 0; i < 8; i++) memcpy(y + i * ys, &s[i], sizeof s[i]);
 }
 
-/* panel p of B (k x n, element (r, c) at b[r * rs + c * cs], packed as kind) into bp's
-   panel p: its rows of WB_PANEL words, zero past n */
-WB_FN void wb_pack_panel(const void* b, int kind, long long k, long long n, long long rs,
-                         long long cs, float* bp, long long p) {
+/* rows r0 to r1 - 1 of panels p0 to p1 - 1 of B (k x n, element (r, c) at b[r * rs +
+   c * cs], float32 or bfloat16 widened: not pairs) into bp's panels (panel p at bp + p *
+   k * WB_PANEL, rows of WB_PANEL floats, zero past n). r0 a multiple of 8 */
+WB_FN void wb_pack_block(const void* b, int kind, long long k, long long n, long long rs,
+                         long long cs, float* bp, long long p0, long long p1, long long r0,
+                         long long r1) {
+  const float* f = (const float*)b;
   if (kind == WB_B_F32 && rs == 1 && cs != 1) {
     /* B's columns contiguous (a weight W read as W^T: x @ W^T): whole 8 x 8 blocks
        transposed in registers, 8 columns of 8 rows at a time, where an element at a
        time was a gather of 64 columns' cache lines per row of the panel */
-    const float* f = (const float*)b;
-    float* d = bp + p * k * WB_PANEL;
-    long long c0 = p * WB_PANEL, whole = n - c0 < WB_PANEL ? (n - c0) / 8 * 8 : WB_PANEL;
-    long long k8 = k / 8 * 8;
-    for (long long r = 0; r < k8; r += 8)
-      for (long long j = 0; j < whole; j += 8)
-        wb_transpose8(f + (c0 + j) * cs + r, cs, d + r * WB_PANEL + j, WB_PANEL);
-    for (long long r = 0; r < k; r++)     /* the rows past k8, the columns past whole */
-      for (long long j = r < k8 ? whole : 0; j < WB_PANEL; j++)
-        d[r * WB_PANEL + j] = c0 + j < n ? f[(c0 + j) * cs + r] : 0.0f;
+    long long r8 = r0 + (r1 - r0) / 8 * 8;
+    for (long long p = p0; p < p1; p++) {
+      float* d = bp + p * k * WB_PANEL;
+      long long c0 = p * WB_PANEL, whole = n - c0 < WB_PANEL ? (n - c0) / 8 * 8 : WB_PANEL;
+      for (long long r = r0; r < r8; r += 8)
+        for (long long j = 0; j < whole; j += 8)
+          wb_transpose8(f + (c0 + j) * cs + r, cs, d + r * WB_PANEL + j, WB_PANEL);
+      for (long long r = r0; r < r1; r++)   /* the rows past r8, the columns past whole */
+        for (long long j = r < r8 ? whole : 0; j < WB_PANEL; j++)
+          d[r * WB_PANEL + j] = c0 + j < n ? f[(c0 + j) * cs + r] : 0.0f;
+    }
     return;
   }
+  if (kind == WB_B_F32 && cs == 1) {
+    /* B's rows contiguous (a weight read as it is, dy @ W): row by row across the
+       panels, one contiguous run of B per row, where a panel at a time read 256 bytes
+       of each of k rows */
+    for (long long r = r0; r < r1; r++)
+      for (long long p = p0; p < p1; p++) {
+        float* d = bp + (p * k + r) * WB_PANEL;
+        long long c = p * WB_PANEL, w = n - c < WB_PANEL ? n - c : WB_PANEL;
+        memcpy(d, f + r * rs + c, (size_t)w * sizeof(float));
+        for (long long j = w; j < WB_PANEL; j++) d[j] = 0.0f;
+      }
+    return;
+  }
+  for (long long p = p0; p < p1; p++)
+    for (long long r = r0; r < r1; r++) {
+      float* d = bp + (p * k + r) * WB_PANEL;
+      for (long long j = 0; j < WB_PANEL; j++) {
+        long long c = p * WB_PANEL + j;
+        d[j] = c < n ? wb_elem(b, r * rs + c * cs, kind == WB_B_BF16) : 0.0f;
+      }
+    }
+}
+
+/* panel p of B (k x n, element (r, c) at b[r * rs + c * cs], packed as kind) into bp's
+   panel p: its rows of WB_PANEL words, zero past n */
+WB_FN void wb_pack_panel(const void* b, int kind, long long k, long long n, long long rs,
+                         long long cs, float* bp, long long p) {
   if (kind == WB_B_PAIRS) {
     long long k2 = wb_panel_rows(k, kind);
     for (long long r2 = 0; r2 < k2; r2++) {
@@ -117,13 +148,7 @@ WB_FN void wb_pack_panel(const void* b, int kind, long long k, long long n, long
     }
     return;
   }
-  for (long long r = 0; r < k; r++) {
-    float* d = bp + (p * k + r) * WB_PANEL;
-    for (long long j = 0; j < WB_PANEL; j++) {
-      long long c = p * WB_PANEL + j;
-      d[j] = c < n ? wb_elem(b, r * rs + c * cs, kind == WB_B_BF16) : 0.0f;
-    }
-  }
+  wb_pack_block(b, kind, k, n, rs, cs, bp, p, p + 1, 0, k);
 }
 
 /* whether this caller makes a buffer's one-time copy: its state int goes from whatever
@@ -370,6 +395,21 @@ WB_FN void wb_gemm_packed_into(long long m, long long n, long long k, const floa
 WB_FN void wb_gemm_packed_a(long long m, long long n, long long k, const float* apk,
                             const float* bp, float* c, long long ldc) {
   wb_gemm_core(m, n, k, 0, 0, 0, apk, bp, k, c, ldc, 0);
+}
+
+/* c (m x n) = a (element (i, r) at a[i * ars + r * acs]), or where apk is given the
+   tile's A packed once (wb_gemm_packed_a), @ columns p0 * WB_PANEL on of B (k x bn,
+   element (r, c) at b[r * rs + c * cs], packed as kind: not pairs), whose panels the
+   tile alone reads: they are packed into bp (panel p0 of the pack) just before the
+   tile multiplies them, so that they are in the core's L2 then (fusion/gemm/
+   right_pack.py, packs_b_in_tile) */
+WB_FN void wb_gemm_packing_b(long long m, long long n, long long k, const float* a,
+                             long long ars, long long acs, const float* apk, const void* b,
+                             int kind, long long bn, long long rs, long long cs, float* bp,
+                             long long p0, float* c, long long ldc) {
+  wb_pack_block(b, kind, k, bn, rs, cs, bp - p0 * k * WB_PANEL, p0,
+                p0 + (n + WB_PANEL - 1) / WB_PANEL, 0, k);
+  wb_gemm_core(m, n, k, a, ars, acs, apk, bp, k, c, ldc, 0);
 }
 
 /* c (m x n, row-major, ldc) = a (m x k bfloat16, element (i, r) at a[i * ars + r * acs])

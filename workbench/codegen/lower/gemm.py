@@ -20,6 +20,8 @@ from ...fusion.gemm.tiles import PANEL
 from ...fusion.gemm.left_pack import (SLIVER_ROWS_MIN, left_items, left_pack_words,
                                       packs_a_per_run)
 from ...fusion.gemm.legality import VIEWS
+from ...fusion.gemm.right_pack import packs_b_in_tile
+from ...fusion.spills import pack_words
 from ...fusion.plan import Group
 from ...fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
                                   PACK_ONCE, PACK_PER_RUN)
@@ -66,12 +68,12 @@ class GemmLowerer(TileLowerer):
         if right is None:
             product = gather
         else:
-            bbuf, b_off, ldb, trans_b = right
+            bbuf, b_off, ldb, trans_b, *own = right
             product = gather + (Gemm(abuf, bbuf, dest, a_off, b_off,
                                      c_off, "r1 - r0", "c1 - c0", t.k, a.ld, ldb, ldc, mm.id,
                                      trans_a=a.trans, trans_b=trans_b,
                                      packed=bool(t.packed_b), pairs=pairs,
-                                     a_packed=a_packed),)
+                                     a_packed=a_packed, packs_b=own[0] if own else None),)
         body = start + (
             *self._tile_bounds(),
             *product,
@@ -162,6 +164,13 @@ class GemmLowerer(TileLowerer):
                     PackB(self.buffers[t.b.value], packed, b.offset, K, N, b.row_stride,
                           b.col_stride, node, pairs=pairs))
             return (), (packed, f"c0 * {kw}", PANEL, False), pack
+        if t.packed_b == PACK_PER_RUN and not pairs and packs_b_in_tile(t):
+            # B's panels packed by the one tile that reads them, just before its
+            # product (sized as the pack before the tiles)
+            packed = self.workspace("pack", DType.float32, pack_words(b, K, N), packed=True)
+            own = PackB(self.buffers[t.b.value], packed, b.offset, K, N, b.row_stride,
+                        b.col_stride, node, panel=f"c0 / {PANEL}")
+            return (), (packed, f"c0 * {kw}", PANEL, False, own), ()
         if t.packed_b == PACK_PER_RUN:  # an activation B, packed by every run
             packed, pack, b_off = self._pack_per_run("pack", t.b, K, N, t.batch, node, pairs)
             return (), (packed, f"{b_off} + c0 * {kw}", PANEL, False), pack

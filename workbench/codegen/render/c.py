@@ -92,7 +92,14 @@ class CRenderer(CStyleRenderer):
                 return [self.indent_unit * depth + f"{call};{node_tag(s.node)}"]
             a, b, c = (f"{s.a.name} + {s.a_off}", f"{s.b.name} + {s.b_off}",
                        f"{s.c.name} + {s.c_off}")
-            if s.a_packed:    # (no accumulate or panel_rows: a convolution's tile)
+            if s.packs_b is not None:   # B's panels packed by this tile as it goes
+                pb = s.packs_b
+                kind = int(pb.b.dtype is DType.bfloat16)
+                left = f"0, 0, 0, {a}" if s.a_packed else f"{a}, {ars}, {acs}, 0"
+                call = (f"wb_gemm_packing_b({s.rows}, {s.cols}, {s.k}, {left}, {pb.b.name} + "
+                        f"{pb.b_off}, {kind}, {pb.n}, {pb.row_stride}, {pb.col_stride}, {b}, "
+                        f"{pb.panel}, {c}, {s.ldc})")
+            elif s.a_packed:    # (no accumulate or panel_rows: a convolution's tile)
                 call = (f"wb_gemm_packed_a({s.rows}, {s.cols}, {s.k}, {a}, {b}, {c}, "
                         f"{s.ldc})")
             elif s.accumulate or s.panel_rows:

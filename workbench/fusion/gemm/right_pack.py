@@ -19,15 +19,19 @@ anyway, so it pays only where the micro-kernel beats sgemm's own packing and pro
 ``dy @ W``), where the product has 8 column tiles or more (``one_tile_min_col_tiles``)
 and a tile's panels of B stay in a core's L2 (``max_tile_b_bytes``). In the BERT
 layer's step: the FFN's up-projection ``x @ W1^T`` with its GELU epilogue 1.03-1.06x
-faster packed, ``dy @ W2`` (the same shape untransposed) 1.01-1.06x; the 128 x 768 x
-768 projections (4 column tiles) 0.93-1.03x, a wash; 128 x 768 x 3072 (tiles of 3072
-x 192 floats, 2.4 MB) slower, 3.77 against 3.62 ms alone. A transposed B's pack
-(``wb_pack_panel``) is made by 8 x 8 blocks transposed in registers: it gathered one
-element at a time, 64 columns' cache lines per panel row (128 x 768 x 768 took 1.22
-ms packed so against 1.04 by blocks). Not for whole-row tiles (an epilogue reducing
-rows: each tile reads all of B), nor where B is a constant (packed once for good
-already: ``PACK_ONCE``), nor where the micro-kernel does not run (``tiles.packs``
-returns "").
+faster packed, ``dy @ W2`` (the same shape untransposed) 1.01-1.06x. Each such tile
+packs its own panels just before multiplying them (:func:`packs_b_in_tile`,
+``wb_gemm_packing_b``), so they are in its core's L2 when it reads them; packed by a
+loop before the tiles they came back from L3. The 128 x 768 x 768 projections (4
+column tiles) and the 3072-deep 128 x 768 x 3072 products (a tile's panels 2.4 MB)
+keep sgemm: with the tile's own pack they ran 1.05-1.15x faster on one core but
+0.93-1.02x on two, inside the step. A transposed B's pack (``wb_pack_block``) is made
+by 8 x 8 blocks transposed in registers (it gathered one element at a time, 64
+columns' cache lines per panel row: 128 x 768 x 768 took 1.22 ms packed so against
+1.04 by blocks), an untransposed one row by row across a tile's panels. Not for
+whole-row tiles (an epilogue reducing rows: each tile reads all of B), nor where B is
+a constant (packed once for good already: ``PACK_ONCE``), nor where the micro-kernel
+does not run (``tiles.packs`` returns ""). Measurements: docs/decisions/right-pack.md.
 
     >>> RIGHT_PACK.min_row_tiles
     4
@@ -48,8 +52,9 @@ class RightPack:
     (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s) --
     except, with ``one_row_tile``, one weight matrix in ``one_tile_min_col_tiles``
     column tiles or more whose panels per tile (``k x tile_n`` floats) fit
-    ``max_tile_b_bytes`` (a Zen 4 core's 1 MB L2): with 4 column tiles the pack's loop
-    and barrier, and A's, weigh more beside a product a quarter the size.
+    ``max_tile_b_bytes`` (a Zen 4 core's 1 MB L2): with 4 column tiles, or panels past
+    L2, the micro-kernel measured no faster than sgemm inside the step. ``in_tile``:
+    where one tile reads each panel, that tile packs them (:func:`packs_b_in_tile`).
     ``max_floats``: the pack is a workspace of the run, read by the tiles from memory,
     not cache, so its size is memory: at most 4M floats (16 MB, bert_chain's 1024 x
     4096 W1, whose pack made its call 1.09x faster); a larger B (an LM head's 32000 x
@@ -60,6 +65,7 @@ class RightPack:
     max_tile_b_bytes: int = 1 << 20
     one_tile_min_col_tiles: int = 8
     max_floats: int = 1 << 22
+    in_tile: bool = True
 
 
 RIGHT_PACK = RightPack()
@@ -69,6 +75,20 @@ def b_pack_words(t: GemmShape) -> int:
     """Floats of B packed by every run: each distinct matrix's ``k`` rows of panels."""
     items = 1 if t.b.view.one_matrix else t.b.view.distinct.batch_size
     return items * -(-t.n // PANEL) * PANEL * t.k
+
+
+def packs_b_in_tile(t: GemmShape) -> bool:
+    """Whether each tile of a GEMM whose activation B is packed by the run packs its own
+    panels just before its product (``wb_gemm_packing_b``) instead of a parallel loop
+    packing them all before the tiles: where one tile reads each panel (one row tile,
+    one batch item, one B matrix). The panels are then read back from the core's L2,
+    not L3 or memory, and the kernel has one parallel loop and barrier fewer. BERT's
+    128 x 3072 x 768 products in the step, two threads, each kernel's fastest of 24
+    alternating calls (load 3): ``x @ W1^T`` + GELU 3.34 against 3.43 ms packed before
+    the tiles, ``dy @ W2`` 3.12 against 3.23; one thread, CPU time, alone: 6.54
+    against 6.74 and 6.39 against 6.20 (load 9)."""
+    return (RIGHT_PACK.in_tile and t.packed_b == PACK_PER_RUN and t.tiles == t.col_tiles
+            and t.b.view.one_matrix)
 
 
 def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
