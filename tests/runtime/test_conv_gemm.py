@@ -405,6 +405,53 @@ def test_random_depthwise_planes_match_reference(seed):
     check_plan(s)
 
 
+def _random_vplanes(seed):
+    """A seeded random 2-D depthwise convolution whose input and output planes each fit
+    in one AVX-512 vector (wb_depthwise_vplanes: at most 16 positions): 1 to 50
+    channels (rarely a multiple of a group of them), kernels 1 to 5 (up to 25 taps),
+    strides 1 to 3, dilations 1 to 2, pads 0 to 2 before and after each axis (TensorFlow
+    "same" pads after the end only among them), planes 1 x 1 to 4 x 4 and 2 x 8."""
+    rng = np.random.default_rng(3000 + seed)
+    while True:
+        kern = tuple(int(v) for v in rng.integers(1, 6, 2))
+        dil = tuple(int(v) for v in rng.integers(1, 3, 2))
+        strides = [int(v) for v in rng.integers(1, 4, 2)]
+        pads = [int(v) for v in rng.integers(0, 3, 4)]
+        size = [(1, 1), (2, 2), (3, 3), (4, 4), (2, 8), (3, 5)][int(rng.integers(0, 6))]
+        out = [(n + p0 + p1 - (k - 1) * dl - 1) // st + 1 for n, k, dl, st, p0, p1
+               in zip(size, kern, dil, strides, pads[:2], pads[2:])]
+        if min(out) >= 1 and math.prod(out) <= 16:
+            break
+    c = int(rng.integers(1, 51))
+    attrs = {"strides": strides, "dilations": list(dil), "pads": pads, "group": c}
+    b = wb.GraphBuilder(f"vplanes_{seed}")
+    x = b.input("x", (int(rng.integers(1, 3)), c, *size))
+    w = b.constant(rng.standard_normal((c, 1, *kern)).astype(np.float32), "w")
+    y = b.op("conv", x, w, b.constant(rng.standard_normal(c).astype(np.float32), "b"), **attrs)
+    b.output(b.relu(y), "y")
+    return b.build(), c
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_depthwise_planes_in_one_vector_match_reference(seed):
+    """Seeded random shapes whose planes each fit in one vector (``wb_depthwise_vplanes``
+    on AVX-512; the lanes' copy loops on narrower vectors): every tap's zero lanes past
+    each edge, strides and dilations, groups of channels cut by the tile (a tile of an
+    odd number of channels, its last vector loaded and stored lane by lane)."""
+    g, c = _random_vplanes(seed)
+    s = Session(g, backend="cpu")
+    s.auto("rules")
+    t = s.plan.groups[0].schedule.gemm
+    if t.packed_b != DEPTHWISE_LANES:
+        pytest.skip("the micro-kernel's vectors are too narrow here")
+    assert "wb_depthwise_lanes(" in s.program().compiled[0].source
+    check_plan(s)
+    tile = int(np.random.default_rng(seed).integers(1, c + 1))
+    s.set_launch(s.plan.groups[0].id, tile_m=tile)
+    assert s.plan.groups[0].schedule.gemm.tile_m == tile
+    check_plan(s)
+
+
 def test_deep_filters_on_the_micro_kernel_take_a_panel_of_positions(monkeypatch):
     """``blas=0`` on deep filters (2880 weights: IM2COL_TILE holds 45 positions of
     patches): a tile takes a whole panel of the 49 positions instead, the filters cut
