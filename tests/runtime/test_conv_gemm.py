@@ -231,7 +231,7 @@ def test_convolution_gemm_matches_reference(name, planner):
         if direct:
             # whole output rows of one image in each tile, every filter or whole pairs
             # of vectors of them
-            src = s.program().compiled[0].source.split(f"void {s.kernels()[0].name}")[-1]
+            src = _kernel_code(s)
             assert "wb_conv_lanes(" in src and "wb_cols" not in src, src
             assert t.tile_n % t.im2col.out[-1] == 0, t
             assert t.tile_m == t.m or t.tile_m % DIRECT_CONV.align == 0, t
@@ -240,17 +240,16 @@ def test_convolution_gemm_matches_reference(name, planner):
         if planar and depthwise != PACK_TILE:
             # an image's channels the rows, whole planes in every tile
             assert (t.batch, t.m, t.tile_n) == (*CASES[name][0][:2], t.n), t
-            src = s.program().compiled[0].source.split(f"void {s.kernels()[0].name}")[-1]
+            src = _kernel_code(s)
             assert ("wb_depthwise_lanes(" in src) == (depthwise == DEPTHWISE_LANES)
             assert ("wb_xp[" in src) == (depthwise == DEPTHWISE_PLANES)
         if t.packed_b == PACK_FILTERS:
-            src = s.program().compiled[0].source
-            assert "wb_gemm_packed_t(" in src.split(f"void {s.kernels()[0].name}")[-1]
+            assert "wb_gemm_packed_t(" in _kernel_code(s)
     if name.startswith("depthwise") and t.packed_b == PACK_TILE:
         # one filter per group: no patches gathered, no micro-kernel (lower.convolution.direct)
         src = s.program().compiled[0].source
-        assert "one filter per group" in src and "wb_gemm_packed(" not in src.split(
-            "void k")[-1], src[-3000:]
+        assert "one filter per group" in src and "wb_gemm_packed(" not in _kernel_code(s), \
+            src[-3000:]
     check_plan(s, _magnitudes(name) if name in DEEP else None)
 
 
@@ -281,7 +280,7 @@ def test_blas0_gathers_the_patches_of_a_direct_convolution(monkeypatch, name):
         # one tile of 25 columns would cost what 64 do: not cut for the cores, the
         # filters are
         assert t.col_tiles == 1 and t.row_tiles == s.device.units, t
-    assert "wb_conv_lanes(" not in s.program().compiled[0].source.split("void k")[-1]
+    assert "wb_conv_lanes(" not in _kernel_code(s)
     check_plan(s, _magnitudes(name) if name in DEEP else None)
 
 
@@ -368,6 +367,13 @@ def test_random_direct_convolutions_match_reference(seed):
     if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES:
         assert t.packed_b == CONV_DIRECT, s.plan.describe()
     check_plan(s)
+
+
+def _kernel_code(s) -> str:
+    """The first kernel's own code, past the prelude of helpers (its function, or its
+    team form and the function calling it: codegen/render/c.py)."""
+    src = s.program().compiled[0].source
+    return src[src.index(f"/* kernel {s.kernels()[0].name}:"):]
 
 
 def _random_depthwise(seed):
