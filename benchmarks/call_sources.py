@@ -18,7 +18,11 @@ kernels' sum and the rest:
   (through the program's ``placement.PlaceRule``);
 - ``BLAS left alone`` -- no BLAS thread count set or restored (``blas_threads=None``;
   the kernels' sgemm calls then run with NumPy's own count);
-- ``out=`` -- the outputs written into the caller's arrays (no allocation).
+- ``out=`` -- the outputs written into the caller's arrays (no allocation);
+- ``a region per kernel`` -- ``out=``, with the plan driver told no kernel has a team
+  form (codegen/render/c.py), so each kernel opens its own parallel region, as before
+  the driver ran consecutive team kernels inside one; ``out=`` is the same call with
+  them.
 
 Beside them, each Python step of a call timed by itself (medians of 2,000 back-to-back
 calls, microseconds), and the whole Python path with the native call replaced by a
@@ -90,7 +94,12 @@ def methods(prog, inputs, ort_call) -> tuple[dict, dict]:
     kernels: dict = {}
     out = prog.new_outputs()
 
-    def wb(label, place=None, blas="keep", use_out=False):
+    plan_driver = prog._driver()
+    with_team = plan_driver._call
+    no_team = np.zeros_like(plan_driver._team)     # (kept alive by the closure)
+    without_team = with_team[:-1] + (no_team.ctypes.data,)
+
+    def wb(label, place=None, blas="keep", use_out=False, team=True):
         kernels[label] = []
         blas_threads = prog.backend.blas_threads
 
@@ -106,9 +115,11 @@ def methods(prog, inputs, ort_call) -> tuple[dict, dict]:
                     rule.recent.append(0.0)
             if blas != "keep":
                 prog.backend.blas_threads = blas
+            plan_driver._call = with_team if team else without_team
             try:
                 e = prog.execute(inputs, out=out if use_out else None, kernel_ns=ns)
             finally:
+                plan_driver._call = with_team
                 prog.backend.blas_threads = blas_threads
                 if place is not None:
                     rule.recent.clear()
@@ -122,14 +133,16 @@ def methods(prog, inputs, ort_call) -> tuple[dict, dict]:
              "placed": wb("placed", place=True),
              "unplaced": wb("unplaced", place=False),
              "BLAS left alone": wb("BLAS left alone", blas=None),
-             "out=": wb("out=", use_out=True)}
+             "out=": wb("out=", use_out=True),
+             "a region per kernel": wb("a region per kernel", use_out=True, team=False)}
     return calls, kernels
 
 
 def markdown(res: dict) -> str:
     lines = [f"# Call overhead of {res['model']} by source ({res['date']})", "",
              f"{machine_line(res)}. Zoo size `{res['size']}`, dynamo export, planner "
-             f"stitch, {res['kernels']} kernels. {res['rounds']} rounds x {res['inner']} "
+             f"stitch, {res['kernels']} kernels ({res.get('team_kernels', 0)} with a "
+             f"team form). {res['rounds']} rounds x {res['inner']} "
              "back-to-back calls per method, alternating, 0.2 s pause before each block. "
              "ms: median of calls; kernels and rest: medians over the calls of each "
              "call's own split (kernels timed inside the native call); x = onnxruntime "
@@ -160,6 +173,7 @@ def main(argv=None) -> int:
         wb_call = calls["workbench stitch"]
         prog, inputs = wb_call.program, wb_call.inputs
         res["kernels"] = len(prog.compiled)
+        res["team_kernels"] = int((prog._driver()._team != 0).sum())
         res["error_vs_torch"] = rec["planners"]["stitch"]["error_vs_torch"]
         log("Python steps")
         res["steps_us"] = steps(prog, inputs)

@@ -231,7 +231,7 @@ def test_convolution_gemm_matches_reference(name, planner):
         if direct:
             # whole output rows of one image in each tile, every filter or whole pairs
             # of vectors of them
-            src = s.program().compiled[0].source.split(f"void {s.kernels()[0].name}")[-1]
+            src = _kernel_code(s)
             assert "wb_conv_lanes(" in src and "wb_cols" not in src, src
             assert t.tile_n % t.im2col.out[-1] == 0, t
             assert t.tile_m == t.m or t.tile_m % DIRECT_CONV.align == 0, t
@@ -240,17 +240,16 @@ def test_convolution_gemm_matches_reference(name, planner):
         if planar and depthwise != PACK_TILE:
             # an image's channels the rows, whole planes in every tile
             assert (t.batch, t.m, t.tile_n) == (*CASES[name][0][:2], t.n), t
-            src = s.program().compiled[0].source.split(f"void {s.kernels()[0].name}")[-1]
+            src = _kernel_code(s)
             assert ("wb_depthwise_lanes(" in src) == (depthwise == DEPTHWISE_LANES)
             assert ("wb_xp[" in src) == (depthwise == DEPTHWISE_PLANES)
         if t.packed_b == PACK_FILTERS:
-            src = s.program().compiled[0].source
-            assert "wb_gemm_packed_t(" in src.split(f"void {s.kernels()[0].name}")[-1]
+            assert "wb_gemm_packed_t(" in _kernel_code(s)
     if name.startswith("depthwise") and t.packed_b == PACK_TILE:
         # one filter per group: no patches gathered, no micro-kernel (lower.convolution.direct)
         src = s.program().compiled[0].source
-        assert "one filter per group" in src and "wb_gemm_packed(" not in src.split(
-            "void k")[-1], src[-3000:]
+        assert "one filter per group" in src and "wb_gemm_packed(" not in _kernel_code(s), \
+            src[-3000:]
     check_plan(s, _magnitudes(name) if name in DEEP else None)
 
 
@@ -281,7 +280,7 @@ def test_blas0_gathers_the_patches_of_a_direct_convolution(monkeypatch, name):
         # one tile of 25 columns would cost what 64 do: not cut for the cores, the
         # filters are
         assert t.col_tiles == 1 and t.row_tiles == s.device.units, t
-    assert "wb_conv_lanes(" not in s.program().compiled[0].source.split("void k")[-1]
+    assert "wb_conv_lanes(" not in _kernel_code(s)
     check_plan(s, _magnitudes(name) if name in DEEP else None)
 
 
@@ -370,6 +369,13 @@ def test_random_direct_convolutions_match_reference(seed):
     check_plan(s)
 
 
+def _kernel_code(s) -> str:
+    """The first kernel's own code, past the prelude of helpers (its function, or its
+    team form and the function calling it: codegen/render/c.py)."""
+    src = s.program().compiled[0].source
+    return src[src.index(f"/* kernel {s.kernels()[0].name}:"):]
+
+
 def _random_depthwise(seed):
     """A seeded random 2-D depthwise convolution over planes the lanes do not take: 1 to
     20 channels, kernels 1 to 7, strides 1 to 4, dilations 1 to 3, pads 0 to 3 before
@@ -402,6 +408,53 @@ def test_random_depthwise_planes_match_reference(seed):
     if s.device.vector_bytes >= PACK_MIN_VECTOR_BYTES and \
             math.prod(t.im2col.span) > CONV_RULE.depthwise_lanes_span:
         assert t.packed_b == DEPTHWISE_PLANES, s.plan.describe()
+    check_plan(s)
+
+
+def _random_vplanes(seed):
+    """A seeded random 2-D depthwise convolution whose input and output planes each fit
+    in one AVX-512 vector (wb_depthwise_vplanes: at most 16 positions): 1 to 50
+    channels (rarely a multiple of a group of them), kernels 1 to 5 (up to 25 taps),
+    strides 1 to 3, dilations 1 to 2, pads 0 to 2 before and after each axis (TensorFlow
+    "same" pads after the end only among them), planes 1 x 1 to 4 x 4 and 2 x 8."""
+    rng = np.random.default_rng(3000 + seed)
+    while True:
+        kern = tuple(int(v) for v in rng.integers(1, 6, 2))
+        dil = tuple(int(v) for v in rng.integers(1, 3, 2))
+        strides = [int(v) for v in rng.integers(1, 4, 2)]
+        pads = [int(v) for v in rng.integers(0, 3, 4)]
+        size = [(1, 1), (2, 2), (3, 3), (4, 4), (2, 8), (3, 5)][int(rng.integers(0, 6))]
+        out = [(n + p0 + p1 - (k - 1) * dl - 1) // st + 1 for n, k, dl, st, p0, p1
+               in zip(size, kern, dil, strides, pads[:2], pads[2:])]
+        if min(out) >= 1 and math.prod(out) <= 16:
+            break
+    c = int(rng.integers(1, 51))
+    attrs = {"strides": strides, "dilations": list(dil), "pads": pads, "group": c}
+    b = wb.GraphBuilder(f"vplanes_{seed}")
+    x = b.input("x", (int(rng.integers(1, 3)), c, *size))
+    w = b.constant(rng.standard_normal((c, 1, *kern)).astype(np.float32), "w")
+    y = b.op("conv", x, w, b.constant(rng.standard_normal(c).astype(np.float32), "b"), **attrs)
+    b.output(b.relu(y), "y")
+    return b.build(), c
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_random_depthwise_planes_in_one_vector_match_reference(seed):
+    """Seeded random shapes whose planes each fit in one vector (``wb_depthwise_vplanes``
+    on AVX-512; the lanes' copy loops on narrower vectors): every tap's zero lanes past
+    each edge, strides and dilations, groups of channels cut by the tile (a tile of an
+    odd number of channels, its last vector loaded and stored lane by lane)."""
+    g, c = _random_vplanes(seed)
+    s = Session(g, backend="cpu")
+    s.auto("rules")
+    t = s.plan.groups[0].schedule.gemm
+    if t.packed_b != DEPTHWISE_LANES:
+        pytest.skip("the micro-kernel's vectors are too narrow here")
+    assert "wb_depthwise_lanes(" in s.program().compiled[0].source
+    check_plan(s)
+    tile = int(np.random.default_rng(seed).integers(1, c + 1))
+    s.set_launch(s.plan.groups[0].id, tile_m=tile)
+    assert s.plan.groups[0].schedule.gemm.tile_m == tile
     check_plan(s)
 
 

@@ -88,9 +88,9 @@ def test_driver_turned_off_by_the_environment(monkeypatch):
 def test_driver_source_calls_each_arity():
     """Every kernel arity up to MAX_ARGS has its call (the switch in DRIVER_C)."""
     src = driver.DRIVER_C
-    assert "case 0: ((void (*)(void))fns[i])(); break;" in src
+    assert "case 0: ((void (*)(void))f)(); break;" in src
     last = ", ".join(["void*"] * driver.MAX_ARGS)
-    assert f"case {driver.MAX_ARGS}: ((void (*)({last}))fns[i])(" in src
+    assert f"case {driver.MAX_ARGS}: ((void (*)({last}))f)(" in src
 
 
 def test_a_loaded_artifact_runs_through_the_driver(tmp_path):
@@ -156,3 +156,90 @@ def test_unchecked_and_checked_runs_through_the_driver_match_the_reference(monke
         for o in s.graph.outputs:
             assert fresh[o] is not out[o]
             np.testing.assert_array_equal(fresh[o], got[o])
+
+
+def _two_convs():
+    """Two 3 x 3 convolutions with constant filters in a row (each computed directly,
+    its filters packed on its first run), a depthwise one between them."""
+    rng = np.random.default_rng(5)
+    b = wb.GraphBuilder("two_convs")
+    x = b.input("x", (2, 16, 12, 12))
+    w1 = b.constant(rng.standard_normal((32, 16, 3, 3)).astype(np.float32), "w1")
+    w2 = b.constant(rng.standard_normal((32, 1, 3, 3)).astype(np.float32), "w2")
+    w3 = b.constant(rng.standard_normal((24, 32, 3, 3)).astype(np.float32), "w3")
+    y = b.relu(b.op("conv", x, w1, pads=[1, 1, 1, 1]))
+    y = b.relu(b.op("conv", y, w2, pads=[1, 1, 1, 1], group=32))
+    b.output(b.op("conv", y, w3, pads=[1, 1, 1, 1]), "y")
+    return b.build()
+
+
+def _team_twin(prog):
+    """The same program's driver told that no kernel has a team form: every kernel
+    opens its own parallel region, as a kernel-by-kernel launch does."""
+    d = prog._driver()
+    none = np.zeros_like(d._team)
+    return d, d._call[:-1] + (none.ctypes.data,), none
+
+
+@pytest.mark.parametrize("sample,planner", [
+    ("bert_chain.json", "stitch"), ("bert_chain.json", "none"), ("adam.json", "none"),
+    ("attention_softmax.json", "none"), ("layernorm.json", "stitch"), ("", "stitch")])
+def test_runs_of_team_kernels_in_one_region_give_what_each_in_its_own_gives(sample,
+                                                                          planner):
+    """Consecutive kernels with a team form (nothing but parallel loops) run inside one
+    parallel region of the driver's, each kernel's loops shared out among its threads
+    and ending in a barrier; kernels without one (a constant packed on the first run)
+    run between such regions. Bit for bit what each kernel in its own region gives,
+    every output written (the run checked: outputs poisoned first), and every kernel's
+    own time taken (the master's, from the barrier before it to its own)."""
+    s = wb.Session(str(SAMPLES / sample) if sample else _two_convs(), backend="cpu")
+    s.auto(planner)
+    prog = s.program()
+    twin = _one_by_one(prog)
+    prog.run(random_inputs(s.graph, 9))          # (the pool's first run: one by one)
+    d, alone, _keep = _team_twin(prog)
+    teams = d._team != 0
+    assert teams.any()
+    runs = [i for i in range(1, len(teams)) if teams[i] and teams[i - 1]]
+    assert runs or len(teams) == 1, "no two consecutive team kernels"
+    ns = np.zeros(len(prog.compiled), dtype=np.int64)
+    for seed in range(3):
+        ins = random_inputs(s.graph, seed)
+        got = prog.execute(ins, checked=True, kernel_ns=ns)
+        assert (ns > 0).all(), ns
+        want = twin.run(ins)
+        for o in s.graph.outputs:
+            assert np.array_equal(got[o], want[o], equal_nan=True), o
+            assert not np.isnan(got[o]).any(), o
+        with_team, d._call = d._call, alone
+        try:
+            other = prog.run(ins, checked=True)
+        finally:
+            d._call = with_team
+        for o in s.graph.outputs:
+            assert np.array_equal(other[o], want[o], equal_nan=True), o
+
+
+def test_a_kernel_of_parallel_loops_has_a_team_form_and_one_with_a_serial_step_none():
+    """The C rendering: a kernel of parallel loops (and constants packed once, which
+    every thread may claim) is ``<name>_team`` (worksharing ``omp for`` loops) and
+    ``<name>`` opening a region that calls it; a statement outside the loops that
+    every thread would repeat leaves the kernel without a team form."""
+    from dataclasses import replace
+    from workbench.codegen.kir import Assign, PackA, PackB
+    from workbench.codegen.render import RENDERERS
+    from workbench.codegen.render.c import TEAM_SUFFIX, team_form
+    s = wb.Session(_two_convs(), backend="cpu")
+    s.auto("stitch")
+    prog = s.program()
+    assert any(isinstance(x, (PackA, PackB)) for ck in prog.compiled
+               for x in ck.kernel.body), "no kernel packs a constant on its first run"
+    for ck in prog.compiled:
+        team = f"{ck.kernel.name}{TEAM_SUFFIX}("
+        assert team_form(ck.kernel), ck.kernel.name
+        assert team in ck.source and ck.team_fn is not None
+        body = ck.source.split(team)[-1]     # (its definition, the source's end)
+        assert "#pragma omp for" in body and "#pragma omp parallel for" not in body
+        serial = replace(ck.kernel, body=(Assign("wb_unused", "0"),) + ck.kernel.body)
+        assert not team_form(serial)
+        assert TEAM_SUFFIX not in RENDERERS["c"].kernel(serial)

@@ -39,28 +39,57 @@ def _driver_source(max_args: int = MAX_ARGS) -> str:
     for k in range(max_args + 1):
         params = ", ".join(["void*"] * k) or "void"
         args = ", ".join(f"a[{i}]" for i in range(k))
-        cases.append(f"    case {k}: ((void (*)({params}))fns[i])({args}); break;")
+        cases.append(f"    case {k}: ((void (*)({params}))f)({args}); break;")
     return "\n".join([
         "/* the plan driver (runtime/driver.py): kernel i called with its nargs[i]",
         "   arguments, the next ones in args; its nanoseconds in ns[i] where ns is",
-        "   not NULL */",
+        "   not NULL. A run of consecutive kernels with a team form (team[i] not NULL:",
+        "   codegen/render/c.py) runs inside one parallel region, every thread calling",
+        "   each kernel's team function, whose worksharing loops end in barriers */",
         "#define _POSIX_C_SOURCE 199309L",
         "#include <time.h>",
+        "#include <omp.h>",
         "static long long wb_now_ns(void) {",
         "  struct timespec t;",
         "  clock_gettime(CLOCK_MONOTONIC, &t);",
         "  return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;",
         "}",
-        "void wb_run_plan(long long n, void* const* fns, const int* nargs,",
-        "                 void* const* args, long long* ns) {",
-        "  for (long long i = 0; i < n; i++) {",
-        "    void* const* a = args;",
-        "    long long t0 = ns ? wb_now_ns() : 0;",
-        "    args += nargs[i];",
-        "    switch (nargs[i]) {",
+        "static void wb_call(void* f, int nargs, void* const* a) {",
+        "  switch (nargs) {",
         *cases,
+        "  }",
+        "}",
+        "void wb_run_plan(long long n, void* const* fns, const int* nargs,",
+        "                 void* const* args, long long* ns, void* const* team) {",
+        "  long long i = 0;",
+        "  while (i < n) {",
+        "    long long j = i;",
+        "    while (j < n && team[j]) j++;",
+        "    if (j - i >= 2) {",
+        "      /* kernels i..j-1 in one region: the master times each from the barrier",
+        "         ending the one before (the fork is no kernel's) to its own */",
+        "      #pragma omp parallel",
+        "      {",
+        "        void* const* a = args;",
+        "        int master = omp_get_thread_num() == 0;",
+        "        for (long long k = i; k < j; k++) {",
+        "          long long t0 = ns && master ? wb_now_ns() : 0;",
+        "          wb_call(team[k], nargs[k], a);",
+        "          a += nargs[k];",
+        "          if (ns && master) ns[k] = wb_now_ns() - t0;",
+        "        }",
+        "      }",
+        "      for (long long k = i; k < j; k++) args += nargs[k];",
+        "      i = j;",
+        "      continue;",
         "    }",
-        "    if (ns) ns[i] = wb_now_ns() - t0;",
+        "    if (j == i) j = i + 1;   /* a kernel without a team form, or a lone one */",
+        "    for (; i < j; i++) {",
+        "      long long t0 = ns ? wb_now_ns() : 0;",
+        "      wb_call(fns[i], nargs[i], args);",
+        "      args += nargs[i];",
+        "      if (ns) ns[i] = wb_now_ns() - t0;",
+        "    }",
         "  }",
         "}", ""])
 
@@ -73,7 +102,7 @@ def _driver():
     """The compiled driver (built into the kernel cache once, loaded once a process)."""
     fn = load_library(build_library("wb_run_plan", DRIVER_C)).wb_run_plan
     fn.argtypes = [ctypes.c_longlong, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p,
-                   ctypes.c_void_p]
+                   ctypes.c_void_p, ctypes.c_void_p]
     fn.restype = None
     return fn
 
@@ -97,6 +126,10 @@ class PlanDriver:
         compiled = seq.compiled
         self._fns = np.array([ctypes.cast(ck.fn, ctypes.c_void_p).value for ck in compiled],
                              dtype=np.uint64)
+        # each kernel's team form (codegen/render/c.py), 0 where it has none
+        self._team = np.array([ctypes.cast(ck.team_fn, ctypes.c_void_p).value
+                               if getattr(ck, "team_fn", None) is not None else 0
+                               for ck in compiled], dtype=np.uint64)
         self._nargs = np.array([len(ck.kernel.params) + len(ck.extra) for ck in compiled],
                                dtype=np.int32)
         self._args = np.zeros(int(self._nargs.sum()), dtype=np.uint64)
@@ -109,7 +142,8 @@ class PlanDriver:
         # array's address costs ~1 us to read, and these arrays live as long as the
         # driver (benchmarks/results/call-sources-*.md: the Python path of a call)
         self._call = (_driver(), len(self._fns), self._fns.ctypes.data,
-                      self._nargs.ctypes.data, self._args.ctypes.data)
+                      self._nargs.ctypes.data, self._args.ctypes.data,
+                      self._team.ctypes.data)
 
     def run(self, env: dict, pool: dict, made, kernel_ns: np.ndarray | None = None
             ) -> None:
@@ -130,12 +164,12 @@ class PlanDriver:
         args = self._args
         for slot, value in self._per_run:
             args[slot] = env[value].ctypes.data
-        fn, n, fns, nargs, argv = self._call
+        fn, n, fns, nargs, argv, team = self._call
         if kernel_ns is None:
-            fn(n, fns, nargs, argv, None)
+            fn(n, fns, nargs, argv, None, team)
             return
         assert kernel_ns.dtype == np.int64 and kernel_ns.size >= n
-        fn(n, fns, nargs, argv, kernel_ns.ctypes.data)
+        fn(n, fns, nargs, argv, kernel_ns.ctypes.data, team)
 
     def _fill(self, env: dict) -> None:
         """The first run: every argument's address, and which change from run to run

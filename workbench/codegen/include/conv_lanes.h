@@ -11,10 +11,76 @@
    plane. Over small planes (4 x 4, 2 x 2) this ran 3.5x faster than a plane per
    channel, whose loops were a few positions long; the copies make it lose from 16 x 16
    (fusion/gemm.py DEPTHWISE_LANES_SPAN) */
+#if defined(__clang__)
+/* clang has no shuffle by a run-time index vector: lane by lane */
+WB_FN wb_vf wb_shuffle2(wb_vf a, wb_vf b, wb_vu i) {
+  wb_vf r;
+  for (int l = 0; l < WB_VW; l++) r[l] = i[l] < WB_VW ? a[i[l]] : b[i[l] - WB_VW];
+  return r;
+}
+#else
+#define wb_shuffle2(a, b, i) __builtin_shuffle(a, b, i)
+#endif
+
+/* whether wb_depthwise_vplanes takes a depthwise convolution: each input and output
+   plane within one vector, and the g channels' filters within two */
+WB_FN int wb_vplanes_fit(long long h, long long w, long long oh, long long ow,
+                         long long kh, long long kw) {
+  return h * w <= WB_VW && oh * ow <= WB_VW && kh * kw <= 2 * WB_VW;
+}
+
+/* a 2-D depthwise convolution (wb_depthwise_lanes' arguments) whose planes each fit in
+   one vector (wb_vplanes_fit: MobileNetV2's and EfficientNet's 4 x 4 and 2 x 2 on
+   AVX-512): g channels' input planes, consecutive in memory, loaded as one vector;
+   each tap's inputs a shuffle of it with a vector of zeros (an output lane whose tap
+   falls past an edge picks a zero), its weights a shuffle of the g channels' filters
+   (g x kh x kw floats, from two vectors); the taps summed in their order; the g
+   output planes stored as one vector. No lane-by-lane copy in or out: where the
+   channels went into the lanes and back (wb_depthwise_lanes' loops) that copying was
+   most of a 4 x 4 layer's time. The shuffles' indices are made once per call. A
+   vector past the tile's last channel is loaded and stored lane by lane; a whole one
+   stores junk past its g planes, which the next group overwrites */
+WB_FN void wb_depthwise_vplanes(long long cn, const float* x, long long h, long long w,
+                                const float* f, long long kh, long long kw, float* c,
+                                long long oh, long long ow, long long sy, long long sx,
+                                long long dy, long long dx, long long py, long long px) {
+  int ip = (int)(h * w), op = (int)(oh * ow), taps = (int)(kh * kw);
+  int g = WB_VW / (ip > op ? ip : op);
+  if (g * taps > 2 * WB_VW) g = 2 * WB_VW / taps;
+  wb_vu xi[taps], wi[taps];
+  for (int t = 0; t < taps; t++) {
+    long long ky = t / kw, kx = t % kw;
+    for (int l = 0; l < WB_VW; l++) {
+      int ch = l / op, p = l % op;
+      long long iy = p / ow * sy + ky * dy - py, ix = p % ow * sx + kx * dx - px;
+      int in = ch < g && iy >= 0 && iy < h && ix >= 0 && ix < w;
+      xi[t][l] = in ? (unsigned)(ch * ip + iy * w + ix) : WB_VW;   /* a zero lane */
+      wi[t][l] = ch < g ? (unsigned)(ch * taps + t) : 0u;
+    }
+  }
+  const wb_vf zero = (wb_vf){0};
+  for (long long c0 = 0; c0 < cn; c0 += g) {
+    int gn = cn - c0 < g ? (int)(cn - c0) : g;
+    wb_vf xv = zero, fv[2] = {zero, zero}, acc = zero;
+    if ((c0 * ip + WB_VW) <= cn * ip) memcpy(&xv, x + c0 * ip, sizeof xv);
+    else for (int l = 0; l < gn * ip; l++) xv[l] = x[c0 * ip + l];
+    if ((c0 * taps + 2 * WB_VW) <= cn * taps) memcpy(fv, f + c0 * taps, sizeof fv);
+    else for (int l = 0; l < gn * taps; l++) fv[l / WB_VW][l % WB_VW] = f[c0 * taps + l];
+    for (int t = 0; t < taps; t++)
+      acc += wb_shuffle2(fv[0], fv[1], wi[t]) * wb_shuffle2(xv, zero, xi[t]);
+    if ((c0 * op + WB_VW) <= cn * op) memcpy(c + c0 * op, &acc, sizeof acc);
+    else for (int l = 0; l < gn * op; l++) c[c0 * op + l] = acc[l];
+  }
+}
+
 WB_FN void wb_depthwise_lanes(long long cn, const float* x, long long h, long long w,
                               const float* f, long long kh, long long kw, float* c,
                               long long oh, long long ow, long long sy, long long sx,
                               long long dy, long long dx, long long py, long long px) {
+  if (wb_vplanes_fit(h, w, oh, ow, kh, kw)) {
+    wb_depthwise_vplanes(cn, x, h, w, f, kh, kw, c, oh, ow, sy, sx, dy, dx, py, px);
+    return;
+  }
   long long hp = (oh - 1) * sy + (kh - 1) * dy + 1, wp = (ow - 1) * sx + (kw - 1) * dx + 1;
   wb_vf xt[hp * wp], ft[kh * kw], yt[oh * ow];
   for (long long c0 = 0; c0 < cn; c0 += WB_VW) {

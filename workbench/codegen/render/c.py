@@ -55,6 +55,29 @@ class CRenderer(CStyleRenderer):
 
     target = "c"
     ROW_TILE = CPU_ROW_TILE   # rows a CPU thread walks together in a thread-per-row kernel
+    # how a kernel's outermost parallel loops are spelled: each its own parallel region,
+    # or, in a kernel's team form (TeamC), worksharing loops of a team already running
+    parallel = "parallel for"
+
+    def kernel(self, k: Kernel) -> str:
+        """The kernel's function; where the kernel is nothing but parallel loops
+        (:func:`team_form`), as two: ``<name>_team``, its loops shared out among the
+        threads of a parallel region already running (``#pragma omp for``, each ending
+        in its barrier), and ``<name>``, which opens that region and calls it. The plan
+        driver (runtime/driver.py) calls a run of consecutive team kernels inside one
+        region of its own: one fork and join for the run, a barrier between kernels,
+        where each kernel's own region cost a fork and a join (~1.2 us each on 2 cores,
+        53 in MobileNetV2 small; benchmarks/results/call-sources-*-dw44.md)."""
+        if not team_form(k) or not self.supports(k) or k.library is not None:
+            return super().kernel(k)
+        args = ", ".join([b.name for b in k.params] + (["wb_sgemm"] if k.blas else []))
+        team = f"void {k.name}{TEAM_SUFFIX}({self.params(k)})"
+        # (the kernel's own function first, its body after: read as one kernel)
+        return "\n".join([
+            self.header_comment(k), team + ";",
+            self.signature(k) + " {", "  #pragma omp parallel",
+            f"  {k.name}{TEAM_SUFFIX}({args});", "}",
+            team + " {", *TeamC().stmts(k.body, 1), "}"]) + "\n"
 
     def prelude(self, tensor: bool = False, uses: str | None = None) -> str:
         """What a kernel's source starts with (``tensor``: a kernel with GEMM tiles
@@ -200,8 +223,8 @@ class CRenderer(CStyleRenderer):
                 f"{s.var} < {s.stop or s.extent}; ++{s.var}) {{")
         if s.bind in ("flat", "grid") and depth <= 1:
             # the outermost parallel loop; simd lets the compiler vectorize flat loops
-            pragma = "#pragma omp parallel for simd" if s.bind == "flat" and s.vector > 1 \
-                else "#pragma omp parallel for schedule(static)"
+            pragma = f"#pragma omp {self.parallel} simd" if s.bind == "flat" and s.vector > 1 \
+                else f"#pragma omp {self.parallel} schedule(static)"
             lines = [pad + pragma, pad + head]
         elif s.bind in ("block", "lane") and s.reduction is None:
             # a block's threads become SIMD lanes: each column is independent
@@ -251,7 +274,7 @@ class CRenderer(CStyleRenderer):
         pad, u = self.indent_unit * depth, self.indent_unit
         v, n, r, ix = s.var, s.extent, s.per_block, index_type(s)
         blocks = -(-n // r)
-        return ([pad + "#pragma omp parallel for schedule(static)",
+        return ([pad + f"#pragma omp {self.parallel} schedule(static)",
                  pad + f"for ({ix} {v}_blk = 0; {v}_blk < {blocks}; ++{v}_blk) {{",
                  pad + u + f"const {ix} {v}_end = {v}_blk * {r} + {r} < {n} ? "
                            f"{v}_blk * {r} + {r} : {n};",
@@ -311,7 +334,7 @@ class CRenderer(CStyleRenderer):
                      p + u + f"const {index_type(s)} {row} = {row}0 + r_;"]
                     + [p + u + line for line in lines] + [p + "}"])
 
-        out = [pad + "#pragma omp parallel for schedule(static)",
+        out = [pad + f"#pragma omp {self.parallel} schedule(static)",
                pad + f"for ({index_type(s)} {row}0 = 0; {row}0 < {n}; {row}0 += {T}) {{",
                pad + u + f"const int n_ = {n} - {row}0 < {T} ? {n} - {row}0 : {T};"]
         out += [pad + u + f"{ct} {v}[{T}];" for v, ct in decls.items()]
@@ -383,3 +406,28 @@ class CRenderer(CStyleRenderer):
             return (f"wb_pack_panel({args}, {s.panel});" if s.panel
                     else f"wb_pack_b_once({args});")
         return super().helper_call(s)
+
+
+class TeamC(CRenderer):
+    """The C renderer for a kernel's team form: its outermost loops worksharing loops
+    of the team already running (see :meth:`CRenderer.kernel`)."""
+    parallel = "for"
+
+
+TEAM_SUFFIX = "_team"
+
+
+def team_form(k: Kernel) -> bool:
+    """Whether every thread of a region may run a kernel's body, each parallel loop's
+    iterations shared out: a body of nothing but parallel loops, comments, grid
+    barriers (those loops' ends) and constants made once (``wb_pack_a_once``,
+    ``wb_pack_b_once``, ``wb_widen_once``: the first thread to claim one makes it, the
+    others wait until it is made, as two runs at once do). Anything else at the top (a
+    serial statement) would run once per thread."""
+    def once(s) -> bool:
+        return (isinstance(s, WidenOnce) or (isinstance(s, PackA) and not s.sliver)
+                or (isinstance(s, PackB) and not s.panel))
+    loops = [s for s in k.body if isinstance(s, Loop)]
+    return bool(loops) and all(
+        isinstance(s, (Comment, GridSync)) or once(s)
+        or (isinstance(s, Loop) and s.bind in ("flat", "grid", "warp")) for s in k.body)

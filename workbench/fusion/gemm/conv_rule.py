@@ -80,7 +80,9 @@ class ConvRule:
     # an image's channels as the GEMM's rows, each tile whole planes, one of two ways:
     # - where its taps meet at most depthwise_lanes_span input positions per plane (its
     #   zero border included), the channels in the vectors' lanes (DEPTHWISE_LANES): a
-    #   plane per channel walks loops a few positions long;
+    #   plane per channel walks loops a few positions long (and where every plane fits
+    #   in one vector, that form holds a few channels' planes per vector instead,
+    #   codegen wb_depthwise_vplanes);
     # - else, up to depthwise_plane_span positions (a 126 x 126 plane, 64 KiB of a
     #   thread's stack), a padded plane at a time, each output's taps summed in a register
     #   (DEPTHWISE_PLANES).
