@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from ..errors import GraphError
-from .elementwise import FMAX, LIMITS, WRAP, _int_div
+from .elementwise import EXP_ROWS, FMAX, LIMITS, WRAP, _int_div
 from .registry import (Combiner, Helper, Kind, OpDef, attr_bool, normalize_axes,
                        register)
 
@@ -65,6 +65,44 @@ WB_FN int wb_lanes_or(const int* a) {
 }
 #endif
 """, cuda="", calls=(FMAX,))
+
+# a CPU row's shifted exp pass with its sum in one call (codegen/render/c_exp_rows.py):
+# softmax, logsumexp and an attention's rows take e^(x - max) and sum it
+EXP_SHIFT_ROWS = Helper("wb_expf_shift_n", r"""/* y = e^(x - c) over a row of n floats, and the sum of y in 16 lanes combined in
+   halves, as a row loop's lanes sum it (render/c_exp_rows.py): one pass where the
+   subtraction, e^x and the sum took three over the row; the bits of wb_expf and of the
+   lanes' sum. y may be x. */
+#ifdef __AVX512F__
+WB_FN float wb_expf_shift_n(float* y, const float* x, float c, long long n) {
+  const __m512 cv = _mm512_set1_ps(c);
+  __m512 s = _mm512_setzero_ps();
+  long long i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 e = wb_exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i), cv));
+    _mm512_storeu_ps(y + i, e);
+    s = _mm512_add_ps(s, e);
+  }
+  if (i < n) {
+    const __mmask16 m = (__mmask16)((1u << (n - i)) - 1u);
+    const __m512 e = wb_exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), cv));
+    _mm512_mask_storeu_ps(y + i, m, e);
+    s = _mm512_mask_add_ps(s, m, s, e);
+  }
+  float l[16];
+  _mm512_storeu_ps(l, s);
+  return wb_lanes_sum(l);
+}
+#else
+WB_FN float wb_expf_shift_n(float* y, const float* x, float c, long long n) {
+  float l[16] = {0.0f};
+  for (long long i = 0; i < n; ++i) {
+    y[i] = wb_expf(x[i] - c);
+    l[i % 16] += y[i];
+  }
+  return wb_lanes_sum(l);
+}
+#endif
+""", cuda="", calls=(EXP_ROWS, LANES))
 
 # (integer sums and products accumulate in 64 bits, wrapping as NumPy's do)
 SUM = Combiner("0.0f", "0", "({0} + {1})", "wb_wadd({0}, {1})", simd_op=("+", ""))
@@ -148,7 +186,7 @@ def _int_mean(x, axes, keep):
 # error scales (over the inputs' magnitudes, ops.magnitude): a sum or mean of them; the
 # largest for max/min; their product for a product (first order: each factor's relative
 # error adds up, and the product of the magnitudes bounds every partial product)
-_make("reduce_sum", np.sum, SUM, np.sum, (WRAP, LANES))
+_make("reduce_sum", np.sum, SUM, np.sum, (WRAP, LANES, EXP_SHIFT_ROWS))
 _make("reduce_mean", np.mean, MEAN, np.mean, (WRAP, LANES))
 _make("reduce_prod", np.prod, PROD, np.prod, (WRAP,))
 # max and min have no identity (the kernels would give -inf/+inf or the integer limit;

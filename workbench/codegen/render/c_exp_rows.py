@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from ..kir import Comment, Let, Load, Loop, Store
+from ..kir import Assign, Comment, Let, Load, Loop, Store
 from .base import index_type
 
 # the longest row split: its array is 4 KB on the stack. A longer row keeps the fused
@@ -67,17 +67,56 @@ def split_exp_loop(r, s: Loop, depth: int) -> list[str] | None:
     home = _output_row(r, s, ex.var, depth)
     if home is None:
         row = f"float wb_ex_[{n}];  /* e^x of the row */"
-    else:       # (the store of e^x dropped: wb_expf_n leaves it there)
+    else:       # (the store of e^x dropped: the call leaves it there)
         row = f"float* const wb_ex_ = {home[1]};  /* e^x of the row, in the output's */"
         rest = tuple(x for x in rest if x is not home[0])
+    lines = [pad + "{", pad + u + row]
+    shift = _shifted_row(r, s, at, arg)
+    if shift is None:      # (the argument written into the row first)
+        lines += ([pad + u + "#pragma omp simd", pad + u + head]
+                  + r.stmts(s.body[:at], depth + 2)
+                  + [pad + u + u + f"wb_ex_[{v}] = {arg};", pad + u + "}"])
+        shift = ("wb_ex_", "0.0f")       # (x - 0 is x, to the bit)
+    call = f"wb_expf_shift_n(wb_ex_, {shift[0]}, {shift[1]}, {n})"
+    acc = _row_sum(s, rest, ex.var)
+    if acc is not None:    # (the loop's only work left: the sum, which the call takes)
+        return lines + [pad + u + f"{acc} = {acc} + {call};  /* (render/c_exp_rows.py) */",
+                        pad + "}"]
     body = s.body[:at] + (Let(ex.var, ex.dtype, f"wb_ex_[{v}]", ex.node),) + rest
     # (the last loop as the renderer prints any loop: a reduction's lanes, c_lanes.py)
-    return ([pad + "{", pad + u + row,
-             pad + u + "#pragma omp simd", pad + u + head]
-            + r.stmts(s.body[:at], depth + 2)
-            + [pad + u + u + f"wb_ex_[{v}] = {arg};", pad + u + "}",
-               pad + u + f"wb_expf_n(wb_ex_, {n});  /* (render/c_exp_rows.py) */"]
+    return (lines + [pad + u + f"{call};  /* (render/c_exp_rows.py) */"]
             + r.loop(replace(s, body=body), depth + 1) + [pad + "}"])
+
+
+def _shifted_row(r, s: Loop, at: int, arg: str) -> tuple[str, str] | None:
+    """(the address of the row's first element, c) where the exp's argument is
+    ``x[col] - c``: a float load one column per element, less a value the loop does
+    not change; else None."""
+    lets = {x.var: x for x in s.body[:at] if isinstance(x, (Let, Load))}
+    d = lets.get(arg)
+    m = re.fullmatch(r"\((\w+) - (\w+)\)", d.expr) if isinstance(d, Let) else None
+    if m is None or m.group(2) in lets or not isinstance(lets.get(m.group(1)), Load):
+        return None
+    ld = _LOAD.fullmatch(r.load(lets[m.group(1)]))
+    if ld is None or ld.group(1) != m.group(1):
+        return None
+    lead = re.fullmatch(rf"\((.+) \+ {re.escape(s.var)}\)", ld.group(3))
+    if lead is None or re.search(rf"\b{re.escape(s.var)}\b", lead.group(1)):
+        return None
+    return f"{ld.group(2)} + {lead.group(1)}", m.group(2)
+
+
+def _row_sum(s: Loop, rest: tuple, t: str) -> str | None:
+    """The accumulator where all the loop does after its e^x ``t`` is the float sum
+    ``acc = (acc + t)`` the loop reduces; else None."""
+    work = [x for x in rest if not isinstance(x, Comment)]
+    if s.reduction is None or s.reduction[1] != "+" or len(work) != 1:
+        return None
+    acc = s.reduction[0]
+    x = work[0]
+    if isinstance(x, Assign) and x.var == acc and x.expr == f"({acc} + {t})":
+        return acc
+    return None
 
 
 def _output_row(r, s: Loop, t: str, depth: int) -> tuple[Store, str] | None:
@@ -108,5 +147,7 @@ def _output_row(r, s: Loop, t: str, depth: int) -> tuple[Store, str] | None:
     return st, f"{buf} + {lead.group(1)}"
 
 
+# a load printed as ``float t = (float)buf[offset];``
+_LOAD = re.compile(r"float (\w+) = \(float\)(\w+)\[(.+)\];")
 # a store printed as ``buf[offset] = (float)(t);``
 _STORE = re.compile(r"(\w+)\[(.+)\] = \(float\)\((\w+)\);")
