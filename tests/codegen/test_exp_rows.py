@@ -175,3 +175,26 @@ def test_logsumexp_rows_split_up_to_max_cols(cols):
     zm = z.max(axis=1, keepdims=True)
     np.testing.assert_allclose(y, np.log(np.exp(z - zm).sum(axis=1, keepdims=True)) + zm,
                                rtol=1e-6)
+
+
+def test_a_long_softmax_row_is_one_call_into_the_output_row():
+    # past MAX_COLS a row is split only where the call is the whole pass: it reads the
+    # row, writes e^(x - max) into the output's row and returns the sum (no stack array)
+    rng = np.random.default_rng(13)
+    cols = MAX_COLS * 3 + 5
+    x = (rng.standard_normal((4, cols)) * 20).astype(F32)
+    x[2, 7] = -np.inf
+    b = GraphBuilder("softmax_long")
+    t = b.input("x", x.shape)
+    b.output(b.softmax(t), "p")
+    s = _session(b.build())
+    (k,) = s.kernels()
+    src = s.source(k.group, target="c")
+    assert f"wb_expf_shift_n(wb_ex_, in0 + row * {cols}, " in src
+    assert "float wb_ex_[" not in src
+    p = s.run({"x": x})["p"]
+    z = x.astype(np.float64)
+    ref = np.exp(z - z.max(axis=1, keepdims=True))
+    ref /= ref.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(p, ref, rtol=5e-6, atol=1e-9)
+    assert p[2, 7] == 0

@@ -30,9 +30,12 @@ from dataclasses import replace
 from ..kir import Assign, Comment, Let, Load, Loop, Store
 from .base import index_type
 
-# the longest row split: its array is 4 KB on the stack. A longer row keeps the fused
-# loop, whose output lines come from memory while it computes: split, the second loop
-# waits on them with nothing to compute (512 x 32000, one thread: 13.5 -> 22 ms)
+# the longest row split with a loop left after the call, or its array on the stack (4
+# KB). A longer row keeps the fused loop, whose output lines come from memory while it
+# computes: split, the second loop waits on them with nothing to compute (512 x 32000,
+# one thread: 13.5 -> 22 ms) -- unless the call is the whole pass, reading the row and
+# writing e^x straight into the output's row (512 x 32000, one thread, CPU time:
+# 8.6-9.0 -> 7.7-8.0 ms; docs/decisions/row-exp.md)
 MAX_COLS = 1024
 _EXP = re.compile(r"wb_expf\((\w+)\)")
 
@@ -44,7 +47,7 @@ def exp_position(s: Loop) -> int | None:
             if isinstance(x, Let) and _EXP.fullmatch(x.expr)]
     text = " ".join(getattr(x, "expr", "") for x in s.body)
     if len(hits) != 1 or text.count("wb_expf(") != 1 or s.start or s.stop \
-            or s.extent > MAX_COLS or s.body[hits[0]].dtype.c_compute != "float":
+            or s.body[hits[0]].dtype.c_compute != "float":
         return None
     if s.reduction is not None and not s.reduction[1]:
         return None      # (lanes may not be combined: the loop is not simd at all)
@@ -72,13 +75,15 @@ def split_exp_loop(r, s: Loop, depth: int) -> list[str] | None:
         rest = tuple(x for x in rest if x is not home[0])
     lines = [pad + "{", pad + u + row]
     shift = _shifted_row(r, s, at, arg)
+    acc = _row_sum(s, rest, ex.var)
+    if n > MAX_COLS and (home is None or shift is None or acc is None):
+        return None        # (a longer row split only where the call is the whole pass)
     if shift is None:      # (the argument written into the row first)
         lines += ([pad + u + "#pragma omp simd", pad + u + head]
                   + r.stmts(s.body[:at], depth + 2)
                   + [pad + u + u + f"wb_ex_[{v}] = {arg};", pad + u + "}"])
         shift = ("wb_ex_", "0.0f")       # (x - 0 is x, to the bit)
     call = f"wb_expf_shift_n(wb_ex_, {shift[0]}, {shift[1]}, {n})"
-    acc = _row_sum(s, rest, ex.var)
     if acc is not None:    # (the loop's only work left: the sum, which the call takes)
         return lines + [pad + u + f"{acc} = {acc} + {call};  /* (render/c_exp_rows.py) */",
                         pad + "}"]
