@@ -188,6 +188,10 @@ class CRenderer(CStyleRenderer):
         (a reduction's accumulator, for its lanes: render/c_lanes.py)."""
         return self.__dict__.setdefault("_let_types", {})
 
+    def kernel(self, k: Kernel) -> str:
+        self._types.clear()     # (no type of another kernel's variable carried over)
+        return super().kernel(k)
+
     def stmts(self, body, depth: int) -> list[str]:
         self._types.update((s.var, s.dtype.c_compute) for s in body if isinstance(s, Let))
         return super().stmts(body, depth)
