@@ -64,7 +64,7 @@ def _fused_exp(path: Path):
     from workbench.codegen.render import c_exp_rows
     s = wb.Session(wb.load(path), backend="cpu")
     s.auto("stitch")
-    if not any("wb_expf_n(" in s.source(k.group, target="c") for k in s.kernels()):
+    if not any("wb_ex_" in s.source(k.group, target="c") for k in s.kernels()):
         return None
     keep, c_exp_rows.MAX_COLS = c_exp_rows.MAX_COLS, 0
     try:

@@ -1,5 +1,6 @@
-"""The CPU row kernels' e^x over a row (``wb_expf_n``, ops/elementwise.py) and the
-split exp pass that calls it (codegen/render/c_exp_rows.py).
+"""The CPU row kernels' e^x over a row (``wb_expf_n``, ops/elementwise.py; its shifted
+form with the row's sum, ``wb_expf_shift_n``, ops/reduce.py) and the split exp pass that
+calls it (codegen/render/c_exp_rows.py).
 
 ``wb_expf_n`` gives ``wb_expf``'s bits, element for element, with AVX-512 (intrinsics,
 ``vscalefps``) and without (``-mno-avx512f``: the portable loop), over every 2003rd
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
+import re
 
 import numpy as np
 import pytest
@@ -26,6 +28,7 @@ from workbench.session import Session
 F32 = np.float32
 WRAP = """
 void t_rows(float* x, long long n) { wb_expf_n(x, n); }
+float t_shift(float* y, const float* x, float c, long long n) { return wb_expf_shift_n(y, x, c, n); }
 void t_each(float* x, long long n) { for (long long i = 0; i < n; ++i) x[i] = wb_expf(x[i]); }
 int t_avx512(void) {
 #ifdef __AVX512F__
@@ -51,17 +54,7 @@ def test_row_exp_gives_wb_expf_bits(flags):
         pytest.skip("an x86 flag selects the portable path here")
     if not flags and "avx512f" not in _cpu_flags():
         pytest.skip("this CPU has no AVX-512: the native build is the portable path")
-    src = CRenderer().prelude(uses="wb_expf_n(x, n);") + WRAP
-    assert "wb_expf_n" in src and ("_mm512_scalef_ps" in src)
-    mp = pytest.MonkeyPatch()
-    mp.setenv(cc.EXTRA_CFLAGS_ENV, flags)
-    try:
-        lib = cc.load_library(cc.build_library("t_exp_rows", src))
-    finally:
-        mp.undo()
-    for f in (lib.t_rows, lib.t_each):
-        f.argtypes = [ctypes.c_void_p, ctypes.c_longlong]
-    assert lib.t_avx512() == (not flags)       # (the path under test is the one built)
+    lib = _library(flags)
     x = np.concatenate([SPECIAL, _dense(), np.random.default_rng(5).standard_normal(4099)
                         .astype(F32) * 30])
 
@@ -82,6 +75,62 @@ def test_row_exp_gives_wb_expf_bits(flags):
         assert (out[n:] == -7.0).all()
 
 
+def _library(flags: str):
+    """The helpers and the wrappers above, built with ``flags`` added."""
+    src = CRenderer().prelude(uses="wb_expf_n(x, n); wb_expf_shift_n(y, x, c, n);") + WRAP
+    assert "wb_expf_n" in src and ("_mm512_scalef_ps" in src)
+    mp = pytest.MonkeyPatch()
+    mp.setenv(cc.EXTRA_CFLAGS_ENV, flags)
+    try:
+        lib = cc.load_library(cc.build_library("t_exp_rows", src))
+    finally:
+        mp.undo()
+    for f in (lib.t_rows, lib.t_each):
+        f.argtypes = [ctypes.c_void_p, ctypes.c_longlong]
+    lib.t_shift.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float, ctypes.c_longlong]
+    lib.t_shift.restype = ctypes.c_float
+    assert lib.t_avx512() == (not flags)       # (the path under test is the one built)
+    return lib
+
+
+def _lanes_sum(e: np.ndarray) -> np.float32:
+    """The float32 sum of ``e`` as a row loop's 16 lanes take it (render/c_lanes.py):
+    lane i sums elements i, i + 16, ... in order; then lane i with i + 8, + 4, + 2, + 1."""
+    lanes = np.zeros(16, F32)
+    for i, v in enumerate(e):
+        lanes[i % 16] = F32(lanes[i % 16] + v)
+    while len(lanes) > 1:
+        h = len(lanes) // 2
+        lanes = (lanes[:h] + lanes[h:]).astype(F32)
+    return lanes[0]
+
+
+@pytest.mark.parametrize("flags", ["", "-mno-avx512f"], ids=["native", "portable"])
+def test_shifted_row_exp_gives_wb_expf_bits_and_the_lanes_sum(flags):
+    if flags and platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("an x86 flag selects the portable path here")
+    if not flags and "avx512f" not in _cpu_flags():
+        pytest.skip("this CPU has no AVX-512: the native build is the portable path")
+    lib = _library(flags)
+    rng = np.random.default_rng(6)
+    x = (rng.standard_normal(1000) * 20).astype(F32)
+    for n in [*range(0, 40), 512, 1000]:
+        for c in (F32(0.0), F32(x[:max(n, 1)].max()), F32(-3.25)):
+            buf = np.full(n + 8, -7.0, F32)
+            s = lib.t_shift(buf.ctypes.data, x.ctypes.data, c, n)
+            want = x[:n] - c
+            lib.t_each(want.ctypes.data, n)
+            assert np.array_equal(buf[:n].view(np.uint32), want.view(np.uint32)), (n, c)
+            assert (buf[n:] == -7.0).all()        # (nothing past n written)
+            assert F32(s).view(np.uint32) == _lanes_sum(want).view(np.uint32), (n, c, s)
+    # in place, as a row kept in the output's row is taken
+    y = x.copy()
+    lib.t_shift(y.ctypes.data, y.ctypes.data, F32(1.5), len(y))
+    want = x - F32(1.5)
+    lib.t_each(want.ctypes.data, len(want))
+    assert np.array_equal(y.view(np.uint32), want.view(np.uint32))
+
+
 def _session(g):
     s = Session(g, backend="cpu", seed=0)
     s.auto("stitch")
@@ -98,7 +147,9 @@ def test_softmax_with_a_masked_tail_splits_its_exp_pass():
     b.output(b.softmax(t), "p")
     s = _session(b.build())
     (k,) = s.kernels()
-    assert "wb_expf_n(wb_ex_, 37)" in s.source(k.group, target="c")
+    # (the row's e^(x - max) and its sum in one call, into the output's row)
+    assert re.search(r"acc\d+ = acc\d+ \+ wb_expf_shift_n\(wb_ex_, in0 \+ row \* 37, acc\d+, 37\)",
+                     s.source(k.group, target="c"))
     p = s.run({"x": x})["p"]
     z = x.astype(np.float64)
     ref = np.exp(z - z.max(axis=1, keepdims=True))
@@ -118,9 +169,32 @@ def test_logsumexp_rows_split_up_to_max_cols(cols):
     s = _session(b.build())
     (k,) = s.kernels()
     src = s.source(k.group, target="c")
-    assert ("wb_expf_n(wb_ex_" in src) == (cols <= MAX_COLS)
+    assert ("wb_expf_shift_n(wb_ex_" in src) == (cols <= MAX_COLS)
     y = s.run({"x": x})["y"]
     z = x.astype(np.float64)
     zm = z.max(axis=1, keepdims=True)
     np.testing.assert_allclose(y, np.log(np.exp(z - zm).sum(axis=1, keepdims=True)) + zm,
                                rtol=1e-6)
+
+
+def test_a_long_softmax_row_is_one_call_into_the_output_row():
+    # past MAX_COLS a row is split only where the call is the whole pass: it reads the
+    # row, writes e^(x - max) into the output's row and returns the sum (no stack array)
+    rng = np.random.default_rng(13)
+    cols = MAX_COLS * 3 + 5
+    x = (rng.standard_normal((4, cols)) * 20).astype(F32)
+    x[2, 7] = -np.inf
+    b = GraphBuilder("softmax_long")
+    t = b.input("x", x.shape)
+    b.output(b.softmax(t), "p")
+    s = _session(b.build())
+    (k,) = s.kernels()
+    src = s.source(k.group, target="c")
+    assert f"wb_expf_shift_n(wb_ex_, in0 + row * {cols}, " in src
+    assert "float wb_ex_[" not in src
+    p = s.run({"x": x})["p"]
+    z = x.astype(np.float64)
+    ref = np.exp(z - z.max(axis=1, keepdims=True))
+    ref /= ref.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(p, ref, rtol=5e-6, atol=1e-9)
+    assert p[2, 7] == 0

@@ -50,7 +50,9 @@ def simd_loops(src: str, function: str | None = None) -> list[SimdLoop]:
     with whether GCC vectorized it when compiled with the CPU backend's flags.
 
     A loop counts as vectorized when the compiler reports "loop vectorized" at a line
-    inside it (GCC names the line of a statement of the loop's body, not the ``for``)."""
+    inside it (GCC names the line of a statement of the loop's body, not the ``for``),
+    or, for the outer loop of a nest, "outer-loop already vectorized" at its inner
+    loop."""
     cc, _ = find_compiler()
     with tempfile.TemporaryDirectory() as tmp:
         c = Path(tmp) / "kernel.c"
@@ -74,7 +76,11 @@ def simd_loops(src: str, function: str | None = None) -> list[SimdLoop]:
         first = i + 2                            # the for line, 1-based
         last = _loop_end(code, i + 1) + 1
         inside = [(kind, text) for ln, kind, text in reports if first <= ln <= last]
-        done = any(kind == "optimized" and "loop vectorized" in text for kind, text in inside)
+        # (a loop vectorized as the outer loop of a nest, as a row's reduction lanes
+        # are -- render/c_lanes.py -- is reported at its function's line, and the inner
+        # loop inside it as "outer-loop already vectorized")
+        done = any(kind == "optimized" and "loop vectorized" in text
+                   or "outer-loop already vectorized" in text for kind, text in inside)
         reasons = () if done else tuple(dict.fromkeys(
             text for kind, text in inside
             if kind == "missed" and not text.startswith("couldn't vectorize")))

@@ -10,6 +10,7 @@ micro-kernel (``codegen/microkernel.py``), whose C the prelude carries.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from ...dtypes import DType
 from ...fusion.geometry import CPU_ROW_TILE
@@ -25,6 +26,7 @@ from ..microkernel import MICRO_KERNEL_C, a_tile_stride
 # plus a NaN flag: reduction -> (its combiner's function, the one-instruction form)
 NAN_SPLIT = {"wbmax": ("wb_fmax", "wb_fmax_num"), "wbmin": ("wb_fmin", "wb_fmin_num")}
 from .c_exp_rows import split_exp_loop
+from .c_lanes import lane_loop
 from .base import CStyleRenderer, element, index_type, node_tag, op_helpers, tile_slots
 
 # the GEMM micro-kernel and convolution lanes, as one prelude helper: the kernels that
@@ -210,6 +212,20 @@ class CRenderer(CStyleRenderer):
             return self.store(Store(s.buf.home, s.dst_offset, s.expr, node=s.node))
         return super().store(s)
 
+    @property
+    def _types(self) -> dict:
+        """The C type of each variable a Let of the statements printed so far declared
+        (a reduction's accumulator, for its lanes: render/c_lanes.py)."""
+        return self.__dict__.setdefault("_let_types", {})
+
+    def kernel(self, k: Kernel) -> str:
+        self._types.clear()     # (no type of another kernel's variable carried over)
+        return super().kernel(k)
+
+    def stmts(self, body, depth: int) -> list[str]:
+        self._types.update((s.var, s.dtype.c_compute) for s in body if isinstance(s, Let))
+        return super().stmts(body, depth)
+
     def loop(self, s: Loop, depth: int) -> list[str]:
         pad = self.indent_unit * depth
         if s.bind == "flat" and depth <= 1 and any(isinstance(x, Loop) for x in s.body):
@@ -233,6 +249,9 @@ class CRenderer(CStyleRenderer):
                 and (split := self._minmax_loop(s, depth, head)) is not None:
             return split
         elif s.bind in ("block", "lane") and s.reduction[1]:
+            lanes = lane_loop(self, s, depth, [s.reduction], self._types)
+            if lanes is not None:
+                return lanes    # (combined in halves, not lane by lane: render/c_lanes.py)
             lines = [pad + f"#pragma omp simd reduction({s.reduction[1]}:{s.reduction[0]})",
                      pad + head]
         else:
@@ -262,6 +281,11 @@ class CRenderer(CStyleRenderer):
                 body.append(st)
         if hits != 1:
             return None
+        self._types[nan] = "int"
+        lanes = lane_loop(self, replace(s, body=tuple(body)), depth,
+                          [(acc, s.reduction[1] + "n"), (nan, "|")], self._types)
+        if lanes is not None:
+            return [pad + f"int {nan} = 0;", *lanes, pad + f"if ({nan}) {acc} = NAN;"]
         return ([pad + f"int {nan} = 0;",
                  pad + f"#pragma omp simd reduction({s.reduction[1]}n:{acc}) "
                        f"reduction(|:{nan})", pad + head]

@@ -25,13 +25,17 @@ let, is split; any other is printed as before.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
-from ..kir import Comment, Let, Load, Loop
+from ..kir import Assign, Comment, Let, Load, Loop, Store
 from .base import index_type
 
-# the longest row split: its array is 4 KB on the stack. A longer row keeps the fused
-# loop, whose output lines come from memory while it computes: split, the second loop
-# waits on them with nothing to compute (512 x 32000, one thread: 13.5 -> 22 ms)
+# the longest row split with a loop left after the call, or its array on the stack (4
+# KB). A longer row keeps the fused loop, whose output lines come from memory while it
+# computes: split, the second loop waits on them with nothing to compute (512 x 32000,
+# one thread: 13.5 -> 22 ms) -- unless the call is the whole pass, reading the row and
+# writing e^x straight into the output's row (512 x 32000, one thread, CPU time:
+# 8.6-9.0 -> 7.7-8.0 ms; docs/decisions/row-exp.md)
 MAX_COLS = 1024
 _EXP = re.compile(r"wb_expf\((\w+)\)")
 
@@ -43,7 +47,7 @@ def exp_position(s: Loop) -> int | None:
             if isinstance(x, Let) and _EXP.fullmatch(x.expr)]
     text = " ".join(getattr(x, "expr", "") for x in s.body)
     if len(hits) != 1 or text.count("wb_expf(") != 1 or s.start or s.stop \
-            or s.extent > MAX_COLS or s.body[hits[0]].dtype.c_compute != "float":
+            or s.body[hits[0]].dtype.c_compute != "float":
         return None
     if s.reduction is not None and not s.reduction[1]:
         return None      # (lanes may not be combined: the loop is not simd at all)
@@ -62,12 +66,93 @@ def split_exp_loop(r, s: Loop, depth: int) -> list[str] | None:
     arg = _EXP.fullmatch(ex.expr).group(1)
     pad, u, v, n = r.indent_unit * depth, r.indent_unit, s.var, s.extent
     head = f"for ({index_type(s)} {v} = 0; {v} < {n}; ++{v}) {{"
-    red = f" reduction({s.reduction[1]}:{s.reduction[0]})" if s.reduction else ""
-    body = s.body[:at] + (Let(ex.var, ex.dtype, f"wb_ex_[{v}]", ex.node),) + s.body[at + 1:]
-    return ([pad + "{", pad + u + f"float wb_ex_[{n}];  /* e^x of the row */",
-             pad + u + "#pragma omp simd", pad + u + head]
-            + r.stmts(s.body[:at], depth + 2)
-            + [pad + u + u + f"wb_ex_[{v}] = {arg};", pad + u + "}",
-               pad + u + f"wb_expf_n(wb_ex_, {n});  /* (render/c_exp_rows.py) */",
-               pad + u + f"#pragma omp simd{red}", pad + u + head]
-            + r.stmts(body, depth + 2) + [pad + u + "}", pad + "}"])
+    rest = s.body[at + 1:]
+    home = _output_row(r, s, ex.var, depth)
+    if home is None:
+        row = f"float wb_ex_[{n}];  /* e^x of the row */"
+    else:       # (the store of e^x dropped: the call leaves it there)
+        row = f"float* const wb_ex_ = {home[1]};  /* e^x of the row, in the output's */"
+        rest = tuple(x for x in rest if x is not home[0])
+    lines = [pad + "{", pad + u + row]
+    shift = _shifted_row(r, s, at, arg)
+    acc = _row_sum(s, rest, ex.var)
+    if n > MAX_COLS and (home is None or shift is None or acc is None):
+        return None        # (a longer row split only where the call is the whole pass)
+    if shift is None:      # (the argument written into the row first)
+        lines += ([pad + u + "#pragma omp simd", pad + u + head]
+                  + r.stmts(s.body[:at], depth + 2)
+                  + [pad + u + u + f"wb_ex_[{v}] = {arg};", pad + u + "}"])
+        shift = ("wb_ex_", "0.0f")       # (x - 0 is x, to the bit)
+    call = f"wb_expf_shift_n(wb_ex_, {shift[0]}, {shift[1]}, {n})"
+    if acc is not None:    # (the loop's only work left: the sum, which the call takes)
+        return lines + [pad + u + f"{acc} = {acc} + {call};  /* (render/c_exp_rows.py) */",
+                        pad + "}"]
+    body = s.body[:at] + (Let(ex.var, ex.dtype, f"wb_ex_[{v}]", ex.node),) + rest
+    # (the last loop as the renderer prints any loop: a reduction's lanes, c_lanes.py)
+    return (lines + [pad + u + f"{call};  /* (render/c_exp_rows.py) */"]
+            + r.loop(replace(s, body=body), depth + 1) + [pad + "}"])
+
+
+def _shifted_row(r, s: Loop, at: int, arg: str) -> tuple[str, str] | None:
+    """(the address of the row's first element, c) where the exp's argument is
+    ``x[col] - c``: a float load one column per element, less a value the loop does
+    not change; else None."""
+    lets = {x.var: x for x in s.body[:at] if isinstance(x, (Let, Load))}
+    d = lets.get(arg)
+    m = re.fullmatch(r"\((\w+) - (\w+)\)", d.expr) if isinstance(d, Let) else None
+    if m is None or m.group(2) in lets or not isinstance(lets.get(m.group(1)), Load):
+        return None
+    ld = _LOAD.fullmatch(r.load(lets[m.group(1)]))
+    if ld is None or ld.group(1) != m.group(1):
+        return None
+    lead = re.fullmatch(rf"\((.+) \+ {re.escape(s.var)}\)", ld.group(3))
+    if lead is None or re.search(rf"\b{re.escape(s.var)}\b", lead.group(1)):
+        return None
+    return f"{ld.group(2)} + {lead.group(1)}", m.group(2)
+
+
+def _row_sum(s: Loop, rest: tuple, t: str) -> str | None:
+    """The accumulator where all the loop does after its e^x ``t`` is the float sum
+    ``acc = (acc + t)`` the loop reduces; else None."""
+    work = [x for x in rest if not isinstance(x, Comment)]
+    if s.reduction is None or s.reduction[1] != "+" or len(work) != 1:
+        return None
+    acc = s.reduction[0]
+    x = work[0]
+    if isinstance(x, Assign) and x.var == acc and x.expr == f"({acc} + {t})":
+        return acc
+    return None
+
+
+def _output_row(r, s: Loop, t: str, depth: int) -> tuple[Store, str] | None:
+    """(the store, the address of the row's first element) where the loop stores its
+    e^x ``t`` unchanged, as float, into a row of a buffer it reads nowhere else, one
+    column per element: there the row array can be that row, which saves the copy
+    (a store and a load per element; softmax 8192 x 512, one thread: 1.47 -> 1.39 ms,
+    docs/decisions/row-exp.md); else None."""
+    col = re.compile(rf"\b{re.escape(s.var)}\b")
+    hits = []
+    for x in s.body:
+        if isinstance(x, Store):
+            m = _STORE.fullmatch(r.store(x))
+            if m and m.group(3) == t:
+                hits.append((x, m))
+    if len(hits) != 1:
+        return None
+    st, m = hits[0]
+    buf, off = m.group(1), m.group(2)
+    lead = re.fullmatch(rf"\((.+) \+ {re.escape(s.var)}\)", off)
+    if lead is None or col.search(lead.group(1)):
+        return None
+    # the buffer read or written by nothing else in the loop (its other statements
+    # printed, the store left out)
+    others = r.stmts(tuple(x for x in s.body if x is not st), depth)
+    if any(re.search(rf"\b{re.escape(buf)}\b", line) for line in others):
+        return None
+    return st, f"{buf} + {lead.group(1)}"
+
+
+# a load printed as ``float t = (float)buf[offset];``
+_LOAD = re.compile(r"float (\w+) = \(float\)(\w+)\[(.+)\];")
+# a store printed as ``buf[offset] = (float)(t);``
+_STORE = re.compile(r"(\w+)\[(.+)\] = \(float\)\((\w+)\);")
