@@ -70,6 +70,7 @@ class CRenderer(CStyleRenderer):
         region of its own: one fork and join for the run, a barrier between kernels,
         where each kernel's own region cost a fork and a join (~1.2 us each on 2 cores,
         53 in MobileNetV2 small; benchmarks/results/call-sources-*-dw44.md)."""
+        self._types.clear()     # (no type of another kernel's variable carried over)
         if not team_form(k) or not self.supports(k) or k.library is not None:
             return super().kernel(k)
         args = ", ".join([b.name for b in k.params] + (["wb_sgemm"] if k.blas else []))
@@ -217,10 +218,6 @@ class CRenderer(CStyleRenderer):
         """The C type of each variable a Let of the statements printed so far declared
         (a reduction's accumulator, for its lanes: render/c_lanes.py)."""
         return self.__dict__.setdefault("_let_types", {})
-
-    def kernel(self, k: Kernel) -> str:
-        self._types.clear()     # (no type of another kernel's variable carried over)
-        return super().kernel(k)
 
     def stmts(self, body, depth: int) -> list[str]:
         self._types.update((s.var, s.dtype.c_compute) for s in body if isinstance(s, Let))
