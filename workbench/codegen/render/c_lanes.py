@@ -22,14 +22,15 @@ every order is within the float bound the checks use (``tolerance.py``).
 
 A loop is printed so only where every reduction is one of those, of a type known
 here, its accumulator read and written only by its own combine statements, its body
-flat statements that store nothing and its range the whole row, a multiple of 16
-columns (``start``/``stop`` unset); otherwise the
+flat statements that store nothing and load only float32, and its range the whole
+row, a multiple of 16 columns (``start``/``stop`` unset); otherwise the
 caller prints the ``omp simd`` reduction as before.
 """
 from __future__ import annotations
 
 import re
 
+from ...dtypes import DType
 from ..kir import Assign, Comment, Let, Load
 from .base import index_type
 
@@ -58,6 +59,11 @@ def lane_loop(r, s, depth: int, reductions, types: dict) -> list[str] | None:
     if any("bf16" in r.stmts((x,), 0)[0] for x in s.body if isinstance(x, (Let, Load))):
         return None       # (bfloat16 rows: in the digest's LayerNorm variants GCC left
         #                   such lanes scalar, "no vectype" for their loads)
+    if any(isinstance(x, Load) and getattr(x.buf, "dtype", None) is not DType.float32
+           for x in s.body):
+        return None       # (an int64 load -- cross-entropy's one-hot column index:
+        #                   "no vectype" for it, the lanes scalar and the kernel 2x
+        #                   slower than with the omp simd reduction)
     if not all(isinstance(x, (Let, Assign, Load, Comment)) for x in s.body):
         return None       # (a store in the nest: GCC's outer-loop vectorizer left a
         #                   bfloat16 LayerNorm's lanes scalar, "no vectype" for it)
