@@ -1,5 +1,6 @@
 """Where a run's graph outputs live: poisoned (checked runs), the caller's (``out=``),
-or new and unfilled.
+or new and unfilled -- new to the caller, though their memory may be an earlier
+call's outputs that nothing holds any more (:class:`Recycler`).
 
 Why: a graph output made fresh and NaN-filled on every call cost more than the kernel
 that writes it (LayerNorm 2048x4096 on 2 cores: a 7.3 ms call was a 2.6 ms kernel and
@@ -18,6 +19,8 @@ Example::
 """
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Mapping
 
 import numpy as np
@@ -49,6 +52,63 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     raw = np.empty(n + ALIGN, dtype=np.uint8)
     at = -raw.ctypes.data % ALIGN
     return raw[at:at + n].view(dt).reshape(shape)
+
+
+class Recycler:
+    """New host arrays for a program's graph outputs, made in memory that an earlier
+    call's outputs held once nothing holds those any more: a caching allocator, as
+    torch's is for CUDA memory, for the buffers a caller drops between calls.
+
+    Why: a buffer past glibc's mmap threshold is mapped afresh on every allocation and
+    each of its pages faults on first write (with transparent huge pages, a 2 MB page
+    zeroed at a time). BERT-base's layer fwd+bwd returns 28.4 MB of gradients; made new
+    every call, the step took 34.5 ms at best and 42.9 ms median (2,761 minor faults)
+    against 29.8 and 30.5 ms writing into arrays it reused (2026-12-06, 2 cores).
+
+    A buffer is free when its reference count is the recycler's own: every NumPy view
+    of it holds it as its ``base`` (views of views too: NumPy collapses the chain), and
+    so does whatever wraps a view (``torch.from_numpy``, a memoryview). An array the
+    caller keeps, however reached, keeps its buffer out of reuse. The test runs under
+    a lock, so two runs at once never take one buffer. At most ``per_size`` buffers of
+    one size and ``limit`` bytes in all are kept (a caller keeping every call's loss
+    would otherwise grow a list scanned on every call); past that, buffers are handed
+    out and forgotten, as ``np.empty``'s are.
+    """
+
+    def __init__(self, limit: int = 1 << 30, per_size: int = 4):
+        self.limit, self.per_size = limit, per_size
+        self._kept = 0
+        self._by_size: dict[int, list[np.ndarray]] = {}
+        self._lock = threading.Lock()
+        # the count a kept buffer shows with nothing else holding it, read as _take
+        # reads it (its list, the loop's name, getrefcount's own argument)
+        for raw in [np.empty(1, np.uint8)]:
+            self._idle = sys.getrefcount(raw)
+
+    def empty(self, shape, dtype) -> np.ndarray:
+        """A new array of ``shape`` and ``dtype``, unfilled, on a cache line (as
+        :func:`aligned_empty`)."""
+        dt = np.dtype(dtype)
+        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+        raw = self._take(n + ALIGN)
+        at = -raw.ctypes.data % ALIGN
+        return raw[at:at + n].view(dt).reshape(shape)
+
+    def _take(self, size: int) -> np.ndarray:
+        with self._lock:
+            kept = self._by_size.setdefault(size, [])
+            for raw in kept:
+                if sys.getrefcount(raw) == self._idle:
+                    return raw
+            raw = np.empty(size, dtype=np.uint8)
+            if len(kept) < self.per_size and self._kept + size <= self.limit:
+                kept.append(raw)
+                self._kept += size
+            return raw
+
+    @property
+    def kept_bytes(self) -> int:
+        return self._kept
 
 
 def storage_dtype(xp, dtype: DType):
@@ -98,4 +158,4 @@ def check_out(graph: Graph, out, xp, inputs: Mapping) -> dict:
     return dict(out)
 
 
-__all__ = ["check_out", "empty", "storage_dtype"]
+__all__ = ["Recycler", "check_out", "empty", "storage_dtype"]

@@ -37,7 +37,7 @@ from ..ir import Graph
 from ..ops.bfloat16 import QUIET_NAN
 from .backend import Progress
 from .memory_plan import ALIGN, MEMORY_PLAN_ENV, plan_memory
-from .outputs import check_out, empty
+from .outputs import Recycler, check_out, empty
 from .placement import PlaceRule
 from .reference import check_inputs
 
@@ -178,13 +178,19 @@ class KernelSequence:
         poisoned if ``checked``, unfilled if not (a library call's left to the call)."""
         xp = self.backend.xp
         library = self._library_values
+        # (host arrays in memory an earlier call's outputs held, once the caller let
+        # them go: no page faults on a step's gradients, see outputs.Recycler)
+        recycler = self._held("_recycler", Recycler) if xp is np else None
 
         def made(name, shape, dtype):
             if name in out:
                 return _poisoned(out[name], dtype) if checked else out[name]
             if checked:
                 return poison(xp, shape, dtype)
-            return None if name in library else empty(xp, shape, dtype)
+            if name in library:
+                return None
+            return empty(xp, shape, dtype) if recycler is None \
+                else recycler.empty(shape, dtype.np)
         return made
 
     def _held(self, name: str, make):
