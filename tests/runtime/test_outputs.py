@@ -183,3 +183,29 @@ def test_outputs_start_on_a_cache_line():
         for o in s.graph.outputs:
             assert got[o].ctypes.data % 64 == 0, o
             np.testing.assert_allclose(got[o], want[o], rtol=1e-5, atol=1e-6)
+
+
+def test_inputs_taken_as_given_only_when_the_full_check_would_pass_them_unchanged():
+    """The host fast path (``KernelSequence._host_inputs``) hands an input on as given
+    only where it is a C-contiguous NumPy array of the declared shape and dtype; a
+    strided view, a subclass or a list goes the full way (copied, or refused with the
+    full check's message)."""
+    b = wb.GraphBuilder("in")
+    b.output(b.exp(b.input("x", (4, 8))), "y")
+    g = b.build()
+    prog = Program(run_planner("none", g)[0], get_backend("cpu"))
+    x = random_inputs(g, 3)["x"]
+    want = np.exp(x)
+    assert prog._host_inputs({"x": x})["x"] is x
+    strided = np.ascontiguousarray(x.T).T          # same values, Fortran order
+    assert prog._host_inputs({"x": strided}) is None
+    for given in (x, strided, np.asmatrix(x), x.tolist()):
+        if isinstance(given, list):
+            with pytest.raises(GraphError, match="dtype float64"):
+                prog.run({"x": given})
+            continue
+        np.testing.assert_allclose(prog.run({"x": given})["y"], want, rtol=1e-6)
+    with pytest.raises(GraphError, match="shape"):
+        prog.run({"x": x[:2]})
+    with pytest.raises(GraphError, match="missing inputs"):
+        prog.run({})

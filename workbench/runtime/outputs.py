@@ -19,6 +19,7 @@ Example::
 """
 from __future__ import annotations
 
+import math
 import sys
 import threading
 from typing import Mapping
@@ -78,33 +79,40 @@ class Recycler:
     def __init__(self, limit: int = 1 << 30, per_size: int = 4):
         self.limit, self.per_size = limit, per_size
         self._kept = 0
-        self._by_size: dict[int, list[np.ndarray]] = {}
+        # (shape, dtype) -> its buffers, each (raw bytes, offset of the cache line)
+        self._by_kind: dict[tuple, list[tuple[np.ndarray, int]]] = {}
         self._lock = threading.Lock()
         # the count a kept buffer shows with nothing else holding it, read as _take
-        # reads it (its list, the loop's name, getrefcount's own argument)
-        for raw in [np.empty(1, np.uint8)]:
+        # reads it (its entry, the loop's name, getrefcount's own argument)
+        for raw, _ in [(np.empty(1, np.uint8), 0)]:
             self._idle = sys.getrefcount(raw)
 
     def empty(self, shape, dtype) -> np.ndarray:
         """A new array of ``shape`` and ``dtype``, unfilled, on a cache line (as
-        :func:`aligned_empty`)."""
+        :func:`aligned_empty`). (A run makes one per graph output after a long call
+        has flushed the interpreter from the caches: the few NumPy calls here are
+        each several microseconds then.)"""
+        shape = tuple(shape)
         dt = np.dtype(dtype)
-        n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-        raw = self._take(n + ALIGN)
-        at = -raw.ctypes.data % ALIGN
-        return raw[at:at + n].view(dt).reshape(shape)
+        raw, at = self._take((shape, dt))
+        return np.ndarray(shape, dt, buffer=raw, offset=at)
 
-    def _take(self, size: int) -> np.ndarray:
+    def _take(self, kind: tuple) -> tuple[np.ndarray, int]:
         with self._lock:
-            kept = self._by_size.setdefault(size, [])
-            for raw in kept:
+            kept = self._by_kind.get(kind)
+            if kept is None:
+                kept = self._by_kind[kind] = []
+            for raw, at in kept:
                 if sys.getrefcount(raw) == self._idle:
-                    return raw
+                    return raw, at
+            shape, dt = kind
+            size = math.prod(shape) * dt.itemsize + ALIGN
             raw = np.empty(size, dtype=np.uint8)
+            entry = (raw, -raw.ctypes.data % ALIGN)
             if len(kept) < self.per_size and self._kept + size <= self.limit:
-                kept.append(raw)
+                kept.append(entry)
                 self._kept += size
-            return raw
+            return entry
 
     @property
     def kept_bytes(self) -> int:
