@@ -74,12 +74,12 @@ class CRenderer(CStyleRenderer):
         if not team_form(k) or not self.supports(k) or k.library is not None:
             return super().kernel(k)
         args = ", ".join([b.name for b in k.params] + (["wb_sgemm"] if k.blas else []))
-        team = f"void {k.name}{TEAM_SUFFIX}({self.params(k)})"
+        team = f"void {team_symbol(k.name)}({self.params(k)})"
         # (the kernel's own function first, its body after: read as one kernel)
         return "\n".join([
             self.header_comment(k), team + ";",
             self.signature(k) + " {", "  #pragma omp parallel",
-            f"  {k.name}{TEAM_SUFFIX}({args});", "}",
+            f"  {team_symbol(k.name)}({args});", "}",
             team + " {", *TeamC().stmts(k.body, 1), "}"]) + "\n"
 
     def prelude(self, tensor: bool = False, uses: str | None = None) -> str:
@@ -436,6 +436,13 @@ class TeamC(CRenderer):
 
 
 TEAM_SUFFIX = "_team"
+
+
+def team_symbol(name: str) -> str:
+    """The function a kernel's team form is compiled as: what :meth:`CRenderer.kernel`
+    defines where it decides the kernel has one, and the only sign of that decision
+    the compiled library carries (runtime/cpu.py looks the symbol up)."""
+    return name + TEAM_SUFFIX
 
 
 def team_form(k: Kernel) -> bool:
