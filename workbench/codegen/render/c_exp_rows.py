@@ -20,7 +20,9 @@ the 0.45 the intrinsics save; docs/decisions/row-exp.md).
 
 Only a loop whose statements before the exp are loads and lets (nothing it assigns or
 stores is read back by the argument) and that holds one ``wb_expf`` call, alone in its
-let, is split; any other is printed as before.
+let, is split; any other is printed as before. The loads, stores and output row are
+recognised in the kernel IR, as the CPU performs them (render/c_access.py), never in
+the C printed for them: a change in how a load prints cannot turn the split off.
 """
 from __future__ import annotations
 
