@@ -20,7 +20,10 @@ import pytest
 
 from tests.ops.test_exp import SPECIAL, _dense
 from workbench.codegen.render.c import CRenderer
-from workbench.codegen.render.c_exp_rows import MAX_COLS
+from workbench.codegen.kir import Loop
+from workbench.codegen.render.c_exp_rows import (MAX_COLS, _output_row, _row_sum,
+                                                 _shifted_row, exp_position)
+from workbench.dtypes import DType
 from workbench.ir import GraphBuilder
 from workbench.runtime import cc
 from workbench.session import Session
@@ -198,3 +201,70 @@ def test_a_long_softmax_row_is_one_call_into_the_output_row():
     ref /= ref.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(p, ref, rtol=5e-6, atol=1e-9)
     assert p[2, 7] == 0
+
+
+def _row_loops(body):
+    """Every block or lane loop of a kernel body, nested ones included."""
+    for x in body:
+        if isinstance(x, Loop):
+            if x.bind in ("block", "lane"):
+                yield x
+            yield from _row_loops(x.body)
+
+
+def _softmax_and_lse(cols: int = 37):
+    b = GraphBuilder("softmax_rows")
+    b.output(b.softmax(b.input("x", (6, cols))), "p")
+    b2 = GraphBuilder("lse_rows")
+    t = b2.input("x", (5, cols))
+    m = b2.reduce_max(t, axes=[-1], keepdims=True)
+    b2.output(b2.log(b2.reduce_sum(b2.exp(t - m), axes=[-1], keepdims=True)) + m, "y")
+    return [_session(b.build()), _session(b2.build())]
+
+
+def test_the_split_is_recognised_on_the_row_kernels_ir():
+    """The row kernels the split is meant for -- a softmax and a logsumexp -- have an
+    exp pass the split recognises in their kernel IR: the loop's one e^x, its
+    argument ``x[col] - max`` read from a float row, and all that follows it the
+    row's sum (the call is the whole pass); the softmax also stores e^x into the
+    output's row, which the call then writes. A change in the lowering that loses
+    one of these fails here, not silently in the generated C."""
+    r = CRenderer()
+    for s, home in zip(_softmax_and_lse(), (True, False)):
+        (k,) = s.kernels()
+        split = [(loop, at) for loop in _row_loops(k.body)
+                 if (at := exp_position(loop)) is not None]
+        assert len(split) == 1, k.name
+        loop, at = split[0]
+        ex = loop.body[at]
+        arg = re.fullmatch(r"wb_expf\((\w+)\)", ex.expr).group(1)
+        row, shift = _shifted_row(r, loop, at, arg)     # (x less the row's max)
+        assert row == "in0 + row * 37" and re.fullmatch(r"\w+", shift), (row, shift)
+        assert (_output_row(r, loop, ex.var) is not None) == home, k.name
+        rest = loop.body[at + 1:]
+        if home:
+            rest = tuple(x for x in rest if x is not _output_row(r, loop, ex.var)[0])
+        assert _row_sum(loop, rest, ex.var) is not None, k.name
+
+
+class _UncastC(CRenderer):
+    """The C renderer with float loads and stores printed without their casts
+    (``float t = x[i];``, ``y[i] = t;``): the same kernels in other C text."""
+
+    def to_compute(self, dtype, src):
+        return src if dtype is DType.float32 else super().to_compute(dtype, src)
+
+    def to_storage(self, dtype, expr):
+        return expr if dtype is DType.float32 else super().to_storage(dtype, expr)
+
+
+def test_the_split_does_not_depend_on_how_loads_and_stores_print():
+    """The split is decided from the kernel IR, so a renderer printing loads and
+    stores otherwise still splits the same rows into the same call (it was once
+    decided by matching the C text of a load, which such a change turned off)."""
+    for s in _softmax_and_lse():
+        (k,) = s.kernels()
+        texts = ["\n".join(r.stmts(k.body, 1)) for r in (CRenderer(), _UncastC())]
+        assert "= in0[" in texts[1] and "(float)in0[" not in texts[1]
+        calls = [re.search(r"wb_expf_shift_n\([^;]*;", t).group(0) for t in texts]
+        assert calls[0] == calls[1] and "in0 + row * 37" in calls[0], calls

@@ -226,7 +226,8 @@ def test_a_kernel_of_parallel_loops_has_a_team_form_and_one_with_a_serial_step_n
     ``<name>`` opening a region that calls it; a statement outside the loops that
     every thread would repeat leaves the kernel without a team form."""
     from dataclasses import replace
-    from workbench.codegen.kir import Assign, PackA, PackB
+    from workbench.codegen.kir import Let, PackA, PackB
+    from workbench.dtypes import DType
     from workbench.codegen.render import RENDERERS
     from workbench.codegen.render.c import TEAM_SUFFIX, team_form
     s = wb.Session(_two_convs(), backend="cpu")
@@ -234,12 +235,50 @@ def test_a_kernel_of_parallel_loops_has_a_team_form_and_one_with_a_serial_step_n
     prog = s.program()
     assert any(isinstance(x, (PackA, PackB)) for ck in prog.compiled
                for x in ck.kernel.body), "no kernel packs a constant on its first run"
+    cpu = s.backend
     for ck in prog.compiled:
         team = f"{ck.kernel.name}{TEAM_SUFFIX}("
         assert team_form(ck.kernel), ck.kernel.name
         assert team in ck.source and ck.team_fn is not None
         body = ck.source.split(team)[-1]     # (its definition, the source's end)
         assert "#pragma omp for" in body and "#pragma omp parallel for" not in body
-        serial = replace(ck.kernel, body=(Assign("wb_unused", "0"),) + ck.kernel.body)
+        serial = replace(ck.kernel, body=(Let("wb_unused", DType.float32, "0.0f"),)
+                         + ck.kernel.body)
         assert not team_form(serial)
         assert TEAM_SUFFIX not in RENDERERS["c"].kernel(serial)
+        # compiled, the library carries the renderer's decision: no team function
+        # for the backend to find (runtime/cpu.py reads the library, not the source)
+        lone = cpu.compile_source(serial, cpu.render(serial))
+        assert lone.fn is not None and lone.team_fn is None
+
+
+def test_a_kernel_from_the_cache_and_a_shipped_one_keep_their_team_form(tmp_path,
+                                                                      monkeypatch):
+    """Whether a compiled kernel has a team form is what its library exports, so a
+    library loaded from the kernel cache (built by an earlier process) and an
+    artifact's kernels (no body to decide from: the shipped source is what runs) have
+    the team forms the session's own kernels have -- and, through the driver, give
+    what they give."""
+    from workbench.runtime import cpu
+    from workbench.runtime.cc import build_library
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    s = wb.Session(_two_convs(), backend="cpu")
+    s.auto("stitch")
+    prog = s.program()
+    teams = [ck.team_fn is not None for ck in prog.compiled]
+    assert all(teams)
+    for ck in prog.compiled:
+        path = build_library(ck.kernel.name, ck.source)
+        assert path.parent.parent == tmp_path / "cache"      # (built by the program)
+        before = path.stat().st_mtime_ns
+        again = cpu.compile_kernel(ck.kernel, ck.source)     # (a cache hit: not rebuilt)
+        assert again.path == path and path.stat().st_mtime_ns == before
+        assert again.team_fn is not None
+    shipped = wb.load_artifact(s.export(tmp_path / "two_convs.zip")).runner("cpu")
+    assert all(not ck.kernel.body for ck in shipped.compiled)
+    assert [ck.team_fn is not None for ck in shipped.compiled] == teams
+    assert (shipped._driver()._team != 0).all()
+    ins = random_inputs(s.graph, 6)
+    got, want = shipped.run(ins), prog.run(ins)
+    for o in s.graph.outputs:
+        assert np.array_equal(got[o], want[o]), o

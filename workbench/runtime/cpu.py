@@ -22,7 +22,7 @@ from .placement import placed
 from .threads import default_blas_threads, one_pool
 from .threads import rescan as rescan_blas
 from . import driver
-from ..codegen.render.c import TEAM_SUFFIX
+from ..codegen.render.c import team_symbol
 from .calibrate import cpu_device
 
 
@@ -41,10 +41,13 @@ class CompiledCpuKernel(CompiledKernel):
             # the buffers, then the host BLAS routine a GEMM kernel calls (runtime/blas)
             self.fn.argtypes = [ctypes.c_void_p] * (len(kernel.params) + bool(kernel.blas))
             self.fn.restype = None
-            # its team form, where it has one (codegen/render/c.py), for the plan
-            # driver to call inside a parallel region of its own
-            self.team_fn = getattr(lib, kernel.name + TEAM_SUFFIX, None) \
-                if f"{kernel.name}{TEAM_SUFFIX}(" in source else None
+            # its team form, for the plan driver to call inside a parallel region of
+            # its own: the library exports ``<name>_team`` exactly where the renderer
+            # decided the kernel has one (CRenderer.kernel), so the decision travels
+            # with the compiled code -- a library from the kernel cache, an artifact's
+            # shipped source (whose kernel has no body to decide from) -- and is not
+            # made again here
+            self.team_fn = getattr(lib, team_symbol(kernel.name), None)
             self.extra = (blas_function(kernel.blas),) if kernel.blas else ()
             # this load of the library is closed once nothing can launch the kernel
             # (the last reference to it gone); not at exit, where it would gain nothing

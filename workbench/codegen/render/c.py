@@ -25,6 +25,7 @@ from ..microkernel import MICRO_KERNEL_C, a_tile_stride
 # the declared NaN-keeping float reductions whose row loops render as a fast max/min
 # plus a NaN flag: reduction -> (its combiner's function, the one-instruction form)
 NAN_SPLIT = {"wbmax": ("wb_fmax", "wb_fmax_num"), "wbmin": ("wb_fmin", "wb_fmin_num")}
+from .c_access import host_load, host_store
 from .c_exp_rows import split_exp_loop
 from .c_lanes import lane_loop
 from .base import CStyleRenderer, element, index_type, node_tag, op_helpers, tile_slots
@@ -74,12 +75,12 @@ class CRenderer(CStyleRenderer):
         if not team_form(k) or not self.supports(k) or k.library is not None:
             return super().kernel(k)
         args = ", ".join([b.name for b in k.params] + (["wb_sgemm"] if k.blas else []))
-        team = f"void {k.name}{TEAM_SUFFIX}({self.params(k)})"
+        team = f"void {team_symbol(k.name)}({self.params(k)})"
         # (the kernel's own function first, its body after: read as one kernel)
         return "\n".join([
             self.header_comment(k), team + ";",
             self.signature(k) + " {", "  #pragma omp parallel",
-            f"  {k.name}{TEAM_SUFFIX}({args});", "}",
+            f"  {team_symbol(k.name)}({args});", "}",
             team + " {", *TeamC().stmts(k.body, 1), "}"]) + "\n"
 
     def prelude(self, tensor: bool = False, uses: str | None = None) -> str:
@@ -197,21 +198,13 @@ class CRenderer(CStyleRenderer):
                 pad + "}"]
 
     def load(self, s: Load) -> str:
-        if isinstance(s.buf, Scratch) and s.buf.source is not None:
-            # a register copy of an input: one CPU thread owns the row, and its caches
-            # keep it, so the row is simply read again
-            return self.load(Load(s.var, s.buf.source, s.src_offset))
-        if isinstance(s.buf, Scratch) and s.buf.home is not None:
-            return self.load(Load(s.var, s.buf.home, s.src_offset))
-        return super().load(s)
+        # (a register copy of an input read again, a row kept in an output's row read
+        # there: render/c_access.py)
+        return super().load(host_load(s))
 
     def store(self, s: Store) -> str:
-        if isinstance(s.buf, Scratch) and s.buf.source is not None:
-            return ""        # (see load: the CPU reads the input again)
-        if isinstance(s.buf, Scratch) and s.buf.home is not None:
-            # a row array kept in the output's row (RowLowerer._home)
-            return self.store(Store(s.buf.home, s.dst_offset, s.expr, node=s.node))
-        return super().store(s)
+        s = host_store(s)
+        return "" if s is None else super().store(s)
 
     @property
     def _types(self) -> dict:
@@ -436,6 +429,13 @@ class TeamC(CRenderer):
 
 
 TEAM_SUFFIX = "_team"
+
+
+def team_symbol(name: str) -> str:
+    """The function a kernel's team form is compiled as: what :meth:`CRenderer.kernel`
+    defines where it decides the kernel has one, and the only sign of that decision
+    the compiled library carries (runtime/cpu.py looks the symbol up)."""
+    return name + TEAM_SUFFIX
 
 
 def team_form(k: Kernel) -> bool:

@@ -20,15 +20,19 @@ the 0.45 the intrinsics save; docs/decisions/row-exp.md).
 
 Only a loop whose statements before the exp are loads and lets (nothing it assigns or
 stores is read back by the argument) and that holds one ``wb_expf`` call, alone in its
-let, is split; any other is printed as before.
+let, is split; any other is printed as before. The loads, stores and output row are
+recognised in the kernel IR, as the CPU performs them (render/c_access.py), never in
+the C printed for them: a change in how a load prints cannot turn the split off.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import replace
 
-from ..kir import Assign, Comment, Let, Load, Loop, Store
+from ...dtypes import DType
+from ..kir import Assign, Comment, If, Let, Load, Loop, Store
 from .base import index_type
+from .c_access import host_load, host_store
 
 # the longest row split with a loop left after the call, or its array on the stack (4
 # KB). A longer row keeps the fused loop, whose output lines come from memory while it
@@ -67,7 +71,7 @@ def split_exp_loop(r, s: Loop, depth: int) -> list[str] | None:
     pad, u, v, n = r.indent_unit * depth, r.indent_unit, s.var, s.extent
     head = f"for ({index_type(s)} {v} = 0; {v} < {n}; ++{v}) {{"
     rest = s.body[at + 1:]
-    home = _output_row(r, s, ex.var, depth)
+    home = _output_row(r, s, ex.var)
     if home is None:
         row = f"float wb_ex_[{n}];  /* e^x of the row */"
     else:       # (the store of e^x dropped: the call leaves it there)
@@ -102,13 +106,11 @@ def _shifted_row(r, s: Loop, at: int, arg: str) -> tuple[str, str] | None:
     m = re.fullmatch(r"\((\w+) - (\w+)\)", d.expr) if isinstance(d, Let) else None
     if m is None or m.group(2) in lets or not isinstance(lets.get(m.group(1)), Load):
         return None
-    ld = _LOAD.fullmatch(r.load(lets[m.group(1)]))
-    if ld is None or ld.group(1) != m.group(1):
+    ld = host_load(lets[m.group(1)])
+    lead = _row_lead(s, ld.offset)
+    if not _as_float(r, ld.buf.dtype) or lead is None:
         return None
-    lead = re.fullmatch(rf"\((.+) \+ {re.escape(s.var)}\)", ld.group(3))
-    if lead is None or re.search(rf"\b{re.escape(s.var)}\b", lead.group(1)):
-        return None
-    return f"{ld.group(2)} + {lead.group(1)}", m.group(2)
+    return f"{ld.buf.name} + {lead}", m.group(2)
 
 
 def _row_sum(s: Loop, rest: tuple, t: str) -> str | None:
@@ -124,35 +126,61 @@ def _row_sum(s: Loop, rest: tuple, t: str) -> str | None:
     return None
 
 
-def _output_row(r, s: Loop, t: str, depth: int) -> tuple[Store, str] | None:
+def _output_row(r, s: Loop, t: str) -> tuple[Store, str] | None:
     """(the store, the address of the row's first element) where the loop stores its
     e^x ``t`` unchanged, as float, into a row of a buffer it reads nowhere else, one
     column per element: there the row array can be that row, which saves the copy
     (a store and a load per element; softmax 8192 x 512, one thread: 1.47 -> 1.39 ms,
     docs/decisions/row-exp.md); else None."""
-    col = re.compile(rf"\b{re.escape(s.var)}\b")
-    hits = []
-    for x in s.body:
-        if isinstance(x, Store):
-            m = _STORE.fullmatch(r.store(x))
-            if m and m.group(3) == t:
-                hits.append((x, m))
+    hits = [(x, st) for x in s.body if isinstance(x, Store)
+            if (st := host_store(x)) is not None and st.expr == t
+            and _as_float(r, st.buf.dtype)]
     if len(hits) != 1:
         return None
-    st, m = hits[0]
-    buf, off = m.group(1), m.group(2)
-    lead = re.fullmatch(rf"\((.+) \+ {re.escape(s.var)}\)", off)
-    if lead is None or col.search(lead.group(1)):
+    x, st = hits[0]
+    lead = _row_lead(s, st.offset)
+    if lead is None:
         return None
-    # the buffer read or written by nothing else in the loop (its other statements
-    # printed, the store left out)
-    others = r.stmts(tuple(x for x in s.body if x is not st), depth)
-    if any(re.search(rf"\b{re.escape(buf)}\b", line) for line in others):
+    # the buffer read or written by nothing else in the loop (the store left out)
+    if _touches(tuple(y for y in s.body if y is not x), st.buf.name):
         return None
-    return st, f"{buf} + {lead.group(1)}"
+    return x, f"{st.buf.name} + {lead}"
 
 
-# a load printed as ``float t = (float)buf[offset];``
-_LOAD = re.compile(r"float (\w+) = \(float\)(\w+)\[(.+)\];")
-# a store printed as ``buf[offset] = (float)(t);``
-_STORE = re.compile(r"(\w+)\[(.+)\] = \(float\)\((\w+)\);")
+def _as_float(r, dtype) -> bool:
+    """Whether elements of ``dtype`` are stored as C floats: what the row array holds
+    and ``wb_expf_shift_n`` reads and writes (a bfloat16 row converts)."""
+    return dtype is not DType.bfloat16 and r.storage[dtype] == "float"
+
+
+def _row_lead(s: Loop, offset: str) -> str | None:
+    """``lead`` where an offset is ``(lead + col)`` with ``lead`` free of the column:
+    one element per column, the row starting at ``lead``; else None."""
+    m = re.fullmatch(rf"\((.+) \+ {re.escape(s.var)}\)", offset)
+    if m is None or re.search(rf"\b{re.escape(s.var)}\b", m.group(1)):
+        return None
+    return m.group(1)
+
+
+def _touches(body, buf: str) -> bool:
+    """Whether the statements may read or write buffer ``buf``: a load or store of
+    it as the CPU performs it, an expression or offset naming it (a gather's index
+    read, say), or a statement of another kind (a call, a reduction), which might."""
+    name = re.compile(rf"\b{re.escape(buf)}\b")
+    for x in body:
+        if isinstance(x, Comment):
+            continue
+        if isinstance(x, (Loop, If)):
+            if _touches(x.body, buf) or name.search(getattr(x, "cond", "")):
+                return True
+            continue
+        if not isinstance(x, (Let, Assign, Load, Store)):
+            return True
+        at = host_load(x) if isinstance(x, Load) else host_store(x) \
+            if isinstance(x, Store) else None
+        if at is not None and at.buf.name == buf:
+            return True
+        if any(name.search(getattr(y, f, "")) for y in (x, at) if y is not None
+               for f in ("expr", "offset")):
+            return True
+    return False
