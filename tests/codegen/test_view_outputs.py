@@ -9,7 +9,7 @@ Each case runs the real kernel against the NumPy reference on fresh random input
 import pytest
 
 from workbench.codegen import RENDERERS, lower_plan
-from workbench.codegen.kir import Let, Loop, Store
+from workbench.codegen.kir import Let, Load, Loop, Store
 from workbench.device import H100
 from workbench.fusion.planners import run_planner
 from workbench.ir import GraphBuilder
@@ -126,3 +126,25 @@ def test_unrelated_outputs_of_another_shape_keep_their_own_loop(wb):
     assert sum(isinstance(x, Loop) for x in k.body) == 2
     ins = wb.make_inputs(g, seed=3)
     wb.check_outputs(s, ins, wb.reference(g, ins), "transpose apart")
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda-emu"])
+def test_views_of_an_input_passed_through_load_it_once(wb, backend):
+    """Views of a kernel's input leaving it as outputs (the backward hands a forward
+    input on under two shapes) are stored from one loop over the input, each element
+    loaded once, beside the rest of the kernel's work at that shape."""
+    b = GraphBuilder("input_views")
+    x = b.input("x", (1, T, H))
+    b.output(b.op("reshape", x, shape=[T, H]), "rows")
+    b.output(b.op("squeeze", x, axes=[0]), "squeezed")
+    b.output(b.tanh(x) * 2.0, "y")
+    g = b.build()
+    s = _one_kernel(g, backend)
+    (k,) = s.kernels()
+    stmts = list(_walk(k.body))
+    (xbuf,) = [p for p in k.params if p.value == "x"]
+    assert sum(isinstance(x, Load) and x.buf == xbuf for x in stmts) == 1, k.body
+    assert sum(isinstance(x, Loop) for x in k.body) == 1
+    for seed in (1, 2):
+        ins = wb.make_inputs(g, seed=seed)
+        wb.check_outputs(s, ins, wb.reference(g, ins), f"input views on {backend}")
