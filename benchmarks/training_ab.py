@@ -109,7 +109,12 @@ def run(a, tmp: Path) -> dict:
                    key=lambda n: -abs(med["base"][n] - med["this"][n]))[:SHOWN]
     res["per_kernel"] = [{"kernel": n, "asked": n in asked,
                           **{f"{k}_median_ms": med[k][n] for k in kids},
-                          **{f"{k}_fastest_ms": float(min(per_kernel[k][n])) for k in kids}}
+                          **{f"{k}_fastest_ms": float(min(per_kernel[k][n])) for k in kids},
+                          # the spread: a kernel disturbed in some calls only (a thread
+                          # descheduled on a loaded host) moves its median, not these
+                          **{f"{k}_quartiles_ms": np.percentile(per_kernel[k][n],
+                                                                [25, 75]).tolist()
+                             for k in kids}}
                          for n in asked + moved]
     res["only_in"] = {k: [n for n in per_kernel[k] if n not in both] for k in kids}
     return res
@@ -133,13 +138,16 @@ def markdown(res: dict) -> str:
                       ("kernels_median_ms", "kernels' sum (median)")):
         lines.append(f"| {what} | {b[key]:.3f} | {t[key]:.3f} | {b[key] / t[key]:.2f} |")
     lines += ["", "| kernel | base median ms | this median ms | x | base fastest | "
-              "this fastest | x |", "|---|---|---|---|---|---|---|"]
+              "this fastest | x | base quartiles | this quartiles |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for k in r["per_kernel"]:
         bm, tm, bf, tf = (k["base_median_ms"], k["this_median_ms"], k["base_fastest_ms"],
                           k["this_fastest_ms"])
         name = f"**{k['kernel']}**" if k["asked"] else k["kernel"]
+        q = {side: "-".join(f"{x:.3f}" for x in k[f"{side}_quartiles_ms"])
+             for side in ("base", "this")}
         lines.append(f"| {name} | {bm:.4f} | {tm:.4f} | {bm / tm:.2f} | {bf:.4f} | "
-                     f"{tf:.4f} | {bf / tf:.2f} |")
+                     f"{tf:.4f} | {bf / tf:.2f} | {q['base']} | {q['this']} |")
     lines += ["", f"Kernels: base {r['kernels']['base']}, this {r['kernels']['this']}; "
               f"only in base: {r['only_in']['base'] or 'none'}; only in this: "
               f"{r['only_in']['this'] or 'none'}. Outputs, base against this: largest "
