@@ -73,12 +73,14 @@ SETTLE_S = 0.2
 
 
 class Child:
-    """One checkout's model, built in a process of its own, timing blocks on request."""
+    """One checkout's model, built in a process of its own, timing blocks on request
+    (``program``: the child's source, given the same arguments; ``training_ab.py``
+    passes its own)."""
 
-    def __init__(self, tree: Path, model: str, size: str, outs: Path):
+    def __init__(self, tree: Path, model: str, size: str, outs: Path, program: str = CHILD):
         env = dict(os.environ, PYTHONPATH=str(tree))
         self.outs = outs
-        self.proc = subprocess.Popen([sys.executable, "-c", CHILD, str(tree), model, size,
+        self.proc = subprocess.Popen([sys.executable, "-c", program, str(tree), model, size,
                                       str(outs)], cwd=tree, env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
         self.info = self._reply()

@@ -35,10 +35,8 @@ class ElementwiseLowerer(Lowerer):
         return self._elementwise()
 
     def _elementwise(self):
-        # One flat loop per distinct output shape ("independent" packing when >1).
-        by_shape: dict[tuple, list[str]] = {}
-        for o in self.io.outputs:
-            by_shape.setdefault(self.g.value(o).shape, []).append(o)
+        # One loop per distinct shape ("independent" packing when >1), see _loops.
+        by_shape = self._loops()
         body = []
         for k, (shape, outs) in enumerate(by_shape.items()):
             n = int(np.prod(shape, dtype=np.int64)) if shape else 1
@@ -58,8 +56,8 @@ class ElementwiseLowerer(Lowerer):
                                               (c, [len(shape) - 1])])
             else:
                 idx = Index.flat(var, shape)
-            for o in outs:
-                e = self.at(scope, o, idx)
+            for o, v in outs:
+                e = self.at(scope, v, idx)
                 scope.stmts.append(Store(self.buffers[o], idx.offset() if rows else var, e,
                                          node=self._made_by(o)))
             if rows:
@@ -69,6 +67,35 @@ class ElementwiseLowerer(Lowerer):
                 body.append(Loop(var, n, "flat", tuple(scope.stmts), self._flat_vector(
                     n, scope.stmts, var)))
         return body
+
+    def _loops(self) -> dict[tuple, list[tuple[str, str]]]:
+        """The group's outputs by the shape of the loop storing them, each paired with
+        the value computed for it: one loop per distinct shape, an output computed as
+        itself -- except where several outputs are views (reshape, squeeze, unsqueeze)
+        of one value, or it and its views. Those are all stored from one loop over that
+        value's shape, each its element: a view keeps the row-major order, so the
+        offsets agree, and the value is computed once per element (BERT's GELU backward
+        stored ``mul_16`` and its reshape ``view_25`` from two loops, erf and exp twice:
+        0.47 ms against 0.15 ms for the chain once)."""
+        shared: dict[str, int] = {}
+        for o in self.io.outputs:
+            src = self._view_source(o)
+            shared[src] = shared.get(src, 0) + 1
+        loops: dict[tuple, list[tuple[str, str]]] = {}
+        for o in self.io.outputs:
+            src = self._view_source(o)
+            v = src if shared[src] > 1 else o
+            loops.setdefault(self.g.value(v).shape, []).append((o, v))
+        return loops
+
+    def _view_source(self, v: str) -> str:
+        """The value ``v`` is a view of, through the group's view ops (``v`` itself
+        when no view op of the group made it)."""
+        n = self.producer.get(v)
+        while n is not None and n.op in VIEWS:
+            v = n.inputs[0]
+            n = self.producer.get(v)
+        return v
 
     @staticmethod
     def _flat_vector(n: int, stmts, var: str) -> int:
@@ -135,8 +162,8 @@ class ElementwiseLowerer(Lowerer):
             n = self.g.value(src).shape[axis]
             scope = Scope()
             self.concat_part[concat.id] = part
-            for o in outs:
-                e = self.at(scope, o, idx)
+            for o, v in outs:
+                e = self.at(scope, v, idx)
                 scope.stmts.append(Store(self.buffers[o], idx.offset(), e,
                                          node=self._made_by(o)))
             body.append(If(f"{at} >= {start} && {at} < {start + n}",
