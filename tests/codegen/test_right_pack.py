@@ -138,6 +138,10 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     # rows element by element), 8 column tiles, the last in a partial panel
     dict(m=100, k=300, n=2000, tb=True),
     dict(m=100, k=300, n=2000, epilogue=True),
+    # ... k = 515: two whole blocks of 256 rows of k packed into the same floats, then 3
+    # rows (no whole 8 x 8 block)
+    dict(m=100, k=515, n=2000, tb=True),
+    dict(m=100, k=515, n=2000, epilogue=True),
 ])
 def test_results_match_numpy_on_fresh_inputs(case):
     g = _product(**case)
