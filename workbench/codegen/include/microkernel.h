@@ -100,9 +100,16 @@ WB_FN void wb_pack_block(const void* b, int kind, long long k, long long n, long
     for (long long p = p0; p < p1; p++) {
       float* d = bp + p * k * WB_PANEL;
       long long c0 = p * WB_PANEL, whole = n - c0 < WB_PANEL ? (n - c0) / 8 * 8 : WB_PANEL;
-      for (long long r = r0; r < r8; r += 8)
-        for (long long j = 0; j < whole; j += 8)
+      /* 16 rows of k at a time (a cache line of each of 8 columns of B, both its
+         halves transposed one after the other): B's columns 12 KB apart (W^T of a
+         3072-deep W) fall in one set of L1, and 64 of them read 8 rows at a time
+         evicted each line before its second half was read */
+      for (long long r = r0; r < r8; r += 16)
+        for (long long j = 0; j < whole; j += 8) {
           wb_transpose8(f + (c0 + j) * cs + r, cs, d + r * WB_PANEL + j, WB_PANEL);
+          if (r + 8 < r8)
+            wb_transpose8(f + (c0 + j) * cs + r + 8, cs, d + (r + 8) * WB_PANEL + j, WB_PANEL);
+        }
       for (long long r = r0; r < r1; r++)   /* the rows past r8, the columns past whole */
         for (long long j = r < r8 ? whole : 0; j < WB_PANEL; j++)
           d[r * WB_PANEL + j] = c0 + j < n ? f[(c0 + j) * cs + r] : 0.0f;
