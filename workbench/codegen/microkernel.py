@@ -62,10 +62,9 @@ owns its sizes, which the lowering allocates the packed buffers by.
 from __future__ import annotations
 
 from ..fusion.gemm.left_pack import a_tile_stride   # A's slivers (one definition)
-from ..fusion.gemm.tiles import PANEL   # columns per packed panel of B
+from ..fusion.gemm.tiles import KC, PANEL   # rows of k per block, columns per panel
 from .include import source
 
-KC = 256          # inner-dimension block: an A sliver of MR x KC floats stays in L1
 STATE_SLOTS = 16  # floats after the panels holding the packing state (one cache line)
 
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..gemm_shape import PACK_PER_RUN, GemmShape
-from .tiles import PANEL
+from .tiles import KC, PANEL
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,7 @@ class RightPack:
     one_row_tile: bool = True
     max_tile_b_bytes: int = 1 << 20
     one_tile_min_col_tiles: int = 8
+    transposed_min_col_tiles: int = 4
     max_floats: int = 1 << 22
     in_tile: bool = True
 
@@ -87,8 +88,21 @@ def packs_b_in_tile(t: GemmShape) -> bool:
     alternating calls (load 3): ``x @ W1^T`` + GELU 3.34 against 3.43 ms packed before
     the tiles, ``dy @ W2`` 3.12 against 3.23; one thread, CPU time, alone: 6.54
     against 6.74 and 6.39 against 6.20 (load 9)."""
-    return (RIGHT_PACK.in_tile and t.packed_b == PACK_PER_RUN and t.tiles == t.col_tiles
-            and t.b.view.one_matrix)
+    return RIGHT_PACK.in_tile and t.packed_b == PACK_PER_RUN and _one_tile_each(t)
+
+
+def _one_tile_each(t: GemmShape) -> bool:
+    """Whether each panel of B is read by one tile alone (one row tile, one batch item,
+    one B matrix)."""
+    return t.tiles == t.col_tiles and t.b.view.one_matrix
+
+
+def tile_b_bytes(t: GemmShape) -> int:
+    """Bytes of packed B a tile of ``t`` reads back from its core's cache at once: its
+    panels' ``KC`` rows where it packs them itself (``wb_gemm_packing_b`` packs a block
+    of ``KC`` rows of k at a time), else all ``k`` rows of them."""
+    rows = min(t.k, KC) if RIGHT_PACK.in_tile and _one_tile_each(t) else t.k
+    return 4 * rows * t.tile_n
 
 
 def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
@@ -97,7 +111,9 @@ def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
     B by every run, given how B can be packed here (``can``, ``tiles.packs``)."""
     if can != PACK_PER_RUN or t.im2col is not None or b_pack_words(t) > RIGHT_PACK.max_floats:
         return False
+    min_cols = (RIGHT_PACK.transposed_min_col_tiles if t.b.view.trans
+                else RIGHT_PACK.one_tile_min_col_tiles)
     return (t.row_tiles >= RIGHT_PACK.min_row_tiles
             or (RIGHT_PACK.one_row_tile and t.b.view.one_matrix and not whole_rows
-                and 4 * t.k * t.tile_n <= RIGHT_PACK.max_tile_b_bytes
-                and t.col_tiles >= RIGHT_PACK.one_tile_min_col_tiles))
+                and tile_b_bytes(t) <= RIGHT_PACK.max_tile_b_bytes
+                and t.col_tiles >= min_cols))
