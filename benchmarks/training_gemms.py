@@ -11,8 +11,8 @@ block's median (``quiet_ms``); GFLOP/s from it. Beside it each call's CPU time (
 process's, both cores' threads; the fastest call's), which a loaded host disturbs less
 than the wall clock: the pools wait passively, so it is the work done.
 
-Then, in the step itself (``--step-rounds``): the BERT layer's whole ``stitch``
-program as the rule makes it against the same plan with ``blas=1`` on the kernels
+Then, in the step itself (``--step-rounds``): the BERT layer's (``--model gpt2``:
+the GPT-2 block's) whole ``stitch`` program as the rule makes it against the same plan with ``blas=1`` on the kernels
 the rule packs B for (``--baseline row-tiles``: against the rule without
 ``RightPack.one_row_tile``, the 128-row products on sgemm per tile; ``tile-pack``: against the rule before
 each one-row-tile product's tiles packed their own panels; ``transposed``: against the rule
@@ -23,6 +23,7 @@ control (their sums should agree).
 
     python benchmarks/training_gemms.py [--rounds 8 --inner 3 --step-rounds 16]
                                         [--baseline sgemm|row-tiles|tile-pack|transposed]
+                                        [--model bert|gpt2]
 """
 from __future__ import annotations
 
@@ -159,8 +160,9 @@ def measure(rounds: int, inner: int, baseline: str = "sgemm") -> list[dict]:
     return rows
 
 
-def in_step(rounds: int, baseline: str = "sgemm") -> dict:
-    """The rule against sgemm per tile inside the BERT layer's fwd+bwd program
+def in_step(rounds: int, baseline: str = "sgemm", model_name: str = "bert") -> dict:
+    """The rule against sgemm per tile inside the BERT layer's fwd+bwd program (or
+    ``model_name``'s: training.py's GPT-2 block)
     (``baseline`` "sgemm": ``blas=1`` on every kernel the rule packs B for; "row-tiles":
     the rule without ``RightPack.one_row_tile``, the 128-row products kept on sgemm,
     the plan otherwise the same)."""
@@ -168,7 +170,7 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
     import workbench as wb
     from workbench.fusion.gemm import right_pack
     from training import D, _models
-    model = _models("bert")
+    model = _models(model_name)
     x, t = torch.randn(1, 128, D), torch.randn(1, 128, D)
     g = wb.from_torch(model, (x, t), training=True)
     rule = wb.Session(g, backend="cpu")
@@ -224,7 +226,7 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
             "call_median_ms": [float(np.median(c)) * 1e3 for c in calls],
             "call_cpu_fastest_ms": [min(c) * 1e3 for c in cpu],
             "call_cpu_median_ms": [float(np.median(c)) * 1e3 for c in cpu],
-            "rounds": rounds, "baseline": baseline}
+            "rounds": rounds, "baseline": baseline, "model": model_name}
 
 
 def markdown(res: dict) -> str:
@@ -292,7 +294,8 @@ def markdown(res: dict) -> str:
                 if st.get("baseline") == "transposed" else
                 "the same plan with `blas=1` on the kernels it packs B for")
         lines += ["", f"## In the step ({st['rounds']} rounds, each kernel's fastest)", "",
-                  f"The BERT layer's fwd+bwd `stitch` program, the rule against {than}:", "",
+                  f"The {'GPT-2 block' if st.get('model') == 'gpt2' else 'BERT layer'}'s "
+                  f"fwd+bwd `stitch` program, the rule against {than}:", "",
                   "| kernel | rule ms | "
                   + ("before ms" if st.get("baseline") == "tile-pack" else "sgemm per tile ms")
                   + " | x |", "|---|---|---|---|"]
@@ -329,6 +332,8 @@ def main(argv=None) -> int:
                     "the rule before the tiles packed their own panels (tile-pack), or "
                     "against the rule before a transposed B took the micro-kernel from 4 "
                     "column tiles (transposed)")
+    ap.add_argument("--model", choices=["bert", "gpt2"], default="bert",
+                    help="the step's model (training.py's): the BERT layer or the GPT-2 block")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--tag", default="")
     a = ap.parse_args(argv)
@@ -340,7 +345,7 @@ def main(argv=None) -> int:
            "omp_threads": os.environ.get("OMP_NUM_THREADS", "")}
     res["rows"] = measure(a.rounds, a.inner, a.baseline) if a.rounds else []
     if a.step_rounds:
-        res["step"] = in_step(a.step_rounds, a.baseline)
+        res["step"] = in_step(a.step_rounds, a.baseline, a.model)
     stem = Path(a.out) / f"training-gemms-{res['date']}{'-' + a.tag if a.tag else ''}"
     write_results(stem, res, markdown)
     log(f"wrote {stem}.md")

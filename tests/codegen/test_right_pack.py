@@ -88,7 +88,9 @@ def test_whole_row_tiles_keep_sgemm_and_the_one_tile_pack_is_not_charged():
     assert group.schedule.gemm.packed_b == PACK_PER_RUN and sgemm.schedule.gemm.packed_b == ""
     f, f1 = features(g2, group, WIDE), features(g2, sgemm, WIDE)
     a_words = left_pack_words(group.schedule.gemm)      # (A's 128 rows in slivers of 6)
-    assert f.scratch_bytes == 2 * 4 * (a_words + 768 * 3072) and f1.scratch_bytes == 0
+    # (each tile packs 256 rows of k of its panels at a time into its part of the
+    # workspace: 256 x 3072 floats in all, not 768 x 3072)
+    assert f.scratch_bytes == 2 * 4 * (a_words + 256 * 3072) and f1.scratch_bytes == 0
     assert f.memory_s == pytest.approx(f1.memory_s + 2 * 4 * a_words / L2_SPEEDUP
                                        / WIDE.dram_bandwidth)
     # its tiles made whole rows would keep sgemm
