@@ -21,7 +21,7 @@ from ...fusion.gemm.left_pack import (SLIVER_ROWS_MIN, left_items, left_pack_wor
                                       packs_a_per_run)
 from ...fusion.gemm.legality import VIEWS
 from ...fusion.gemm.right_pack import in_tile_rows, packs_b_in_tile
-from ...fusion.spills import pack_words, right_pack_words
+from ...fusion.spills import right_pack_words
 from ...fusion.plan import Group
 from ...fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
                                   PACK_ONCE, PACK_PER_RUN)

@@ -23,13 +23,13 @@ in a core's L2 (``max_tile_b_bytes``, :func:`tile_b_bytes`). Each such tile pack
 own panels (:func:`packs_b_in_tile`, ``wb_gemm_packing_b``), ``KC`` = 256 rows of k at
 a time into the same floats just before multiplying them, so they are read from its
 core's L2 and never written back. In the BERT layer's step, two threads, each
-kernel's fastest of 30 alternating calls (load 1.5): the four 128 x 768 x 768
-projections ``x @ W^T`` 1.01-1.12x and the 3072-deep ``h @ W2^T`` 1.03-1.04x faster
-than sgemm per tile (the five 6.95 against 7.26 ms); earlier, the FFN's ``x @ W1^T``
-1.03-1.06x and ``dy @ W2`` 1.01-1.06x. The untransposed 128 x 768 x 768 and 128 x 768
-x 3072 ``dy @ W`` (4 column tiles) keep sgemm: on one core 1.06x and 0.99x, in the
-step 0.99x and 1.03x (one run, load 4). A transposed B's pack (``wb_pack_block``) is made by 8 x 8 blocks
-transposed in registers, 16 rows of k at a time (it gathered one element at a time,
+kernel's fastest of 30 alternating calls (four runs, load 1.4-2.1): the four 128 x 768
+x 768 projections ``x @ W^T`` and the 3072-deep ``h @ W2^T`` together 1.01-1.05x
+faster than sgemm per tile (one core: 1.18x and 1.10x); earlier, the FFN's ``x @
+W1^T`` 1.03-1.06x and ``dy @ W2`` 1.01-1.06x. The untransposed 128 x 768 x 768 and 128
+x 768 x 3072 ``dy @ W`` (4 column tiles) keep sgemm: on one core 1.06x and 0.99x, in
+the step 0.99x and 1.03x (one run, load 4). A transposed B's pack (``wb_pack_block``)
+is made by 8 x 8 blocks transposed in registers, 16 rows of k at a time (it gathered one element at a time,
 64 columns' cache lines per panel row: 128 x 768 x 768 took 1.22 ms packed so against
 1.04 by blocks), an untransposed one row by row across a tile's panels. Not for
 whole-row tiles (an epilogue reducing rows: each tile reads all of B), nor where B is
