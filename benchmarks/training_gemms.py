@@ -11,17 +11,19 @@ block's median (``quiet_ms``); GFLOP/s from it. Beside it each call's CPU time (
 process's, both cores' threads; the fastest call's), which a loaded host disturbs less
 than the wall clock: the pools wait passively, so it is the work done.
 
-Then, in the step itself (``--step-rounds``): the BERT layer's whole ``stitch``
-program as the rule makes it against the same plan with ``blas=1`` on the kernels
+Then, in the step itself (``--step-rounds``): the BERT layer's (``--model gpt2``:
+the GPT-2 block's) whole ``stitch`` program as the rule makes it against the same plan with ``blas=1`` on the kernels
 the rule packs B for (``--baseline row-tiles``: against the rule without
 ``RightPack.one_row_tile``, the 128-row products on sgemm per tile; ``tile-pack``: against the rule before
-each one-row-tile product's tiles packed their own panels), one call each
+each one-row-tile product's tiles packed their own panels; ``transposed``: against the rule
+before a transposed B (``x @ W^T``) took the micro-kernel from 4 column tiles), one call each
 per round (which goes first alternating), a pause before each, each kernel's fastest
 time inside the call (``kernel_ns``); the kernels the two programs share are the
 control (their sums should agree).
 
     python benchmarks/training_gemms.py [--rounds 8 --inner 3 --step-rounds 16]
-                                        [--baseline sgemm|row-tiles|tile-pack]
+                                        [--baseline sgemm|row-tiles|tile-pack|transposed]
+                                        [--model bert|gpt2]
 """
 from __future__ import annotations
 
@@ -73,6 +75,12 @@ def _before_tile_pack(rule):
     (``--baseline tile-pack``): those panels packed by a parallel loop before the
     tiles."""
     return replace(rule, in_tile=False)
+
+
+def _before_transposed(rule):
+    """The right-pack rule before a transposed B took the micro-kernel from 4 column
+    tiles (``--baseline transposed``): 8, as an untransposed one."""
+    return replace(rule, transposed_min_col_tiles=rule.one_tile_min_col_tiles)
 
 
 def _workbench(g, feeds, blas=None, rule=None):
@@ -152,8 +160,9 @@ def measure(rounds: int, inner: int, baseline: str = "sgemm") -> list[dict]:
     return rows
 
 
-def in_step(rounds: int, baseline: str = "sgemm") -> dict:
-    """The rule against sgemm per tile inside the BERT layer's fwd+bwd program
+def in_step(rounds: int, baseline: str = "sgemm", model_name: str = "bert") -> dict:
+    """The rule against sgemm per tile inside the BERT layer's fwd+bwd program (or
+    ``model_name``'s: training.py's GPT-2 block)
     (``baseline`` "sgemm": ``blas=1`` on every kernel the rule packs B for; "row-tiles":
     the rule without ``RightPack.one_row_tile``, the 128-row products kept on sgemm,
     the plan otherwise the same)."""
@@ -161,15 +170,16 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
     import workbench as wb
     from workbench.fusion.gemm import right_pack
     from training import D, _models
-    model = _models("bert")
+    model = _models(model_name)
     x, t = torch.randn(1, 128, D), torch.randn(1, 128, D)
     g = wb.from_torch(model, (x, t), training=True)
     rule = wb.Session(g, backend="cpu")
     rule.auto("stitch")
-    if baseline in ("row-tiles", "tile-pack"):
+    if baseline in ("row-tiles", "tile-pack", "transposed"):
         now = right_pack.RIGHT_PACK
         right_pack.RIGHT_PACK = (
             replace(now, one_row_tile=False) if baseline == "row-tiles" else
+            _before_transposed(now) if baseline == "transposed" else
             _before_tile_pack(now))
         try:
             old = wb.Session(g, backend="cpu")
@@ -191,7 +201,8 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
         old_prog = None
     feeds = {"x": x.numpy(), "target": t.numpy(),
              **{k: p.detach().numpy().copy() for k, p in model.named_parameters()}}
-    progs = [rule.program(), old_prog if baseline in ("row-tiles", "tile-pack") else old.program()]
+    progs = [rule.program(), old_prog if baseline in ("row-tiles", "tile-pack", "transposed")
+             else old.program()]
     outs = [p.new_outputs() for p in progs]
     ns = [np.zeros(len(p.compiled), dtype=np.int64) for p in progs]
     per = [np.full(len(p.compiled), np.inf) for p in progs]
@@ -215,7 +226,7 @@ def in_step(rounds: int, baseline: str = "sgemm") -> dict:
             "call_median_ms": [float(np.median(c)) * 1e3 for c in calls],
             "call_cpu_fastest_ms": [min(c) * 1e3 for c in cpu],
             "call_cpu_median_ms": [float(np.median(c)) * 1e3 for c in cpu],
-            "rounds": rounds, "baseline": baseline}
+            "rounds": rounds, "baseline": baseline, "model": model_name}
 
 
 def markdown(res: dict) -> str:
@@ -278,9 +289,13 @@ def markdown(res: dict) -> str:
                 "the rule before a one-row-tile product's tiles packed their own panels "
                 "(`RightPack(in_tile=False)`: packed by a loop before the tiles)"
                 if st.get("baseline") == "tile-pack" else
+                "the rule before a transposed B took the micro-kernel from 4 column tiles "
+                "(`transposed_min_col_tiles` = 8: sgemm per tile)"
+                if st.get("baseline") == "transposed" else
                 "the same plan with `blas=1` on the kernels it packs B for")
         lines += ["", f"## In the step ({st['rounds']} rounds, each kernel's fastest)", "",
-                  f"The BERT layer's fwd+bwd `stitch` program, the rule against {than}:", "",
+                  f"The {'GPT-2 block' if st.get('model') == 'gpt2' else 'BERT layer'}'s "
+                  f"fwd+bwd `stitch` program, the rule against {than}:", "",
                   "| kernel | rule ms | "
                   + ("before ms" if st.get("baseline") == "tile-pack" else "sgemm per tile ms")
                   + " | x |", "|---|---|---|---|"]
@@ -310,10 +325,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--step-rounds", type=int, default=16)
-    ap.add_argument("--baseline", choices=["sgemm", "row-tiles", "tile-pack"], default="sgemm",
+    ap.add_argument("--baseline", choices=["sgemm", "row-tiles", "tile-pack", "transposed"],
+                    default="sgemm",
                     help="in the step: the rule against blas=1 on every kernel it packs "
-                    "B for, against the rule without RightPack.one_row_tile, or against "
-                    "the rule before the tiles packed their own panels (tile-pack)")
+                    "B for, against the rule without RightPack.one_row_tile, against "
+                    "the rule before the tiles packed their own panels (tile-pack), or "
+                    "against the rule before a transposed B took the micro-kernel from 4 "
+                    "column tiles (transposed)")
+    ap.add_argument("--model", choices=["bert", "gpt2"], default="bert",
+                    help="the step's model (training.py's): the BERT layer or the GPT-2 block")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--tag", default="")
     a = ap.parse_args(argv)
@@ -325,7 +345,7 @@ def main(argv=None) -> int:
            "omp_threads": os.environ.get("OMP_NUM_THREADS", "")}
     res["rows"] = measure(a.rounds, a.inner, a.baseline) if a.rounds else []
     if a.step_rounds:
-        res["step"] = in_step(a.step_rounds, a.baseline)
+        res["step"] = in_step(a.step_rounds, a.baseline, a.model)
     stem = Path(a.out) / f"training-gemms-{res['date']}{'-' + a.tag if a.tag else ''}"
     write_results(stem, res, markdown)
     log(f"wrote {stem}.md")

@@ -331,8 +331,9 @@ def _packed_products(rng):
     """Products whose B the kernel packs once per run (fusion/gemm/right_pack.py): one
     row tile of 7 rows reading W^T through 8 x 8 register transposes with partial blocks
     at both edges (k = 37, n = 1795; each tile packs its own panels), the same W
-    untransposed, the two again over k = 300 (37 blocks of 8 rows and 4 one by one),
-    and a weight gradient dy^T @ x (A read transposed, B in a partial panel) -- the
+    untransposed, the two again over k = 300 (37 blocks of 8 rows and 4 one by one) and
+    k = 515 (each tile packs a block of 256 rows of k at a time into the same floats:
+    two whole blocks, then 3 rows one by one), and a weight gradient dy^T @ x (A read transposed, B in a partial panel) -- the
     packs' edges are where a read or write past the buffer would be."""
     import numpy as np
 
@@ -349,6 +350,9 @@ def _packed_products(rng):
     w3_t = b.op("transpose", inp("w3", (2000, 300)), perm=[1, 0])
     b.output(b.matmul(inp("x3", (7, 300)), w3_t), "y_wt_deep")
     b.output(b.matmul(inp("x4", (7, 300)), inp("w4", (300, 2000))), "y_w_deep")
+    w5_t = b.op("transpose", inp("w5", (2000, 515)), perm=[1, 0])
+    b.output(b.matmul(inp("x5", (7, 515)), w5_t), "y_wt_blocks")
+    b.output(b.matmul(inp("x6", (7, 515)), inp("w6", (515, 2000))), "y_w_blocks")
     dy_t = b.op("transpose", inp("dy", (24, 520)), perm=[1, 0])
     b.output(b.matmul(dy_t, inp("a", (24, 70))), "dw")
     return b.build(), feeds

@@ -53,8 +53,10 @@ def _packed(g, device=WIDE):
     (520, 24, 70, dict(batch=(2,)), PACK_PER_RUN),     # a B per batch item, 5 row tiles each
     (128, 768, 3072, dict(tb=True), PACK_PER_RUN),     # one row tile, W^T: 8 x 8 blocks
     (128, 768, 3072, {}, PACK_PER_RUN),                # ... W untransposed (dy @ W)
-    (128, 768, 768, dict(tb=True), ""),                # ... 4 column tiles: sgemm
-    (128, 3072, 768, dict(tb=True), ""),               # ... a tile's W^T past L2: sgemm
+    (128, 768, 768, dict(tb=True), PACK_PER_RUN),      # ... 4 column tiles of W^T
+    (128, 768, 768, {}, ""),                           # ... of W untransposed: sgemm
+    (128, 3072, 768, dict(tb=True), PACK_PER_RUN),     # ... W^T packed 256 rows of k at a time
+    (128, 3072, 768, {}, ""),                          # ... W, 4 column tiles: sgemm
     (384, 64, 256, {}, ""),                            # three row tiles: too few
     (768, 128, 768, dict(const_b=True), PACK_ONCE),    # a constant: packed once for good
 ])
@@ -86,7 +88,9 @@ def test_whole_row_tiles_keep_sgemm_and_the_one_tile_pack_is_not_charged():
     assert group.schedule.gemm.packed_b == PACK_PER_RUN and sgemm.schedule.gemm.packed_b == ""
     f, f1 = features(g2, group, WIDE), features(g2, sgemm, WIDE)
     a_words = left_pack_words(group.schedule.gemm)      # (A's 128 rows in slivers of 6)
-    assert f.scratch_bytes == 2 * 4 * (a_words + 768 * 3072) and f1.scratch_bytes == 0
+    # (each tile packs 256 rows of k of its panels at a time into its part of the
+    # workspace: 256 x 3072 floats in all, not 768 x 3072)
+    assert f.scratch_bytes == 2 * 4 * (a_words + 256 * 3072) and f1.scratch_bytes == 0
     assert f.memory_s == pytest.approx(f1.memory_s + 2 * 4 * a_words / L2_SPEEDUP
                                        / WIDE.dram_bandwidth)
     # its tiles made whole rows would keep sgemm
@@ -102,8 +106,19 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     w_t = _product(128, 768, 3072, tb=True)
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(one_row_tile=False))
     assert _packed(w_t) == ""
-    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_tile_b_bytes=1 << 19))
-    assert _packed(w_t) == ""        # (4 x 768 x 256 bytes of W^T per tile)
+    # a tile packs its panels 256 rows of k at a time: 4 x 256 x 256 bytes of W^T
+    monkeypatch.setattr(right_pack, "RIGHT_PACK",
+                        right_pack.RightPack(max_tile_b_bytes=4 * 256 * 256 - 1))
+    assert _packed(w_t) == ""
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_tile_b_bytes=1 << 18))
+    assert _packed(w_t) == PACK_PER_RUN
+    # ... packed before the tiles, all its 768 rows are read back at once
+    monkeypatch.setattr(right_pack, "RIGHT_PACK",
+                        right_pack.RightPack(max_tile_b_bytes=1 << 19, in_tile=False))
+    assert _packed(w_t) == ""
+    monkeypatch.setattr(right_pack, "RIGHT_PACK",
+                        right_pack.RightPack(transposed_min_col_tiles=13))
+    assert _packed(w_t) == ""        # (12 column tiles of W^T)
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(in_tile=False))
     t = analyze(w_t, tuple(n.id for n in w_t.nodes), device=WIDE).gemm
     assert t.packed_b == PACK_PER_RUN and not right_pack.packs_b_in_tile(t)
@@ -111,9 +126,11 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     assert right_pack.packs_b_in_tile(t)    # (one row tile: each panel read by one tile)
     many = analyze(g, tuple(n.id for n in g.nodes), device=WIDE).gemm
     assert many.packed_b == PACK_PER_RUN and not right_pack.packs_b_in_tile(many)
+    w = _product(128, 768, 3072)
+    assert _packed(w) == PACK_PER_RUN
     monkeypatch.setattr(right_pack, "RIGHT_PACK",
                         right_pack.RightPack(one_tile_min_col_tiles=13))
-    assert _packed(w_t) == ""        # (12 column tiles)
+    assert _packed(w) == ""          # (12 column tiles of W)
     # the pack's size capped: beyond it, sgemm per tile packs B a tile at a time
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_floats=128 * 768 - 1))
     assert _packed(g) == ""
@@ -138,6 +155,10 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     # rows element by element), 8 column tiles, the last in a partial panel
     dict(m=100, k=300, n=2000, tb=True),
     dict(m=100, k=300, n=2000, epilogue=True),
+    # ... k = 515: two whole blocks of 256 rows of k packed into the same floats, then 3
+    # rows (no whole 8 x 8 block)
+    dict(m=100, k=515, n=2000, tb=True),
+    dict(m=100, k=515, n=2000, epilogue=True),
 ])
 def test_results_match_numpy_on_fresh_inputs(case):
     g = _product(**case)

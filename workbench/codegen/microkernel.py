@@ -15,9 +15,11 @@ The packed layout is the same on every machine: panels of ``PANEL`` columns, eac
 ``k`` rows of ``PANEL`` floats (zero past ``n``), so the kernel IR can size the buffer
 without knowing the ISA. A float32 B whose columns are contiguous (a weight read
 transposed, ``x @ W^T``) is packed by whole 8 x 8 blocks transposed in registers
-(``wb_transpose8``), not element by element (fusion/gemm/right_pack.py); where one
-tile alone reads its panels (one row tile), it packs them itself just before its
-product (``wb_gemm_packing_b``), so they are read back from L2. The register
+(``wb_transpose8``), 16 rows of k at a time so that each cache line of B is read whole
+(fusion/gemm/right_pack.py); where one tile alone reads its panels (one row tile), it
+packs them itself, ``KC`` rows of k at a time into the same floats just before it
+multiplies them (``wb_gemm_packing_b``), so they are read back from L2 and never
+written back to memory. The register
 block is chosen by the C compiler's target macros (``-march=native``): AVX-512 6 x 64
 (24 of 32 zmm registers accumulate), AVX 6 x 16 (12 of 16 ymm), otherwise 128-bit
 vectors, 6 x 16 on AArch64 (32 registers) and 3 x 16 elsewhere. GCC's vector
@@ -57,15 +59,15 @@ own packing (``benchmarks/gemm.py`` compares the two inside whole blocks).
 
 The C itself is ``include/microkernel.h`` (with ``include/conv_lanes.h``, the
 convolutions that use its vectors and panels), pasted into every C source; this module
-owns its sizes, which the lowering allocates the packed buffers by.
+owns the packed buffers' sizes, which the lowering allocates them by (``PANEL`` and ``KC``
+are fusion/gemm/tiles.py's: the CPU tiling and the right-pack rule read them too).
 """
 from __future__ import annotations
 
 from ..fusion.gemm.left_pack import a_tile_stride   # A's slivers (one definition)
-from ..fusion.gemm.tiles import PANEL   # columns per packed panel of B
+from ..fusion.gemm.tiles import KC, PANEL   # rows of k per block, columns per panel
 from .include import source
 
-KC = 256          # inner-dimension block: an A sliver of MR x KC floats stays in L1
 STATE_SLOTS = 16  # floats after the panels holding the packing state (one cache line)
 
 

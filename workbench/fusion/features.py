@@ -52,7 +52,7 @@ from .row_cache import pass_needs
 from .row_tile import row_slots
 from .schedule import Schedule, group_io
 from .gemm_shape import PACK_PER_RUN
-from .spills import pack_words, spills
+from .spills import right_pack_words, spills
 
 # Fraction of the SM's threads that must be resident for a memory-bound kernel to keep
 # enough loads in flight to saturate DRAM (Little's law; ~50% on recent NVIDIA GPUs).
@@ -375,7 +375,7 @@ def _gemm_features(g, group, device, read, written, packs=0) -> KernelFeatures:
         # the one pack each tile's sgemm makes too, unpriced above, so its time is not
         # charged (charged, the BERT layer's FFN-down GEMM took its LayerNorm as
         # whole-row tiles, 4.46 ms against 3.66 + 0.09 apart); its bytes still count
-        own = 2 * 4 * pack_words(t.b.view, t.k, t.n)
+        own = 2 * 4 * right_pack_words(t)
     else:
         own = 0
     repacked = (0 if s.epilogue is None else a * (t.col_tiles - 1) + b_repacks) + \

@@ -23,6 +23,7 @@ from ..dtypes import DType
 from ..ir import Graph
 from ..ops import Kind, get_op
 from .gemm.left_pack import left_pack_words, packs_a_per_run
+from .gemm.right_pack import in_tile_rows, packs_b_in_tile
 from .gemm_shape import PACK_PER_RUN
 from .mapping import Mapping, ScheduleKind
 from .schedule import Schedule
@@ -66,6 +67,14 @@ def pack_words(view, k: int, n: int, pairs: bool = False) -> int:
     return items * packed_numel(k, n, once=False, pairs=pairs)
 
 
+def right_pack_words(t, pairs: bool = False) -> int:
+    """32-bit words of the workspace an activation B of GEMM ``t`` is packed into by
+    every run: all its panels, or where each tile packs its own (``packs_b_in_tile``)
+    the ``in_tile_rows`` of them it holds at once (gemm/right_pack.py)."""
+    own = not pairs and packs_b_in_tile(t)
+    return pack_words(t.b.view, in_tile_rows(t) if own else t.k, t.n, pairs)
+
+
 def packs_per_run(g: Graph, s: Schedule) -> tuple[int, ...]:
     """A CPU GEMM kernel's operands packed by every run, in 32-bit words: B where it
     is an activation packed for the micro-kernel (``PACK_PER_RUN``), and fused
@@ -77,8 +86,10 @@ def packs_per_run(g: Graph, s: Schedule) -> tuple[int, ...]:
     # (bfloat16 rows packed two to a word, where A is bfloat16: codegen/lower/tiles.py)
     pairs = bool(t.packed_b) and g.value(t.a.value).dtype is DType.bfloat16
     out = []
-    if online or t.packed_b == PACK_PER_RUN:
+    if online:
         out.append(pack_words(t.b.view, t.k, t.n, pairs))
+    elif t.packed_b == PACK_PER_RUN:
+        out.append(right_pack_words(t, pairs))
     if then is not None and (online or then.packed):
         out.append(pack_words(then.b.view, then.k, then.n))
     if packs_a_per_run(g, t, then, s.online):     # A's slivers (fusion/gemm/left_pack.py)

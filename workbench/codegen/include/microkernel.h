@@ -100,9 +100,16 @@ WB_FN void wb_pack_block(const void* b, int kind, long long k, long long n, long
     for (long long p = p0; p < p1; p++) {
       float* d = bp + p * k * WB_PANEL;
       long long c0 = p * WB_PANEL, whole = n - c0 < WB_PANEL ? (n - c0) / 8 * 8 : WB_PANEL;
-      for (long long r = r0; r < r8; r += 8)
-        for (long long j = 0; j < whole; j += 8)
+      /* 16 rows of k at a time (a cache line of each of 8 columns of B, both its
+         halves transposed one after the other): B's columns 12 KB apart (W^T of a
+         3072-deep W) fall in one set of L1, and 64 of them read 8 rows at a time
+         evicted each line before its second half was read */
+      for (long long r = r0; r < r8; r += 16)
+        for (long long j = 0; j < whole; j += 8) {
           wb_transpose8(f + (c0 + j) * cs + r, cs, d + r * WB_PANEL + j, WB_PANEL);
+          if (r + 8 < r8)
+            wb_transpose8(f + (c0 + j) * cs + r + 8, cs, d + (r + 8) * WB_PANEL + j, WB_PANEL);
+        }
       for (long long r = r0; r < r1; r++)   /* the rows past r8, the columns past whole */
         for (long long j = r < r8 ? whole : 0; j < WB_PANEL; j++)
           d[r * WB_PANEL + j] = c0 + j < n ? f[(c0 + j) * cs + r] : 0.0f;
@@ -357,6 +364,28 @@ WB_FN void wb_pack_a_sliver(const float* a, long long m, long long k, long long 
   wb_sliver(a + row * ars, ars, acs, rows, k, ap + t * tstride + i0 * k);
 }
 
+/* one block of k (rows k0 to k0 + kc - 1) of c (m x n, row-major, ldc) = a (m x k,
+   element (i, r) at a[i * ars + r * acs]) @ the packed panels from bp (the tile's first
+   column, a panel boundary; each panel kp rows long, bp's row 0 the block's first):
+   stored (first) or added into c. A's slivers are copied into ap for the block, or,
+   where apk is given, read from A packed once (wb_pack_a_once: apk the tile's slivers) */
+WB_FN void wb_gemm_kblock(long long m, long long n, long long k, long long k0, long long kc,
+                          const float* a, long long ars, long long acs, const float* apk,
+                          const float* bp, long long kp, float* c, long long ldc, int first,
+                          float* ap) {
+  for (long long i0 = 0; i0 < m; i0 += WB_MR) {
+    int mr = m - i0 < WB_MR ? (int)(m - i0) : WB_MR;
+    const float* sl = ap;
+    if (apk) sl = apk + i0 * k + k0 * WB_MR;
+    else wb_sliver(a + i0 * ars + k0 * acs, ars, acs, mr, kc, ap);
+    for (long long j0 = 0; j0 < n; j0 += WB_NB) {
+      int nb = n - j0 < WB_NB ? (int)(n - j0) : WB_NB;
+      const float* b = bp + j0 / WB_PANEL * kp * WB_PANEL + j0 % WB_PANEL;
+      wb_micro(kc, sl, b, c + i0 * ldc + j0, ldc, first, mr, nb);
+    }
+  }
+}
+
 /* c (m x n, row-major, ldc) = a (m x k, element (i, r) at a[i * ars + r * acs]) @ the
    packed panels starting at bp (the tile's first column, a panel boundary; each panel
    kp rows long, the tile's k rows from its first), or with add, c += that product. A's
@@ -371,17 +400,8 @@ WB_FN void wb_gemm_core(long long m, long long n, long long k, const float* a, l
       for (long long j = 0; j < n; j++) c[i * ldc + j] = 0.0f;
   for (long long k0 = 0; k0 < k; k0 += WB_KC) {
     long long kc = k - k0 < WB_KC ? k - k0 : WB_KC;
-    for (long long i0 = 0; i0 < m; i0 += WB_MR) {
-      int mr = m - i0 < WB_MR ? (int)(m - i0) : WB_MR;
-      const float* sl = ap;
-      if (apk) sl = apk + i0 * k + k0 * WB_MR;
-      else wb_sliver(a + i0 * ars + k0 * acs, ars, acs, mr, kc, ap);
-      for (long long j0 = 0; j0 < n; j0 += WB_NB) {
-        int nb = n - j0 < WB_NB ? (int)(n - j0) : WB_NB;
-        const float* b = bp + (j0 / WB_PANEL * kp + k0) * WB_PANEL + j0 % WB_PANEL;
-        wb_micro(kc, sl, b, c + i0 * ldc + j0, ldc, k0 == 0 && !add, mr, nb);
-      }
-    }
+    wb_gemm_kblock(m, n, k, k0, kc, a, ars, acs, apk, bp + k0 * WB_PANEL, kp, c, ldc,
+                   k0 == 0 && !add, ap);
   }
 }
 
@@ -400,16 +420,27 @@ WB_FN void wb_gemm_packed_a(long long m, long long n, long long k, const float* 
 /* c (m x n) = a (element (i, r) at a[i * ars + r * acs]), or where apk is given the
    tile's A packed once (wb_gemm_packed_a), @ columns p0 * WB_PANEL on of B (k x bn,
    element (r, c) at b[r * rs + c * cs], packed as kind: not pairs), whose panels the
-   tile alone reads: they are packed into bp (panel p0 of the pack) just before the
-   tile multiplies them, so that they are in the core's L2 then (fusion/gemm/
-   right_pack.py, packs_b_in_tile) */
+   tile alone reads: one block of WB_KC rows of them at a time, packed just before the
+   tile multiplies it into the same WB_KC x n floats at bp (the tile's part of the
+   pack) each time, so that the block is in the core's L2 when it is read and the pack
+   is not written back to memory (fusion/gemm/right_pack.py, packs_b_in_tile) */
 WB_FN void wb_gemm_packing_b(long long m, long long n, long long k, const float* a,
                              long long ars, long long acs, const float* apk, const void* b,
                              int kind, long long bn, long long rs, long long cs, float* bp,
                              long long p0, float* c, long long ldc) {
-  wb_pack_block(b, kind, k, bn, rs, cs, bp - p0 * k * WB_PANEL, p0,
-                p0 + (n + WB_PANEL - 1) / WB_PANEL, 0, k);
-  wb_gemm_core(m, n, k, a, ars, acs, apk, bp, k, c, ldc, 0);
+  float ap[WB_MR * WB_KC] __attribute__((aligned(64)));
+  long long p1 = p0 + (n + WB_PANEL - 1) / WB_PANEL;
+  long long es = kind == WB_B_BF16 ? 2 : 4;   /* bytes per element of B */
+  if (k == 0)   /* an empty sum: zeros, as sgemm with beta = 0 writes */
+    for (long long i = 0; i < m; i++)
+      for (long long j = 0; j < n; j++) c[i * ldc + j] = 0.0f;
+  for (long long k0 = 0; k0 < k; k0 += WB_KC) {
+    long long kc = k - k0 < WB_KC ? k - k0 : WB_KC;
+    /* rows k0 on of B, packed as a B of kc rows: its panels kc rows apart */
+    wb_pack_block((const char*)b + k0 * rs * es, kind, kc, bn, rs, cs,
+                  bp - p0 * kc * WB_PANEL, p0, p1, 0, kc);
+    wb_gemm_kblock(m, n, k, k0, kc, a, ars, acs, apk, bp, kc, c, ldc, k0 == 0, ap);
+  }
 }
 
 /* c (m x n, row-major, ldc) = a (m x k bfloat16, element (i, r) at a[i * ars + r * acs])

@@ -20,8 +20,8 @@ from ...fusion.gemm.tiles import PANEL
 from ...fusion.gemm.left_pack import (SLIVER_ROWS_MIN, left_items, left_pack_words,
                                       packs_a_per_run)
 from ...fusion.gemm.legality import VIEWS
-from ...fusion.gemm.right_pack import packs_b_in_tile
-from ...fusion.spills import pack_words
+from ...fusion.gemm.right_pack import in_tile_rows, packs_b_in_tile
+from ...fusion.spills import right_pack_words
 from ...fusion.plan import Group
 from ...fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
                                   PACK_ONCE, PACK_PER_RUN)
@@ -165,12 +165,14 @@ class GemmLowerer(TileLowerer):
                           b.col_stride, node, pairs=pairs))
             return (), (packed, f"c0 * {kw}", PANEL, False), pack
         if t.packed_b == PACK_PER_RUN and not pairs and packs_b_in_tile(t):
-            # B's panels packed by the one tile that reads them, just before its
-            # product (sized as the pack before the tiles)
-            packed = self.workspace("pack", DType.float32, pack_words(b, K, N), packed=True)
+            # B's panels packed by the one tile that reads them, a block of rows of k
+            # at a time just before its product: the tile's part of the workspace is
+            # that block of its panels (in_tile_rows), reused block after block
+            rows = in_tile_rows(t)
+            packed = self.workspace("pack", DType.float32, right_pack_words(t), packed=True)
             own = PackB(self.buffers[t.b.value], packed, b.offset, K, N, b.row_stride,
                         b.col_stride, node, panel=f"c0 / {PANEL}")
-            return (), (packed, f"c0 * {kw}", PANEL, False, own), ()
+            return (), (packed, f"c0 * {rows}", PANEL, False, own), ()
         if t.packed_b == PACK_PER_RUN:  # an activation B, packed by every run
             packed, pack, b_off = self._pack_per_run("pack", t.b, K, N, t.batch, node, pairs)
             return (), (packed, f"{b_off} + c0 * {kw}", PANEL, False), pack

@@ -16,18 +16,21 @@ table).
 Where one row tile reads B (a 128-token product) the pack is a copy sgemm makes
 anyway, so it pays only where the micro-kernel beats sgemm's own packing and product
 (``RightPack.one_row_tile``): one weight matrix (a training step's ``x @ W^T`` and
-``dy @ W``), where the product has 8 column tiles or more (``one_tile_min_col_tiles``)
-and a tile's panels of B stay in a core's L2 (``max_tile_b_bytes``). In the BERT
-layer's step: the FFN's up-projection ``x @ W1^T`` with its GELU epilogue 1.03-1.06x
-faster packed, ``dy @ W2`` (the same shape untransposed) 1.01-1.06x. Each such tile
-packs its own panels just before multiplying them (:func:`packs_b_in_tile`,
-``wb_gemm_packing_b``), so they are in its core's L2 when it reads them; packed by a
-loop before the tiles they came back from L3. The 128 x 768 x 768 projections (4
-column tiles) and the 3072-deep 128 x 768 x 3072 products (a tile's panels 2.4 MB)
-keep sgemm: with the tile's own pack they ran 1.05-1.15x faster on one core but
-0.93-1.02x on two, inside the step. A transposed B's pack (``wb_pack_block``) is made
-by 8 x 8 blocks transposed in registers (it gathered one element at a time, 64
-columns' cache lines per panel row: 128 x 768 x 768 took 1.22 ms packed so against
+``dy @ W``), where the product has 8 column tiles or more (``one_tile_min_col_tiles``),
+4 or more where B is read transposed (``transposed_min_col_tiles``: ``x @ W^T``,
+whose strided pack costs sgemm most), and the panels a tile reads back at once stay
+in a core's L2 (``max_tile_b_bytes``, :func:`tile_b_bytes`). Each such tile packs its
+own panels (:func:`packs_b_in_tile`, ``wb_gemm_packing_b``), ``KC`` = 256 rows of k at
+a time into the same floats just before multiplying them, so they are read from its
+core's L2 and never written back. In the BERT layer's step, two threads, each
+kernel's fastest of 30 alternating calls (four runs, load 1.4-2.1): the four 128 x 768
+x 768 projections ``x @ W^T`` and the 3072-deep ``h @ W2^T`` together 1.01-1.05x
+faster than sgemm per tile (one core: 1.18x and 1.10x); earlier, the FFN's ``x @
+W1^T`` 1.03-1.06x and ``dy @ W2`` 1.01-1.06x. The untransposed 128 x 768 x 768 and 128
+x 768 x 3072 ``dy @ W`` (4 column tiles) keep sgemm: on one core 1.06x and 0.99x, in
+the step 0.99x and 1.03x (one run, load 4). A transposed B's pack (``wb_pack_block``)
+is made by 8 x 8 blocks transposed in registers, 16 rows of k at a time (it gathered one element at a time,
+64 columns' cache lines per panel row: 128 x 768 x 768 took 1.22 ms packed so against
 1.04 by blocks), an untransposed one row by row across a tile's panels. Not for
 whole-row tiles (an epilogue reducing rows: each tile reads all of B), nor where B is
 a constant (packed once for good already: ``PACK_ONCE``), nor where the micro-kernel
@@ -41,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..gemm_shape import PACK_PER_RUN, GemmShape
-from .tiles import PANEL
+from .tiles import KC, PANEL
 
 
 @dataclass(frozen=True)
@@ -51,10 +54,12 @@ class RightPack:
     matrix; with fewer, sgemm's own packing per tile costs about what the pack costs
     (the same one parallel loop and barrier as :class:`.left_pack.LeftPack`'s) --
     except, with ``one_row_tile``, one weight matrix in ``one_tile_min_col_tiles``
-    column tiles or more whose panels per tile (``k x tile_n`` floats) fit
-    ``max_tile_b_bytes`` (a Zen 4 core's 1 MB L2): with 4 column tiles, or panels past
-    L2, the micro-kernel measured no faster than sgemm inside the step. ``in_tile``:
-    where one tile reads each panel, that tile packs them (:func:`packs_b_in_tile`).
+    column tiles or more (``transposed_min_col_tiles`` where B is read transposed)
+    whose panels a tile reads back at once (:func:`tile_b_bytes`) fit
+    ``max_tile_b_bytes`` (a Zen 4 core's 1 MB L2): an untransposed B in 4 column tiles
+    measured no faster on the micro-kernel than on sgemm inside the step, a transposed
+    one 1.03-1.04x faster. ``in_tile``: where one tile reads each panel, that tile
+    packs them (:func:`packs_b_in_tile`).
     ``max_floats``: the pack is a workspace of the run, read by the tiles from memory,
     not cache, so its size is memory: at most 4M floats (16 MB, bert_chain's 1024 x
     4096 W1, whose pack made its call 1.09x faster); a larger B (an LM head's 32000 x
@@ -64,6 +69,7 @@ class RightPack:
     one_row_tile: bool = True
     max_tile_b_bytes: int = 1 << 20
     one_tile_min_col_tiles: int = 8
+    transposed_min_col_tiles: int = 4
     max_floats: int = 1 << 22
     in_tile: bool = True
 
@@ -87,8 +93,28 @@ def packs_b_in_tile(t: GemmShape) -> bool:
     alternating calls (load 3): ``x @ W1^T`` + GELU 3.34 against 3.43 ms packed before
     the tiles, ``dy @ W2`` 3.12 against 3.23; one thread, CPU time, alone: 6.54
     against 6.74 and 6.39 against 6.20 (load 9)."""
-    return (RIGHT_PACK.in_tile and t.packed_b == PACK_PER_RUN and t.tiles == t.col_tiles
-            and t.b.view.one_matrix)
+    return RIGHT_PACK.in_tile and t.packed_b == PACK_PER_RUN and _one_tile_each(t)
+
+
+def _one_tile_each(t: GemmShape) -> bool:
+    """Whether each panel of B is read by one tile alone (one row tile, one batch item,
+    one B matrix)."""
+    return t.tiles == t.col_tiles and t.b.view.one_matrix
+
+
+def in_tile_rows(t: GemmShape) -> int:
+    """Rows of k of its panels a tile that packs them itself (:func:`packs_b_in_tile`)
+    holds at once: ``KC``, or all of a shorter k. Its part of the workspace is that
+    many rows of its panels, reused block after block (``wb_gemm_packing_b``)."""
+    return min(t.k, KC)
+
+
+def tile_b_bytes(t: GemmShape) -> int:
+    """Bytes of packed B a tile of ``t`` reads back from its core's cache at once: its
+    panels' ``KC`` rows where it packs them itself (``wb_gemm_packing_b`` packs a block
+    of ``KC`` rows of k at a time), else all ``k`` rows of them."""
+    rows = in_tile_rows(t) if RIGHT_PACK.in_tile and _one_tile_each(t) else t.k
+    return 4 * rows * t.tile_n
 
 
 def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
@@ -97,7 +123,9 @@ def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
     B by every run, given how B can be packed here (``can``, ``tiles.packs``)."""
     if can != PACK_PER_RUN or t.im2col is not None or b_pack_words(t) > RIGHT_PACK.max_floats:
         return False
+    min_cols = (RIGHT_PACK.transposed_min_col_tiles if t.b.view.trans
+                else RIGHT_PACK.one_tile_min_col_tiles)
     return (t.row_tiles >= RIGHT_PACK.min_row_tiles
             or (RIGHT_PACK.one_row_tile and t.b.view.one_matrix and not whole_rows
-                and 4 * t.k * t.tile_n <= RIGHT_PACK.max_tile_b_bytes
-                and t.col_tiles >= RIGHT_PACK.one_tile_min_col_tiles))
+                and tile_b_bytes(t) <= RIGHT_PACK.max_tile_b_bytes
+                and t.col_tiles >= min_cols))

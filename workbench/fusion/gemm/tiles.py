@@ -28,6 +28,10 @@ from .operands import problem
 # starts on a panel, so its width is a multiple of it. 64 is a multiple of every
 # register block the micro-kernel uses.
 PANEL = 64
+# rows of k per block of the micro-kernel's loop (codegen/microkernel.py): an A sliver
+# of 6 x KC floats stays in L1; a tile that packs its own panels of B packs them KC
+# rows at a time (fusion/gemm/right_pack.py)
+KC = 256
 LANES_ALIGN = 16      # channels per tile a multiple of the widest vector's lanes
 # the micro-kernel against a packed B outran OpenBLAS's sgemm per tile (which packs B
 # again on every call) where the compiler targets 256-bit vectors or wider; with
