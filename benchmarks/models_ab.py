@@ -104,6 +104,14 @@ class Child:
         self.proc.wait()
 
 
+def outputs_difference(kids: dict) -> float:
+    """The largest difference between the base child's outputs and this one's, each
+    output's relative to its largest magnitude (the children wrote them to ``outs``)."""
+    base, this = np.load(kids["base"].outs), np.load(kids["this"].outs)
+    return max(float(np.max(np.abs(base[k] - this[k]) / (np.abs(base[k]).max() + 1e-30)))
+               for k in base.files)
+
+
 def one_model(model: str, a, tmp: Path) -> dict:
     kids = {"base": Child(a.base, model, a.size, tmp / f"{model}-base.npz"),
             "this": Child(ROOT, model, a.size, tmp / f"{model}-this.npz")}
@@ -123,9 +131,7 @@ def one_model(model: str, a, tmp: Path) -> dict:
         for k in kids.values():
             k.close()
     load.append(os.getloadavg())
-    base, this = np.load(kids["base"].outs), np.load(kids["this"].outs)
-    diff = max(float(np.max(np.abs(base[k] - this[k]) / (np.abs(base[k]).max() + 1e-30)))
-               for k in base.files)
+    diff = outputs_difference(kids)
     rec = {"model": model, "kernels": {k: c.info["kernels"] for k, c in kids.items()},
            "load_average_during": load, "outputs_max_rel_difference": diff, "methods": {}}
     for label, s in samples.items():
@@ -179,25 +185,37 @@ def _commit(tree: Path) -> str:
         return "unknown"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def ab_arguments(ap: argparse.ArgumentParser, rounds: int, inner: int) -> None:
+    """The options every A/B of a base checkout against this one takes (models_ab.py,
+    training_ab.py)."""
     ap.add_argument("--base", type=Path, required=True, help="the base checkout")
-    ap.add_argument("--models", nargs="+", default=["mobilenet_v2", "efficientnet"])
-    ap.add_argument("--size", default="small")
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--inner", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=rounds)
+    ap.add_argument("--inner", type=int, default=inner)
     ap.add_argument("--tag", default="")
     ap.add_argument("--note", action="append", default=[])
     ap.add_argument("--out", type=Path, default=RESULTS)
-    a = ap.parse_args(argv)
+
+
+def ab_record(ap: argparse.ArgumentParser, a) -> dict:
+    """The result record's common fields, after checking that ``--base`` is a
+    checkout (an argparse error naming the fix where it is not); ``--out`` made."""
     if not (a.base / "workbench" / "__init__.py").is_file():
         ap.error(f"--base {a.base} is no workbench checkout (no workbench/__init__.py); "
-                 "make one with: git worktree add /tmp/base main")
-    res = {"date": _dt.date.today().isoformat(), "base": str(a.base),
-           "base_commit": _commit(a.base), "this_commit": _commit(ROOT), "size": a.size,
-           "rounds": a.rounds, "inner": a.inner, "notes": a.note,
-           "load_average_at_start": list(os.getloadavg()), "models": []}
+                 "make one with: git worktree add --detach /tmp/base main")
     a.out.mkdir(parents=True, exist_ok=True)
+    return {"date": _dt.date.today().isoformat(), "base": str(a.base),
+            "base_commit": _commit(a.base), "this_commit": _commit(ROOT),
+            "rounds": a.rounds, "inner": a.inner, "notes": a.note,
+            "load_average_at_start": list(os.getloadavg())}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["mobilenet_v2", "efficientnet"])
+    ap.add_argument("--size", default="small")
+    ab_arguments(ap, rounds=30, inner=5)
+    a = ap.parse_args(argv)
+    res = {**ab_record(ap, a), "size": a.size, "models": []}
     stem = a.out / f"models-{res['date']}{a.tag}"
     with tempfile.TemporaryDirectory() as tmp:
         for model in a.models:

@@ -18,7 +18,6 @@ difference between the two checkouts' outputs. Writes
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import os
 import sys
 import tempfile
@@ -27,8 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness import RESULTS, ROOT, log, machine_line, write_results
-from models_ab import SETTLE_S, Child, _commit
+from harness import ROOT, log, machine_line, write_results
+from models_ab import SETTLE_S, Child, ab_arguments, ab_record, outputs_difference
 
 # the child: argv = checkout, model, batch x seq, outputs file; stdin lines "wb <n>"
 CHILD = r"""
@@ -91,9 +90,7 @@ def run(a, tmp: Path) -> dict:
         for k in kids.values():
             k.close()
     load.append(os.getloadavg())
-    base, this = np.load(kids["base"].outs), np.load(kids["this"].outs)
-    diff = max(float(np.max(np.abs(base[k] - this[k]) / (np.abs(base[k]).max() + 1e-30)))
-               for k in base.files)
+    diff = outputs_difference(kids)
     res = {"outputs_max_rel_difference": diff, "load_average_during": load,
            "kernels": {k: len(c.info["kernels"]) for k, c in kids.items()}, "steps": {}}
     for label, s in steps.items():
@@ -158,25 +155,13 @@ def markdown(res: dict) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base", type=Path, required=True, help="the base checkout")
     ap.add_argument("--model", default="bert", choices=("bert", "gpt2"))
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--kernels", nargs="*", default=[], help="kernel name prefixes")
-    ap.add_argument("--rounds", type=int, default=20)
-    ap.add_argument("--inner", type=int, default=5)
-    ap.add_argument("--tag", default="")
-    ap.add_argument("--note", action="append", default=[])
-    ap.add_argument("--out", type=Path, default=RESULTS)
+    ab_arguments(ap, rounds=20, inner=5)
     a = ap.parse_args(argv)
-    if not (a.base / "workbench" / "__init__.py").is_file():
-        ap.error(f"--base {a.base} is no workbench checkout (no workbench/__init__.py); "
-                 "make one with: git worktree add --detach /tmp/base main")
-    res = {"date": _dt.date.today().isoformat(), "base": str(a.base),
-           "base_commit": _commit(a.base), "this_commit": _commit(ROOT), "model": a.model,
-           "batch": a.batch, "seq": a.seq, "rounds": a.rounds, "inner": a.inner,
-           "notes": a.note, "load_average_at_start": list(os.getloadavg())}
-    a.out.mkdir(parents=True, exist_ok=True)
+    res = {**ab_record(ap, a), "model": a.model, "batch": a.batch, "seq": a.seq}
     log(f"{a.model} {a.batch}x{a.seq}")
     with tempfile.TemporaryDirectory() as tmp:
         res["result"] = run(a, Path(tmp))
