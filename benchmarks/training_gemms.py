@@ -15,14 +15,16 @@ Then, in the step itself (``--step-rounds``): the BERT layer's (``--model gpt2``
 the GPT-2 block's) whole ``stitch`` program as the rule makes it against the same plan with ``blas=1`` on the kernels
 the rule packs B for (``--baseline row-tiles``: against the rule without
 ``RightPack.one_row_tile``, the 128-row products on sgemm per tile; ``tile-pack``: against the rule before
-each one-row-tile product's tiles packed their own panels; ``transposed``: against the rule
+each one-row-tile product's tiles packed their own panels; ``b-packed``: against the rule before
+a product of 128 rows against an activation B was made transposed (fusion/gemm/transposed.py),
+B packed per run or sgemm per tile; ``transposed``: against the rule
 before a transposed B (``x @ W^T``) took the micro-kernel from 4 column tiles), one call each
 per round (which goes first alternating), a pause before each, each kernel's fastest
 time inside the call (``kernel_ns``); the kernels the two programs share are the
 control (their sums should agree).
 
     python benchmarks/training_gemms.py [--rounds 8 --inner 3 --step-rounds 16]
-                                        [--baseline sgemm|row-tiles|tile-pack|transposed]
+                                        [--baseline sgemm|row-tiles|tile-pack|b-packed|transposed]
                                         [--model bert|gpt2]
 """
 from __future__ import annotations
@@ -160,6 +162,10 @@ def measure(rounds: int, inner: int, baseline: str = "sgemm") -> list[dict]:
     return rows
 
 
+# the baselines that plan the step under an earlier rule (the others: blas=1)
+RULE_BASELINES = ("row-tiles", "tile-pack", "transposed", "b-packed")
+
+
 def in_step(rounds: int, baseline: str = "sgemm", model_name: str = "bert") -> dict:
     """The rule against sgemm per tile inside the BERT layer's fwd+bwd program (or
     ``model_name``'s: training.py's GPT-2 block)
@@ -168,19 +174,20 @@ def in_step(rounds: int, baseline: str = "sgemm", model_name: str = "bert") -> d
     the plan otherwise the same)."""
     import torch
     import workbench as wb
-    from workbench.fusion.gemm import right_pack
+    from workbench.fusion.gemm import right_pack, transposed
     from training import D, _models
     model = _models(model_name)
     x, t = torch.randn(1, 128, D), torch.randn(1, 128, D)
     g = wb.from_torch(model, (x, t), training=True)
     rule = wb.Session(g, backend="cpu")
     rule.auto("stitch")
-    if baseline in ("row-tiles", "tile-pack", "transposed"):
-        now = right_pack.RIGHT_PACK
+    if baseline in RULE_BASELINES:
+        now, made_t = right_pack.RIGHT_PACK, transposed.TRANSPOSED
         right_pack.RIGHT_PACK = (
             replace(now, one_row_tile=False) if baseline == "row-tiles" else
             _before_transposed(now) if baseline == "transposed" else
-            _before_tile_pack(now))
+            _before_tile_pack(now) if baseline == "tile-pack" else now)
+        transposed.TRANSPOSED = replace(made_t, enabled=baseline != "b-packed")
         try:
             old = wb.Session(g, backend="cpu")
             old.auto("stitch")
@@ -188,7 +195,7 @@ def in_step(rounds: int, baseline: str = "sgemm", model_name: str = "bert") -> d
             before = {gr.id: old.source(gr.id, target="c") for gr in old.plan.groups
                       if gr.schedule is not None}
         finally:
-            right_pack.RIGHT_PACK = now
+            right_pack.RIGHT_PACK, transposed.TRANSPOSED = now, made_t
         changed = [gr.id for gr in rule.plan.groups if gr.schedule is not None
                    and before.get(gr.id) != rule.source(gr.id, target="c")]
     else:
@@ -201,8 +208,7 @@ def in_step(rounds: int, baseline: str = "sgemm", model_name: str = "bert") -> d
         old_prog = None
     feeds = {"x": x.numpy(), "target": t.numpy(),
              **{k: p.detach().numpy().copy() for k, p in model.named_parameters()}}
-    progs = [rule.program(), old_prog if baseline in ("row-tiles", "tile-pack", "transposed")
-             else old.program()]
+    progs = [rule.program(), old_prog if baseline in RULE_BASELINES else old.program()]
     outs = [p.new_outputs() for p in progs]
     ns = [np.zeros(len(p.compiled), dtype=np.int64) for p in progs]
     per = [np.full(len(p.compiled), np.inf) for p in progs]
@@ -292,12 +298,16 @@ def markdown(res: dict) -> str:
                 "the rule before a transposed B took the micro-kernel from 4 column tiles "
                 "(`transposed_min_col_tiles` = 8: sgemm per tile)"
                 if st.get("baseline") == "transposed" else
+                "the rule before a 128-row product against an activation B was made "
+                "transposed (`--baseline b-packed`: B packed per run or sgemm per tile)"
+                if st.get("baseline") == "b-packed" else
                 "the same plan with `blas=1` on the kernels it packs B for")
         lines += ["", f"## In the step ({st['rounds']} rounds, each kernel's fastest)", "",
                   f"The {'GPT-2 block' if st.get('model') == 'gpt2' else 'BERT layer'}'s "
                   f"fwd+bwd `stitch` program, the rule against {than}:", "",
                   "| kernel | rule ms | "
-                  + ("before ms" if st.get("baseline") == "tile-pack" else "sgemm per tile ms")
+                  + ("before ms" if st.get("baseline") in ("tile-pack", "b-packed")
+                     else "sgemm per tile ms")
                   + " | x |", "|---|---|---|---|"]
         for name, (a, b) in st["changed"].items():
             lines.append(f"| {name} | {a:.3f} | {b:.3f} | {b / a:.2f} |")
@@ -325,7 +335,8 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--inner", type=int, default=3)
     ap.add_argument("--step-rounds", type=int, default=16)
-    ap.add_argument("--baseline", choices=["sgemm", "row-tiles", "tile-pack", "transposed"],
+    ap.add_argument("--baseline", choices=["sgemm", "row-tiles", "tile-pack", "b-packed",
+                                           "transposed"],
                     default="sgemm",
                     help="in the step: the rule against blas=1 on every kernel it packs "
                     "B for, against the rule without RightPack.one_row_tile, against "

@@ -15,11 +15,22 @@ from workbench.device import assumed_cpu
 from workbench.fusion.analysis import analyze
 from workbench.fusion.features import features
 from workbench.fusion.features import L2_SPEEDUP
-from workbench.fusion.gemm import right_pack
+from workbench.fusion.gemm import right_pack, transposed
 from workbench.fusion.gemm.left_pack import left_pack_words
 from workbench.fusion.plan import Group
 from workbench.fusion.gemm_shape import PACK_ONCE, PACK_PER_RUN
 from workbench.fusion.gemm.tiles import micro_kernel_fits
+
+
+
+@pytest.fixture(autouse=True)
+def _b_packed_not_transposed(monkeypatch):
+    """This module's subject is B packed per run; a product of one row tile is made
+    transposed instead where that rule is on (tests/codegen/test_transposed_product.py),
+    so it is off here."""
+    monkeypatch.setattr(transposed, "TRANSPOSED",
+                        replace(transposed.TRANSPOSED, enabled=False))
+
 
 # 256-bit vectors or wider: B packed, the micro-kernel multiplies (fusion/gemm/tiles.py)
 WIDE = assumed_cpu("test cpu", 2).with_(vector_bytes=64)
@@ -136,7 +147,7 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     assert _packed(g) == ""
     monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack(max_floats=128 * 768))
     assert _packed(g) == PACK_PER_RUN
-    monkeypatch.undo()
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack())
     s = wb.Session(g, backend="cpu")
     s.auto("stitch")
     s.set_launch(s.plan.groups[0].id, blas=1)

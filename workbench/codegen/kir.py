@@ -201,6 +201,11 @@ class Gemm:
     # in place (the input: element (row r, column i) at a[a_off + r x lda + i]), and
     # each block of positions x filters is stored transposed into ``c``
     transposed: bool = False
+    # (transposed only) ``a`` read in place by the micro-kernel's broadcasts, not copied
+    # into slivers (``wb_gemm_transposed``; fusion/gemm/transposed.py): element (column
+    # i, row r) at a[a_off + i x lda + r] with ``trans_a``, else at a[a_off + i + r x
+    # lda]; ``b`` holds the other operand transposed, packed by every run
+    a_in_place: bool = False
     # (packed only) ``a`` is a constant A packed once into the micro-kernel's slivers
     # (PackA), ``a_off`` the tile's: no sliver is copied while the tile is multiplied
     a_packed: bool = False

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from ..fusion.gemm.left_pack import a_tile_stride   # A's slivers (one definition)
 from ..fusion.gemm.tiles import KC, PANEL   # rows of k per block, columns per panel
+from ..fusion.gemm.transposed import KC_T     # rows of k per block, made transposed
 from .include import source
 
 STATE_SLOTS = 16  # floats after the panels holding the packing state (one cache line)
@@ -89,5 +90,5 @@ def panel_rows(k: int, pairs: bool = False) -> int:
 
 
 # C only: the CUDA renderer never sees a packed Gemm (GPU plans refuse the template).
-MICRO_KERNEL_C = source("microkernel.h", PANEL=PANEL, KC=KC,
+MICRO_KERNEL_C = source("microkernel.h", PANEL=PANEL, KC=KC, KCT=KC_T,
                         CONV_LANES=source("conv_lanes.h"))

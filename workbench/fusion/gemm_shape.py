@@ -19,6 +19,9 @@ from .key_limit import KeyLimit
 PACK_ONCE = "once"          # a constant: by the kernel's first run, kept
 PACK_PER_RUN = "per run"    # an activation: by every run, before its tiles
 PACK_TILE = "per tile"      # a convolution's patches: gathered into panels by each tile
+# an activation B read in place by a product made transposed, A packed into panels by
+# every run (few rows: a training step's tokens; fusion/gemm/transposed.py)
+TRANSPOSED_PER_RUN = "transposed, A packed per run"
 # a 1 x 1 convolution over few positions: its filters, transposed, packed once as the
 # right operand, its positions the micro-kernel's rows (codegen wb_gemm_packed_t)
 PACK_FILTERS = "filters once"
@@ -36,6 +39,7 @@ CONV_DIRECT = "direct, filters in lanes"
 # how a schedule's description names the products that are no packed B
 _PRODUCT_TEXT = {
     PACK_FILTERS: ", made transposed against the filters packed once (micro-kernel)",
+    TRANSPOSED_PER_RUN: ", made transposed: B read in place, A packed per run (micro-kernel)",
     DEPTHWISE_LANES: ", depthwise, the channels in the vectors' lanes",
     DEPTHWISE_PLANES: ", depthwise, a padded plane at a time, taps summed in registers",
     CONV_DIRECT: ", direct, the filters in the vectors' lanes (packed once), no patches"}
@@ -152,7 +156,9 @@ class GemmShape:
     # or a convolution's patches gathered by each tile straight into panels
     # (PACK_TILE), or, for a 1 x 1 convolution over few positions, the product made
     # transposed against the filters packed once (PACK_FILTERS: whole vectors of
-    # filters, where the positions would fill a fraction of one); a depthwise
+    # filters, where the positions would fill a fraction of one), or, where A has few
+    # rows and B is an activation, the product made transposed against A packed by
+    # every run, B read in place (TRANSPOSED_PER_RUN); a depthwise
     # convolution over small planes computed with its channels in the lanes
     # (DEPTHWISE_LANES: the GEMM's rows are then an image's channels, its batch the
     # images, its depth the taps, each tile whole planes), or, over larger planes, a

@@ -24,7 +24,8 @@ from ..ir import Graph
 from ..ops import Kind, get_op
 from .gemm.left_pack import left_pack_words, packs_a_per_run
 from .gemm.right_pack import in_tile_rows, packs_b_in_tile
-from .gemm_shape import PACK_PER_RUN
+from .gemm.transposed import a_transposed
+from .gemm_shape import PACK_PER_RUN, TRANSPOSED_PER_RUN
 from .mapping import Mapping, ScheduleKind
 from .schedule import Schedule
 
@@ -77,7 +78,8 @@ def right_pack_words(t, pairs: bool = False) -> int:
 
 def packs_per_run(g: Graph, s: Schedule) -> tuple[int, ...]:
     """A CPU GEMM kernel's operands packed by every run, in 32-bit words: B where it
-    is an activation packed for the micro-kernel (``PACK_PER_RUN``), and fused
+    is an activation packed for the micro-kernel (``PACK_PER_RUN``), A where the product
+    is made transposed against it (``TRANSPOSED_PER_RUN``), and fused
     attention's K and V (the online form packs both; the two-product form V where
     ``then.packed``). A GPU GEMM (thread-block tiles) packs nothing."""
     if s.kind is not ScheduleKind.gemm or s.gemm.block is not None:
@@ -90,6 +92,8 @@ def packs_per_run(g: Graph, s: Schedule) -> tuple[int, ...]:
         out.append(pack_words(t.b.view, t.k, t.n, pairs))
     elif t.packed_b == PACK_PER_RUN:
         out.append(right_pack_words(t, pairs))
+    elif t.packed_b == TRANSPOSED_PER_RUN:      # A's panels (fusion/gemm/transposed.py)
+        out.append(pack_words(a_transposed(t).view, t.k, t.m))
     if then is not None and (online or then.packed):
         out.append(pack_words(then.b.view, then.k, then.n))
     if packs_a_per_run(g, t, then, s.online):     # A's slivers (fusion/gemm/left_pack.py)

@@ -21,10 +21,11 @@ from ...fusion.gemm.left_pack import (SLIVER_ROWS_MIN, left_items, left_pack_wor
                                       packs_a_per_run)
 from ...fusion.gemm.legality import VIEWS
 from ...fusion.gemm.right_pack import in_tile_rows, packs_b_in_tile
+from ...fusion.gemm.transposed import a_transposed
 from ...fusion.spills import right_pack_words
 from ...fusion.plan import Group
 from ...fusion.gemm_shape import (CONV_DIRECT, DEPTHWISE_LANES, DEPTHWISE_PLANES, PACK_FILTERS,
-                                  PACK_ONCE, PACK_PER_RUN)
+                                  PACK_ONCE, PACK_PER_RUN, TRANSPOSED_PER_RUN)
 from ...ir import Graph
 from ..kernel import Kernel
 from ..kir import (Buffer, Comment, DeclareScratch, Gemm, If, Let, Load, Loop, OncePerBlock,
@@ -157,6 +158,8 @@ class GemmLowerer(TileLowerer):
         if t.packed_b == PACK_FILTERS:    # few positions: the product made transposed
             gather, pack = convolution.transposed_product(self, dest, c_off, ldc)
             return gather, None, pack
+        if t.packed_b == TRANSPOSED_PER_RUN:   # few rows of A: the product made transposed
+            return self._transposed_product(dest, c_off, ldc)
         if t.packed_b == PACK_ONCE:       # a constant B, packed by the first run
             packed = self.workspace("pack", DType.float32, packed_numel(K, N, pairs=pairs),
                                     persistent=True, packed=True)
@@ -185,6 +188,23 @@ class GemmLowerer(TileLowerer):
             return (*convolution.patches(self), ())
         # the tile's patches gathered straight into panels (PACK_TILE)
         return (*convolution.patch_panels(self, pairs), ())
+
+    def _transposed_product(self, dest, c_off: str, ldc: int) -> tuple:
+        """``TRANSPOSED_PER_RUN`` (fusion/gemm/transposed.py): A transposed, packed into
+        column panels by every run before the tiles; each tile's product made
+        transposed against them, B's elements broadcast from where B lies -- (the
+        statements computing the tile's product, None, the statements packing A)."""
+        t = self.sched.gemm
+        b, node = t.b.view, self.g.producer[t.result].id
+        packed, pack, _ = self._pack_per_run("apack", a_transposed(t), t.k, t.m, 1, node)
+        # (B^T's element (column i, row r of k) at i * col_stride + r * row_stride: a
+        # transposed view, W^T, has its columns contiguous -- trans_a below)
+        return (Comment("the tile's product made transposed: B's columns broadcast in "
+                        "place against A's panels, each block stored transposed"),
+                Gemm(self.buffers[t.b.value], packed, dest,
+                     f"{b.batch_offset('bt')} + c0 * {b.col_stride}", f"r0 * {t.k}", c_off,
+                     "r1 - r0", "c1 - c0", t.k, b.ld, PANEL, ldc, node, trans_a=b.trans,
+                     packed=True, transposed=True, a_in_place=True)), None, pack
 
     def _left_operand(self, multiplied: bool, pairs: bool) -> tuple:
         """The first product's left operand A: (buffer, C offset of the tile's row r0,

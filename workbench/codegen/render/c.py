@@ -104,6 +104,12 @@ class CRenderer(CStyleRenderer):
     def gemm(self, s: Gemm, depth: int) -> list[str]:
         if s.block is not None:
             return self._block_gemm(s, depth)
+        if s.transposed and s.a_in_place:   # B's element (column i, row r) in place
+            is_, rs = (s.lda, 1) if s.trans_a else (1, s.lda)
+            call = (f"wb_gemm_transposed({s.rows}, {s.cols}, {s.k}, {s.a.name} + {s.a_off}, "
+                    f"{is_}, {rs}, {s.b.name} + {s.b_off}, {s.k}, {s.c.name} + {s.c_off}, "
+                    f"{s.ldc})")
+            return [self.indent_unit * depth + f"{call};{node_tag(s.node)}"]
         if s.transposed:  # x^T's element (position i, channel r) at i + r * lda
             call = (f"wb_gemm_packed_t({s.rows}, {s.cols}, {s.k}, {s.a.name} + {s.a_off}, 1, "
                     f"{s.lda}, {s.b.name} + {s.b_off}, {s.c.name} + {s.c_off}, {s.ldc})")

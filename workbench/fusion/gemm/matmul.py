@@ -15,6 +15,7 @@ from ...dtypes import DType
 from ...errors import FusionRefused
 from ...ir import Graph
 from ...ops import Kind, get_op
+from ..gemm_shape import TRANSPOSED_PER_RUN
 from ..mapping import ScheduleKind
 from ..schedule import GroupIO, Schedule
 from .gpu_tiles import gpu_tiling
@@ -24,6 +25,7 @@ from .legality import (RowAnalysis, check_epilogue, product_dest, row_epilogue, 
 from .operands import not_stored, operand, prologue
 from .right_pack import packs_b_per_run
 from .tiles import cpu_tiling, packs
+from .transposed import makes_transposed
 
 
 def analyze_matmul(g: Graph, ns, io: GroupIO, device: Device, mm, rows: RowAnalysis | None,
@@ -74,7 +76,11 @@ def analyze_matmul(g: Graph, ns, io: GroupIO, device: Device, mm, rows: RowAnaly
                                "it needs 256-bit vectors and B one matrix per batch item")
                             + ", so it stays a library call")
     tiling = cpu_tiling(a, b, result, dest, device.units, row is not None, packed, lc)
-    if not packed and lc.blas == -1 and packs_b_per_run(tiling, can, row is not None):
+    if not packed and lc.blas == -1 and makes_transposed(g, tiling, can, row is not None):
+        # few rows of A and an activation B (a training step's x @ W^T, dy @ W): the
+        # product made transposed, B read in place, A packed (fusion/gemm/transposed.py)
+        tiling = replace(tiling, packed_b=TRANSPOSED_PER_RUN)
+    elif not packed and lc.blas == -1 and packs_b_per_run(tiling, can, row is not None):
         # an activation B read by many row tiles (a weight gradient's dy): packed once
         # per run, not by each tile's sgemm (fusion/gemm/right_pack.py)
         packed = can
