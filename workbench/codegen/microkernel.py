@@ -19,7 +19,11 @@ transposed, ``x @ W^T``) is packed by whole 8 x 8 blocks transposed in registers
 (fusion/gemm/right_pack.py); where one tile alone reads its panels (one row tile), it
 packs them itself, ``KC`` rows of k at a time into the same floats just before it
 multiplies them (``wb_gemm_packing_b``), so they are read back from L2 and never
-written back to memory. The register
+written back to memory. Where A has few rows and B is an activation (a training step's
+128 tokens against a weight), the product is made transposed instead
+(``wb_gemm_transposed``, fusion/gemm/transposed.py): A is packed into the panels once
+per run, and the micro-kernel broadcasts B's elements straight from where B lies, six
+of its columns at a time, storing each block transposed -- no copy of B at all. The register
 block is chosen by the C compiler's target macros (``-march=native``): AVX-512 6 x 64
 (24 of 32 zmm registers accumulate), AVX 6 x 16 (12 of 16 ymm), otherwise 128-bit
 vectors, 6 x 16 on AArch64 (32 registers) and 3 x 16 elsewhere. GCC's vector

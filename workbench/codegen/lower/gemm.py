@@ -196,13 +196,15 @@ class GemmLowerer(TileLowerer):
         statements computing the tile's product, None, the statements packing A)."""
         t = self.sched.gemm
         b, node = t.b.view, self.g.producer[t.result].id
-        packed, pack, _ = self._pack_per_run("apack", a_transposed(t), t.k, t.m, 1, node)
+        packed, pack, a_off = self._pack_per_run("apack", a_transposed(t), t.k, t.m,
+                                                 t.batch, node)
         # (B^T's element (column i, row r of k) at i * col_stride + r * row_stride: a
         # transposed view, W^T, has its columns contiguous -- trans_a below)
         return (Comment("the tile's product made transposed: B's columns broadcast in "
                         "place against A's panels, each block stored transposed"),
                 Gemm(self.buffers[t.b.value], packed, dest,
-                     f"{b.batch_offset('bt')} + c0 * {b.col_stride}", f"r0 * {t.k}", c_off,
+                     f"{b.batch_offset('bt')} + c0 * {b.col_stride}", f"{a_off} + r0 * {t.k}",
+                     c_off,
                      "r1 - r0", "c1 - c0", t.k, b.ld, PANEL, ldc, node, trans_a=b.trans,
                      packed=True, transposed=True, a_in_place=True)), None, pack
 

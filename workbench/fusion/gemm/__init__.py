@@ -15,10 +15,13 @@ second matmul (attention); or one convolution with an elementwise epilogue.
   and tiles), :mod:`.conv_rule` (its form, by shape), :mod:`.direct` (a convolution
   computed directly), :mod:`.planes` (a plane at a time);
 - tile choice -- :mod:`.tiles` (the CPU's tiles), :mod:`.left_pack` (A packed once
-  per run where many column tiles read it), :mod:`.gpu_tiles` (a GPU's thread
+  per run where many column tiles read it), :mod:`.right_pack` (an activation B packed
+  once per run), :mod:`.transposed` (a product of few rows against an activation B
+  made transposed, B read in place), :mod:`.gpu_tiles` (a GPU's thread
   blocks), :mod:`.launch` (what a user or the tuner sets in place of the rule).
 
 The tuned thresholds are frozen configurations beside their measurements
-(``CpuTiles``, ``LeftPack``, ``CpuAttention``, ``ConvRule``, ``DirectConv``, the GPU's
+(``CpuTiles``, ``LeftPack``, ``RightPack``, ``TransposedProduct``, ``CpuAttention``,
+``ConvRule``, ``DirectConv``, the GPU's
 ``BlockTile`` tables), each read by a small rule that picks by the problem's shape.
 """
