@@ -36,8 +36,8 @@ from ..dtypes import DType
 from ..ir import Graph
 from ..ops.bfloat16 import QUIET_NAN
 from .backend import Progress
-from .memory_plan import ALIGN, MEMORY_PLAN_ENV, plan_memory
-from .outputs import Recycler, check_out, empty
+from .memory_plan import MEMORY_PLAN_ENV, plan_memory
+from .outputs import Recycler, aligned_bytes, check_out, empty
 from .placement import PlaceRule
 from .reference import check_inputs
 
@@ -52,8 +52,7 @@ def poison(xp, shape, dtype: DType):
 def poison_in(arena: np.ndarray, offset: int, shape, dtype: DType) -> np.ndarray:
     """A NumPy array of ``shape`` and ``dtype`` at byte ``offset`` of ``arena``,
     poisoned as :func:`poison` makes one."""
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    return _poisoned(arena[offset:offset + n].view(dtype.np).reshape(shape), dtype)
+    return _poisoned(np.ndarray(shape, dtype.np, buffer=arena, offset=offset), dtype)
 
 
 def _poisoned(a, dtype: DType):
@@ -196,8 +195,8 @@ class KernelSequence:
         if mp is None:
             return poison(self.backend.xp, shape, dtype)
         if pool.arena is None:
-            raw = np.empty(mp.size + ALIGN, dtype=np.uint8)
-            pool.arena = raw[-raw.ctypes.data % ALIGN:]
+            raw, at = aligned_bytes(mp.size)
+            pool.arena = raw[at:at + mp.size]
         return poison_in(pool.arena, mp.offsets[name], shape, dtype)
 
     def _maker(self, out: dict, checked: bool):
