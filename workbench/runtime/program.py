@@ -135,12 +135,7 @@ class KernelSequence:
         the full check runs (with its messages). Why: a training step's 20 inputs
         took ~0.1 ms of a call through the full check and the backend's asarray, after
         the step's kernels had flushed the interpreter from the caches."""
-        specs = self.__dict__.get("_input_specs")
-        if specs is None:
-            host = self.backend.xp is np and type(self).check_inputs is KernelSequence.check_inputs
-            specs = self._input_specs = tuple(
-                (i, self.graph.value(i).shape, np.dtype(self.graph.value(i).dtype.np))
-                for i in self.graph.inputs) if host else ()
+        specs = self._held("_input_specs", self._host_input_specs)
         if not specs or type(inputs) is not dict:
             return None
         out = {}
@@ -151,6 +146,14 @@ class KernelSequence:
                 return None
             out[name] = a
         return out
+
+    def _host_input_specs(self) -> tuple:
+        """(name, shape, NumPy dtype) of each graph input, as :meth:`_host_inputs`
+        checks them; none where it may not hand them on (a device backend, whose arrays
+        the check makes, or a subclass with a check of its own)."""
+        host = self.backend.xp is np and type(self).check_inputs is KernelSequence.check_inputs
+        return tuple((i, self.graph.value(i).shape, np.dtype(self.graph.value(i).dtype.np))
+                     for i in self.graph.inputs) if host else ()
 
     def new_outputs(self) -> dict:
         """New arrays, one per graph output, for ``run(inputs, out=...)`` (unfilled)."""
