@@ -108,6 +108,9 @@ def test_programs_share_memory_and_match_one_buffer_per_value(monkeypatch, graph
     feeds = random_inputs(g, 0)
     got = [prog.run(feeds), prog.run(feeds)]            # the first run, then the driver
     pool = prog._pool
+    # the arena the plan's size, on a cache line, so every value at its offset is too
+    assert pool.arena.nbytes == mp.size and pool.arena.ctypes.data % ALIGN == 0
+    assert all(a.ctypes.data % ALIGN == 0 for a in pool.values()), list(pool)
     alive = lifetimes([(tuple(b.value for b in ck.kernel.inputs),
                         tuple(b.value for b in ck.kernel.outputs)) for ck in prog.compiled],
                       set(pool))

@@ -49,10 +49,19 @@ def aligned_empty(shape, dtype) -> np.ndarray:
     1.78 ms with input and output so placed, 1.57 ms with both aligned (onnxruntime
     aligns its outputs). The array is a view into a slightly larger buffer."""
     dt = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    raw, at = aligned_bytes(math.prod(shape) * dt.itemsize)
+    return np.ndarray(shape, dt, buffer=raw, offset=at)
+
+
+def aligned_bytes(n: int) -> tuple[np.ndarray, int]:
+    """A new byte buffer with ``n`` bytes from a 64-byte cache line on, and that line's
+    offset in it: ``(raw, at)``, the array of ``shape`` and ``dtype`` there being
+    ``np.ndarray(shape, dtype, buffer=raw, offset=at)``. (NumPy's own buffers start
+    16 bytes past a line: see :func:`aligned_empty`.) The one place a host output, a
+    kept output's buffer (:class:`Recycler`) and a program's arena of intermediates
+    (runtime/program.py) are placed on a line."""
     raw = np.empty(n + ALIGN, dtype=np.uint8)
-    at = -raw.ctypes.data % ALIGN
-    return raw[at:at + n].view(dt).reshape(shape)
+    return raw, -raw.ctypes.data % ALIGN
 
 
 class Recycler:
@@ -106,9 +115,8 @@ class Recycler:
                 if sys.getrefcount(raw) == self._idle:
                     return raw, at
             shape, dt = kind
-            size = math.prod(shape) * dt.itemsize + ALIGN
-            raw = np.empty(size, dtype=np.uint8)
-            entry = (raw, -raw.ctypes.data % ALIGN)
+            raw, at = aligned_bytes(math.prod(shape) * dt.itemsize)
+            entry, size = (raw, at), raw.nbytes
             if len(kept) < self.per_size and self._kept + size <= self.limit:
                 kept.append(entry)
                 self._kept += size

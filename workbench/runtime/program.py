@@ -36,8 +36,8 @@ from ..dtypes import DType
 from ..ir import Graph
 from ..ops.bfloat16 import QUIET_NAN
 from .backend import Progress
-from .memory_plan import ALIGN, MEMORY_PLAN_ENV, plan_memory
-from .outputs import Recycler, check_out, empty
+from .memory_plan import MEMORY_PLAN_ENV, plan_memory
+from .outputs import Recycler, aligned_bytes, check_out, empty
 from .placement import PlaceRule
 from .reference import check_inputs
 
@@ -52,8 +52,7 @@ def poison(xp, shape, dtype: DType):
 def poison_in(arena: np.ndarray, offset: int, shape, dtype: DType) -> np.ndarray:
     """A NumPy array of ``shape`` and ``dtype`` at byte ``offset`` of ``arena``,
     poisoned as :func:`poison` makes one."""
-    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    return _poisoned(arena[offset:offset + n].view(dtype.np).reshape(shape), dtype)
+    return _poisoned(np.ndarray(shape, dtype.np, buffer=arena, offset=offset), dtype)
 
 
 def _poisoned(a, dtype: DType):
@@ -136,12 +135,7 @@ class KernelSequence:
         the full check runs (with its messages). Why: a training step's 20 inputs
         took ~0.1 ms of a call through the full check and the backend's asarray, after
         the step's kernels had flushed the interpreter from the caches."""
-        specs = self.__dict__.get("_input_specs")
-        if specs is None:
-            host = self.backend.xp is np and type(self).check_inputs is KernelSequence.check_inputs
-            specs = self._input_specs = tuple(
-                (i, self.graph.value(i).shape, np.dtype(self.graph.value(i).dtype.np))
-                for i in self.graph.inputs) if host else ()
+        specs = self._held("_input_specs", self._host_input_specs)
         if not specs or type(inputs) is not dict:
             return None
         out = {}
@@ -152,6 +146,14 @@ class KernelSequence:
                 return None
             out[name] = a
         return out
+
+    def _host_input_specs(self) -> tuple:
+        """(name, shape, NumPy dtype) of each graph input, as :meth:`_host_inputs`
+        checks them; none where it may not hand them on (a device backend, whose arrays
+        the check makes, or a subclass with a check of its own)."""
+        host = self.backend.xp is np and type(self).check_inputs is KernelSequence.check_inputs
+        return tuple((i, self.graph.value(i).shape, np.dtype(self.graph.value(i).dtype.np))
+                     for i in self.graph.inputs) if host else ()
 
     def new_outputs(self) -> dict:
         """New arrays, one per graph output, for ``run(inputs, out=...)`` (unfilled)."""
@@ -196,8 +198,8 @@ class KernelSequence:
         if mp is None:
             return poison(self.backend.xp, shape, dtype)
         if pool.arena is None:
-            raw = np.empty(mp.size + ALIGN, dtype=np.uint8)
-            pool.arena = raw[-raw.ctypes.data % ALIGN:]
+            raw, at = aligned_bytes(mp.size)
+            pool.arena = raw[at:at + mp.size]
         return poison_in(pool.arena, mp.offsets[name], shape, dtype)
 
     def _maker(self, out: dict, checked: bool):

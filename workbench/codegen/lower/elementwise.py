@@ -7,6 +7,7 @@ split at a concat's parts, each part's rows reading that part alone (``_split_co
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import numpy as np
 
@@ -77,13 +78,10 @@ class ElementwiseLowerer(Lowerer):
         offsets agree, and the value is computed once per element (BERT's GELU backward
         stored ``mul_16`` and its reshape ``view_25`` from two loops, erf and exp twice:
         0.47 ms against 0.15 ms for the chain once)."""
-        shared: dict[str, int] = {}
-        for o in self.io.outputs:
-            src = self._view_source(o)
-            shared[src] = shared.get(src, 0) + 1
+        sources = {o: self._view_source(o) for o in self.io.outputs}
+        shared = Counter(sources.values())
         loops: dict[tuple, list[tuple[str, str]]] = {}
-        for o in self.io.outputs:
-            src = self._view_source(o)
+        for o, src in sources.items():
             v = src if shared[src] > 1 else o
             loops.setdefault(self.g.value(v).shape, []).append((o, v))
         return loops

@@ -9,6 +9,7 @@ micro-kernel (``codegen/microkernel.py``), whose C the prelude carries.
 """
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import replace
 
@@ -59,7 +60,7 @@ class CRenderer(CStyleRenderer):
     target = "c"
     ROW_TILE = CPU_ROW_TILE   # rows a CPU thread walks together in a thread-per-row kernel
     # how a kernel's outermost parallel loops are spelled: each its own parallel region,
-    # or, in a kernel's team form (TeamC), worksharing loops of a team already running
+    # or, in a kernel's team form (team()), worksharing loops of a team already running
     parallel = "parallel for"
 
     def kernel(self, k: Kernel) -> str:
@@ -81,7 +82,17 @@ class CRenderer(CStyleRenderer):
             self.header_comment(k), team + ";",
             self.signature(k) + " {", "  #pragma omp parallel",
             f"  {team_symbol(k.name)}({args});", "}",
-            team + " {", *TeamC().stmts(k.body, 1), "}"]) + "\n"
+            team + " {", *self.team().stmts(k.body, 1), "}"]) + "\n"
+
+    def team(self) -> CRenderer:
+        """This renderer as it prints a team form's body (:meth:`kernel`): its outermost
+        parallel loops worksharing loops of the team already running, no variable's type
+        known yet. A copy of the renderer in use, so that a subclass's printing reaches
+        team forms as it reaches every other kernel."""
+        team = copy.copy(self)
+        team.__dict__.pop("_let_types", None)
+        team.parallel = "for"
+        return team
 
     def prelude(self, tensor: bool = False, uses: str | None = None) -> str:
         """What a kernel's source starts with (``tensor``: a kernel with GEMM tiles
@@ -426,12 +437,6 @@ class CRenderer(CStyleRenderer):
             return (f"wb_pack_panel({args}, {s.panel});" if s.panel
                     else f"wb_pack_b_once({args});")
         return super().helper_call(s)
-
-
-class TeamC(CRenderer):
-    """The C renderer for a kernel's team form: its outermost loops worksharing loops
-    of the team already running (see :meth:`CRenderer.kernel`)."""
-    parallel = "for"
 
 
 TEAM_SUFFIX = "_team"
