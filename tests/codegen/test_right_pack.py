@@ -154,6 +154,34 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     assert s.plan.groups[0].schedule.gemm.packed_b == ""
 
 
+def test_many_row_tiles_take_column_tiles_as_wide_as_b_allows(monkeypatch):
+    # a weight gradient dy^T @ x (k = 128 tokens): B's panels, packed once by the run,
+    # hold 128 x 768 (or 3072) floats, within RightPack.wide_b_bytes: whole rows
+    for n in (768, 3072):
+        g = _product(768, 128, n, ta=True)
+        t = analyze(g, tuple(x.id for x in g.nodes), device=WIDE).gemm
+        assert t.packed_b == PACK_PER_RUN and (t.tile_n, t.tiles) == (n, 6)
+    # a smaller budget: column tiles of as many panels as it holds, their count (with
+    # the row tiles') a multiple of the cores
+    monkeypatch.setattr(right_pack, "RIGHT_PACK",
+                        right_pack.RightPack(wide_b_bytes=4 * 128 * 384))
+    g = _product(768, 128, 768, ta=True)
+    t = analyze(g, tuple(x.id for x in g.nodes), device=WIDE).gemm
+    assert (t.tile_n, t.tiles) == (384, 12)
+    monkeypatch.setattr(right_pack, "RIGHT_PACK", right_pack.RightPack())
+    # ... where whole rows would leave a core idle (5 row tiles on 2 cores), the
+    # tiling rule's (4 columns of 192: 20 tiles)
+    g = _product(520, 128, 768, ta=True)
+    t = analyze(g, tuple(x.id for x in g.nodes), device=WIDE).gemm
+    assert (t.tile_n, t.col_tiles) == (192, 4)
+    # a tile width the user (or the tuner) sets stands
+    s = wb.Session(_product(768, 128, 768, ta=True), backend="cpu")
+    s.auto("stitch")
+    if micro_kernel_fits(s.device):
+        s.set_launch(s.plan.groups[0].id, tile_n=256)
+        assert s.plan.groups[0].schedule.gemm.tile_n == 256
+
+
 @pytest.mark.parametrize("case", [
     dict(m=520, k=24, n=70, ta=True),                  # A read transposed, B in a partial panel
     dict(m=520, k=33, n=130, tb=True),                 # B read transposed: its pack gathers
@@ -170,6 +198,10 @@ def test_the_rule_reads_its_config_and_blas_one_keeps_sgemm(monkeypatch):
     # rows (no whole 8 x 8 block)
     dict(m=100, k=515, n=2000, tb=True),
     dict(m=100, k=515, n=2000, epilogue=True),
+    # many row tiles, column tiles as wide as B's panels allow: whole rows (k = 128),
+    # and two tiles of 512 (k = 1000: 4 MB of panels)
+    dict(m=768, k=128, n=770, ta=True),
+    dict(m=520, k=1000, n=1000, ta=True, epilogue=True),
 ])
 def test_results_match_numpy_on_fresh_inputs(case):
     g = _product(**case)
