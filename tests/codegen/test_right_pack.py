@@ -21,6 +21,8 @@ from workbench.fusion.plan import Group
 from workbench.fusion.gemm_shape import PACK_ONCE, PACK_PER_RUN
 from workbench.fusion.gemm.tiles import micro_kernel_fits
 
+from tests.codegen.gemm_cases import one_gemm
+
 
 
 @pytest.fixture(autouse=True)
@@ -205,16 +207,10 @@ def test_many_row_tiles_take_column_tiles_as_wide_as_b_allows(monkeypatch):
 ])
 def test_results_match_numpy_on_fresh_inputs(case):
     g = _product(**case)
-    s = wb.Session(g, backend="cpu")
-    s.auto("stitch")
-    if not micro_kernel_fits(s.device):
-        pytest.skip("this CPU's vectors are too narrow for the micro-kernel")
-    (gr,) = s.plan.groups
+    gr, prog, src = one_gemm(g)
     assert gr.schedule.gemm.packed_b == PACK_PER_RUN
-    prog = s.program()
     # (the prelude defines and calls them too: the kernel's own loop packs B, or with
     # one row tile each tile its own panels)
-    src = prog.compiled[0].source
     in_tile = right_pack.packs_b_in_tile(gr.schedule.gemm)
     assert in_tile == (case["m"] <= 128)
     call = "wb_gemm_packing_b(" if in_tile else "wb_pack_panel("

@@ -19,6 +19,8 @@ from workbench.fusion.gemm.tiles import micro_kernel_fits
 from workbench.fusion.gemm.transposed import KC_T
 from workbench.fusion.gemm_shape import PACK_ONCE, PACK_PER_RUN, TRANSPOSED_PER_RUN
 
+from tests.codegen.gemm_cases import one_gemm
+
 WIDE = assumed_cpu("test cpu", 2).with_(vector_bytes=64)
 NARROW = assumed_cpu("test cpu", 2).with_(vector_bytes=16)
 CALL = "wb_gemm_transposed("
@@ -92,15 +94,9 @@ def test_not_for_an_epilogue_reducing_rows_nor_bfloat16_nor_when_off(monkeypatch
 ])
 def test_results_match_numpy_on_fresh_inputs(case):
     g = _product(**case)
-    s = wb.Session(g, backend="cpu")
-    s.auto("stitch")
-    if not micro_kernel_fits(s.device):
-        pytest.skip("this CPU's vectors are too narrow for the micro-kernel")
-    (gr,) = s.plan.groups
+    gr, prog, src = one_gemm(g)
     assert gr.schedule.gemm.packed_b == TRANSPOSED_PER_RUN
     assert "made transposed" in gr.schedule.describe()
-    prog = s.program()
-    src = prog.compiled[0].source
     assert src.count(CALL) > MICRO_KERNEL_C.count(CALL)
     for seed in (1, 2):          # fresh inputs, each run checked (outputs poisoned first)
         rng = np.random.default_rng(seed)
