@@ -95,4 +95,5 @@ def panel_rows(k: int, pairs: bool = False) -> int:
 
 # C only: the CUDA renderer never sees a packed Gemm (GPU plans refuse the template).
 MICRO_KERNEL_C = source("microkernel.h", PANEL=PANEL, KC=KC, KCT=KC_T,
+                        TRANSPOSED=source("transposed.h"),
                         CONV_LANES=source("conv_lanes.h"))
