@@ -23,7 +23,7 @@ from .launch import GemmLaunch
 from .legality import (RowAnalysis, check_epilogue, product_dest, row_epilogue, same_rows,
                        takes_dtype)
 from .operands import not_stored, operand, prologue
-from .right_pack import RIGHT_PACK, packs_b_per_run, widened
+from .right_pack import packs_b_per_run, widened
 from .tiles import cpu_tiling, packs
 from .transposed import makes_transposed
 
@@ -85,8 +85,7 @@ def analyze_matmul(g: Graph, ns, io: GroupIO, device: Device, mm, rows: RowAnaly
         # per run, not by each tile's sgemm (fusion/gemm/right_pack.py)
         packed = can
         tiling = cpu_tiling(a, b, result, dest, device.units, row is not None, packed, lc)
-        if not lc.tile_n and tiling.row_tiles >= RIGHT_PACK.min_row_tiles:
-            # (fewer, wider column tiles copying A's slivers: right_pack.py)
+        if not lc.tile_n:    # (fewer, wider column tiles copying A's slivers)
             tiling = widened(tiling, device.units)
     return Schedule(ScheduleKind.gemm, elements=out.numel,
                     gemm=replace(tiling, epilogue_ops=len(ns) - 1,

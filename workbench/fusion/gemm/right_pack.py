@@ -44,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..gemm_shape import PACK_PER_RUN, GemmShape
-from .tiles import KC, PANEL
+from .tiles import KC, PANEL, round_up
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,10 @@ def packs_b_per_run(t: GemmShape, can: str, whole_rows: bool = False) -> bool:
 
 
 def widened(t: GemmShape, units: int) -> GemmShape:
-    """``t`` (B packed by the run before its tiles, read by many row tiles) with column
-    tiles as wide as ``RightPack.wide_b_bytes`` of B's panels allow, where that cuts
-    their count and keeps it a multiple of the cores: each column tile copies A's
+    """``t`` (B packed by the run before its tiles), where ``min_row_tiles`` or more
+    row tiles read that B, with column tiles as wide as ``RightPack.wide_b_bytes`` of
+    B's panels allow, where that cuts their count and keeps it a multiple of the
+    cores: each column tile copies A's
     slivers again (or :mod:`.left_pack` packs them once by the run, one more parallel
     loop), while B's panels, packed once already, cost the same read by fewer, wider
     tiles. A training step's weight gradients ``dy^T @ x`` (k = 128 tokens) then take
@@ -146,6 +147,7 @@ def widened(t: GemmShape, units: int) -> GemmShape:
     (each kernel's fastest of 24 alternating calls in the step, two runs, load 0.6),
     and the five of 768 columns 5.89 against 6.11 ms in tiles of 384 against 256."""
     cols = max(1, -(-4 * t.k * t.n // RIGHT_PACK.wide_b_bytes))
-    if cols >= t.col_tiles or (t.batch * t.row_tiles * cols) % units:
+    if (t.row_tiles < RIGHT_PACK.min_row_tiles or cols >= t.col_tiles
+            or (t.batch * t.row_tiles * cols) % units):
         return t
-    return replace(t, tile_n=min(t.n, -(-(-(-t.n // cols)) // PANEL) * PANEL))
+    return replace(t, tile_n=min(t.n, round_up(-(-t.n // cols), PANEL)))
